@@ -1,0 +1,1 @@
+//! Tiled and row-major matvec drivers.

@@ -1,0 +1,8 @@
+//! Compute kernels: fused dequantize-dot products per ISA (`dot`), the persistent thread pool
+//! (`pool`), and the tiled and row-major matvec drivers (`matvec`).
+
+pub mod dot;
+pub mod matvec;
+pub mod pool;
+
+pub use dot::{Isa, Q8Act};

@@ -1,0 +1,1 @@
+//! Persistent worker pool for parallel matvecs (filled in below).

@@ -1,0 +1,24 @@
+//! cflow: a CPU-first tile-streaming decode engine, and the cflow-tui workbench around it.
+//!
+//! Module map (see `docs/` and DESIGN §2): `format` owns the on-disk `.cflow`/`.vflow` layouts,
+//! `quant` the block formats, `kernels` the dot products and matvec drivers, `model` geometry and
+//! weight views, `engine` the forward pass and scheduler, `io` prefetch and expert fetch,
+//! `telemetry` events/PMU/traces, `convert` importers and generators, `chat` tokenizers and
+//! templates, `tui` the terminal UI. The engine never imports `tui`.
+#![deny(unsafe_code)]
+
+pub mod chat;
+pub mod cli;
+pub mod convert;
+pub mod engine;
+#[allow(unsafe_code)]
+pub mod format;
+#[allow(unsafe_code)]
+pub mod io;
+#[allow(unsafe_code)]
+pub mod kernels;
+pub mod model;
+pub mod quant;
+pub mod telemetry;
+pub mod tui;
+pub mod util;
