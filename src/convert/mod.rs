@@ -1,1 +1,7 @@
-//! convert
+//! Model conversion: GGUF reading and import, HF safetensors import, the synthetic model
+//! generator, and tokenizer building from GGUF metadata.
+
+pub mod generate;
+pub mod gguf;
+pub mod gguf_tokenizer;
+pub mod import_gguf;

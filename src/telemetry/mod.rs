@@ -1,6 +1,11 @@
 //! Telemetry: the `Event`/`Command` types shared by engine, UI, recorder and replay; PMU counters;
 //! the machine profile; trace recording, replay and Chrome-trace export.
 
+pub mod chrome;
 pub mod event;
+pub mod machine;
+pub mod pmu;
+pub mod recorder;
+pub mod replay;
 
 pub use event::*;

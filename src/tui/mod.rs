@@ -1,1 +1,1 @@
-//! tui
+//! Terminal UI (in progress).

@@ -1,0 +1,1 @@
+//! detok (in progress)

@@ -1,0 +1,1 @@
+//! template (in progress)

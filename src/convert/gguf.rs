@@ -1,0 +1,1 @@
+//! gguf (in progress)

@@ -1,0 +1,1 @@
+//! gguf_tokenizer (in progress)

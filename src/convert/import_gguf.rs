@@ -1,0 +1,1 @@
+//! import_gguf (in progress)

@@ -1,0 +1,1 @@
+//! pmu (in progress)

@@ -1,0 +1,1 @@
+//! replay (in progress)
