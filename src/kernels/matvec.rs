@@ -1,1 +1,128 @@
-//! Tiled and row-major matvec drivers.
+//! Matvec drivers over the two weight layouts: `tiled_matvec` (fused multi-output over
+//! 128×256 tiles, parallel over output stripes) and `rowmajor_matvec` (the naive baseline: one
+//! contiguous row-major matrix, parallel over 128-row chunks). Both call the same tile kernels.
+
+use super::dot::{tile_matvec, Isa, Q8Act};
+use super::pool::ThreadPool;
+use crate::format::reader::{tile_at, Matrix};
+use crate::format::writer::MatrixData;
+use crate::format::{TILE_COLS, TILE_ROWS};
+use crate::quant::QK;
+
+/// Shares disjoint `&mut [f32]` output ranges with pool tasks.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32, usize);
+// SAFETY: each pool task writes a distinct stripe range of the output (checked by construction:
+// task → (matrix, stripe) is a bijection), so concurrent writes never alias.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// Activation as the kernels consume it: f32 values plus an optional Q8 quantization.
+pub struct Act<'a> {
+    pub x: &'a [f32],
+    pub q8: Option<&'a Q8Act>,
+}
+
+impl<'a> Act<'a> {
+    fn q8_slice(&self, c0: usize, c1: usize) -> Option<(&'a [f32], &'a [f32], &'a [i8])> {
+        self.q8.map(|q| {
+            let (b0, b1) = (c0 / QK, c1 / QK);
+            (&q.d[b0..b1], &q.s[b0..b1], &q.qs[c0..c1])
+        })
+    }
+}
+
+/// Computes one stripe of `m` into `out` (length = stripe rows): out = W_stripe · x.
+#[inline]
+pub fn stripe_matvec(isa: Isa, bytes: &[u8], m: &Matrix, s: usize, act: &Act, out: &mut [f32]) {
+    out.fill(0.0);
+    for c in 0..m.n_col_tiles() {
+        let t = tile_at(bytes, m, s, c);
+        let c0 = c * TILE_COLS;
+        let c1 = c0 + t.cols;
+        let xq = if m.quant.is_blocked() {
+            act.q8_slice(c0, c1)
+        } else {
+            None
+        };
+        tile_matvec(
+            isa,
+            m.quant,
+            t.rows,
+            t.cols,
+            t.scales,
+            t.qs,
+            &act.x[c0..c1],
+            xq,
+            out,
+        );
+    }
+}
+
+/// Fused multi-output tiled matvec: for every `(matrix, y)` pair, `y = W · x`, all sharing one
+/// activation. Work is spread over all output stripes of all matrices.
+pub fn tiled_matvec(
+    pool: &ThreadPool,
+    isa: Isa,
+    bytes: &[u8],
+    outs: &mut [(&Matrix, &mut [f32])],
+    act: &Act,
+) {
+    let mut tasks: Vec<(usize, usize)> = Vec::new();
+    for (i, (m, y)) in outs.iter().enumerate() {
+        assert_eq!(y.len(), m.rows, "output length");
+        assert_eq!(act.x.len(), m.cols, "activation length");
+        for s in 0..m.n_stripes() {
+            tasks.push((i, s));
+        }
+    }
+    let ptrs: Vec<(&Matrix, OutPtr)> = outs
+        .iter_mut()
+        .map(|(m, y)| (*m, OutPtr(y.as_mut_ptr(), y.len())))
+        .collect();
+    pool.run(tasks.len(), &|t| {
+        let (i, s) = tasks[t];
+        let (m, p) = ptrs[i];
+        let r0 = s * TILE_ROWS;
+        let rows = m.stripe_rows(s);
+        debug_assert!(r0 + rows <= p.1);
+        // SAFETY: [r0, r0 + rows) is inside the output (rows = stripe rows of a matrix whose
+        // output length was asserted above) and distinct tasks own distinct stripes.
+        let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(r0), rows) };
+        stripe_matvec(isa, bytes, m, s, act, out);
+    });
+}
+
+/// The row-major baseline: `y = W · x` over a contiguous split-layout matrix.
+pub fn rowmajor_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, act: &Act, y: &mut [f32]) {
+    assert_eq!(y.len(), m.rows);
+    assert_eq!(act.x.len(), m.cols);
+    let chunks = m.rows.div_ceil(TILE_ROWS);
+    let out = OutPtr(y.as_mut_ptr(), y.len());
+    let (rsb, rqb) = (m.row_scale_bytes(), m.row_quant_bytes());
+    pool.run(chunks, &|t| {
+        let r0 = t * TILE_ROWS;
+        let rows = (m.rows - r0).min(TILE_ROWS);
+        let o = out;
+        // SAFETY: chunk t owns rows [r0, r0 + rows) of the output, inside its length.
+        let yy = unsafe { std::slice::from_raw_parts_mut(o.0.add(r0), rows) };
+        yy.fill(0.0);
+        let xq = if m.quant.is_blocked() {
+            act.q8_slice(0, m.cols)
+        } else {
+            None
+        };
+        tile_matvec(
+            isa,
+            m.quant,
+            rows,
+            m.cols,
+            &m.scales[r0 * rsb..(r0 + rows) * rsb],
+            &m.qs[r0 * rqb..(r0 + rows) * rqb],
+            act.x,
+            xq,
+            yy,
+        );
+    });
+}

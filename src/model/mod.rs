@@ -1,1 +1,7 @@
-//! model
+//! Model description: geometry and semantics (`ModelConfig`, from the header + metadata), the
+//! metadata JSON schema, per-layer stream byte accounting, and the KV cache.
+
+pub mod config;
+pub mod kv;
+
+pub use config::*;

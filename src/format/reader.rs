@@ -1,0 +1,972 @@
+//! Validating zero-copy `.cflow` reader. `CflowFile::open` maps the file and checks every
+//! offset, length, geometry field and tile header against the file size and the header before
+//! anything is handed out; afterwards `MappedTile`s are plain slices of the mapping.
+
+use super::error::FormatError;
+use super::header::*;
+use super::writer::{ExpertData, LayerData, MatrixData, VocabData};
+use super::{TILE_COLS, TILE_ROWS};
+use crate::model::{CombineStyle, ModelConfig, ModelMeta};
+use crate::quant::{QuantType, QK};
+use memmap2::Mmap;
+use std::path::{Path, PathBuf};
+
+/// A validated matrix stored as tiles: the offsets of its output stripes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Matrix {
+    pub kind: EntryKind,
+    pub quant: QuantType,
+    pub rows: usize,
+    pub cols: usize,
+    /// Absolute file offset of each stripe's first tile header.
+    pub stripes: Vec<usize>,
+}
+
+impl Matrix {
+    pub fn n_stripes(&self) -> usize {
+        self.stripes.len()
+    }
+    pub fn stripe_rows(&self, s: usize) -> usize {
+        (self.rows - s * TILE_ROWS).min(TILE_ROWS)
+    }
+    pub fn n_col_tiles(&self) -> usize {
+        self.cols.div_ceil(TILE_COLS)
+    }
+    pub fn tile_cols(&self, c: usize) -> usize {
+        (self.cols - c * TILE_COLS).min(TILE_COLS)
+    }
+    /// Bytes of one stripe (all its tiles, headers included).
+    pub fn stripe_bytes(&self, s: usize) -> usize {
+        let r = self.stripe_rows(s);
+        (0..self.n_col_tiles())
+            .map(|c| tile_bytes(self.quant, r, self.tile_cols(c)))
+            .sum()
+    }
+    /// Bytes streamed by one full matvec over this matrix (tile headers included).
+    pub fn bytes(&self) -> usize {
+        (0..self.n_stripes()).map(|s| self.stripe_bytes(s)).sum()
+    }
+    /// Weight bytes without tile headers or scales (the paper's payload convention).
+    pub fn payload_bytes(&self) -> f64 {
+        self.rows as f64 * self.cols as f64 * self.quant.payload_bits_per_weight() / 8.0
+    }
+    /// Offset of tile (s, c) relative to nothing: absolute in the file.
+    pub fn tile_offset(&self, s: usize, c: usize) -> usize {
+        self.stripes[s] + c * tile_bytes(self.quant, self.stripe_rows(s), TILE_COLS)
+    }
+}
+
+/// A zero-copy view of one tile inside the mapping.
+#[derive(Clone, Copy, Debug)]
+pub struct MappedTile<'a> {
+    pub header: TileHeader,
+    pub rows: usize,
+    pub cols: usize,
+    pub scales: &'a [u8],
+    pub qs: &'a [u8],
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpertView {
+    pub offset: u64,
+    pub len: u64,
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerView {
+    pub offset: u64,
+    pub len: u64,
+    pub q: Matrix,
+    pub k: Matrix,
+    pub v: Matrix,
+    pub o: Matrix,
+    pub gate: Option<Matrix>,
+    pub up: Option<Matrix>,
+    pub down: Option<Matrix>,
+    pub attn_norm: Vec<f32>,
+    pub ffn_norm: Option<Vec<f32>>,
+    pub moe_norm: Option<Vec<f32>>,
+    pub q_bias: Option<Vec<f32>>,
+    pub k_bias: Option<Vec<f32>>,
+    pub v_bias: Option<Vec<f32>>,
+    pub router: Option<Vec<f32>>,
+    pub experts: Vec<ExpertView>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct VocabView {
+    pub offset: u64,
+    pub len: u64,
+    pub embedding: Matrix,
+    pub lm_head: Option<Matrix>,
+    pub final_norm: Vec<f32>,
+}
+
+/// An open, fully validated `.cflow` file.
+pub struct CflowFile {
+    pub path: PathBuf,
+    map: Mmap,
+    pub header: GlobalHeader,
+    pub cfg: ModelConfig,
+    pub layers: Vec<LayerView>,
+    pub vocab: VocabView,
+}
+
+impl std::fmt::Debug for CflowFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CflowFile")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// Upper bounds that keep every size computation far from overflow.
+const MAX_DIM: u64 = 1 << 20;
+const MAX_LAYERS: u64 = 4096;
+const MAX_EXPERTS: u64 = 255;
+
+struct V<'a> {
+    file: &'a Path,
+    bytes: &'a [u8],
+}
+
+impl<'a> V<'a> {
+    fn size(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+    fn range(&self, what: &str, off: u64, len: u64) -> Result<&'a [u8], FormatError> {
+        let end = off.checked_add(len).ok_or_else(|| FormatError::Overflow {
+            file: self.file.into(),
+            what: what.into(),
+        })?;
+        if end > self.size() {
+            return Err(FormatError::OutOfBounds {
+                file: self.file.into(),
+                what: what.into(),
+                offset: off,
+                len,
+                size: self.size(),
+            });
+        }
+        Ok(&self.bytes[off as usize..end as usize])
+    }
+    fn field(&self, field: &'static str, value: impl ToString, why: &str) -> FormatError {
+        FormatError::BadField {
+            file: self.file.into(),
+            field,
+            value: value.to_string(),
+            why: why.into(),
+        }
+    }
+    fn mismatch(&self, what: String, expected: impl ToString, found: impl ToString) -> FormatError {
+        FormatError::Mismatch {
+            file: self.file.into(),
+            what,
+            expected: expected.to_string(),
+            found: found.to_string(),
+        }
+    }
+    fn f32s(&self, what: &str, off: u64, n: u64) -> Result<Vec<f32>, FormatError> {
+        let len = n.checked_mul(4).ok_or_else(|| FormatError::Overflow {
+            file: self.file.into(),
+            what: what.into(),
+        })?;
+        let b = self.range(what, off, len)?;
+        Ok(b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+}
+
+/// Validates the header fields and builds the config (metadata parsed separately).
+fn config_from_header(
+    v: &V,
+    h: &GlobalHeader,
+    meta: ModelMeta,
+) -> Result<ModelConfig, FormatError> {
+    let chk = |field: &'static str, val: u64, lo: u64, hi: u64| -> Result<(), FormatError> {
+        if val < lo || val > hi {
+            Err(v.field(field, val, &format!("must be in [{lo}, {hi}]")))
+        } else {
+            Ok(())
+        }
+    };
+    chk("n_layers", h.n_layers as u64, 1, MAX_LAYERS)?;
+    chk("d_model", h.d_model as u64, 32, MAX_DIM)?;
+    chk("n_heads", h.n_heads as u64, 1, 4096)?;
+    chk("n_kv_heads", h.n_kv_heads as u64, 1, h.n_heads as u64)?;
+    chk("head_dim", h.head_dim as u64, 2, 4096)?;
+    chk("d_ff", h.d_ff as u64, 0, MAX_DIM)?;
+    chk("vocab", h.vocab as u64, 1, 1 << 24)?;
+    chk("n_experts", h.n_experts as u64, 0, MAX_EXPERTS)?;
+    chk("top_k", h.top_k as u64, 0, h.n_experts as u64)?;
+    chk("expert_ffn", h.expert_ffn as u64, 0, MAX_DIM)?;
+    chk("max_ctx", h.max_ctx as u64, 1, 1 << 24)?;
+    if h.n_heads % h.n_kv_heads != 0 {
+        return Err(v.field("n_kv_heads", h.n_kv_heads, "must divide n_heads"));
+    }
+    if h.d_model % QK as u32 != 0 {
+        return Err(v.field("d_model", h.d_model, "must be a multiple of 32"));
+    }
+    if h.head_dim % 2 != 0 {
+        return Err(v.field("head_dim", h.head_dim, "must be even (RoPE pairs)"));
+    }
+    let eps = h.rms_eps;
+    if !(eps.is_finite() && eps > 0.0 && eps < 1.0) {
+        return Err(v.field("rms_eps", eps, "must be in (0, 1)"));
+    }
+    let theta = h.rope_theta;
+    if !(theta.is_finite() && theta > 0.0) {
+        return Err(v.field("rope_theta", theta, "must be positive"));
+    }
+    let cap = h.final_logit_softcap;
+    if !(cap.is_finite() && cap >= 0.0) {
+        return Err(v.field("final_logit_softcap", cap, "must be >= 0"));
+    }
+    let style = CombineStyle::from_u8(h.combine_style).ok_or_else(|| {
+        v.field(
+            "combine_style",
+            h.combine_style,
+            "unknown combine style (0..=6)",
+        )
+    })?;
+    if h.n_experts > 0 && (h.top_k == 0 || h.expert_ffn == 0) {
+        return Err(v.field("top_k", h.top_k, "MoE model needs top_k and expert_ffn > 0"));
+    }
+    if h.dense_delay as u16 >= h.n_layers || h.expert_delay as u16 >= h.n_layers.max(1) + 8 {
+        return Err(v.field(
+            "dense_delay",
+            h.dense_delay,
+            "delay must be smaller than n_layers",
+        ));
+    }
+    Ok(ModelConfig {
+        n_layers: h.n_layers as usize,
+        d_model: h.d_model as usize,
+        n_heads: h.n_heads as usize,
+        n_kv_heads: h.n_kv_heads as usize,
+        head_dim: h.head_dim as usize,
+        d_ff: h.d_ff as usize,
+        n_experts: h.n_experts as usize,
+        top_k: h.top_k as usize,
+        expert_ffn: h.expert_ffn as usize,
+        vocab: h.vocab as usize,
+        max_ctx: h.max_ctx as usize,
+        rms_eps: eps,
+        rope_theta: theta,
+        dense_delay: h.dense_delay as usize,
+        expert_delay: h.expert_delay as usize,
+        combine_style: style,
+        feature_flags: h.feature_flags,
+        final_logit_softcap: cap,
+        meta,
+    })
+}
+
+/// Walks a group of matrices stored interleaved by stripe from `start`, validating every tile
+/// header; returns the stripe offsets per member and the end offset.
+#[allow(clippy::too_many_arguments)]
+fn walk_group(
+    v: &V,
+    what: &str,
+    layer: u16,
+    expert: u8,
+    members: &mut [&mut Matrix],
+    start: u64,
+    end: u64,
+) -> Result<u64, FormatError> {
+    let max_stripes = members
+        .iter()
+        .map(|m| m.rows.div_ceil(TILE_ROWS))
+        .max()
+        .unwrap_or(0);
+    let mut pos = start;
+    for s in 0..max_stripes {
+        for m in members.iter_mut() {
+            if s >= m.rows.div_ceil(TILE_ROWS) {
+                continue;
+            }
+            m.stripes.push(pos as usize);
+            let rows = m.stripe_rows(s);
+            for c in 0..m.n_col_tiles() {
+                let cols = m.tile_cols(c);
+                let tw = format!("{what} {:?} stripe {s} tile {c}", m.kind);
+                let hb = v.range(&format!("{tw} header"), pos, TileHeader::SIZE as u64)?;
+                let th = TileHeader::decode(hb).expect("16 bytes");
+                let expect = TileHeader {
+                    layer_id: layer,
+                    matrix_id: m.kind as u8,
+                    expert_id: expert,
+                    row_offset: (s * TILE_ROWS) as u32,
+                    col_offset: (c * TILE_COLS) as u16,
+                    tile_rows: rows as u16,
+                    tile_cols: cols as u16,
+                    quant_group: m.quant as u16,
+                };
+                if th != expect {
+                    return Err(v.mismatch(
+                        format!("{tw} header (offset {pos})"),
+                        format!("{expect:?}"),
+                        format!("{th:?}"),
+                    ));
+                }
+                let tb = tile_bytes(m.quant, rows, cols) as u64;
+                if pos + tb > end {
+                    return Err(FormatError::OutOfBounds {
+                        file: v.file.into(),
+                        what: format!("{tw} data (region ends at {end})"),
+                        offset: pos,
+                        len: tb,
+                        size: v.size(),
+                    });
+                }
+                v.range(&tw, pos, tb)?;
+                pos += tb;
+            }
+        }
+    }
+    Ok(pos)
+}
+
+fn new_matrix(
+    v: &V,
+    e: &DirEntry,
+    kind: EntryKind,
+    rows: usize,
+    cols: usize,
+    what: &str,
+) -> Result<Matrix, FormatError> {
+    let quant = QuantType::from_u8(e.quant)
+        .ok_or_else(|| v.field("dir.quant", e.quant, &format!("{what}: unknown quant type")))?;
+    if e.rows as usize != rows || e.cols as usize != cols {
+        return Err(v.mismatch(
+            format!("{what} {kind:?} dimensions"),
+            format!("{rows}×{cols} (from the header)"),
+            format!("{}×{}", { e.rows }, { e.cols }),
+        ));
+    }
+    if quant.is_blocked() && cols % QK != 0 {
+        return Err(v.field("dir.cols", cols, &format!("{what}: not a multiple of 32")));
+    }
+    if cols > u16::MAX as usize {
+        return Err(v.field("dir.cols", cols, "more than 65535 columns"));
+    }
+    Ok(Matrix {
+        kind,
+        quant,
+        rows,
+        cols,
+        stripes: Vec::new(),
+    })
+}
+
+/// Parsed directory of a region.
+struct Dir {
+    entries: Vec<(EntryKind, DirEntry)>,
+}
+
+impl Dir {
+    fn get(&self, k: EntryKind) -> Option<&DirEntry> {
+        self.entries.iter().find(|(kk, _)| *kk == k).map(|(_, e)| e)
+    }
+}
+
+fn read_dir(v: &V, what: &str, off: u64, len: u64, layer: u32) -> Result<Dir, FormatError> {
+    let hb = v.range(
+        &format!("{what} directory header"),
+        off,
+        DirHeader::SIZE as u64,
+    )?;
+    let dh = DirHeader::decode(hb).expect("16 bytes");
+    if dh.magic != DIR_MAGIC {
+        return Err(v.mismatch(
+            format!("{what} directory magic"),
+            "LDIR",
+            format!("{:?}", dh.magic),
+        ));
+    }
+    if dh.layer != layer {
+        return Err(v.mismatch(format!("{what} directory layer index"), layer, dh.layer));
+    }
+    let n = dh.n_entries as u64;
+    if n > 64 || DirHeader::SIZE as u64 + n * DirEntry::SIZE as u64 > len {
+        return Err(v.field(
+            "dir.n_entries",
+            n,
+            &format!("{what}: does not fit its region"),
+        ));
+    }
+    let mut entries = Vec::new();
+    for i in 0..n {
+        let eb = v.range(
+            &format!("{what} directory entry {i}"),
+            off + DirHeader::SIZE as u64 + i * DirEntry::SIZE as u64,
+            DirEntry::SIZE as u64,
+        )?;
+        let e = DirEntry::decode(eb).expect("32 bytes");
+        let kind = EntryKind::from_u8(e.kind).ok_or_else(|| {
+            v.field(
+                "dir.kind",
+                e.kind,
+                &format!("{what} entry {i}: unknown kind"),
+            )
+        })?;
+        let (eo, el) = (e.offset, e.length);
+        let end = eo.checked_add(el).ok_or_else(|| FormatError::Overflow {
+            file: v.file.into(),
+            what: format!("{what} entry {kind:?}"),
+        })?;
+        if eo < off || end > off + len {
+            return Err(FormatError::OutOfBounds {
+                file: v.file.into(),
+                what: format!("{what} entry {kind:?} (region [{off}, +{len}))"),
+                offset: eo,
+                len: el,
+                size: v.size(),
+            });
+        }
+        if entries.iter().any(|(k, _)| *k == kind) {
+            return Err(v.field(
+                "dir.kind",
+                e.kind,
+                &format!("{what}: duplicate entry {kind:?}"),
+            ));
+        }
+        entries.push((kind, e));
+    }
+    Ok(Dir { entries })
+}
+
+fn read_vector(
+    v: &V,
+    dir: &Dir,
+    k: EntryKind,
+    n: usize,
+    what: &str,
+) -> Result<Option<Vec<f32>>, FormatError> {
+    let Some(e) = dir.get(k) else { return Ok(None) };
+    if e.length != n as u64 * 4 || e.quant != QuantType::F32 as u8 {
+        return Err(v.mismatch(format!("{what} {k:?} length"), n * 4, e.length));
+    }
+    Ok(Some(v.f32s(
+        &format!("{what} {k:?}"),
+        e.offset,
+        n as u64,
+    )?))
+}
+
+/// Reads and validates the matrices of a group entry set.
+fn group(
+    v: &V,
+    dir: &Dir,
+    what: &str,
+    layer: u16,
+    specs: &[(EntryKind, usize, usize)],
+) -> Result<Option<Vec<Matrix>>, FormatError> {
+    let first = match dir.get(specs[0].0) {
+        Some(e) => *e,
+        None => return Ok(None),
+    };
+    let mut mats = Vec::new();
+    for (k, r, c) in specs {
+        let e = dir.get(*k).ok_or_else(|| {
+            v.mismatch(
+                format!("{what} directory"),
+                format!("entry {k:?}"),
+                "missing",
+            )
+        })?;
+        if e.offset != first.offset || e.length != first.length {
+            return Err(v.mismatch(format!("{what} {k:?} group region"), first.offset, e.offset));
+        }
+        mats.push(new_matrix(v, e, *k, *r, *c, what)?);
+    }
+    let end = first.offset + first.length;
+    let mut refs: Vec<&mut Matrix> = mats.iter_mut().collect();
+    let stop = walk_group(v, what, layer, 0xFF, &mut refs, first.offset, end)?;
+    if stop != end {
+        return Err(v.mismatch(
+            format!("{what} {:?} group length", specs[0].0),
+            end - first.offset,
+            stop - first.offset,
+        ));
+    }
+    Ok(Some(mats))
+}
+
+impl CflowFile {
+    /// Opens and fully validates a `.cflow` file.
+    pub fn open(path: &Path) -> Result<CflowFile, FormatError> {
+        let file = std::fs::File::open(path).map_err(|e| FormatError::Io {
+            file: path.into(),
+            source: e,
+        })?;
+        let size = file
+            .metadata()
+            .map_err(|e| FormatError::Io {
+                file: path.into(),
+                source: e,
+            })?
+            .len();
+        if size < GlobalHeader::SIZE as u64 {
+            return Err(FormatError::TooSmall {
+                file: path.into(),
+                size,
+                needed: GlobalHeader::SIZE as u64,
+            });
+        }
+        // SAFETY: the file is opened read-only and the mapping is only read through bounds-checked
+        // slices validated below. If another process truncates the file while it is mapped,
+        // accesses past the new end raise SIGBUS; the engine guards against this with a size check
+        // between tokens (docs/RELIABILITY.md documents the residual race).
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| FormatError::Io {
+            file: path.into(),
+            source: e,
+        })?;
+        let (header, cfg, layers, vocab) = Self::validate(path, &map)?;
+        Ok(CflowFile {
+            path: path.into(),
+            map,
+            header,
+            cfg,
+            layers,
+            vocab,
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn validate(
+        path: &Path,
+        bytes: &[u8],
+    ) -> Result<(GlobalHeader, ModelConfig, Vec<LayerView>, VocabView), FormatError> {
+        let v = V { file: path, bytes };
+        let h = GlobalHeader::decode(bytes).ok_or(FormatError::TooSmall {
+            file: path.into(),
+            size: bytes.len() as u64,
+            needed: 88,
+        })?;
+        if h.magic != MAGIC {
+            return Err(FormatError::BadMagic {
+                file: path.into(),
+                found: h.magic,
+            });
+        }
+        if h.version != VERSION {
+            return Err(FormatError::BadVersion {
+                file: path.into(),
+                found: h.version,
+                expected: VERSION,
+            });
+        }
+        let mb = v.range("metadata", h.metadata_offset, h.metadata_len as u64)?;
+        let meta: ModelMeta = serde_json::from_slice(mb).map_err(|e| FormatError::BadMetadata {
+            file: path.into(),
+            why: e.to_string(),
+        })?;
+        let cfg = config_from_header(&v, &h, meta)?;
+        let nl = cfg.n_layers;
+        let tb = v.range("layer table", h.layer_table_offset, (nl as u64 + 1) * 16)?;
+        let mut regions: Vec<(u64, u64)> = tb
+            .chunks_exact(16)
+            .map(|c| {
+                (
+                    u64::from_le_bytes(c[..8].try_into().expect("8")),
+                    u64::from_le_bytes(c[8..].try_into().expect("8")),
+                )
+            })
+            .collect();
+        // Regions: inside the file, after the layer table, in order, not overlapping each other or
+        // the metadata.
+        let table_end = h.layer_table_offset + (nl as u64 + 1) * 16;
+        let mut prev_end = table_end.max(GlobalHeader::SIZE as u64);
+        let mut prev_name = "layer table".to_string();
+        for (i, (o, l)) in regions.iter().enumerate() {
+            let name = if i == nl {
+                "vocab region".to_string()
+            } else {
+                format!("layer {i} region")
+            };
+            v.range(&name, *o, *l)?;
+            if *o < prev_end {
+                return Err(FormatError::Overlap {
+                    file: path.into(),
+                    what: name,
+                    a_off: *o,
+                    a_len: *l,
+                    other: prev_name,
+                    b_off: 0,
+                    b_len: prev_end,
+                });
+            }
+            let (mo, ml) = (h.metadata_offset, h.metadata_len as u64);
+            if *o < mo + ml && mo < o + l {
+                return Err(FormatError::Overlap {
+                    file: path.into(),
+                    what: name,
+                    a_off: *o,
+                    a_len: *l,
+                    other: "metadata".into(),
+                    b_off: mo,
+                    b_len: ml,
+                });
+            }
+            prev_end = o + l;
+            prev_name = name;
+        }
+        let vocab_region = regions.pop().expect("n_layers + 1 entries");
+        let mut layers = Vec::with_capacity(nl);
+        for (i, (off, len)) in regions.iter().enumerate() {
+            layers.push(Self::read_layer(&v, &cfg, i, *off, *len)?);
+        }
+        let vocab = Self::read_vocab(&v, &cfg, vocab_region.0, vocab_region.1)?;
+        Ok((h, cfg, layers, vocab))
+    }
+
+    fn read_layer(
+        v: &V,
+        c: &ModelConfig,
+        i: usize,
+        off: u64,
+        len: u64,
+    ) -> Result<LayerView, FormatError> {
+        let what = format!("layer {i}");
+        let dir = read_dir(v, &what, off, len, i as u32)?;
+        let d = c.d_model;
+        let li = i as u16;
+        let mut qkv = group(
+            v,
+            &dir,
+            &what,
+            li,
+            &[
+                (EntryKind::Q, c.q_dim(), d),
+                (EntryKind::K, c.kv_dim(), d),
+                (EntryKind::V, c.kv_dim(), d),
+            ],
+        )?
+        .ok_or_else(|| v.mismatch(format!("{what} directory"), "Q/K/V entries", "missing"))?;
+        let vm = qkv.pop().expect("3");
+        let km = qkv.pop().expect("3");
+        let qm = qkv.pop().expect("3");
+        let om = group(v, &dir, &what, li, &[(EntryKind::O, d, c.q_dim())])?
+            .ok_or_else(|| v.mismatch(format!("{what} directory"), "O entry", "missing"))?
+            .pop()
+            .expect("1");
+        let (mut gate, mut up, mut down) = (None, None, None);
+        if c.has_dense() {
+            let mut gu = group(
+                v,
+                &dir,
+                &what,
+                li,
+                &[(EntryKind::Gate, c.d_ff, d), (EntryKind::Up, c.d_ff, d)],
+            )?
+            .ok_or_else(|| {
+                v.mismatch(
+                    format!("{what} directory"),
+                    "dense gate/up (d_ff > 0)",
+                    "missing",
+                )
+            })?;
+            up = gu.pop();
+            gate = gu.pop();
+            down = group(v, &dir, &what, li, &[(EntryKind::Down, d, c.d_ff)])?
+                .ok_or_else(|| v.mismatch(format!("{what} directory"), "dense down", "missing"))?
+                .pop();
+        } else if dir.get(EntryKind::Gate).is_some() {
+            return Err(v.mismatch(
+                format!("{what} directory"),
+                "no dense FFN (d_ff = 0)",
+                "a Gate entry",
+            ));
+        }
+        let attn_norm = read_vector(v, &dir, EntryKind::AttnNorm, d, &what)?
+            .ok_or_else(|| v.mismatch(format!("{what} directory"), "AttnNorm entry", "missing"))?;
+        let ffn_norm = read_vector(v, &dir, EntryKind::FfnNorm, d, &what)?;
+        let moe_norm = read_vector(v, &dir, EntryKind::MoeNorm, d, &what)?;
+        let q_bias = read_vector(v, &dir, EntryKind::QBias, c.q_dim(), &what)?;
+        let k_bias = read_vector(v, &dir, EntryKind::KBias, c.kv_dim(), &what)?;
+        let v_bias = read_vector(v, &dir, EntryKind::VBias, c.kv_dim(), &what)?;
+        let mut router = None;
+        let mut experts = Vec::new();
+        if c.has_experts() {
+            let e = dir.get(EntryKind::Router).ok_or_else(|| {
+                v.mismatch(format!("{what} directory"), "Router entry", "missing")
+            })?;
+            if e.rows as usize != c.n_experts
+                || e.cols as usize != d
+                || e.length != (c.n_experts * d * 4) as u64
+            {
+                return Err(v.mismatch(
+                    format!("{what} router shape"),
+                    format!("{}×{d}", c.n_experts),
+                    format!("{}×{}", { e.rows }, { e.cols }),
+                ));
+            }
+            router = Some(v.f32s(
+                &format!("{what} router"),
+                e.offset,
+                (c.n_experts * d) as u64,
+            )?);
+            let t = dir.get(EntryKind::ExpertTable).ok_or_else(|| {
+                v.mismatch(format!("{what} directory"), "ExpertTable entry", "missing")
+            })?;
+            if t.rows as usize != c.n_experts || t.length != (c.n_experts * 16) as u64 {
+                return Err(v.mismatch(format!("{what} expert table"), c.n_experts, t.rows));
+            }
+            let tb = v.range(&format!("{what} expert table"), t.offset, t.length)?;
+            let spec = |k: EntryKind, r: usize, cc: usize| -> Result<Matrix, FormatError> {
+                let e = dir.get(k).ok_or_else(|| {
+                    v.mismatch(
+                        format!("{what} directory"),
+                        format!("{k:?} entry"),
+                        "missing",
+                    )
+                })?;
+                new_matrix(v, e, k, r, cc, &what)
+            };
+            let g0 = spec(EntryKind::ExpertGate, c.expert_ffn, d)?;
+            let u0 = spec(EntryKind::ExpertUp, c.expert_ffn, d)?;
+            let d0 = spec(EntryKind::ExpertDown, d, c.expert_ffn)?;
+            let mut prev_end = t.offset + t.length;
+            for ei in 0..c.n_experts {
+                let eo = u64::from_le_bytes(tb[ei * 16..ei * 16 + 8].try_into().expect("8"));
+                let el = u64::from_le_bytes(tb[ei * 16 + 8..ei * 16 + 16].try_into().expect("8"));
+                let ew = format!("{what} expert {ei}");
+                let eend = eo.checked_add(el).ok_or_else(|| FormatError::Overflow {
+                    file: v.file.into(),
+                    what: ew.clone(),
+                })?;
+                if eo < prev_end || eend > off + len {
+                    return Err(FormatError::OutOfBounds {
+                        file: v.file.into(),
+                        what: format!("{ew} (must follow the previous expert inside the layer region [{off}, +{len}))"),
+                        offset: eo,
+                        len: el,
+                        size: v.size(),
+                    });
+                }
+                let (mut g, mut u, mut dn) = (g0.clone(), u0.clone(), d0.clone());
+                let p = walk_group(v, &ew, li, ei as u8, &mut [&mut g, &mut u], eo, eend)?;
+                let p = walk_group(v, &ew, li, ei as u8, &mut [&mut dn], p, eend)?;
+                if p != eend {
+                    return Err(v.mismatch(format!("{ew} length"), el, p - eo));
+                }
+                prev_end = eend;
+                experts.push(ExpertView {
+                    offset: eo,
+                    len: el,
+                    gate: g,
+                    up: u,
+                    down: dn,
+                });
+            }
+        } else if dir.get(EntryKind::ExpertTable).is_some() {
+            return Err(v.mismatch(
+                format!("{what} directory"),
+                "no experts (n_experts = 0)",
+                "an expert table",
+            ));
+        }
+        Ok(LayerView {
+            offset: off,
+            len,
+            q: qm,
+            k: km,
+            v: vm,
+            o: om,
+            gate,
+            up,
+            down,
+            attn_norm,
+            ffn_norm,
+            moe_norm,
+            q_bias,
+            k_bias,
+            v_bias,
+            router,
+            experts,
+        })
+    }
+
+    fn read_vocab(v: &V, c: &ModelConfig, off: u64, len: u64) -> Result<VocabView, FormatError> {
+        let what = "vocab";
+        let dir = read_dir(v, what, off, len, 0xFFFF)?;
+        let embedding = group(
+            v,
+            &dir,
+            what,
+            0xFFFF,
+            &[(EntryKind::Embedding, c.vocab, c.d_model)],
+        )?
+        .ok_or_else(|| v.mismatch("vocab directory".into(), "Embedding entry", "missing"))?
+        .pop()
+        .expect("1");
+        let lm_head = group(
+            v,
+            &dir,
+            what,
+            0xFFFF,
+            &[(EntryKind::LmHead, c.vocab, c.d_model)],
+        )?
+        .and_then(|mut m| m.pop());
+        if lm_head.is_some() == c.tied_embeddings() {
+            return Err(v.mismatch(
+                "vocab LM head".into(),
+                if c.tied_embeddings() {
+                    "none (tied embeddings flag set)"
+                } else {
+                    "an LmHead entry"
+                },
+                if lm_head.is_some() {
+                    "present"
+                } else {
+                    "missing"
+                },
+            ));
+        }
+        let final_norm = read_vector(v, &dir, EntryKind::FinalNorm, c.d_model, what)?
+            .ok_or_else(|| v.mismatch("vocab directory".into(), "FinalNorm entry", "missing"))?;
+        Ok(VocabView {
+            offset: off,
+            len,
+            embedding,
+            lm_head,
+            final_norm,
+        })
+    }
+
+    /// The whole mapped file.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Zero-copy view of tile (stripe `s`, column tile `c`) of `m`.
+    pub fn tile<'a>(&'a self, m: &Matrix, s: usize, c: usize) -> MappedTile<'a> {
+        tile_at(&self.map, m, s, c)
+    }
+
+    /// The LM head matrix (the embedding when tied).
+    pub fn lm_head(&self) -> &Matrix {
+        self.vocab.lm_head.as_ref().unwrap_or(&self.vocab.embedding)
+    }
+}
+
+/// Zero-copy view of tile (s, c) of a validated matrix inside `bytes`.
+pub fn tile_at<'a>(bytes: &'a [u8], m: &Matrix, s: usize, c: usize) -> MappedTile<'a> {
+    let off = m.tile_offset(s, c);
+    let rows = m.stripe_rows(s);
+    let cols = m.tile_cols(c);
+    let header = TileHeader::decode(&bytes[off..off + TileHeader::SIZE]).expect("validated");
+    let body = off + TileHeader::SIZE;
+    let sbytes = if m.quant.is_blocked() {
+        rows * (cols / QK) * m.quant.scale_bytes_per_block()
+    } else {
+        0
+    };
+    let total = m.quant.matrix_bytes(rows, cols);
+    MappedTile {
+        header,
+        rows,
+        cols,
+        scales: &bytes[body..body + sbytes],
+        qs: &bytes[body + sbytes..body + total],
+    }
+}
+
+impl CflowFile {
+    /// Reassembles a tiled matrix into one contiguous split-layout matrix (row-major scales and
+    /// quants), e.g. for the row-major baseline layout or for re-writing.
+    pub fn matrix_data(&self, m: &Matrix) -> MatrixData {
+        let q = m.quant;
+        let nb = m.cols / QK;
+        let (rsb, rqb) = if q.is_blocked() {
+            (
+                nb * q.scale_bytes_per_block(),
+                nb * q.quant_bytes_per_block(),
+            )
+        } else {
+            (0, q.matrix_bytes(1, m.cols))
+        };
+        let mut scales = vec![0u8; m.rows * rsb];
+        let mut qs = vec![0u8; m.rows * rqb];
+        for s in 0..m.n_stripes() {
+            for c in 0..m.n_col_tiles() {
+                let t = self.tile(m, s, c);
+                let r0 = s * TILE_ROWS;
+                let c0 = c * TILE_COLS;
+                let (tsb, tqb) = if q.is_blocked() {
+                    (
+                        (t.cols / QK) * q.scale_bytes_per_block(),
+                        (t.cols / QK) * q.quant_bytes_per_block(),
+                    )
+                } else {
+                    (0, q.matrix_bytes(1, t.cols))
+                };
+                let (sc0, qc0) = if q.is_blocked() {
+                    (
+                        (c0 / QK) * q.scale_bytes_per_block(),
+                        (c0 / QK) * q.quant_bytes_per_block(),
+                    )
+                } else {
+                    (0, q.matrix_bytes(1, c0))
+                };
+                for r in 0..t.rows {
+                    let dst = (r0 + r) * rsb + sc0;
+                    scales[dst..dst + tsb].copy_from_slice(&t.scales[r * tsb..(r + 1) * tsb]);
+                    let dst = (r0 + r) * rqb + qc0;
+                    qs[dst..dst + tqb].copy_from_slice(&t.qs[r * tqb..(r + 1) * tqb]);
+                }
+            }
+        }
+        MatrixData {
+            quant: q,
+            rows: m.rows,
+            cols: m.cols,
+            scales,
+            qs,
+        }
+    }
+
+    /// Reconstructs the writer input of layer `i` (used for re-writing and format conversion).
+    pub fn layer_data(&self, i: usize) -> LayerData {
+        let l = &self.layers[i];
+        let md = |m: &Matrix| self.matrix_data(m);
+        LayerData {
+            q: md(&l.q),
+            k: md(&l.k),
+            v: md(&l.v),
+            o: md(&l.o),
+            q_bias: l.q_bias.clone(),
+            k_bias: l.k_bias.clone(),
+            v_bias: l.v_bias.clone(),
+            gate: l.gate.as_ref().map(md),
+            up: l.up.as_ref().map(md),
+            down: l.down.as_ref().map(md),
+            attn_norm: l.attn_norm.clone(),
+            ffn_norm: l.ffn_norm.clone(),
+            moe_norm: l.moe_norm.clone(),
+            router: l.router.clone(),
+            experts: l
+                .experts
+                .iter()
+                .map(|e| ExpertData {
+                    gate: md(&e.gate),
+                    up: md(&e.up),
+                    down: md(&e.down),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn vocab_data(&self) -> VocabData {
+        VocabData {
+            embedding: self.matrix_data(&self.vocab.embedding),
+            lm_head: self.vocab.lm_head.as_ref().map(|m| self.matrix_data(m)),
+            final_norm: self.vocab.final_norm.clone(),
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! `ModelConfig`: everything the engine needs to know about a model's geometry and semantics.
+//! The fixed-size part lives in the 88-byte `.cflow` header; the rest in the JSON metadata.
+
+use serde::{Deserialize, Serialize};
+
+/// How attention, dense FFN and expert outputs are combined into the residual stream
+/// (paper §4.2–4.4, our additions 3–6; exact equations in `docs/SEMANTICS.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum CombineStyle {
+    ParallelSqrt2 = 0,
+    DelayedSum = 1,
+    AsyncExperts = 2,
+    Sequential = 3,
+    DecoupledStreams = 4,
+    PipelineRegisters = 5,
+    FixedPoint = 6,
+}
+
+impl CombineStyle {
+    pub fn from_u8(v: u8) -> Option<CombineStyle> {
+        Some(match v {
+            0 => CombineStyle::ParallelSqrt2,
+            1 => CombineStyle::DelayedSum,
+            2 => CombineStyle::AsyncExperts,
+            3 => CombineStyle::Sequential,
+            4 => CombineStyle::DecoupledStreams,
+            5 => CombineStyle::PipelineRegisters,
+            6 => CombineStyle::FixedPoint,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            CombineStyle::ParallelSqrt2 => "ParallelSqrt2",
+            CombineStyle::DelayedSum => "DelayedSum",
+            CombineStyle::AsyncExperts => "AsyncExperts",
+            CombineStyle::Sequential => "Sequential",
+            CombineStyle::DecoupledStreams => "DecoupledStreams",
+            CombineStyle::PipelineRegisters => "PipelineRegisters",
+            CombineStyle::FixedPoint => "FixedPoint",
+        }
+    }
+}
+
+/// RoPE pair convention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RopeStyle {
+    /// Pairs (i, i + rot/2): HuggingFace `rotate_half`, GGUF NeoX-style.
+    #[default]
+    SplitHalf,
+    /// Pairs (2i, 2i+1): llama.cpp's GGUF llama (Q/K rows permuted by the converter).
+    Adjacent,
+}
+
+/// Gated FFN activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FfnAct {
+    #[default]
+    Swiglu,
+    Geglu,
+}
+
+/// How router logits become expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RouterNorm {
+    /// Softmax over the top-k logits (Mixtral; our default).
+    #[default]
+    SoftmaxTopk,
+    /// Softmax over all experts, then take the top-k without renormalising (OLMoE).
+    SoftmaxAll,
+}
+
+/// Feature flag bits of the header.
+pub const FLAG_EMBED_SCALE: u32 = 1 << 0;
+pub const FLAG_V_NORM: u32 = 1 << 1;
+pub const FLAG_TIED_EMBED: u32 = 1 << 2;
+/// Our extension: Q/K/V projections have f32 biases (Qwen2).
+pub const FLAG_QKV_BIAS: u32 = 1 << 3;
+
+/// Semantic fields that do not fit in the 88-byte header (stored in the JSON metadata).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ModelMeta {
+    /// Architecture name, e.g. "arch2_4_combined", "llama".
+    pub arch: String,
+    /// Human name, e.g. "SmolLM2-135M-Instruct".
+    pub name: String,
+    /// Weights are random (synthetic generator).
+    pub synthetic: bool,
+    pub rope_style: RopeStyle,
+    /// Rotated dimensions per head (partial rotary); 0 = whole head.
+    pub rope_dims: u32,
+    /// Per-layer RoPE theta overrides (empty = header theta everywhere).
+    pub rope_theta_per_layer: Vec<f32>,
+    /// Sliding-window size per layer (0 = full attention). Empty = all full.
+    pub sliding_window: Vec<u32>,
+    /// Attention logit softcap (0 = off).
+    pub attn_logit_softcap: f32,
+    pub ffn_act: FfnAct,
+    pub router_norm: RouterNorm,
+    /// DecoupledStreams: merge the two residual streams every this many layers.
+    pub merge_interval: u32,
+    /// FixedPoint: iterations per physical block.
+    pub fixed_point_iterations: u32,
+    pub bos_id: Option<u32>,
+    pub eos_ids: Vec<u32>,
+    pub add_bos: bool,
+    /// A tokenizers-format tokenizer.json, embedded so the file is self-contained.
+    pub tokenizer_json: Option<String>,
+    pub chat_template: Option<String>,
+    /// Free-form provenance (source file, converter, seed...).
+    pub provenance: serde_json::Value,
+}
+
+impl Default for ModelMeta {
+    fn default() -> Self {
+        ModelMeta {
+            arch: String::new(),
+            name: String::new(),
+            synthetic: false,
+            rope_style: RopeStyle::SplitHalf,
+            rope_dims: 0,
+            rope_theta_per_layer: Vec::new(),
+            sliding_window: Vec::new(),
+            attn_logit_softcap: 0.0,
+            ffn_act: FfnAct::Swiglu,
+            router_norm: RouterNorm::SoftmaxTopk,
+            merge_interval: 3,
+            fixed_point_iterations: 3,
+            bos_id: None,
+            eos_ids: Vec::new(),
+            add_bos: false,
+            tokenizer_json: None,
+            chat_template: None,
+            provenance: serde_json::Value::Null,
+        }
+    }
+}
+
+/// Model geometry and semantics.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    /// Physical layers stored in the file (FixedPoint: blocks).
+    pub n_layers: usize,
+    pub d_model: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Dense FFN hidden size (0 = no dense FFN).
+    pub d_ff: usize,
+    /// Experts per MoE layer (0 = dense model).
+    pub n_experts: usize,
+    pub top_k: usize,
+    pub expert_ffn: usize,
+    pub vocab: usize,
+    pub max_ctx: usize,
+    pub rms_eps: f32,
+    pub rope_theta: f32,
+    pub dense_delay: usize,
+    pub expert_delay: usize,
+    pub combine_style: CombineStyle,
+    pub feature_flags: u32,
+    pub final_logit_softcap: f32,
+    pub meta: ModelMeta,
+}
+
+impl ModelConfig {
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+    pub fn has_dense(&self) -> bool {
+        self.d_ff > 0
+    }
+    pub fn has_experts(&self) -> bool {
+        self.n_experts > 0 && self.top_k > 0
+    }
+    pub fn tied_embeddings(&self) -> bool {
+        self.feature_flags & FLAG_TIED_EMBED != 0
+    }
+    pub fn embed_scale(&self) -> bool {
+        self.feature_flags & FLAG_EMBED_SCALE != 0
+    }
+    pub fn v_norm(&self) -> bool {
+        self.feature_flags & FLAG_V_NORM != 0
+    }
+    pub fn qkv_bias(&self) -> bool {
+        self.feature_flags & FLAG_QKV_BIAS != 0
+    }
+    /// Number of layer *executions* per token (FixedPoint repeats each block).
+    pub fn effective_layers(&self) -> usize {
+        if self.combine_style == CombineStyle::FixedPoint {
+            self.n_layers * self.meta.fixed_point_iterations.max(1) as usize
+        } else {
+            self.n_layers
+        }
+    }
+    /// Physical layer executed at effective step `i`.
+    pub fn physical_layer(&self, i: usize) -> usize {
+        if self.combine_style == CombineStyle::FixedPoint {
+            i / self.meta.fixed_point_iterations.max(1) as usize
+        } else {
+            i
+        }
+    }
+    pub fn rope_dims(&self) -> usize {
+        if self.meta.rope_dims == 0 {
+            self.head_dim
+        } else {
+            self.meta.rope_dims as usize
+        }
+    }
+    pub fn rope_theta_for(&self, layer: usize) -> f32 {
+        self.meta
+            .rope_theta_per_layer
+            .get(layer)
+            .copied()
+            .unwrap_or(self.rope_theta)
+    }
+    pub fn sliding_window_for(&self, layer: usize) -> usize {
+        self.meta.sliding_window.get(layer).copied().unwrap_or(0) as usize
+    }
+}
