@@ -1,0 +1,652 @@
+//! The single-token forward pass and the delay-aware scheduler shared by every combine style
+//! (paper §4.2–4.4; exact semantics in `docs/SEMANTICS.md`). One residual ring buffer of δd+1
+//! snapshots and one pending-expert queue keyed by injection layer; everything is parameterized
+//! by header fields, never by model family.
+
+use super::ops::*;
+use crate::format::reader::{ExpertView, LayerView, Matrix};
+use crate::format::{CflowFile, EntryKind, MatrixData};
+use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
+use crate::kernels::pool::ThreadPool;
+use crate::kernels::{Isa, Q8Act};
+use crate::model::kv::KvCache;
+use crate::model::{CombineStyle, FfnAct, ModelConfig, RouterNorm};
+use crate::telemetry::{LayerStat, StreamBytes, TokenStats};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Weight layout the matvecs read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Tiles in consumption order, straight from the mapped `.cflow` file.
+    Cflow,
+    /// The naive baseline: an in-memory row-major copy of the same quantized weights.
+    RowMajor,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Cflow => "cflow",
+            Layout::RowMajor => "rowmajor",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub threads: usize,
+    pub isa: Isa,
+    /// Quantize activations to Q8 and use integer dot products for block types.
+    pub int_act: bool,
+    pub layout: Layout,
+    /// Collect per-layer timings (bytes are always counted).
+    pub timings: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            threads: default_threads(),
+            isa: Isa::detect(),
+            int_act: true,
+            layout: Layout::Cflow,
+            timings: true,
+        }
+    }
+}
+
+/// Physical cores (falls back to logical CPUs).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Why a forward pass did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("stopped")]
+    Stopped,
+    #[error("context full: position {pos} >= max context {max}")]
+    ContextFull { pos: usize, max: usize },
+    #[error("token id {id} out of range (vocab {vocab})")]
+    BadToken { id: u32, vocab: usize },
+}
+
+/// Expert computation scheduled for a later layer (saved router activation + selection).
+struct Pending {
+    phys: usize,
+    act: Vec<f32>,
+    sel: Vec<(usize, f32)>,
+    scale: f32,
+}
+
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    xa: Vec<f32>,
+    xb: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    scores: Vec<f32>,
+    attn_out: Vec<f32>,
+    hb: Vec<f32>,
+    hb2: Vec<f32>,
+    ffn_out: Vec<f32>,
+    eh: Vec<f32>,
+    eh2: Vec<f32>,
+    eo: Vec<f32>,
+    acc: Vec<f32>,
+    sf: Vec<f32>,
+    base: Vec<f32>,
+    reg: Vec<f32>,
+    zero: Vec<f32>,
+    ring: Vec<Vec<f32>>,
+    logits: Vec<f32>,
+    xq: Q8Act,
+}
+
+/// Row-major copies of every matrix, keyed by (layer, kind, expert).
+type RowMajorWeights = HashMap<(usize, u8, u8), MatrixData>;
+
+struct Ctx<'a> {
+    file: &'a CflowFile,
+    cfg: &'a ModelConfig,
+    pool: &'a ThreadPool,
+    isa: Isa,
+    int_act: bool,
+    rowmajor: Option<&'a RowMajorWeights>,
+}
+
+impl Ctx<'_> {
+    /// `outs[i].1 = outs[i].0 · x` for matrices of one layer sharing one input.
+    fn mv(&self, layer: usize, expert: u8, xq: &mut Q8Act, x: &[f32], outs: &mut [(&Matrix, &mut [f32])]) {
+        let blocked = outs.iter().any(|(m, _)| m.quant.is_blocked());
+        let use_q8 = self.int_act && blocked && x.len() % 32 == 0 && self.isa != Isa::Scalar
+            || (self.int_act && blocked && x.len() % 32 == 0 && std::env::var_os("CFLOW_FORCE_INT").is_some());
+        if use_q8 {
+            xq.quantize_from(x);
+        }
+        let act = Act {
+            x,
+            q8: if use_q8 { Some(&*xq) } else { None },
+        };
+        match self.rowmajor {
+            Some(rm) => {
+                for (m, y) in outs.iter_mut() {
+                    let md = &rm[&(layer, m.kind as u8, expert)];
+                    rowmajor_matvec(self.pool, self.isa, md, &act, y);
+                }
+            }
+            None => tiled_matvec(self.pool, self.isa, self.file.bytes(), outs, &act),
+        }
+    }
+}
+
+/// The decode engine over one open model.
+pub struct Engine {
+    pub file: Arc<CflowFile>,
+    pub cfg: ModelConfig,
+    pub opts: EngineOptions,
+    pool: ThreadPool,
+    pub kv: KvCache,
+    rowmajor: Option<RowMajorWeights>,
+    s: Scratch,
+    /// Stats of the last forward pass.
+    pub stats: TokenStats,
+    /// Set to stop the current forward pass at the next layer boundary.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Engine {
+    pub fn new(file: Arc<CflowFile>, opts: EngineOptions) -> Engine {
+        let cfg = file.cfg.clone();
+        let d = cfg.d_model;
+        let le = cfg.effective_layers();
+        let s = Scratch {
+            x: vec![0.0; d],
+            xa: vec![0.0; d],
+            xb: vec![0.0; d],
+            q: vec![0.0; cfg.q_dim()],
+            k: vec![0.0; cfg.kv_dim()],
+            v: vec![0.0; cfg.kv_dim()],
+            att: vec![0.0; cfg.q_dim()],
+            scores: Vec::new(),
+            attn_out: vec![0.0; d],
+            hb: vec![0.0; cfg.d_ff],
+            hb2: vec![0.0; cfg.d_ff],
+            ffn_out: vec![0.0; d],
+            eh: vec![0.0; cfg.expert_ffn],
+            eh2: vec![0.0; cfg.expert_ffn],
+            eo: vec![0.0; d],
+            acc: vec![0.0; d],
+            sf: vec![0.0; d],
+            base: vec![0.0; d],
+            reg: vec![0.0; d],
+            zero: vec![0.0; d],
+            ring: vec![vec![0.0; d]; cfg.dense_delay + 1],
+            logits: vec![0.0; cfg.vocab],
+            xq: Q8Act::default(),
+        };
+        let mut e = Engine {
+            kv: KvCache::new(le, cfg.kv_dim(), cfg.max_ctx),
+            pool: ThreadPool::new(opts.threads),
+            file,
+            cfg,
+            rowmajor: None,
+            s,
+            stats: TokenStats::default(),
+            stop: Arc::new(AtomicBool::new(false)),
+            opts,
+        };
+        if e.opts.layout == Layout::RowMajor {
+            e.build_rowmajor();
+        }
+        e
+    }
+
+    /// Switches the weight layout (builds the row-major copy on first use).
+    pub fn set_layout(&mut self, layout: Layout) {
+        if layout == Layout::RowMajor && self.rowmajor.is_none() {
+            self.build_rowmajor();
+        }
+        self.opts.layout = layout;
+    }
+
+    fn build_rowmajor(&mut self) {
+        let f = &self.file;
+        let mut rm = HashMap::new();
+        for (li, l) in f.layers.iter().enumerate() {
+            for m in [Some(&l.q), Some(&l.k), Some(&l.v), Some(&l.o), l.gate.as_ref(), l.up.as_ref(), l.down.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                rm.insert((li, m.kind as u8, 0xFF), f.matrix_data(m));
+            }
+            for (ei, e) in l.experts.iter().enumerate() {
+                for m in [&e.gate, &e.up, &e.down] {
+                    rm.insert((li, m.kind as u8, ei as u8), f.matrix_data(m));
+                }
+            }
+        }
+        let lm = f.lm_head();
+        rm.insert((usize::MAX, lm.kind as u8, 0xFF), f.matrix_data(lm));
+        self.rowmajor = Some(rm);
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// Clears the KV cache.
+    pub fn reset(&mut self) {
+        self.kv.clear();
+    }
+
+    /// Number of cached positions.
+    pub fn pos(&self) -> usize {
+        self.kv.len
+    }
+
+    /// Runs one token at position `self.pos()`; returns the logits when `want_logits`.
+    pub fn step(&mut self, token: u32, want_logits: bool) -> Result<Option<&[f32]>, ForwardError> {
+        let pos = self.kv.len;
+        if pos >= self.cfg.max_ctx {
+            return Err(ForwardError::ContextFull { pos, max: self.cfg.max_ctx });
+        }
+        if token as usize >= self.cfg.vocab {
+            return Err(ForwardError::BadToken { id: token, vocab: self.cfg.vocab });
+        }
+        self.forward(token, pos, want_logits)?;
+        self.kv.len = pos + 1;
+        Ok(if want_logits { Some(&self.s.logits) } else { None })
+    }
+
+    /// Last computed logits.
+    pub fn logits(&self) -> &[f32] {
+        &self.s.logits
+    }
+
+    /// The final hidden state (after the last layer, before the final norm) of the last step.
+    pub fn hidden(&self) -> &[f32] {
+        &self.s.x
+    }
+
+    fn forward(&mut self, token: u32, pos: usize, want_logits: bool) -> Result<(), ForwardError> {
+        let t_start = Instant::now();
+        let timings = self.opts.timings;
+        let ctx = Ctx {
+            file: &self.file,
+            cfg: &self.cfg,
+            pool: &self.pool,
+            isa: self.opts.isa,
+            int_act: self.opts.int_act,
+            rowmajor: if self.opts.layout == Layout::RowMajor { self.rowmajor.as_ref() } else { None },
+        };
+        let cfg = ctx.cfg;
+        let s = &mut self.s;
+        let kv = &mut self.kv;
+        let d = cfg.d_model;
+        let le = cfg.effective_layers();
+        let dd = cfg.dense_delay;
+        let de = cfg.expert_delay;
+        let style = cfg.combine_style;
+        let both = cfg.has_dense() && cfg.has_experts();
+        let par_scale = if style == CombineStyle::ParallelSqrt2 && both { std::f32::consts::FRAC_1_SQRT_2 } else { 1.0 };
+
+        let mut stats = TokenStats {
+            pos: pos as u32,
+            layers: vec![LayerStat::default(); le],
+            ..Default::default()
+        };
+
+        embed(&ctx, token, &mut s.x);
+        if cfg.embed_scale() {
+            let k = (d as f32).sqrt();
+            s.x.iter_mut().for_each(|v| *v *= k);
+        }
+        for r in s.ring.iter_mut() {
+            r.fill(0.0);
+        }
+        let mut pending: Vec<Vec<Pending>> = (0..le).map(|_| Vec::new()).collect();
+        if style == CombineStyle::DecoupledStreams {
+            s.sf.copy_from_slice(&s.x);
+            s.base.copy_from_slice(&s.x);
+        }
+        s.reg.fill(0.0);
+
+        for l in 0..le {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(ForwardError::Stopped);
+            }
+            let p = cfg.physical_layer(l);
+            let lv = &ctx.file.layers[p];
+            let st = &mut stats.layers[l];
+            // Residual entering the layer (DecoupledStreams: the FFN stream).
+            let ring_src = if style == CombineStyle::DecoupledStreams { &s.sf } else { &s.x };
+            s.ring[l % (dd + 1)].copy_from_slice(ring_src);
+
+            // Attention (the attention stream for DecoupledStreams).
+            let t0 = Instant::now();
+            attention(&ctx, lv, l, p, pos, kv, s);
+            st.bytes.attn = (lv.q.bytes() + lv.k.bytes() + lv.v.bytes() + lv.o.bytes()) as u64;
+            if timings {
+                st.ns_attn = t0.elapsed().as_nanos() as u64;
+            }
+            // a = x + A(x)
+            s.xa.copy_from_slice(&s.x);
+            add_into(&mut s.xa, &s.attn_out);
+
+            // Dense FFN input: delayed residual when δd > 0, else the style's anchor.
+            let t1 = Instant::now();
+            let has_dense_out = lv.gate.is_some();
+            if has_dense_out {
+                let src: &[f32] = if dd > 0 {
+                    if l >= dd {
+                        &s.ring[(l - dd) % (dd + 1)]
+                    } else {
+                        &s.zero
+                    }
+                } else {
+                    match style {
+                        CombineStyle::DelayedSum => &s.x,
+                        CombineStyle::DecoupledStreams => &s.sf,
+                        _ => &s.xa,
+                    }
+                };
+                let src = src.to_vec();
+                dense(&ctx, lv, p, &src, s);
+                st.bytes.dense = (lv.gate.as_ref().map_or(0, |m| m.bytes())
+                    + lv.up.as_ref().map_or(0, |m| m.bytes())
+                    + lv.down.as_ref().map_or(0, |m| m.bytes())) as u64;
+            } else {
+                s.ffn_out.fill(0.0);
+            }
+            if timings {
+                st.ns_dense = t1.elapsed().as_nanos() as u64;
+            }
+
+            // Routing: pre-attention anchor for AsyncExperts, the FFN stream for
+            // DecoupledStreams, post-attention otherwise.
+            if cfg.has_experts() && !lv.experts.is_empty() {
+                let t2 = Instant::now();
+                let src: &[f32] = match style {
+                    CombineStyle::AsyncExperts => &s.x,
+                    CombineStyle::DecoupledStreams => &s.sf,
+                    _ => &s.xa,
+                };
+                let (act, sel) = route(cfg, lv, src);
+                st.routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
+                let target = (l + de).min(le - 1);
+                pending[target].push(Pending { phys: p, act, sel, scale: par_scale });
+                if timings {
+                    st.ns_router = t2.elapsed().as_nanos() as u64;
+                }
+            }
+
+            // Combine.
+            match style {
+                CombineStyle::DecoupledStreams => {
+                    // x is the attention stream; sf the FFN stream.
+                    add_into(&mut s.x, &s.attn_out);
+                    add_into(&mut s.sf, &s.ffn_out);
+                }
+                CombineStyle::PipelineRegisters => {
+                    // The FFN output lands one layer late through the register.
+                    std::mem::swap(&mut s.x, &mut s.xa);
+                    add_into(&mut s.x, &s.reg);
+                    s.reg.copy_from_slice(&s.ffn_out);
+                }
+                _ => {
+                    std::mem::swap(&mut s.x, &mut s.xa);
+                    add_scaled(&mut s.x, &s.ffn_out, par_scale);
+                }
+            }
+
+            // Inject the expert outputs scheduled for the end of this layer.
+            let t3 = Instant::now();
+            let mut ebytes = 0u64;
+            for pe in pending[l].drain(..) {
+                ebytes += run_experts(&ctx, &ctx.file.layers[pe.phys], pe.phys, &pe, s);
+                let dst = match style {
+                    CombineStyle::DecoupledStreams => &mut s.sf,
+                    CombineStyle::PipelineRegisters => &mut s.reg,
+                    _ => &mut s.x,
+                };
+                add_scaled(dst, &s.acc, pe.scale);
+            }
+            st.bytes.experts = ebytes;
+            if timings && ebytes > 0 {
+                st.ns_experts = t3.elapsed().as_nanos() as u64;
+            }
+
+            if style == CombineStyle::DecoupledStreams {
+                let mi = cfg.meta.merge_interval.max(1) as usize;
+                if (l + 1) % mi == 0 || l + 1 == le {
+                    // merged = base + (attn stream − base) + (ffn stream − base)
+                    for i in 0..d {
+                        let m = s.x[i] + s.sf[i] - s.base[i];
+                        s.x[i] = m;
+                        s.sf[i] = m;
+                        s.base[i] = m;
+                    }
+                }
+            }
+        }
+        if style == CombineStyle::PipelineRegisters {
+            add_into(&mut s.x, &s.reg);
+        }
+
+        if want_logits {
+            let t4 = Instant::now();
+            let fnorm = &ctx.file.vocab.final_norm;
+            rmsnorm(&mut s.xb, &s.x, Some(fnorm), cfg.rms_eps);
+            let lm = ctx.file.lm_head();
+            let xb = std::mem::take(&mut s.xb);
+            ctx.mv(usize::MAX, 0xFF, &mut s.xq, &xb, &mut [(lm, &mut s.logits)]);
+            s.xb = xb;
+            let cap = cfg.final_logit_softcap;
+            if cap > 0.0 {
+                s.logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+            }
+            stats.vocab_bytes = lm.bytes() as u64;
+            stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
+        }
+        stats.ns_total = t_start.elapsed().as_nanos() as u64;
+        self.stats = stats;
+        Ok(())
+    }
+}
+
+/// Dequantizes embedding row `token` into `out`.
+fn embed(ctx: &Ctx, token: u32, out: &mut [f32]) {
+    let m = &ctx.file.vocab.embedding;
+    let t = token as usize;
+    let s = t / crate::format::TILE_ROWS;
+    let r = t % crate::format::TILE_ROWS;
+    for c in 0..m.n_col_tiles() {
+        let tile = ctx.file.tile(m, s, c);
+        let q = m.quant;
+        let c0 = c * crate::format::TILE_COLS;
+        let (sb, qb) = if q.is_blocked() {
+            ((tile.cols / 32) * q.scale_bytes_per_block(), (tile.cols / 32) * q.quant_bytes_per_block())
+        } else {
+            (0, q.matrix_bytes(1, tile.cols))
+        };
+        crate::quant::dequantize_row(
+            q,
+            &tile.scales[r * sb..(r + 1) * sb],
+            &tile.qs[r * qb..(r + 1) * qb],
+            &mut out[c0..c0 + tile.cols],
+        );
+    }
+}
+
+fn attention(ctx: &Ctx, lv: &LayerView, l: usize, p: usize, pos: usize, kv: &mut KvCache, s: &mut Scratch) {
+    let cfg = ctx.cfg;
+    let hd = cfg.head_dim;
+    rmsnorm(&mut s.xb, &s.x, Some(&lv.attn_norm), cfg.rms_eps);
+    {
+        let xb = std::mem::take(&mut s.xb);
+        ctx.mv(p, 0xFF, &mut s.xq, &xb, &mut [(&lv.q, &mut s.q), (&lv.k, &mut s.k), (&lv.v, &mut s.v)]);
+        s.xb = xb;
+    }
+    if let Some(b) = &lv.q_bias {
+        add_into(&mut s.q, b);
+    }
+    if let Some(b) = &lv.k_bias {
+        add_into(&mut s.k, b);
+    }
+    if let Some(b) = &lv.v_bias {
+        add_into(&mut s.v, b);
+    }
+    let rot = cfg.rope_dims();
+    let theta = cfg.rope_theta_for(p);
+    let style = cfg.meta.rope_style;
+    for h in s.q.chunks_exact_mut(hd) {
+        rope(h, pos, rot, theta, style);
+    }
+    for h in s.k.chunks_exact_mut(hd) {
+        rope(h, pos, rot, theta, style);
+    }
+    if cfg.v_norm() {
+        for h in s.v.chunks_exact_mut(hd) {
+            let src = h.to_vec();
+            rmsnorm(h, &src, None, cfg.rms_eps);
+        }
+    }
+    kv.store(l, pos, &s.k, &s.v);
+    let kvd = cfg.kv_dim();
+    let group = cfg.n_heads / cfg.n_kv_heads;
+    let win = cfg.sliding_window_for(p);
+    let start = if win > 0 && pos + 1 > win { pos + 1 - win } else { 0 };
+    let n = pos + 1 - start;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let cap = cfg.meta.attn_logit_softcap;
+    s.scores.resize(n, 0.0);
+    let kc = &kv.k[l];
+    let vc = &kv.v[l];
+    for h in 0..cfg.n_heads {
+        let kh = h / group;
+        let qh = &s.q[h * hd..(h + 1) * hd];
+        for (i, t) in (start..=pos).enumerate() {
+            let kt = &kc[t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
+            let mut dot = 0f32;
+            for j in 0..hd {
+                dot += qh[j] * kt[j];
+            }
+            let mut sc = dot * scale;
+            if cap > 0.0 {
+                sc = cap * (sc / cap).tanh();
+            }
+            s.scores[i] = sc;
+        }
+        softmax(&mut s.scores[..n]);
+        let out = &mut s.att[h * hd..(h + 1) * hd];
+        out.fill(0.0);
+        for (i, t) in (start..=pos).enumerate() {
+            let vt = &vc[t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
+            let w = s.scores[i];
+            for j in 0..hd {
+                out[j] += w * vt[j];
+            }
+        }
+    }
+    let att = std::mem::take(&mut s.att);
+    ctx.mv(p, 0xFF, &mut s.xq, &att, &mut [(&lv.o, &mut s.attn_out)]);
+    s.att = att;
+}
+
+fn gated(act: FfnAct, g: &mut [f32], u: &[f32]) {
+    match act {
+        FfnAct::Swiglu => g.iter_mut().zip(u).for_each(|(g, u)| *g = silu(*g) * u),
+        FfnAct::Geglu => g.iter_mut().zip(u).for_each(|(g, u)| *g = gelu(*g) * u),
+    }
+}
+
+fn dense(ctx: &Ctx, lv: &LayerView, p: usize, src: &[f32], s: &mut Scratch) {
+    let cfg = ctx.cfg;
+    let norm = lv.ffn_norm.as_deref();
+    rmsnorm(&mut s.xb, src, norm, cfg.rms_eps);
+    let (g, u, dn) = (lv.gate.as_ref().expect("dense"), lv.up.as_ref().expect("dense"), lv.down.as_ref().expect("dense"));
+    let xb = std::mem::take(&mut s.xb);
+    ctx.mv(p, 0xFF, &mut s.xq, &xb, &mut [(g, &mut s.hb), (u, &mut s.hb2)]);
+    s.xb = xb;
+    gated(cfg.meta.ffn_act, &mut s.hb, &s.hb2);
+    let hb = std::mem::take(&mut s.hb);
+    ctx.mv(p, 0xFF, &mut s.xq, &hb, &mut [(dn, &mut s.ffn_out)]);
+    s.hb = hb;
+}
+
+/// Router: returns the normalized activation (saved for the deferred expert computation) and the
+/// top-k (expert, weight) list, best first.
+fn route(cfg: &ModelConfig, lv: &LayerView, src: &[f32]) -> (Vec<f32>, Vec<(usize, f32)>) {
+    let d = cfg.d_model;
+    let mut act = vec![0.0; d];
+    rmsnorm(&mut act, src, lv.moe_norm.as_deref(), cfg.rms_eps);
+    let r = lv.router.as_ref().expect("router");
+    let mut logits: Vec<f32> = (0..cfg.n_experts)
+        .map(|e| r[e * d..(e + 1) * d].iter().zip(&act).map(|(a, b)| a * b).sum())
+        .collect();
+    let mut idx: Vec<usize> = (0..cfg.n_experts).collect();
+    // Stable: ties broken by lower expert id.
+    idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    idx.truncate(cfg.top_k);
+    let sel = match cfg.meta.router_norm {
+        RouterNorm::SoftmaxTopk => {
+            let mut w: Vec<f32> = idx.iter().map(|&i| logits[i]).collect();
+            softmax(&mut w);
+            idx.iter().copied().zip(w).collect()
+        }
+        RouterNorm::SoftmaxAll => {
+            softmax(&mut logits);
+            idx.iter().map(|&i| (i, logits[i])).collect()
+        }
+    };
+    (act, sel)
+}
+
+/// Runs the selected experts of a pending routing into `s.acc`; returns the bytes touched.
+fn run_experts(ctx: &Ctx, lv: &LayerView, p: usize, pe: &Pending, s: &mut Scratch) -> u64 {
+    s.acc.fill(0.0);
+    let mut bytes = 0;
+    for &(e, w) in &pe.sel {
+        let ex: &ExpertView = &lv.experts[e];
+        ctx.mv(p, e as u8, &mut s.xq, &pe.act, &mut [(&ex.gate, &mut s.eh), (&ex.up, &mut s.eh2)]);
+        gated(ctx.cfg.meta.ffn_act, &mut s.eh, &s.eh2);
+        let eh = std::mem::take(&mut s.eh);
+        ctx.mv(p, e as u8, &mut s.xq, &eh, &mut [(&ex.down, &mut s.eo)]);
+        s.eh = eh;
+        add_scaled(&mut s.acc, &s.eo, w);
+        bytes += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
+    }
+    bytes
+}
+
+/// Modelled bytes per token of each stream per layer (attention, dense, top-k experts).
+pub fn stream_bytes(file: &CflowFile) -> Vec<StreamBytes> {
+    let cfg = &file.cfg;
+    (0..cfg.effective_layers())
+        .map(|l| {
+            let lv = &file.layers[cfg.physical_layer(l)];
+            let attn = (lv.q.bytes() + lv.k.bytes() + lv.v.bytes() + lv.o.bytes()) as u64;
+            let dense = [&lv.gate, &lv.up, &lv.down]
+                .iter()
+                .map(|m| m.as_ref().map_or(0, |m| m.bytes()))
+                .sum::<usize>() as u64;
+            let experts = lv
+                .experts
+                .first()
+                .map_or(0, |e| (e.gate.bytes() + e.up.bytes() + e.down.bytes()) * cfg.top_k) as u64;
+            StreamBytes { attn, dense, experts }
+        })
+        .collect()
+}
+
+#[allow(dead_code)]
+fn _kind_check(_: EntryKind) {}

@@ -1,0 +1,109 @@
+//! Elementwise building blocks of the forward pass: RMSNorm, RoPE (both pair conventions, partial
+//! rotation), softmax, activations.
+
+use crate::model::RopeStyle;
+
+/// out = x / rms(x) * w (w = None: no weight).
+pub fn rmsnorm(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
+    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let inv = 1.0 / (ss + eps).sqrt();
+    match w {
+        Some(w) => {
+            for ((o, xv), wv) in out.iter_mut().zip(x).zip(w) {
+                *o = xv * inv * wv;
+            }
+        }
+        None => {
+            for (o, xv) in out.iter_mut().zip(x) {
+                *o = xv * inv;
+            }
+        }
+    }
+}
+
+/// Rotates one head vector in place for position `pos`.
+pub fn rope(head: &mut [f32], pos: usize, rot_dims: usize, theta: f32, style: RopeStyle) {
+    let half = rot_dims / 2;
+    for i in 0..half {
+        let freq = 1.0 / theta.powf((2 * i) as f32 / rot_dims as f32);
+        let ang = pos as f32 * freq;
+        let (s, c) = ang.sin_cos();
+        let (a, b) = match style {
+            RopeStyle::SplitHalf => (i, i + half),
+            RopeStyle::Adjacent => (2 * i, 2 * i + 1),
+        };
+        let (x0, x1) = (head[a], head[b]);
+        head[a] = x0 * c - x1 * s;
+        head[b] = x0 * s + x1 * c;
+    }
+}
+
+/// In-place softmax.
+pub fn softmax(x: &mut [f32]) {
+    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - m).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// GELU, tanh approximation.
+#[inline]
+pub fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh())
+}
+
+pub fn add_into(dst: &mut [f32], src: &[f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d += s;
+    }
+}
+
+pub fn add_scaled(dst: &mut [f32], src: &[f32], k: f32) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d += k * s;
+    }
+}
+
+/// log Σ exp(x).
+pub fn logsumexp(x: &[f32]) -> f32 {
+    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    m + x.iter().map(|v| ((v - m) as f64).exp()).sum::<f64>().ln() as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_conventions_agree_up_to_permutation() {
+        let v: Vec<f32> = (0..8).map(|i| i as f32 * 0.3 - 1.0).collect();
+        // Adjacent on the interleaved permutation equals SplitHalf on the original.
+        let mut a = v.clone();
+        rope(&mut a, 5, 8, 10000.0, RopeStyle::SplitHalf);
+        let perm: Vec<f32> = (0..4).flat_map(|i| [v[i], v[i + 4]]).collect();
+        let mut b = perm.clone();
+        rope(&mut b, 5, 8, 10000.0, RopeStyle::Adjacent);
+        for i in 0..4 {
+            assert!((a[i] - b[2 * i]).abs() < 1e-6 && (a[i + 4] - b[2 * i + 1]).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn partial_rotation_leaves_tail() {
+        let mut h = vec![1.0f32; 8];
+        rope(&mut h, 3, 4, 100.0, RopeStyle::SplitHalf);
+        assert_eq!(&h[4..], &[1.0; 4]);
+        assert_ne!(h[0], 1.0);
+    }
+}
