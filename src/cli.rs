@@ -1,5 +1,611 @@
-//! clap CLI definitions and dispatch.
+//! The command line: clap definitions and dispatch to the subcommands. With no subcommand the
+//! TUI opens on the given model (or the built-in demo).
 
+use crate::convert::generate::{generate, GenSpec, ARCHS};
+use crate::engine::critical::{critical_path, payload_stream_bytes};
+use crate::engine::forward::{default_threads, stream_bytes, Engine, EngineOptions, Layout};
+use crate::engine::session::{GenOutcome, Session};
+use crate::format::CflowFile;
+use crate::kernels::Isa;
+use crate::quant::QuantType;
+use crate::telemetry::{Event, SamplingParams};
+use crate::util::{cache_dir, mib};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cflow-tui",
+    version,
+    about = "Interactive terminal profiler and chat workbench for cflow, a CPU-first tile-streaming LLM decode engine",
+    long_about = "cflow-tui runs token-by-token decode of a .cflow model on a background thread and shows \
+where every byte and nanosecond of each token goes.\n\nWith no subcommand it opens the TUI on MODEL, or on \
+the built-in demo model (a synthetic arch2_4_combined MoE at the paper's geometry, generated into the cache \
+directory on first use; its text is noise).\n\nExamples:\n  cflow-tui                         # TUI on the demo model\n  \
+cflow-tui run --prompt \"Once upon a time\" -n 32\n  cflow-tui gen --arch arch2_4_combined -o demo.cflow\n  \
+cflow-tui inspect demo.cflow\n  cflow-tui bench decode --threads 1,2"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Option<Cmd>,
+    /// Model to open in the TUI (default: the built-in demo).
+    pub model: Option<PathBuf>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Headless generation: stream text to stdout, stats to stderr.
+    Run(RunArgs),
+    /// Generate a deterministic synthetic model.
+    Gen(GenArgs),
+    /// Show a model file's header, geometry, streams and metadata.
+    Inspect(InspectArgs),
+    /// Benchmarks (decode throughput).
+    #[command(subcommand)]
+    Bench(BenchCmd),
+    /// Perplexity of a text file (teacher-forced), like llama.cpp's perplexity tool.
+    Perplexity(PplArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Compute threads (default: all cores).
+    #[arg(long, global = true)]
+    pub threads: Option<usize>,
+    /// Kernel ISA: auto, scalar, avx2, avx512.
+    #[arg(long, global = true, default_value = "auto")]
+    pub isa: String,
+    /// Weight layout: cflow (tiles) or rowmajor (naive baseline copy).
+    #[arg(long, global = true, default_value = "cflow")]
+    pub layout: String,
+    /// Use f32 activations instead of Q8-quantized activations with integer dot products.
+    #[arg(long, global = true)]
+    pub f32_act: bool,
+}
+
+impl EngineArgs {
+    pub fn options(&self) -> Result<EngineOptions> {
+        let threads = self.threads.unwrap_or_else(default_threads);
+        if threads == 0 || threads > 256 {
+            bail!("--threads {threads}: must be between 1 and 256");
+        }
+        let isa = match self.isa.as_str() {
+            "auto" => Isa::detect(),
+            "scalar" => Isa::Scalar,
+            "avx2" if Isa::Avx2.available() => Isa::Avx2,
+            "avx512" if Isa::Avx512.available() => Isa::Avx512,
+            "avx2" | "avx512" => bail!("--isa {}: not supported by this CPU", self.isa),
+            other => bail!("--isa {other}: expected auto, scalar, avx2 or avx512"),
+        };
+        let layout = match self.layout.as_str() {
+            "cflow" => Layout::Cflow,
+            "rowmajor" => Layout::RowMajor,
+            other => bail!("--layout {other}: expected cflow or rowmajor"),
+        };
+        Ok(EngineOptions { threads, isa, int_act: !self.f32_act, layout, timings: true })
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct SamplingArgs {
+    /// Random seed for sampling.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Sampling temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the K most likely tokens (0 = all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: u32,
+    /// Nucleus sampling threshold.
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Repetition penalty (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> Result<SamplingParams> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            bail!("--temperature must be >= 0");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            bail!("--top-p must be in (0, 1]");
+        }
+        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
+            bail!("--repeat-penalty must be > 0");
+        }
+        Ok(SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            repeat_penalty: self.repeat_penalty,
+            seed: self.seed,
+        })
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Model file (default: the built-in demo model).
+    pub model: Option<PathBuf>,
+    /// Prompt text.
+    #[arg(long, short)]
+    pub prompt: Option<String>,
+    /// Comma-separated token ids instead of a text prompt.
+    #[arg(long, value_delimiter = ',')]
+    pub tokens: Option<Vec<u32>>,
+    /// Tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 64)]
+    pub n: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Print exactly one JSON object on stdout (and nothing else there).
+    #[arg(long)]
+    pub json: bool,
+    /// Teacher-forced evaluation: write one JSON line per position of --tokens to FILE.
+    #[arg(long)]
+    pub dump_logits: Option<PathBuf>,
+    /// Number of top logits per position for --dump-logits.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Keep generating after end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct GenArgs {
+    /// Architecture.
+    #[arg(long, default_value = "arch2_4_combined", value_parser = clap::builder::PossibleValuesParser::new(ARCHS))]
+    pub arch: String,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long)]
+    pub layers: Option<usize>,
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    #[arg(long)]
+    pub heads: Option<usize>,
+    #[arg(long)]
+    pub kv_heads: Option<usize>,
+    #[arg(long)]
+    pub ffn: Option<usize>,
+    #[arg(long)]
+    pub experts: Option<usize>,
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    #[arg(long)]
+    pub expert_ffn: Option<usize>,
+    #[arg(long)]
+    pub vocab: Option<usize>,
+    /// Maximum context length.
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Weight type: q4_0, q4_1, q8_0, f16, f32.
+    #[arg(long, default_value = "q4_0")]
+    pub quant: String,
+    /// Tie the LM head to the embedding.
+    #[arg(long)]
+    pub tied: bool,
+    /// Output file.
+    #[arg(short, long)]
+    pub out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    pub file: PathBuf,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Decode throughput: median/min/max tok/s per thread count.
+    Decode(BenchDecodeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchDecodeArgs {
+    pub model: Option<PathBuf>,
+    /// Thread counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub threads: Vec<usize>,
+    /// Tokens generated per repeat.
+    #[arg(long, default_value_t = 128)]
+    pub tokens: usize,
+    #[arg(long, default_value_t = 5)]
+    pub repeat: usize,
+    /// Prompt length for the prefill measurement.
+    #[arg(long, default_value_t = 8)]
+    pub prompt_len: usize,
+    /// Disable per-layer timing telemetry (to measure its cost).
+    #[arg(long)]
+    pub no_timings: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PplArgs {
+    pub model: PathBuf,
+    /// Text file to evaluate.
+    #[arg(long)]
+    pub file: PathBuf,
+    /// Context (chunk) length.
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+}
+
+/// Entry point of the binary; returns the process exit code.
 pub fn main() -> i32 {
-    0
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        None => default_command(cli.model, &cli.engine),
+        Some(Cmd::Run(a)) => cmd_run(a, &cli.engine),
+        Some(Cmd::Gen(a)) => cmd_gen(a),
+        Some(Cmd::Inspect(a)) => cmd_inspect(a),
+        Some(Cmd::Bench(BenchCmd::Decode(a))) => cmd_bench_decode(a, &cli.engine),
+        Some(Cmd::Perplexity(a)) => cmd_perplexity(a, &cli.engine),
+    }
+}
+
+fn default_command(model: Option<PathBuf>, eng: &EngineArgs) -> Result<()> {
+    eprintln!("cflow-tui: the interactive TUI is not built yet; running the headless demo instead.");
+    let a = RunArgs {
+        model,
+        prompt: Some("Once upon a time".into()),
+        tokens: None,
+        n: 32,
+        sampling: SamplingArgs { seed: 0, temperature: 0.0, top_k: 40, top_p: 0.95, repeat_penalty: 1.0 },
+        json: false,
+        dump_logits: None,
+        top: 10,
+        ignore_eos: false,
+    };
+    cmd_run(a, eng)
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub fn progress_bar(len: u64, msg: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(len);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed}")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(msg.to_string());
+    pb
+}
+
+/// The GPT-2 tokenizer shipped with the demo model, when bundled.
+pub fn gpt2_tokenizer_json() -> Option<String> {
+    crate::chat::bundled_gpt2_tokenizer().map(|s| s.to_string())
+}
+
+/// Path of the built-in demo model, generating it on first use.
+pub fn demo_model_path() -> Result<PathBuf> {
+    let dir = cache_dir().context("cannot create the cache directory")?;
+    let path = dir.join("demo-arch2_4_combined-v1.cflow");
+    if path.exists() && CflowFile::open(&path).is_ok() {
+        return Ok(path);
+    }
+    eprintln!("generating the built-in demo model (synthetic arch2_4_combined) into {}", path.display());
+    let mut spec = GenSpec::new("arch2_4_combined");
+    spec.tokenizer_json = gpt2_tokenizer_json();
+    let pb = progress_bar(7, "demo model");
+    generate(&spec, &path, |d, _| pb.set_position(d as u64))?;
+    pb.finish_and_clear();
+    Ok(path)
+}
+
+pub fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
+    match model {
+        Some(p) => Ok(p),
+        None => demo_model_path(),
+    }
+}
+
+pub fn open_model(path: &Path) -> Result<Arc<CflowFile>> {
+    Ok(Arc::new(CflowFile::open(path)?))
+}
+
+fn cmd_gen(a: GenArgs) -> Result<()> {
+    let quant = QuantType::parse(&a.quant).with_context(|| format!("--quant {}: expected q4_0, q4_1, q8_0, f16 or f32", a.quant))?;
+    let mut spec = GenSpec::new(&a.arch);
+    spec.seed = a.seed;
+    spec.layers = a.layers;
+    spec.hidden = a.hidden;
+    spec.heads = a.heads;
+    spec.kv_heads = a.kv_heads;
+    spec.ffn = a.ffn;
+    spec.experts = a.experts;
+    spec.top_k = a.top_k;
+    spec.expert_ffn = a.expert_ffn;
+    spec.vocab = a.vocab;
+    spec.ctx = a.ctx;
+    spec.quant = quant;
+    spec.tied = a.tied;
+    if spec.vocab.unwrap_or(50257) == 50257 {
+        spec.tokenizer_json = gpt2_tokenizer_json();
+    }
+    let cfg = spec.config().map_err(anyhow::Error::msg)?;
+    let pb = progress_bar(cfg.n_layers as u64 + 1, &format!("gen {}", a.arch));
+    generate(&spec, &a.out, |d, _| pb.set_position(d as u64))?;
+    pb.finish_and_clear();
+    let size = std::fs::metadata(&a.out)?.len();
+    eprintln!("wrote {} ({:.1} MiB)", a.out.display(), mib(size));
+    Ok(())
+}
+
+fn cmd_inspect(a: InspectArgs) -> Result<()> {
+    let f = CflowFile::open(&a.file)?;
+    let report = crate::inspect::report(&f);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", crate::inspect::render(&report));
+    }
+    Ok(())
+}
+
+fn build_session(model: Option<PathBuf>, eng: &EngineArgs, sampling: SamplingParams) -> Result<Session> {
+    let path = resolve_model(model)?;
+    let file = open_model(&path)?;
+    let opts = eng.options()?;
+    let engine = Engine::new(file, opts);
+    Session::new(engine, sampling).map_err(anyhow::Error::msg)
+}
+
+fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
+    if a.n > 1_000_000 {
+        bail!("-n {}: too many tokens (max 1000000)", a.n);
+    }
+    let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?)?;
+    let ids = match (&a.tokens, &a.prompt) {
+        (Some(t), _) => t.clone(),
+        (None, Some(p)) => sess.encode(p).map_err(anyhow::Error::msg)?,
+        (None, None) => bail!("give --prompt TEXT or --tokens ID,ID,..."),
+    };
+    if ids.is_empty() {
+        bail!("the prompt is empty after tokenization");
+    }
+    if let Some(v) = ids.iter().find(|&&t| t as usize >= sess.engine.cfg.vocab) {
+        bail!("token id {v} is out of range (vocab {})", sess.engine.cfg.vocab);
+    }
+    if let Some(path) = &a.dump_logits {
+        return dump_logits(&mut sess, &ids, a.top, path);
+    }
+    if sess.engine.cfg.meta.synthetic && !a.json {
+        eprintln!("note: synthetic model (random weights): the generated text is noise.");
+    }
+    let json = a.json;
+    let stdout = std::io::stdout();
+    let mut emit = |e: Event| {
+        if let Event::Token { text, .. } = &e {
+            if !json {
+                let mut o = stdout.lock();
+                let _ = o.write_all(text.as_bytes());
+                let _ = o.flush();
+            }
+        }
+    };
+    let out = sess.generate(&ids, a.n, !a.ignore_eos, &mut emit);
+    if !json {
+        println!();
+    }
+    if let Some(e) = &out.error {
+        eprintln!("error: {e}");
+    }
+    let report = run_report(&sess, &out);
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        eprint!("{}", render_run_report(&report));
+    }
+    if out.error.is_some() {
+        bail!("generation failed");
+    }
+    Ok(())
+}
+
+fn percentile(v: &[u64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    let i = ((s.len() - 1) as f64 * p).round() as usize;
+    s[i] as f64
+}
+
+fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
+    let f = &sess.engine.file;
+    let sb = stream_bytes(f);
+    let attn: u64 = sb.iter().map(|s| s.attn).sum();
+    let dense: u64 = sb.iter().map(|s| s.dense).sum();
+    // Expert bytes actually touched (average over measured tokens).
+    let n = out.stats.len().max(1) as f64;
+    let experts = out
+        .stats
+        .iter()
+        .map(|s| s.layers.iter().map(|l| l.bytes.experts).sum::<u64>())
+        .sum::<u64>() as f64
+        / n;
+    let vocab = f.lm_head().bytes() as f64;
+    let total = attn as f64 + dense as f64 + experts + vocab;
+    let ms_median = percentile(&out.token_ns, 0.5) / 1e6;
+    let ms_p90 = percentile(&out.token_ns, 0.9) / 1e6;
+    let gbs = if ms_median > 0.0 { total / (ms_median / 1e3) / 1e9 } else { 0.0 };
+    let cp = critical_path(&sb, f.cfg.dense_delay, f.cfg.expert_delay);
+    serde_json::json!({
+        "model": f.path.display().to_string(),
+        "threads": sess.engine.threads(),
+        "isa": sess.engine.opts.isa.name(),
+        "prompt_tokens": out.prompt_tokens,
+        "generated_tokens": out.tokens.len(),
+        "prefill_tok_s": out.prefill_tok_s(),
+        "decode_tok_s": out.decode_tok_s(),
+        "ms_per_token": {"median": ms_median, "p90": ms_p90},
+        "mib_per_token": {
+            "attention": mib(attn), "dense": mib(dense), "experts": experts / (1024.0 * 1024.0),
+            "vocab": vocab / (1024.0 * 1024.0), "total": total / (1024.0 * 1024.0)
+        },
+        "effective_gb_s": gbs,
+        "critical_path_mib": {"naive": cp.naive / 1048576.0, "delayed": cp.critical / 1048576.0, "ratio": cp.ratio()},
+        "stop_reason": out.reason,
+        "tokens": out.tokens,
+        "text": out.text,
+    })
+}
+
+fn render_run_report(r: &serde_json::Value) -> String {
+    let g = |p: &str| r.pointer(p).and_then(|v| v.as_f64()).unwrap_or(0.0);
+    format!(
+        "\n--- {} generated, {} prompt tokens, {} threads, {}\n\
+         prefill {:.1} tok/s · decode {:.1} tok/s · {:.2} ms/token (median), {:.2} ms (p90)\n\
+         MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2} · {:.2} GB/s effective\n\
+         critical path: {:.2} MiB naive → {:.2} MiB delayed ({:.2}×)\n",
+        r["generated_tokens"], r["prompt_tokens"], r["threads"], r["isa"].as_str().unwrap_or(""),
+        g("/prefill_tok_s"), g("/decode_tok_s"), g("/ms_per_token/median"), g("/ms_per_token/p90"),
+        g("/mib_per_token/attention"), g("/mib_per_token/dense"), g("/mib_per_token/experts"),
+        g("/mib_per_token/vocab"), g("/mib_per_token/total"), g("/effective_gb_s"),
+        g("/critical_path_mib/naive"), g("/critical_path_mib/delayed"), g("/critical_path_mib/ratio"),
+    )
+}
+
+fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Result<()> {
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?);
+    for (i, &id) in ids.iter().enumerate() {
+        let logits = sess.engine.step(id, true)?.context("logits")?;
+        let mut idx: Vec<usize> = (0..logits.len()).collect();
+        let k = top.min(logits.len()).max(1);
+        idx.select_nth_unstable_by(k - 1, |&a, &b| logits[b].total_cmp(&logits[a]));
+        idx.truncate(k);
+        idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        let topv: Vec<(usize, f32)> = idx.iter().map(|&j| (j, logits[j])).collect();
+        let lse = crate::engine::ops::logsumexp(logits);
+        writeln!(w, "{}", serde_json::json!({"pos": i, "token": id, "top": topv, "logsumexp": lse}))?;
+    }
+    w.flush()?;
+    eprintln!("wrote {} positions to {}", ids.len(), path.display());
+    Ok(())
+}
+
+fn stats3(v: &[f64]) -> serde_json::Value {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let med = if s.is_empty() { 0.0 } else { s[s.len() / 2] };
+    serde_json::json!({"median": med, "min": s.first().copied().unwrap_or(0.0), "max": s.last().copied().unwrap_or(0.0)})
+}
+
+fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
+    if a.repeat == 0 || a.tokens == 0 {
+        bail!("--repeat and --tokens must be at least 1");
+    }
+    let path = resolve_model(a.model.clone())?;
+    let file = open_model(&path)?;
+    let mut results = Vec::new();
+    for &t in &a.threads {
+        let mut e = eng.clone();
+        e.threads = Some(t);
+        let mut opts = e.options()?;
+        opts.timings = !a.no_timings;
+        let engine = Engine::new(file.clone(), opts);
+        let mut sess = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
+        let prompt: Vec<u32> = (0..a.prompt_len as u32).map(|i| (i * 7919 + 13) % sess.engine.cfg.vocab as u32).collect();
+        let (mut dec, mut pre) = (Vec::new(), Vec::new());
+        let mut mib_tok = 0.0;
+        for r in 0..=a.repeat {
+            sess.reset();
+            let out = sess.generate(&prompt, a.tokens, false, &mut |_| {});
+            if r == 0 {
+                continue; // warm-up
+            }
+            dec.push(out.decode_tok_s());
+            pre.push(out.prefill_tok_s());
+            let n = out.stats.len().max(1) as f64;
+            mib_tok = out
+                .stats
+                .iter()
+                .map(|s| s.layers.iter().map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts).sum::<u64>() + s.vocab_bytes)
+                .sum::<u64>() as f64
+                / n
+                / 1048576.0;
+            if !a.json {
+                eprintln!("threads {t} repeat {r}: decode {:.1} tok/s, prefill {:.1} tok/s", dec[dec.len() - 1], pre[pre.len() - 1]);
+            }
+        }
+        results.push(serde_json::json!({
+            "threads": t,
+            "decode_tok_s": stats3(&dec),
+            "prefill_tok_s": stats3(&pre),
+            "mib_per_token": mib_tok,
+        }));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&results)?);
+    } else {
+        println!("model: {}", path.display());
+        println!("{:>7} | {:>28} | {:>28} | {:>9}", "threads", "decode tok/s med (min-max)", "prefill tok/s med (min-max)", "MiB/token");
+        for r in &results {
+            let f = |k: &str, s: &str| r[k][s].as_f64().unwrap_or(0.0);
+            println!(
+                "{:>7} | {:>10.1} ({:>6.1}-{:>6.1})    | {:>10.1} ({:>6.1}-{:>6.1})    | {:>9.2}",
+                r["threads"], f("decode_tok_s", "median"), f("decode_tok_s", "min"), f("decode_tok_s", "max"),
+                f("prefill_tok_s", "median"), f("prefill_tok_s", "min"), f("prefill_tok_s", "max"),
+                r["mib_per_token"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
+    let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default())?;
+    let text = std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+    let ids = sess.encode(&text).map_err(anyhow::Error::msg)?;
+    let ctx = a.ctx.min(sess.engine.cfg.max_ctx).max(2);
+    if ids.len() < 2 {
+        bail!("{}: fewer than 2 tokens", a.file.display());
+    }
+    let (mut nll, mut count) = (0f64, 0usize);
+    for chunk in ids.chunks(ctx) {
+        sess.reset();
+        for (i, &id) in chunk.iter().enumerate() {
+            let last = i + 1 == chunk.len();
+            let logits = sess.engine.step(id, !last)?;
+            if let (Some(l), false) = (logits, last) {
+                let lse = crate::engine::ops::logsumexp(l) as f64;
+                nll += lse - l[chunk[i + 1] as usize] as f64;
+                count += 1;
+            }
+        }
+        eprint!("[{count}] ppl so far {:.4}\r", (nll / count.max(1) as f64).exp());
+    }
+    eprintln!();
+    println!("perplexity: {:.4} over {count} predictions (ctx {ctx})", (nll / count as f64).exp());
+    Ok(())
+}
+
+#[allow(dead_code)]
+fn _payload(f: &CflowFile) -> f64 {
+    payload_stream_bytes(f).iter().map(|s| s.attn as f64).sum()
 }

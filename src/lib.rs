@@ -13,6 +13,7 @@ pub mod convert;
 pub mod engine;
 #[allow(unsafe_code)]
 pub mod format;
+pub mod inspect;
 #[allow(unsafe_code)]
 pub mod io;
 #[allow(unsafe_code)]

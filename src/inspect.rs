@@ -1,0 +1,136 @@
+//! `cflow-tui inspect`: a report of a model file (header, geometry, delays, per-layer regions,
+//! per-stream bytes per token, expert table, quant types, metadata keys), as JSON or text.
+
+use crate::engine::critical::{critical_path, payload_stream_bytes};
+use crate::engine::forward::stream_bytes;
+use crate::format::CflowFile;
+use serde_json::{json, Value};
+
+const MIB: f64 = 1048576.0;
+
+pub fn report(f: &CflowFile) -> Value {
+    let c = &f.cfg;
+    let h = f.header;
+    let version = { h.version };
+    let stored = stream_bytes(f);
+    let payload = payload_stream_bytes(f);
+    let layers: Vec<Value> = f
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let ex = l.experts.first();
+            json!({
+                "layer": i,
+                "offset": l.offset,
+                "bytes": l.len,
+                "quant": {
+                    "attention": l.q.quant.name(),
+                    "dense": l.gate.as_ref().map(|m| m.quant.name()),
+                    "experts": ex.map(|e| e.gate.quant.name()),
+                },
+                "stream_mib": {
+                    "attention": payload.get(i).map_or(0.0, |s| s.attn as f64 / MIB),
+                    "dense": payload.get(i).map_or(0.0, |s| s.dense as f64 / MIB),
+                    "experts_topk": payload.get(i).map_or(0.0, |s| s.experts as f64 / MIB),
+                },
+                "stream_mib_with_scales": {
+                    "attention": stored.get(i).map_or(0.0, |s| s.attn as f64 / MIB),
+                    "dense": stored.get(i).map_or(0.0, |s| s.dense as f64 / MIB),
+                    "experts_topk": stored.get(i).map_or(0.0, |s| s.experts as f64 / MIB),
+                },
+                "experts": l.experts.len(),
+                "expert_region_bytes": ex.map(|e| e.len),
+            })
+        })
+        .collect();
+    let sum = |v: &[crate::telemetry::StreamBytes]| {
+        let a: u64 = v.iter().map(|s| s.attn).sum();
+        let d: u64 = v.iter().map(|s| s.dense).sum();
+        let e: u64 = v.iter().map(|s| s.experts).sum();
+        (a, d, e)
+    };
+    let (pa, pd, pe) = sum(&payload);
+    let (sa, sd, se) = sum(&stored);
+    let lm = f.lm_head();
+    let cp = critical_path(&payload, c.dense_delay, c.expert_delay);
+    let cps = critical_path(&stored, c.dense_delay, c.expert_delay);
+    let meta = serde_json::to_value(&c.meta).unwrap_or(Value::Null);
+    let meta_keys: Vec<String> = meta
+        .as_object()
+        .map(|o| o.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.clone()).collect())
+        .unwrap_or_default();
+    json!({
+        "file": f.path.display().to_string(),
+        "file_bytes": f.bytes().len(),
+        "format": {"magic": "CFLOW", "version": version, "hash": crate::format::file_hash(f)},
+        "name": c.meta.name,
+        "arch": c.meta.arch,
+        "synthetic": c.meta.synthetic,
+        "geometry": {
+            "layers": c.n_layers, "effective_layers": c.effective_layers(), "d_model": c.d_model,
+            "heads": c.n_heads, "kv_heads": c.n_kv_heads, "head_dim": c.head_dim, "d_ff": c.d_ff,
+            "experts": c.n_experts, "top_k": c.top_k, "expert_ffn": c.expert_ffn, "vocab": c.vocab,
+            "max_ctx": c.max_ctx,
+        },
+        "semantics": {
+            "combine_style": c.combine_style.name(), "dense_delay": c.dense_delay, "expert_delay": c.expert_delay,
+            "rms_eps": c.rms_eps, "rope_theta": c.rope_theta, "rope_style": c.meta.rope_style,
+            "feature_flags": c.feature_flags, "tied_embeddings": c.tied_embeddings(),
+            "embed_scale": c.embed_scale(), "v_norm": c.v_norm(), "final_logit_softcap": c.final_logit_softcap,
+        },
+        "per_token_mib": {
+            "attention": pa as f64 / MIB, "dense": pd as f64 / MIB, "experts_topk": pe as f64 / MIB,
+            "vocab": lm.payload_bytes() / MIB,
+            "total": (pa + pd + pe) as f64 / MIB + lm.payload_bytes() / MIB,
+        },
+        "per_token_mib_with_scales": {
+            "attention": sa as f64 / MIB, "dense": sd as f64 / MIB, "experts_topk": se as f64 / MIB,
+            "vocab": lm.bytes() as f64 / MIB,
+            "total": (sa + sd + se + lm.bytes() as u64) as f64 / MIB,
+        },
+        "critical_path_mib": {"naive": cp.naive / MIB, "delayed": cp.critical / MIB, "ratio": cp.ratio(),
+            "with_scales": {"naive": cps.naive / MIB, "delayed": cps.critical / MIB}},
+        "layers": layers,
+        "vocab": {"embedding_quant": f.vocab.embedding.quant.name(), "lm_head_quant": lm.quant.name(),
+            "tied": c.tied_embeddings(), "region_bytes": f.vocab.len},
+        "metadata_keys": meta_keys,
+        "has_tokenizer": c.meta.tokenizer_json.is_some(),
+        "has_chat_template": c.meta.chat_template.is_some(),
+    })
+}
+
+pub fn render(r: &Value) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let g = &r["geometry"];
+    let s = &r["semantics"];
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let _ = writeln!(o, "{}  ({} bytes, .cflow v{}, hash {})", r["file"].as_str().unwrap_or(""), r["file_bytes"], r["format"]["version"], r["format"]["hash"].as_str().unwrap_or(""));
+    let _ = writeln!(o, "model     {} · arch {}{}", r["name"].as_str().unwrap_or(""), r["arch"].as_str().unwrap_or(""), if r["synthetic"].as_bool() == Some(true) { " · SYNTHETIC weights" } else { "" });
+    let _ = writeln!(o, "geometry  L={} (effective {}) d={} heads={}/{} kv head_dim={} d_ff={} experts={} top-k={} expert_ffn={} vocab={} ctx={}",
+        g["layers"], g["effective_layers"], g["d_model"], g["heads"], g["kv_heads"], g["head_dim"], g["d_ff"], g["experts"], g["top_k"], g["expert_ffn"], g["vocab"], g["max_ctx"]);
+    let _ = writeln!(o, "semantics {} · δd={} δe={} · eps {} · rope θ={} {} · flags {:#x} (tied {}, embed-scale {}, v-norm {}) · final softcap {}",
+        s["combine_style"].as_str().unwrap_or(""), s["dense_delay"], s["expert_delay"], s["rms_eps"], s["rope_theta"], s["rope_style"], s["feature_flags"].as_u64().unwrap_or(0), s["tied_embeddings"], s["embed_scale"], s["v_norm"], s["final_logit_softcap"]);
+    let _ = writeln!(o, "\nper-layer streams, MiB/token (payload at the nominal bits/weight; with scales + tile headers in parentheses)");
+    let _ = writeln!(o, "{:>5} {:>8} {:>10}  {:>18} {:>18} {:>18}", "layer", "quant", "region MiB", "attention", "dense", "experts top-k");
+    for l in r["layers"].as_array().into_iter().flatten() {
+        let _ = writeln!(o, "{:>5} {:>8} {:>10.2}  {:>7.2} ({:>7.3})  {:>7.2} ({:>7.3})  {:>7.2} ({:>7.3})",
+            l["layer"], l["quant"]["attention"].as_str().unwrap_or(""), f(&l["bytes"]) / MIB,
+            f(&l["stream_mib"]["attention"]), f(&l["stream_mib_with_scales"]["attention"]),
+            f(&l["stream_mib"]["dense"]), f(&l["stream_mib_with_scales"]["dense"]),
+            f(&l["stream_mib"]["experts_topk"]), f(&l["stream_mib_with_scales"]["experts_topk"]));
+    }
+    let p = &r["per_token_mib"];
+    let w = &r["per_token_mib_with_scales"];
+    let _ = writeln!(o, "\nper token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2} MiB  (with scales: {:.2} MiB)",
+        f(&p["attention"]), f(&p["dense"]), f(&p["experts_topk"]), f(&p["vocab"]), f(&p["total"]), f(&w["total"]));
+    let c = &r["critical_path_mib"];
+    let _ = writeln!(o, "critical path (eq. 4.23): {:.2} → {:.2} MiB/token ({:.2}×); with scales {:.2} → {:.2}",
+        f(&c["naive"]), f(&c["delayed"]), f(&c["ratio"]), f(&c["with_scales"]["naive"]), f(&c["with_scales"]["delayed"]));
+    let v = &r["vocab"];
+    let _ = writeln!(o, "vocab: embedding {} · LM head {} · tied {}", v["embedding_quant"].as_str().unwrap_or(""), v["lm_head_quant"].as_str().unwrap_or(""), v["tied"]);
+    let keys: Vec<&str> = r["metadata_keys"].as_array().into_iter().flatten().filter_map(|k| k.as_str()).collect();
+    let _ = writeln!(o, "metadata: {}", keys.join(", "));
+    o
+}
