@@ -8,7 +8,8 @@ use crate::quant::QuantType;
 use std::path::Path;
 
 /// The architectures `gen` knows.
-pub const ARCHS: [&str; 8] = [
+pub const ARCHS: [&str; 9] = [
+    "parallel_sqrt2",
     "arch1",
     "arch2_4_combined",
     "arch2_4_sync",
@@ -64,6 +65,7 @@ impl GenSpec {
     pub fn config(&self) -> Result<ModelConfig, String> {
         // (style, dense delay, expert delay, MoE?, dense?)
         let (style, dd, de, moe, dense) = match self.arch.as_str() {
+            "parallel_sqrt2" => (CombineStyle::ParallelSqrt2, 0, 0, true, true),
             "arch1" => (CombineStyle::DecoupledStreams, 0, 0, true, true),
             "arch2_4_combined" => (CombineStyle::DelayedSum, 1, 2, true, true),
             "arch2_4_sync" => (CombineStyle::DelayedSum, 1, 0, true, true),
