@@ -87,7 +87,13 @@ impl EngineArgs {
             "rowmajor" => Layout::RowMajor,
             other => bail!("--layout {other}: expected cflow or rowmajor"),
         };
-        Ok(EngineOptions { threads, isa, int_act: !self.f32_act, layout, timings: true })
+        Ok(EngineOptions {
+            threads,
+            isa,
+            int_act: !self.f32_act,
+            layout,
+            timings: true,
+        })
     }
 }
 
@@ -268,13 +274,21 @@ fn dispatch(cli: Cli) -> Result<()> {
 }
 
 fn default_command(model: Option<PathBuf>, eng: &EngineArgs) -> Result<()> {
-    eprintln!("cflow-tui: the interactive TUI is not built yet; running the headless demo instead.");
+    eprintln!(
+        "cflow-tui: the interactive TUI is not built yet; running the headless demo instead."
+    );
     let a = RunArgs {
         model,
         prompt: Some("Once upon a time".into()),
         tokens: None,
         n: 32,
-        sampling: SamplingArgs { seed: 0, temperature: 0.0, top_k: 40, top_p: 0.95, repeat_penalty: 1.0 },
+        sampling: SamplingArgs {
+            seed: 0,
+            temperature: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            repeat_penalty: 1.0,
+        },
         json: false,
         dump_logits: None,
         top: 10,
@@ -307,7 +321,10 @@ pub fn demo_model_path() -> Result<PathBuf> {
     if path.exists() && CflowFile::open(&path).is_ok() {
         return Ok(path);
     }
-    eprintln!("generating the built-in demo model (synthetic arch2_4_combined) into {}", path.display());
+    eprintln!(
+        "generating the built-in demo model (synthetic arch2_4_combined) into {}",
+        path.display()
+    );
     let mut spec = GenSpec::new("arch2_4_combined");
     spec.tokenizer_json = gpt2_tokenizer_json();
     let pb = progress_bar(7, "demo model");
@@ -328,7 +345,8 @@ pub fn open_model(path: &Path) -> Result<Arc<CflowFile>> {
 }
 
 fn cmd_gen(a: GenArgs) -> Result<()> {
-    let quant = QuantType::parse(&a.quant).with_context(|| format!("--quant {}: expected q4_0, q4_1, q8_0, f16 or f32", a.quant))?;
+    let quant = QuantType::parse(&a.quant)
+        .with_context(|| format!("--quant {}: expected q4_0, q4_1, q8_0, f16 or f32", a.quant))?;
     let mut spec = GenSpec::new(&a.arch);
     spec.seed = a.seed;
     spec.layers = a.layers;
@@ -366,7 +384,11 @@ fn cmd_inspect(a: InspectArgs) -> Result<()> {
     Ok(())
 }
 
-fn build_session(model: Option<PathBuf>, eng: &EngineArgs, sampling: SamplingParams) -> Result<Session> {
+fn build_session(
+    model: Option<PathBuf>,
+    eng: &EngineArgs,
+    sampling: SamplingParams,
+) -> Result<Session> {
     let path = resolve_model(model)?;
     let file = open_model(&path)?;
     let opts = eng.options()?;
@@ -388,7 +410,10 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         bail!("the prompt is empty after tokenization");
     }
     if let Some(v) = ids.iter().find(|&&t| t as usize >= sess.engine.cfg.vocab) {
-        bail!("token id {v} is out of range (vocab {})", sess.engine.cfg.vocab);
+        bail!(
+            "token id {v} is out of range (vocab {})",
+            sess.engine.cfg.vocab
+        );
     }
     if let Some(path) = &a.dump_logits {
         return dump_logits(&mut sess, &ids, a.top, path);
@@ -453,7 +478,11 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
     let total = attn as f64 + dense as f64 + experts + vocab;
     let ms_median = percentile(&out.token_ns, 0.5) / 1e6;
     let ms_p90 = percentile(&out.token_ns, 0.9) / 1e6;
-    let gbs = if ms_median > 0.0 { total / (ms_median / 1e3) / 1e9 } else { 0.0 };
+    let gbs = if ms_median > 0.0 {
+        total / (ms_median / 1e3) / 1e9
+    } else {
+        0.0
+    };
     let cp = critical_path(&sb, f.cfg.dense_delay, f.cfg.expert_delay);
     serde_json::json!({
         "model": f.path.display().to_string(),
@@ -492,7 +521,9 @@ fn render_run_report(r: &serde_json::Value) -> String {
 }
 
 fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Result<()> {
-    let mut w = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?);
+    let mut w = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+    );
     for (i, &id) in ids.iter().enumerate() {
         let logits = sess.engine.step(id, true)?.context("logits")?;
         let mut idx: Vec<usize> = (0..logits.len()).collect();
@@ -502,7 +533,11 @@ fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Resu
         idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
         let topv: Vec<(usize, f32)> = idx.iter().map(|&j| (j, logits[j])).collect();
         let lse = crate::engine::ops::logsumexp(logits);
-        writeln!(w, "{}", serde_json::json!({"pos": i, "token": id, "top": topv, "logsumexp": lse}))?;
+        writeln!(
+            w,
+            "{}",
+            serde_json::json!({"pos": i, "token": id, "top": topv, "logsumexp": lse})
+        )?;
     }
     w.flush()?;
     eprintln!("wrote {} positions to {}", ids.len(), path.display());
@@ -529,8 +564,11 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
         let mut opts = e.options()?;
         opts.timings = !a.no_timings;
         let engine = Engine::new(file.clone(), opts);
-        let mut sess = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
-        let prompt: Vec<u32> = (0..a.prompt_len as u32).map(|i| (i * 7919 + 13) % sess.engine.cfg.vocab as u32).collect();
+        let mut sess =
+            Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
+        let prompt: Vec<u32> = (0..a.prompt_len as u32)
+            .map(|i| (i * 7919 + 13) % sess.engine.cfg.vocab as u32)
+            .collect();
         let (mut dec, mut pre) = (Vec::new(), Vec::new());
         let mut mib_tok = 0.0;
         for r in 0..=a.repeat {
@@ -545,12 +583,22 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
             mib_tok = out
                 .stats
                 .iter()
-                .map(|s| s.layers.iter().map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts).sum::<u64>() + s.vocab_bytes)
+                .map(|s| {
+                    s.layers
+                        .iter()
+                        .map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts)
+                        .sum::<u64>()
+                        + s.vocab_bytes
+                })
                 .sum::<u64>() as f64
                 / n
                 / 1048576.0;
             if !a.json {
-                eprintln!("threads {t} repeat {r}: decode {:.1} tok/s, prefill {:.1} tok/s", dec[dec.len() - 1], pre[pre.len() - 1]);
+                eprintln!(
+                    "threads {t} repeat {r}: decode {:.1} tok/s, prefill {:.1} tok/s",
+                    dec[dec.len() - 1],
+                    pre[pre.len() - 1]
+                );
             }
         }
         results.push(serde_json::json!({
@@ -564,13 +612,21 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&results)?);
     } else {
         println!("model: {}", path.display());
-        println!("{:>7} | {:>28} | {:>28} | {:>9}", "threads", "decode tok/s med (min-max)", "prefill tok/s med (min-max)", "MiB/token");
+        println!(
+            "{:>7} | {:>28} | {:>28} | {:>9}",
+            "threads", "decode tok/s med (min-max)", "prefill tok/s med (min-max)", "MiB/token"
+        );
         for r in &results {
             let f = |k: &str, s: &str| r[k][s].as_f64().unwrap_or(0.0);
             println!(
                 "{:>7} | {:>10.1} ({:>6.1}-{:>6.1})    | {:>10.1} ({:>6.1}-{:>6.1})    | {:>9.2}",
-                r["threads"], f("decode_tok_s", "median"), f("decode_tok_s", "min"), f("decode_tok_s", "max"),
-                f("prefill_tok_s", "median"), f("prefill_tok_s", "min"), f("prefill_tok_s", "max"),
+                r["threads"],
+                f("decode_tok_s", "median"),
+                f("decode_tok_s", "min"),
+                f("decode_tok_s", "max"),
+                f("prefill_tok_s", "median"),
+                f("prefill_tok_s", "min"),
+                f("prefill_tok_s", "max"),
                 r["mib_per_token"].as_f64().unwrap_or(0.0)
             );
         }
@@ -580,7 +636,8 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
 
 fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
     let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default())?;
-    let text = std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+    let text = std::fs::read_to_string(&a.file)
+        .with_context(|| format!("cannot read {}", a.file.display()))?;
     let ids = sess.encode(&text).map_err(anyhow::Error::msg)?;
     let ctx = a.ctx.min(sess.engine.cfg.max_ctx).max(2);
     if ids.len() < 2 {
@@ -598,10 +655,16 @@ fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
                 count += 1;
             }
         }
-        eprint!("[{count}] ppl so far {:.4}\r", (nll / count.max(1) as f64).exp());
+        eprint!(
+            "[{count}] ppl so far {:.4}\r",
+            (nll / count.max(1) as f64).exp()
+        );
     }
     eprintln!();
-    println!("perplexity: {:.4} over {count} predictions (ctx {ctx})", (nll / count as f64).exp());
+    println!(
+        "perplexity: {:.4} over {count} predictions (ctx {ctx})",
+        (nll / count as f64).exp()
+    );
     Ok(())
 }
 

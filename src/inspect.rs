@@ -58,7 +58,12 @@ pub fn report(f: &CflowFile) -> Value {
     let meta = serde_json::to_value(&c.meta).unwrap_or(Value::Null);
     let meta_keys: Vec<String> = meta
         .as_object()
-        .map(|o| o.iter().filter(|(_, v)| !v.is_null()).map(|(k, _)| k.clone()).collect())
+        .map(|o| {
+            o.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
         .unwrap_or_default();
     json!({
         "file": f.path.display().to_string(),
@@ -106,31 +111,78 @@ pub fn render(r: &Value) -> String {
     let g = &r["geometry"];
     let s = &r["semantics"];
     let f = |v: &Value| v.as_f64().unwrap_or(0.0);
-    let _ = writeln!(o, "{}  ({} bytes, .cflow v{}, hash {})", r["file"].as_str().unwrap_or(""), r["file_bytes"], r["format"]["version"], r["format"]["hash"].as_str().unwrap_or(""));
-    let _ = writeln!(o, "model     {} · arch {}{}", r["name"].as_str().unwrap_or(""), r["arch"].as_str().unwrap_or(""), if r["synthetic"].as_bool() == Some(true) { " · SYNTHETIC weights" } else { "" });
+    let _ = writeln!(
+        o,
+        "{}  ({} bytes, .cflow v{}, hash {})",
+        r["file"].as_str().unwrap_or(""),
+        r["file_bytes"],
+        r["format"]["version"],
+        r["format"]["hash"].as_str().unwrap_or("")
+    );
+    let _ = writeln!(
+        o,
+        "model     {} · arch {}{}",
+        r["name"].as_str().unwrap_or(""),
+        r["arch"].as_str().unwrap_or(""),
+        if r["synthetic"].as_bool() == Some(true) {
+            " · SYNTHETIC weights"
+        } else {
+            ""
+        }
+    );
     let _ = writeln!(o, "geometry  L={} (effective {}) d={} heads={}/{} kv head_dim={} d_ff={} experts={} top-k={} expert_ffn={} vocab={} ctx={}",
         g["layers"], g["effective_layers"], g["d_model"], g["heads"], g["kv_heads"], g["head_dim"], g["d_ff"], g["experts"], g["top_k"], g["expert_ffn"], g["vocab"], g["max_ctx"]);
     let _ = writeln!(o, "semantics {} · δd={} δe={} · eps {} · rope θ={} {} · flags {:#x} (tied {}, embed-scale {}, v-norm {}) · final softcap {}",
         s["combine_style"].as_str().unwrap_or(""), s["dense_delay"], s["expert_delay"], s["rms_eps"], s["rope_theta"], s["rope_style"], s["feature_flags"].as_u64().unwrap_or(0), s["tied_embeddings"], s["embed_scale"], s["v_norm"], s["final_logit_softcap"]);
     let _ = writeln!(o, "\nper-layer streams, MiB/token (payload at the nominal bits/weight; with scales + tile headers in parentheses)");
-    let _ = writeln!(o, "{:>5} {:>8} {:>10}  {:>18} {:>18} {:>18}", "layer", "quant", "region MiB", "attention", "dense", "experts top-k");
+    let _ = writeln!(
+        o,
+        "{:>5} {:>8} {:>10}  {:>18} {:>18} {:>18}",
+        "layer", "quant", "region MiB", "attention", "dense", "experts top-k"
+    );
     for l in r["layers"].as_array().into_iter().flatten() {
-        let _ = writeln!(o, "{:>5} {:>8} {:>10.2}  {:>7.2} ({:>7.3})  {:>7.2} ({:>7.3})  {:>7.2} ({:>7.3})",
-            l["layer"], l["quant"]["attention"].as_str().unwrap_or(""), f(&l["bytes"]) / MIB,
-            f(&l["stream_mib"]["attention"]), f(&l["stream_mib_with_scales"]["attention"]),
-            f(&l["stream_mib"]["dense"]), f(&l["stream_mib_with_scales"]["dense"]),
-            f(&l["stream_mib"]["experts_topk"]), f(&l["stream_mib_with_scales"]["experts_topk"]));
+        let _ = writeln!(
+            o,
+            "{:>5} {:>8} {:>10.2}  {:>7.2} ({:>7.3})  {:>7.2} ({:>7.3})  {:>7.2} ({:>7.3})",
+            l["layer"],
+            l["quant"]["attention"].as_str().unwrap_or(""),
+            f(&l["bytes"]) / MIB,
+            f(&l["stream_mib"]["attention"]),
+            f(&l["stream_mib_with_scales"]["attention"]),
+            f(&l["stream_mib"]["dense"]),
+            f(&l["stream_mib_with_scales"]["dense"]),
+            f(&l["stream_mib"]["experts_topk"]),
+            f(&l["stream_mib_with_scales"]["experts_topk"])
+        );
     }
     let p = &r["per_token_mib"];
     let w = &r["per_token_mib_with_scales"];
     let _ = writeln!(o, "\nper token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2} MiB  (with scales: {:.2} MiB)",
         f(&p["attention"]), f(&p["dense"]), f(&p["experts_topk"]), f(&p["vocab"]), f(&p["total"]), f(&w["total"]));
     let c = &r["critical_path_mib"];
-    let _ = writeln!(o, "critical path (eq. 4.23): {:.2} → {:.2} MiB/token ({:.2}×); with scales {:.2} → {:.2}",
-        f(&c["naive"]), f(&c["delayed"]), f(&c["ratio"]), f(&c["with_scales"]["naive"]), f(&c["with_scales"]["delayed"]));
+    let _ = writeln!(
+        o,
+        "critical path (eq. 4.23): {:.2} → {:.2} MiB/token ({:.2}×); with scales {:.2} → {:.2}",
+        f(&c["naive"]),
+        f(&c["delayed"]),
+        f(&c["ratio"]),
+        f(&c["with_scales"]["naive"]),
+        f(&c["with_scales"]["delayed"])
+    );
     let v = &r["vocab"];
-    let _ = writeln!(o, "vocab: embedding {} · LM head {} · tied {}", v["embedding_quant"].as_str().unwrap_or(""), v["lm_head_quant"].as_str().unwrap_or(""), v["tied"]);
-    let keys: Vec<&str> = r["metadata_keys"].as_array().into_iter().flatten().filter_map(|k| k.as_str()).collect();
+    let _ = writeln!(
+        o,
+        "vocab: embedding {} · LM head {} · tied {}",
+        v["embedding_quant"].as_str().unwrap_or(""),
+        v["lm_head_quant"].as_str().unwrap_or(""),
+        v["tied"]
+    );
+    let keys: Vec<&str> = r["metadata_keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| k.as_str())
+        .collect();
     let _ = writeln!(o, "metadata: {}", keys.join(", "));
     o
 }

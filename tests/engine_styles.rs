@@ -27,19 +27,33 @@ struct RefLayer {
 
 fn mv(w: &[f32], x: &[f32]) -> Vec<f32> {
     let n = x.len();
-    w.chunks_exact(n).map(|r| r.iter().zip(x).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() as f32).collect()
+    w.chunks_exact(n)
+        .map(|r| {
+            r.iter()
+                .zip(x)
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum::<f64>() as f32
+        })
+        .collect()
 }
 
 fn norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
     let r = 1.0 / (ms + eps as f64).sqrt();
-    x.iter().zip(w).map(|(v, w)| (*v as f64 * r) as f32 * w).collect()
+    x.iter()
+        .zip(w)
+        .map(|(v, w)| (*v as f64 * r) as f32 * w)
+        .collect()
 }
 
 fn ffn(g: &[f32], u: &[f32], d: &[f32], x: &[f32]) -> Vec<f32> {
     let a = mv(g, x);
     let b = mv(u, x);
-    let h: Vec<f32> = a.iter().zip(&b).map(|(a, b)| a / (1.0 + (-a).exp()) * b).collect();
+    let h: Vec<f32> = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| a / (1.0 + (-a).exp()) * b)
+        .collect();
     mv(d, &h)
 }
 
@@ -73,24 +87,49 @@ fn reference(f: &CflowFile, toks: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
                 wk: l.k.dequantize(),
                 wv: l.v.dequantize(),
                 wo: l.o.dequantize(),
-                gate: l.gate.as_ref().map(|g| (g.dequantize(), l.up.as_ref().unwrap().dequantize(), l.down.as_ref().unwrap().dequantize())),
+                gate: l.gate.as_ref().map(|g| {
+                    (
+                        g.dequantize(),
+                        l.up.as_ref().unwrap().dequantize(),
+                        l.down.as_ref().unwrap().dequantize(),
+                    )
+                }),
                 router: l.router.clone().unwrap_or_default(),
-                experts: l.experts.iter().map(|e| (e.gate.dequantize(), e.up.dequantize(), e.down.dequantize())).collect(),
+                experts: l
+                    .experts
+                    .iter()
+                    .map(|e| (e.gate.dequantize(), e.up.dequantize(), e.down.dequantize()))
+                    .collect(),
             }
         })
         .collect();
     let voc = f.vocab_data();
     let emb = voc.embedding.dequantize();
-    let head = voc.lm_head.as_ref().map(|m| m.dequantize()).unwrap_or_else(|| emb.clone());
+    let head = voc
+        .lm_head
+        .as_ref()
+        .map(|m| m.dequantize())
+        .unwrap_or_else(|| emb.clone());
     let n = toks.len();
     let le = c.effective_layers();
-    let iters = if c.combine_style == CombineStyle::FixedPoint { c.meta.fixed_point_iterations as usize } else { 1 };
+    let iters = if c.combine_style == CombineStyle::FixedPoint {
+        c.meta.fixed_point_iterations as usize
+    } else {
+        1
+    };
     let (dd, de) = (c.dense_delay, c.expert_delay);
     let style = c.combine_style;
     let both = c.d_ff > 0 && c.n_experts > 0;
-    let s = if style == CombineStyle::ParallelSqrt2 && both { std::f32::consts::FRAC_1_SQRT_2 } else { 1.0 };
+    let s = if style == CombineStyle::ParallelSqrt2 && both {
+        std::f32::consts::FRAC_1_SQRT_2
+    } else {
+        1.0
+    };
     // Per-position state.
-    let mut x: Vec<Vec<f32>> = toks.iter().map(|&t| emb[t as usize * d..(t as usize + 1) * d].to_vec()).collect();
+    let mut x: Vec<Vec<f32>> = toks
+        .iter()
+        .map(|&t| emb[t as usize * d..(t as usize + 1) * d].to_vec())
+        .collect();
     let mut fs = x.clone(); // FFN stream (DecoupledStreams)
     let mut base = x.clone();
     let mut reg = vec![vec![0.0f32; d]; n];
@@ -104,7 +143,11 @@ fn reference(f: &CflowFile, toks: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
         let mut vs: Vec<Vec<f32>> = Vec::new();
         for t in 0..n {
             let decoupled = style == CombineStyle::DecoupledStreams;
-            hist[t].push(if decoupled { fs[t].clone() } else { x[t].clone() });
+            hist[t].push(if decoupled {
+                fs[t].clone()
+            } else {
+                x[t].clone()
+            });
             // attention
             let xn = norm(&x[t], &ly.attn_norm, c.rms_eps);
             let mut q = mv(&ly.wq, &xn);
@@ -123,7 +166,13 @@ fn reference(f: &CflowFile, toks: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
                 let kh = h / group;
                 let qh = &q[h * hd..(h + 1) * hd];
                 let sc: Vec<f64> = (0..=t)
-                    .map(|u| qh.iter().zip(&ks[u][kh * hd..(kh + 1) * hd]).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() / (hd as f64).sqrt())
+                    .map(|u| {
+                        qh.iter()
+                            .zip(&ks[u][kh * hd..(kh + 1) * hd])
+                            .map(|(a, b)| (*a as f64) * (*b as f64))
+                            .sum::<f64>()
+                            / (hd as f64).sqrt()
+                    })
                     .collect();
                 let m = sc.iter().cloned().fold(f64::MIN, f64::max);
                 let e: Vec<f64> = sc.iter().map(|v| (v - m).exp()).collect();
@@ -137,7 +186,11 @@ fn reference(f: &CflowFile, toks: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
             let ao = mv(&ly.wo, &att);
             let a = add(&x[t], &ao, 1.0);
             let dense_in: Vec<f32> = if dd > 0 {
-                if l >= dd { hist[t][l - dd].clone() } else { vec![0.0; d] }
+                if l >= dd {
+                    hist[t][l - dd].clone()
+                } else {
+                    vec![0.0; d]
+                }
             } else {
                 match style {
                     CombineStyle::DelayedSum => x[t].clone(),
@@ -162,7 +215,8 @@ fn reference(f: &CflowFile, toks: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
                 idx.truncate(c.top_k);
                 let m = lg[idx[0]];
                 let z: f32 = idx.iter().map(|&i| (lg[i] - m).exp()).sum();
-                let sel: Vec<(usize, f32)> = idx.iter().map(|&i| (i, (lg[i] - m).exp() / z)).collect();
+                let sel: Vec<(usize, f32)> =
+                    idx.iter().map(|&i| (i, (lg[i] - m).exp() / z)).collect();
                 let target = (l + de).min(le - 1);
                 queue[t * le + target].push((l / iters, u, sel));
             }
@@ -202,7 +256,10 @@ fn reference(f: &CflowFile, toks: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
             x[t] = add(&x[t], &reg[t], 1.0);
         }
     }
-    let logits = x.iter().map(|h| mv(&head, &norm(h, &voc.final_norm, c.rms_eps))).collect();
+    let logits = x
+        .iter()
+        .map(|h| mv(&head, &norm(h, &voc.final_norm, c.rms_eps)))
+        .collect();
     (x, logits)
 }
 
@@ -225,7 +282,16 @@ fn tiny(arch: &str, dir: &std::path::Path) -> Arc<CflowFile> {
 }
 
 fn engine(f: &Arc<CflowFile>, threads: usize) -> Engine {
-    Engine::new(f.clone(), EngineOptions { threads, isa: Isa::detect(), int_act: false, layout: Layout::Cflow, timings: true })
+    Engine::new(
+        f.clone(),
+        EngineOptions {
+            threads,
+            isa: Isa::detect(),
+            int_act: false,
+            layout: Layout::Cflow,
+            timings: true,
+        },
+    )
 }
 
 #[test]
@@ -249,11 +315,20 @@ fn every_style_matches_the_independent_reference() {
         let hidden = e.hidden().to_vec();
         let (rx, rl) = reference(&f, &seq);
         let h = rx.last().unwrap();
-        let num: f32 = h.iter().zip(&hidden).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt();
+        let num: f32 = h
+            .iter()
+            .zip(&hidden)
+            .map(|(a, b)| (a - b).powi(2))
+            .sum::<f32>()
+            .sqrt();
         let den: f32 = h.iter().map(|a| a * a).sum::<f32>().sqrt();
         assert!(num / den < 1e-4, "{arch}: hidden rel err {}", num / den);
         for i in 2..seq.len() - 1 {
-            assert_eq!(cflow::engine::sampler::argmax(&rl[i]) as u32, seq[i + 1], "{arch}: argmax at {i}");
+            assert_eq!(
+                cflow::engine::sampler::argmax(&rl[i]) as u32,
+                seq[i + 1],
+                "{arch}: argmax at {i}"
+            );
         }
     }
 }
@@ -266,13 +341,20 @@ fn only_selected_experts_are_touched() {
     for (i, t) in [1u32, 2, 3, 4, 5, 6].iter().enumerate() {
         e.step(*t, true).unwrap();
         let c = &f.cfg;
-        let bank: u64 = f.layers[0].experts.iter().map(|x| (x.gate.bytes() + x.up.bytes() + x.down.bytes()) as u64).sum();
+        let bank: u64 = f.layers[0]
+            .experts
+            .iter()
+            .map(|x| (x.gate.bytes() + x.up.bytes() + x.down.bytes()) as u64)
+            .sum();
         let st = &e.stats;
         // Each layer routes k experts; with δe = 2 the injections of layers 3..5 clamp to layer 5.
         let routed: usize = st.layers.iter().map(|l| l.routing.len()).sum();
         assert_eq!(routed, c.n_layers * c.top_k, "token {i}");
         let touched: u64 = st.layers.iter().map(|l| l.bytes.experts).sum();
-        assert_eq!(touched * c.n_experts as u64, bank * c.top_k as u64 * c.n_layers as u64);
+        assert_eq!(
+            touched * c.n_experts as u64,
+            bank * c.top_k as u64 * c.n_layers as u64
+        );
     }
 }
 
@@ -287,8 +369,22 @@ fn deterministic_across_runs_and_thread_counts() {
     generate(&spec, &p, |_, _| {}).unwrap();
     let f = Arc::new(CflowFile::open(&p).unwrap());
     let run = |threads| {
-        let e = Engine::new(f.clone(), EngineOptions { threads, ..Default::default() });
-        let mut s = cflow::engine::session::Session::new(e, cflow::telemetry::SamplingParams { temperature: 0.8, seed: 3, ..Default::default() }).unwrap();
+        let e = Engine::new(
+            f.clone(),
+            EngineOptions {
+                threads,
+                ..Default::default()
+            },
+        );
+        let mut s = cflow::engine::session::Session::new(
+            e,
+            cflow::telemetry::SamplingParams {
+                temperature: 0.8,
+                seed: 3,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         s.generate(&[1, 2, 3], 24, false, &mut |_| {}).tokens
     };
     let a = run(1);

@@ -32,7 +32,10 @@ pub fn critical_path(layers: &[StreamBytes], dd: usize, de: usize) -> CriticalPa
         .iter()
         .map(|b| {
             let (a, dn, e) = (b.attn as f64, b.dense as f64, b.experts as f64);
-            (a.max(dn).max(e), a.max(dn / (dd + 1) as f64).max(e / (de + 1) as f64))
+            (
+                a.max(dn).max(e),
+                a.max(dn / (dd + 1) as f64).max(e / (de + 1) as f64),
+            )
         })
         .collect();
     CriticalPath {
@@ -40,7 +43,10 @@ pub fn critical_path(layers: &[StreamBytes], dd: usize, de: usize) -> CriticalPa
         expert_delay: de,
         naive: per_layer.iter().map(|p| p.0).sum(),
         critical: per_layer.iter().map(|p| p.1).sum(),
-        serial: layers.iter().map(|b| (b.attn + b.dense + b.experts) as f64).sum(),
+        serial: layers
+            .iter()
+            .map(|b| (b.attn + b.dense + b.experts) as f64)
+            .sum(),
         per_layer,
     }
 }
@@ -51,15 +57,23 @@ pub fn payload_stream_bytes(file: &crate::format::CflowFile) -> Vec<StreamBytes>
     (0..cfg.effective_layers())
         .map(|l| {
             let lv = &file.layers[cfg.physical_layer(l)];
-            let attn = lv.q.payload_bytes() + lv.k.payload_bytes() + lv.v.payload_bytes() + lv.o.payload_bytes();
+            let attn = lv.q.payload_bytes()
+                + lv.k.payload_bytes()
+                + lv.v.payload_bytes()
+                + lv.o.payload_bytes();
             let dense: f64 = [&lv.gate, &lv.up, &lv.down]
                 .iter()
                 .map(|m| m.as_ref().map_or(0.0, |m| m.payload_bytes()))
                 .sum();
             let experts = lv.experts.first().map_or(0.0, |e| {
-                (e.gate.payload_bytes() + e.up.payload_bytes() + e.down.payload_bytes()) * cfg.top_k as f64
+                (e.gate.payload_bytes() + e.up.payload_bytes() + e.down.payload_bytes())
+                    * cfg.top_k as f64
             });
-            StreamBytes { attn: attn as u64, dense: dense as u64, experts: experts as u64 }
+            StreamBytes {
+                attn: attn as u64,
+                dense: dense as u64,
+                experts: experts as u64,
+            }
         })
         .collect()
 }
@@ -72,7 +86,14 @@ mod tests {
 
     fn demo_layers() -> Vec<StreamBytes> {
         // d=512, dff=2048, expert hidden 512, k=2 at 0.5 byte/param.
-        vec![StreamBytes { attn: MIB / 2, dense: 3 * MIB / 2, experts: 3 * MIB / 4 }; 6]
+        vec![
+            StreamBytes {
+                attn: MIB / 2,
+                dense: 3 * MIB / 2,
+                experts: 3 * MIB / 4
+            };
+            6
+        ]
     }
 
     fn mib(x: f64) -> f64 {
@@ -83,7 +104,12 @@ mod tests {
     fn table_4_1() {
         let l = demo_layers();
         // arch2_4_combined (1, 2), arch2_4_sync (1, 0), arch1/arch3 (0, 0), arch4 (0, 2).
-        for (dd, de, naive, crit) in [(1, 2, 9.0, 4.5), (1, 0, 9.0, 4.5), (0, 0, 9.0, 9.0), (0, 2, 9.0, 9.0)] {
+        for (dd, de, naive, crit) in [
+            (1, 2, 9.0, 4.5),
+            (1, 0, 9.0, 4.5),
+            (0, 0, 9.0, 9.0),
+            (0, 2, 9.0, 9.0),
+        ] {
             let c = critical_path(&l, dd, de);
             assert_eq!(mib(c.naive), naive);
             assert_eq!(mib(c.critical), crit, "({dd}, {de})");

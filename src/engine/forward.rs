@@ -125,10 +125,20 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// `outs[i].1 = outs[i].0 · x` for matrices of one layer sharing one input.
-    fn mv(&self, layer: usize, expert: u8, xq: &mut Q8Act, x: &[f32], outs: &mut [(&Matrix, &mut [f32])]) {
+    fn mv(
+        &self,
+        layer: usize,
+        expert: u8,
+        xq: &mut Q8Act,
+        x: &[f32],
+        outs: &mut [(&Matrix, &mut [f32])],
+    ) {
         let blocked = outs.iter().any(|(m, _)| m.quant.is_blocked());
         let use_q8 = self.int_act && blocked && x.len() % 32 == 0 && self.isa != Isa::Scalar
-            || (self.int_act && blocked && x.len() % 32 == 0 && std::env::var_os("CFLOW_FORCE_INT").is_some());
+            || (self.int_act
+                && blocked
+                && x.len() % 32 == 0
+                && std::env::var_os("CFLOW_FORCE_INT").is_some());
         if use_q8 {
             xq.quantize_from(x);
         }
@@ -222,9 +232,17 @@ impl Engine {
         let f = &self.file;
         let mut rm = HashMap::new();
         for (li, l) in f.layers.iter().enumerate() {
-            for m in [Some(&l.q), Some(&l.k), Some(&l.v), Some(&l.o), l.gate.as_ref(), l.up.as_ref(), l.down.as_ref()]
-                .into_iter()
-                .flatten()
+            for m in [
+                Some(&l.q),
+                Some(&l.k),
+                Some(&l.v),
+                Some(&l.o),
+                l.gate.as_ref(),
+                l.up.as_ref(),
+                l.down.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
             {
                 rm.insert((li, m.kind as u8, 0xFF), f.matrix_data(m));
             }
@@ -257,14 +275,24 @@ impl Engine {
     pub fn step(&mut self, token: u32, want_logits: bool) -> Result<Option<&[f32]>, ForwardError> {
         let pos = self.kv.len;
         if pos >= self.cfg.max_ctx {
-            return Err(ForwardError::ContextFull { pos, max: self.cfg.max_ctx });
+            return Err(ForwardError::ContextFull {
+                pos,
+                max: self.cfg.max_ctx,
+            });
         }
         if token as usize >= self.cfg.vocab {
-            return Err(ForwardError::BadToken { id: token, vocab: self.cfg.vocab });
+            return Err(ForwardError::BadToken {
+                id: token,
+                vocab: self.cfg.vocab,
+            });
         }
         self.forward(token, pos, want_logits)?;
         self.kv.len = pos + 1;
-        Ok(if want_logits { Some(&self.s.logits) } else { None })
+        Ok(if want_logits {
+            Some(&self.s.logits)
+        } else {
+            None
+        })
     }
 
     /// Last computed logits.
@@ -286,7 +314,11 @@ impl Engine {
             pool: &self.pool,
             isa: self.opts.isa,
             int_act: self.opts.int_act,
-            rowmajor: if self.opts.layout == Layout::RowMajor { self.rowmajor.as_ref() } else { None },
+            rowmajor: if self.opts.layout == Layout::RowMajor {
+                self.rowmajor.as_ref()
+            } else {
+                None
+            },
         };
         let cfg = ctx.cfg;
         let s = &mut self.s;
@@ -297,7 +329,11 @@ impl Engine {
         let de = cfg.expert_delay;
         let style = cfg.combine_style;
         let both = cfg.has_dense() && cfg.has_experts();
-        let par_scale = if style == CombineStyle::ParallelSqrt2 && both { std::f32::consts::FRAC_1_SQRT_2 } else { 1.0 };
+        let par_scale = if style == CombineStyle::ParallelSqrt2 && both {
+            std::f32::consts::FRAC_1_SQRT_2
+        } else {
+            1.0
+        };
 
         let mut stats = TokenStats {
             pos: pos as u32,
@@ -328,7 +364,11 @@ impl Engine {
             let lv = &ctx.file.layers[p];
             let st = &mut stats.layers[l];
             // Residual entering the layer (DecoupledStreams: the FFN stream).
-            let ring_src = if style == CombineStyle::DecoupledStreams { &s.sf } else { &s.x };
+            let ring_src = if style == CombineStyle::DecoupledStreams {
+                &s.sf
+            } else {
+                &s.x
+            };
             s.ring[l % (dd + 1)].copy_from_slice(ring_src);
 
             // Attention (the attention stream for DecoupledStreams).
@@ -363,7 +403,8 @@ impl Engine {
                 dense(&ctx, lv, p, &src, s);
                 st.bytes.dense = (lv.gate.as_ref().map_or(0, |m| m.bytes())
                     + lv.up.as_ref().map_or(0, |m| m.bytes())
-                    + lv.down.as_ref().map_or(0, |m| m.bytes())) as u64;
+                    + lv.down.as_ref().map_or(0, |m| m.bytes()))
+                    as u64;
             } else {
                 s.ffn_out.fill(0.0);
             }
@@ -383,7 +424,12 @@ impl Engine {
                 let (act, sel) = route(cfg, lv, src);
                 st.routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
                 let target = (l + de).min(le - 1);
-                pending[target].push(Pending { phys: p, act, sel, scale: par_scale });
+                pending[target].push(Pending {
+                    phys: p,
+                    act,
+                    sel,
+                    scale: par_scale,
+                });
                 if timings {
                     st.ns_router = t2.elapsed().as_nanos() as u64;
                 }
@@ -452,7 +498,9 @@ impl Engine {
             s.xb = xb;
             let cap = cfg.final_logit_softcap;
             if cap > 0.0 {
-                s.logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+                s.logits
+                    .iter_mut()
+                    .for_each(|v| *v = cap * (*v / cap).tanh());
             }
             stats.vocab_bytes = lm.bytes() as u64;
             stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
@@ -474,7 +522,10 @@ fn embed(ctx: &Ctx, token: u32, out: &mut [f32]) {
         let q = m.quant;
         let c0 = c * crate::format::TILE_COLS;
         let (sb, qb) = if q.is_blocked() {
-            ((tile.cols / 32) * q.scale_bytes_per_block(), (tile.cols / 32) * q.quant_bytes_per_block())
+            (
+                (tile.cols / 32) * q.scale_bytes_per_block(),
+                (tile.cols / 32) * q.quant_bytes_per_block(),
+            )
         } else {
             (0, q.matrix_bytes(1, tile.cols))
         };
@@ -487,13 +538,27 @@ fn embed(ctx: &Ctx, token: u32, out: &mut [f32]) {
     }
 }
 
-fn attention(ctx: &Ctx, lv: &LayerView, l: usize, p: usize, pos: usize, kv: &mut KvCache, s: &mut Scratch) {
+fn attention(
+    ctx: &Ctx,
+    lv: &LayerView,
+    l: usize,
+    p: usize,
+    pos: usize,
+    kv: &mut KvCache,
+    s: &mut Scratch,
+) {
     let cfg = ctx.cfg;
     let hd = cfg.head_dim;
     rmsnorm(&mut s.xb, &s.x, Some(&lv.attn_norm), cfg.rms_eps);
     {
         let xb = std::mem::take(&mut s.xb);
-        ctx.mv(p, 0xFF, &mut s.xq, &xb, &mut [(&lv.q, &mut s.q), (&lv.k, &mut s.k), (&lv.v, &mut s.v)]);
+        ctx.mv(
+            p,
+            0xFF,
+            &mut s.xq,
+            &xb,
+            &mut [(&lv.q, &mut s.q), (&lv.k, &mut s.k), (&lv.v, &mut s.v)],
+        );
         s.xb = xb;
     }
     if let Some(b) = &lv.q_bias {
@@ -524,7 +589,11 @@ fn attention(ctx: &Ctx, lv: &LayerView, l: usize, p: usize, pos: usize, kv: &mut
     let kvd = cfg.kv_dim();
     let group = cfg.n_heads / cfg.n_kv_heads;
     let win = cfg.sliding_window_for(p);
-    let start = if win > 0 && pos + 1 > win { pos + 1 - win } else { 0 };
+    let start = if win > 0 && pos + 1 > win {
+        pos + 1 - win
+    } else {
+        0
+    };
     let n = pos + 1 - start;
     let scale = 1.0 / (hd as f32).sqrt();
     let cap = cfg.meta.attn_logit_softcap;
@@ -573,9 +642,19 @@ fn dense(ctx: &Ctx, lv: &LayerView, p: usize, src: &[f32], s: &mut Scratch) {
     let cfg = ctx.cfg;
     let norm = lv.ffn_norm.as_deref();
     rmsnorm(&mut s.xb, src, norm, cfg.rms_eps);
-    let (g, u, dn) = (lv.gate.as_ref().expect("dense"), lv.up.as_ref().expect("dense"), lv.down.as_ref().expect("dense"));
+    let (g, u, dn) = (
+        lv.gate.as_ref().expect("dense"),
+        lv.up.as_ref().expect("dense"),
+        lv.down.as_ref().expect("dense"),
+    );
     let xb = std::mem::take(&mut s.xb);
-    ctx.mv(p, 0xFF, &mut s.xq, &xb, &mut [(g, &mut s.hb), (u, &mut s.hb2)]);
+    ctx.mv(
+        p,
+        0xFF,
+        &mut s.xq,
+        &xb,
+        &mut [(g, &mut s.hb), (u, &mut s.hb2)],
+    );
     s.xb = xb;
     gated(cfg.meta.ffn_act, &mut s.hb, &s.hb2);
     let hb = std::mem::take(&mut s.hb);
@@ -591,7 +670,13 @@ fn route(cfg: &ModelConfig, lv: &LayerView, src: &[f32]) -> (Vec<f32>, Vec<(usiz
     rmsnorm(&mut act, src, lv.moe_norm.as_deref(), cfg.rms_eps);
     let r = lv.router.as_ref().expect("router");
     let mut logits: Vec<f32> = (0..cfg.n_experts)
-        .map(|e| r[e * d..(e + 1) * d].iter().zip(&act).map(|(a, b)| a * b).sum())
+        .map(|e| {
+            r[e * d..(e + 1) * d]
+                .iter()
+                .zip(&act)
+                .map(|(a, b)| a * b)
+                .sum()
+        })
         .collect();
     let mut idx: Vec<usize> = (0..cfg.n_experts).collect();
     // Stable: ties broken by lower expert id.
@@ -617,7 +702,13 @@ fn run_experts(ctx: &Ctx, lv: &LayerView, p: usize, pe: &Pending, s: &mut Scratc
     let mut bytes = 0;
     for &(e, w) in &pe.sel {
         let ex: &ExpertView = &lv.experts[e];
-        ctx.mv(p, e as u8, &mut s.xq, &pe.act, &mut [(&ex.gate, &mut s.eh), (&ex.up, &mut s.eh2)]);
+        ctx.mv(
+            p,
+            e as u8,
+            &mut s.xq,
+            &pe.act,
+            &mut [(&ex.gate, &mut s.eh), (&ex.up, &mut s.eh2)],
+        );
         gated(ctx.cfg.meta.ffn_act, &mut s.eh, &s.eh2);
         let eh = std::mem::take(&mut s.eh);
         ctx.mv(p, e as u8, &mut s.xq, &eh, &mut [(&ex.down, &mut s.eo)]);
@@ -639,11 +730,14 @@ pub fn stream_bytes(file: &CflowFile) -> Vec<StreamBytes> {
                 .iter()
                 .map(|m| m.as_ref().map_or(0, |m| m.bytes()))
                 .sum::<usize>() as u64;
-            let experts = lv
-                .experts
-                .first()
-                .map_or(0, |e| (e.gate.bytes() + e.up.bytes() + e.down.bytes()) * cfg.top_k) as u64;
-            StreamBytes { attn, dense, experts }
+            let experts = lv.experts.first().map_or(0, |e| {
+                (e.gate.bytes() + e.up.bytes() + e.down.bytes()) * cfg.top_k
+            }) as u64;
+            StreamBytes {
+                attn,
+                dense,
+                experts,
+            }
         })
         .collect()
 }

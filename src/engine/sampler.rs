@@ -12,7 +12,11 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn new(p: SamplingParams) -> Sampler {
-        Sampler { rng: Rng::new(p.seed), p, idx: Vec::new() }
+        Sampler {
+            rng: Rng::new(p.seed),
+            p,
+            idx: Vec::new(),
+        }
     }
 
     /// Picks the next token from `logits` given the recent `history` (for the penalty).
@@ -23,7 +27,11 @@ impl Sampler {
             for &t in history.iter().rev().take(64) {
                 if seen.insert(t) {
                     if let Some(v) = l.get_mut(t as usize) {
-                        *v = if *v > 0.0 { *v / self.p.repeat_penalty } else { *v * self.p.repeat_penalty };
+                        *v = if *v > 0.0 {
+                            *v / self.p.repeat_penalty
+                        } else {
+                            *v * self.p.repeat_penalty
+                        };
                     }
                 }
             }
@@ -33,14 +41,25 @@ impl Sampler {
         }
         self.idx.clear();
         self.idx.extend(0..l.len());
-        let k = if self.p.top_k == 0 { l.len() } else { (self.p.top_k as usize).min(l.len()) };
+        let k = if self.p.top_k == 0 {
+            l.len()
+        } else {
+            (self.p.top_k as usize).min(l.len())
+        };
         self.idx
-            .select_nth_unstable_by(k.saturating_sub(1), |&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
+            .select_nth_unstable_by(k.saturating_sub(1), |&a, &b| {
+                l[b].total_cmp(&l[a]).then(a.cmp(&b))
+            });
         self.idx.truncate(k);
-        self.idx.sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
+        self.idx
+            .sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
         let t = self.p.temperature;
         let m = l[self.idx[0]];
-        let mut probs: Vec<f64> = self.idx.iter().map(|&i| (((l[i] - m) / t) as f64).exp()).collect();
+        let mut probs: Vec<f64> = self
+            .idx
+            .iter()
+            .map(|&i| (((l[i] - m) / t) as f64).exp())
+            .collect();
         let sum: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|p| *p /= sum);
         // top-p: smallest prefix with cumulative probability >= p.
@@ -85,9 +104,18 @@ mod tests {
     #[test]
     fn greedy_and_seeded_reproducible() {
         let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 101) as f32 / 10.0).collect();
-        let mut g = Sampler::new(SamplingParams { temperature: 0.0, ..Default::default() });
+        let mut g = Sampler::new(SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        });
         assert_eq!(g.sample(&logits, &[]) as usize, argmax(&logits));
-        let p = SamplingParams { temperature: 0.8, top_k: 20, top_p: 0.9, seed: 7, ..Default::default() };
+        let p = SamplingParams {
+            temperature: 0.8,
+            top_k: 20,
+            top_p: 0.9,
+            seed: 7,
+            ..Default::default()
+        };
         let (mut a, mut b) = (Sampler::new(p.clone()), Sampler::new(p));
         let sa: Vec<u32> = (0..50).map(|_| a.sample(&logits, &[])).collect();
         let sb: Vec<u32> = (0..50).map(|_| b.sample(&logits, &[])).collect();
@@ -98,9 +126,17 @@ mod tests {
     #[test]
     fn top_k_one_is_greedy_and_penalty_applies() {
         let logits = vec![1.0, 5.0, 4.9];
-        let mut s = Sampler::new(SamplingParams { temperature: 1.0, top_k: 1, ..Default::default() });
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 1,
+            ..Default::default()
+        });
         assert_eq!(s.sample(&logits, &[]), 1);
-        let mut s = Sampler::new(SamplingParams { temperature: 0.0, repeat_penalty: 2.0, ..Default::default() });
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 0.0,
+            repeat_penalty: 2.0,
+            ..Default::default()
+        });
         assert_eq!(s.sample(&logits, &[1]), 2);
     }
 }

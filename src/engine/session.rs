@@ -94,7 +94,12 @@ impl Session {
             Some(j) => Some(Tok::from_json(j)?),
             None => None,
         };
-        Ok(Session { engine, tok, sampler: Sampler::new(sampling), context: Vec::new() })
+        Ok(Session {
+            engine,
+            tok,
+            sampler: Sampler::new(sampling),
+            context: Vec::new(),
+        })
     }
 
     pub fn summary(&self) -> ModelSummary {
@@ -107,7 +112,10 @@ impl Session {
             }
         };
         for l in &f.layers {
-            for m in [Some(&l.q), Some(&l.o), l.gate.as_ref(), l.down.as_ref()].into_iter().flatten() {
+            for m in [Some(&l.q), Some(&l.o), l.gate.as_ref(), l.down.as_ref()]
+                .into_iter()
+                .flatten()
+            {
                 add(m.quant);
             }
             if let Some(e) = l.experts.first() {
@@ -142,7 +150,10 @@ impl Session {
     }
 
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        let tok = self.tok.as_ref().ok_or("this model has no tokenizer; use --tokens")?;
+        let tok = self
+            .tok
+            .as_ref()
+            .ok_or("this model has no tokenizer; use --tokens")?;
         let mut ids = tok.encode(text, false)?;
         let m = &self.engine.cfg.meta;
         if m.add_bos && self.context.is_empty() {
@@ -158,9 +169,20 @@ impl Session {
     }
 
     /// Feeds `prompt` (continuing the context) and generates up to `max_new` tokens.
-    pub fn generate(&mut self, prompt: &[u32], max_new: usize, stop_at_eos: bool, emit: &mut dyn FnMut(Event)) -> GenOutcome {
-        let mut out = GenOutcome { prompt_tokens: prompt.len(), ..Default::default() };
-        self.engine.stop.store(false, std::sync::atomic::Ordering::Relaxed);
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_new: usize,
+        stop_at_eos: bool,
+        emit: &mut dyn FnMut(Event),
+    ) -> GenOutcome {
+        let mut out = GenOutcome {
+            prompt_tokens: prompt.len(),
+            ..Default::default()
+        };
+        self.engine
+            .stop
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         let room = self.engine.cfg.max_ctx.saturating_sub(self.engine.pos());
         if prompt.len() > room {
             out.reason = Some(StopReason::ContextFull);
@@ -170,7 +192,10 @@ impl Session {
                 room,
                 self.engine.cfg.max_ctx
             ));
-            emit(Event::Error { message: out.error.clone().unwrap_or_default(), fatal: false });
+            emit(Event::Error {
+                message: out.error.clone().unwrap_or_default(),
+                fatal: false,
+            });
             return out;
         }
         let t0 = Instant::now();
@@ -182,7 +207,10 @@ impl Session {
             self.context.push(id);
         }
         out.prefill_ns = t0.elapsed().as_nanos() as u64;
-        emit(Event::Prefill { n_tokens: prompt.len() as u32, ns: out.prefill_ns });
+        emit(Event::Prefill {
+            n_tokens: prompt.len() as u32,
+            ns: out.prefill_ns,
+        });
         if prompt.is_empty() {
             out.reason = Some(StopReason::Length);
             return out;
@@ -197,7 +225,11 @@ impl Session {
             };
             out.tokens.push(next);
             out.text.push_str(&piece);
-            emit(Event::Token { index: index as u32, id: next, text: piece });
+            emit(Event::Token {
+                index: index as u32,
+                id: next,
+                text: piece,
+            });
             if stop_at_eos && self.is_eos(next) {
                 out.reason = Some(StopReason::Eos);
                 break;
@@ -239,7 +271,12 @@ impl Session {
         out
     }
 
-    fn fail(&mut self, mut out: GenOutcome, e: ForwardError, emit: &mut dyn FnMut(Event)) -> GenOutcome {
+    fn fail(
+        &mut self,
+        mut out: GenOutcome,
+        e: ForwardError,
+        emit: &mut dyn FnMut(Event),
+    ) -> GenOutcome {
         let reason = match e {
             ForwardError::Stopped => StopReason::Stopped,
             ForwardError::ContextFull { .. } => StopReason::ContextFull,
@@ -250,9 +287,16 @@ impl Session {
         out.reason = Some(reason);
         if reason != StopReason::Stopped {
             out.error = Some(e.to_string());
-            emit(Event::Error { message: e.to_string(), fatal: false });
+            emit(Event::Error {
+                message: e.to_string(),
+                fatal: false,
+            });
         }
-        emit(Event::Done { reason, n_tokens: out.tokens.len() as u32, decode_ns: out.decode_ns });
+        emit(Event::Done {
+            reason,
+            n_tokens: out.tokens.len() as u32,
+            decode_ns: out.decode_ns,
+        });
         out
     }
 
