@@ -149,7 +149,7 @@ pub fn pre_tokenizer_for(pre: &str) -> Option<(Vec<&'static str>, bool)> {
 }
 
 /// Token names llama.cpp treats as end-of-generation.
-const EOG_NAMES: &[&str] = &[
+pub const EOG_NAMES: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
