@@ -152,7 +152,13 @@ fn gpt2_asset_known_ids() {
         w.encode("Hello world<|endoftext|>", false).unwrap(),
         vec![15496, 995, 50256]
     );
-    let text = "It's 2024: naïve café — 日本語 🦀!";
+    // Reference ids from gpt-3-encoder@1.1.4's own Encoder.js (node) on the same string.
+    let text = "It's 2024: naïve café — 日本語 🦀! The  quick\n\n brown fox's 123456 jumps.";
+    let reference = [
+        1026, 338, 48609, 25, 41492, 40304, 851, 10545, 245, 98, 17312, 105, 45739, 252, 12520, 99,
+        222, 0, 383, 220, 2068, 628, 7586, 21831, 338, 17031, 29228, 18045, 13,
+    ];
+    assert_eq!(w.encode(text, false).unwrap(), reference);
     let ids = w.encode(text, false).unwrap();
     assert_eq!(w.decode(&ids, false).unwrap(), text);
     let mut d = Detok::new(w.token_bytes());

@@ -188,9 +188,15 @@ impl Default for SamplingParams {
 #[serde(tag = "cmd", rename_all = "snake_case")]
 pub enum Command {
     /// Plain completion of `text` (continues the current context).
-    Complete { text: String, max_tokens: u32 },
+    Complete {
+        text: String,
+        max_tokens: u32,
+    },
     /// A chat turn: the template is applied by the engine side.
-    Chat { text: String, max_tokens: u32 },
+    Chat {
+        text: String,
+        max_tokens: u32,
+    },
     /// Stop the current generation (within one layer).
     Stop,
     /// Clear the context.
