@@ -7,9 +7,13 @@
 //! When `xq` (the activation quantized to Q8 blocks, covering exactly these `cols`) is given and
 //! the ISA has an integer path for the type, the integer path is used.
 
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
 pub mod scalar;
 
-use crate::quant::QuantType;
+use crate::quant::{QuantType, QK};
 
 /// Instruction-set path chosen for the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,14 +47,35 @@ impl Isa {
         match self {
             Isa::Scalar => true,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
-                is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
+                Isa::Avx2.available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
             }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
+    }
+
+    /// True when the AVX-512 path may use VNNI (`vpdpbusd`).
+    pub fn has_vnni(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => self.available() && is_x86_feature_detected!("avx512vnni"),
+            _ => false,
+        }
+    }
+
+    /// [`Isa::detect`], evaluated once per process.
+    pub fn cached() -> Isa {
+        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(Isa::detect)
     }
 
     pub fn name(self) -> &'static str {
@@ -61,6 +86,9 @@ impl Isa {
         }
     }
 }
+
+/// Borrowed Q8 activation blocks `(d, s, qs)` as passed to the tile kernels.
+pub type XqRef<'a> = Option<(&'a [f32], &'a [f32], &'a [i8])>;
 
 /// An activation vector quantized to Q8 blocks of 32: per block a f32 scale `d`, 32 i8 quants and
 /// `s = d · Σq` (used by the Q4_1 integer path).
@@ -73,14 +101,75 @@ pub struct Q8Act {
 
 impl Q8Act {
     /// Quantizes `x` (length a multiple of 32) into `self`, reusing its buffers.
+    /// Uses the best ISA of this CPU ([`Isa::cached`]); the result is bit-identical on every path.
     pub fn quantize_from(&mut self, x: &[f32]) {
-        scalar::quantize_act(x, self);
+        quantize_act(Isa::cached(), x, self);
     }
 
     /// Number of 32-element blocks.
     pub fn blocks(&self) -> usize {
         self.d.len()
     }
+}
+
+/// Quantizes `x` (length a multiple of 32) to Q8 blocks with the given ISA (falls back to scalar
+/// when `isa` is not available). All paths produce identical bytes.
+pub fn quantize_act(isa: Isa, x: &[f32], out: &mut Q8Act) {
+    assert!(
+        x.len().is_multiple_of(QK),
+        "activation length {} not a multiple of 32",
+        x.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar && Isa::Avx2.available() {
+        // SAFETY: AVX2, FMA and F16C were just detected; `avx2::quantize_act` only reads `x`
+        // within its length and sizes `out`'s buffers itself.
+        unsafe { avx2::quantize_act(x, out) };
+        return;
+    }
+    let _ = isa;
+    scalar::quantize_act(x, out);
+}
+
+/// Checks the tile contract before any SIMD code touches the slices (one set of asserts per tile
+/// call). Returns true when the integer path applies (`xq` given and `q` is a block type).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn check_tile(
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    scales: &[u8],
+    qs: &[u8],
+    x: &[f32],
+    xq: Option<(&[f32], &[f32], &[i8])>,
+    y: &[f32],
+) -> bool {
+    assert!(
+        cols.is_multiple_of(QK),
+        "tile cols {cols} not a multiple of 32"
+    );
+    let nb = cols / QK;
+    assert!(y.len() >= rows, "y too short: {} < {rows}", y.len());
+    assert!(
+        scales.len() >= rows * nb * q.scale_bytes_per_block(),
+        "scales too short"
+    );
+    assert!(
+        qs.len() >= rows * nb * q.quant_bytes_per_block(),
+        "qs too short"
+    );
+    let int = q.is_blocked() && xq.is_some();
+    match xq {
+        Some((d, s, xqs)) if int => {
+            assert!(
+                d.len() >= nb && s.len() >= nb && xqs.len() >= cols,
+                "xq too short"
+            );
+        }
+        _ => assert!(x.len() >= cols, "x too short: {} < {cols}", x.len()),
+    }
+    int
 }
 
 /// `y[r] += W_tile[r] · x` for one tile (see module docs). `x.len() == cols`, `y.len() == rows`.
@@ -98,6 +187,193 @@ pub fn tile_matvec(
     xq: Option<(&[f32], &[f32], &[i8])>,
     y: &mut [f32],
 ) {
+    check_tile(q, rows, cols, scales, qs, x, xq, y);
+    #[cfg(target_arch = "x86_64")]
+    match isa {
+        // `available()` is a cached feature-bit test; it keeps a hand-made `Isa` value sound.
+        Isa::Avx512 if isa.available() => {
+            // SAFETY: AVX-512 F/BW (+ AVX2/FMA/F16C) detected just above; slice lengths checked
+            // by `check_tile`.
+            unsafe { avx512::tile_matvec(q, rows, cols, scales, qs, x, xq, y, isa.has_vnni()) };
+            return;
+        }
+        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.available() => {
+            // SAFETY: AVX2/FMA/F16C detected just above; slice lengths checked by `check_tile`.
+            unsafe { avx2::tile_matvec(q, rows, cols, scales, qs, x, xq, y) };
+            return;
+        }
+        _ => {}
+    }
     let _ = isa;
     scalar::tile_matvec(q, rows, cols, scales, qs, x, xq, y)
+}
+
+/// Shared test support: random tiles in the split layout and SIMD-vs-scalar checks.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use super::{scalar, Q8Act};
+    use crate::quant::{dequantize_row, quantize_row, QuantType, QK};
+
+    /// Signature of a tile kernel under test (same as [`super::tile_matvec`] minus the ISA).
+    pub type Kernel<'a> = &'a dyn Fn(
+        QuantType,
+        usize,
+        usize,
+        &[u8],
+        &[u8],
+        &[f32],
+        Option<(&[f32], &[f32], &[i8])>,
+        &mut [f32],
+    );
+
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            // xorshift64*
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        /// Uniform in [-1, 1).
+        pub fn f(&mut self) -> f32 {
+            (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        }
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    pub struct TileData {
+        pub scales: Vec<u8>,
+        pub qs: Vec<u8>,
+        /// Dequantized weights, row-major.
+        pub w: Vec<f32>,
+    }
+
+    pub fn random_tile(rng: &mut Rng, q: QuantType, rows: usize, cols: usize) -> TileData {
+        let amp = [0.01f32, 0.5, 3.0][rng.below(3)];
+        let (mut scales, mut qs) = (Vec::new(), Vec::new());
+        let mut w = vec![0f32; rows * cols];
+        let mut src = vec![0f32; cols];
+        for r in 0..rows {
+            // Some rows with a positive bias so that Q4_1 minimums are not all negative.
+            let bias = if rng.below(4) == 0 { amp } else { 0.0 };
+            for v in src.iter_mut() {
+                *v = rng.f() * amp + bias;
+            }
+            let (s0, q0) = (scales.len(), qs.len());
+            quantize_row(q, &src, &mut scales, &mut qs);
+            dequantize_row(
+                q,
+                &scales[s0..],
+                &qs[q0..],
+                &mut w[r * cols..(r + 1) * cols],
+            );
+        }
+        TileData { scales, qs, w }
+    }
+
+    fn norm(v: &[f32]) -> f32 {
+        v.iter().map(|a| a * a).sum::<f32>().sqrt()
+    }
+
+    /// Runs `kern` against the scalar reference on one random tile, for the f32 path and (block
+    /// types) the integer path; also checks integer vs f32 path within the Q8 activation error.
+    pub fn check_one(kern: Kernel, rng: &mut Rng, q: QuantType, rows: usize, cols: usize) {
+        let t = random_tile(rng, q, rows, cols);
+        let x: Vec<f32> = (0..cols).map(|_| rng.f() * 2.0).collect();
+        let mut xq = Q8Act::default();
+        scalar::quantize_act(&x, &mut xq);
+        let y0: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
+        let xqs = (&xq.d[..], &xq.s[..], &xq.qs[..]);
+        let paths: &[super::XqRef] = if q.is_blocked() {
+            &[None, Some(xqs)]
+        } else {
+            &[None]
+        };
+        let mut outs = Vec::new();
+        for &xa in paths {
+            let mut yr = y0.clone();
+            scalar::tile_matvec(q, rows, cols, &t.scales, &t.qs, &x, xa, &mut yr);
+            let mut ys = y0.clone();
+            kern(q, rows, cols, &t.scales, &t.qs, &x, xa, &mut ys);
+            let prod: Vec<f32> = yr.iter().zip(&y0).map(|(a, b)| a - b).collect();
+            // Bound: 1e-4 of the product's norm, plus a few ulps of the accumulated y0 (|y0| < 1).
+            let tol = 1e-4 * norm(&prod) + 1e-6;
+            for r in 0..rows {
+                let d = (yr[r] - ys[r]).abs();
+                assert!(
+                    d <= tol,
+                    "{q} {rows}x{cols} int={} row {r}: ref {} simd {} (diff {d}, tol {tol})",
+                    xa.is_some(),
+                    yr[r],
+                    ys[r]
+                );
+            }
+            outs.push(ys);
+        }
+        if q.is_blocked() {
+            // Integer vs f32 path: the only difference is the activation's Q8 rounding,
+            // |x - x̂| ≤ d_x/2 per element, so per row |Δ| ≤ Σ_b (d_x[b]/2)·Σ_{j∈b} |w_j|
+            // (+ the same float slack as above).
+            let prod: Vec<f32> = outs[0].iter().zip(&y0).map(|(a, b)| a - b).collect();
+            let slack = 1e-4 * norm(&prod) + 1e-6;
+            for (r, wr) in t.w.chunks_exact(cols).enumerate() {
+                let bound: f32 = wr
+                    .chunks_exact(QK)
+                    .enumerate()
+                    .map(|(b, blk)| xq.d[b] * 0.5 * blk.iter().map(|v| v.abs()).sum::<f32>())
+                    .sum();
+                let d = (outs[0][r] - outs[1][r]).abs();
+                assert!(
+                    d <= bound * 1.001 + slack,
+                    "{q} int vs f32 row {r}: {d} > {bound}"
+                );
+            }
+        }
+    }
+
+    /// 1,000 random tiles per quant type (rows 1..=128, cols 32..=256 step 32), plus edge shapes.
+    pub fn check_kernel(kern: Kernel, seed: u64) {
+        let mut rng = Rng(seed);
+        for q in QuantType::ALL {
+            for _ in 0..1000 {
+                let rows = 1 + rng.below(128);
+                let cols = QK * (1 + rng.below(8));
+                check_one(kern, &mut rng, q, rows, cols);
+            }
+            for rows in [1, 2, 3, 4, 5, 6, 7, 9, 127, 128] {
+                for cols in [32, 64, 96, 224, 256, 288, 512] {
+                    check_one(kern, &mut rng, q, rows, cols);
+                }
+            }
+        }
+    }
+
+    /// Activation quantizer must match the scalar one bit for bit (incl. exact .5 ties).
+    pub fn check_quantize(quant: &dyn Fn(&[f32], &mut Q8Act)) {
+        let mut rng = Rng(99);
+        let mut xs: Vec<Vec<f32>> = (0..200)
+            .map(|i| {
+                let n = QK * (1 + i % 20);
+                (0..n).map(|_| rng.f() * 10.0).collect()
+            })
+            .collect();
+        // amax = 127 → d = 1: every k + 0.5 is a tie.
+        let mut ties: Vec<f32> = (0..64).map(|i| (i as f32 - 32.0) + 0.5).collect();
+        ties[0] = 127.0;
+        ties[40] = -127.0;
+        xs.push(ties);
+        xs.push(vec![0.0; 64]);
+        for x in &xs {
+            let (mut a, mut b) = (Q8Act::default(), Q8Act::default());
+            scalar::quantize_act(x, &mut a);
+            quant(x, &mut b);
+            assert_eq!(a.qs, b.qs);
+            assert_eq!(a.d, b.d);
+            assert_eq!(a.s, b.s);
+        }
+    }
 }

@@ -44,20 +44,15 @@ pub fn tile_matvec(
         match q {
             QuantType::F32 => {
                 let row = &qs[r * cols * 4..(r + 1) * cols * 4];
-                for c in 0..cols {
-                    let w = f32::from_le_bytes([
-                        row[4 * c],
-                        row[4 * c + 1],
-                        row[4 * c + 2],
-                        row[4 * c + 3],
-                    ]);
-                    acc += w * x[c];
+                for (wb, xc) in row.chunks_exact(4).zip(&x[..cols]) {
+                    let w = f32::from_le_bytes([wb[0], wb[1], wb[2], wb[3]]);
+                    acc += w * xc;
                 }
             }
             QuantType::F16 => {
                 let row = &qs[r * cols * 2..(r + 1) * cols * 2];
-                for c in 0..cols {
-                    acc += f16_at(row, 2 * c) * x[c];
+                for (c, xc) in x[..cols].iter().enumerate() {
+                    acc += f16_at(row, 2 * c) * xc;
                 }
             }
             _ => {

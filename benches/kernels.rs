@@ -1,0 +1,180 @@
+//! Tile kernel throughput: `tile_matvec` over whole matrices stored as 128×256 tiles, per quant
+//! type and path (scalar / AVX2 / AVX-512 × f32 activation / Q8 integer activation). Throughput is
+//! reported in weight bytes (scales + quants) per second. The integer paths include the one
+//! activation quantization per matvec, as the engine pays it.
+//!
+//! Run: `cargo bench --bench kernels` (short measurement times are set below; add `-- --quick` for
+//! an even shorter run, or a filter such as `-- Q4_1`).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use cflow::kernels::dot::{quantize_act, tile_matvec, Isa, Q8Act};
+use cflow::quant::{quantize_row, QuantType, QK};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+const TR: usize = 128;
+const TC: usize = 256;
+
+struct Tile {
+    r0: usize,
+    c0: usize,
+    rows: usize,
+    cols: usize,
+    scales: Vec<u8>,
+    qs: Vec<u8>,
+}
+
+struct Matrix {
+    q: QuantType,
+    tiles: Vec<Tile>,
+}
+
+fn lcg(s: &mut u64) -> f32 {
+    *s = s
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    ((*s >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+}
+
+fn build(q: QuantType, rows: usize, cols: usize) -> Matrix {
+    let mut seed = 42u64;
+    let mut tiles = Vec::new();
+    for r0 in (0..rows).step_by(TR) {
+        for c0 in (0..cols).step_by(TC) {
+            let (tr, tc) = (TR.min(rows - r0), TC.min(cols - c0));
+            let (mut scales, mut qs) = (Vec::new(), Vec::new());
+            let mut src = vec![0f32; tc];
+            for _ in 0..tr {
+                for v in src.iter_mut() {
+                    *v = lcg(&mut seed) * 0.1;
+                }
+                quantize_row(q, &src, &mut scales, &mut qs);
+            }
+            tiles.push(Tile {
+                r0,
+                c0,
+                rows: tr,
+                cols: tc,
+                scales,
+                qs,
+            });
+        }
+    }
+    Matrix { q, tiles }
+}
+
+/// One full matvec `y = W·x` through the tile kernels.
+fn matvec(isa: Isa, m: &Matrix, x: &[f32], xq: Option<&mut Q8Act>, y: &mut [f32]) {
+    y.fill(0.0);
+    let xq = xq.map(|a| {
+        quantize_act(isa, x, a);
+        &*a
+    });
+    for t in &m.tiles {
+        let b0 = t.c0 / QK;
+        let nb = t.cols / QK;
+        let xa = xq.map(|a| {
+            (
+                &a.d[b0..b0 + nb],
+                &a.s[b0..b0 + nb],
+                &a.qs[t.c0..t.c0 + t.cols],
+            )
+        });
+        tile_matvec(
+            isa,
+            m.q,
+            t.rows,
+            t.cols,
+            &t.scales,
+            &t.qs,
+            &x[t.c0..t.c0 + t.cols],
+            xa,
+            &mut y[t.r0..t.r0 + t.rows],
+        );
+    }
+}
+
+fn isas() -> Vec<Isa> {
+    [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect()
+}
+
+fn bench_shape(c: &mut Criterion, group: &str, shapes: &[(QuantType, usize, usize)]) {
+    let mut g = c.benchmark_group(group);
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(1200));
+    for &(q, rows, cols) in shapes {
+        let m = build(q, rows, cols);
+        let mut s = 7u64;
+        let x: Vec<f32> = (0..cols).map(|_| lcg(&mut s)).collect();
+        let mut y = vec![0f32; rows];
+        let mut xq = Q8Act::default();
+        g.throughput(Throughput::Bytes(q.matrix_bytes(rows, cols) as u64));
+        for isa in isas() {
+            for int in [false, true] {
+                if int && !q.is_blocked() {
+                    continue;
+                }
+                let name = format!(
+                    "{}/{}x{}/{}-{}",
+                    q,
+                    rows,
+                    cols,
+                    isa.name(),
+                    if int { "int" } else { "f32" }
+                );
+                g.bench_function(BenchmarkId::from_parameter(name), |b| {
+                    b.iter(|| {
+                        let a = if int { Some(&mut xq) } else { None };
+                        matvec(isa, &m, black_box(&x), a, &mut y);
+                        black_box(&y);
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+fn kernels(c: &mut Criterion) {
+    bench_shape(
+        c,
+        "tile_matvec_2048x2048",
+        &[
+            (QuantType::Q4_0, 2048, 2048),
+            (QuantType::Q4_1, 2048, 2048),
+            (QuantType::Q8_0, 2048, 2048),
+        ],
+    );
+}
+
+/// SmolLM2-135M shapes (d = 576): a Q4_1 FFN projection and the 49152×576 Q8_0 LM head.
+fn smollm2(c: &mut Criterion) {
+    bench_shape(
+        c,
+        "smollm2",
+        &[(QuantType::Q4_1, 1536, 576), (QuantType::Q8_0, 49152, 576)],
+    );
+}
+
+/// One 128×256 tile (L1/L2-resident): the kernels' compute ceiling without cache misses.
+fn single_tile(c: &mut Criterion) {
+    bench_shape(
+        c,
+        "single_tile",
+        &[
+            (QuantType::Q4_0, 128, 256),
+            (QuantType::Q4_1, 128, 256),
+            (QuantType::Q8_0, 128, 256),
+            (QuantType::F16, 128, 256),
+            (QuantType::F32, 128, 256),
+        ],
+    );
+}
+
+criterion_group!(benches, kernels, smollm2, single_tile);
+criterion_main!(benches);

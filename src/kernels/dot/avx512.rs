@@ -1,0 +1,326 @@
+//! AVX-512 (F + BW) tile kernels, with a VNNI (`vpdpbusd`) variant of the integer path.
+//!
+//! Same structure as `avx2.rs` (chunks of 8 blocks, 4 rows sharing activation loads, Q4
+//! offset/minimum folded into the accumulator's initial value), but each integer step covers *two*
+//! 32-element blocks in one 512-bit register: the 32 packed bytes of two Q4 blocks are spread to
+//! `[b0, b0, b1, b1]` (128-bit lanes) with `vpermq`, shifted by `[0, 4, 0, 4]` per lane and masked,
+//! which matches the 64 activation bytes of the two blocks. The two per-block scales are spread to
+//! `[d0 ×8, d1 ×8]` with one `vpermps`. The f32 path handles one block per step (two registers of
+//! 16 floats).
+//!
+//! The kernels are generated twice by a macro: once for `avx512f,avx512bw` (`vpmaddubsw` +
+//! `vpmaddwd`) and once with `avx512vnni` added (`vpdpbusd`), so the non-VNNI code can never pick
+//! up VNNI instructions. Selected only by runtime detection (see `mod.rs`).
+
+use core::arch::x86_64::*;
+
+use super::avx2::{
+    chunk_consts, load_scales, quant_bytes, scale_bytes, store_rows, Act, Lanes, Tile, CHUNK,
+    K_Q4_0, K_Q4_1, K_Q8_0,
+};
+use crate::quant::{QuantType, QK};
+
+/// `y[r] += W[r]·x` for one tile (AVX-512). Integer path when `xq` is given for a block type;
+/// `vnni` selects the `vpdpbusd` variant.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW plus AVX2, FMA and F16C (and AVX512-VNNI when `vnni`),
+/// and the slices must satisfy the tile contract checked by `super::check_tile`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn tile_matvec(
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    scales: &[u8],
+    qs: &[u8],
+    x: &[f32],
+    xq: Option<(&[f32], &[f32], &[i8])>,
+    y: &mut [f32],
+    vnni: bool,
+) {
+    let t = Tile {
+        rows,
+        nb: cols / QK,
+        scales: scales.as_ptr(),
+        qs: qs.as_ptr(),
+        y: y.as_mut_ptr(),
+    };
+    let a = match xq {
+        Some(a) if q.is_blocked() => Act::int(a),
+        _ => Act::f32(x),
+    };
+    if vnni {
+        // SAFETY: forwarded caller guarantee (features incl. VNNI, validated tile).
+        vnni::run(q, &t, a, xq.is_some());
+    } else {
+        // SAFETY: forwarded caller guarantee (features, validated tile).
+        bw::run(q, &t, a, xq.is_some());
+    }
+}
+
+macro_rules! avx512_kernels {
+    ($name:ident, $feat:literal, $vnni:literal) => {
+        mod $name {
+            use super::*;
+
+            const VNNI: bool = $vnni;
+
+            /// Dispatch on the quant type.
+            #[target_feature(enable = $feat)]
+            pub(super) unsafe fn run(q: QuantType, t: &Tile, a: Act, int: bool) {
+                match (q, int) {
+                    (QuantType::F32, _) => float_rows::<false>(t, a.x),
+                    (QuantType::F16, _) => float_rows::<true>(t, a.x),
+                    (QuantType::Q4_0, true) => blocked::<K_Q4_0, true>(t, a),
+                    (QuantType::Q4_1, true) => blocked::<K_Q4_1, true>(t, a),
+                    (QuantType::Q8_0, true) => blocked::<K_Q8_0, true>(t, a),
+                    (QuantType::Q4_0, false) => blocked::<K_Q4_0, false>(t, a),
+                    (QuantType::Q4_1, false) => blocked::<K_Q4_1, false>(t, a),
+                    (QuantType::Q8_0, false) => blocked::<K_Q8_0, false>(t, a),
+                }
+            }
+
+            /// Folds a 512-bit accumulator to 256 bits (lane-wise sum of the halves).
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn fold(v: __m512) -> __m256 {
+                let lo = _mm512_castps512_ps256(v);
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+                _mm256_add_ps(lo, hi)
+            }
+
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn blocked<const K: u8, const INT: bool>(t: &Tile, a: Act) {
+                let mut c0 = 0;
+                while c0 < t.nb {
+                    let cn = CHUNK.min(t.nb - c0);
+                    let (amv, csv) = chunk_consts::<K, INT>(a, c0, cn);
+                    let mut r0 = 0;
+                    while r0 + 4 <= t.rows {
+                        group::<K, INT, 4>(t, a, r0, c0, cn, amv, csv);
+                        r0 += 4;
+                    }
+                    match t.rows - r0 {
+                        1 => group::<K, INT, 1>(t, a, r0, c0, cn, amv, csv),
+                        2 => group::<K, INT, 2>(t, a, r0, c0, cn, amv, csv),
+                        3 => group::<K, INT, 3>(t, a, r0, c0, cn, amv, csv),
+                        _ => {}
+                    }
+                    c0 += cn;
+                }
+            }
+
+            /// Integer dot of unsigned bytes `u` with signed bytes `s`, as 16 i32 partial sums.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn dot_u8i8(u: __m512i, s: __m512i) -> __m512i {
+                if VNNI {
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s)
+                } else {
+                    _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1))
+                }
+            }
+
+            #[inline]
+            #[allow(clippy::too_many_arguments)]
+            #[target_feature(enable = $feat)]
+            unsafe fn group<const K: u8, const INT: bool, const R: usize>(
+                t: &Tile,
+                a: Act,
+                r0: usize,
+                c0: usize,
+                cn: usize,
+                amv: __m256,
+                csv: __m256,
+            ) {
+                let sb = scale_bytes(K);
+                let qb = quant_bytes(K);
+                let mut acc = [_mm512_setzero_ps(); R];
+                let mut dd = [Lanes([0.0; 8]); R];
+                let mut ddz = [_mm512_setzero_ps(); R];
+                let mut wp = [core::ptr::null::<u8>(); R];
+                for i in 0..R {
+                    let r = r0 + i;
+                    let (d, m) = load_scales::<K>(t.scales.add((r * t.nb + c0) * sb), cn);
+                    let dm = _mm256_mul_ps(d, amv);
+                    _mm256_store_ps(dd[i].0.as_mut_ptr(), dm);
+                    ddz[i] = _mm512_zextps256_ps512(dm);
+                    let init = match K {
+                        K_Q4_0 => _mm256_mul_ps(d, csv),
+                        K_Q4_1 => _mm256_mul_ps(m, csv),
+                        _ => _mm256_setzero_ps(),
+                    };
+                    acc[i] = _mm512_zextps256_ps512(init);
+                    wp[i] = t.qs.add((r * t.nb + c0) * qb);
+                }
+                if INT {
+                    let m4 = _mm512_set1_epi8(0x0F);
+                    let spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+                    let shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+                    let two = _mm512_set1_epi32(2);
+                    // Scale lane index for the current pair of blocks: [2p ×8, 2p+1 ×8].
+                    let mut sidx =
+                        _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+                    let mut b = 0;
+                    while b < cn {
+                        let full = b + 1 < cn;
+                        // Activation bytes of blocks b, b+1 (upper half zeroed for a lone block).
+                        let xmask: __mmask64 = if full { !0 } else { 0xFFFF_FFFF };
+                        let xv = _mm512_maskz_loadu_epi8(xmask, a.q.add((c0 + b) * QK));
+                        for i in 0..R {
+                            let wb = wp[i].add(b * qb);
+                            let p = if K == K_Q8_0 {
+                                let w = _mm512_maskz_loadu_epi8(xmask, wb as *const i8);
+                                let neg = _mm512_movepi8_mask(w);
+                                let sx = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+                                dot_u8i8(_mm512_abs_epi8(w), sx)
+                            } else {
+                                let w = if full {
+                                    _mm256_loadu_si256(wb as *const __m256i)
+                                } else {
+                                    _mm256_zextsi128_si256(_mm_loadu_si128(wb as *const __m128i))
+                                };
+                                let w = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(w));
+                                let u = _mm512_and_si512(_mm512_srlv_epi64(w, shift), m4);
+                                dot_u8i8(u, xv)
+                            };
+                            let sc = _mm512_permutexvar_ps(sidx, ddz[i]);
+                            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[i]);
+                        }
+                        sidx = _mm512_add_epi32(sidx, two);
+                        b += 2;
+                    }
+                } else {
+                    let m4 = _mm512_set1_epi32(0x0F);
+                    for b in 0..cn {
+                        let xp = a.x.add((c0 + b) * QK);
+                        let x0 = _mm512_loadu_ps(xp);
+                        let x1 = _mm512_loadu_ps(xp.add(16));
+                        for i in 0..R {
+                            let p = wp[i].add(b * qb);
+                            let (e0, e1) = if K == K_Q8_0 {
+                                (
+                                    _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i)),
+                                    _mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                        p.add(16) as *const __m128i
+                                    )),
+                                )
+                            } else {
+                                let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i));
+                                (_mm512_and_si512(v, m4), _mm512_srli_epi32::<4>(v))
+                            };
+                            let s = _mm512_mul_ps(_mm512_cvtepi32_ps(e0), x0);
+                            let s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(e1), x1, s);
+                            acc[i] = _mm512_fmadd_ps(s, _mm512_set1_ps(dd[i].0[b]), acc[i]);
+                        }
+                    }
+                }
+                let mut folded = [_mm256_setzero_ps(); R];
+                for i in 0..R {
+                    folded[i] = fold(acc[i]);
+                }
+                store_rows::<R>(&folded, t.y.add(r0));
+            }
+
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn float_rows<const HALF: bool>(t: &Tile, x: *const f32) {
+                let mut r0 = 0;
+                while r0 + 4 <= t.rows {
+                    float_group::<HALF, 4>(t, x, r0);
+                    r0 += 4;
+                }
+                match t.rows - r0 {
+                    1 => float_group::<HALF, 1>(t, x, r0),
+                    2 => float_group::<HALF, 2>(t, x, r0),
+                    3 => float_group::<HALF, 3>(t, x, r0),
+                    _ => {}
+                }
+            }
+
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn load_w<const HALF: bool>(p: *const u8, e: usize) -> __m512 {
+                if HALF {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * e) as *const __m256i))
+                } else {
+                    _mm512_loadu_ps(p.add(4 * e) as *const f32)
+                }
+            }
+
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn float_group<const HALF: bool, const R: usize>(
+                t: &Tile,
+                x: *const f32,
+                r0: usize,
+            ) {
+                let cols = t.nb * QK;
+                let eb = if HALF { 2 } else { 4 };
+                let mut a0 = [_mm512_setzero_ps(); R];
+                let mut a1 = [_mm512_setzero_ps(); R];
+                let mut wp = [core::ptr::null::<u8>(); R];
+                for (i, w) in wp.iter_mut().enumerate() {
+                    *w = t.qs.add((r0 + i) * cols * eb);
+                }
+                let mut c = 0;
+                while c < cols {
+                    let x0 = _mm512_loadu_ps(x.add(c));
+                    let x1 = _mm512_loadu_ps(x.add(c + 16));
+                    for i in 0..R {
+                        a0[i] = _mm512_fmadd_ps(load_w::<HALF>(wp[i], c), x0, a0[i]);
+                        a1[i] = _mm512_fmadd_ps(load_w::<HALF>(wp[i], c + 16), x1, a1[i]);
+                    }
+                    c += QK;
+                }
+                let mut folded = [_mm256_setzero_ps(); R];
+                for i in 0..R {
+                    folded[i] = fold(_mm512_add_ps(a0[i], a1[i]));
+                }
+                store_rows::<R>(&folded, t.y.add(r0));
+            }
+        }
+    };
+}
+
+avx512_kernels!(bw, "avx512f,avx512bw,avx2,fma,f16c", false);
+avx512_kernels!(vnni, "avx512f,avx512bw,avx512vnni,avx2,fma,f16c", true);
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::check_kernel;
+    use super::super::Isa;
+
+    #[test]
+    fn avx512_matches_scalar_on_random_tiles() {
+        if !Isa::Avx512.available() {
+            println!("SKIP: no AVX-512 on this CPU");
+            return;
+        }
+        check_kernel(
+            &|q, rows, cols, s, qs, x, xq, y| {
+                super::super::check_tile(q, rows, cols, s, qs, x, xq, y);
+                // SAFETY: AVX-512 F/BW detected above; tile checked just above.
+                unsafe { super::tile_matvec(q, rows, cols, s, qs, x, xq, y, false) }
+            },
+            3,
+        );
+    }
+
+    #[test]
+    fn avx512_vnni_matches_scalar_on_random_tiles() {
+        if !Isa::Avx512.has_vnni() {
+            println!("SKIP: no AVX-512 on this CPU");
+            return;
+        }
+        check_kernel(
+            &|q, rows, cols, s, qs, x, xq, y| {
+                super::super::check_tile(q, rows, cols, s, qs, x, xq, y);
+                // SAFETY: AVX-512 F/BW/VNNI detected above; tile checked just above.
+                unsafe { super::tile_matvec(q, rows, cols, s, qs, x, xq, y, true) }
+            },
+            4,
+        );
+    }
+}
