@@ -1,1 +1,281 @@
-//! chrome (in progress)
+//! Export a replayed trace as Chrome Trace Event JSON (open in Perfetto or chrome://tracing).
+//!
+//! Layout (all times in µs with ns precision, `pid` 1):
+//! * tid 1 "compute": per token a `token N` span containing per-layer `L{l}` spans, each holding
+//!   `attention`, `dense`, `router`, `experts` spans (zero-length phases omitted), then
+//!   `lm_head`. **Placement:** the Stats event's `t_ns` is taken as the token's end and the
+//!   phases are laid *back* from it: the token starts at `t_ns − max(ns_total, Σ phases)` and its
+//!   phases run forward from there in layer order. If that start would precede the previous
+//!   token's end (clock skew, or phases summing to more than the gap between Stats events), the
+//!   token is shifted to start at the previous end, so spans on one tid always nest.
+//!   Prefill is a `prefill` span ending at the Prefill event's `t_ns` (same clamping).
+//! * tid 2 "expert I/O": one `io L{l}` span per layer with [`LayerIo`](super::event::LayerIo),
+//!   starting when that layer's router phase ends and lasting `io_ns` (serialized if they would
+//!   overlap: placement is inferred, durations are measured).
+//! * tid 3 "I/O wait": `wait L{l}` spans of `wait_ns` at the start of that layer's experts phase.
+//! * Counters (`ph:"C"`) at each token end: `MiB/token` by stream, `pmu software`, and
+//!   `pmu <phase>` per phase with hardware or software values.
+//! * Instant events (`ph:"i"`, thread scope) at token ends named `token N` with id/text args;
+//!   global instants for config changes, resets and Done.
+//! * Metadata (`ph:"M"`) naming the process and threads.
+
+use super::event::{Event, Stamped, TokenStats};
+use super::replay::Replay;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::Write;
+
+const PID: u32 = 1;
+/// Thread ids used in the export.
+pub const TID_COMPUTE: u32 = 1;
+pub const TID_IO: u32 = 2;
+pub const TID_WAIT: u32 = 3;
+
+fn us(ns: u64) -> f64 {
+    // Exact to the ns in decimal: ts/dur print as at most 3 fractional digits.
+    ns as f64 / 1000.0
+}
+
+fn span(name: &str, cat: &str, tid: u32, start_ns: u64, dur_ns: u64, args: Value) -> Value {
+    json!({"name": name, "cat": cat, "ph": "X", "pid": PID, "tid": tid,
+           "ts": us(start_ns), "dur": us(dur_ns), "args": args})
+}
+
+struct Builder {
+    out: Vec<Value>,
+    compute_end: u64,
+    io_end: u64,
+    wait_end: u64,
+}
+
+impl Builder {
+    fn token(&mut self, t_end: u64, st: &TokenStats, text: Option<&(u32, String)>) {
+        let phases_sum: u64 = st
+            .layers
+            .iter()
+            .map(|l| l.ns_attn + l.ns_dense + l.ns_router + l.ns_experts)
+            .sum::<u64>()
+            + st.ns_lm_head;
+        let dur = st.ns_total.max(phases_sum);
+        let start = t_end.saturating_sub(dur).max(self.compute_end);
+        let name = format!("token {}", st.index);
+        let mut args = json!({"index": st.index, "pos": st.pos, "ns_total": st.ns_total});
+        if let Some((id, t)) = text {
+            args["id"] = json!(id);
+            args["text"] = json!(t);
+        }
+        self.out
+            .push(span(&name, "token", TID_COMPUTE, start, dur, args.clone()));
+        let mut t = start;
+        for (l, layer) in st.layers.iter().enumerate() {
+            let ldur = layer.ns_attn + layer.ns_dense + layer.ns_router + layer.ns_experts;
+            if ldur > 0 {
+                self.out.push(span(
+                    &format!("L{l}"),
+                    "layer",
+                    TID_COMPUTE,
+                    t,
+                    ldur,
+                    json!({"attn_bytes": layer.bytes.attn, "dense_bytes": layer.bytes.dense,
+                           "expert_bytes": layer.bytes.experts}),
+                ));
+            }
+            let mut router_end = t;
+            let mut experts_start = t;
+            for (pname, ns) in [
+                ("attention", layer.ns_attn),
+                ("dense", layer.ns_dense),
+                ("router", layer.ns_router),
+                ("experts", layer.ns_experts),
+            ] {
+                if pname == "experts" {
+                    experts_start = t;
+                }
+                if ns > 0 {
+                    let a = if pname == "router" && !layer.routing.is_empty() {
+                        json!({"layer": l, "routing": layer.routing})
+                    } else {
+                        json!({"layer": l})
+                    };
+                    self.out.push(span(pname, "phase", TID_COMPUTE, t, ns, a));
+                    t += ns;
+                }
+                if pname == "router" {
+                    router_end = t;
+                }
+            }
+            if let Some(io) = &layer.io {
+                if io.io_ns > 0 {
+                    let s = router_end.max(self.io_end);
+                    self.out.push(span(
+                        &format!("io L{l}"),
+                        "io",
+                        TID_IO,
+                        s,
+                        io.io_ns,
+                        json!({"bytes": io.bytes, "compute_ns": io.compute_ns,
+                               "wait_ns": io.wait_ns}),
+                    ));
+                    self.io_end = s + io.io_ns;
+                }
+                if io.wait_ns > 0 {
+                    let s = experts_start.max(self.wait_end);
+                    self.out.push(span(
+                        &format!("wait L{l}"),
+                        "io",
+                        TID_WAIT,
+                        s,
+                        io.wait_ns,
+                        json!({"layer": l}),
+                    ));
+                    self.wait_end = s + io.wait_ns;
+                }
+            }
+        }
+        if st.ns_lm_head > 0 {
+            self.out.push(span(
+                "lm_head",
+                "phase",
+                TID_COMPUTE,
+                t,
+                st.ns_lm_head,
+                json!({"vocab_bytes": st.vocab_bytes}),
+            ));
+        }
+        let end = start + dur;
+        self.compute_end = end;
+
+        // Token boundary and counters at the token end.
+        self.out.push(json!({"name": name, "ph": "i", "s": "t", "pid": PID,
+            "tid": TID_COMPUTE, "ts": us(end), "args": args}));
+        const MIB: f64 = 1024.0 * 1024.0;
+        let (mut a, mut d, mut e) = (0u64, 0u64, 0u64);
+        for l in &st.layers {
+            a += l.bytes.attn;
+            d += l.bytes.dense;
+            e += l.bytes.experts;
+        }
+        self.counter(
+            "MiB/token",
+            end,
+            json!({"attn": a as f64 / MIB, "dense": d as f64 / MIB,
+                   "experts": e as f64 / MIB, "lm_head": st.vocab_bytes as f64 / MIB}),
+        );
+        if let Some(p) = &st.pmu {
+            if !p.software.is_empty() {
+                let m: serde_json::Map<String, Value> = p
+                    .software
+                    .iter()
+                    .map(|(k, v)| (k.clone(), json!(v)))
+                    .collect();
+                self.counter("pmu software", end, Value::Object(m));
+            }
+            for (ph, vals) in &p.phases {
+                let m: serde_json::Map<String, Value> =
+                    vals.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+                self.counter(&format!("pmu {ph}"), end, Value::Object(m));
+            }
+        }
+    }
+
+    fn counter(&mut self, name: &str, t_ns: u64, args: Value) {
+        self.out.push(json!({"name": name, "ph": "C", "pid": PID, "ts": us(t_ns), "args": args}));
+    }
+
+    fn global_instant(&mut self, name: &str, t_ns: u64, args: Value) {
+        self.out.push(json!({"name": name, "ph": "i", "s": "g", "pid": PID,
+            "tid": TID_COMPUTE, "ts": us(t_ns), "args": args}));
+    }
+}
+
+fn meta(name: &str, tid: Option<u32>, value: &str) -> Value {
+    let mut v = json!({"name": name, "ph": "M", "pid": PID, "args": {"name": value}});
+    if let Some(t) = tid {
+        v["tid"] = json!(t);
+    }
+    v
+}
+
+/// Build the trace events (without writing). Useful for tests and for embedding.
+pub fn chrome_events(r: &Replay) -> Vec<Value> {
+    let m = &r.header.model;
+    let mut b = Builder {
+        out: vec![
+            meta(
+                "process_name",
+                None,
+                &format!(
+                    "cflow {}{}",
+                    m.name,
+                    if m.synthetic { " (synthetic)" } else { "" }
+                ),
+            ),
+            meta("thread_name", Some(TID_COMPUTE), "compute"),
+            meta("thread_name", Some(TID_IO), "expert I/O"),
+            meta("thread_name", Some(TID_WAIT), "I/O wait"),
+        ],
+        compute_end: 0,
+        io_end: 0,
+        wait_end: 0,
+    };
+    // Token text by index, from the Token event preceding its Stats.
+    let mut pending: HashMap<u32, (u32, String)> = HashMap::new();
+    for Stamped { t_ns, event } in r {
+        match event {
+            Event::Token { index, id, text } => {
+                pending.insert(*index, (*id, text.clone()));
+            }
+            Event::Stats(st) => {
+                let tok = pending.remove(&st.index);
+                b.token(*t_ns, st, tok.as_ref());
+            }
+            Event::Prefill { n_tokens, ns } => {
+                let start = t_ns.saturating_sub(*ns).max(b.compute_end);
+                b.out.push(span(
+                    "prefill",
+                    "prefill",
+                    TID_COMPUTE,
+                    start,
+                    *ns,
+                    json!({"n_tokens": n_tokens}),
+                ));
+                b.compute_end = start + ns;
+            }
+            Event::Config(c) => b.global_instant("config", *t_ns, json!(c)),
+            Event::Reset => b.global_instant("reset", *t_ns, json!({})),
+            Event::Done {
+                reason,
+                n_tokens,
+                decode_ns,
+            } => b.global_instant(
+                "done",
+                *t_ns,
+                json!({"reason": reason, "n_tokens": n_tokens, "decode_ns": decode_ns}),
+            ),
+            Event::Error { message, fatal } => b.global_instant(
+                "error",
+                *t_ns,
+                json!({"message": message, "fatal": fatal}),
+            ),
+            Event::Session { .. } | Event::Prompt { .. } | Event::Notice { .. } => {}
+        }
+    }
+    b.out
+}
+
+/// Write the Chrome Trace Event JSON object (`{"traceEvents": [...], ...}`) to `out`.
+pub fn export_chrome(r: &Replay, out: &mut impl Write) -> std::io::Result<()> {
+    let doc = json!({
+        "traceEvents": chrome_events(r),
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "format": "cflow-trace chrome export",
+            "trace_version": r.header.version,
+            "created": r.header.created,
+            "model": r.header.model.name,
+        }
+    });
+    serde_json::to_writer(&mut *out, &doc).map_err(std::io::Error::other)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}

@@ -1,1 +1,217 @@
-//! recorder (in progress)
+//! Trace recording: the event stream as JSON Lines (`docs/TRACE.md`, `assets/trace.schema.json`).
+//!
+//! Line 1 is a [`TraceHeader`]; every further line is one [`Stamped`] event (`{"t_ns":…,
+//! "kind":…, …}`). The recorder flushes after every event (so at least after every Token, Stats
+//! and Done): a crash loses at most the line being written, which the tolerant replay reader
+//! reports as a truncated last line. I/O errors (disk full, closed pipe) are returned, never
+//! panicked on.
+
+use super::event::{EngineConfigInfo, ModelSummary, Stamped};
+use super::machine::MachineProfile;
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Value of the header's `format` field.
+pub const TRACE_FORMAT: &str = "cflow-trace";
+/// Version written by this build ("MAJOR.MINOR"). Readers accept any minor of their major.
+pub const TRACE_VERSION: &str = "1.0";
+/// Major version this build reads.
+pub const TRACE_MAJOR: u32 = 1;
+
+/// Errors of recording and replaying traces.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("trace I/O error on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot serialize trace event: {0}")]
+    Serialize(#[from] serde_json::Error),
+    #[error("{path}: empty file (no trace header)")]
+    Empty { path: String },
+    #[error("{path}: not a cflow trace (format {found:?}, expected \"cflow-trace\")")]
+    WrongFormat { path: String, found: String },
+    #[error(
+        "{path}: trace version {found} is newer than this build supports (major {supported}); \
+         upgrade cflow-tui to replay it"
+    )]
+    UnsupportedVersion {
+        path: String,
+        found: String,
+        supported: u32,
+    },
+    #[error("{path}: line {line}: {message}")]
+    Corrupt {
+        path: String,
+        line: u64,
+        message: String,
+    },
+    #[error("{path}: line {line} is longer than {limit} bytes; refusing to load it")]
+    LineTooLong { path: String, line: u64, limit: usize },
+}
+
+/// First line of every trace.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TraceHeader {
+    /// Always "cflow-trace".
+    pub format: String,
+    /// "MAJOR.MINOR", currently "1.0".
+    pub version: String,
+    /// RFC 3339 UTC creation time.
+    pub created: String,
+    pub model: ModelSummary,
+    pub config: EngineConfigInfo,
+    #[serde(default)]
+    pub machine: Option<MachineProfile>,
+}
+
+impl TraceHeader {
+    /// A header of the current format/version created now.
+    pub fn new(
+        model: ModelSummary,
+        config: EngineConfigInfo,
+        machine: Option<MachineProfile>,
+    ) -> Self {
+        TraceHeader {
+            format: TRACE_FORMAT.into(),
+            version: TRACE_VERSION.into(),
+            created: rfc3339(SystemTime::now()),
+            model,
+            config,
+            machine,
+        }
+    }
+}
+
+/// Writes a trace, one JSON line per event. See the module docs.
+pub struct Recorder<W: Write = File> {
+    out: BufWriter<W>,
+    path: PathBuf,
+    events: u64,
+    line: Vec<u8>,
+}
+
+impl Recorder<File> {
+    /// Create (truncate) `path` and write the header line.
+    pub fn create(path: impl AsRef<Path>, header: TraceHeader) -> Result<Self, TraceError> {
+        let path = path.as_ref();
+        let f = File::create(path).map_err(|e| io_err(path, e))?;
+        Self::from_writer(f, path, header)
+    }
+}
+
+impl<W: Write> Recorder<W> {
+    /// Record into any writer; `name` is used in error messages.
+    pub fn from_writer(w: W, name: impl AsRef<Path>, header: TraceHeader) -> Result<Self, TraceError> {
+        let mut r = Recorder {
+            out: BufWriter::with_capacity(64 << 10, w),
+            path: name.as_ref().to_path_buf(),
+            events: 0,
+            line: Vec::with_capacity(4096),
+        };
+        r.write_line(&header)?;
+        r.flush()?;
+        Ok(r)
+    }
+
+    fn write_line<T: Serialize>(&mut self, v: &T) -> Result<(), TraceError> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, v)?;
+        self.line.push(b'\n');
+        let path = &self.path;
+        self.out
+            .write_all(&self.line)
+            .map_err(|e| io_err(path, e))
+    }
+
+    /// Append one event and flush it to the OS.
+    pub fn record(&mut self, ev: &Stamped) -> Result<(), TraceError> {
+        self.write_line(ev)?;
+        self.events += 1;
+        self.flush()
+    }
+
+    /// Flush buffered lines to the OS.
+    pub fn flush(&mut self) -> Result<(), TraceError> {
+        let path = &self.path;
+        self.out.flush().map_err(|e| io_err(path, e))
+    }
+
+    /// Number of events recorded (header excluded).
+    pub fn events_written(&self) -> u64 {
+        self.events
+    }
+
+    /// The path (or name) being written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Flush and return the writer.
+    pub fn finish(mut self) -> Result<W, TraceError> {
+        self.flush()?;
+        let path = self.path.clone();
+        self.out
+            .into_inner()
+            .map_err(|e| io_err(&path, e.into_error()))
+    }
+}
+
+fn io_err(path: &Path, source: std::io::Error) -> TraceError {
+    TraceError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Format a time as RFC 3339 UTC with millisecond precision, e.g. `2026-11-29T11:44:04.123Z`.
+/// Times before the epoch are clamped to it.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, sod) = ((secs / 86_400) as i64, secs % 86_400);
+    let (y, m, dd) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:03}Z",
+        sod / 3600,
+        (sod / 60) % 60,
+        sod % 60,
+        d.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 → (year, month 1-12, day 1-31), proleptic Gregorian.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    // Shift to an era starting on 0000-03-01 so leap days fall at the end of the year.
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // day of era [0, 146096]
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
+    let mp = (5 * doy + 2) / 153; // March = 0
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn rfc3339_known_dates() {
+        let at = |s: u64, ms: u64| rfc3339(UNIX_EPOCH + Duration::from_millis(s * 1000 + ms));
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(951_782_400, 5), "2000-02-29T00:00:00.005Z");
+        assert_eq!(at(1_709_164_800, 0), "2024-02-29T00:00:00.000Z");
+        assert_eq!(at(4_102_444_799, 999), "2099-12-31T23:59:59.999Z");
+        assert_eq!(at(1_234_567_890, 0), "2009-02-13T23:31:30.000Z");
+    }
+}
