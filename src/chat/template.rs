@@ -86,7 +86,7 @@ fn classify(e: &Error) -> TemplateError {
     }
 }
 
-fn arg_str<'a>(args: &'a [Value], i: usize) -> Option<&'a str> {
+fn arg_str(args: &[Value], i: usize) -> Option<&str> {
     args.get(i).and_then(|v| v.as_str())
 }
 
@@ -102,8 +102,8 @@ fn py_method(state: &State, value: &Value, method: &str, args: &[Value]) -> Resu
             "rstrip" => Value::from(s.trim_end_matches(trim_set)),
             "upper" => Value::from(s.to_uppercase()),
             "lower" => Value::from(s.to_lowercase()),
-            "title" => return state.apply_filter("title", &[value.clone()]),
-            "capitalize" => return state.apply_filter("capitalize", &[value.clone()]),
+            "title" => return state.apply_filter("title", std::slice::from_ref(value)),
+            "capitalize" => return state.apply_filter("capitalize", std::slice::from_ref(value)),
             "startswith" => Value::from(chars.is_some_and(|p| s.starts_with(p))),
             "endswith" => Value::from(chars.is_some_and(|p| s.ends_with(p))),
             "replace" => match (arg_str(args, 0), arg_str(args, 1)) {
@@ -122,7 +122,7 @@ fn py_method(state: &State, value: &Value, method: &str, args: &[Value]) -> Resu
     }
     if value.kind() == ValueKind::Map {
         return match method {
-            "items" => state.apply_filter("items", &[value.clone()]),
+            "items" => state.apply_filter("items", std::slice::from_ref(value)),
             "keys" => Ok(Value::from(value.try_iter()?.collect::<Vec<_>>())),
             "values" => {
                 let vals: Result<Vec<Value>, Error> =

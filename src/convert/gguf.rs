@@ -283,7 +283,7 @@ impl GgmlType {
     /// `None` on overflow or a partial block.
     pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
         let bs = self.block_size();
-        if n_elements % bs != 0 {
+        if !n_elements.is_multiple_of(bs) {
             return None;
         }
         (n_elements / bs).checked_mul(self.type_size())
@@ -791,7 +791,7 @@ impl GgufFile {
                     dims,
                 });
             };
-            if dims[0] % ggml_type.block_size() != 0 {
+            if !dims[0].is_multiple_of(ggml_type.block_size()) {
                 return Err(GgufError::RowNotBlockMultiple {
                     file,
                     tensor: name,
@@ -807,7 +807,7 @@ impl GgufFile {
                     dims,
                 });
             };
-            if offset % alignment != 0 {
+            if !offset.is_multiple_of(alignment) {
                 return Err(GgufError::MisalignedTensor {
                     file,
                     tensor: name,
