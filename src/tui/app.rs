@@ -1240,3 +1240,336 @@ pub fn fmt_speed(s: f64) -> String {
     let t = t.trim_end_matches('0').trim_end_matches('.');
     format!("{t}×")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tui::fixture::{demo_config, demo_events, demo_model, dense_events};
+
+    fn app_with(events: Vec<Stamped>) -> App {
+        let mut app = App::default();
+        for e in events {
+            app.apply(Msg::Stamped(e));
+        }
+        app
+    }
+
+    fn act(app: &mut App, a: Action) -> Effects {
+        app.apply(Msg::Action(a))
+    }
+
+    #[test]
+    fn demo_critical_path_is_9_to_4_5() {
+        let m = demo_model();
+        let cp = critical_path(&m.layer_bytes, m.dense_delay, m.expert_delay);
+        assert_eq!(format!("{:.2}", cp.undelayed_mib()), "9.00");
+        assert_eq!(format!("{:.2}", cp.critical_mib()), "4.50");
+        assert_eq!(format!("{:.2}", cp.speedup()), "2.00");
+        assert!(cp.layers.iter().all(|l| l.bound == "dense"));
+        let cp0 = critical_path(&m.layer_bytes, 0, 0);
+        assert_eq!(cp0.critical_mib(), cp0.undelayed_mib());
+    }
+
+    #[test]
+    fn events_build_transcript_and_stats() {
+        let app = app_with(demo_events(20, true));
+        assert!(!app.generating);
+        assert_eq!(app.transcript.len(), 2);
+        assert_eq!(app.transcript[0].role, Role::User);
+        assert_eq!(app.transcript[0].text, "Once upon a time");
+        assert_eq!(app.transcript[1].end, Some(StopReason::Length));
+        assert!(!app.transcript[1].text.is_empty());
+        let v = app.view();
+        assert_eq!(v.tokens_seen, 20);
+        assert_eq!(v.recent.len(), 20);
+        assert_eq!(v.ctx_used, 24);
+        assert!(v.prefill_tps.unwrap() > 600.0);
+        assert!(v.decode_tps.unwrap() > 0.0);
+        let f = &v.ab.fetch;
+        assert_eq!(f.arms.len(), 2);
+        assert_eq!(f.arms[0].label, "sync");
+        assert_eq!(f.arms[0].ms.len(), 10);
+        assert_eq!(f.arms[1].ms.len(), 10);
+        let (r, _, _) = f.ratio().unwrap();
+        assert!(r > 1.0, "staged must beat sync in the fixture: {r}");
+        assert_eq!(v.ab.prefetch.arms.len(), 1);
+        assert!(v.ab.prefetch.ratio().is_none());
+    }
+
+    #[test]
+    fn generating_flag_and_streaming_tokens() {
+        let app = app_with(demo_events(5, false));
+        assert!(app.generating);
+        let app2 = app_with(dense_events());
+        assert!(app2.chat_mode());
+        assert!(app2.generating);
+        assert_eq!(app2.transcript.len(), 4);
+        assert_eq!(app2.transcript[1].text, "The capital of France is Paris.");
+        assert_eq!(app2.transcript[3].text, "The capital of Italy is");
+    }
+
+    #[test]
+    fn window_is_bounded() {
+        let app = app_with(demo_events(WINDOW as u32 + 10, true));
+        assert_eq!(app.live.recent.len(), WINDOW);
+        assert_eq!(app.live.recent.back().unwrap().index, WINDOW as u32 + 9);
+    }
+
+    #[test]
+    fn session_resets_state() {
+        let mut app = app_with(demo_events(8, true));
+        app.apply(Msg::Stamped(demo_events(0, false).remove(0)));
+        assert!(app.transcript.is_empty());
+        assert_eq!(app.live.tokens_seen, 0);
+        assert!(app.live.model.is_some());
+    }
+
+    #[test]
+    fn toggles_emit_commands() {
+        let mut app = app_with(demo_events(4, true));
+        assert_eq!(
+            act(&mut app, Action::TogglePrefetch).commands,
+            vec![Command::SetPrefetch(true)]
+        );
+        // Config is now sync (fixture toggled mid-run).
+        assert_eq!(
+            act(&mut app, Action::ToggleFetch).commands,
+            vec![Command::SetFetch("staged".into())]
+        );
+        assert_eq!(
+            act(&mut app, Action::ToggleTier).commands,
+            vec![Command::SetExpertTier("mmap".into())]
+        );
+    }
+
+    #[test]
+    fn layout_cycle_skips_unavailable() {
+        let mut app = app_with(demo_events(2, true));
+        let fx = act(&mut app, Action::CycleLayout);
+        assert_eq!(fx.commands, vec![Command::SetLayout("rowmajor".into())]);
+        assert!(app.status_message().unwrap().contains("skipped vflow"));
+        let mut cfg = demo_config("staged");
+        cfg.layouts_available = vec!["cflow".into()];
+        app.apply(Msg::Event(Event::Config(cfg)));
+        let fx = act(&mut app, Action::CycleLayout);
+        assert!(fx.commands.is_empty());
+        assert!(app.status_message().unwrap().contains("no other layout"));
+    }
+
+    #[test]
+    fn submit_sends_complete_or_chat_and_keeps_history() {
+        let mut app = app_with(demo_events(2, true));
+        for c in "hello".chars() {
+            act(&mut app, Action::Insert(c));
+        }
+        let fx = act(&mut app, Action::Submit);
+        assert_eq!(
+            fx.commands,
+            vec![Command::Complete {
+                text: "hello".into(),
+                max_tokens: 256
+            }]
+        );
+        assert!(app.input.text.is_empty());
+        act(&mut app, Action::HistoryPrev);
+        assert_eq!(app.input.text, "hello");
+        act(&mut app, Action::HistoryNext);
+        assert_eq!(app.input.text, "");
+
+        let mut chat = App::default();
+        for e in dense_events() {
+            chat.apply(Msg::Stamped(e));
+        }
+        chat.apply(Msg::Event(Event::Done {
+            reason: StopReason::Eos,
+            n_tokens: 5,
+            decode_ns: 1,
+        }));
+        act(&mut chat, Action::Insert('a'));
+        act(&mut chat, Action::Newline);
+        act(&mut chat, Action::Insert('b'));
+        assert_eq!(chat.input.cursor_line_col(), (1, 1));
+        let fx = act(&mut chat, Action::Submit);
+        assert_eq!(
+            fx.commands,
+            vec![Command::Chat {
+                text: "a\nb".into(),
+                max_tokens: 256
+            }]
+        );
+    }
+
+    #[test]
+    fn submit_refused_while_generating() {
+        let mut app = app_with(demo_events(2, false));
+        act(&mut app, Action::Insert('x'));
+        assert!(act(&mut app, Action::Submit).is_empty());
+        assert_eq!(app.input.text, "x");
+    }
+
+    #[test]
+    fn escape_leaves_input_and_stops_generation() {
+        let mut app = app_with(demo_events(3, false));
+        assert!(app.input_focused);
+        let fx = act(&mut app, Action::Escape);
+        assert_eq!(fx.commands, vec![Command::Stop]);
+        assert!(!app.input_focused);
+        act(&mut app, Action::FocusInput);
+        assert!(app.input_focused);
+        assert_eq!(app.focus, PaneId::Text);
+    }
+
+    #[test]
+    fn ctrl_c_stops_first_then_quits() {
+        let mut app = app_with(demo_events(3, false));
+        assert_eq!(
+            act(&mut app, Action::Interrupt).commands,
+            vec![Command::Stop]
+        );
+        assert!(!app.quit);
+        let fx = act(&mut app, Action::Interrupt);
+        assert!(app.quit);
+        assert_eq!(fx.requests, vec![UiRequest::Quit]);
+        let mut idle = app_with(demo_events(3, true));
+        act(&mut idle, Action::Interrupt);
+        assert!(idle.quit);
+    }
+
+    #[test]
+    fn record_emits_requests() {
+        let mut app = App::default();
+        assert_eq!(
+            act(&mut app, Action::Record).requests,
+            vec![UiRequest::StartRecording]
+        );
+        assert!(app.recording);
+        assert_eq!(
+            act(&mut app, Action::Record).requests,
+            vec![UiRequest::StopRecording]
+        );
+    }
+
+    #[test]
+    fn freeze_keeps_applying_to_live() {
+        let evs = demo_events(10, true);
+        let mut app = app_with(evs[..12].to_vec());
+        act(&mut app, Action::Freeze);
+        let frozen_seen = app.view().tokens_seen;
+        for e in evs[12..].iter().cloned() {
+            app.apply(Msg::Stamped(e));
+        }
+        assert_eq!(app.view().tokens_seen, frozen_seen);
+        assert_eq!(app.live.tokens_seen, 10);
+        act(&mut app, Action::Freeze);
+        assert_eq!(app.view().tokens_seen, 10);
+    }
+
+    #[test]
+    fn focus_cycles_and_leaves_input() {
+        let mut app = App::default();
+        act(&mut app, Action::FocusNext);
+        assert!(!app.input_focused);
+        assert_eq!(app.focus, PaneId::Streams);
+        act(&mut app, Action::FocusPrev);
+        act(&mut app, Action::FocusPrev);
+        assert_eq!(app.focus, PaneId::Ab);
+        act(&mut app, Action::Maximize);
+        assert!(app.maximized);
+        act(&mut app, Action::Escape);
+        assert!(!app.maximized);
+    }
+
+    #[test]
+    fn whatif_changes_delays_hypothetically() {
+        let mut app = app_with(demo_events(2, true));
+        act(&mut app, Action::WhatIf);
+        assert_eq!(app.whatif, Some((1, 2)));
+        assert_eq!(app.focus, PaneId::Critical);
+        act(&mut app, Action::WhatIfDense(1));
+        act(&mut app, Action::WhatIfExpert(-1));
+        act(&mut app, Action::WhatIfExpert(-1));
+        act(&mut app, Action::WhatIfExpert(-1));
+        assert_eq!(app.whatif, Some((2, 0)));
+        assert_eq!(app.live.delays(), (1, 2));
+        act(&mut app, Action::WhatIf);
+        assert_eq!(app.whatif, None);
+    }
+
+    #[test]
+    fn replay_controls() {
+        let mut app = App::new(&TuiOptions {
+            replay: true,
+            ..TuiOptions::default()
+        });
+        assert!(!app.input_focused);
+        assert_eq!(
+            act(&mut app, Action::ReplayPause).requests,
+            vec![UiRequest::Replay(ReplayControl::SetPaused(true))]
+        );
+        assert_eq!(
+            act(&mut app, Action::ReplayStep(1)).requests,
+            vec![UiRequest::Replay(ReplayControl::Step(1))]
+        );
+        act(&mut app, Action::ReplayPause);
+        let fx = act(&mut app, Action::ReplayStep(-1));
+        assert_eq!(
+            fx.requests,
+            vec![
+                UiRequest::Replay(ReplayControl::SetPaused(true)),
+                UiRequest::Replay(ReplayControl::Step(-1))
+            ]
+        );
+        assert_eq!(
+            act(&mut app, Action::ReplaySpeed(1)).requests,
+            vec![UiRequest::Replay(ReplayControl::SetSpeed(2.0))]
+        );
+        for e in demo_events(2, true) {
+            app.apply(Msg::Stamped(e));
+        }
+        assert!(act(&mut app, Action::TogglePrefetch).commands.is_empty());
+        assert!(app.replay.unwrap().t_ns > 0);
+    }
+
+    #[test]
+    fn messages_expire() {
+        let mut app = app_with(demo_events(2, true));
+        act(&mut app, Action::TogglePrefetch);
+        assert!(app.status_message().is_some());
+        for _ in 0..MESSAGE_TICKS {
+            app.apply(Msg::Tick);
+        }
+        assert!(app.status_message().is_none());
+    }
+
+    #[test]
+    fn scroll_and_config_change_notice() {
+        let mut app = app_with(demo_events(2, true));
+        act(&mut app, Action::ScrollUp(3));
+        act(&mut app, Action::PageUp);
+        assert_eq!(app.scroll, 3 + 12);
+        act(&mut app, Action::ScrollEnd);
+        assert_eq!(app.scroll, 0);
+        let mut cfg = demo_config("sync");
+        cfg.prefetch = true;
+        cfg.notes = vec!["O_DIRECT refused: buffered pread".into()];
+        app.apply(Msg::Event(Event::Config(cfg)));
+        let m = app.status_message().unwrap();
+        assert!(m.contains("prefetch ON") && m.contains("O_DIRECT"), "{m}");
+    }
+
+    #[test]
+    fn overlap_model_net() {
+        let t = IoTotals {
+            compute_ns: 3,
+            io_ns: 4,
+            wait_ns: 1,
+            bytes: 0,
+            layers_with_io: 1,
+        };
+        assert!((t.model_net().unwrap() - 7.0 / 4.0).abs() < 1e-12);
+        assert!((t.hidden().unwrap() - 0.75).abs() < 1e-12);
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), Some(2.0));
+        assert_eq!(median([4.0, 1.0].into_iter()), Some(2.5));
+        assert_eq!(median(std::iter::empty()), None);
+    }
+}

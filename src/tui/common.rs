@@ -141,7 +141,7 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
                 continue;
             }
             if len > 0 {
-                out.push(std::mem::take(&mut line));
+                out.push(std::mem::take(&mut line).trim_end().to_string());
                 len = 0;
             }
             let mut chars = word.chars().peekable();

@@ -341,3 +341,140 @@ pub fn footer_hints() -> Vec<(String, &'static str)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(code: KeyCode, mods: KeyModifiers) -> KeyEvent {
+        KeyEvent::new(code, mods)
+    }
+    const TYPING: KeyState = KeyState {
+        input_focused: true,
+        replay: false,
+        whatif: false,
+        help_open: false,
+    };
+    const NAV: KeyState = KeyState {
+        input_focused: false,
+        replay: false,
+        whatif: false,
+        help_open: false,
+    };
+
+    #[test]
+    fn letters_type_while_input_focused() {
+        let p = key(KeyCode::Char('p'), KeyModifiers::NONE);
+        assert_eq!(resolve(&p, TYPING), Some(Action::Insert('p')));
+        assert_eq!(resolve(&p, NAV), Some(Action::TogglePrefetch));
+        let upper = key(KeyCode::Char('P'), KeyModifiers::SHIFT);
+        assert_eq!(resolve(&upper, TYPING), Some(Action::Insert('P')));
+    }
+
+    #[test]
+    fn fkeys_and_alt_work_everywhere() {
+        for st in [TYPING, NAV] {
+            assert_eq!(
+                resolve(&key(KeyCode::F(2), KeyModifiers::NONE), st),
+                Some(Action::TogglePrefetch)
+            );
+            assert_eq!(
+                resolve(&key(KeyCode::Char('s'), KeyModifiers::ALT), st),
+                Some(Action::ToggleFetch)
+            );
+            assert_eq!(
+                resolve(&key(KeyCode::Char('c'), KeyModifiers::CONTROL), st),
+                Some(Action::Interrupt)
+            );
+            assert_eq!(
+                resolve(&key(KeyCode::Tab, KeyModifiers::NONE), st),
+                Some(Action::FocusNext)
+            );
+        }
+        assert_eq!(
+            resolve(&key(KeyCode::BackTab, KeyModifiers::SHIFT), NAV),
+            Some(Action::FocusPrev)
+        );
+    }
+
+    #[test]
+    fn enter_variants() {
+        assert_eq!(
+            resolve(&key(KeyCode::Enter, KeyModifiers::NONE), TYPING),
+            Some(Action::Submit)
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Enter, KeyModifiers::ALT), TYPING),
+            Some(Action::Newline)
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Char('j'), KeyModifiers::CONTROL), TYPING),
+            Some(Action::Newline)
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Enter, KeyModifiers::NONE), NAV),
+            Some(Action::FocusInput)
+        );
+    }
+
+    #[test]
+    fn contexts() {
+        let replay = KeyState {
+            replay: true,
+            ..NAV
+        };
+        assert_eq!(
+            resolve(&key(KeyCode::Char(' '), KeyModifiers::NONE), replay),
+            Some(Action::ReplayPause)
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Right, KeyModifiers::NONE), replay),
+            Some(Action::ReplayStep(1))
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Char('+'), KeyModifiers::SHIFT), replay),
+            Some(Action::ReplaySpeed(1))
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Char(' '), KeyModifiers::NONE), NAV),
+            None
+        );
+        let whatif = KeyState {
+            whatif: true,
+            ..NAV
+        };
+        assert_eq!(
+            resolve(&key(KeyCode::Char('D'), KeyModifiers::SHIFT), whatif),
+            Some(Action::WhatIfDense(1))
+        );
+        let help = KeyState {
+            help_open: true,
+            ..TYPING
+        };
+        assert_eq!(
+            resolve(&key(KeyCode::Esc, KeyModifiers::NONE), help),
+            Some(Action::Escape)
+        );
+    }
+
+    #[test]
+    fn no_duplicate_keys_within_a_context() {
+        for (i, a) in BINDINGS.iter().enumerate() {
+            for b in &BINDINGS[i + 1..] {
+                if a.ctx == b.ctx {
+                    for k in a.keys {
+                        assert!(!b.keys.contains(k), "{:?} bound twice in {:?}", k, a.ctx);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn footer_is_generated_from_table() {
+        let hints = footer_hints();
+        assert_eq!(hints[0], ("? F1".to_string(), "help"));
+        assert!(hints.iter().any(|(k, l)| k == "p F2" && *l == "prefetch"));
+        assert!(hints.iter().any(|(k, l)| k == "q F10" && *l == "quit"));
+    }
+}

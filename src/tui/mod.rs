@@ -14,6 +14,7 @@ pub mod ab;
 pub mod app;
 pub mod common;
 pub mod critical;
+pub mod fixture;
 pub mod help;
 pub mod keymap;
 pub mod overlap;
