@@ -55,30 +55,40 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             };
             spans.push(Span::styled(mark, th.good()));
             spans.push(Span::raw(format!(
-                "{} {} ms",
+                "{} {}",
                 a.label,
                 a.ms.median().map_or("—".into(), |m| format!("{m:.2}"))
             )));
             spans.push(Span::styled(format!(" n={}", a.ms.len()), th.dim()));
         }
+        let mut tail = Vec::new();
         match t.ratio() {
             Some((r, a, b)) => {
-                spans.push(Span::styled(
+                tail.push(Span::styled(
                     format!("  {}/{} ", a.label, b.label),
                     th.dim(),
                 ));
-                spans.push(Span::styled(times(r), th.measured()));
+                tail.push(Span::styled(times(r), th.measured()));
             }
             None if t.arms.len() < 2 => {
-                spans.push(Span::styled("  (one arm so far)", th.dim()));
+                tail.push(Span::styled("  (one arm)", th.dim()));
             }
             None => {}
         }
-        lines.push(Line::from(spans));
+        let width = |v: &[Span]| v.iter().map(|s| s.content.chars().count()).sum::<usize>();
+        if width(&spans) + width(&tail) > inner.width as usize {
+            lines.push(Line::from(spans));
+            let mut next = vec![Span::raw(" ".repeat(7))];
+            next.extend(tail);
+            lines.push(Line::from(next));
+        } else {
+            spans.extend(tail);
+            lines.push(Line::from(spans));
+        }
     }
     lines.push(dim_line(
         app,
-        "toggles apply at the next token boundary; ● = current arm",
+        "● current arm · toggles apply at the next token",
     ));
     frame.render_widget(Paragraph::new(lines), inner);
 }

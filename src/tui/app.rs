@@ -431,6 +431,15 @@ impl IoTotals {
         (self.io_ns > 0).then(|| (1.0 - self.wait_ns as f64 / self.io_ns as f64).clamp(0.0, 1.0))
     }
 
+    /// Add another total.
+    pub fn add(&mut self, o: &IoTotals) {
+        self.compute_ns += o.compute_ns;
+        self.io_ns += o.io_ns;
+        self.wait_ns += o.wait_ns;
+        self.bytes += o.bytes;
+        self.layers_with_io += o.layers_with_io;
+    }
+
     /// The overlap model's predicted speedup of staged over sync: (C + IO) / max(C, IO).
     pub fn model_net(&self) -> Option<f64> {
         let (c, io) = (self.compute_ns as f64, self.io_ns as f64);
@@ -529,6 +538,8 @@ pub struct Telemetry {
     pub ctx_used: u32,
     /// Stats events seen since the session started.
     pub tokens_seen: u64,
+    /// Expert-I/O totals of recent tokens, tagged with the fetch mode in force (oldest first).
+    pub io_window: VecDeque<(String, IoTotals)>,
 }
 
 impl Telemetry {
@@ -548,6 +559,12 @@ impl Telemetry {
     fn on_stats(&mut self, s: TokenStats) {
         if let Some(cfg) = &self.config {
             self.ab.record(cfg, s.ns_total as f64 / 1e6);
+            if let Some(io) = IoTotals::of(&s) {
+                if self.io_window.len() == WINDOW {
+                    self.io_window.pop_front();
+                }
+                self.io_window.push_back((cfg.fetch.clone(), io));
+            }
         }
         self.gen_tokens += 1;
         self.gen_ns += s.ns_total;

@@ -33,14 +33,19 @@ pub fn measured_layer_ns(app: &App) -> Vec<f64> {
 /// Render the critical-path pane.
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
-    let mut title = vec![
-        Span::styled("Critical path", th.title()),
-        Span::styled(" · MiB/token (model)", th.dim()),
-    ];
-    if app.whatif.is_some() {
-        title.push(Span::raw(" "));
-        title.push(Span::styled(" WHAT-IF ", th.badge()));
-    }
+    let title = if app.whatif.is_some() {
+        vec![
+            Span::styled("Critical path", th.title()),
+            Span::raw(" "),
+            Span::styled(" WHAT-IF ", th.badge()),
+            Span::styled(" model", th.model()),
+        ]
+    } else {
+        vec![
+            Span::styled("Critical path", th.title()),
+            Span::styled(" · MiB/token (model)", th.dim()),
+        ]
+    };
     let block = pane_block(app, PaneId::Critical, title);
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -79,13 +84,18 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let mut lines: Vec<Line> = Vec::new();
     let mut head = vec![
         Span::styled("█", th.model()),
-        Span::styled(" critical  ", th.dim()),
+        Span::styled(" critical ", th.dim()),
         Span::styled("░", th.dim()),
-        Span::styled(" undelayed", th.dim()),
-        Span::styled(format!("   δd={dd} δe={de}"), th.strong()),
+        Span::styled(" undelayed ", th.dim()),
+        Span::styled(format!("δd={dd} δe={de}"), th.strong()),
     ];
     if has_measured {
-        head.push(Span::styled("  │ ms measured", th.measured()));
+        // Right-align "ms" over the measured column.
+        let used: usize = head.iter().map(|s| s.content.chars().count()).sum();
+        if used + 3 <= w {
+            head.push(Span::raw(" ".repeat(w - used - 2)));
+            head.push(Span::styled("ms", th.measured()));
+        }
     }
     lines.push(Line::from(head));
     let footer = 3usize;
@@ -134,25 +144,22 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled(" (model)", th.model()),
     ]));
     if app.whatif.is_some() {
-        lines.push(Line::from(vec![
-            Span::styled("what-if model", th.model()),
-            Span::styled(
-                format!(
-                    " vs actual δd={} δe={}: {} MiB/token",
-                    model.dense_delay,
-                    model.expert_delay,
-                    fmt2(actual.critical_mib())
-                ),
-                th.dim(),
+        lines.push(dim_line(
+            app,
+            format!(
+                "actual δd={} δe={}: {} MiB/token",
+                model.dense_delay,
+                model.expert_delay,
+                fmt2(actual.critical_mib())
             ),
-        ]));
+        ));
         lines.push(dim_line(app, "d/D δd −/+ · e/E δe −/+ · w leave"));
     } else {
         let bound = |b: &str| cp.layers.iter().filter(|l| l.bound == b).count();
         lines.push(dim_line(
             app,
             format!(
-                "bound by attn {} · dense {} · experts {} layers",
+                "bound: attn {} · dense {} · experts {}",
                 bound("attn"),
                 bound("dense"),
                 bound("experts")
@@ -162,7 +169,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         let mut l = vec![Span::styled("[w]hat-if", th.key())];
         if has_measured {
             l.push(Span::styled(
-                format!("  · layers {} ms/token measured", ms(sum_ms)),
+                format!("  layers {} ms/tok measured", ms(sum_ms)),
                 th.measured(),
             ));
         }

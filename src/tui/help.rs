@@ -31,17 +31,24 @@ pub fn help_rows() -> Vec<(String, String)> {
             }
             let mut keys = keys_label(b);
             if ctx == Ctx::Global {
+                // F-key rows: "p F2" (the Alt+letter twin is explained once below).
                 if let Some(n) = BINDINGS
                     .iter()
                     .find(|o| o.ctx == Ctx::Nav && o.action == b.action)
                 {
-                    keys = format!("{} {}", keys_label(n), keys);
+                    keys = format!("{} {}", n.keys[0].label(), b.keys[0].label());
                 }
             }
             section.push((keys, b.help.to_string()));
         }
         if !editing.is_empty() {
             section.push((editing.join(" "), "edit".to_string()));
+        }
+        if ctx == Ctx::Global {
+            section.push((
+                "Alt+letter".to_string(),
+                "= the letter, also while typing".to_string(),
+            ));
         }
         if !section.is_empty() {
             rows.push((String::new(), ctx.heading().to_string()));
@@ -55,19 +62,24 @@ pub fn help_rows() -> Vec<(String, String)> {
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
     let rows = help_rows();
+    let avail_w = area.width.saturating_sub(2) as usize;
+    let avail_h = area.height.saturating_sub(2) as usize;
+    let ncols = if avail_w >= 3 * 44 {
+        3
+    } else if avail_w >= 2 * 36 {
+        2
+    } else {
+        1
+    };
+    let inner_h = rows.len().div_ceil(ncols).min(avail_h).max(1);
+    let ncols = rows.len().div_ceil(inner_h).min(ncols);
+    let inner_w = (ncols * 46).min(avail_w);
     let key_w = rows
         .iter()
         .map(|(k, _)| k.chars().count())
         .max()
         .unwrap_or(0)
-        .min(22);
-    let col_w = key_w + 2 + 34;
-    let avail_w = area.width.saturating_sub(2) as usize;
-    let ncols = (avail_w / (col_w + 2)).clamp(1, 3);
-    let per_col = rows.len().div_ceil(ncols);
-    let inner_h = per_col.min(area.height.saturating_sub(2) as usize);
-    let ncols = rows.len().div_ceil(inner_h.max(1)).min(ncols.max(1));
-    let inner_w = (ncols * (col_w + 2)).min(avail_w);
+        .min(14);
     let popup = centered(area, inner_w as u16 + 2, inner_h as u16 + 2);
     frame.render_widget(Clear, popup);
     let block = Block::default()
@@ -90,7 +102,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 if k.is_empty() {
                     Line::from(Span::styled(truncate(d, cw), th.warn()))
                 } else {
-                    let desc_w = cw.saturating_sub(key_w + 3);
+                    let desc_w = cw.saturating_sub(key_w + 4);
                     Line::from(vec![
                         Span::styled(format!(" {:<key_w$}", truncate(k, key_w)), th.key()),
                         Span::raw("  "),

@@ -11,17 +11,12 @@ use ratatui::Frame;
 use super::app::{App, IoTotals, PaneId};
 use super::common::{dim_line, ms, pane_block, stacked_bar, times};
 
-/// I/O totals summed over the recent window.
-pub fn window_io(app: &App) -> Option<IoTotals> {
+/// I/O totals summed over the recent window for one fetch mode (None = all modes).
+pub fn window_io(app: &App, mode: Option<&str>) -> Option<IoTotals> {
     let mut acc: Option<IoTotals> = None;
-    for t in &app.view().recent {
-        if let Some(io) = IoTotals::of(t) {
-            let a = acc.get_or_insert_with(IoTotals::default);
-            a.compute_ns += io.compute_ns;
-            a.io_ns += io.io_ns;
-            a.wait_ns += io.wait_ns;
-            a.bytes += io.bytes;
-            a.layers_with_io += io.layers_with_io;
+    for (m, io) in &app.view().io_window {
+        if mode.is_none_or(|x| x == m) {
+            acc.get_or_insert_with(IoTotals::default).add(io);
         }
     }
     acc
@@ -81,7 +76,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     }
 
     // Per-layer bars: compute █ then wait ▒; IO drawn as a number.
-    let footer = 3usize;
+    let footer = 4usize;
     let room = h.saturating_sub(lines.len() + footer);
     if let Some(_t) = tok {
         let io_layers: Vec<(usize, crate::telemetry::event::LayerIo)> = last
@@ -127,13 +122,16 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     }
 
     // Window summary.
-    let win = window_io(app);
+    let staged = window_io(app, Some("staged"));
+    let any = window_io(app, None);
     let mut s1 = vec![Span::styled("hidden ", th.dim())];
     s1.push(Span::styled(
-        win.and_then(|x| x.hidden())
+        staged
+            .and_then(|x| x.hidden())
             .map_or("—".into(), |x| format!("{:.0}%", 100.0 * x)),
         th.strong(),
     ));
+    s1.push(Span::styled(" staged", th.dim()));
     let fetch = &v.ab.fetch;
     let measured = match (fetch.arm("sync"), fetch.arm("staged")) {
         (Some(a), Some(b)) => match (a.ms.median(), b.ms.median()) {
@@ -142,24 +140,26 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         },
         _ => None,
     };
-    s1.push(Span::styled("  net ", th.dim()));
+    s1.push(Span::styled(" · net measured ", th.dim()));
     s1.push(Span::styled(
-        measured.map_or("— (needs both arms: s)".into(), times),
+        measured.map_or("— (press s for both arms)".into(), times),
         th.measured(),
     ));
-    s1.push(Span::styled(" measured", th.dim()));
-    if let Some(m) = win.and_then(|x| x.model_net()) {
-        s1.push(Span::styled(format!(" (model {})", times(m)), th.model()));
-    }
     lines.push(Line::from(s1));
+    if let Some(m) = staged.or(any).and_then(|x| x.model_net()) {
+        lines.push(Line::from(vec![
+            Span::styled("model net (C+IO)/max(C,IO) ", th.dim()),
+            Span::styled(times(m), th.model()),
+        ]));
+    }
     let arm = |label: &str| {
         fetch.arm(label).and_then(|a| {
             a.ms.median()
-                .map(|m| format!("{label} {m:.2} ms (n={})", a.ms.len()))
+                .map(|m| format!("{label} {m:.2} (n={})", a.ms.len()))
         })
     };
     lines.push(Line::from(vec![
-        Span::styled("A/B ", th.dim()),
+        Span::styled("ms/tok ", th.dim()),
         Span::styled(arm("sync").unwrap_or_else(|| "sync —".into()), th.text()),
         Span::styled(" │ ", th.dim()),
         Span::styled(
@@ -169,10 +169,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     ]));
     lines.push(dim_line(
         app,
-        format!(
-            "medians of ms/token over ≤{} tokens per arm",
-            super::app::AB_WINDOW
-        ),
+        format!("medians over ≤{} tokens per arm", super::app::AB_WINDOW),
     ));
     frame.render_widget(Paragraph::new(lines), inner);
 }

@@ -131,24 +131,26 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
 
     // Summary lines at the bottom.
     let chance = k as f64 / ne as f64;
-    let mut summary = vec![Line::from(vec![
-        Span::styled("ℓ→ℓ+1 overlap ", th.dim()),
-        Span::styled(
-            st.overlap
-                .map_or("—".into(), |o| format!("{:.0}%", 100.0 * o)),
-            th.strong(),
-        ),
-        Span::styled(format!(" (chance {:.0}%)", 100.0 * chance), th.dim()),
-        Span::styled(" · balance max/mean ", th.dim()),
-        Span::styled(
-            st.imbalance.map_or("—".into(), |b| format!("{b:.2}×")),
-            th.strong(),
-        ),
-    ])];
-    summary.push(dim_line(
-        app,
-        format!("E={ne} k={k} · shade = share of tokens choosing the expert"),
-    ));
+    let summary = vec![
+        Line::from(vec![
+            Span::styled("ℓ→ℓ+1 overlap ", th.dim()),
+            Span::styled(
+                st.overlap
+                    .map_or("—".into(), |o| format!("{:.0}%", 100.0 * o)),
+                th.strong(),
+            ),
+            Span::styled(format!(" (chance {:.0}%)", 100.0 * chance), th.dim()),
+        ]),
+        Line::from(vec![
+            Span::styled("balance max/mean ", th.dim()),
+            Span::styled(
+                st.imbalance.map_or("—".into(), |b| format!("{b:.2}×")),
+                th.strong(),
+            ),
+            Span::styled(format!(" · E={ne} k={k}"), th.dim()),
+        ]),
+        dim_line(app, "shade: share of tokens picking expert"),
+    ];
 
     let side_by_side = inner.width >= 56;
     let [heat_area, topk_area, sum_area] = if side_by_side {
@@ -172,7 +174,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(summary), sum_area);
 
     // Heatmap.
-    let label_w = format!("L{}", st.counts.len().saturating_sub(1)).len() + 1;
+    let label_w = (format!("L{}", st.counts.len().saturating_sub(1)).len() + 1).max(4);
     let avail = (heat_area.width as usize).saturating_sub(label_w);
     let cell = if avail >= ne * 2 { 2 } else { 1 };
     let cols = (avail / cell).min(ne);

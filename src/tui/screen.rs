@@ -69,7 +69,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         let [t, p, a] = Layout::vertical([
             Constraint::Min(8),
             Constraint::Length(9),
-            Constraint::Length(7),
+            Constraint::Length(8),
         ])
         .areas(left);
         text::render(frame, t, app);
@@ -85,6 +85,6 @@ pub fn draw(frame: &mut Frame, app: &App) {
         overlap::render(frame, o, app);
     }
     if app.show_help {
-        help::render(frame, body, app);
+        help::render(frame, area, app);
     }
 }

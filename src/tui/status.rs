@@ -8,7 +8,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::app::{fmt_speed, App};
-use super::common::times;
+use super::common::{times, truncate};
 use super::keymap::footer_hints;
 
 fn width(spans: &[Span]) -> usize {
@@ -20,11 +20,24 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
     let v = &app.live;
     let sep = || Span::styled(" │ ", th.bar());
+    let compact = (area.width as usize) < 120;
     let mut spans = vec![Span::styled(
         " cflow-tui",
         th.bar().add_modifier(ratatui::style::Modifier::BOLD),
     )];
     match &v.model {
+        Some(m) if compact => {
+            spans.push(Span::styled(
+                format!(" · {}", truncate(&m.name, 16)),
+                th.bar(),
+            ));
+            if m.synthetic {
+                spans.push(Span::styled(" (synthetic)", th.bar()));
+            }
+            if let Some(q) = m.quant_types.first() {
+                spans.push(Span::styled(format!(" · {q}"), th.bar()));
+            }
+        }
         Some(m) => {
             let mut name = format!(" · {}", m.name);
             if !m.arch.is_empty() && m.arch != m.name {
@@ -44,24 +57,37 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         None => spans.push(Span::styled(" · no session", th.bar())),
     }
     if let Some(c) = &v.config {
-        spans.push(Span::styled(
-            format!(" · {} thr · {}", c.threads, c.isa),
-            th.bar(),
-        ));
-        spans.push(sep());
-        spans.push(Span::styled(
-            format!("prefetch {}", if c.prefetch { "ON" } else { "OFF" }),
-            th.bar(),
-        ));
-        spans.push(sep());
-        spans.push(Span::styled(
-            format!("fetch {}", c.fetch.to_uppercase()),
-            th.bar(),
-        ));
-        spans.push(sep());
-        spans.push(Span::styled(format!("layout {}", c.layout), th.bar()));
-        spans.push(sep());
-        spans.push(Span::styled(format!("tier {}", c.expert_tier), th.bar()));
+        let onoff = if c.prefetch { "ON" } else { "OFF" };
+        if compact {
+            spans.push(Span::styled(
+                format!(" · {}t {}", c.threads, c.isa),
+                th.bar(),
+            ));
+            spans.push(sep());
+            spans.push(Span::styled(
+                format!(
+                    "pf {onoff} · {} · {} · {}",
+                    c.fetch, c.layout, c.expert_tier
+                ),
+                th.bar(),
+            ));
+        } else {
+            spans.push(Span::styled(
+                format!(" · {} thr · {}", c.threads, c.isa),
+                th.bar(),
+            ));
+            spans.push(sep());
+            spans.push(Span::styled(format!("prefetch {onoff}"), th.bar()));
+            spans.push(sep());
+            spans.push(Span::styled(
+                format!("fetch {}", c.fetch.to_uppercase()),
+                th.bar(),
+            ));
+            spans.push(sep());
+            spans.push(Span::styled(format!("layout {}", c.layout), th.bar()));
+            spans.push(sep());
+            spans.push(Span::styled(format!("tier {}", c.expert_tier), th.bar()));
+        }
     }
     if app.recording {
         spans.push(sep());
@@ -112,7 +138,14 @@ fn metrics<'a>(app: &App, compact: bool) -> Vec<Span<'a>> {
         v.prefill_tps.map_or("—".into(), |x| format!("{x:.0}")),
         th.strong(),
     ));
-    spans.push(Span::styled(" tok/s · ctx ", th.dim()));
+    spans.push(Span::styled(
+        if compact {
+            " · ctx "
+        } else {
+            " tok/s · ctx "
+        },
+        th.dim(),
+    ));
     let max = v.model.as_ref().map_or(0, |m| m.max_ctx);
     spans.push(Span::styled(format!("{}/{}", v.ctx_used, max), th.strong()));
     if max > 0 && !compact {

@@ -46,7 +46,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
 
     let n = last.layers.len();
     // Lines reserved below the bars: lm head, totals (2).
-    let footer = 3usize;
+    let footer = 4usize;
     let room = h.saturating_sub(1 + footer);
     let scale = last
         .layers
@@ -103,41 +103,32 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled("lm head ", th.dim()),
         Span::styled(format!("{} MiB", mib(last.vocab_bytes as f64)), th.vocab()),
         Span::styled(
-            format!(
-                " · attn {} · dense {} · exp {}",
-                mib(a as f64),
-                mib(d as f64),
-                mib(e as f64)
-            ),
+            format!(" · {:.2} ms this token", last.ns_total as f64 / 1e6),
             th.dim(),
         ),
+    ]));
+    lines.push(Line::from(vec![
+        Span::styled(format!("Σ attn {}", mib(a as f64)), th.attn()),
+        Span::styled(format!(" · dense {}", mib(d as f64)), th.dense()),
+        Span::styled(format!(" · exp {}", mib(e as f64)), th.experts()),
     ]));
     let gbs = if last.ns_total > 0 {
         total as f64 / last.ns_total as f64
     } else {
         0.0
     };
-    let mut tot = vec![
+    lines.push(Line::from(vec![
         Span::styled(format!("{:.2} MiB/token", total as f64 / MIB), th.strong()),
         Span::raw(" · "),
         Span::styled(format!("{gbs:.1} GB/s"), th.measured()),
         Span::styled(" effective", th.dim()),
-    ];
-    match app.bandwidth_ceiling_gbs {
-        Some(c) if c > 0.0 => {
-            tot.push(Span::raw(" · "));
-            tot.push(Span::styled(
-                format!("{:.0}%", 100.0 * gbs / c),
-                th.strong(),
-            ));
-            tot.push(Span::styled(format!(" of {c:.1} GB/s ceiling"), th.dim()));
-        }
-        _ => tot.push(Span::styled(" · ceiling unknown", th.dim())),
-    }
-    lines.push(Line::from(tot));
-    lines.push(dim_line(
-        app,
-        format!("{:.2} ms this token", last.ns_total as f64 / 1e6),
-    ));
+    ]));
+    lines.push(match app.bandwidth_ceiling_gbs {
+        Some(c) if c > 0.0 => Line::from(vec![
+            Span::styled(format!("{:.0}%", 100.0 * gbs / c), th.strong()),
+            Span::styled(format!(" of the {c:.1} GB/s read ceiling"), th.dim()),
+        ]),
+        _ => dim_line(app, "ceiling unknown (no bandwidth probe)"),
+    });
     frame.render_widget(Paragraph::new(lines), inner);
 }
