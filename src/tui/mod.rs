@@ -1,1 +1,167 @@
-//! Terminal UI (in progress).
+//! Terminal UI: the cflow-tui workbench.
+//!
+//! Data flows one way (DESIGN §1): engine or replay `Stamped` events come in on a channel, are
+//! applied to [`App`] (pure state, [`App::apply`]), and the screen is drawn from that state at
+//! ≤ 30 fps (drain-then-draw, frame rate independent of token rate). Keys become [`Action`]s through
+//! the single table in [`keymap`]; actions may produce engine [`Command`]s and [`UiRequest`]s for
+//! the host (recording, replay control, quit).
+//!
+//! Files: `app` (state), `keymap`, `theme`, `terminal` (guard), `screen` (layout), `common`
+//! (helpers), one file per pane: `text`, `streams`, `critical`, `routing`, `pmu`, `overlap`, `ab`,
+//! `status` (status bar + footer), `help` (overlay).
+
+pub mod ab;
+pub mod app;
+pub mod common;
+pub mod critical;
+pub mod fixture;
+pub mod help;
+pub mod keymap;
+pub mod overlap;
+pub mod pmu;
+pub mod routing;
+pub mod screen;
+pub mod status;
+pub mod streams;
+pub mod terminal;
+pub mod text;
+pub mod theme;
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use ratatui::crossterm::event::{self as ct, Event as CtEvent};
+
+pub use app::{Action, App, Effects, Msg, PaneId, ReplayControl, TuiOptions, UiRequest};
+pub use theme::Theme;
+
+use crate::telemetry::event::{Command, Stamped};
+
+/// Target frame interval (~30 fps).
+pub const FRAME: Duration = Duration::from_millis(33);
+/// Longest time spent draining events before drawing a frame.
+const DRAIN_BUDGET: Duration = Duration::from_millis(20);
+
+/// Run the TUI until the user quits (or the event source closes and the user quits).
+///
+/// `events` is the live engine stream or a replay feeder; `commands` goes to the engine (a replay
+/// host may simply drop them); `on_request` receives recording / replay-control / quit requests.
+/// Ctrl+Z suspend is handled here.
+pub fn run(
+    opts: TuiOptions,
+    events: Receiver<Stamped>,
+    commands: Sender<Command>,
+    mut on_request: impl FnMut(UiRequest),
+) -> anyhow::Result<()> {
+    let mut guard = terminal::TerminalGuard::new(opts.mouse)?;
+    let mut app = App::new(&opts);
+    let size = guard.terminal.size()?;
+    app.apply(Msg::Resize(size.width, size.height));
+
+    let mut dirty = true;
+    let mut closed = false;
+    let mut last_draw = Instant::now() - FRAME;
+    let mut last_tick = Instant::now();
+
+    let dispatch = |fx: Effects,
+                    guard: &mut terminal::TerminalGuard,
+                    on_request: &mut dyn FnMut(UiRequest)|
+     -> anyhow::Result<()> {
+        for c in fx.commands {
+            // The engine may already be gone (e.g. replay); nothing to do then.
+            let _ = commands.send(c);
+        }
+        for r in fx.requests {
+            match r {
+                UiRequest::Suspend => guard.suspend()?,
+                other => on_request(other),
+            }
+        }
+        Ok(())
+    };
+
+    loop {
+        // 1. Drain everything pending (bounded by a time budget so input stays responsive).
+        if !closed {
+            let deadline = Instant::now() + DRAIN_BUDGET;
+            loop {
+                match events.try_recv() {
+                    Ok(ev) => {
+                        app.apply(Msg::Stamped(ev));
+                        dirty = true;
+                        if Instant::now() >= deadline {
+                            break;
+                        }
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        closed = true;
+                        app.apply(Msg::SourceClosed);
+                        dirty = true;
+                        break;
+                    }
+                }
+            }
+        }
+
+        // 2. Draw at most once per frame interval.
+        if dirty && last_draw.elapsed() >= FRAME {
+            guard.terminal.draw(|f| screen::draw(f, &app))?;
+            last_draw = Instant::now();
+            dirty = false;
+        }
+        if app.quit {
+            break;
+        }
+
+        // 3. Input, waiting at most until the next frame is due.
+        let wait = FRAME
+            .saturating_sub(last_tick.elapsed())
+            .max(Duration::from_millis(1));
+        if ct::poll(wait)? {
+            loop {
+                let msg = match ct::read()? {
+                    CtEvent::Key(k) => {
+                        keymap::resolve(&k, keymap::KeyState::of(&app)).map(Msg::Action)
+                    }
+                    CtEvent::Mouse(m) => keymap::resolve_mouse(&m).map(Msg::Action),
+                    CtEvent::Resize(w, h) => Some(Msg::Resize(w, h)),
+                    CtEvent::Paste(s) => {
+                        for c in s.chars() {
+                            app.apply(Msg::Action(if c == '\n' {
+                                Action::Newline
+                            } else {
+                                Action::Insert(c)
+                            }));
+                        }
+                        dirty = true;
+                        None
+                    }
+                    _ => None,
+                };
+                if let Some(msg) = msg {
+                    let fx = app.apply(msg);
+                    dispatch(fx, &mut guard, &mut on_request)?;
+                    dirty = true;
+                    // Key presses redraw immediately.
+                    last_draw = Instant::now() - FRAME;
+                }
+                if app.quit || !ct::poll(Duration::ZERO)? {
+                    break;
+                }
+            }
+        }
+
+        // 4. Tick (~30 Hz): message expiry and the generating spinner.
+        if last_tick.elapsed() >= FRAME {
+            last_tick = Instant::now();
+            let had_msg = app.status_message().is_some();
+            app.apply(Msg::Tick);
+            if app.generating || had_msg != app.status_message().is_some() {
+                dirty = true;
+            }
+        }
+    }
+    drop(guard);
+    Ok(())
+}

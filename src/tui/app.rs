@@ -1,0 +1,1592 @@
+//! All UI state and its single mutation point, [`App::apply`].
+//!
+//! The app is a pure state machine: engine [`Event`]s, UI [`Action`]s (produced by the keymap),
+//! ticks and resizes go in as [`Msg`]; [`Effects`] come out — engine [`Command`]s and
+//! [`UiRequest`]s the host handles (recording, replay control, quit, suspend). Nothing here touches
+//! the terminal, a clock or a channel, so every behaviour is unit-testable.
+//!
+//! Engine-derived data lives in [`Telemetry`], which is cloned when the user freezes the panes:
+//! the live copy keeps absorbing events while the frozen one is drawn.
+
+use std::collections::VecDeque;
+
+use crate::telemetry::event::{
+    Command, EngineConfigInfo, Event, ModelSummary, Stamped, StopReason, StreamBytes, TokenStats,
+};
+
+/// Tokens kept for windowed views (routing heatmap, per-layer times, overlap).
+pub const WINDOW: usize = 64;
+/// Samples kept per A/B arm for the running medians.
+pub const AB_WINDOW: usize = 512;
+/// Ticks a status message stays visible (the run loop ticks at ~30 Hz).
+pub const MESSAGE_TICKS: u64 = 120;
+/// Largest hypothetical delay in what-if mode.
+pub const MAX_WHATIF_DELAY: u32 = 8;
+/// Layout cycle order.
+pub const LAYOUTS: [&str; 3] = ["cflow", "vflow", "rowmajor"];
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The panes, in focus (Tab) order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PaneId {
+    Text,
+    Streams,
+    Critical,
+    Routing,
+    Overlap,
+    Pmu,
+    Ab,
+}
+
+impl PaneId {
+    /// Focus order.
+    pub const ALL: [PaneId; 7] = [
+        PaneId::Text,
+        PaneId::Streams,
+        PaneId::Critical,
+        PaneId::Routing,
+        PaneId::Overlap,
+        PaneId::Pmu,
+        PaneId::Ab,
+    ];
+
+    /// Short name used in titles and the compact-layout tab strip.
+    pub fn name(self) -> &'static str {
+        match self {
+            PaneId::Text => "Text",
+            PaneId::Streams => "Streams",
+            PaneId::Critical => "Critical path",
+            PaneId::Routing => "Routing",
+            PaneId::Overlap => "Overlap",
+            PaneId::Pmu => "PMU",
+            PaneId::Ab => "A/B",
+        }
+    }
+
+    fn index(self) -> usize {
+        PaneId::ALL.iter().position(|&p| p == self).unwrap_or(0)
+    }
+
+    /// Next pane in focus order (wraps).
+    pub fn next(self) -> PaneId {
+        PaneId::ALL[(self.index() + 1) % PaneId::ALL.len()]
+    }
+
+    /// Previous pane in focus order (wraps).
+    pub fn prev(self) -> PaneId {
+        PaneId::ALL[(self.index() + PaneId::ALL.len() - 1) % PaneId::ALL.len()]
+    }
+}
+
+/// What a key does, independent of which key it is (see `keymap.rs`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Action {
+    /// Toggle the help overlay.
+    Help,
+    FocusNext,
+    FocusPrev,
+    /// Maximize / restore the focused pane.
+    Maximize,
+    /// Freeze / unfreeze the metric panes.
+    Freeze,
+    /// Start / stop recording the event stream.
+    Record,
+    TogglePrefetch,
+    ToggleFetch,
+    CycleLayout,
+    ToggleTier,
+    /// Enter / leave what-if mode in the critical-path pane.
+    WhatIf,
+    /// Change the hypothetical dense delay by ±1.
+    WhatIfDense(i32),
+    /// Change the hypothetical expert delay by ±1.
+    WhatIfExpert(i32),
+    /// Reset the context (KV cache).
+    ResetContext,
+    Quit,
+    /// Ctrl+C: stops a running generation, otherwise quits.
+    Interrupt,
+    /// Ctrl+Z.
+    Suspend,
+    /// Esc: close help, leave the input (stopping a generation), restore a maximized pane.
+    Escape,
+    /// Give the input box focus.
+    FocusInput,
+    ReplayPause,
+    /// Step the replay by ±1 token.
+    ReplayStep(i32),
+    /// Double (+1) or halve (-1) the replay speed.
+    ReplaySpeed(i32),
+    /// Scroll the transcript up (older) by lines.
+    ScrollUp(u16),
+    /// Scroll the transcript down (newer) by lines.
+    ScrollDown(u16),
+    PageUp,
+    PageDown,
+    /// Jump back to following the stream.
+    ScrollEnd,
+    // --- input box editing ---
+    Insert(char),
+    Newline,
+    Backspace,
+    Delete,
+    CursorLeft,
+    CursorRight,
+    CursorHome,
+    CursorEnd,
+    ClearInput,
+    Submit,
+    HistoryPrev,
+    HistoryNext,
+}
+
+/// Control messages for a replay feeder (the host forwards them to the thread it owns).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ReplayControl {
+    SetPaused(bool),
+    /// Step by this many tokens (negative = back). The feeder may implement a backward step by
+    /// re-sending the trace from its `Session` event up to the wanted token; the app resets its
+    /// state on every `Session` event.
+    Step(i32),
+    /// Playback speed multiplier (1.0 = recorded pace).
+    SetSpeed(f64),
+}
+
+/// Requests for the host (things the UI cannot do by sending a `Command` to the engine).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UiRequest {
+    StartRecording,
+    StopRecording,
+    Replay(ReplayControl),
+    /// Suspend the process (Ctrl+Z); `tui::run` handles it itself and does not forward it.
+    Suspend,
+    Quit,
+}
+
+/// Everything the app consumes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Msg {
+    Event(Event),
+    /// An event with its timestamp (replay shows the trace clock).
+    Stamped(Stamped),
+    Action(Action),
+    /// Periodic tick (~30 Hz) for message expiry and animation.
+    Tick,
+    /// Terminal resized to (width, height).
+    Resize(u16, u16),
+    /// The event source closed (engine exited or the replay reached its end).
+    SourceClosed,
+}
+
+impl From<Event> for Msg {
+    fn from(e: Event) -> Self {
+        Msg::Event(e)
+    }
+}
+
+impl From<Action> for Msg {
+    fn from(a: Action) -> Self {
+        Msg::Action(a)
+    }
+}
+
+/// What [`App::apply`] asks of the outside world.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Effects {
+    pub commands: Vec<Command>,
+    pub requests: Vec<UiRequest>,
+}
+
+impl Effects {
+    fn cmd(c: Command) -> Self {
+        Effects {
+            commands: vec![c],
+            requests: vec![],
+        }
+    }
+    fn req(r: UiRequest) -> Self {
+        Effects {
+            commands: vec![],
+            requests: vec![r],
+        }
+    }
+    /// True when nothing is asked.
+    pub fn is_empty(&self) -> bool {
+        self.commands.is_empty() && self.requests.is_empty()
+    }
+}
+
+/// Options the host passes in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TuiOptions {
+    /// The UI is fed by a replay (toggles disabled, replay keys active, REPLAY badge).
+    pub replay: bool,
+    /// Recording is already on (e.g. `--record FILE`).
+    pub recording: bool,
+    /// Measured DRAM read ceiling in GB/s, if known.
+    pub bandwidth_ceiling_gbs: Option<f64>,
+    /// `max_tokens` sent with every prompt.
+    pub max_tokens: u32,
+    /// Capture the mouse (wheel scrollback).
+    pub mouse: bool,
+    /// Colour theme (`Theme::from_env()` honours NO_COLOR).
+    pub theme: super::theme::Theme,
+}
+
+impl Default for TuiOptions {
+    fn default() -> Self {
+        TuiOptions {
+            replay: false,
+            recording: false,
+            bandwidth_ceiling_gbs: None,
+            max_tokens: 256,
+            mouse: true,
+            theme: super::theme::Theme::default(),
+        }
+    }
+}
+
+/// A bounded window of samples with a median.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Samples {
+    buf: VecDeque<f64>,
+    cap: usize,
+    total: u64,
+}
+
+impl Samples {
+    pub fn new(cap: usize) -> Self {
+        Samples {
+            buf: VecDeque::with_capacity(cap.min(1024)),
+            cap,
+            total: 0,
+        }
+    }
+    pub fn push(&mut self, x: f64) {
+        if self.buf.len() == self.cap {
+            self.buf.pop_front();
+        }
+        self.buf.push_back(x);
+        self.total += 1;
+    }
+    /// Samples in the window.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    /// Samples ever pushed.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+    /// Median of the window (mean of the middle two for even counts).
+    pub fn median(&self) -> Option<f64> {
+        median(self.buf.iter().copied())
+    }
+}
+
+/// Median of values (None when empty).
+pub fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// One arm of an A/B toggle: ms/token samples taken while the toggle was in this state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AbArm {
+    pub label: String,
+    pub ms: Samples,
+}
+
+/// Running ms/token per arm for one toggle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AbToggle {
+    pub name: &'static str,
+    /// Canonical arm order; the ratio is arm\[0\] / arm\[1\].
+    order: &'static [&'static str],
+    pub arms: Vec<AbArm>,
+}
+
+impl AbToggle {
+    fn new(name: &'static str, order: &'static [&'static str]) -> Self {
+        AbToggle {
+            name,
+            order,
+            arms: Vec::new(),
+        }
+    }
+
+    fn rank(&self, label: &str) -> usize {
+        self.order
+            .iter()
+            .position(|&o| o == label)
+            .unwrap_or(self.order.len())
+    }
+
+    fn push(&mut self, label: &str, ms: f64) {
+        if let Some(arm) = self.arms.iter_mut().find(|a| a.label == label) {
+            arm.ms.push(ms);
+            return;
+        }
+        let mut s = Samples::new(AB_WINDOW);
+        s.push(ms);
+        let arm = AbArm {
+            label: label.to_string(),
+            ms: s,
+        };
+        let r = self.rank(label);
+        let at = self
+            .arms
+            .iter()
+            .position(|a| self.rank(&a.label) > r)
+            .unwrap_or(self.arms.len());
+        self.arms.insert(at, arm);
+    }
+
+    /// Arm by label.
+    pub fn arm(&self, label: &str) -> Option<&AbArm> {
+        self.arms.iter().find(|a| a.label == label)
+    }
+
+    /// median(first arm) / median(second arm), when both have samples.
+    pub fn ratio(&self) -> Option<(f64, &AbArm, &AbArm)> {
+        let a = self.arms.first()?;
+        let b = self.arms.get(1)?;
+        let (ma, mb) = (a.ms.median()?, b.ms.median()?);
+        (mb > 0.0).then(|| (ma / mb, a, b))
+    }
+}
+
+/// The four A/B toggles.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AbBook {
+    pub prefetch: AbToggle,
+    pub fetch: AbToggle,
+    pub layout: AbToggle,
+    pub tier: AbToggle,
+}
+
+impl Default for AbBook {
+    fn default() -> Self {
+        AbBook {
+            prefetch: AbToggle::new("prefetch", &["on", "off"]),
+            fetch: AbToggle::new("fetch", &["sync", "staged"]),
+            layout: AbToggle::new("layout", &LAYOUTS),
+            tier: AbToggle::new("tier", &["mmap", "direct"]),
+        }
+    }
+}
+
+impl AbBook {
+    fn record(&mut self, cfg: &EngineConfigInfo, ms: f64) {
+        self.prefetch
+            .push(if cfg.prefetch { "on" } else { "off" }, ms);
+        self.fetch.push(&cfg.fetch, ms);
+        self.layout.push(&cfg.layout, ms);
+        self.tier.push(&cfg.expert_tier, ms);
+    }
+
+    /// The toggles in display order.
+    pub fn toggles(&self) -> [&AbToggle; 4] {
+        [&self.prefetch, &self.fetch, &self.layout, &self.tier]
+    }
+}
+
+/// Per-token expert-I/O totals (summed over layers), tagged with the fetch mode in force.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IoTotals {
+    pub compute_ns: u64,
+    pub io_ns: u64,
+    pub wait_ns: u64,
+    pub bytes: u64,
+    pub layers_with_io: u32,
+}
+
+impl IoTotals {
+    /// Sum the `LayerStat.io` entries of a token (None when no layer had I/O).
+    pub fn of(stats: &TokenStats) -> Option<IoTotals> {
+        let mut t = IoTotals::default();
+        for io in stats.layers.iter().filter_map(|l| l.io.as_ref()) {
+            t.compute_ns += io.compute_ns;
+            t.io_ns += io.io_ns;
+            t.wait_ns += io.wait_ns;
+            t.bytes += io.bytes;
+            t.layers_with_io += 1;
+        }
+        (t.layers_with_io > 0).then_some(t)
+    }
+
+    /// Fraction of I/O time hidden behind compute: 1 − wait / io.
+    pub fn hidden(&self) -> Option<f64> {
+        (self.io_ns > 0).then(|| (1.0 - self.wait_ns as f64 / self.io_ns as f64).clamp(0.0, 1.0))
+    }
+
+    /// Add another total.
+    pub fn add(&mut self, o: &IoTotals) {
+        self.compute_ns += o.compute_ns;
+        self.io_ns += o.io_ns;
+        self.wait_ns += o.wait_ns;
+        self.bytes += o.bytes;
+        self.layers_with_io += o.layers_with_io;
+    }
+
+    /// The overlap model's predicted speedup of staged over sync: (C + IO) / max(C, IO).
+    pub fn model_net(&self) -> Option<f64> {
+        let (c, io) = (self.compute_ns as f64, self.io_ns as f64);
+        let m = c.max(io);
+        (m > 0.0).then(|| (c + io) / m)
+    }
+}
+
+/// Modelled critical path of one layer (bytes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CriticalLayer {
+    /// max(B_attn, B_dense/(δd+1), B_expert/(δe+1)).
+    pub critical: f64,
+    /// The same with δd = δe = 0: max(B_attn, B_dense, B_expert).
+    pub undelayed: f64,
+    /// Which stream bounds the critical path: "attn" | "dense" | "experts".
+    pub bound: &'static str,
+}
+
+/// Modelled critical path of a model (eq. 4.23).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CriticalPath {
+    pub layers: Vec<CriticalLayer>,
+    pub dense_delay: u32,
+    pub expert_delay: u32,
+}
+
+impl CriticalPath {
+    /// Σ critical, in MiB.
+    pub fn critical_mib(&self) -> f64 {
+        self.layers.iter().map(|l| l.critical).sum::<f64>() / MIB
+    }
+    /// Σ undelayed, in MiB.
+    pub fn undelayed_mib(&self) -> f64 {
+        self.layers.iter().map(|l| l.undelayed).sum::<f64>() / MIB
+    }
+    /// undelayed / critical.
+    pub fn speedup(&self) -> f64 {
+        let c = self.critical_mib();
+        if c > 0.0 {
+            self.undelayed_mib() / c
+        } else {
+            1.0
+        }
+    }
+}
+
+/// Σ_ℓ max(B_attn, B_dense/(δd+1), B_expert/(δe+1)) per layer, with the undelayed reference.
+pub fn critical_path(layers: &[StreamBytes], dense_delay: u32, expert_delay: u32) -> CriticalPath {
+    let layers = layers
+        .iter()
+        .map(|b| {
+            let a = b.attn as f64;
+            let d = b.dense as f64 / (dense_delay as f64 + 1.0);
+            let e = b.experts as f64 / (expert_delay as f64 + 1.0);
+            let (critical, bound) = if a >= d && a >= e {
+                (a, "attn")
+            } else if d >= e {
+                (d, "dense")
+            } else {
+                (e, "experts")
+            };
+            let undelayed = (b.attn.max(b.dense).max(b.experts)) as f64;
+            CriticalLayer {
+                critical,
+                undelayed,
+                bound,
+            }
+        })
+        .collect();
+    CriticalPath {
+        layers,
+        dense_delay,
+        expert_delay,
+    }
+}
+
+/// Engine-derived state (what freezing snapshots).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Telemetry {
+    pub model: Option<ModelSummary>,
+    pub config: Option<EngineConfigInfo>,
+    /// The latest token's stats.
+    pub last: Option<TokenStats>,
+    /// The last [`WINDOW`] tokens' stats (oldest first).
+    pub recent: VecDeque<TokenStats>,
+    pub ab: AbBook,
+    /// Prefill speed of the last prompt.
+    pub prefill_tps: Option<f64>,
+    /// Decode speed: live during a generation, final after `Done`.
+    pub decode_tps: Option<f64>,
+    /// Tokens and ns of the current generation (for the live decode rate).
+    pub gen_tokens: u32,
+    pub gen_ns: u64,
+    /// KV slots in use.
+    pub ctx_used: u32,
+    /// Stats events seen since the session started.
+    pub tokens_seen: u64,
+    /// Expert-I/O totals of recent tokens, tagged with the fetch mode in force (oldest first).
+    pub io_window: VecDeque<(String, IoTotals)>,
+}
+
+impl Telemetry {
+    /// The model's delays (0, 0 when unknown).
+    pub fn delays(&self) -> (u32, u32) {
+        self.model
+            .as_ref()
+            .map(|m| (m.dense_delay, m.expert_delay))
+            .unwrap_or((0, 0))
+    }
+
+    /// True when the model has experts.
+    pub fn has_experts(&self) -> bool {
+        self.model.as_ref().is_some_and(|m| m.n_experts > 0)
+    }
+
+    fn on_stats(&mut self, s: TokenStats) {
+        if let Some(cfg) = &self.config {
+            self.ab.record(cfg, s.ns_total as f64 / 1e6);
+            if let Some(io) = IoTotals::of(&s) {
+                if self.io_window.len() == WINDOW {
+                    self.io_window.pop_front();
+                }
+                self.io_window.push_back((cfg.fetch.clone(), io));
+            }
+        }
+        self.gen_tokens += 1;
+        self.gen_ns += s.ns_total;
+        if self.gen_ns > 0 {
+            self.decode_tps = Some(self.gen_tokens as f64 * 1e9 / self.gen_ns as f64);
+        }
+        self.ctx_used = self.ctx_used.max(s.pos + 1);
+        self.tokens_seen += 1;
+        if self.recent.len() == WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(s.clone());
+        self.last = Some(s);
+    }
+}
+
+/// Who said a transcript entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Model,
+    System,
+    Error,
+}
+
+/// One transcript entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Turn {
+    pub role: Role,
+    pub text: String,
+    /// Set on model turns when the generation ended.
+    pub end: Option<StopReason>,
+}
+
+/// The multi-line input box with history.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Input {
+    pub text: String,
+    /// Byte index of the cursor in `text`.
+    pub cursor: usize,
+    pub history: Vec<String>,
+    /// Position while browsing history (None = editing the draft).
+    hist_pos: Option<usize>,
+    draft: String,
+}
+
+impl Input {
+    fn insert(&mut self, c: char) {
+        self.text.insert(self.cursor, c);
+        self.cursor += c.len_utf8();
+    }
+    fn backspace(&mut self) {
+        if let Some(c) = self.text[..self.cursor].chars().next_back() {
+            self.cursor -= c.len_utf8();
+            self.text.remove(self.cursor);
+        }
+    }
+    fn delete(&mut self) {
+        if self.cursor < self.text.len() {
+            self.text.remove(self.cursor);
+        }
+    }
+    fn left(&mut self) {
+        if let Some(c) = self.text[..self.cursor].chars().next_back() {
+            self.cursor -= c.len_utf8();
+        }
+    }
+    fn right(&mut self) {
+        if let Some(c) = self.text[self.cursor..].chars().next() {
+            self.cursor += c.len_utf8();
+        }
+    }
+    fn home(&mut self) {
+        self.cursor = self.text[..self.cursor].rfind('\n').map_or(0, |i| i + 1);
+    }
+    fn end(&mut self) {
+        self.cursor += self.text[self.cursor..]
+            .find('\n')
+            .unwrap_or(self.text.len() - self.cursor);
+    }
+    fn set(&mut self, s: String) {
+        self.cursor = s.len();
+        self.text = s;
+    }
+    fn take(&mut self) -> String {
+        self.cursor = 0;
+        self.hist_pos = None;
+        std::mem::take(&mut self.text)
+    }
+    fn history_prev(&mut self) {
+        if self.history.is_empty() {
+            return;
+        }
+        let pos = match self.hist_pos {
+            None => {
+                self.draft = self.text.clone();
+                self.history.len() - 1
+            }
+            Some(0) => 0,
+            Some(p) => p - 1,
+        };
+        self.hist_pos = Some(pos);
+        self.set(self.history[pos].clone());
+    }
+    fn history_next(&mut self) {
+        match self.hist_pos {
+            None => {}
+            Some(p) if p + 1 < self.history.len() => {
+                self.hist_pos = Some(p + 1);
+                self.set(self.history[p + 1].clone());
+            }
+            Some(_) => {
+                self.hist_pos = None;
+                let d = std::mem::take(&mut self.draft);
+                self.set(d);
+            }
+        }
+    }
+    /// (line, column in chars) of the cursor.
+    pub fn cursor_line_col(&self) -> (usize, usize) {
+        let before = &self.text[..self.cursor];
+        let line = before.matches('\n').count();
+        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count());
+        (line, col)
+    }
+}
+
+/// Replay playback state.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReplayState {
+    pub paused: bool,
+    pub speed: f64,
+    /// Timestamp of the latest event applied (ns since the recorded session started).
+    pub t_ns: u64,
+}
+
+/// The whole UI state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct App {
+    /// Live engine-derived data.
+    pub live: Telemetry,
+    /// A snapshot drawn instead of `live` while frozen.
+    pub frozen: Option<Box<Telemetry>>,
+    pub transcript: Vec<Turn>,
+    pub generating: bool,
+    pub input: Input,
+    pub input_focused: bool,
+    pub focus: PaneId,
+    /// The pane shown beside the text in the compact (80×24) layout.
+    pub compact_pane: PaneId,
+    pub maximized: bool,
+    pub show_help: bool,
+    pub recording: bool,
+    pub replay: Option<ReplayState>,
+    /// Hypothetical (δd, δe) while in what-if mode.
+    pub whatif: Option<(u32, u32)>,
+    /// Transcript lines scrolled up from the bottom (0 = follow the stream).
+    pub scroll: u16,
+    /// A transient status message and the tick it expires at.
+    pub message: Option<(String, u64)>,
+    pub ticks: u64,
+    pub size: (u16, u16),
+    pub bandwidth_ceiling_gbs: Option<f64>,
+    pub max_tokens: u32,
+    pub theme: super::theme::Theme,
+    pub quit: bool,
+    /// The event source has closed.
+    pub source_closed: bool,
+    /// Ctrl+C stopped a generation; a second Ctrl+C quits.
+    interrupt_armed: bool,
+}
+
+impl Default for App {
+    fn default() -> Self {
+        App::new(&TuiOptions::default())
+    }
+}
+
+impl App {
+    pub fn new(opts: &TuiOptions) -> Self {
+        App {
+            live: Telemetry::default(),
+            frozen: None,
+            transcript: Vec::new(),
+            generating: false,
+            input: Input::default(),
+            input_focused: !opts.replay,
+            focus: PaneId::Text,
+            compact_pane: PaneId::Streams,
+            maximized: false,
+            show_help: false,
+            recording: opts.recording,
+            replay: opts.replay.then_some(ReplayState {
+                paused: false,
+                speed: 1.0,
+                t_ns: 0,
+            }),
+            whatif: None,
+            scroll: 0,
+            message: None,
+            ticks: 0,
+            size: (80, 24),
+            bandwidth_ceiling_gbs: opts.bandwidth_ceiling_gbs,
+            max_tokens: opts.max_tokens,
+            theme: opts.theme,
+            quit: false,
+            source_closed: false,
+            interrupt_armed: false,
+        }
+    }
+
+    /// The telemetry the metric panes draw: the frozen snapshot if any, else live.
+    pub fn view(&self) -> &Telemetry {
+        self.frozen.as_deref().unwrap_or(&self.live)
+    }
+
+    /// True in chat mode (the model has a chat template), false in completion mode.
+    pub fn chat_mode(&self) -> bool {
+        self.live
+            .model
+            .as_ref()
+            .is_some_and(|m| m.has_chat_template)
+    }
+
+    /// The current status message, if not expired.
+    pub fn status_message(&self) -> Option<&str> {
+        self.message
+            .as_ref()
+            .filter(|(_, until)| *until > self.ticks)
+            .map(|(m, _)| m.as_str())
+    }
+
+    fn say(&mut self, m: impl Into<String>) {
+        self.message = Some((m.into(), self.ticks + MESSAGE_TICKS));
+    }
+
+    /// The single mutation point.
+    pub fn apply(&mut self, msg: Msg) -> Effects {
+        match msg {
+            Msg::Event(e) => {
+                self.on_event(e);
+                Effects::default()
+            }
+            Msg::Stamped(s) => {
+                if let Some(r) = &mut self.replay {
+                    r.t_ns = s.t_ns;
+                }
+                self.on_event(s.event);
+                Effects::default()
+            }
+            Msg::Action(a) => self.on_action(a),
+            Msg::Tick => {
+                self.ticks += 1;
+                Effects::default()
+            }
+            Msg::Resize(w, h) => {
+                self.size = (w, h);
+                Effects::default()
+            }
+            Msg::SourceClosed => {
+                self.source_closed = true;
+                self.generating = false;
+                self.say(if self.replay.is_some() {
+                    "end of trace — q quits"
+                } else {
+                    "engine stopped — q quits"
+                });
+                Effects::default()
+            }
+        }
+    }
+
+    fn model_turn(&mut self) -> &mut Turn {
+        let open = matches!(
+            self.transcript.last(),
+            Some(Turn {
+                role: Role::Model,
+                end: None,
+                ..
+            })
+        );
+        if !open {
+            self.transcript.push(Turn {
+                role: Role::Model,
+                text: String::new(),
+                end: None,
+            });
+        }
+        self.transcript.last_mut().expect("just pushed")
+    }
+
+    fn on_event(&mut self, e: Event) {
+        match e {
+            Event::Session { model, config } => {
+                // A new session (or a replay restarting for a backward step): start clean.
+                self.live = Telemetry {
+                    model: Some(model),
+                    config: Some(config),
+                    ..Telemetry::default()
+                };
+                self.transcript.clear();
+                self.generating = false;
+                self.scroll = 0;
+                self.whatif = None;
+            }
+            Event::Prompt { text, tokens, .. } => {
+                self.transcript.push(Turn {
+                    role: Role::User,
+                    text,
+                    end: None,
+                });
+                self.transcript.push(Turn {
+                    role: Role::Model,
+                    text: String::new(),
+                    end: None,
+                });
+                self.generating = true;
+                self.interrupt_armed = false;
+                self.live.ctx_used += tokens.len() as u32;
+                self.live.gen_tokens = 0;
+                self.live.gen_ns = 0;
+                if self.scroll > 0 {
+                    self.scroll = self.scroll.saturating_add(2);
+                }
+            }
+            Event::Prefill { n_tokens, ns } => {
+                if ns > 0 {
+                    self.live.prefill_tps = Some(n_tokens as f64 * 1e9 / ns as f64);
+                }
+            }
+            Event::Token { text, .. } => {
+                let newlines = text.matches('\n').count() as u16;
+                self.model_turn().text.push_str(&text);
+                if self.scroll > 0 {
+                    self.scroll = self.scroll.saturating_add(newlines);
+                }
+            }
+            Event::Stats(s) => self.live.on_stats(s),
+            Event::Config(c) => {
+                if let Some(old) = &self.live.config {
+                    let mut changes = Vec::new();
+                    if old.prefetch != c.prefetch {
+                        changes.push(format!(
+                            "prefetch {}",
+                            if c.prefetch { "ON" } else { "OFF" }
+                        ));
+                    }
+                    if old.fetch != c.fetch {
+                        changes.push(format!("fetch {}", c.fetch));
+                    }
+                    if old.layout != c.layout {
+                        changes.push(format!("layout {}", c.layout));
+                    }
+                    if old.expert_tier != c.expert_tier {
+                        changes.push(format!("tier {}", c.expert_tier));
+                    }
+                    let new_notes: Vec<&String> =
+                        c.notes.iter().filter(|n| !old.notes.contains(n)).collect();
+                    let mut m = changes.join(", ");
+                    for n in new_notes {
+                        if !m.is_empty() {
+                            m.push_str(" · ");
+                        }
+                        m.push_str(n);
+                    }
+                    if !m.is_empty() {
+                        self.say(m);
+                    }
+                }
+                self.live.config = Some(c);
+            }
+            Event::Done {
+                reason,
+                n_tokens,
+                decode_ns,
+            } => {
+                self.generating = false;
+                self.interrupt_armed = false;
+                if decode_ns > 0 && n_tokens > 0 {
+                    self.live.decode_tps = Some(n_tokens as f64 * 1e9 / decode_ns as f64);
+                }
+                self.model_turn().end = Some(reason);
+            }
+            Event::Reset => {
+                self.live.ctx_used = 0;
+                self.transcript.push(Turn {
+                    role: Role::System,
+                    text: "context reset".into(),
+                    end: None,
+                });
+            }
+            Event::Notice { message } => {
+                self.say(message.clone());
+                self.transcript.push(Turn {
+                    role: Role::System,
+                    text: message,
+                    end: None,
+                });
+            }
+            Event::Error { message, fatal } => {
+                let text = if fatal {
+                    format!("fatal: {message}")
+                } else {
+                    message
+                };
+                self.say(text.clone());
+                self.transcript.push(Turn {
+                    role: Role::Error,
+                    text,
+                    end: None,
+                });
+                if fatal {
+                    self.generating = false;
+                }
+            }
+        }
+    }
+
+    fn toggles_blocked(&mut self) -> bool {
+        if self.replay.is_some() {
+            self.say("replay: toggles were recorded, they cannot be changed");
+            return true;
+        }
+        if self.live.config.is_none() {
+            self.say("no engine session yet");
+            return true;
+        }
+        false
+    }
+
+    fn on_action(&mut self, a: Action) -> Effects {
+        if a != Action::Interrupt {
+            self.interrupt_armed = false;
+        }
+        match a {
+            Action::Help => self.show_help = !self.show_help,
+            Action::FocusNext | Action::FocusPrev => {
+                self.input_focused = false;
+                self.focus = if a == Action::FocusNext {
+                    self.focus.next()
+                } else {
+                    self.focus.prev()
+                };
+                if self.focus != PaneId::Text {
+                    self.compact_pane = self.focus;
+                }
+            }
+            Action::Maximize => self.maximized = !self.maximized,
+            Action::Freeze => {
+                if self.frozen.take().is_none() {
+                    self.frozen = Some(Box::new(self.live.clone()));
+                    self.say("panes frozen (data keeps coming in) — f to resume");
+                } else {
+                    self.say("panes live");
+                }
+            }
+            Action::Record => {
+                self.recording = !self.recording;
+                return Effects::req(if self.recording {
+                    UiRequest::StartRecording
+                } else {
+                    UiRequest::StopRecording
+                });
+            }
+            Action::TogglePrefetch => {
+                if self.toggles_blocked() {
+                    return Effects::default();
+                }
+                let on = self.live.config.as_ref().is_some_and(|c| c.prefetch);
+                self.say(format!(
+                    "prefetch → {} (next token)",
+                    if on { "OFF" } else { "ON" }
+                ));
+                return Effects::cmd(Command::SetPrefetch(!on));
+            }
+            Action::ToggleFetch => {
+                if self.toggles_blocked() {
+                    return Effects::default();
+                }
+                let cur = self.live.config.as_ref().map(|c| c.fetch.clone());
+                let next = if cur.as_deref() == Some("sync") {
+                    "staged"
+                } else {
+                    "sync"
+                };
+                self.say(format!("fetch → {next} (next token)"));
+                return Effects::cmd(Command::SetFetch(next.into()));
+            }
+            Action::ToggleTier => {
+                if self.toggles_blocked() {
+                    return Effects::default();
+                }
+                let cur = self.live.config.as_ref().map(|c| c.expert_tier.clone());
+                let next = if cur.as_deref() == Some("mmap") {
+                    "direct"
+                } else {
+                    "mmap"
+                };
+                self.say(format!("expert tier → {next} (next token)"));
+                return Effects::cmd(Command::SetExpertTier(next.into()));
+            }
+            Action::CycleLayout => {
+                if self.toggles_blocked() {
+                    return Effects::default();
+                }
+                return self.cycle_layout();
+            }
+            Action::WhatIf => {
+                if self.whatif.take().is_none() {
+                    self.whatif = Some(self.live.delays());
+                    self.focus = PaneId::Critical;
+                    self.compact_pane = PaneId::Critical;
+                    self.input_focused = false;
+                    self.say("what-if: d/D δd −/+, e/E δe −/+, w to leave");
+                }
+            }
+            Action::WhatIfDense(step) => {
+                if let Some((dd, _)) = &mut self.whatif {
+                    *dd = dd.saturating_add_signed(step).min(MAX_WHATIF_DELAY);
+                }
+            }
+            Action::WhatIfExpert(step) => {
+                if let Some((_, de)) = &mut self.whatif {
+                    *de = de.saturating_add_signed(step).min(MAX_WHATIF_DELAY);
+                }
+            }
+            Action::ResetContext => {
+                if self.replay.is_none() {
+                    return Effects::cmd(Command::Reset);
+                }
+            }
+            Action::Quit => return self.quit(),
+            Action::Interrupt => {
+                if self.generating && !self.interrupt_armed {
+                    self.interrupt_armed = true;
+                    self.say("generation stopped — Ctrl+C again to quit");
+                    return Effects::cmd(Command::Stop);
+                }
+                return self.quit();
+            }
+            Action::Suspend => return Effects::req(UiRequest::Suspend),
+            Action::Escape => {
+                if self.show_help {
+                    self.show_help = false;
+                } else if self.input_focused {
+                    self.input_focused = false;
+                    if self.generating && self.replay.is_none() {
+                        self.say("generation stopped");
+                        return Effects::cmd(Command::Stop);
+                    }
+                } else if self.generating && self.replay.is_none() {
+                    self.say("generation stopped");
+                    return Effects::cmd(Command::Stop);
+                } else if self.maximized {
+                    self.maximized = false;
+                } else if self.whatif.is_some() {
+                    self.whatif = None;
+                }
+            }
+            Action::FocusInput => {
+                if self.replay.is_some() {
+                    self.say("replay: no engine to talk to");
+                } else {
+                    self.input_focused = true;
+                    self.focus = PaneId::Text;
+                }
+            }
+            Action::ReplayPause => {
+                if let Some(r) = &mut self.replay {
+                    r.paused = !r.paused;
+                    return Effects::req(UiRequest::Replay(ReplayControl::SetPaused(r.paused)));
+                }
+            }
+            Action::ReplayStep(n) => {
+                if let Some(r) = &mut self.replay {
+                    let mut fx = Effects::default();
+                    if !r.paused {
+                        r.paused = true;
+                        fx.requests
+                            .push(UiRequest::Replay(ReplayControl::SetPaused(true)));
+                    }
+                    fx.requests.push(UiRequest::Replay(ReplayControl::Step(n)));
+                    return fx;
+                }
+            }
+            Action::ReplaySpeed(dir) => {
+                if let Some(r) = &mut self.replay {
+                    r.speed = if dir > 0 {
+                        r.speed * 2.0
+                    } else {
+                        r.speed / 2.0
+                    }
+                    .clamp(0.125, 64.0);
+                    let s = r.speed;
+                    self.say(format!("replay speed {}", fmt_speed(s)));
+                    return Effects::req(UiRequest::Replay(ReplayControl::SetSpeed(s)));
+                }
+            }
+            Action::ScrollUp(n) => self.scroll = self.scroll.saturating_add(n),
+            Action::ScrollDown(n) => self.scroll = self.scroll.saturating_sub(n),
+            Action::PageUp => self.scroll = self.scroll.saturating_add(self.page()),
+            Action::PageDown => self.scroll = self.scroll.saturating_sub(self.page()),
+            Action::ScrollEnd => self.scroll = 0,
+            Action::Insert(c) => self.input.insert(c),
+            Action::Newline => self.input.insert('\n'),
+            Action::Backspace => self.input.backspace(),
+            Action::Delete => self.input.delete(),
+            Action::CursorLeft => self.input.left(),
+            Action::CursorRight => self.input.right(),
+            Action::CursorHome => self.input.home(),
+            Action::CursorEnd => self.input.end(),
+            Action::ClearInput => {
+                self.input.take();
+            }
+            Action::HistoryPrev => self.input.history_prev(),
+            Action::HistoryNext => self.input.history_next(),
+            Action::Submit => return self.submit(),
+        }
+        Effects::default()
+    }
+
+    fn page(&self) -> u16 {
+        (self.size.1 / 2).max(3)
+    }
+
+    fn quit(&mut self) -> Effects {
+        self.quit = true;
+        Effects {
+            commands: vec![Command::Quit],
+            requests: vec![UiRequest::Quit],
+        }
+    }
+
+    fn submit(&mut self) -> Effects {
+        if self.input.text.trim().is_empty() {
+            return Effects::default();
+        }
+        if self.replay.is_some() {
+            self.say("replay: no engine to talk to");
+            return Effects::default();
+        }
+        if self.generating {
+            self.say("still generating — Esc stops it");
+            return Effects::default();
+        }
+        let text = self.input.take();
+        if self.input.history.last() != Some(&text) {
+            self.input.history.push(text.clone());
+        }
+        self.scroll = 0;
+        let max_tokens = self.max_tokens;
+        Effects::cmd(if self.chat_mode() {
+            Command::Chat { text, max_tokens }
+        } else {
+            Command::Complete { text, max_tokens }
+        })
+    }
+
+    fn cycle_layout(&mut self) -> Effects {
+        let Some(cfg) = self.live.config.as_ref() else {
+            return Effects::default();
+        };
+        let cur = LAYOUTS.iter().position(|&l| l == cfg.layout).unwrap_or(0);
+        let mut skipped = Vec::new();
+        for i in 1..LAYOUTS.len() {
+            let cand = LAYOUTS[(cur + i) % LAYOUTS.len()];
+            if cfg.layouts_available.iter().any(|l| l == cand) {
+                let mut m = format!("layout → {cand} (next token)");
+                if !skipped.is_empty() {
+                    m.push_str(&format!("; skipped {} (unavailable)", skipped.join(", ")));
+                }
+                self.say(m);
+                return Effects::cmd(Command::SetLayout(cand.into()));
+            }
+            skipped.push(cand);
+        }
+        let m = format!(
+            "no other layout available (current {}; {} unavailable)",
+            cfg.layout,
+            skipped.join(", ")
+        );
+        self.say(m);
+        Effects::default()
+    }
+}
+
+/// "2×", "0.5×", "0.125×".
+pub fn fmt_speed(s: f64) -> String {
+    let t = format!("{s:.3}");
+    let t = t.trim_end_matches('0').trim_end_matches('.');
+    format!("{t}×")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tui::fixture::{demo_config, demo_events, demo_model, dense_events};
+
+    fn app_with(events: Vec<Stamped>) -> App {
+        let mut app = App::default();
+        for e in events {
+            app.apply(Msg::Stamped(e));
+        }
+        app
+    }
+
+    fn act(app: &mut App, a: Action) -> Effects {
+        app.apply(Msg::Action(a))
+    }
+
+    #[test]
+    fn demo_critical_path_is_9_to_4_5() {
+        let m = demo_model();
+        let cp = critical_path(&m.layer_bytes, m.dense_delay, m.expert_delay);
+        assert_eq!(format!("{:.2}", cp.undelayed_mib()), "9.00");
+        assert_eq!(format!("{:.2}", cp.critical_mib()), "4.50");
+        assert_eq!(format!("{:.2}", cp.speedup()), "2.00");
+        assert!(cp.layers.iter().all(|l| l.bound == "dense"));
+        let cp0 = critical_path(&m.layer_bytes, 0, 0);
+        assert_eq!(cp0.critical_mib(), cp0.undelayed_mib());
+    }
+
+    #[test]
+    fn events_build_transcript_and_stats() {
+        let app = app_with(demo_events(20, true));
+        assert!(!app.generating);
+        assert_eq!(app.transcript.len(), 2);
+        assert_eq!(app.transcript[0].role, Role::User);
+        assert_eq!(app.transcript[0].text, "Once upon a time");
+        assert_eq!(app.transcript[1].end, Some(StopReason::Length));
+        assert!(!app.transcript[1].text.is_empty());
+        let v = app.view();
+        assert_eq!(v.tokens_seen, 20);
+        assert_eq!(v.recent.len(), 20);
+        assert_eq!(v.ctx_used, 24);
+        assert!(v.prefill_tps.unwrap() > 600.0);
+        assert!(v.decode_tps.unwrap() > 0.0);
+        let f = &v.ab.fetch;
+        assert_eq!(f.arms.len(), 2);
+        assert_eq!(f.arms[0].label, "sync");
+        assert_eq!(f.arms[0].ms.len(), 10);
+        assert_eq!(f.arms[1].ms.len(), 10);
+        let (r, _, _) = f.ratio().unwrap();
+        assert!(r > 1.0, "staged must beat sync in the fixture: {r}");
+        assert_eq!(v.ab.prefetch.arms.len(), 1);
+        assert!(v.ab.prefetch.ratio().is_none());
+    }
+
+    #[test]
+    fn generating_flag_and_streaming_tokens() {
+        let app = app_with(demo_events(5, false));
+        assert!(app.generating);
+        let app2 = app_with(dense_events());
+        assert!(app2.chat_mode());
+        assert!(app2.generating);
+        assert_eq!(app2.transcript.len(), 4);
+        assert_eq!(app2.transcript[1].text, "The capital of France is Paris.");
+        assert_eq!(app2.transcript[3].text, "The capital of Italy is");
+    }
+
+    #[test]
+    fn window_is_bounded() {
+        let app = app_with(demo_events(WINDOW as u32 + 10, true));
+        assert_eq!(app.live.recent.len(), WINDOW);
+        assert_eq!(app.live.recent.back().unwrap().index, WINDOW as u32 + 9);
+    }
+
+    #[test]
+    fn session_resets_state() {
+        let mut app = app_with(demo_events(8, true));
+        app.apply(Msg::Stamped(demo_events(0, false).remove(0)));
+        assert!(app.transcript.is_empty());
+        assert_eq!(app.live.tokens_seen, 0);
+        assert!(app.live.model.is_some());
+    }
+
+    #[test]
+    fn toggles_emit_commands() {
+        let mut app = app_with(demo_events(4, true));
+        assert_eq!(
+            act(&mut app, Action::TogglePrefetch).commands,
+            vec![Command::SetPrefetch(true)]
+        );
+        // Config is now sync (fixture toggled mid-run).
+        assert_eq!(
+            act(&mut app, Action::ToggleFetch).commands,
+            vec![Command::SetFetch("staged".into())]
+        );
+        assert_eq!(
+            act(&mut app, Action::ToggleTier).commands,
+            vec![Command::SetExpertTier("mmap".into())]
+        );
+    }
+
+    #[test]
+    fn layout_cycle_skips_unavailable() {
+        let mut app = app_with(demo_events(2, true));
+        let fx = act(&mut app, Action::CycleLayout);
+        assert_eq!(fx.commands, vec![Command::SetLayout("rowmajor".into())]);
+        assert!(app.status_message().unwrap().contains("skipped vflow"));
+        let mut cfg = demo_config("staged");
+        cfg.layouts_available = vec!["cflow".into()];
+        app.apply(Msg::Event(Event::Config(cfg)));
+        let fx = act(&mut app, Action::CycleLayout);
+        assert!(fx.commands.is_empty());
+        assert!(app.status_message().unwrap().contains("no other layout"));
+    }
+
+    #[test]
+    fn submit_sends_complete_or_chat_and_keeps_history() {
+        let mut app = app_with(demo_events(2, true));
+        for c in "hello".chars() {
+            act(&mut app, Action::Insert(c));
+        }
+        let fx = act(&mut app, Action::Submit);
+        assert_eq!(
+            fx.commands,
+            vec![Command::Complete {
+                text: "hello".into(),
+                max_tokens: 256
+            }]
+        );
+        assert!(app.input.text.is_empty());
+        act(&mut app, Action::HistoryPrev);
+        assert_eq!(app.input.text, "hello");
+        act(&mut app, Action::HistoryNext);
+        assert_eq!(app.input.text, "");
+
+        let mut chat = App::default();
+        for e in dense_events() {
+            chat.apply(Msg::Stamped(e));
+        }
+        chat.apply(Msg::Event(Event::Done {
+            reason: StopReason::Eos,
+            n_tokens: 5,
+            decode_ns: 1,
+        }));
+        act(&mut chat, Action::Insert('a'));
+        act(&mut chat, Action::Newline);
+        act(&mut chat, Action::Insert('b'));
+        assert_eq!(chat.input.cursor_line_col(), (1, 1));
+        let fx = act(&mut chat, Action::Submit);
+        assert_eq!(
+            fx.commands,
+            vec![Command::Chat {
+                text: "a\nb".into(),
+                max_tokens: 256
+            }]
+        );
+    }
+
+    #[test]
+    fn submit_refused_while_generating() {
+        let mut app = app_with(demo_events(2, false));
+        act(&mut app, Action::Insert('x'));
+        assert!(act(&mut app, Action::Submit).is_empty());
+        assert_eq!(app.input.text, "x");
+    }
+
+    #[test]
+    fn escape_leaves_input_and_stops_generation() {
+        let mut app = app_with(demo_events(3, false));
+        assert!(app.input_focused);
+        let fx = act(&mut app, Action::Escape);
+        assert_eq!(fx.commands, vec![Command::Stop]);
+        assert!(!app.input_focused);
+        act(&mut app, Action::FocusInput);
+        assert!(app.input_focused);
+        assert_eq!(app.focus, PaneId::Text);
+    }
+
+    #[test]
+    fn ctrl_c_stops_first_then_quits() {
+        let mut app = app_with(demo_events(3, false));
+        assert_eq!(
+            act(&mut app, Action::Interrupt).commands,
+            vec![Command::Stop]
+        );
+        assert!(!app.quit);
+        let fx = act(&mut app, Action::Interrupt);
+        assert!(app.quit);
+        assert_eq!(fx.requests, vec![UiRequest::Quit]);
+        let mut idle = app_with(demo_events(3, true));
+        act(&mut idle, Action::Interrupt);
+        assert!(idle.quit);
+    }
+
+    #[test]
+    fn record_emits_requests() {
+        let mut app = App::default();
+        assert_eq!(
+            act(&mut app, Action::Record).requests,
+            vec![UiRequest::StartRecording]
+        );
+        assert!(app.recording);
+        assert_eq!(
+            act(&mut app, Action::Record).requests,
+            vec![UiRequest::StopRecording]
+        );
+    }
+
+    #[test]
+    fn freeze_keeps_applying_to_live() {
+        let evs = demo_events(10, true);
+        let mut app = app_with(evs[..12].to_vec());
+        act(&mut app, Action::Freeze);
+        let frozen_seen = app.view().tokens_seen;
+        for e in evs[12..].iter().cloned() {
+            app.apply(Msg::Stamped(e));
+        }
+        assert_eq!(app.view().tokens_seen, frozen_seen);
+        assert_eq!(app.live.tokens_seen, 10);
+        act(&mut app, Action::Freeze);
+        assert_eq!(app.view().tokens_seen, 10);
+    }
+
+    #[test]
+    fn focus_cycles_and_leaves_input() {
+        let mut app = App::default();
+        act(&mut app, Action::FocusNext);
+        assert!(!app.input_focused);
+        assert_eq!(app.focus, PaneId::Streams);
+        act(&mut app, Action::FocusPrev);
+        act(&mut app, Action::FocusPrev);
+        assert_eq!(app.focus, PaneId::Ab);
+        act(&mut app, Action::Maximize);
+        assert!(app.maximized);
+        act(&mut app, Action::Escape);
+        assert!(!app.maximized);
+    }
+
+    #[test]
+    fn whatif_changes_delays_hypothetically() {
+        let mut app = app_with(demo_events(2, true));
+        act(&mut app, Action::WhatIf);
+        assert_eq!(app.whatif, Some((1, 2)));
+        assert_eq!(app.focus, PaneId::Critical);
+        act(&mut app, Action::WhatIfDense(1));
+        act(&mut app, Action::WhatIfExpert(-1));
+        act(&mut app, Action::WhatIfExpert(-1));
+        act(&mut app, Action::WhatIfExpert(-1));
+        assert_eq!(app.whatif, Some((2, 0)));
+        assert_eq!(app.live.delays(), (1, 2));
+        act(&mut app, Action::WhatIf);
+        assert_eq!(app.whatif, None);
+    }
+
+    #[test]
+    fn replay_controls() {
+        let mut app = App::new(&TuiOptions {
+            replay: true,
+            ..TuiOptions::default()
+        });
+        assert!(!app.input_focused);
+        assert_eq!(
+            act(&mut app, Action::ReplayPause).requests,
+            vec![UiRequest::Replay(ReplayControl::SetPaused(true))]
+        );
+        assert_eq!(
+            act(&mut app, Action::ReplayStep(1)).requests,
+            vec![UiRequest::Replay(ReplayControl::Step(1))]
+        );
+        act(&mut app, Action::ReplayPause);
+        let fx = act(&mut app, Action::ReplayStep(-1));
+        assert_eq!(
+            fx.requests,
+            vec![
+                UiRequest::Replay(ReplayControl::SetPaused(true)),
+                UiRequest::Replay(ReplayControl::Step(-1))
+            ]
+        );
+        assert_eq!(
+            act(&mut app, Action::ReplaySpeed(1)).requests,
+            vec![UiRequest::Replay(ReplayControl::SetSpeed(2.0))]
+        );
+        for e in demo_events(2, true) {
+            app.apply(Msg::Stamped(e));
+        }
+        assert!(act(&mut app, Action::TogglePrefetch).commands.is_empty());
+        assert!(app.replay.unwrap().t_ns > 0);
+    }
+
+    #[test]
+    fn messages_expire() {
+        let mut app = app_with(demo_events(2, true));
+        act(&mut app, Action::TogglePrefetch);
+        assert!(app.status_message().is_some());
+        for _ in 0..MESSAGE_TICKS {
+            app.apply(Msg::Tick);
+        }
+        assert!(app.status_message().is_none());
+    }
+
+    #[test]
+    fn scroll_and_config_change_notice() {
+        let mut app = app_with(demo_events(2, true));
+        act(&mut app, Action::ScrollUp(3));
+        act(&mut app, Action::PageUp);
+        assert_eq!(app.scroll, 3 + 12);
+        act(&mut app, Action::ScrollEnd);
+        assert_eq!(app.scroll, 0);
+        let mut cfg = demo_config("sync");
+        cfg.prefetch = true;
+        cfg.notes = vec!["O_DIRECT refused: buffered pread".into()];
+        app.apply(Msg::Event(Event::Config(cfg)));
+        let m = app.status_message().unwrap();
+        assert!(m.contains("prefetch ON") && m.contains("O_DIRECT"), "{m}");
+    }
+
+    #[test]
+    fn overlap_model_net() {
+        let t = IoTotals {
+            compute_ns: 3,
+            io_ns: 4,
+            wait_ns: 1,
+            bytes: 0,
+            layers_with_io: 1,
+        };
+        assert!((t.model_net().unwrap() - 7.0 / 4.0).abs() < 1e-12);
+        assert!((t.hidden().unwrap() - 0.75).abs() < 1e-12);
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), Some(2.0));
+        assert_eq!(median([4.0, 1.0].into_iter()), Some(2.5));
+        assert_eq!(median(std::iter::empty()), None);
+    }
+}

@@ -1,0 +1,242 @@
+//! Small shared drawing helpers: pane blocks (focus, FROZEN badge), number formatting, bars and
+//! text wrapping. Pure functions only.
+
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, BorderType, Borders};
+
+use super::app::{App, PaneId};
+
+pub const MIB: f64 = 1024.0 * 1024.0;
+
+/// The bordered block of a pane: title, focus highlight, FROZEN badge on metric panes.
+pub fn pane_block<'a>(app: &App, pane: PaneId, title: Vec<Span<'a>>) -> Block<'a> {
+    let th = &app.theme;
+    let focused = app.focus == pane;
+    let mut spans = vec![Span::raw(" ")];
+    spans.extend(title);
+    spans.push(Span::raw(" "));
+    if app.frozen.is_some() && pane != PaneId::Text {
+        spans.push(Span::styled(" FROZEN ", th.badge()));
+        spans.push(Span::raw(" "));
+    }
+    let border = if focused {
+        th.border_focused()
+    } else {
+        th.border()
+    };
+    Block::default()
+        .borders(Borders::ALL)
+        .border_type(if focused {
+            BorderType::Thick
+        } else {
+            BorderType::Plain
+        })
+        .border_style(border)
+        .title(Line::from(spans).style(if focused {
+            th.border_focused()
+        } else {
+            th.title()
+        }))
+}
+
+/// "0.75" (MiB, two decimals).
+pub fn mib(bytes: f64) -> String {
+    format!("{:.2}", bytes / MIB)
+}
+
+/// Milliseconds from ns with a sensible precision.
+pub fn ms(ns: f64) -> String {
+    let m = ns / 1e6;
+    if m >= 100.0 {
+        format!("{m:.0}")
+    } else if m >= 10.0 {
+        format!("{m:.1}")
+    } else {
+        format!("{m:.2}")
+    }
+}
+
+/// A count with k/M/G suffixes.
+pub fn count(n: u64) -> String {
+    let x = n as f64;
+    if x >= 1e9 {
+        format!("{:.2}G", x / 1e9)
+    } else if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e4 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{n}")
+    }
+}
+
+/// A ratio as "2.00×".
+pub fn times(x: f64) -> String {
+    format!("{x:.2}×")
+}
+
+/// Cells for `frac` of `width`, rounded to whole cells.
+pub fn cells(frac: f64, width: u16) -> u16 {
+    if !frac.is_finite() || frac <= 0.0 {
+        return 0;
+    }
+    ((frac.min(1.0) * width as f64).round() as u16).min(width)
+}
+
+/// A horizontal stacked bar: segments of (value, glyph, style) scaled so that `scale` fills `width`.
+/// Rounds cumulatively so the segments add up exactly. The remainder is padded with `rest`.
+pub fn stacked_bar<'a>(
+    segments: &[(f64, char, Style)],
+    scale: f64,
+    width: u16,
+    rest: (char, Style),
+) -> Vec<Span<'a>> {
+    let mut spans = Vec::new();
+    let mut acc = 0.0;
+    let mut used = 0u16;
+    for &(v, glyph, style) in segments {
+        acc += v.max(0.0);
+        let end = if scale > 0.0 {
+            cells(acc / scale, width)
+        } else {
+            0
+        };
+        if end > used {
+            spans.push(Span::styled(
+                glyph.to_string().repeat((end - used) as usize),
+                style,
+            ));
+            used = end;
+        }
+    }
+    if used < width {
+        spans.push(Span::styled(
+            rest.0.to_string().repeat((width - used) as usize),
+            rest.1,
+        ));
+    }
+    spans
+}
+
+/// Greedy word wrap by characters (width ≥ 1). Newlines start new lines; long words break.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut out = Vec::new();
+    for para in text.split('\n') {
+        let mut line = String::new();
+        let mut len = 0usize;
+        for word in split_keep_spaces(para) {
+            let wlen = word.chars().count();
+            if len + wlen <= width {
+                line.push_str(word);
+                len += wlen;
+                continue;
+            }
+            if word.trim().is_empty() {
+                // A space at the break: drop it.
+                out.push(std::mem::take(&mut line));
+                len = 0;
+                continue;
+            }
+            if len > 0 {
+                out.push(std::mem::take(&mut line).trim_end().to_string());
+                len = 0;
+            }
+            let mut chars = word.chars().peekable();
+            while chars.peek().is_some() {
+                let chunk: String = chars.by_ref().take(width).collect();
+                let n = chunk.chars().count();
+                if n == width && chars.peek().is_some() {
+                    out.push(chunk);
+                } else {
+                    line = chunk;
+                    len = n;
+                }
+            }
+        }
+        out.push(line);
+    }
+    out
+}
+
+/// Split into alternating runs of non-space and space characters.
+fn split_keep_spaces(s: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut prev_space: Option<bool> = None;
+    for (i, c) in s.char_indices() {
+        let sp = c == ' ';
+        if let Some(p) = prev_space {
+            if p != sp {
+                parts.push(&s[start..i]);
+                start = i;
+            }
+        }
+        prev_space = Some(sp);
+    }
+    if start < s.len() {
+        parts.push(&s[start..]);
+    }
+    parts
+}
+
+/// Truncate a string to `width` characters, ending with '…' when cut.
+pub fn truncate(s: &str, width: usize) -> String {
+    let n = s.chars().count();
+    if n <= width {
+        return s.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut t: String = s.chars().take(width - 1).collect();
+    t.push('…');
+    t
+}
+
+/// A centred rectangle of at most `w`×`h` inside `area`.
+pub fn centered(area: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(area.width);
+    let h = h.min(area.height);
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}
+
+/// A placeholder line in the dim style.
+pub fn dim_line<'a>(app: &App, s: impl Into<String>) -> Line<'a> {
+    Line::from(Span::styled(s.into(), app.theme.dim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_words_and_long_words() {
+        assert_eq!(wrap("hello world", 5), vec!["hello", "world"]);
+        assert_eq!(wrap("abcdefghij", 4), vec!["abcd", "efgh", "ij"]);
+        assert_eq!(wrap("a\nb", 10), vec!["a", "b"]);
+        assert_eq!(wrap("", 10), vec![""]);
+        assert_eq!(wrap("one two three", 8), vec!["one two", "three"]);
+    }
+
+    #[test]
+    fn stacked_bar_adds_up() {
+        let s = Style::new();
+        let spans = stacked_bar(&[(1.0, 'a', s), (2.0, 'b', s)], 4.0, 8, ('.', s));
+        let text: String = spans.iter().map(|s| s.content.as_ref()).collect();
+        assert_eq!(text, "aabbbb..");
+    }
+
+    #[test]
+    fn truncate_marks_cut() {
+        assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(truncate("abc", 4), "abc");
+    }
+}

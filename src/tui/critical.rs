@@ -1,0 +1,183 @@
+//! Critical-path pane (eq. 4.23): per layer the modelled bytes on the critical path,
+//! max(B_attn, B_dense/(δd+1), B_expert/(δe+1)), drawn against the undelayed bar
+//! max(B_attn, B_dense, B_expert); totals "9.00 → 4.50 MiB/token, 2.00×"; the measured per-layer
+//! time (mean over the recent window) beside the modelled bytes; and a what-if mode where the
+//! delays are changed hypothetically (labelled "model").
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::app::{critical_path, App, PaneId};
+use super::common::{cells, dim_line, mib, ms, pane_block, times};
+
+/// Mean measured ns per layer over the recent window (attn + dense + router + experts).
+pub fn measured_layer_ns(app: &App) -> Vec<f64> {
+    let v = app.view();
+    let n = v.recent.iter().map(|t| t.layers.len()).max().unwrap_or(0);
+    let mut sum = vec![0.0; n];
+    let mut cnt = vec![0u32; n];
+    for t in &v.recent {
+        for (i, l) in t.layers.iter().enumerate() {
+            sum[i] += (l.ns_attn + l.ns_dense + l.ns_router + l.ns_experts) as f64;
+            cnt[i] += 1;
+        }
+    }
+    sum.iter()
+        .zip(&cnt)
+        .map(|(s, &c)| if c > 0 { s / c as f64 } else { 0.0 })
+        .collect()
+}
+
+/// Render the critical-path pane.
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let th = &app.theme;
+    let title = if app.whatif.is_some() {
+        vec![
+            Span::styled("Critical path", th.title()),
+            Span::raw(" "),
+            Span::styled(" WHAT-IF ", th.badge()),
+            Span::styled(" model", th.model()),
+        ]
+    } else {
+        vec![
+            Span::styled("Critical path", th.title()),
+            Span::styled(" · MiB/token (model)", th.dim()),
+        ]
+    };
+    let block = pane_block(app, PaneId::Critical, title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let v = app.view();
+    let Some(model) = v.model.as_ref() else {
+        frame.render_widget(
+            Paragraph::new(dim_line(app, "waiting for a session…")),
+            inner,
+        );
+        return;
+    };
+    if model.layer_bytes.is_empty() {
+        frame.render_widget(
+            Paragraph::new(dim_line(app, "no per-layer byte model in this session")),
+            inner,
+        );
+        return;
+    }
+    let (dd, de) = app
+        .whatif
+        .unwrap_or((model.dense_delay, model.expert_delay));
+    let cp = critical_path(&model.layer_bytes, dd, de);
+    let actual = critical_path(&model.layer_bytes, model.dense_delay, model.expert_delay);
+    let measured = measured_layer_ns(app);
+    let has_measured = measured.iter().any(|&x| x > 0.0);
+
+    let w = inner.width as usize;
+    let h = inner.height as usize;
+    let n = cp.layers.len();
+    let label_w = format!("L{}", n.saturating_sub(1)).len() + 1;
+    let num_w = 11usize; // " 0.75/1.50"
+    let meas_w = if has_measured { 8usize } else { 0 };
+    let bar_w = w.saturating_sub(label_w + num_w + meas_w) as u16;
+    let scale = cp.layers.iter().map(|l| l.undelayed).fold(0.0, f64::max);
+
+    let mut lines: Vec<Line> = Vec::new();
+    let mut head = vec![
+        Span::styled("█", th.model()),
+        Span::styled(" critical ", th.dim()),
+        Span::styled("░", th.dim()),
+        Span::styled(" undelayed ", th.dim()),
+        Span::styled(format!("δd={dd} δe={de}"), th.strong()),
+    ];
+    if has_measured {
+        // Right-align "ms" over the measured column.
+        let used: usize = head.iter().map(|s| s.content.chars().count()).sum();
+        if used + 3 <= w {
+            head.push(Span::raw(" ".repeat(w - used - 2)));
+            head.push(Span::styled("ms", th.measured()));
+        }
+    }
+    lines.push(Line::from(head));
+    let footer = 3usize;
+    let room = h.saturating_sub(1 + footer);
+    let shown = if n > room { room.saturating_sub(1) } else { n };
+    for (i, l) in cp.layers.iter().enumerate().take(shown) {
+        let full = if scale > 0.0 {
+            cells(l.undelayed / scale, bar_w)
+        } else {
+            0
+        };
+        let crit = if scale > 0.0 {
+            cells(l.critical / scale, bar_w).min(full)
+        } else {
+            0
+        };
+        let style = match l.bound {
+            "attn" => th.attn(),
+            "dense" => th.dense(),
+            _ => th.experts(),
+        };
+        let mut spans = vec![
+            Span::styled(format!("{:<label_w$}", format!("L{i}")), th.dim()),
+            Span::styled("█".repeat(crit as usize), style),
+            Span::styled("░".repeat((full - crit) as usize), th.dim()),
+            Span::raw(" ".repeat((bar_w - full) as usize)),
+            Span::raw(format!(" {:>4}/{:<4}", mib(l.critical), mib(l.undelayed))),
+        ];
+        if has_measured {
+            let m = measured.get(i).copied().unwrap_or(0.0);
+            spans.push(Span::styled(format!(" {:>6}", ms(m)), th.measured()));
+        }
+        lines.push(Line::from(spans));
+    }
+    if shown < n {
+        lines.push(dim_line(app, format!("… +{} layers", n - shown)));
+    }
+    lines.push(Line::from(vec![
+        Span::styled(format!("{} → ", fmt2(cp.undelayed_mib())), th.dim()),
+        Span::styled(
+            format!("{} MiB/token", fmt2(cp.critical_mib())),
+            th.strong(),
+        ),
+        Span::raw(", "),
+        Span::styled(times(cp.speedup()), th.good()),
+        Span::styled(" (model)", th.model()),
+    ]));
+    if app.whatif.is_some() {
+        lines.push(dim_line(
+            app,
+            format!(
+                "actual δd={} δe={}: {} MiB/token",
+                model.dense_delay,
+                model.expert_delay,
+                fmt2(actual.critical_mib())
+            ),
+        ));
+        lines.push(dim_line(app, "d/D δd −/+ · e/E δe −/+ · w leave"));
+    } else {
+        let bound = |b: &str| cp.layers.iter().filter(|l| l.bound == b).count();
+        lines.push(dim_line(
+            app,
+            format!(
+                "bound: attn {} · dense {} · experts {}",
+                bound("attn"),
+                bound("dense"),
+                bound("experts")
+            ),
+        ));
+        let sum_ms: f64 = measured.iter().sum::<f64>();
+        let mut l = vec![Span::styled("[w]hat-if", th.key())];
+        if has_measured {
+            l.push(Span::styled(
+                format!("  layers {} ms/tok measured", ms(sum_ms)),
+                th.measured(),
+            ));
+        }
+        lines.push(Line::from(l));
+    }
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+fn fmt2(x: f64) -> String {
+    format!("{x:.2}")
+}

@@ -1,0 +1,428 @@
+//! Deterministic, realistic event sequences for tests, snapshots and demos of the UI without an
+//! engine: the paper's demo MoE (6 layers, d=512, E=8, k=2, δd=1, δe=2, staged expert fetch, no
+//! hardware PMU) and a dense Llama-like chat model (SmolLM2-135M geometry, hardware counters).
+
+use crate::telemetry::event::{
+    EngineConfigInfo, Event, LayerIo, LayerStat, ModelSummary, PmuSample, Stamped, StopReason,
+    StreamBytes, TokenStats,
+};
+
+/// Tiny deterministic generator (64-bit LCG).
+#[derive(Clone, Debug)]
+pub struct Lcg(u64);
+
+impl Lcg {
+    pub fn new(seed: u64) -> Self {
+        Lcg(seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407))
+    }
+    pub fn next_u32(&mut self) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) as u32
+    }
+    /// Uniform in 0..n.
+    pub fn below(&mut self, n: u32) -> u32 {
+        self.next_u32() % n.max(1)
+    }
+}
+
+/// The built-in demo model's summary (paper geometry).
+pub fn demo_model() -> ModelSummary {
+    ModelSummary {
+        name: "demo".into(),
+        arch: "arch2_4_combined".into(),
+        synthetic: true,
+        n_layers: 6,
+        d_model: 512,
+        n_heads: 8,
+        n_kv_heads: 8,
+        d_ff: 2048,
+        n_experts: 8,
+        top_k: 2,
+        expert_ffn: 512,
+        vocab: 50257,
+        max_ctx: 2048,
+        dense_delay: 1,
+        expert_delay: 2,
+        combine_style: "DelayedSum".into(),
+        quant_types: vec!["Q4_0".into()],
+        has_chat_template: false,
+        layer_bytes: vec![
+            StreamBytes {
+                attn: 524_288,
+                dense: 1_572_864,
+                experts: 786_432,
+            };
+            6
+        ],
+        vocab_bytes: 50257 * 512 / 32 * 18,
+        file_hash: "3f1c9a0d".into(),
+    }
+}
+
+/// A dense Llama-like chat model (SmolLM2-135M-Instruct geometry).
+pub fn dense_model() -> ModelSummary {
+    ModelSummary {
+        name: "SmolLM2-135M-Instruct".into(),
+        arch: "llama".into(),
+        synthetic: false,
+        n_layers: 30,
+        d_model: 576,
+        n_heads: 9,
+        n_kv_heads: 3,
+        d_ff: 1536,
+        n_experts: 0,
+        top_k: 0,
+        expert_ffn: 0,
+        vocab: 49152,
+        max_ctx: 2048,
+        dense_delay: 0,
+        expert_delay: 0,
+        combine_style: "Sequential".into(),
+        quant_types: vec!["Q4_1".into(), "Q8_0".into(), "F32".into()],
+        has_chat_template: true,
+        layer_bytes: vec![
+            StreamBytes {
+                attn: 552_960,
+                dense: 1_658_880,
+                experts: 0,
+            };
+            30
+        ],
+        vocab_bytes: 49152 * 576 / 32 * 34,
+        file_hash: "a81b22e4".into(),
+    }
+}
+
+/// Engine config of the demo (prefetch off, staged fetch, vflow unavailable).
+pub fn demo_config(fetch: &str) -> EngineConfigInfo {
+    EngineConfigInfo {
+        threads: 2,
+        isa: "AVX2".into(),
+        prefetch: false,
+        fetch: fetch.into(),
+        expert_tier: "direct".into(),
+        layout: "cflow".into(),
+        layouts_available: vec!["cflow".into(), "rowmajor".into()],
+        notes: vec![],
+    }
+}
+
+/// Engine config of the dense model.
+pub fn dense_config() -> EngineConfigInfo {
+    EngineConfigInfo {
+        threads: 2,
+        isa: "AVX2".into(),
+        prefetch: false,
+        fetch: "staged".into(),
+        expert_tier: "mmap".into(),
+        layout: "cflow".into(),
+        layouts_available: vec!["cflow".into(), "vflow".into(), "rowmajor".into()],
+        notes: vec![],
+    }
+}
+
+const NOISE: &[&str] = &[
+    " quarterly",
+    " the",
+    " Venn",
+    " ascended",
+    " of",
+    " pixel",
+    " harbour",
+    ",",
+    " mint",
+    " and",
+    " sovereign",
+    " gl",
+    "imm",
+    "ering",
+    " 1987",
+    " to",
+    " lantern",
+    ".",
+    " orbit",
+    " a",
+    " marrow",
+    " ledger",
+];
+
+/// Stats of one demo token: staged fetch (or sync), per-layer bytes, routing and I/O.
+pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStats {
+    let model = demo_model();
+    let staged = fetch == "staged";
+    let mut layers = Vec::new();
+    let mut prev: Vec<u16> = Vec::new();
+    for (l, b) in model.layer_bytes.iter().enumerate() {
+        // Routing: keep one of the previous layer's experts ~40% of the time.
+        let first = if !prev.is_empty() && rng.below(10) < 4 {
+            prev[0]
+        } else {
+            ((rng.below(8) + l as u32) % 8) as u16
+        };
+        let mut second = ((first as u32 + 1 + rng.below(7)) % 8) as u16;
+        if second == first {
+            second = (first + 1) % 8;
+        }
+        let w = 0.5 + rng.below(40) as f32 / 100.0;
+        let routing = vec![(first, w), (second, 1.0 - w)];
+        prev = vec![first, second];
+        let jitter = rng.below(40_000) as u64;
+        let compute = 380_000 + jitter;
+        let io_ns = 520_000 + rng.below(60_000) as u64;
+        let wait = if staged {
+            io_ns.saturating_sub(compute) / 2 + 20_000
+        } else {
+            io_ns
+        };
+        layers.push(LayerStat {
+            bytes: *b,
+            ns_attn: 140_000 + jitter / 2,
+            ns_dense: 360_000 + jitter,
+            ns_router: 4_000,
+            ns_experts: 190_000 + wait,
+            routing,
+            io: Some(LayerIo {
+                compute_ns: compute,
+                io_ns,
+                wait_ns: wait,
+                bytes: b.experts,
+            }),
+        });
+    }
+    let layer_ns: u64 = layers
+        .iter()
+        .map(|l| l.ns_attn + l.ns_dense + l.ns_router + l.ns_experts)
+        .sum();
+    let ns_lm_head = 1_900_000;
+    TokenStats {
+        index,
+        pos,
+        ns_total: layer_ns + ns_lm_head,
+        ns_lm_head,
+        vocab_bytes: model.vocab_bytes,
+        layers,
+        pmu: Some(PmuSample {
+            unavailable: Some(
+                "perf_event_open: hardware events not supported (KVM guest without vPMU)".into(),
+            ),
+            phases: vec![],
+            software: vec![
+                ("task-clock".into(), layer_ns + ns_lm_head - 40_000),
+                ("page-faults".into(), 12 + rng.below(4) as u64),
+                ("context-switches".into(), 3 + rng.below(3) as u64),
+            ],
+        }),
+    }
+}
+
+/// A demo session: a completion prompt, `n` tokens (the first half staged, then a toggle to sync
+/// so both A/B arms have samples), and optionally the `Done` event.
+pub fn demo_events(n: u32, done: bool) -> Vec<Stamped> {
+    let mut rng = Lcg::new(7);
+    let mut t = 0u64;
+    let mut out = Vec::new();
+    let mut push = |t: &mut u64, dt: u64, event: Event| {
+        *t += dt;
+        out.push(Stamped { t_ns: *t, event });
+    };
+    push(
+        &mut t,
+        0,
+        Event::Session {
+            model: demo_model(),
+            config: demo_config("staged"),
+        },
+    );
+    let prompt_tokens = vec![7454, 2402, 257, 640];
+    push(
+        &mut t,
+        1_000_000,
+        Event::Prompt {
+            text: "Once upon a time".into(),
+            tokens: prompt_tokens.clone(),
+            chat: false,
+        },
+    );
+    push(
+        &mut t,
+        6_500_000,
+        Event::Prefill {
+            n_tokens: 4,
+            ns: 6_500_000,
+        },
+    );
+    let mut fetch = "staged";
+    let mut decode_ns = 0;
+    for i in 0..n {
+        if i == n / 2 {
+            fetch = "sync";
+            push(&mut t, 10_000, Event::Config(demo_config("sync")));
+        }
+        let piece = NOISE[rng.below(NOISE.len() as u32) as usize];
+        let stats = demo_stats(i, prompt_tokens.len() as u32 + i, fetch, &mut rng);
+        decode_ns += stats.ns_total;
+        let dt = stats.ns_total;
+        push(
+            &mut t,
+            dt,
+            Event::Token {
+                index: i,
+                id: 1000 + i,
+                text: piece.into(),
+            },
+        );
+        push(&mut t, 50_000, Event::Stats(stats));
+    }
+    if done {
+        push(
+            &mut t,
+            100_000,
+            Event::Done {
+                reason: StopReason::Length,
+                n_tokens: n,
+                decode_ns,
+            },
+        );
+    }
+    out
+}
+
+/// Stats of one dense-model token with hardware counters per phase.
+pub fn dense_stats(index: u32, pos: u32, rng: &mut Lcg) -> TokenStats {
+    let model = dense_model();
+    let layers: Vec<LayerStat> = model
+        .layer_bytes
+        .iter()
+        .map(|b| LayerStat {
+            bytes: *b,
+            ns_attn: 60_000 + rng.below(8_000) as u64,
+            ns_dense: 150_000 + rng.below(15_000) as u64,
+            ns_router: 0,
+            ns_experts: 0,
+            routing: vec![],
+            io: None,
+        })
+        .collect();
+    let layer_ns: u64 = layers.iter().map(|l| l.ns_attn + l.ns_dense).sum();
+    let ns_lm_head = 2_400_000;
+    let phase = |name: &str, acc: u64, miss: u64, ins: u64, cyc: u64| {
+        (
+            name.to_string(),
+            vec![
+                ("L1-dcache-loads".to_string(), acc),
+                ("L1-dcache-load-misses".to_string(), miss),
+                ("instructions".to_string(), ins),
+                ("cycles".to_string(), cyc),
+            ],
+        )
+    };
+    TokenStats {
+        index,
+        pos,
+        ns_total: layer_ns + ns_lm_head,
+        ns_lm_head,
+        vocab_bytes: model.vocab_bytes,
+        layers,
+        pmu: Some(PmuSample {
+            unavailable: None,
+            phases: vec![
+                phase("attention", 2_810_000, 121_000, 9_400_000, 6_100_000),
+                phase("dense", 7_950_000, 402_000, 27_300_000, 16_900_000),
+                phase("lm_head", 9_420_000, 955_000, 31_800_000, 22_700_000),
+            ],
+            software: vec![
+                ("task-clock".into(), layer_ns + ns_lm_head),
+                ("page-faults".into(), 0),
+                ("context-switches".into(), 1),
+            ],
+        }),
+    }
+}
+
+/// A dense chat session: one finished turn and a second one still streaming.
+pub fn dense_events() -> Vec<Stamped> {
+    let mut rng = Lcg::new(11);
+    let mut t = 0u64;
+    let mut out = Vec::new();
+    let mut push = |t: &mut u64, dt: u64, event: Event| {
+        *t += dt;
+        out.push(Stamped { t_ns: *t, event });
+    };
+    push(
+        &mut t,
+        0,
+        Event::Session {
+            model: dense_model(),
+            config: dense_config(),
+        },
+    );
+    let turns: [(&str, &[&str], bool); 2] = [
+        (
+            "What is the capital of France?",
+            &["The", " capital", " of", " France", " is", " Paris", "."],
+            true,
+        ),
+        (
+            "And of Italy? Answer in one line.",
+            &["The", " capital", " of", " Italy", " is"],
+            false,
+        ),
+    ];
+    let mut pos = 0u32;
+    let mut index_base = 0;
+    for (prompt, pieces, finished) in turns {
+        let n_prompt = 24;
+        push(
+            &mut t,
+            2_000_000,
+            Event::Prompt {
+                text: prompt.into(),
+                tokens: (0..n_prompt).collect(),
+                chat: true,
+            },
+        );
+        push(
+            &mut t,
+            40_000_000,
+            Event::Prefill {
+                n_tokens: n_prompt,
+                ns: 40_000_000,
+            },
+        );
+        pos += n_prompt;
+        let mut decode_ns = 0;
+        for (i, p) in pieces.iter().enumerate() {
+            let s = dense_stats(i as u32, pos, &mut rng);
+            decode_ns += s.ns_total;
+            push(
+                &mut t,
+                s.ns_total,
+                Event::Token {
+                    index: i as u32,
+                    id: 100 + index_base + i as u32,
+                    text: (*p).into(),
+                },
+            );
+            push(&mut t, 30_000, Event::Stats(s));
+            pos += 1;
+        }
+        index_base += pieces.len() as u32;
+        if finished {
+            push(
+                &mut t,
+                50_000,
+                Event::Done {
+                    reason: StopReason::Eos,
+                    n_tokens: pieces.len() as u32,
+                    decode_ns,
+                },
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,175 @@
+//! Overlap pane: expert I/O against compute. For the latest token, per layer, compute vs I/O vs
+//! wait (from `LayerStat.io`); over the recent window the hidden share of I/O (1 − wait/io);
+//! running medians of ms/token for the sync and staged arms and their measured ratio, next to the
+//! overlap model's prediction net = (C + IO) / max(C, IO).
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::app::{App, IoTotals, PaneId};
+use super::common::{dim_line, ms, pane_block, stacked_bar, times};
+
+/// I/O totals summed over the recent window for one fetch mode (None = all modes).
+pub fn window_io(app: &App, mode: Option<&str>) -> Option<IoTotals> {
+    let mut acc: Option<IoTotals> = None;
+    for (m, io) in &app.view().io_window {
+        if mode.is_none_or(|x| x == m) {
+            acc.get_or_insert_with(IoTotals::default).add(io);
+        }
+    }
+    acc
+}
+
+/// Render the overlap pane.
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let th = &app.theme;
+    let v = app.view();
+    let mode = v
+        .config
+        .as_ref()
+        .map_or("?".to_string(), |c| c.fetch.clone());
+    let block = pane_block(
+        app,
+        PaneId::Overlap,
+        vec![
+            Span::styled("Overlap", th.title()),
+            Span::styled(format!(" · staged vs sync · now {mode}"), th.dim()),
+        ],
+    );
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let Some(last) = v.last.as_ref() else {
+        frame.render_widget(
+            Paragraph::new(dim_line(app, "waiting for the first token…")),
+            inner,
+        );
+        return;
+    };
+    let w = inner.width as usize;
+    let h = inner.height as usize;
+    let mut lines: Vec<Line> = Vec::new();
+    let tok = IoTotals::of(last);
+    match tok {
+        Some(t) => lines.push(Line::from(vec![
+            Span::styled("C ", th.dim()),
+            Span::styled(format!("{} ms", ms(t.compute_ns as f64)), th.dense()),
+            Span::styled("  IO ", th.dim()),
+            Span::styled(format!("{} ms", ms(t.io_ns as f64)), th.experts()),
+            Span::styled("  wait ", th.dim()),
+            Span::styled(format!("{} ms", ms(t.wait_ns as f64)), th.bad()),
+            Span::styled(" this token", th.dim()),
+        ])),
+        None => {
+            let tier = v
+                .config
+                .as_ref()
+                .map_or("?".to_string(), |c| c.expert_tier.clone());
+            let why = if v.has_experts() {
+                format!("no expert I/O this token (tier {tier}: experts read via page cache)")
+            } else {
+                "no experts: nothing to fetch (dense model)".to_string()
+            };
+            lines.push(dim_line(app, why));
+        }
+    }
+
+    // Per-layer bars: compute █ then wait ▒; IO drawn as a number.
+    let footer = 4usize;
+    let room = h.saturating_sub(lines.len() + footer);
+    if let Some(_t) = tok {
+        let io_layers: Vec<(usize, crate::telemetry::event::LayerIo)> = last
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| l.io.map(|io| (i, io)))
+            .collect();
+        let scale = io_layers
+            .iter()
+            .map(|(_, io)| (io.compute_ns + io.wait_ns).max(io.io_ns) as f64)
+            .fold(0.0, f64::max);
+        let label_w = 4usize;
+        let num_w = 16usize;
+        let bar_w = w.saturating_sub(label_w + num_w) as u16;
+        let shown = io_layers.len().min(room);
+        if room > 0 && shown > 0 {
+            for (i, io) in io_layers.iter().take(shown) {
+                let mut spans = vec![Span::styled(
+                    format!("{:<label_w$}", format!("L{i}")),
+                    th.dim(),
+                )];
+                spans.extend(stacked_bar(
+                    &[
+                        (io.compute_ns as f64, '█', th.dense()),
+                        (io.wait_ns as f64, '▒', th.bad()),
+                    ],
+                    scale,
+                    bar_w,
+                    (' ', th.dim()),
+                ));
+                spans.push(Span::styled(
+                    format!(
+                        " io {:>5} w {:>4}",
+                        ms(io.io_ns as f64),
+                        ms(io.wait_ns as f64)
+                    ),
+                    th.dim(),
+                ));
+                lines.push(Line::from(spans));
+            }
+        }
+    }
+
+    // Window summary.
+    let staged = window_io(app, Some("staged"));
+    let any = window_io(app, None);
+    let mut s1 = vec![Span::styled("hidden ", th.dim())];
+    s1.push(Span::styled(
+        staged
+            .and_then(|x| x.hidden())
+            .map_or("—".into(), |x| format!("{:.0}%", 100.0 * x)),
+        th.strong(),
+    ));
+    s1.push(Span::styled(" staged", th.dim()));
+    let fetch = &v.ab.fetch;
+    let measured = match (fetch.arm("sync"), fetch.arm("staged")) {
+        (Some(a), Some(b)) => match (a.ms.median(), b.ms.median()) {
+            (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+            _ => None,
+        },
+        _ => None,
+    };
+    s1.push(Span::styled(" · net measured ", th.dim()));
+    s1.push(Span::styled(
+        measured.map_or("— (press s for both arms)".into(), times),
+        th.measured(),
+    ));
+    lines.push(Line::from(s1));
+    if let Some(m) = staged.or(any).and_then(|x| x.model_net()) {
+        lines.push(Line::from(vec![
+            Span::styled("model net (C+IO)/max(C,IO) ", th.dim()),
+            Span::styled(times(m), th.model()),
+        ]));
+    }
+    let arm = |label: &str| {
+        fetch.arm(label).and_then(|a| {
+            a.ms.median()
+                .map(|m| format!("{label} {m:.2} (n={})", a.ms.len()))
+        })
+    };
+    lines.push(Line::from(vec![
+        Span::styled("ms/tok ", th.dim()),
+        Span::styled(arm("sync").unwrap_or_else(|| "sync —".into()), th.text()),
+        Span::styled(" │ ", th.dim()),
+        Span::styled(
+            arm("staged").unwrap_or_else(|| "staged —".into()),
+            th.text(),
+        ),
+    ]));
+    lines.push(dim_line(
+        app,
+        format!("medians over ≤{} tokens per arm", super::app::AB_WINDOW),
+    ));
+    frame.render_widget(Paragraph::new(lines), inner);
+}

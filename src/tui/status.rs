@@ -1,0 +1,235 @@
+//! Status bar (top: model, quant, threads, ISA, toggles, REC / REPLAY / FROZEN badges) and the
+//! footer (decode / prefill tok/s, context gauge, a one-line A/B summary or the latest message,
+//! and key hints generated from the keymap).
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::app::{fmt_speed, App};
+use super::common::{times, truncate};
+use super::keymap::footer_hints;
+
+fn width(spans: &[Span]) -> usize {
+    spans.iter().map(|s| s.content.chars().count()).sum()
+}
+
+/// Render the one-line status bar.
+pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
+    let th = &app.theme;
+    let v = &app.live;
+    let sep = || Span::styled(" │ ", th.bar());
+    let compact = (area.width as usize) < 120;
+    let mut spans = vec![Span::styled(
+        " cflow-tui",
+        th.bar().add_modifier(ratatui::style::Modifier::BOLD),
+    )];
+    match &v.model {
+        Some(m) if compact => {
+            spans.push(Span::styled(
+                format!(" · {}", truncate(&m.name, 16)),
+                th.bar(),
+            ));
+            if m.synthetic {
+                spans.push(Span::styled(" (synthetic)", th.bar()));
+            }
+            if let Some(q) = m.quant_types.first() {
+                spans.push(Span::styled(format!(" · {q}"), th.bar()));
+            }
+        }
+        Some(m) => {
+            let mut name = format!(" · {}", m.name);
+            if !m.arch.is_empty() && m.arch != m.name {
+                name.push_str(&format!(" {}", m.arch));
+            }
+            spans.push(Span::styled(name, th.bar()));
+            if m.synthetic {
+                spans.push(Span::styled(" (synthetic weights)", th.bar()));
+            }
+            if !m.quant_types.is_empty() {
+                spans.push(Span::styled(
+                    format!(" · {}", m.quant_types.join("/")),
+                    th.bar(),
+                ));
+            }
+        }
+        None => spans.push(Span::styled(" · no session", th.bar())),
+    }
+    if let Some(c) = &v.config {
+        let onoff = if c.prefetch { "ON" } else { "OFF" };
+        if compact {
+            spans.push(Span::styled(
+                format!(" · {}t {}", c.threads, c.isa),
+                th.bar(),
+            ));
+            spans.push(sep());
+            spans.push(Span::styled(
+                format!(
+                    "pf {onoff} · {} · {} · {}",
+                    c.fetch, c.layout, c.expert_tier
+                ),
+                th.bar(),
+            ));
+        } else {
+            spans.push(Span::styled(
+                format!(" · {} thr · {}", c.threads, c.isa),
+                th.bar(),
+            ));
+            spans.push(sep());
+            spans.push(Span::styled(format!("prefetch {onoff}"), th.bar()));
+            spans.push(sep());
+            spans.push(Span::styled(
+                format!("fetch {}", c.fetch.to_uppercase()),
+                th.bar(),
+            ));
+            spans.push(sep());
+            spans.push(Span::styled(format!("layout {}", c.layout), th.bar()));
+            spans.push(sep());
+            spans.push(Span::styled(format!("tier {}", c.expert_tier), th.bar()));
+        }
+    }
+    if app.recording {
+        spans.push(sep());
+        spans.push(Span::styled("● REC", th.bar().patch(th.bad())));
+    }
+    if let Some(r) = &app.replay {
+        spans.push(Span::styled(" ", th.bar()));
+        spans.push(Span::styled(
+            format!(
+                " REPLAY {} {} t={:.1}s ",
+                if r.paused { "⏸" } else { "▶" },
+                fmt_speed(r.speed),
+                r.t_ns as f64 / 1e9
+            ),
+            th.badge(),
+        ));
+    }
+    if app.frozen.is_some() {
+        spans.push(Span::styled(" ", th.bar()));
+        spans.push(Span::styled(" FROZEN ", th.badge()));
+    }
+    if app.whatif.is_some() {
+        spans.push(Span::styled(" ", th.bar()));
+        spans.push(Span::styled(" WHAT-IF ", th.badge()));
+    }
+    let used = width(&spans);
+    if used < area.width as usize {
+        spans.push(Span::styled(
+            " ".repeat(area.width as usize - used),
+            th.bar(),
+        ));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// The metrics part of the footer.
+fn metrics<'a>(app: &App, compact: bool) -> Vec<Span<'a>> {
+    let th = &app.theme;
+    let v = &app.live;
+    let mut spans = vec![Span::raw(" ")];
+    spans.push(Span::styled("decode ", th.dim()));
+    spans.push(Span::styled(
+        v.decode_tps.map_or("—".into(), |x| format!("{x:.0}")),
+        th.strong(),
+    ));
+    spans.push(Span::styled(" tok/s · prefill ", th.dim()));
+    spans.push(Span::styled(
+        v.prefill_tps.map_or("—".into(), |x| format!("{x:.0}")),
+        th.strong(),
+    ));
+    spans.push(Span::styled(
+        if compact {
+            " · ctx "
+        } else {
+            " tok/s · ctx "
+        },
+        th.dim(),
+    ));
+    let max = v.model.as_ref().map_or(0, |m| m.max_ctx);
+    spans.push(Span::styled(format!("{}/{}", v.ctx_used, max), th.strong()));
+    if max > 0 && !compact {
+        let wgt = 8usize;
+        let fill = ((v.ctx_used as f64 / max as f64).min(1.0) * wgt as f64).round() as usize;
+        spans.push(Span::raw(" "));
+        spans.push(Span::styled("▰".repeat(fill), th.measured()));
+        spans.push(Span::styled("▱".repeat(wgt - fill), th.dim()));
+    }
+    if let Some(msg) = app.status_message() {
+        spans.push(Span::styled(" · ", th.dim()));
+        spans.push(Span::styled(msg.to_string(), th.warn()));
+    } else if let Some((t, r, a, b)) =
+        v.ab.toggles()
+            .iter()
+            .find_map(|t| t.ratio().map(|(r, a, b)| (t.name, r, a, b)))
+    {
+        spans.push(Span::styled(
+            format!(" · A/B {t} {}/{} ", a.label, b.label),
+            th.dim(),
+        ));
+        spans.push(Span::styled(times(r), th.measured()));
+        spans.push(Span::styled(
+            format!(" (n={}/{})", a.ms.len(), b.ms.len()),
+            th.dim(),
+        ));
+    }
+    spans
+}
+
+/// Key hints, generated from the keymap table.
+fn hints<'a>(app: &App, max_width: usize) -> Vec<Span<'a>> {
+    let th = &app.theme;
+    let mut spans: Vec<Span> = Vec::new();
+    let push = |spans: &mut Vec<Span<'a>>, k: String, label: &str| -> bool {
+        let add = k.chars().count() + label.chars().count() + 3;
+        if width(spans) + add > max_width {
+            return false;
+        }
+        spans.push(Span::styled(k, th.key()));
+        spans.push(Span::styled(format!(" {label}  "), th.dim()));
+        true
+    };
+    for (k, label) in footer_hints() {
+        if !push(&mut spans, k, label) {
+            break;
+        }
+    }
+    spans
+}
+
+/// Render the footer: one line (metrics + short hints) or two (metrics, then all key hints).
+pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
+    let th = &app.theme;
+    let w = area.width as usize;
+    let compact = w < 120;
+    let mut top = metrics(app, compact);
+    if area.height >= 2 {
+        frame.render_widget(
+            Paragraph::new(vec![
+                Line::from(top),
+                Line::from({
+                    let mut s = vec![Span::raw(" ")];
+                    s.extend(hints(app, w.saturating_sub(1)));
+                    s
+                }),
+            ]),
+            area,
+        );
+        return;
+    }
+    let tail = vec![
+        Span::styled("?", th.key()),
+        Span::styled(" help  ", th.dim()),
+        Span::styled("Tab", th.key()),
+        Span::styled(" focus  ", th.dim()),
+        Span::styled("q", th.key()),
+        Span::styled(" quit ", th.dim()),
+    ];
+    let tw = width(&tail);
+    let mw = width(&top);
+    if mw + tw <= w {
+        top.push(Span::raw(" ".repeat(w - mw - tw)));
+        top.extend(tail);
+    }
+    frame.render_widget(Paragraph::new(Line::from(top)), area);
+}

@@ -1,0 +1,203 @@
+//! Text pane: the transcript (chat or completion) with the streaming reply, the synthetic-weights
+//! banner, scrollback, and the multi-line input box.
+
+use ratatui::layout::{Constraint, Layout, Position, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::app::{App, PaneId, Role};
+use super::common::{dim_line, pane_block, wrap};
+use crate::telemetry::event::StopReason;
+
+/// The banner shown on synthetic models.
+pub const SYNTHETIC_BANNER: &str =
+    "synthetic weights: text is noise — `cflow-tui pull smollm2` for a real model";
+
+/// Most input lines shown before the box scrolls.
+const MAX_INPUT_LINES: usize = 5;
+
+/// Render the text pane.
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let th = &app.theme;
+    let mode = if app.chat_mode() {
+        "chat"
+    } else {
+        "completion"
+    };
+    let mut title = vec![
+        Span::styled("Text", th.title()),
+        Span::styled(format!(" · {mode}"), th.dim()),
+    ];
+    if app.scroll > 0 {
+        title.push(Span::styled(
+            format!(" · ↑{} (End follows)", app.scroll),
+            th.warn(),
+        ));
+    }
+    if app.generating {
+        let spin = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+        title.push(Span::styled(
+            format!(" {} generating", spin[(app.ticks / 3 % 10) as usize]),
+            th.measured(),
+        ));
+    }
+    let block = pane_block(app, PaneId::Text, title);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    if inner.width < 4 || inner.height < 3 {
+        return;
+    }
+    let width = inner.width as usize;
+
+    // Banner.
+    let mut banner: Vec<Line> = Vec::new();
+    if app.live.model.as_ref().is_some_and(|m| m.synthetic) {
+        for l in wrap(SYNTHETIC_BANNER, width) {
+            banner.push(Line::from(Span::styled(l, th.warn())));
+        }
+    }
+
+    // Input box lines.
+    let prompt_w = 2usize;
+    let in_w = width.saturating_sub(prompt_w).max(1);
+    let mut input_lines: Vec<Line> = Vec::new();
+    let (cur_line, cur_col) = app.input.cursor_line_col();
+    let mut cursor_row = 0usize;
+    let mut cursor_col = 0usize;
+    if app.input.text.is_empty() && !app.input_focused {
+        let hint = if app.replay.is_some() {
+            "replay — Space pause, ←/→ step, +/- speed"
+        } else {
+            "press i or Enter to type"
+        };
+        input_lines.push(Line::from(vec![
+            Span::styled("> ", th.dim()),
+            Span::styled(hint, th.dim()),
+        ]));
+    } else {
+        for (li, raw) in app.input.text.split('\n').enumerate() {
+            let wrapped = wrap(raw, in_w);
+            for (wi, w) in wrapped.iter().enumerate() {
+                if li == cur_line {
+                    // Place the cursor on the wrapped row that holds column `cur_col`.
+                    let start: usize = wrapped[..wi].iter().map(|s| s.chars().count()).sum();
+                    let len = w.chars().count();
+                    if cur_col >= start && (cur_col < start + len || wi + 1 == wrapped.len()) {
+                        cursor_row = input_lines.len();
+                        cursor_col = cur_col - start;
+                    }
+                }
+                let lead = if li == 0 && wi == 0 { "> " } else { "  " };
+                input_lines.push(Line::from(vec![
+                    Span::styled(lead, th.user()),
+                    Span::raw(w.clone()),
+                ]));
+            }
+        }
+    }
+    let shown_input = input_lines.len().clamp(1, MAX_INPUT_LINES);
+    let skip_input = if cursor_row >= shown_input {
+        cursor_row + 1 - shown_input
+    } else {
+        0
+    };
+
+    let [banner_area, body, sep, input_area] = Layout::vertical([
+        Constraint::Length(banner.len() as u16),
+        Constraint::Min(1),
+        Constraint::Length(1),
+        Constraint::Length(shown_input as u16),
+    ])
+    .areas(inner);
+    frame.render_widget(Paragraph::new(banner), banner_area);
+
+    // Transcript.
+    let lines = transcript_lines(app, width);
+    let h = body.height as usize;
+    let max_scroll = lines.len().saturating_sub(h);
+    let scroll = (app.scroll as usize).min(max_scroll);
+    let start = lines.len().saturating_sub(h + scroll);
+    let visible: Vec<Line> = lines.into_iter().skip(start).take(h).collect();
+    if visible.is_empty() {
+        let hint = if app.live.model.is_none() {
+            "waiting for the engine…"
+        } else if app.chat_mode() {
+            "say something below"
+        } else {
+            "type a prompt below; the model continues it"
+        };
+        frame.render_widget(Paragraph::new(dim_line(app, hint)), body);
+    } else {
+        frame.render_widget(Paragraph::new(visible), body);
+    }
+
+    let sep_style = if app.input_focused {
+        th.border_focused()
+    } else {
+        th.border()
+    };
+    frame.render_widget(
+        Paragraph::new(Line::from(Span::styled("─".repeat(width), sep_style))),
+        sep,
+    );
+    let shown: Vec<Line> = input_lines
+        .into_iter()
+        .skip(skip_input)
+        .take(shown_input)
+        .collect();
+    frame.render_widget(Paragraph::new(shown), input_area);
+    if app.input_focused && app.focus == PaneId::Text && !app.show_help {
+        let x = input_area.x + (prompt_w + cursor_col).min(width - 1) as u16;
+        let y = input_area.y + (cursor_row - skip_input) as u16;
+        frame.set_cursor_position(Position { x, y });
+    }
+}
+
+/// The transcript as wrapped, styled lines (oldest first).
+pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
+    let th = &app.theme;
+    let label_w = 6usize;
+    let text_w = width.saturating_sub(label_w).max(1);
+    let mut out = Vec::new();
+    let n = app.transcript.len();
+    for (i, turn) in app.transcript.iter().enumerate() {
+        let (label, lstyle, tstyle) = match turn.role {
+            Role::User => ("you", th.user(), th.text()),
+            Role::Model => ("model", th.assistant(), th.text()),
+            Role::System => ("·", th.dim(), th.dim()),
+            Role::Error => ("error", th.bad(), th.bad()),
+        };
+        let mut text = turn.text.clone();
+        let streaming = turn.role == Role::Model && i + 1 == n && app.generating;
+        if streaming {
+            text.push('▌');
+        }
+        let rows = wrap(&text, text_w);
+        for (ri, r) in rows.into_iter().enumerate() {
+            let lead = if ri == 0 {
+                format!("{label:<label_w$}")
+            } else {
+                " ".repeat(label_w)
+            };
+            out.push(Line::from(vec![
+                Span::styled(lead, lstyle),
+                Span::styled(r, tstyle),
+            ]));
+        }
+        let end = match turn.end {
+            Some(StopReason::Stopped) => Some("[stopped]"),
+            Some(StopReason::ContextFull) => Some("[context full]"),
+            Some(StopReason::Error) => Some("[error]"),
+            Some(StopReason::Length) => Some("[max tokens]"),
+            _ => None,
+        };
+        if let (Role::Model, Some(e)) = (turn.role, end) {
+            out.push(Line::from(vec![
+                Span::raw(" ".repeat(label_w)),
+                Span::styled(e, th.dim()),
+            ]));
+        }
+    }
+    out
+}

@@ -1,0 +1,195 @@
+//! Snapshot tests of every TUI pane (and whole screens) rendered with ratatui's `TestBackend` at
+//! 80×24 and 160×48 from recorded-style event sequences (`cflow::tui::fixture`): the demo MoE
+//! model and a dense Llama-like chat model.
+
+use cflow::telemetry::event::Stamped;
+use cflow::tui::app::{Action, App, Msg, PaneId, TuiOptions};
+use cflow::tui::fixture::{demo_events, dense_events};
+use cflow::tui::screen;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+const SIZES: [(u16, u16); 2] = [(80, 24), (160, 48)];
+
+fn app_from(events: Vec<Stamped>, opts: TuiOptions, size: (u16, u16)) -> App {
+    let mut app = App::new(&opts);
+    app.apply(Msg::Resize(size.0, size.1));
+    for e in events {
+        app.apply(Msg::Stamped(e));
+    }
+    app
+}
+
+fn demo(size: (u16, u16)) -> App {
+    app_from(demo_events(24, false), TuiOptions::default(), size)
+}
+
+fn dense(size: (u16, u16)) -> App {
+    app_from(dense_events(), TuiOptions::default(), size)
+}
+
+fn render_pane(app: &App, pane: PaneId, (w, h): (u16, u16)) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| screen::render_pane(f, f.area(), app, pane))
+        .unwrap();
+    term.backend().to_string()
+}
+
+fn render_screen(app: &App, (w, h): (u16, u16)) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| screen::draw(f, app)).unwrap();
+    term.backend().to_string()
+}
+
+fn pane_slug(p: PaneId) -> &'static str {
+    match p {
+        PaneId::Text => "text",
+        PaneId::Streams => "streams",
+        PaneId::Critical => "critical",
+        PaneId::Routing => "routing",
+        PaneId::Overlap => "overlap",
+        PaneId::Pmu => "pmu",
+        PaneId::Ab => "ab",
+    }
+}
+
+#[test]
+fn every_pane_demo() {
+    for size in SIZES {
+        let app = demo(size);
+        for pane in PaneId::ALL {
+            let name = format!("demo_{}_{}x{}", pane_slug(pane), size.0, size.1);
+            insta::assert_snapshot!(name, render_pane(&app, pane, size));
+        }
+    }
+}
+
+#[test]
+fn every_pane_dense() {
+    for size in SIZES {
+        let app = dense(size);
+        for pane in PaneId::ALL {
+            let name = format!("dense_{}_{}x{}", pane_slug(pane), size.0, size.1);
+            insta::assert_snapshot!(name, render_pane(&app, pane, size));
+        }
+    }
+}
+
+#[test]
+fn full_screens() {
+    for size in SIZES {
+        insta::assert_snapshot!(
+            format!("screen_demo_{}x{}", size.0, size.1),
+            render_screen(&demo(size), size)
+        );
+        insta::assert_snapshot!(
+            format!("screen_dense_{}x{}", size.0, size.1),
+            render_screen(&dense(size), size)
+        );
+    }
+}
+
+#[test]
+fn screen_states() {
+    let size = (80, 24);
+    // Tab to the critical pane in compact mode, then what-if δd+1.
+    let mut app = app_from(demo_events(30, true), TuiOptions::default(), size);
+    app.apply(Msg::Action(Action::WhatIf));
+    app.apply(Msg::Action(Action::WhatIfDense(1)));
+    insta::assert_snapshot!("state_whatif_80x24", render_screen(&app, size));
+
+    // Help overlay at both sizes.
+    for size in SIZES {
+        let mut app = demo(size);
+        app.apply(Msg::Action(Action::Help));
+        insta::assert_snapshot!(
+            format!("state_help_{}x{}", size.0, size.1),
+            render_screen(&app, size)
+        );
+    }
+
+    // Maximized routing pane, frozen, recording.
+    let size = (160, 48);
+    let mut app = app_from(
+        demo_events(40, true),
+        TuiOptions {
+            recording: true,
+            bandwidth_ceiling_gbs: Some(20.3),
+            ..TuiOptions::default()
+        },
+        size,
+    );
+    for _ in 0..3 {
+        app.apply(Msg::Action(Action::FocusNext));
+    }
+    app.apply(Msg::Action(Action::Maximize));
+    app.apply(Msg::Action(Action::Freeze));
+    insta::assert_snapshot!("state_max_routing_frozen_160x48", render_screen(&app, size));
+
+    // Replay badge, paused, typed multi-line input elsewhere is not possible: replay hint.
+    let mut app = app_from(
+        demo_events(12, false),
+        TuiOptions {
+            replay: true,
+            ..TuiOptions::default()
+        },
+        (80, 24),
+    );
+    app.apply(Msg::Action(Action::ReplayPause));
+    app.apply(Msg::Action(Action::ReplaySpeed(1)));
+    insta::assert_snapshot!("state_replay_80x24", render_screen(&app, (80, 24)));
+
+    // Multi-line input and scrollback in the dense chat.
+    let mut app = dense((80, 24));
+    for c in "first line".chars() {
+        app.apply(Msg::Action(Action::Insert(c)));
+    }
+    app.apply(Msg::Action(Action::Newline));
+    for c in "second".chars() {
+        app.apply(Msg::Action(Action::Insert(c)));
+    }
+    app.apply(Msg::Action(Action::ScrollUp(2)));
+    insta::assert_snapshot!("state_input_scroll_80x24", render_screen(&app, (80, 24)));
+}
+
+#[test]
+fn no_color_renders_same_text() {
+    let size = (160, 48);
+    let color = render_screen(&demo(size), size);
+    let mono = render_screen(
+        &app_from(
+            demo_events(24, false),
+            TuiOptions {
+                theme: cflow::tui::Theme::mono(),
+                ..TuiOptions::default()
+            },
+            size,
+        ),
+        size,
+    );
+    assert_eq!(color, mono);
+}
+
+#[test]
+fn tiny_terminal_does_not_panic() {
+    for (w, h) in [
+        (1, 1),
+        (10, 3),
+        (20, 6),
+        (40, 10),
+        (60, 15),
+        (119, 31),
+        (300, 90),
+    ] {
+        let app = demo((w, h));
+        let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+        term.draw(|f| screen::draw(f, &app)).unwrap();
+        let mut app = app;
+        app.apply(Msg::Action(Action::Help));
+        term.draw(|f| screen::draw(f, &app)).unwrap();
+        for pane in PaneId::ALL {
+            term.draw(|f| screen::render_pane(f, f.area(), &app, pane))
+                .unwrap();
+        }
+    }
+}
