@@ -52,7 +52,11 @@ pub enum TraceError {
         message: String,
     },
     #[error("{path}: line {line} is longer than {limit} bytes; refusing to load it")]
-    LineTooLong { path: String, line: u64, limit: usize },
+    LineTooLong {
+        path: String,
+        line: u64,
+        limit: usize,
+    },
 }
 
 /// First line of every trace.
@@ -107,7 +111,11 @@ impl Recorder<File> {
 
 impl<W: Write> Recorder<W> {
     /// Record into any writer; `name` is used in error messages.
-    pub fn from_writer(w: W, name: impl AsRef<Path>, header: TraceHeader) -> Result<Self, TraceError> {
+    pub fn from_writer(
+        w: W,
+        name: impl AsRef<Path>,
+        header: TraceHeader,
+    ) -> Result<Self, TraceError> {
         let mut r = Recorder {
             out: BufWriter::with_capacity(64 << 10, w),
             path: name.as_ref().to_path_buf(),
@@ -124,9 +132,7 @@ impl<W: Write> Recorder<W> {
         serde_json::to_writer(&mut self.line, v)?;
         self.line.push(b'\n');
         let path = &self.path;
-        self.out
-            .write_all(&self.line)
-            .map_err(|e| io_err(path, e))
+        self.out.write_all(&self.line).map_err(|e| io_err(path, e))
     }
 
     /// Append one event and flush it to the OS.

@@ -93,7 +93,10 @@ impl Replay {
             path: path.display().to_string(),
             source: e,
         })?;
-        Self::from_reader(BufReader::with_capacity(256 << 10, f), &path.display().to_string())
+        Self::from_reader(
+            BufReader::with_capacity(256 << 10, f),
+            &path.display().to_string(),
+        )
     }
 
     /// Read a trace from any buffered reader; `name` is used in messages.
@@ -542,7 +545,12 @@ impl fmt::Display for ReplaySummary {
                 writeln!(f, "pmu     hardware unavailable: {u}")?;
             }
             let sw: Vec<String> = p.software.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            writeln!(f, "pmu     {} tokens · software: {}", p.tokens_with_pmu, sw.join(", "))?;
+            writeln!(
+                f,
+                "pmu     {} tokens · software: {}",
+                p.tokens_with_pmu,
+                sw.join(", ")
+            )?;
             for (ph, vals) in &p.phases {
                 let v: Vec<String> = vals.iter().map(|(k, v)| format!("{k} {v}")).collect();
                 writeln!(f, "  {ph:<10} {}", v.join(", "))?;
