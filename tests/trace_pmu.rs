@@ -200,3 +200,20 @@ fn bandwidth_report() {
         );
     }
 }
+
+/// Manual: cost of `phase()` (one read(2) per open group) and of a disabled PMU.
+#[test]
+#[ignore]
+fn pmu_overhead_report() {
+    for (name, mut pmu) in [("new()", Pmu::new()), ("disabled()", Pmu::disabled())] {
+        let n = 20_000u32;
+        pmu.begin_token();
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            pmu.phase("attention");
+        }
+        let per = t.elapsed().as_nanos() as f64 / n as f64;
+        let _ = pmu.end_token();
+        println!("{name}: {per:.0} ns per phase() call");
+    }
+}

@@ -491,6 +491,7 @@ fn summary_numbers() {
     assert_eq!(s.event_counts.values().sum::<u64>(), s.n_events);
     assert_eq!(s.errors, vec!["expert read short".to_string()]);
     let shown = s.to_string();
+    println!("{shown}");
     for needle in [
         "1000.0 tok/s",
         "synthetic",

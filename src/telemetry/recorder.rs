@@ -168,6 +168,34 @@ impl<W: Write> Recorder<W> {
     }
 }
 
+/// Monotonic session clock producing [`Stamped`] events (`t_ns` = ns since `start`).
+#[derive(Clone, Copy, Debug)]
+pub struct SessionClock {
+    start: std::time::Instant,
+}
+
+impl SessionClock {
+    /// A clock starting now.
+    pub fn start() -> Self {
+        SessionClock {
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since the session started.
+    pub fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Stamp an event with the current time.
+    pub fn stamp(&self, event: super::event::Event) -> Stamped {
+        Stamped {
+            t_ns: self.now_ns(),
+            event,
+        }
+    }
+}
+
 fn io_err(path: &Path, source: std::io::Error) -> TraceError {
     TraceError::Io {
         path: path.display().to_string(),
@@ -210,6 +238,14 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn clock_is_monotonic() {
+        let c = SessionClock::start();
+        let a = c.stamp(crate::telemetry::event::Event::Reset);
+        let b = c.stamp(crate::telemetry::event::Event::Reset);
+        assert!(b.t_ns >= a.t_ns);
+    }
 
     #[test]
     fn rfc3339_known_dates() {
