@@ -146,7 +146,8 @@ impl Builder {
         self.compute_end = end;
 
         // Token boundary and counters at the token end.
-        self.out.push(json!({"name": name, "ph": "i", "s": "t", "pid": PID,
+        self.out
+            .push(json!({"name": name, "ph": "i", "s": "t", "pid": PID,
             "tid": TID_COMPUTE, "ts": us(end), "args": args}));
         const MIB: f64 = 1024.0 * 1024.0;
         let (mut a, mut d, mut e) = (0u64, 0u64, 0u64);
@@ -179,11 +180,13 @@ impl Builder {
     }
 
     fn counter(&mut self, name: &str, t_ns: u64, args: Value) {
-        self.out.push(json!({"name": name, "ph": "C", "pid": PID, "ts": us(t_ns), "args": args}));
+        self.out
+            .push(json!({"name": name, "ph": "C", "pid": PID, "ts": us(t_ns), "args": args}));
     }
 
     fn global_instant(&mut self, name: &str, t_ns: u64, args: Value) {
-        self.out.push(json!({"name": name, "ph": "i", "s": "g", "pid": PID,
+        self.out
+            .push(json!({"name": name, "ph": "i", "s": "g", "pid": PID,
             "tid": TID_COMPUTE, "ts": us(t_ns), "args": args}));
     }
 }
@@ -252,11 +255,9 @@ pub fn chrome_events(r: &Replay) -> Vec<Value> {
                 *t_ns,
                 json!({"reason": reason, "n_tokens": n_tokens, "decode_ns": decode_ns}),
             ),
-            Event::Error { message, fatal } => b.global_instant(
-                "error",
-                *t_ns,
-                json!({"message": message, "fatal": fatal}),
-            ),
+            Event::Error { message, fatal } => {
+                b.global_instant("error", *t_ns, json!({"message": message, "fatal": fatal}))
+            }
             Event::Session { .. } | Event::Prompt { .. } | Event::Notice { .. } => {}
         }
     }

@@ -1,7 +1,7 @@
 //! The machine profile: CPU model, cores, ISA, RAM, cache sizes and a measured DRAM read
 //! bandwidth ceiling; plus cheap process statistics (RSS, CPU%) for the status line.
 //!
-//! The bandwidth probe sums a ~256 MiB `u64` buffer (far larger than any L3) with 1 thread and
+//! The bandwidth probe sums a 128 MiB `u64` buffer (4× the L3 here; see [`PROBE_BYTES`]) with 1 thread and
 //! with N threads (N = logical cores), best of a few passes inside a ≤ 300 ms budget including
 //! the allocation. It is cached per machine (key = CPU model + logical cores + RAM) as JSON in
 //! [`crate::util::cache_dir`], so only the first launch pays for it.
@@ -38,6 +38,10 @@ pub struct Bandwidth {
     pub buffer_bytes: u64,
     /// Wall time of the whole probe (allocation included), ms.
     pub probe_ms: f64,
+    /// Of which: allocating and first-touching the buffer, ms.
+    pub init_ms: f64,
+    /// Timed passes per thread count (best one reported).
+    pub passes: u32,
     /// RFC 3339 time of the measurement.
     pub measured: String,
 }
@@ -115,7 +119,10 @@ impl MachineProfile {
 
     fn cache_path(&self) -> Option<PathBuf> {
         let dir = crate::util::cache_dir().ok()?;
-        Some(dir.join(format!("machine-{:016x}.json", fnv1a(self.cache_key().as_bytes()))))
+        Some(dir.join(format!(
+            "machine-{:016x}.json",
+            fnv1a(self.cache_key().as_bytes())
+        )))
     }
 }
 
@@ -131,8 +138,10 @@ fn fnv1a(b: &[u8]) -> u64 {
     })
 }
 
-/// Default probe buffer: 256 MiB.
-pub const PROBE_BYTES: usize = 256 << 20;
+/// Default probe buffer: 128 MiB (4× a 32 MiB L3). 256 MiB would be closer to STREAM practice,
+/// but first-touching it alone takes ~300 ms on the 2-core KVM guest (4 KiB pages; THP is
+/// `madvise`-only and `madvise` needs `unsafe`, which telemetry does not use).
+pub const PROBE_BYTES: usize = 128 << 20;
 /// Default probe budget (allocation + all passes).
 pub const PROBE_BUDGET: Duration = Duration::from_millis(300);
 
@@ -182,11 +191,16 @@ fn sum_u64(s: &[u64]) -> u64 {
             acc[k] = acc[k].wrapping_add(c[k]);
         }
     }
-    let tail = chunks.remainder().iter().fold(0u64, |a, &x| a.wrapping_add(x));
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(0u64, |a, &x| a.wrapping_add(x));
     acc.iter().fold(tail, |a, &x| a.wrapping_add(x))
 }
 
-/// One timed read pass over `buf` split among `threads` (wall time from a common start).
+/// One timed read pass over `buf` split among `threads`. Each worker stamps its own start (after
+/// a common barrier) and end; the pass time is last end − first start, so a descheduled
+/// coordinating thread cannot shorten it.
 fn timed_pass(buf: &[u64], threads: usize) -> (Duration, u64) {
     let threads = threads.max(1);
     if threads == 1 {
@@ -195,26 +209,30 @@ fn timed_pass(buf: &[u64], threads: usize) -> (Duration, u64) {
         return (t0.elapsed(), s);
     }
     let chunk = buf.len().div_ceil(threads);
-    let barrier = Barrier::new(threads + 1);
-    std::thread::scope(|sc| {
+    let barrier = Barrier::new(threads);
+    let results: Vec<(Instant, Instant, u64)> = std::thread::scope(|sc| {
         let hs: Vec<_> = buf
             .chunks(chunk)
             .map(|part| {
                 let b = &barrier;
                 sc.spawn(move || {
                     b.wait();
-                    std::hint::black_box(sum_u64(std::hint::black_box(part)))
+                    let t0 = Instant::now();
+                    let s = std::hint::black_box(sum_u64(std::hint::black_box(part)));
+                    (t0, Instant::now(), s)
                 })
             })
             .collect();
-        barrier.wait();
-        let t0 = Instant::now();
-        let s = hs
-            .into_iter()
-            .map(|h| h.join().unwrap_or(0))
-            .fold(0u64, |a, x| a.wrapping_add(x));
-        (t0.elapsed(), s)
-    })
+        hs.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let (Some(start), Some(end)) = (
+        results.iter().map(|r| r.0).min(),
+        results.iter().map(|r| r.1).max(),
+    ) else {
+        return (Duration::MAX, 0);
+    };
+    let sum = results.iter().fold(0u64, |a, r| a.wrapping_add(r.2));
+    (end - start, sum)
 }
 
 /// Measure the read bandwidth ceiling: sum over `bytes` of `u64`s with 1 and `threads` threads,
@@ -237,13 +255,14 @@ pub fn probe_bandwidth(bytes: usize, threads: usize, budget: Duration) -> Bandwi
             });
         }
     });
+    let init = start.elapsed();
     let expected = (n as u64).wrapping_mul(n as u64 - 1) / 2;
     let bytes_read = (n * 8) as f64;
     let mut best1 = Duration::MAX;
     let mut bestn = Duration::MAX;
     // Warm-up (TLB, THP) then alternate 1-thread and N-thread passes while the budget lasts.
     let _ = timed_pass(&buf, threads);
-    let mut passes = 0;
+    let mut passes = 0u32;
     loop {
         let (d1, s1) = timed_pass(&buf, 1);
         let (dn, sn) = timed_pass(&buf, threads);
@@ -253,18 +272,22 @@ pub fn probe_bandwidth(bytes: usize, threads: usize, budget: Duration) -> Bandwi
         bestn = bestn.min(dn);
         passes += 1;
         let spent = start.elapsed();
-        let per_round = spent / (passes + 1);
-        if passes >= 8 || spent + per_round > budget {
+        let per_round = (spent - init) / (passes + 1); // +1: the warm-up pass
+        if passes >= 8 || (passes >= 2 && spent + per_round > budget) {
             break;
         }
     }
     drop(buf);
+    // Rounded: the noise is far above 0.01 GB/s, and short decimals round-trip exactly in JSON.
+    let round = |x: f64, q: f64| (x * q).round() / q;
     Bandwidth {
-        read_gbps_1t: bytes_read / best1.as_secs_f64() / 1e9,
-        read_gbps_nt: bytes_read / bestn.as_secs_f64() / 1e9,
+        read_gbps_1t: round(bytes_read / best1.as_secs_f64() / 1e9, 100.0),
+        read_gbps_nt: round(bytes_read / bestn.as_secs_f64() / 1e9, 100.0),
         threads: threads as u32,
         buffer_bytes: (n * 8) as u64,
-        probe_ms: start.elapsed().as_secs_f64() * 1e3,
+        probe_ms: round(start.elapsed().as_secs_f64() * 1e3, 10.0),
+        init_ms: round(init.as_secs_f64() * 1e3, 10.0),
+        passes,
         measured: super::recorder::rfc3339(std::time::SystemTime::now()),
     }
 }
@@ -277,30 +300,54 @@ pub struct ProcessStats {
     pub cpu_percent: f32,
 }
 
-/// RSS and CPU% of the current process via sysinfo. CPU% is measured between consecutive
-/// calls (a shared `System` is kept), so call it at the UI's refresh rate.
+/// RSS and CPU% of the current process via sysinfo. CPU% is the process's accumulated CPU time
+/// (all threads) over wall time since the previous call (a shared state is kept; the first call
+/// reports 0), so call it at the UI's refresh rate.
 pub fn process_stats() -> ProcessStats {
     use sysinfo::{ProcessRefreshKind, ProcessesToUpdate, System};
-    static SYS: OnceLock<Mutex<System>> = OnceLock::new();
+    struct State {
+        sys: System,
+        last: Option<(Instant, u64)>,
+    }
+    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
     let Ok(pid) = sysinfo::get_current_pid() else {
         return ProcessStats::default();
     };
-    let m = SYS.get_or_init(|| Mutex::new(System::new()));
-    let mut sys = match m.lock() {
+    let m = STATE.get_or_init(|| {
+        Mutex::new(State {
+            sys: System::new(),
+            last: None,
+        })
+    });
+    let mut st = match m.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
     };
-    sys.refresh_processes_specifics(
+    st.sys.refresh_processes_specifics(
         ProcessesToUpdate::Some(&[pid]),
         false,
         ProcessRefreshKind::nothing().with_memory().with_cpu(),
     );
-    sys.process(pid)
-        .map(|p| ProcessStats {
-            rss_bytes: p.memory(),
-            cpu_percent: p.cpu_usage(),
-        })
-        .unwrap_or_default()
+    let now = Instant::now();
+    let Some((rss, cpu_ms)) = st
+        .sys
+        .process(pid)
+        .map(|p| (p.memory(), p.accumulated_cpu_time()))
+    else {
+        return ProcessStats::default();
+    };
+    let cpu_percent = match st.last {
+        Some((t, prev)) if now > t => {
+            let wall_ms = now.duration_since(t).as_secs_f64() * 1e3;
+            (cpu_ms.saturating_sub(prev) as f64 / wall_ms * 100.0) as f32
+        }
+        _ => 0.0,
+    };
+    st.last = Some((now, cpu_ms));
+    ProcessStats {
+        rss_bytes: rss,
+        cpu_percent,
+    }
 }
 
 #[cfg(test)]

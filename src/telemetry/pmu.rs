@@ -299,17 +299,16 @@ impl Pmu {
                 )
             })
             .collect();
-        let software = a
-            .sw
-            .as_ref()
-            .map(|g| {
-                g.members
-                    .iter()
-                    .zip(&a.sw_total)
-                    .map(|((n, _), v)| (n.to_string(), *v))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let software =
+            a.sw.as_ref()
+                .map(|g| {
+                    g.members
+                        .iter()
+                        .zip(&a.sw_total)
+                        .map(|((n, _), v)| (n.to_string(), *v))
+                        .collect()
+                })
+                .unwrap_or_default();
         let unavailable = match (&self.unavailable, &a.failed) {
             (Some(u), Some(f)) => Some(format!("{u}; {f}")),
             (None, Some(f)) => Some(f.clone()),

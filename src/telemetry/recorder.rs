@@ -52,7 +52,11 @@ pub enum TraceError {
         message: String,
     },
     #[error("{path}: line {line} is longer than {limit} bytes; refusing to load it")]
-    LineTooLong { path: String, line: u64, limit: usize },
+    LineTooLong {
+        path: String,
+        line: u64,
+        limit: usize,
+    },
 }
 
 /// First line of every trace.
@@ -107,7 +111,11 @@ impl Recorder<File> {
 
 impl<W: Write> Recorder<W> {
     /// Record into any writer; `name` is used in error messages.
-    pub fn from_writer(w: W, name: impl AsRef<Path>, header: TraceHeader) -> Result<Self, TraceError> {
+    pub fn from_writer(
+        w: W,
+        name: impl AsRef<Path>,
+        header: TraceHeader,
+    ) -> Result<Self, TraceError> {
         let mut r = Recorder {
             out: BufWriter::with_capacity(64 << 10, w),
             path: name.as_ref().to_path_buf(),
@@ -124,9 +132,7 @@ impl<W: Write> Recorder<W> {
         serde_json::to_writer(&mut self.line, v)?;
         self.line.push(b'\n');
         let path = &self.path;
-        self.out
-            .write_all(&self.line)
-            .map_err(|e| io_err(path, e))
+        self.out.write_all(&self.line).map_err(|e| io_err(path, e))
     }
 
     /// Append one event and flush it to the OS.
@@ -159,6 +165,34 @@ impl<W: Write> Recorder<W> {
         self.out
             .into_inner()
             .map_err(|e| io_err(&path, e.into_error()))
+    }
+}
+
+/// Monotonic session clock producing [`Stamped`] events (`t_ns` = ns since `start`).
+#[derive(Clone, Copy, Debug)]
+pub struct SessionClock {
+    start: std::time::Instant,
+}
+
+impl SessionClock {
+    /// A clock starting now.
+    pub fn start() -> Self {
+        SessionClock {
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since the session started.
+    pub fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Stamp an event with the current time.
+    pub fn stamp(&self, event: super::event::Event) -> Stamped {
+        Stamped {
+            t_ns: self.now_ns(),
+            event,
+        }
     }
 }
 
@@ -204,6 +238,14 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn clock_is_monotonic() {
+        let c = SessionClock::start();
+        let a = c.stamp(crate::telemetry::event::Event::Reset);
+        let b = c.stamp(crate::telemetry::event::Event::Reset);
+        assert!(b.t_ns >= a.t_ns);
+    }
 
     #[test]
     fn rfc3339_known_dates() {

@@ -93,7 +93,10 @@ impl Replay {
             path: path.display().to_string(),
             source: e,
         })?;
-        Self::from_reader(BufReader::with_capacity(256 << 10, f), &path.display().to_string())
+        Self::from_reader(
+            BufReader::with_capacity(256 << 10, f),
+            &path.display().to_string(),
+        )
     }
 
     /// Read a trace from any buffered reader; `name` is used in messages.
@@ -465,6 +468,15 @@ pub fn summary(r: &Replay) -> ReplaySummary {
     s
 }
 
+/// "task-clock 4.0 ms" for the ns counter, "name value" otherwise.
+fn counter_text(k: &str, v: u64) -> String {
+    if k == "task-clock" {
+        format!("{k} {:.1} ms", v as f64 / 1e6)
+    } else {
+        format!("{k} {v}")
+    }
+}
+
 impl fmt::Display for ReplaySummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -518,6 +530,11 @@ impl fmt::Display for ReplaySummary {
         }
         if self.routing.iter().any(|r| r.iter().any(|&c| c > 0)) {
             writeln!(f, "routing (layer × expert token counts)")?;
+            let n_exp = self.routing.iter().map(Vec::len).max().unwrap_or(0);
+            let head: Vec<String> = (0..n_exp)
+                .map(|e| format!("{:>5}", format!("E{e}")))
+                .collect();
+            writeln!(f, "      {}", head.join(""))?;
             for (l, row) in self.routing.iter().enumerate() {
                 let cells: Vec<String> = row.iter().map(|c| format!("{c:>5}")).collect();
                 writeln!(f, "  L{l:<3}{}", cells.join(""))?;
@@ -541,10 +558,19 @@ impl fmt::Display for ReplaySummary {
             if let Some(u) = &p.unavailable {
                 writeln!(f, "pmu     hardware unavailable: {u}")?;
             }
-            let sw: Vec<String> = p.software.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            writeln!(f, "pmu     {} tokens · software: {}", p.tokens_with_pmu, sw.join(", "))?;
+            let sw: Vec<String> = p
+                .software
+                .iter()
+                .map(|(k, v)| counter_text(k, *v))
+                .collect();
+            writeln!(
+                f,
+                "pmu     {} tokens · software: {}",
+                p.tokens_with_pmu,
+                sw.join(", ")
+            )?;
             for (ph, vals) in &p.phases {
-                let v: Vec<String> = vals.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                let v: Vec<String> = vals.iter().map(|(k, v)| counter_text(k, *v)).collect();
                 writeln!(f, "  {ph:<10} {}", v.join(", "))?;
             }
         } else {

@@ -1,0 +1,851 @@
+//! Trace format tests: record → replay round trip, tolerant reading of damaged traces, the
+//! summary, the Chrome export's structure, and validation of recorded lines against
+//! `assets/trace.schema.json` (with a minimal validator for the JSON Schema subset the schema
+//! uses; it rejects keywords it does not implement, so the schema cannot silently outgrow it).
+
+use cflow::telemetry::chrome::{chrome_events, export_chrome, TID_COMPUTE, TID_IO};
+use cflow::telemetry::machine::MachineProfile;
+use cflow::telemetry::recorder::{Recorder, TraceError, TraceHeader};
+use cflow::telemetry::replay::{summary, Replay};
+use cflow::telemetry::*;
+use serde_json::Value;
+use std::io::Write;
+use std::path::Path;
+
+fn model() -> ModelSummary {
+    ModelSummary {
+        name: "arch2_4_combined".into(),
+        arch: "cflow-moe".into(),
+        synthetic: true,
+        n_layers: 2,
+        d_model: 512,
+        n_heads: 8,
+        n_kv_heads: 8,
+        d_ff: 2048,
+        n_experts: 4,
+        top_k: 2,
+        expert_ffn: 512,
+        vocab: 50257,
+        max_ctx: 2048,
+        dense_delay: 1,
+        expert_delay: 2,
+        combine_style: "DelayedSum".into(),
+        quant_types: vec!["Q4_0".into(), "F32".into()],
+        has_chat_template: false,
+        layer_bytes: vec![
+            StreamBytes {
+                attn: 1 << 20,
+                dense: 2 << 20,
+                experts: 1 << 20,
+            };
+            2
+        ],
+        vocab_bytes: 14 << 20,
+        file_hash: "00ff".into(),
+    }
+}
+
+fn config(prefetch: bool) -> EngineConfigInfo {
+    EngineConfigInfo {
+        threads: 2,
+        isa: "avx2+fma".into(),
+        prefetch,
+        fetch: "staged".into(),
+        expert_tier: "mmap".into(),
+        layout: "cflow".into(),
+        layouts_available: vec!["cflow".into(), "rowmajor".into()],
+        notes: vec![],
+    }
+}
+
+fn header() -> TraceHeader {
+    let machine = MachineProfile {
+        cpu_model: "Test CPU".into(),
+        physical_cores: 2,
+        logical_cores: 2,
+        isa: "avx2+fma".into(),
+        ram_bytes: 24 << 30,
+        l1d_bytes: Some(32 << 10),
+        l2_bytes: Some(512 << 10),
+        l3_bytes: None,
+        kernel: Some("6.18".into()),
+        bandwidth: Some(cflow::telemetry::machine::Bandwidth {
+            read_gbps_1t: 20.5,
+            read_gbps_nt: 33.0,
+            threads: 2,
+            buffer_bytes: 256 << 20,
+            probe_ms: 250.0,
+            init_ms: 120.5,
+            passes: 4,
+            measured: "2026-11-29T11:44:04.123Z".into(),
+        }),
+    };
+    TraceHeader::new(model(), config(false), Some(machine))
+}
+
+fn stats(index: u32) -> TokenStats {
+    let layer = |l: u16| LayerStat {
+        bytes: StreamBytes {
+            attn: 1 << 20,
+            dense: 2 << 20,
+            experts: 1 << 20,
+        },
+        ns_attn: 100_000,
+        ns_dense: 200_000,
+        ns_router: 5_000,
+        ns_experts: 150_000,
+        routing: vec![
+            ((index as u16 + l) % 4, 0.618_034),
+            ((index as u16 + l + 1) % 4, 0.381_966),
+        ],
+        io: (l == 1).then_some(LayerIo {
+            compute_ns: 150_000,
+            io_ns: 400_000,
+            wait_ns: 50_000,
+            bytes: 1 << 20,
+        }),
+    };
+    TokenStats {
+        index,
+        pos: 5 + index,
+        ns_total: 1_000_000,
+        ns_lm_head: 80_000,
+        vocab_bytes: 14 << 20,
+        layers: vec![layer(0), layer(1)],
+        pmu: Some(PmuSample {
+            unavailable: Some("no hardware PMU: perf_event_open(L1-dcache-loads) failed".into()),
+            phases: vec![
+                (
+                    "attention".into(),
+                    vec![("task-clock".into(), 200_000), ("page-faults".into(), 1)],
+                ),
+                ("dense".into(), vec![("task-clock".into(), 400_000)]),
+            ],
+            software: vec![
+                ("task-clock".into(), 1_000_000),
+                ("page-faults".into(), 2),
+                ("context-switches".into(), 0),
+            ],
+        }),
+    }
+}
+
+/// A session covering every event kind: 4 tokens, a prefetch toggle after token 2.
+fn events() -> Vec<Stamped> {
+    let mut t = 1_000u64;
+    let mut v = Vec::new();
+    let mut push = |dt: u64, event: Event| {
+        t += dt;
+        v.push(Stamped { t_ns: t, event });
+    };
+    push(
+        0,
+        Event::Session {
+            model: model(),
+            config: config(false),
+        },
+    );
+    push(
+        10_000,
+        Event::Prompt {
+            text: "Once upon a time".into(),
+            tokens: vec![1, 2, 3, 4, 5],
+            chat: false,
+        },
+    );
+    push(
+        2_000_000,
+        Event::Prefill {
+            n_tokens: 5,
+            ns: 2_000_000,
+        },
+    );
+    for i in 0..4u32 {
+        if i == 2 {
+            push(1_000, Event::Config(config(true)));
+        }
+        push(
+            1_050_000,
+            Event::Token {
+                index: i,
+                id: 100 + i,
+                text: ["é", " the", "\"q\"", "\n"][i as usize].into(),
+            },
+        );
+        push(1_000, Event::Stats(stats(i)));
+    }
+    push(
+        1_000,
+        Event::Done {
+            reason: StopReason::Length,
+            n_tokens: 4,
+            decode_ns: 4_000_000,
+        },
+    );
+    push(
+        1_000,
+        Event::Notice {
+            message: "dropped 2 oldest turns".into(),
+        },
+    );
+    push(
+        1_000,
+        Event::Error {
+            message: "expert read short".into(),
+            fatal: false,
+        },
+    );
+    push(1_000, Event::Reset);
+    v
+}
+
+fn record(path: &Path) -> Vec<Stamped> {
+    let evs = events();
+    let mut r = Recorder::create(path, header()).expect("create");
+    for e in &evs {
+        r.record(e).expect("record");
+    }
+    assert_eq!(r.events_written(), evs.len() as u64);
+    r.finish().expect("finish");
+    evs
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+#[test]
+fn roundtrip_identical() {
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    let evs = record(&p);
+    let rep = Replay::open(&p).unwrap();
+    assert_eq!(rep.header, header());
+    assert_eq!(rep.events, evs);
+    assert!(rep.warnings.is_empty(), "{:?}", rep.warnings);
+    assert!(rep.skipped.is_empty());
+    assert_eq!(rep.lines, evs.len() as u64 + 1);
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(text.starts_with("{\"format\":\"cflow-trace\",\"version\":\"1.0\""));
+    assert_eq!(text.lines().count(), evs.len() + 1);
+}
+
+#[test]
+fn flushed_per_token_without_finish() {
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    let evs = events();
+    let mut r = Recorder::create(&p, header()).unwrap();
+    for e in &evs[..5] {
+        r.record(e).unwrap();
+    }
+    // Still open (as if the process were killed now): everything up to the last token is on disk.
+    let rep = Replay::open(&p).unwrap();
+    assert_eq!(rep.events, evs[..5]);
+    drop(r);
+}
+
+#[test]
+fn disk_full_is_an_error_not_a_panic() {
+    if !Path::new("/dev/full").exists() {
+        return;
+    }
+    let err = match Recorder::create("/dev/full", header()) {
+        Ok(mut r) => r.record(&events()[0]).unwrap_err(),
+        Err(e) => e,
+    };
+    let msg = err.to_string();
+    assert!(matches!(err, TraceError::Io { .. }), "{msg}");
+    assert!(msg.contains("/dev/full"), "{msg}");
+}
+
+#[test]
+fn rfc3339_header_time() {
+    let h = header();
+    let c = h.created.as_bytes();
+    assert_eq!(c.len(), 24, "{}", h.created);
+    assert_eq!(
+        (c[4], c[7], c[10], c[13], c[16], c[19], c[23]),
+        (b'-', b'-', b'T', b':', b':', b'.', b'Z')
+    );
+    assert!(h.created.as_str() > "2024");
+}
+
+fn write_raw(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn truncated_last_line_replays_with_warning() {
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    let evs = record(&p);
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes.truncate(bytes.len() - 7); // cut the last line ("reset") mid-way, no newline
+    let p2 = write_raw(d.path(), "cut.jsonl", &bytes);
+    let rep = Replay::open(&p2).unwrap();
+    assert_eq!(rep.events, evs[..evs.len() - 1]);
+    assert_eq!(rep.warnings.len(), 1);
+    let w = &rep.warnings[0];
+    assert!(
+        w.contains("truncated") && w.contains(&format!("line {}", evs.len() + 1)),
+        "{w}"
+    );
+
+    // Cut in the middle of a big Stats line too.
+    let text = std::fs::read_to_string(&p).unwrap();
+    let stats_line = text
+        .lines()
+        .position(|l| l.contains("\"kind\":\"stats\""))
+        .unwrap();
+    let keep: usize = text.lines().take(stats_line).map(|l| l.len() + 1).sum();
+    let p3 = write_raw(d.path(), "cut2.jsonl", &text.as_bytes()[..keep + 40]);
+    let rep = Replay::open(&p3).unwrap();
+    assert_eq!(rep.events.len(), stats_line - 1);
+    assert_eq!(rep.warnings.len(), 1);
+}
+
+#[test]
+fn garbage_line_names_the_line() {
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    record(&p);
+    let text = std::fs::read_to_string(&p).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[4] = "this is {not json";
+    let p2 = write_raw(d.path(), "bad.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let err = Replay::open(&p2).unwrap_err();
+    assert!(matches!(err, TraceError::Corrupt { line: 5, .. }), "{err}");
+    assert!(err.to_string().contains("line 5"), "{err}");
+
+    // Valid JSON, known kind, wrong shape.
+    lines[4] = r#"{"t_ns":5,"kind":"token","index":"zero"}"#;
+    let p3 = write_raw(d.path(), "bad2.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let err = Replay::open(&p3).unwrap_err();
+    assert!(
+        err.to_string().contains("line 5") && err.to_string().contains("token"),
+        "{err}"
+    );
+
+    // No kind at all.
+    lines[4] = r#"{"t_ns":5}"#;
+    let p4 = write_raw(d.path(), "bad3.jsonl", (lines.join("\n") + "\n").as_bytes());
+    let err = Replay::open(&p4).unwrap_err();
+    assert!(
+        err.to_string().contains("line 5") && err.to_string().contains("kind"),
+        "{err}"
+    );
+}
+
+fn header_line(format: &str, version: &str) -> String {
+    let mut v = serde_json::to_value(header()).unwrap();
+    v["format"] = format.into();
+    v["version"] = version.into();
+    v.to_string() + "\n"
+}
+
+#[test]
+fn wrong_format_name() {
+    let d = tmp();
+    let p = write_raw(
+        d.path(),
+        "w.jsonl",
+        header_line("chrome-trace", "1.0").as_bytes(),
+    );
+    let err = Replay::open(&p).unwrap_err();
+    assert!(matches!(err, TraceError::WrongFormat { .. }), "{err}");
+    assert!(err.to_string().contains("not a cflow trace"), "{err}");
+    // Not JSON at all.
+    let p = write_raw(d.path(), "w2.jsonl", b"\x89PNG\r\n\x1a\n\0\0garbage\n");
+    let err = Replay::open(&p).unwrap_err();
+    assert!(matches!(err, TraceError::Corrupt { line: 1, .. }), "{err}");
+}
+
+#[test]
+fn future_major_version_refused_newer_minor_tolerated() {
+    let d = tmp();
+    let p = write_raw(
+        d.path(),
+        "v2.jsonl",
+        header_line("cflow-trace", "2.0").as_bytes(),
+    );
+    let err = Replay::open(&p).unwrap_err();
+    assert!(
+        matches!(err, TraceError::UnsupportedVersion { .. }),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("2.0") && msg.contains("newer"), "{msg}");
+
+    let p = write_raw(
+        d.path(),
+        "vx.jsonl",
+        header_line("cflow-trace", "one").as_bytes(),
+    );
+    assert!(Replay::open(&p)
+        .unwrap_err()
+        .to_string()
+        .contains("version"));
+
+    // 1.3: unknown kinds and unknown fields are skipped.
+    let mut hv = serde_json::to_value(header()).unwrap();
+    hv["version"] = "1.3".into();
+    hv["future_field"] = serde_json::json!({"x": 1});
+    let mut s = hv.to_string() + "\n";
+    s += r#"{"t_ns":1,"kind":"gpu_stats","sm":3}"#;
+    s += "\n";
+    s += &serde_json::to_string(&events()[3]).unwrap();
+    s += "\n";
+    s += r#"{"t_ns":9,"kind":"gpu_stats"}"#;
+    s += "\n";
+    let p = write_raw(d.path(), "v13.jsonl", s.as_bytes());
+    let rep = Replay::open(&p).unwrap();
+    assert_eq!(rep.events, events()[3..4]);
+    assert_eq!(rep.skipped.get("gpu_stats"), Some(&2));
+    assert!(
+        rep.warnings.iter().any(|w| w.contains("unknown")),
+        "{:?}",
+        rep.warnings
+    );
+    assert_eq!(summary(&rep).skipped_unknown.get("gpu_stats"), Some(&2));
+}
+
+#[test]
+fn empty_file() {
+    let d = tmp();
+    for (name, content) in [("e.jsonl", &b""[..]), ("ws.jsonl", &b"\n\n  \n"[..])] {
+        let p = write_raw(d.path(), name, content);
+        let err = Replay::open(&p).unwrap_err();
+        assert!(matches!(err, TraceError::Empty { .. }), "{err}");
+        assert!(err.to_string().contains("empty"), "{err}");
+    }
+    let err = Replay::open(d.path().join("missing.jsonl")).unwrap_err();
+    assert!(matches!(err, TraceError::Io { .. }), "{err}");
+}
+
+#[test]
+fn hundred_megabyte_line_is_refused_with_bounded_memory() {
+    let d = tmp();
+    let p = d.path().join("big.jsonl");
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&p).unwrap());
+        f.write_all(header_line("cflow-trace", "1.0").as_bytes())
+            .unwrap();
+        f.write_all(serde_json::to_string(&events()[0]).unwrap().as_bytes())
+            .unwrap();
+        f.write_all(b"\n{\"t_ns\":1,\"kind\":\"notice\",\"message\":\"")
+            .unwrap();
+        let chunk = vec![b'a'; 1 << 20];
+        for _ in 0..100 {
+            f.write_all(&chunk).unwrap();
+        }
+        f.write_all(b"\"}\n").unwrap();
+    }
+    let err = Replay::open(&p).unwrap_err();
+    assert!(
+        matches!(err, TraceError::LineTooLong { line: 3, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("line 3"), "{err}");
+}
+
+#[test]
+fn summary_numbers() {
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    record(&p);
+    let rep = Replay::open(&p).unwrap();
+    let s = summary(&rep);
+    assert_eq!(s.token_ids, vec![100, 101, 102, 103]);
+    assert_eq!(s.text, "é the\"q\"\n");
+    assert_eq!(s.n_stats, 4);
+    assert!((s.decode_tok_s.unwrap() - 1000.0).abs() < 1e-9);
+    assert!((s.prefill_tok_s.unwrap() - 2500.0).abs() < 1e-9);
+    assert!((s.mean_token_ms.unwrap() - 1.0).abs() < 1e-12);
+    let m = &s.mib_per_token;
+    assert_eq!(
+        (m.attn, m.dense, m.experts, m.lm_head, m.total),
+        (2.0, 4.0, 2.0, 14.0, 22.0)
+    );
+    // Layer 0 routes (i, i+1) mod 4, layer 1 (i+1, i+2) mod 4, i = 0..4: every expert twice.
+    assert_eq!(s.routing, vec![vec![2, 2, 2, 2], vec![2, 2, 2, 2]]);
+    assert_eq!(s.toggles.len(), 1);
+    assert_eq!(s.toggles[0].after_tokens, 2);
+    assert_eq!(
+        s.toggles[0].changes,
+        vec!["prefetch: false → true".to_string()]
+    );
+    assert_eq!(s.pmu.tokens_with_pmu, 4);
+    assert!(s
+        .pmu
+        .unavailable
+        .as_deref()
+        .unwrap()
+        .contains("no hardware PMU"));
+    assert_eq!(s.pmu.software["task-clock"], 4_000_000);
+    assert_eq!(s.pmu.phases["attention"]["page-faults"], 4);
+    assert_eq!(s.event_counts["stats"], 4);
+    assert_eq!(s.event_counts["token"], 4);
+    assert_eq!(s.event_counts.values().sum::<u64>(), s.n_events);
+    assert_eq!(s.errors, vec!["expert read short".to_string()]);
+    let shown = s.to_string();
+    println!("{shown}");
+    for needle in [
+        "1000.0 tok/s",
+        "synthetic",
+        "prefetch: false → true",
+        "routing",
+        "task-clock",
+    ] {
+        assert!(shown.contains(needle), "missing {needle:?} in\n{shown}");
+    }
+    // The summary itself is serializable.
+    let back: cflow::telemetry::replay::ReplaySummary =
+        serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(back, s);
+}
+
+/// X spans per (pid, tid) must nest: sorted by start, each span ends before its enclosing one.
+fn check_nesting(evs: &[Value]) -> usize {
+    let ns = |v: &Value| (v.as_f64().unwrap() * 1000.0).round() as u64;
+    let mut by_tid: std::collections::BTreeMap<u64, Vec<(u64, u64)>> = Default::default();
+    for e in evs.iter().filter(|e| e["ph"] == "X") {
+        let (s, d) = (ns(&e["ts"]), ns(&e["dur"]));
+        by_tid
+            .entry(e["tid"].as_u64().unwrap())
+            .or_default()
+            .push((s, s + d));
+    }
+    let mut n = 0;
+    for spans in by_tid.values_mut() {
+        spans.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let mut stack: Vec<u64> = Vec::new();
+        for &(s, e) in spans.iter() {
+            while stack.last().is_some_and(|&top| top <= s) {
+                stack.pop();
+            }
+            if let Some(&top) = stack.last() {
+                assert!(
+                    e <= top,
+                    "span [{s}, {e}) overlaps its parent ending at {top}"
+                );
+            }
+            stack.push(e);
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn chrome_export_structure() {
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    record(&p);
+    let rep = Replay::open(&p).unwrap();
+    let mut out = Vec::new();
+    export_chrome(&rep, &mut out).unwrap();
+    let doc: Value = serde_json::from_slice(&out).unwrap();
+    let evs = doc["traceEvents"].as_array().unwrap();
+    for e in evs {
+        let ph = e["ph"].as_str().unwrap();
+        assert!(["X", "C", "i", "M"].contains(&ph), "{e}");
+        assert!(e["name"].is_string() && e["pid"].is_u64(), "{e}");
+        if ph != "M" {
+            assert!(e["ts"].as_f64().unwrap() >= 0.0, "{e}");
+        }
+        if ph == "X" {
+            assert!(
+                e["dur"].as_f64().unwrap() >= 0.0 && e["tid"].is_u64(),
+                "{e}"
+            );
+        }
+    }
+    let count = |f: &dyn Fn(&Value) -> bool| evs.iter().filter(|e| f(e)).count();
+    assert_eq!(count(&|e| e["ph"] == "X" && e["cat"] == "token"), 4);
+    assert_eq!(count(&|e| e["ph"] == "X" && e["name"] == "attention"), 8);
+    assert_eq!(count(&|e| e["ph"] == "X" && e["name"] == "lm_head"), 4);
+    assert_eq!(count(&|e| e["ph"] == "X" && e["name"] == "prefill"), 1);
+    assert_eq!(count(&|e| e["ph"] == "X" && e["tid"] == TID_IO), 4);
+    assert_eq!(count(&|e| e["ph"] == "i" && e["s"] == "t"), 4);
+    assert_eq!(count(&|e| e["ph"] == "C" && e["name"] == "MiB/token"), 4);
+    assert_eq!(count(&|e| e["ph"] == "C" && e["name"] == "pmu software"), 4);
+    assert!(count(&|e| e["ph"] == "M" && e["name"] == "thread_name") >= 3);
+    assert_eq!(count(&|e| e["ph"] == "i" && e["name"] == "config"), 1);
+    let tok0 = evs
+        .iter()
+        .find(|e| e["ph"] == "i" && e["name"] == "token 0")
+        .unwrap();
+    assert_eq!(tok0["args"]["text"], "é");
+    assert!(check_nesting(evs) > 30);
+
+    // Token spans end at their Stats t_ns (laid back from it).
+    let stats_t: Vec<u64> = rep
+        .iter()
+        .filter(|e| matches!(e.event, Event::Stats(_)))
+        .map(|e| e.t_ns)
+        .collect();
+    let mut tok_end: Vec<u64> = evs
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "token" && e["tid"] == TID_COMPUTE)
+        .map(|e| ((e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap()) * 1000.0).round() as u64)
+        .collect();
+    tok_end.sort();
+    assert_eq!(tok_end, stats_t);
+}
+
+#[test]
+fn chrome_nesting_survives_overlapping_tokens() {
+    // Stats events closer together than ns_total and phases longer than ns_total: the export
+    // must shift tokens instead of overlapping them.
+    let mut evs = Vec::new();
+    for i in 0..5u32 {
+        let mut st = stats(i);
+        st.ns_total = 10;
+        evs.push(Stamped {
+            t_ns: 1_000 + i as u64 * 100,
+            event: Event::Stats(st),
+        });
+    }
+    let rep = Replay {
+        header: header(),
+        events: evs,
+        warnings: vec![],
+        skipped: Default::default(),
+        lines: 6,
+    };
+    let out = chrome_events(&rep);
+    assert!(check_nesting(&out) > 30);
+}
+
+// ---------------------------------------------------------------- schema validation
+
+struct Schema {
+    root: Value,
+}
+
+const KEYWORDS: [&str; 21] = [
+    "$schema",
+    "$id",
+    "$defs",
+    "$ref",
+    "title",
+    "description",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "prefixItems",
+    "minItems",
+    "maxItems",
+    "enum",
+    "const",
+    "minimum",
+    "maximum",
+    "oneOf",
+    "anyOf",
+    "examples",
+];
+
+impl Schema {
+    fn load() -> Schema {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/trace.schema.json");
+        let root: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+        assert_eq!(
+            root["$schema"],
+            "https://json-schema.org/draft/2020-12/schema"
+        );
+        Schema { root }
+    }
+
+    fn resolve<'a>(&'a self, r: &str) -> &'a Value {
+        let name = r
+            .strip_prefix("#/$defs/")
+            .unwrap_or_else(|| panic!("unsupported $ref {r}"));
+        &self.root["$defs"][name]
+    }
+
+    fn validate(&self, s: &Value, v: &Value, at: &str) -> Result<(), String> {
+        let s = match s {
+            Value::Bool(true) => return Ok(()),
+            Value::Bool(false) => return Err(format!("{at}: not allowed")),
+            Value::Object(o) => o,
+            _ => panic!("schema at {at} is not an object"),
+        };
+        for k in s.keys() {
+            assert!(
+                KEYWORDS.contains(&k.as_str()),
+                "validator does not implement keyword {k}"
+            );
+        }
+        if let Some(r) = s.get("$ref").and_then(Value::as_str) {
+            self.validate(self.resolve(r), v, at)?;
+        }
+        if let Some(t) = s.get("type") {
+            let types: Vec<&str> = match t {
+                Value::String(x) => vec![x.as_str()],
+                Value::Array(a) => a.iter().map(|x| x.as_str().unwrap()).collect(),
+                _ => panic!("bad type"),
+            };
+            let ok = types.iter().any(|t| match *t {
+                "object" => v.is_object(),
+                "array" => v.is_array(),
+                "string" => v.is_string(),
+                "boolean" => v.is_boolean(),
+                "null" => v.is_null(),
+                "number" => v.is_number(),
+                "integer" => v.is_i64() || v.is_u64(),
+                _ => panic!("unknown type {t}"),
+            });
+            if !ok {
+                return Err(format!("{at}: expected {types:?}, got {v}"));
+            }
+        }
+        if let Some(c) = s.get("const") {
+            if c != v {
+                return Err(format!("{at}: expected {c}, got {v}"));
+            }
+        }
+        if let Some(e) = s.get("enum").and_then(Value::as_array) {
+            if !e.contains(v) {
+                return Err(format!("{at}: {v} not in {e:?}"));
+            }
+        }
+        if let (Some(m), Some(x)) = (s.get("minimum").and_then(Value::as_f64), v.as_f64()) {
+            if x < m {
+                return Err(format!("{at}: {x} < minimum {m}"));
+            }
+        }
+        if let (Some(m), Some(x)) = (s.get("maximum").and_then(Value::as_f64), v.as_f64()) {
+            if x > m {
+                return Err(format!("{at}: {x} > maximum {m}"));
+            }
+        }
+        if let Some(o) = v.as_object() {
+            let props = s.get("properties").and_then(Value::as_object);
+            if let Some(req) = s.get("required").and_then(Value::as_array) {
+                for r in req {
+                    if !o.contains_key(r.as_str().unwrap()) {
+                        return Err(format!("{at}: missing required {r}"));
+                    }
+                }
+            }
+            for (k, x) in o {
+                match props.and_then(|p| p.get(k)) {
+                    Some(ps) => self.validate(ps, x, &format!("{at}.{k}"))?,
+                    None => {
+                        if let Some(ap) = s.get("additionalProperties") {
+                            self.validate(ap, x, &format!("{at}.{k}"))?;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(a) = v.as_array() {
+            if let Some(n) = s.get("minItems").and_then(Value::as_u64) {
+                if (a.len() as u64) < n {
+                    return Err(format!("{at}: fewer than {n} items"));
+                }
+            }
+            if let Some(n) = s.get("maxItems").and_then(Value::as_u64) {
+                if (a.len() as u64) > n {
+                    return Err(format!("{at}: more than {n} items"));
+                }
+            }
+            let prefix = s.get("prefixItems").and_then(Value::as_array);
+            let np = prefix.map_or(0, |p| p.len());
+            for (i, x) in a.iter().enumerate() {
+                let here = format!("{at}[{i}]");
+                if i < np {
+                    self.validate(&prefix.unwrap()[i], x, &here)?;
+                } else if let Some(it) = s.get("items") {
+                    self.validate(it, x, &here)?;
+                }
+            }
+        }
+        if let Some(any) = s.get("anyOf").and_then(Value::as_array) {
+            let errs: Vec<String> = any
+                .iter()
+                .filter_map(|b| self.validate(b, v, at).err())
+                .collect();
+            if errs.len() == any.len() {
+                return Err(format!(
+                    "{at}: no anyOf branch matched: {}",
+                    errs.join(" | ")
+                ));
+            }
+        }
+        if let Some(one) = s.get("oneOf").and_then(Value::as_array) {
+            let results: Vec<Result<(), String>> =
+                one.iter().map(|b| self.validate(b, v, at)).collect();
+            let n_ok = results.iter().filter(|r| r.is_ok()).count();
+            if n_ok != 1 {
+                let errs: Vec<String> = results.into_iter().filter_map(Result::err).collect();
+                return Err(format!(
+                    "{at}: {n_ok} oneOf branches matched: {}",
+                    errs.join(" | ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_def(&self, def: &str, v: &Value) -> Result<(), String> {
+        self.validate(
+            &serde_json::json!({"$ref": format!("#/$defs/{def}")}),
+            v,
+            "$",
+        )
+    }
+}
+
+#[test]
+fn recorded_trace_matches_schema() {
+    let schema = Schema::load();
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    record(&p);
+    let text = std::fs::read_to_string(&p).unwrap();
+    for (i, line) in text.lines().enumerate() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let def = if i == 0 { "header" } else { "event" };
+        schema
+            .check_def(def, &v)
+            .unwrap_or_else(|e| panic!("line {}: {e}", i + 1));
+        // The root schema accepts every line too.
+        schema.validate(&schema.root, &v, "$").unwrap();
+    }
+    // A header without a machine (null) is valid as well.
+    let mut h = serde_json::to_value(header()).unwrap();
+    h["machine"] = Value::Null;
+    schema.check_def("header", &h).unwrap();
+}
+
+#[test]
+fn schema_rejects_drift() {
+    let schema = Schema::load();
+    let ev = |e: &Stamped| serde_json::to_value(e).unwrap();
+    let evs = events();
+    let stats = evs
+        .iter()
+        .find(|e| matches!(e.event, Event::Stats(_)))
+        .unwrap();
+    let mut v = ev(stats);
+    v["layers"][0]["routing"][0] = serde_json::json!([1, 0.5, 3]);
+    assert!(schema.check_def("event", &v).is_err());
+    let mut v = ev(stats);
+    v["surprise"] = 1.into();
+    assert!(schema.check_def("event", &v).is_err());
+    let mut v = ev(&evs[0]);
+    v["kind"] = "sessionx".into();
+    assert!(schema.check_def("event", &v).is_err());
+    let mut v = ev(&evs[2]);
+    v["ns"] = (-5).into();
+    assert!(schema.check_def("event", &v).is_err());
+    let mut h = serde_json::to_value(header()).unwrap();
+    h.as_object_mut().unwrap().remove("model");
+    assert!(schema.check_def("header", &h).is_err());
+}
