@@ -702,9 +702,17 @@ fn _payload(f: &CflowFile) -> f64 {
 
 fn cmd_import(a: ImportArgs) -> Result<()> {
     use crate::convert::import_gguf::{import_gguf, QuantTarget};
-    let target = QuantTarget::parse(&a.quant).with_context(|| format!("--quant {}: expected keep, q4_0, q4_1, q8_0, f16 or f32", a.quant))?;
+    let target = QuantTarget::parse(&a.quant).with_context(|| {
+        format!(
+            "--quant {}: expected keep, q4_0, q4_1, q8_0, f16 or f32",
+            a.quant
+        )
+    })?;
     if a.src.is_dir() {
-        bail!("{}: HuggingFace directories are not supported yet; give a .gguf file", a.src.display());
+        bail!(
+            "{}: HuggingFace directories are not supported yet; give a .gguf file",
+            a.src.display()
+        );
     }
     let pb = progress_bar(0, "import");
     let cfg = import_gguf(&a.src, &a.out, target, a.ctx, |d, t| {
@@ -725,8 +733,11 @@ fn cmd_import(a: ImportArgs) -> Result<()> {
 
 fn cmd_pull(a: PullArgs) -> Result<()> {
     use crate::convert::pull;
-    if a.name.to_ascii_lowercase() != "smollm2" {
-        bail!("unknown model `{}`: `cflow-tui pull smollm2` is the one model this build knows", a.name);
+    if !a.name.eq_ignore_ascii_case("smollm2") {
+        bail!(
+            "unknown model `{}`: `cflow-tui pull smollm2` is the one model this build knows",
+            a.name
+        );
     }
     let out = pull::pull_dir()?.join("SmolLM2-135M-Instruct.Q4_1.cflow");
     if out.exists() && CflowFile::open(&out).is_ok() {
@@ -734,8 +745,16 @@ fn cmd_pull(a: PullArgs) -> Result<()> {
         return Ok(());
     }
     let gguf = pull::fetch_gguf(&mut |m| eprintln!("{m}"))?;
-    eprintln!("importing {} (blocks copied without re-quantizing)...", gguf.display());
-    cmd_import(ImportArgs { src: gguf, out: out.clone(), quant: "keep".into(), ctx: None })?;
+    eprintln!(
+        "importing {} (blocks copied without re-quantizing)...",
+        gguf.display()
+    );
+    cmd_import(ImportArgs {
+        src: gguf,
+        out: out.clone(),
+        quant: "keep".into(),
+        ctx: None,
+    })?;
     println!("{}", out.display());
     Ok(())
 }

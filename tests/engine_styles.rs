@@ -25,6 +25,9 @@ struct RefLayer {
     experts: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>,
 }
 
+/// A routing waiting for injection: (physical layer, saved activation, selection).
+type Routed = (usize, Vec<f32>, Vec<(usize, f32)>);
+
 fn mv(w: &[f32], x: &[f32]) -> Vec<f32> {
     let n = x.len();
     w.chunks_exact(n)
@@ -134,7 +137,7 @@ fn reference(f: &CflowFile, toks: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
     let mut base = x.clone();
     let mut reg = vec![vec![0.0f32; d]; n];
     let mut hist: Vec<Vec<Vec<f32>>> = vec![Vec::new(); n]; // residual entering each layer
-    let mut queue: Vec<Vec<(usize, Vec<f32>, Vec<(usize, f32)>)>> = vec![Vec::new(); n * le];
+    let mut queue: Vec<Vec<Routed>> = vec![Vec::new(); n * le];
     let hd = c.head_dim;
     let group = c.n_heads / c.n_kv_heads;
     for l in 0..le {

@@ -141,7 +141,7 @@ fn events() -> Vec<Stamped> {
     push(
         0,
         Event::Session {
-            model: model(),
+            model: Box::new(model()),
             config: config(false),
         },
     );

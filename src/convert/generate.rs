@@ -94,15 +94,15 @@ impl GenSpec {
         let top_k = if moe { self.top_k.unwrap_or(2) } else { 0 };
         let d_ff = if dense { self.ffn.unwrap_or(4 * d) } else { 0 };
         let expert_ffn = if moe { self.expert_ffn.unwrap_or(d) } else { 0 };
-        if d == 0 || d % 32 != 0 || heads == 0 || d % heads != 0 {
+        if d == 0 || !d.is_multiple_of(32) || heads == 0 || !d.is_multiple_of(heads) {
             return Err(format!(
                 "--hidden {d} must be a positive multiple of 32 and of --heads {heads}"
             ));
         }
-        if kv == 0 || heads % kv != 0 {
+        if kv == 0 || !heads.is_multiple_of(kv) {
             return Err(format!("--kv-heads {kv} must divide --heads {heads}"));
         }
-        if (d / heads) % 2 != 0 {
+        if !(d / heads).is_multiple_of(2) {
             return Err("head dimension must be even".into());
         }
         if d_ff % 32 != 0 || expert_ffn % 32 != 0 {

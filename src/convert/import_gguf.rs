@@ -6,7 +6,9 @@
 use super::gguf::{GgmlType, GgufError, GgufFile};
 use super::gguf_tokenizer::{tokenizer_from_gguf, TokenizerBuildError};
 use crate::format::{CflowWriter, ExpertData, FormatError, LayerData, MatrixData, VocabData};
-use crate::model::{CombineStyle, ModelConfig, ModelMeta, RopeStyle, FLAG_QKV_BIAS, FLAG_TIED_EMBED};
+use crate::model::{
+    CombineStyle, ModelConfig, ModelMeta, RopeStyle, FLAG_QKV_BIAS, FLAG_TIED_EMBED,
+};
 use crate::quant::{dequantize_row, split_blocks, QuantType};
 use std::path::Path;
 
@@ -21,9 +23,18 @@ pub enum ImportError {
     #[error("{file}: unsupported architecture `{arch}` (supported: llama, mistral, qwen2)")]
     Arch { file: String, arch: String },
     #[error("{file}: tensor `{tensor}` has type {ty}, which cannot be imported with --quant keep (importable: F32, F16, Q4_0, Q4_1, Q8_0); choose --quant q4_0|q8_0|f16|f32 — {why}")]
-    Type { file: String, tensor: String, ty: String, why: String },
+    Type {
+        file: String,
+        tensor: String,
+        ty: String,
+        why: String,
+    },
     #[error("{file}: tensor `{tensor}`: {why}")]
-    Shape { file: String, tensor: String, why: String },
+    Shape {
+        file: String,
+        tensor: String,
+        why: String,
+    },
     #[error("{file}: missing tensor `{tensor}`")]
     Missing { file: String, tensor: String },
 }
@@ -64,7 +75,10 @@ struct Imp<'a> {
 
 impl Imp<'_> {
     fn missing(&self, t: &str) -> ImportError {
-        ImportError::Missing { file: self.file.clone(), tensor: t.into() }
+        ImportError::Missing {
+            file: self.file.clone(),
+            tensor: t.into(),
+        }
     }
 
     /// A 2-D weight `rows × cols` (GGUF dims [cols, rows]) as split-layout matrix data.
@@ -80,7 +94,14 @@ impl Imp<'_> {
         self.rows_of(name, t.ggml_type, t.data, rows, cols)
     }
 
-    fn rows_of(&self, name: &str, ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Result<MatrixData, ImportError> {
+    fn rows_of(
+        &self,
+        name: &str,
+        ty: GgmlType,
+        data: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<MatrixData, ImportError> {
         let src = our_type(ty);
         let target = match (self.target, src) {
             (QuantTarget::Keep, Some(s)) => s,
@@ -100,28 +121,55 @@ impl Imp<'_> {
             ty: ty.name().into(),
             why: "cannot dequantize this type".into(),
         })?;
-        if target.is_blocked() && cols % 32 != 0 {
-            return Err(ImportError::Shape { file: self.file.clone(), tensor: name.into(), why: format!("{cols} columns is not a multiple of 32") });
+        if target.is_blocked() && !cols.is_multiple_of(32) {
+            return Err(ImportError::Shape {
+                file: self.file.clone(),
+                tensor: name.into(),
+                why: format!("{cols} columns is not a multiple of 32"),
+            });
         }
         let row_bytes = src.matrix_bytes(1, cols);
         if data.len() != row_bytes * rows {
-            return Err(ImportError::Shape { file: self.file.clone(), tensor: name.into(), why: format!("{} data bytes, expected {}", data.len(), row_bytes * rows) });
+            return Err(ImportError::Shape {
+                file: self.file.clone(),
+                tensor: name.into(),
+                why: format!("{} data bytes, expected {}", data.len(), row_bytes * rows),
+            });
         }
-        let mut m = MatrixData { quant: target, rows, cols, scales: Vec::new(), qs: Vec::new() };
+        let mut m = MatrixData {
+            quant: target,
+            rows,
+            cols,
+            scales: Vec::new(),
+            qs: Vec::new(),
+        };
         if src == target {
             for r in 0..rows {
-                split_blocks(src, &data[r * row_bytes..(r + 1) * row_bytes], &mut m.scales, &mut m.qs);
+                split_blocks(
+                    src,
+                    &data[r * row_bytes..(r + 1) * row_bytes],
+                    &mut m.scales,
+                    &mut m.qs,
+                );
             }
         } else {
             let mut row = vec![0f32; cols];
             let (sb, qb) = if src.is_blocked() {
-                ((cols / 32) * src.scale_bytes_per_block(), (cols / 32) * src.quant_bytes_per_block())
+                (
+                    (cols / 32) * src.scale_bytes_per_block(),
+                    (cols / 32) * src.quant_bytes_per_block(),
+                )
             } else {
                 (0, row_bytes)
             };
             for r in 0..rows {
                 let (mut sc, mut qs) = (Vec::with_capacity(sb), Vec::with_capacity(qb));
-                split_blocks(src, &data[r * row_bytes..(r + 1) * row_bytes], &mut sc, &mut qs);
+                split_blocks(
+                    src,
+                    &data[r * row_bytes..(r + 1) * row_bytes],
+                    &mut sc,
+                    &mut qs,
+                );
                 dequantize_row(src, &sc, &qs, &mut row);
                 crate::quant::quantize_row(target, &row, &mut m.scales, &mut m.qs);
             }
@@ -130,9 +178,15 @@ impl Imp<'_> {
     }
 
     fn vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>, ImportError> {
-        let Ok(t) = self.g.tensor(name) else { return Ok(None) };
+        let Ok(t) = self.g.tensor(name) else {
+            return Ok(None);
+        };
         if t.dims.iter().product::<u64>() != n as u64 {
-            return Err(ImportError::Shape { file: self.file.clone(), tensor: name.into(), why: format!("dims {:?}, expected {n} elements", t.dims) });
+            return Err(ImportError::Shape {
+                file: self.file.clone(),
+                tensor: name.into(),
+                why: format!("dims {:?}, expected {n} elements", t.dims),
+            });
         }
         let src = our_type(t.ggml_type).ok_or_else(|| ImportError::Type {
             file: self.file.clone(),
@@ -140,8 +194,12 @@ impl Imp<'_> {
             ty: t.ggml_type.name().into(),
             why: "vectors must be F32 or F16".into(),
         })?;
-        if src.is_blocked() && n % 32 != 0 {
-            return Err(ImportError::Shape { file: self.file.clone(), tensor: name.into(), why: "partial block".into() });
+        if src.is_blocked() && !n.is_multiple_of(32) {
+            return Err(ImportError::Shape {
+                file: self.file.clone(),
+                tensor: name.into(),
+                why: "partial block".into(),
+            });
         }
         let mut out = vec![0f32; n];
         let (mut sc, mut qs) = (Vec::new(), Vec::new());
@@ -152,7 +210,13 @@ impl Imp<'_> {
 }
 
 /// Imports `src` (GGUF) into `out` (.cflow). `progress(done, total)` after each layer.
-pub fn import_gguf(src: &Path, out: &Path, target: QuantTarget, max_ctx: Option<usize>, mut progress: impl FnMut(usize, usize)) -> Result<ModelConfig, ImportError> {
+pub fn import_gguf(
+    src: &Path,
+    out: &Path,
+    target: QuantTarget,
+    max_ctx: Option<usize>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ModelConfig, ImportError> {
     let g = GgufFile::open(src)?;
     let file = src.display().to_string();
     let arch = g.get_str("general.architecture")?.to_string();
@@ -167,19 +231,40 @@ pub fn import_gguf(src: &Path, out: &Path, target: QuantTarget, max_ctx: Option<
     let d = g.get_u32(&k("embedding_length"))? as usize;
     let d_ff = g.get_u32(&k("feed_forward_length"))? as usize;
     let n_heads = g.get_u32(&k("attention.head_count"))? as usize;
-    let n_kv = g.opt_u32(&k("attention.head_count_kv"))?.unwrap_or(n_heads as u32) as usize;
+    let n_kv = g
+        .opt_u32(&k("attention.head_count_kv"))?
+        .unwrap_or(n_heads as u32) as usize;
     let eps = g.get_f32(&k("attention.layer_norm_rms_epsilon"))?;
     let theta = g.opt_f32(&k("rope.freq_base"))?.unwrap_or(10000.0);
     let ctx = g.opt_u32(&k("context_length"))?.unwrap_or(2048) as usize;
     let n_experts = g.opt_u32(&k("expert_count"))?.unwrap_or(0) as usize;
     let top_k = g.opt_u32(&k("expert_used_count"))?.unwrap_or(0) as usize;
-    let shape_err = |why: String| ImportError::Shape { file: file.clone(), tensor: "(header)".into(), why };
-    if n_layers == 0 || d == 0 || n_heads == 0 || n_kv == 0 || d % n_heads != 0 || n_heads % n_kv != 0 {
-        return Err(shape_err(format!("inconsistent geometry: layers {n_layers}, d {d}, heads {n_heads}/{n_kv}")));
+    let shape_err = |why: String| ImportError::Shape {
+        file: file.clone(),
+        tensor: "(header)".into(),
+        why,
+    };
+    if n_layers == 0
+        || d == 0
+        || n_heads == 0
+        || n_kv == 0
+        || !d.is_multiple_of(n_heads)
+        || !n_heads.is_multiple_of(n_kv)
+    {
+        return Err(shape_err(format!(
+            "inconsistent geometry: layers {n_layers}, d {d}, heads {n_heads}/{n_kv}"
+        )));
     }
     let head_dim = d / n_heads;
-    let rope_dims = g.opt_u32(&k("rope.dimension_count"))?.unwrap_or(head_dim as u32);
-    let emb = g.tensor("token_embd.weight").map_err(|_| ImportError::Missing { file: file.clone(), tensor: "token_embd.weight".into() })?;
+    let rope_dims = g
+        .opt_u32(&k("rope.dimension_count"))?
+        .unwrap_or(head_dim as u32);
+    let emb = g
+        .tensor("token_embd.weight")
+        .map_err(|_| ImportError::Missing {
+            file: file.clone(),
+            tensor: "token_embd.weight".into(),
+        })?;
     if emb.dims.len() != 2 || emb.dims[0] as usize != d {
         return Err(shape_err(format!("token_embd dims {:?}", emb.dims)));
     }
@@ -187,13 +272,22 @@ pub fn import_gguf(src: &Path, out: &Path, target: QuantTarget, max_ctx: Option<
     let tied = g.tensor("output.weight").is_err();
     let tok = tokenizer_from_gguf(&g)?;
     let moe = n_experts > 0;
-    let expert_ffn = if moe { g.opt_u32(&k("expert_feed_forward_length"))?.unwrap_or(d_ff as u32) as usize } else { 0 };
+    let expert_ffn = if moe {
+        g.opt_u32(&k("expert_feed_forward_length"))?
+            .unwrap_or(d_ff as u32) as usize
+    } else {
+        0
+    };
     let meta = ModelMeta {
         arch: arch.clone(),
         name: g.opt_str("general.name")?.unwrap_or("imported").to_string(),
         synthetic: false,
         rope_style,
-        rope_dims: if rope_dims as usize == head_dim { 0 } else { rope_dims },
+        rope_dims: if rope_dims as usize == head_dim {
+            0
+        } else {
+            rope_dims
+        },
         bos_id: tok.special.bos,
         eos_ids: tok.special.eog.clone(),
         add_bos: tok.special.add_bos,
@@ -224,17 +318,24 @@ pub fn import_gguf(src: &Path, out: &Path, target: QuantTarget, max_ctx: Option<
         dense_delay: 0,
         expert_delay: 0,
         combine_style: CombineStyle::Sequential,
-        feature_flags: if tied { FLAG_TIED_EMBED } else { 0 } | if qkv_bias { FLAG_QKV_BIAS } else { 0 },
+        feature_flags: if tied { FLAG_TIED_EMBED } else { 0 }
+            | if qkv_bias { FLAG_QKV_BIAS } else { 0 },
         final_logit_softcap: 0.0,
         meta,
     };
-    let imp = Imp { g: &g, file: file.clone(), target };
+    let imp = Imp {
+        g: &g,
+        file: file.clone(),
+        target,
+    };
     let mut w = CflowWriter::create(out, &cfg)?;
     let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
     let total = n_layers + 1;
     for i in 0..n_layers {
         let p = |s: &str| format!("blk.{i}.{s}");
-        let req = |name: String, n: usize| -> Result<Vec<f32>, ImportError> { imp.vector(&name, n)?.ok_or_else(|| imp.missing(&name)) };
+        let req = |name: String, n: usize| -> Result<Vec<f32>, ImportError> {
+            imp.vector(&name, n)?.ok_or_else(|| imp.missing(&name))
+        };
         let mut l = LayerData {
             q: imp.matrix(&p("attn_q.weight"), qd, d)?,
             k: imp.matrix(&p("attn_k.weight"), kvd, d)?,
@@ -258,9 +359,23 @@ pub fn import_gguf(src: &Path, out: &Path, target: QuantTarget, max_ctx: Option<
             l.router = Some(req(p("ffn_gate_inp.weight"), n_experts * d)?);
             for e in 0..n_experts {
                 l.experts.push(ExpertData {
-                    gate: expert_slice(&imp, &p("ffn_gate_exps.weight"), e, n_experts, expert_ffn, d)?,
+                    gate: expert_slice(
+                        &imp,
+                        &p("ffn_gate_exps.weight"),
+                        e,
+                        n_experts,
+                        expert_ffn,
+                        d,
+                    )?,
                     up: expert_slice(&imp, &p("ffn_up_exps.weight"), e, n_experts, expert_ffn, d)?,
-                    down: expert_slice(&imp, &p("ffn_down_exps.weight"), e, n_experts, d, expert_ffn)?,
+                    down: expert_slice(
+                        &imp,
+                        &p("ffn_down_exps.weight"),
+                        e,
+                        n_experts,
+                        d,
+                        expert_ffn,
+                    )?,
                 });
             }
         } else {
@@ -276,23 +391,53 @@ pub fn import_gguf(src: &Path, out: &Path, target: QuantTarget, max_ctx: Option<
         progress(i + 1, total);
     }
     let embedding = imp.matrix("token_embd.weight", vocab, d)?;
-    let lm_head = if tied { None } else { Some(imp.matrix("output.weight", vocab, d)?) };
-    let final_norm = imp.vector("output_norm.weight", d)?.ok_or_else(|| imp.missing("output_norm.weight"))?;
+    let lm_head = if tied {
+        None
+    } else {
+        Some(imp.matrix("output.weight", vocab, d)?)
+    };
+    let final_norm = imp
+        .vector("output_norm.weight", d)?
+        .ok_or_else(|| imp.missing("output_norm.weight"))?;
     let mut cfg = cfg;
     if !qkv_bias {
         cfg.feature_flags &= !FLAG_QKV_BIAS;
     }
-    w.finish(&VocabData { embedding, lm_head, final_norm }, &cfg.meta)?;
+    w.finish(
+        &VocabData {
+            embedding,
+            lm_head,
+            final_norm,
+        },
+        &cfg.meta,
+    )?;
     progress(total, total);
     Ok(cfg)
 }
 
 /// Expert `e` of a stacked 3-D expert tensor (GGUF dims [cols, rows, n_experts]).
-fn expert_slice(imp: &Imp, name: &str, e: usize, n: usize, rows: usize, cols: usize) -> Result<MatrixData, ImportError> {
+fn expert_slice(
+    imp: &Imp,
+    name: &str,
+    e: usize,
+    n: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<MatrixData, ImportError> {
     let t = imp.g.tensor(name).map_err(|_| imp.missing(name))?;
     if t.dims != [cols as u64, rows as u64, n as u64] {
-        return Err(ImportError::Shape { file: imp.file.clone(), tensor: name.into(), why: format!("dims {:?}, expected [{cols}, {rows}, {n}]", t.dims) });
+        return Err(ImportError::Shape {
+            file: imp.file.clone(),
+            tensor: name.into(),
+            why: format!("dims {:?}, expected [{cols}, {rows}, {n}]", t.dims),
+        });
     }
     let per = t.data.len() / n;
-    imp.rows_of(name, t.ggml_type, &t.data[e * per..(e + 1) * per], rows, cols)
+    imp.rows_of(
+        name,
+        t.ggml_type,
+        &t.data[e * per..(e + 1) * per],
+        rows,
+        cols,
+    )
 }

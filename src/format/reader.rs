@@ -205,13 +205,13 @@ fn config_from_header(
     chk("top_k", h.top_k as u64, 0, h.n_experts as u64)?;
     chk("expert_ffn", h.expert_ffn as u64, 0, MAX_DIM)?;
     chk("max_ctx", h.max_ctx as u64, 1, 1 << 24)?;
-    if h.n_heads % h.n_kv_heads != 0 {
+    if !h.n_heads.is_multiple_of(h.n_kv_heads) {
         return Err(v.field("n_kv_heads", h.n_kv_heads, "must divide n_heads"));
     }
-    if h.d_model % QK as u32 != 0 {
+    if !h.d_model.is_multiple_of(QK as u32) {
         return Err(v.field("d_model", h.d_model, "must be a multiple of 32"));
     }
-    if h.head_dim % 2 != 0 {
+    if !h.head_dim.is_multiple_of(2) {
         return Err(v.field("head_dim", h.head_dim, "must be even (RoPE pairs)"));
     }
     let eps = h.rms_eps;
@@ -348,7 +348,7 @@ fn new_matrix(
             format!("{}×{}", { e.rows }, { e.cols }),
         ));
     }
-    if quant.is_blocked() && cols % QK != 0 {
+    if quant.is_blocked() && !cols.is_multiple_of(QK) {
         return Err(v.field("dir.cols", cols, &format!("{what}: not a multiple of 32")));
     }
     if cols > u16::MAX as usize {

@@ -31,7 +31,7 @@ impl MatrixData {
     pub fn quantize(quant: QuantType, rows: usize, cols: usize, w: &[f32]) -> MatrixData {
         assert_eq!(w.len(), rows * cols);
         assert!(
-            !quant.is_blocked() || cols % QK == 0,
+            !quant.is_blocked() || cols.is_multiple_of(QK),
             "cols must be a multiple of 32"
         );
         let mut scales = Vec::with_capacity(rows * (cols / QK) * quant.scale_bytes_per_block());
@@ -541,7 +541,7 @@ fn want(what: &str, m: &MatrixData, rows: usize, cols: usize) -> Result<(), Form
             m.rows, m.cols
         )));
     }
-    if m.quant.is_blocked() && cols % QK != 0 {
+    if m.quant.is_blocked() && !cols.is_multiple_of(QK) {
         return Err(FormatError::Invalid(format!(
             "{what}: {cols} columns is not a multiple of 32 ({})",
             m.quant

@@ -129,7 +129,7 @@ fn worker(s: Arc<Shared>) {
                 break;
             }
             spins += 1;
-            if spins % 1024 == 0 && start.elapsed() > s.spin {
+            if spins.is_multiple_of(1024) && start.elapsed() > s.spin {
                 s.sleeping.fetch_add(1, Ordering::AcqRel);
                 let mut g = s.lock.lock().expect("pool lock");
                 while s.epoch.load(Ordering::Acquire) == seen && !s.quit.load(Ordering::Acquire) {

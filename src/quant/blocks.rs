@@ -29,7 +29,7 @@ pub fn quantize_row(q: QuantType, src: &[f32], scales: &mut Vec<u8>, qs: &mut Ve
             }
         }
         QuantType::Q4_0 => {
-            assert!(src.len() % QK == 0);
+            assert!(src.len().is_multiple_of(QK));
             for blk in src.chunks_exact(QK) {
                 // Paper §3.10.3: s = max|w| / 7, q = round(w / s) + 8 clipped to [0, 15].
                 let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -49,7 +49,7 @@ pub fn quantize_row(q: QuantType, src: &[f32], scales: &mut Vec<u8>, qs: &mut Ve
             }
         }
         QuantType::Q4_1 => {
-            assert!(src.len() % QK == 0);
+            assert!(src.len().is_multiple_of(QK));
             for blk in src.chunks_exact(QK) {
                 let mn = blk.iter().fold(f32::INFINITY, |m, v| m.min(*v));
                 let mx = blk.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
@@ -69,7 +69,7 @@ pub fn quantize_row(q: QuantType, src: &[f32], scales: &mut Vec<u8>, qs: &mut Ve
             }
         }
         QuantType::Q8_0 => {
-            assert!(src.len() % QK == 0);
+            assert!(src.len().is_multiple_of(QK));
             for blk in src.chunks_exact(QK) {
                 let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
                 let d = amax / 127.0;

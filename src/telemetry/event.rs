@@ -121,7 +121,7 @@ pub enum StopReason {
 pub enum Event {
     /// Session start: model and engine configuration.
     Session {
-        model: ModelSummary,
+        model: Box<ModelSummary>,
         config: EngineConfigInfo,
     },
     /// A prompt (or chat turn) was submitted; `tokens` are the ids fed to the model.

@@ -861,7 +861,7 @@ impl App {
             Event::Session { model, config } => {
                 // A new session (or a replay restarting for a backward step): start clean.
                 self.live = Telemetry {
-                    model: Some(model),
+                    model: Some(*model),
                     config: Some(config),
                     ..Telemetry::default()
                 };

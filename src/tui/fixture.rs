@@ -234,7 +234,7 @@ pub fn demo_events(n: u32, done: bool) -> Vec<Stamped> {
         &mut t,
         0,
         Event::Session {
-            model: demo_model(),
+            model: Box::new(demo_model()),
             config: demo_config("staged"),
         },
     );
@@ -357,7 +357,7 @@ pub fn dense_events() -> Vec<Stamped> {
         &mut t,
         0,
         Event::Session {
-            model: dense_model(),
+            model: Box::new(dense_model()),
             config: dense_config(),
         },
     );
