@@ -172,6 +172,8 @@ pub struct Engine {
     pub stats: TokenStats,
     /// Set to stop the current forward pass at the next layer boundary.
     pub stop: Arc<AtomicBool>,
+    /// Per-phase counters on the engine thread (disabled unless requested).
+    pub pmu: crate::telemetry::pmu::Pmu,
 }
 
 impl Engine {
@@ -213,6 +215,7 @@ impl Engine {
             s,
             stats: TokenStats::default(),
             stop: Arc::new(AtomicBool::new(false)),
+            pmu: crate::telemetry::pmu::Pmu::disabled(),
             opts,
         };
         if e.opts.layout == Layout::RowMajor {
@@ -324,6 +327,11 @@ impl Engine {
         let cfg = ctx.cfg;
         let s = &mut self.s;
         let kv = &mut self.kv;
+        let pmu = &mut self.pmu;
+        let pmu_on = pmu.is_enabled();
+        if pmu_on {
+            pmu.begin_token();
+        }
         let d = cfg.d_model;
         let le = cfg.effective_layers();
         let dd = cfg.dense_delay;
@@ -379,6 +387,9 @@ impl Engine {
             if timings {
                 st.ns_attn = t0.elapsed().as_nanos() as u64;
             }
+            if pmu_on {
+                pmu.phase("attention");
+            }
             // a = x + A(x)
             s.xa.copy_from_slice(&s.x);
             add_into(&mut s.xa, &s.attn_out);
@@ -411,6 +422,9 @@ impl Engine {
             }
             if timings {
                 st.ns_dense = t1.elapsed().as_nanos() as u64;
+            }
+            if pmu_on && has_dense_out {
+                pmu.phase("dense");
             }
 
             // Routing: pre-attention anchor for AsyncExperts, the FFN stream for
@@ -468,6 +482,9 @@ impl Engine {
                 add_scaled(dst, &s.acc, pe.scale);
             }
             st.bytes.experts = ebytes;
+            if pmu_on {
+                pmu.phase(if ebytes > 0 { "experts" } else { "other" });
+            }
             if timings && ebytes > 0 {
                 st.ns_experts = t3.elapsed().as_nanos() as u64;
             }
@@ -505,6 +522,12 @@ impl Engine {
             }
             stats.vocab_bytes = lm.bytes() as u64;
             stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
+            if pmu_on {
+                pmu.phase("lm_head");
+            }
+        }
+        if pmu_on {
+            stats.pmu = Some(pmu.end_token());
         }
         stats.ns_total = t_start.elapsed().as_nanos() as u64;
         self.stats = stats;
