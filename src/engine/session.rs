@@ -4,6 +4,9 @@
 
 use super::forward::{stream_bytes, Engine, ForwardError};
 use super::sampler::Sampler;
+use crate::chat::detok::Detok;
+use crate::chat::tokenizer::TokenizerWrap;
+use crate::convert::gguf_tokenizer::SpecialTokens;
 use crate::telemetry::{Event, ModelSummary, SamplingParams, StopReason, TokenStats};
 use std::time::Instant;
 
@@ -38,51 +41,14 @@ impl GenOutcome {
     }
 }
 
-/// Tokenizer attached to a model (from its embedded tokenizer.json).
-pub struct Tok {
-    pub inner: tokenizers::Tokenizer,
-}
-
-impl Tok {
-    pub fn from_json(json: &str) -> Result<Tok, String> {
-        json.parse::<tokenizers::Tokenizer>()
-            .map(|inner| Tok { inner })
-            .map_err(|e| format!("embedded tokenizer.json is invalid: {e}"))
-    }
-    pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String> {
-        self.inner
-            .encode(text, add_special)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| e.to_string())
-    }
-    pub fn decode(&self, ids: &[u32]) -> String {
-        self.inner.decode(ids, false).unwrap_or_default()
-    }
-}
-
-/// Incremental, UTF-8-safe text for a growing id list: returns only newly completed text.
-#[derive(Default)]
-pub struct Detok {
-    ids: Vec<u32>,
-    emitted: usize,
-}
-
-impl Detok {
-    pub fn push(&mut self, tok: &Tok, id: u32) -> String {
-        self.ids.push(id);
-        let s = tok.decode(&self.ids);
-        if s.ends_with('\u{FFFD}') || s.len() < self.emitted || !s.is_char_boundary(self.emitted) {
-            return String::new();
-        }
-        let out = s[self.emitted..].to_string();
-        self.emitted = s.len();
-        out
-    }
-}
+/// Called at every token boundary (before each decode step) with the engine; applies queued
+/// toggles and returns the events to emit (e.g. a `Config` event).
+pub type BoundaryHook = Box<dyn FnMut(&mut Engine) -> Vec<Event> + Send>;
 
 pub struct Session {
     pub engine: Engine,
-    pub tok: Option<Tok>,
+    pub tok: Option<TokenizerWrap>,
+    pub boundary: Option<BoundaryHook>,
     pub sampler: Sampler,
     /// Every token in the context, in order.
     pub context: Vec<u32>,
@@ -90,13 +56,24 @@ pub struct Session {
 
 impl Session {
     pub fn new(engine: Engine, sampling: SamplingParams) -> Result<Session, String> {
-        let tok = match &engine.cfg.meta.tokenizer_json {
-            Some(j) => Some(Tok::from_json(j)?),
+        let m = &engine.cfg.meta;
+        let tok = match &m.tokenizer_json {
+            Some(j) => {
+                let special = SpecialTokens {
+                    bos: m.bos_id,
+                    eos: m.eos_ids.first().copied(),
+                    eog: m.eos_ids.clone(),
+                    add_bos: m.add_bos,
+                    ..Default::default()
+                };
+                Some(TokenizerWrap::from_json(j, Some(special)).map_err(|e| format!("embedded tokenizer: {e}"))?)
+            }
             None => None,
         };
         Ok(Session {
             engine,
             tok,
+            boundary: None,
             sampler: Sampler::new(sampling),
             context: Vec::new(),
         })
@@ -154,7 +131,7 @@ impl Session {
             .tok
             .as_ref()
             .ok_or("this model has no tokenizer; use --tokens")?;
-        let mut ids = tok.encode(text, false)?;
+        let mut ids = tok.encode(text, false).map_err(|e| e.to_string())?;
         let m = &self.engine.cfg.meta;
         if m.add_bos && self.context.is_empty() {
             if let Some(b) = m.bos_id {
@@ -215,14 +192,17 @@ impl Session {
             out.reason = Some(StopReason::Length);
             return out;
         }
-        let mut detok = Detok::default();
+        let mut detok = self.tok.as_ref().map(|t| Detok::new(t.token_bytes()));
         let td = Instant::now();
         let mut next = self.sampler.sample(self.engine.logits(), &self.context);
         for index in 0..max_new {
-            let piece = match &self.tok {
-                Some(t) => detok.push(t, next),
-                None => String::new(),
-            };
+            let mut piece = detok.as_mut().map(|d| d.push(next)).unwrap_or_default();
+            let ending = (stop_at_eos && self.is_eos(next)) || index + 1 == max_new;
+            if ending {
+                if let Some(d) = detok.as_mut() {
+                    piece.push_str(&d.flush());
+                }
+            }
             out.tokens.push(next);
             out.text.push_str(&piece);
             emit(Event::Token {
@@ -238,6 +218,11 @@ impl Session {
                 out.reason = Some(StopReason::Length);
                 break;
             }
+            if let Some(hook) = self.boundary.as_mut() {
+                for ev in hook(&mut self.engine) {
+                    emit(ev);
+                }
+            }
             let ts = Instant::now();
             if let Err(e) = self.engine.step(next, true) {
                 out.decode_ns = td.elapsed().as_nanos() as u64;
@@ -251,14 +236,10 @@ impl Session {
             out.stats.push(st);
             next = self.sampler.sample(self.engine.logits(), &self.context);
         }
-        // The last sampled token was not fed back; it will be the first input of a continuation.
+        // The last sampled token was not fed back yet: feed it (no logits needed) so a follow-up
+        // turn continues right after it.
         if let Some(&last) = out.tokens.last() {
-            if self.engine.pos() < self.engine.cfg.max_ctx && out.reason != Some(StopReason::Eos) {
-                // Keep the context consistent: feed it now so a follow-up continues after it.
-                if self.engine.step(last, false).is_ok() {
-                    self.context.push(last);
-                }
-            } else if out.reason == Some(StopReason::Eos) && self.engine.step(last, false).is_ok() {
+            if self.engine.step(last, false).is_ok() {
                 self.context.push(last);
             }
         }
@@ -303,5 +284,18 @@ impl Session {
     pub fn reset(&mut self) {
         self.engine.reset();
         self.context.clear();
+    }
+
+    /// Makes the context a prefix of `ids`: keeps the longest common prefix of the cached
+    /// context and `ids` (truncating the KV cache there) and returns the tokens still to feed.
+    pub fn sync_prompt(&mut self, ids: &[u32]) -> Vec<u32> {
+        let mut common = self.context.iter().zip(ids).take_while(|(a, b)| a == b).count();
+        // Always re-feed at least one token so there are fresh logits to sample from.
+        if common == ids.len() && common > 0 {
+            common -= 1;
+        }
+        self.context.truncate(common);
+        self.engine.kv.truncate(common);
+        ids[common..].to_vec()
     }
 }

@@ -1,1 +1,343 @@
-//! Engine thread (later).
+//! The engine thread behind the TUI (and scriptable drivers): owns the `Session`, receives
+//! `Command`s, emits timestamped `Event`s on a bounded channel (per-token stats are dropped when
+//! the consumer lags; tokens never are) and taps the same stream into an optional trace
+//! recorder. A small pump thread sets the stop flag the moment `Stop` arrives, so generation
+//! stops within one layer; toggles queued during generation apply at the next token boundary.
+
+use super::forward::Layout;
+use super::sampler::Sampler;
+use super::session::Session;
+use crate::chat::conversation::Conversation;
+use crate::telemetry::machine::MachineProfile;
+use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
+use crate::telemetry::{Command, EngineConfigInfo, Event, Stamped};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// Messages to the engine thread: UI commands plus host controls.
+#[derive(Debug)]
+pub enum Ctl {
+    Cmd(Command),
+    StartRecording(PathBuf),
+    StopRecording,
+}
+
+pub struct WorkerOptions {
+    pub record: Option<PathBuf>,
+    pub machine: Option<MachineProfile>,
+    /// Sample PMU counters per phase.
+    pub pmu: bool,
+}
+
+/// Handle to a running engine thread.
+pub struct Worker {
+    /// UI → engine commands (through the stop pump).
+    pub commands: Sender<Command>,
+    /// Host controls (recording).
+    pub control: Sender<Ctl>,
+    /// Engine → UI events.
+    pub events: Receiver<Stamped>,
+    pub stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Waits for the engine thread to finish (after `Command::Quit` or dropping `commands`).
+    pub fn join(mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The engine configuration as the UI shows it.
+pub fn config_info(s: &Session) -> EngineConfigInfo {
+    let e = &s.engine;
+    EngineConfigInfo {
+        threads: e.threads() as u32,
+        isa: e.opts.isa.name().to_string(),
+        prefetch: false,
+        fetch: "sync".into(),
+        expert_tier: "mmap".into(),
+        layout: e.opts.layout.name().into(),
+        layouts_available: vec!["cflow".into(), "rowmajor".into()],
+        notes: Vec::new(),
+    }
+}
+
+struct Out {
+    clock: SessionClock,
+    tx: Sender<Stamped>,
+    rec: Arc<Mutex<Option<Recorder>>>,
+    rec_error: Arc<Mutex<Option<String>>>,
+}
+
+impl Out {
+    fn emit(&self, e: Event) {
+        let st = self.clock.stamp(e);
+        if let Ok(mut g) = self.rec.lock() {
+            if let Some(r) = g.as_mut() {
+                if let Err(err) = r.record(&st) {
+                    // Disk full or similar: stop recording, keep every complete line so far.
+                    *g = None;
+                    if let Ok(mut m) = self.rec_error.lock() {
+                        *m = Some(format!("recording stopped: {err}"));
+                    }
+                }
+            }
+        }
+        match &st.event {
+            Event::Stats(_) => match self.tx.try_send(st) {
+                Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+            },
+            _ => {
+                let _ = self.tx.send(st);
+            }
+        }
+        let pending = self.rec_error.lock().ok().and_then(|mut m| m.take());
+        if let Some(msg) = pending {
+            let _ = self.tx.send(self.clock.stamp(Event::Error { message: msg, fatal: false }));
+        }
+    }
+}
+
+/// Applies a toggle command to the engine; returns the events describing the outcome.
+fn apply_toggle(s: &mut Session, c: &Command) -> Vec<Event> {
+    let mut out = Vec::new();
+    match c {
+        Command::SetLayout(l) => match l.as_str() {
+            "cflow" => s.engine.set_layout(Layout::Cflow),
+            "rowmajor" => s.engine.set_layout(Layout::RowMajor),
+            other => out.push(Event::Notice { message: format!("layout `{other}` is not available for this model") }),
+        },
+        Command::SetPrefetch(_) | Command::SetFetch(_) | Command::SetExpertTier(_) => {
+            out.push(Event::Notice { message: format!("{c:?}: expert I/O modes are not available in this build") });
+        }
+        Command::SetSampling(p) => s.sampler = Sampler::new(p.clone()),
+        _ => return out,
+    }
+    out.push(Event::Config(config_info(s)));
+    out
+}
+
+fn is_toggle(c: &Command) -> bool {
+    matches!(
+        c,
+        Command::SetLayout(_) | Command::SetPrefetch(_) | Command::SetFetch(_) | Command::SetExpertTier(_) | Command::SetSampling(_)
+    )
+}
+
+/// Starts the engine thread over `session`.
+pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
+    let (cmd_tx, cmd_rx) = unbounded::<Command>();
+    let (ctl_tx, ctl_rx) = unbounded::<Ctl>();
+    let (ev_tx, ev_rx) = bounded::<Stamped>(8192);
+    let stop = session.engine.stop.clone();
+    let stop_p = stop.clone();
+    let ctl_fwd = ctl_tx.clone();
+    let pump = std::thread::Builder::new()
+        .name("cflow-cmd-pump".into())
+        .spawn(move || {
+            for c in cmd_rx {
+                if matches!(c, Command::Stop | Command::Quit) {
+                    stop_p.store(true, Ordering::Relaxed);
+                }
+                let quit = matches!(c, Command::Quit);
+                if ctl_fwd.send(Ctl::Cmd(c)).is_err() || quit {
+                    break;
+                }
+            }
+            // Commands closed: ask the engine to quit.
+            stop_p.store(true, Ordering::Relaxed);
+            let _ = ctl_fwd.send(Ctl::Cmd(Command::Quit));
+        })
+        .expect("spawn pump thread");
+    if opts.pmu {
+        // The PMU must be opened on the engine thread; done below.
+    }
+    let machine = opts.machine.clone();
+    let record = opts.record.clone();
+    let pmu = opts.pmu;
+    let engine_thread = std::thread::Builder::new()
+        .name("cflow-engine".into())
+        .spawn(move || {
+            if pmu {
+                session.engine.pmu = crate::telemetry::pmu::Pmu::new();
+            }
+            let out = Out {
+                clock: SessionClock::start(),
+                tx: ev_tx,
+                rec: Arc::new(Mutex::new(None)),
+                rec_error: Arc::new(Mutex::new(None)),
+            };
+            let summary = session.summary();
+            let start_recording = |path: &PathBuf, s: &Session, out: &Out| match Recorder::create(path, TraceHeader::new(s.summary(), config_info(s), machine.clone())) {
+                Ok(r) => {
+                    if let Ok(mut g) = out.rec.lock() {
+                        *g = Some(r);
+                    }
+                    out.emit(Event::Notice { message: format!("recording to {}", path.display()) });
+                }
+                Err(e) => out.emit(Event::Error { message: format!("cannot record to {}: {e}", path.display()), fatal: false }),
+            };
+            if let Some(p) = &record {
+                start_recording(p, &session, &out);
+            }
+            out.emit(Event::Session { model: Box::new(summary), config: config_info(&session) });
+            if let Some(reason) = session.engine.pmu.unavailable() {
+                out.emit(Event::Notice { message: format!("PMU: {reason}") });
+            }
+            let bos = session.tok.as_ref().and_then(|t| t.bos_id()).and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b))).unwrap_or_default();
+            let eos = session.tok.as_ref().and_then(|t| t.eos_id()).and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b))).unwrap_or_default();
+            let mut conv = Conversation::for_model(&session.engine.cfg, &bos, &eos).ok();
+            let deferred: Arc<Mutex<Vec<Ctl>>> = Arc::new(Mutex::new(Vec::new()));
+            // Toggles that arrive mid-generation apply at the next token boundary.
+            {
+                let rx = ctl_rx.clone();
+                let def = deferred.clone();
+                session.boundary = Some(Box::new(move |engine| {
+                    let mut evs = Vec::new();
+                    while let Ok(c) = rx.try_recv() {
+                        match c {
+                            Ctl::Cmd(cmd) if is_toggle(&cmd) => {
+                                // Apply directly to the engine (the sampler waits for the turn).
+                                match &cmd {
+                                    Command::SetLayout(l) if l == "rowmajor" => engine.set_layout(Layout::RowMajor),
+                                    Command::SetLayout(l) if l == "cflow" => engine.set_layout(Layout::Cflow),
+                                    _ => {
+                                        if let Ok(mut d) = def.lock() {
+                                            d.push(Ctl::Cmd(cmd));
+                                        }
+                                        continue;
+                                    }
+                                }
+                                evs.push(Event::Config(EngineConfigInfo {
+                                    threads: engine.threads() as u32,
+                                    isa: engine.opts.isa.name().into(),
+                                    prefetch: false,
+                                    fetch: "sync".into(),
+                                    expert_tier: "mmap".into(),
+                                    layout: engine.opts.layout.name().into(),
+                                    layouts_available: vec!["cflow".into(), "rowmajor".into()],
+                                    notes: Vec::new(),
+                                }));
+                            }
+                            other => {
+                                if let Ok(mut d) = def.lock() {
+                                    d.push(other);
+                                }
+                            }
+                        }
+                    }
+                    evs
+                }));
+            }
+            loop {
+                let next = {
+                    let d = deferred.lock().ok().and_then(|mut d| if d.is_empty() { None } else { Some(d.remove(0)) });
+                    match d {
+                        Some(c) => c,
+                        None => match ctl_rx.recv() {
+                            Ok(c) => c,
+                            Err(_) => break,
+                        },
+                    }
+                };
+                match next {
+                    Ctl::StartRecording(p) => start_recording(&p, &session, &out),
+                    Ctl::StopRecording => {
+                        if let Ok(mut g) = out.rec.lock() {
+                            if let Some(r) = g.take() {
+                                let path = r.path().display().to_string();
+                                let _ = r.finish();
+                                drop(g);
+                                out.emit(Event::Notice { message: format!("recording saved to {path}") });
+                            }
+                        }
+                    }
+                    Ctl::Cmd(Command::Quit) => break,
+                    Ctl::Cmd(Command::Stop) => session.engine.stop.store(false, Ordering::Relaxed),
+                    Ctl::Cmd(Command::Reset) => {
+                        session.reset();
+                        if let Some(c) = conv.as_mut() {
+                            c.clear();
+                        }
+                        out.emit(Event::Reset);
+                    }
+                    Ctl::Cmd(Command::SetSystemPrompt(s)) => {
+                        if let Some(c) = conv.as_mut() {
+                            c.system = if s.is_empty() { None } else { Some(s) };
+                        }
+                    }
+                    Ctl::Cmd(Command::Complete { text, max_tokens }) => {
+                        session.engine.stop.store(false, Ordering::Relaxed);
+                        let ids = match session.encode(&text) {
+                            Ok(i) => i,
+                            Err(e) => {
+                                out.emit(Event::Error { message: e, fatal: false });
+                                continue;
+                            }
+                        };
+                        out.emit(Event::Prompt { text, tokens: ids.clone(), chat: false });
+                        session.generate(&ids, max_tokens as usize, true, &mut |e| out.emit(e));
+                    }
+                    Ctl::Cmd(Command::Chat { text, max_tokens }) => {
+                        session.engine.stop.store(false, Ordering::Relaxed);
+                        let Some(c) = conv.as_mut() else {
+                            out.emit(Event::Error { message: "this model has no usable chat template".into(), fatal: false });
+                            continue;
+                        };
+                        c.turns.push(crate::chat::template::ChatMessage::new("user", text.clone()));
+                        let max_ctx = session.engine.cfg.max_ctx;
+                        let tok = session.tok.as_ref();
+                        let count = |s: &str| tok.and_then(|t| t.encode(s, false).ok()).map_or(s.len(), |v| v.len());
+                        match c.fit(max_ctx, max_tokens as usize, &count) {
+                            Ok(0) => {}
+                            Ok(n) => out.emit(Event::Notice { message: format!("context full: dropped the {n} oldest messages") }),
+                            Err(e) => {
+                                out.emit(Event::Error { message: format!("chat template: {e}"), fatal: false });
+                                c.turns.pop();
+                                continue;
+                            }
+                        }
+                        let prompt = match c.render() {
+                            Ok(p) => p,
+                            Err(e) => {
+                                out.emit(Event::Error { message: format!("chat template: {e}"), fatal: false });
+                                c.turns.pop();
+                                continue;
+                            }
+                        };
+                        let ids = match tok.map(|t| t.encode(&prompt, false)) {
+                            Some(Ok(i)) => i,
+                            _ => {
+                                out.emit(Event::Error { message: "cannot tokenize the chat prompt".into(), fatal: false });
+                                c.turns.pop();
+                                continue;
+                            }
+                        };
+                        let suffix = session.sync_prompt(&ids);
+                        out.emit(Event::Prompt { text, tokens: suffix.clone(), chat: true });
+                        let room = max_ctx.saturating_sub(session.engine.pos() + suffix.len());
+                        let r = session.generate(&suffix, (max_tokens as usize).min(room), true, &mut |e| out.emit(e));
+                        c.turns.push(crate::chat::template::ChatMessage::new("assistant", r.text));
+                    }
+                    Ctl::Cmd(c) if is_toggle(&c) => {
+                        for e in apply_toggle(&mut session, &c) {
+                            out.emit(e);
+                        }
+                    }
+                    Ctl::Cmd(_) => {}
+                }
+            }
+            let last = out.rec.lock().ok().and_then(|mut g| g.take());
+            if let Some(r) = last {
+                let _ = r.finish();
+            }
+        })
+        .expect("spawn engine thread");
+    Worker { commands: cmd_tx, control: ctl_tx, events: ev_rx, stop, threads: vec![pump, engine_thread] }
+}

@@ -1,1 +1,3 @@
-//! io
+//! I/O: prefetch thread, staged direct-I/O expert fetch, and process signal handling.
+
+pub mod signal;

@@ -1,0 +1,20 @@
+//! SIGINT handling for the REPLs: Ctrl-C stops the current reply instead of killing the process.
+
+/// Runs `f` (on a watcher thread) every time the process receives SIGINT, instead of the
+/// default termination. Uses a self-pipe-free flag polled every 20 ms.
+pub fn on_sigint(f: impl Fn() + Send + 'static) {
+    static FLAG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    extern "C" fn handler(_: libc::c_int) {
+        FLAG.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    // SAFETY: installs an async-signal-safe handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, handler as *const () as libc::sighandler_t);
+    }
+    std::thread::spawn(move || loop {
+        if FLAG.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            f();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    });
+}
