@@ -39,9 +39,10 @@ pub struct Cli {
     /// Run the headless demo even on a terminal.
     #[arg(long)]
     pub no_tui: bool,
-    /// Sample per-phase counters (PMU; software counters when the CPU has none).
+    /// Do not sample per-phase counters in the TUI (PMU, or software counters when the CPU has
+    /// no PMU).
     #[arg(long)]
-    pub pmu: bool,
+    pub no_pmu: bool,
     /// Reply budget per prompt in the TUI.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: u32,
@@ -400,7 +401,7 @@ fn default_command(cli: &Cli) -> Result<()> {
     let ceiling = machine.bandwidth.as_ref().map(|b| b.read_gbps_nt);
     let worker = crate::engine::worker::spawn(
         session,
-        crate::engine::worker::WorkerOptions { record: cli.record.clone(), machine: Some(machine), pmu: cli.pmu },
+        crate::engine::worker::WorkerOptions { record: cli.record.clone(), machine: Some(machine), pmu: !cli.no_pmu },
     );
     let opts = crate::tui::TuiOptions {
         replay: false,

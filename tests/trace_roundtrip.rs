@@ -32,6 +32,7 @@ fn model() -> ModelSummary {
         combine_style: "DelayedSum".into(),
         quant_types: vec!["Q4_0".into(), "F32".into()],
         has_chat_template: false,
+        layer_payload_bytes: Vec::new(),
         layer_bytes: vec![
             StreamBytes {
                 attn: 1 << 20,

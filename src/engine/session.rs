@@ -121,6 +121,7 @@ impl Session {
             quant_types: quants,
             has_chat_template: c.meta.chat_template.is_some(),
             layer_bytes: stream_bytes(f),
+            layer_payload_bytes: crate::engine::critical::payload_stream_bytes(f),
             vocab_bytes: f.lm_head().bytes() as u64,
             file_hash: crate::format::file_hash(f),
         }

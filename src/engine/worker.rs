@@ -187,7 +187,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 start_recording(p, &session, &out);
             }
             out.emit(Event::Session { model: Box::new(summary), config: config_info(&session) });
-            if let Some(reason) = session.engine.pmu.unavailable() {
+            if let (true, Some(reason)) = (pmu, session.engine.pmu.unavailable()) {
                 out.emit(Event::Notice { message: format!("PMU: {reason}") });
             }
             let bos = session.tok.as_ref().and_then(|t| t.bos_id()).and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b))).unwrap_or_default();

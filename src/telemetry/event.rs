@@ -26,12 +26,28 @@ pub struct ModelSummary {
     /// Quant type names in use, e.g. ["Q4_1", "Q8_0", "F32"].
     pub quant_types: Vec<String>,
     pub has_chat_template: bool,
-    /// Per-layer modelled bytes per token by stream (attention, dense, top-k experts).
+    /// Per-layer modelled bytes per token by stream (attention, dense, top-k experts), as stored
+    /// (scales and tile headers included).
     pub layer_bytes: Vec<StreamBytes>,
+    /// The same in the paper's convention (payload bits per weight only, e.g. Q4 = 0.5 B/param);
+    /// the critical-path pane uses it when present.
+    #[serde(default)]
+    pub layer_payload_bytes: Vec<StreamBytes>,
     /// Bytes of the vocabulary (LM head) stream per token.
     pub vocab_bytes: u64,
     /// Hash of header + directory, hex.
     pub file_hash: String,
+}
+
+impl ModelSummary {
+    /// Stream bytes for the critical-path model: the paper's payload convention when known.
+    pub fn critical_bytes(&self) -> &[StreamBytes] {
+        if self.layer_payload_bytes.is_empty() {
+            &self.layer_bytes
+        } else {
+            &self.layer_payload_bytes
+        }
+    }
 }
 
 /// Bytes per stream.

@@ -1278,12 +1278,12 @@ mod tests {
     #[test]
     fn demo_critical_path_is_9_to_4_5() {
         let m = demo_model();
-        let cp = critical_path(&m.layer_bytes, m.dense_delay, m.expert_delay);
+        let cp = critical_path(m.critical_bytes(), m.dense_delay, m.expert_delay);
         assert_eq!(format!("{:.2}", cp.undelayed_mib()), "9.00");
         assert_eq!(format!("{:.2}", cp.critical_mib()), "4.50");
         assert_eq!(format!("{:.2}", cp.speedup()), "2.00");
         assert!(cp.layers.iter().all(|l| l.bound == "dense"));
-        let cp0 = critical_path(&m.layer_bytes, 0, 0);
+        let cp0 = critical_path(m.critical_bytes(), 0, 0);
         assert_eq!(cp0.critical_mib(), cp0.undelayed_mib());
     }
 

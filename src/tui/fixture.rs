@@ -51,6 +51,7 @@ pub fn demo_model() -> ModelSummary {
         combine_style: "DelayedSum".into(),
         quant_types: vec!["Q4_0".into()],
         has_chat_template: false,
+        layer_payload_bytes: Vec::new(),
         layer_bytes: vec![
             StreamBytes {
                 attn: 524_288,
@@ -85,6 +86,7 @@ pub fn dense_model() -> ModelSummary {
         combine_style: "Sequential".into(),
         quant_types: vec!["Q4_1".into(), "Q8_0".into(), "F32".into()],
         has_chat_template: true,
+        layer_payload_bytes: Vec::new(),
         layer_bytes: vec![
             StreamBytes {
                 attn: 552_960,
