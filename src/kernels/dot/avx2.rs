@@ -57,6 +57,7 @@ pub unsafe fn tile_matvec(
         rows,
         nb,
         scales: scales.as_ptr(),
+        scales_len: scales.len(),
         qs: qs.as_ptr(),
         y: y.as_mut_ptr(),
     };
@@ -86,6 +87,8 @@ pub(super) struct Tile {
     pub(super) rows: usize,
     pub(super) nb: usize,
     pub(super) scales: *const u8,
+    /// Length of the `scales` slice in bytes.
+    pub(super) scales_len: usize,
     pub(super) qs: *const u8,
     pub(super) y: *mut f32,
 }
@@ -135,20 +138,29 @@ pub(super) const fn quant_bytes(k: u8) -> usize {
 }
 
 /// Loads the `cn` (≤ 8) block scales of one row starting at `p` as (d, m) vectors (m = 0 for
-/// Q4_0/Q8_0); lanes ≥ `cn` are zero.
+/// Q4_0/Q8_0); lanes ≥ `cn` are zero. `avail` = readable bytes from `p` to the end of the tile's
+/// scales: a partial chunk is loaded with one full-width load when that stays inside the slice
+/// (the excess lanes are masked off), otherwise through a small stack copy.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn load_scales<const K: u8>(p: *const u8, cn: usize) -> (__m256, __m256) {
+pub(super) unsafe fn load_scales<const K: u8>(
+    p: *const u8,
+    cn: usize,
+    avail: usize,
+) -> (__m256, __m256) {
     let sb = scale_bytes(K);
+    let width = CHUNK * sb;
     let mut buf = [0u8; 32];
-    let src = if cn == CHUNK {
+    let src = if cn == CHUNK || avail >= width {
         p
     } else {
-        // SAFETY: the row holds at least `cn` blocks of `sb` scale bytes (tile contract).
-        core::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), cn * sb);
+        for (i, v) in buf.iter_mut().enumerate().take(cn * sb) {
+            // SAFETY: the row holds `cn` blocks of `sb` scale bytes (tile contract).
+            *v = *p.add(i);
+        }
         buf.as_ptr()
     };
-    if K == K_Q4_1 {
+    let (d, m) = if K == K_Q4_1 {
         // 8 × u32 = (d | m << 16): split, pack to u16, fix the lane order, convert.
         let v = _mm256_loadu_si256(src as *const __m256i);
         let d = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
@@ -161,6 +173,15 @@ pub(super) unsafe fn load_scales<const K: u8>(p: *const u8, cn: usize) -> (__m25
     } else {
         let v = _mm_loadu_si128(src as *const __m128i);
         (_mm256_cvtph_ps(v), _mm256_setzero_ps())
+    };
+    if cn == CHUNK {
+        (d, m)
+    } else {
+        let keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+            _mm256_set1_epi32(cn as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        ));
+        (_mm256_and_ps(d, keep), _mm256_and_ps(m, keep))
     }
 }
 
@@ -200,19 +221,48 @@ unsafe fn blocked<const K: u8, const INT: bool>(t: &Tile, a: Act) {
     while c0 < t.nb {
         let cn = CHUNK.min(t.nb - c0);
         let (amv, csv) = chunk_consts::<K, INT>(a, c0, cn);
+        // Q4 integer path: activation bytes of each block pair (b, b+1) regrouped as
+        // [b: 0..16 | b+1: 0..16] and [b: 16..32 | b+1: 16..32], matching the low and high
+        // nibbles of one 32-byte load of the two blocks' packed quants. Shared by all rows.
+        let mut xp = [_mm256_setzero_si256(); CHUNK];
+        if INT && K != K_Q8_0 {
+            for p in 0..cn / 2 {
+                let b = c0 + 2 * p;
+                let y0 = _mm256_loadu_si256(a.q.add(b * QK) as *const __m256i);
+                let y1 = _mm256_loadu_si256(a.q.add((b + 1) * QK) as *const __m256i);
+                xp[2 * p] = _mm256_permute2x128_si256::<0x20>(y0, y1);
+                xp[2 * p + 1] = _mm256_permute2x128_si256::<0x31>(y0, y1);
+            }
+        }
+        let ch = Chunk {
+            c0,
+            cn,
+            amv,
+            csv,
+            xp: &xp,
+        };
         let mut r0 = 0;
         while r0 + 4 <= t.rows {
-            group::<K, INT, 4>(t, a, r0, c0, cn, amv, csv);
+            group::<K, INT, 4>(t, a, r0, &ch);
             r0 += 4;
         }
         match t.rows - r0 {
-            1 => group::<K, INT, 1>(t, a, r0, c0, cn, amv, csv),
-            2 => group::<K, INT, 2>(t, a, r0, c0, cn, amv, csv),
-            3 => group::<K, INT, 3>(t, a, r0, c0, cn, amv, csv),
+            1 => group::<K, INT, 1>(t, a, r0, &ch),
+            2 => group::<K, INT, 2>(t, a, r0, &ch),
+            3 => group::<K, INT, 3>(t, a, r0, &ch),
             _ => {}
         }
         c0 += cn;
     }
+}
+
+/// Per-chunk state shared by all row groups.
+struct Chunk<'a> {
+    c0: usize,
+    cn: usize,
+    amv: __m256,
+    csv: __m256,
+    xp: &'a [__m256i; CHUNK],
 }
 
 /// Per-chunk activation constants for blocks `c0..c0+cn`: the factor multiplying the weight
@@ -266,31 +316,40 @@ unsafe fn hsum(s: __m256) -> f32 {
     _mm_cvtss_f32(h)
 }
 
-/// `R` rows starting at `r0`, blocks `c0..c0+cn`.
+/// `R` rows starting at `r0`, blocks `ch.c0..ch.c0+ch.cn`.
 #[inline]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::needless_range_loop)] // indices address several parallel arrays in the hot loop
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn group<const K: u8, const INT: bool, const R: usize>(
     t: &Tile,
     a: Act,
     r0: usize,
-    c0: usize,
-    cn: usize,
-    amv: __m256,
-    csv: __m256,
+    ch: &Chunk,
 ) {
+    let (c0, cn) = (ch.c0, ch.cn);
     let sb = scale_bytes(K);
     let qb = quant_bytes(K);
     let mut acc = [_mm256_setzero_ps(); R];
     let mut dd = [Lanes([0.0; 8]); R];
     let mut wp = [core::ptr::null::<u8>(); R];
+    // Q4 integer path: per row and block pair, the scales spread as [d_b ×4, d_b+1 ×4].
+    let mut dp = [[_mm256_setzero_ps(); CHUNK / 2]; R];
     for i in 0..R {
         let r = r0 + i;
-        let (d, m) = load_scales::<K>(t.scales.add((r * t.nb + c0) * sb), cn);
-        _mm256_store_ps(dd[i].0.as_mut_ptr(), _mm256_mul_ps(d, amv));
+        let off = (r * t.nb + c0) * sb;
+        let (d, m) = load_scales::<K>(t.scales.add(off), cn, t.scales_len - off);
+        let dv = _mm256_mul_ps(d, ch.amv);
+        _mm256_store_ps(dd[i].0.as_mut_ptr(), dv);
+        if INT && K != K_Q8_0 {
+            let mut idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+            for v in dp[i].iter_mut().take(cn / 2) {
+                *v = _mm256_permutevar8x32_ps(dv, idx);
+                idx = _mm256_add_epi32(idx, _mm256_set1_epi32(2));
+            }
+        }
         acc[i] = match K {
-            K_Q4_0 => _mm256_mul_ps(d, csv),
-            K_Q4_1 => _mm256_mul_ps(m, csv),
+            K_Q4_0 => _mm256_mul_ps(d, ch.csv),
+            K_Q4_1 => _mm256_mul_ps(m, ch.csv),
             _ => _mm256_setzero_ps(),
         };
         wp[i] = t.qs.add((r * t.nb + c0) * qb);
@@ -298,8 +357,30 @@ unsafe fn group<const K: u8, const INT: bool, const R: usize>(
     if INT {
         let ones = _mm256_set1_epi16(1);
         let m4 = _mm256_set1_epi8(0x0F);
+        let mut b0 = 0;
+        if K != K_Q8_0 {
+            // Two blocks per step: one 32-byte load, low/high nibbles against the regrouped
+            // activation; the two i16 products add without overflow (|Σ| ≤ 2·2·15·127).
+            for p in 0..cn / 2 {
+                let y0 = ch.xp[2 * p];
+                let y1 = ch.xp[2 * p + 1];
+                for i in 0..R {
+                    let w = _mm256_loadu_si256(wp[i].add(p * 2 * qb) as *const __m256i);
+                    let lo = _mm256_and_si256(w, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+                    let s = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, y0),
+                        _mm256_maddubs_epi16(hi, y1),
+                    );
+                    let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
+                    acc[i] = _mm256_fmadd_ps(s, dp[i][p], acc[i]);
+                }
+            }
+            b0 = cn & !1;
+        }
+        // Q8_0 (every block) and a lone trailing Q4 block: one block per step.
         let shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-        for b in 0..cn {
+        for b in b0..cn {
             let xv = _mm256_loadu_si256(a.q.add((c0 + b) * QK) as *const __m256i);
             for i in 0..R {
                 let p = if K == K_Q8_0 {

@@ -42,6 +42,7 @@ pub unsafe fn tile_matvec(
         rows,
         nb: cols / QK,
         scales: scales.as_ptr(),
+        scales_len: scales.len(),
         qs: qs.as_ptr(),
         y: y.as_mut_ptr(),
     };
@@ -142,7 +143,8 @@ macro_rules! avx512_kernels {
                 let mut wp = [core::ptr::null::<u8>(); R];
                 for i in 0..R {
                     let r = r0 + i;
-                    let (d, m) = load_scales::<K>(t.scales.add((r * t.nb + c0) * sb), cn);
+                    let off = (r * t.nb + c0) * sb;
+                    let (d, m) = load_scales::<K>(t.scales.add(off), cn, t.scales_len - off);
                     let dm = _mm256_mul_ps(d, amv);
                     _mm256_store_ps(dd[i].0.as_mut_ptr(), dm);
                     ddz[i] = _mm512_zextps256_ps512(dm);
