@@ -2,18 +2,22 @@
 //!
 //! Layout of the hot loops (see `mod.rs` for the tile contract):
 //! * Columns are walked in *chunks* of up to 8 blocks (256 columns, one full tile width). Per chunk
-//!   and per row the block scales are converted once with `vcvtph2ps` (8 blocks at a time) and
-//!   pre-multiplied by the activation block scale, then read back with a broadcast per block.
+//!   and per row the block scales are converted once with `vcvtph2ps` (8 blocks at a time; partial
+//!   chunks use one masked full-width load when it stays inside the slice) and pre-multiplied by
+//!   the activation block scale.
 //! * Rows are processed 4 at a time so that every activation load is shared by 4 weight rows; the
 //!   row tails (1–3 rows) use the same generic code with a smaller `R`.
-//! * Integer path (activation pre-quantized to Q8): Q4 nibbles are unpacked with one
-//!   `vbroadcasti128` + `vpsrlvd` (0 in the low lane, 4 in the high lane) + `vpand`, which puts
-//!   elements 0..15 in the low lane and 16..31 in the high lane — the same order as the 32 activation
-//!   bytes. The *unsigned* nibbles go straight into `vpmaddubsw` (u8 × i8); the offset of Q4_0
-//!   (−8) and the minimum of Q4_1 (`m`) are applied per block in float as `−8·d·s` resp. `m·s`, with
-//!   `s = d_x·Σq_x` from [`Q8Act`](super::Q8Act), folded into the row accumulator's initial value
-//!   with one vector multiply per 8 blocks. This saves the `vpsignb` pair of the textbook approach.
-//!   Q8_0 uses the sign trick (`|w|` × `sign(x, w)`).
+//! * Integer path (activation pre-quantized to Q8), Q4: two blocks per step. Once per chunk the
+//!   activation bytes of each block pair are regrouped as `[b: 0..16 | b+1: 0..16]` and
+//!   `[b: 16..32 | b+1: 16..32]`; then per row one 32-byte load of the two blocks' packed quants
+//!   gives the low nibbles (`vpand`) and high nibbles (`vpsrlw` + `vpand`) in exactly that order.
+//!   The *unsigned* nibbles go straight into `vpmaddubsw` (u8 × i8), the two i16 results are added
+//!   (no overflow), `vpmaddwd` by 1, convert, and one FMA with `[d_b ×4, d_b+1 ×4]`. The offset of
+//!   Q4_0 (−8) and the minimum of Q4_1 (`m`) are applied per block in float as `−8·d·s` resp. `m·s`,
+//!   with `s = d_x·Σq_x` from [`super::Q8Act`], folded into the row accumulator's initial value
+//!   with one vector multiply per 8 blocks — no `vpsignb` pair and no per-block offset subtraction.
+//!   A lone trailing block uses `vbroadcasti128` + `vpsrlvd` (shift 0 | 4) + `vpand`.
+//! * Integer path, Q8_0: the sign trick (`|w|` × `sign(x, w)`), one block per step.
 //! * f32 path: dequantization fused into FMAs; the Q4 offset/minimum is applied through the
 //!   per-block activation sums `Σx` in the same way.
 
