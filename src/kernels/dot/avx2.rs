@@ -627,6 +627,50 @@ mod tests {
     }
 
     #[test]
+    fn requested_avx512_falls_back_when_missing() {
+        if skip() {
+            return;
+        }
+        // On a CPU without AVX-512 this exercises the AVX2 fallback; with it, the AVX-512 kernels.
+        check_kernel(
+            &|q, rows, cols, s, qs, x, xq, y| {
+                super::super::tile_matvec(Isa::Avx512, q, rows, cols, s, qs, x, xq, y)
+            },
+            5,
+        );
+    }
+
+    #[test]
+    fn empty_tiles_are_no_ops() {
+        use crate::quant::QuantType;
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+            for q in QuantType::ALL {
+                let mut y = [1.0f32; 3];
+                super::super::tile_matvec(isa, q, 0, 64, &[], &[], &[0.0; 64], None, &mut y);
+                super::super::tile_matvec(isa, q, 3, 0, &[], &[], &[], None, &mut y);
+                assert_eq!(y, [1.0; 3]);
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "qs too short")]
+    fn short_slices_are_rejected_before_simd() {
+        let mut y = [0.0f32; 4];
+        super::super::tile_matvec(
+            Isa::Avx2,
+            crate::quant::QuantType::Q4_0,
+            4,
+            32,
+            &[0; 8],
+            &[0; 63],
+            &[0.0; 32],
+            None,
+            &mut y,
+        );
+    }
+
+    #[test]
     fn avx2_quantize_act_is_bit_identical() {
         if skip() {
             return;
