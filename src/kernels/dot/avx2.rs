@@ -246,14 +246,22 @@ unsafe fn blocked<const K: u8, const INT: bool>(t: &Tile, a: Act) {
             xp: &xp,
         };
         let mut r0 = 0;
+        if cn == CHUNK {
+            // Full chunk: `cn` is a compile-time constant inside, so the block loops unroll
+            // into straight-line code.
+            while r0 + 4 <= t.rows {
+                group::<K, INT, 4, true>(t, a, r0, &ch);
+                r0 += 4;
+            }
+        }
         while r0 + 4 <= t.rows {
-            group::<K, INT, 4>(t, a, r0, &ch);
+            group::<K, INT, 4, false>(t, a, r0, &ch);
             r0 += 4;
         }
         match t.rows - r0 {
-            1 => group::<K, INT, 1>(t, a, r0, &ch),
-            2 => group::<K, INT, 2>(t, a, r0, &ch),
-            3 => group::<K, INT, 3>(t, a, r0, &ch),
+            1 => group::<K, INT, 1, false>(t, a, r0, &ch),
+            2 => group::<K, INT, 2, false>(t, a, r0, &ch),
+            3 => group::<K, INT, 3, false>(t, a, r0, &ch),
             _ => {}
         }
         c0 += cn;
@@ -324,13 +332,14 @@ unsafe fn hsum(s: __m256) -> f32 {
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices address several parallel arrays in the hot loop
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group<const K: u8, const INT: bool, const R: usize>(
+unsafe fn group<const K: u8, const INT: bool, const R: usize, const FULL: bool>(
     t: &Tile,
     a: Act,
     r0: usize,
     ch: &Chunk,
 ) {
-    let (c0, cn) = (ch.c0, ch.cn);
+    let c0 = ch.c0;
+    let cn = if FULL { CHUNK } else { ch.cn };
     let sb = scale_bytes(K);
     let qb = quant_bytes(K);
     let mut acc = [_mm256_setzero_ps(); R];
