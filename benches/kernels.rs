@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use cflow::kernels::dot::{quantize_act, tile_matvec, Isa, Q8Act};
-use cflow::quant::{quantize_row, QuantType, QK};
+use cflow::quant::{quantize_row, QuantType};
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 
 const TR: usize = 128;
@@ -72,15 +72,7 @@ fn matvec(isa: Isa, m: &Matrix, x: &[f32], xq: Option<&mut Q8Act>, y: &mut [f32]
         &*a
     });
     for t in &m.tiles {
-        let b0 = t.c0 / QK;
-        let nb = t.cols / QK;
-        let xa = xq.map(|a| {
-            (
-                &a.d[b0..b0 + nb],
-                &a.s[b0..b0 + nb],
-                &a.qs[t.c0..t.c0 + t.cols],
-            )
-        });
+        let xa = xq.map(|a| a.tile_slice(t.c0, t.cols));
         tile_matvec(
             isa,
             m.q,
