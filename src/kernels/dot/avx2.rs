@@ -12,10 +12,12 @@
 //!   `[b: 16..32 | b+1: 16..32]`; then per row one 32-byte load of the two blocks' packed quants
 //!   gives the low nibbles (`vpand`) and high nibbles (`vpsrlw` + `vpand`) in exactly that order.
 //!   The *unsigned* nibbles go straight into `vpmaddubsw` (u8 × i8), the two i16 results are added
-//!   (no overflow), `vpmaddwd` by 1, convert, and one FMA with `[d_b ×4, d_b+1 ×4]`. The offset of
+//!   (no overflow), `vpmaddwd` by 1. The offset of
 //!   Q4_0 (−8) and the minimum of Q4_1 (`m`) are applied per block in float as `−8·d·s` resp. `m·s`,
 //!   with `s = d_x·Σq_x` from [`super::Q8Act`], folded into the row accumulator's initial value
 //!   with one vector multiply per 8 blocks — no `vpsignb` pair and no per-block offset subtraction.
+//!   For full 8-block chunks the four per-pair sums are folded with `vphaddd` into per-block sums
+//!   and scaled with one FMA; partial chunks scale each pair with `[d_b ×4, d_b+1 ×4]`.
 //!   A lone trailing block uses `vbroadcasti128` + `vpsrlvd` (shift 0 | 4) + `vpand`.
 //! * Integer path, Q8_0: the sign trick (`|w|` × `sign(x, w)`), one block per step.
 //! * f32 path: dequantization fused into FMAs; the Q4 offset/minimum is applied through the
@@ -353,7 +355,7 @@ unsafe fn group<const K: u8, const INT: bool, const R: usize, const FULL: bool>(
         let (d, m) = load_scales::<K>(t.scales.add(off), cn, t.scales_len - off);
         let dv = _mm256_mul_ps(d, ch.amv);
         _mm256_store_ps(dd[i].0.as_mut_ptr(), dv);
-        if INT && K != K_Q8_0 {
+        if INT && K != K_Q8_0 && !FULL {
             let mut idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
             for v in dp[i].iter_mut().take(cn / 2) {
                 *v = _mm256_permutevar8x32_ps(dv, idx);
@@ -371,7 +373,34 @@ unsafe fn group<const K: u8, const INT: bool, const R: usize, const FULL: bool>(
         let ones = _mm256_set1_epi16(1);
         let m4 = _mm256_set1_epi8(0x0F);
         let mut b0 = 0;
-        if K != K_Q8_0 {
+        if K != K_Q8_0 && FULL {
+            // Full chunk: keep the four per-pair integer sums (lanes [b ×4 | b+1 ×4]), fold them
+            // into one vector of 8 per-block sums with 3 `vphaddd` + 1 `vpermd`, then a single
+            // convert + FMA with the scales in natural order (no per-pair scale spreading).
+            let pair = |i: usize, p: usize| {
+                let w = _mm256_loadu_si256(wp[i].add(p * 2 * qb) as *const __m256i);
+                let lo = _mm256_and_si256(w, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+                let s = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(lo, ch.xp[2 * p]),
+                    _mm256_maddubs_epi16(hi, ch.xp[2 * p + 1]),
+                );
+                _mm256_madd_epi16(s, ones)
+            };
+            let mut h01 = [_mm256_setzero_si256(); R];
+            for i in 0..R {
+                h01[i] = _mm256_hadd_epi32(pair(i, 0), pair(i, 1));
+            }
+            // hadd leaves [b0 b2 b4 b6 | b1 b3 b5 b7]; restore block order.
+            let unz = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            for i in 0..R {
+                let h23 = _mm256_hadd_epi32(pair(i, 2), pair(i, 3));
+                let h = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h01[i], h23), unz);
+                let dv = _mm256_load_ps(dd[i].0.as_ptr());
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), dv, acc[i]);
+            }
+            b0 = cn;
+        } else if K != K_Q8_0 {
             // Two blocks per step: one 32-byte load, low/high nibbles against the regrouped
             // activation; the two i16 products add without overflow (|Σ| ≤ 2·2·15·127).
             for p in 0..cn / 2 {
