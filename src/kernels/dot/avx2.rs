@@ -248,22 +248,31 @@ unsafe fn blocked<const K: u8, const INT: bool>(t: &Tile, a: Act) {
             xp: &xp,
         };
         let mut r0 = 0;
-        if cn == CHUNK {
-            // Full chunk: `cn` is a compile-time constant inside, so the block loops unroll
-            // into straight-line code.
-            while r0 + 4 <= t.rows {
-                group::<K, INT, 4, true>(t, a, r0, &ch);
-                r0 += 4;
+        // Full chunks and the 2-block chunk of 576-wide models (256 + 256 + 64) get a
+        // compile-time block count, so their block loops unroll into straight-line code.
+        match cn {
+            CHUNK => {
+                while r0 + 4 <= t.rows {
+                    group::<K, INT, 4, CHUNK>(t, a, r0, &ch);
+                    r0 += 4;
+                }
             }
+            2 => {
+                while r0 + 4 <= t.rows {
+                    group::<K, INT, 4, 2>(t, a, r0, &ch);
+                    r0 += 4;
+                }
+            }
+            _ => {}
         }
         while r0 + 4 <= t.rows {
-            group::<K, INT, 4, false>(t, a, r0, &ch);
+            group::<K, INT, 4, 0>(t, a, r0, &ch);
             r0 += 4;
         }
         match t.rows - r0 {
-            1 => group::<K, INT, 1, false>(t, a, r0, &ch),
-            2 => group::<K, INT, 2, false>(t, a, r0, &ch),
-            3 => group::<K, INT, 3, false>(t, a, r0, &ch),
+            1 => group::<K, INT, 1, 0>(t, a, r0, &ch),
+            2 => group::<K, INT, 2, 0>(t, a, r0, &ch),
+            3 => group::<K, INT, 3, 0>(t, a, r0, &ch),
             _ => {}
         }
         c0 += cn;
@@ -334,14 +343,16 @@ unsafe fn hsum(s: __m256) -> f32 {
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices address several parallel arrays in the hot loop
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group<const K: u8, const INT: bool, const R: usize, const FULL: bool>(
+unsafe fn group<const K: u8, const INT: bool, const R: usize, const CN: usize>(
     t: &Tile,
     a: Act,
     r0: usize,
     ch: &Chunk,
 ) {
     let c0 = ch.c0;
-    let cn = if FULL { CHUNK } else { ch.cn };
+    // `CN` > 0: the chunk's block count is a compile-time constant (straight-line code).
+    let cn = if CN > 0 { CN } else { ch.cn };
+    let full = cn == CHUNK;
     let sb = scale_bytes(K);
     let qb = quant_bytes(K);
     let mut acc = [_mm256_setzero_ps(); R];
@@ -355,7 +366,7 @@ unsafe fn group<const K: u8, const INT: bool, const R: usize, const FULL: bool>(
         let (d, m) = load_scales::<K>(t.scales.add(off), cn, t.scales_len - off);
         let dv = _mm256_mul_ps(d, ch.amv);
         _mm256_store_ps(dd[i].0.as_mut_ptr(), dv);
-        if INT && K != K_Q8_0 && !FULL {
+        if INT && K != K_Q8_0 && !full {
             let mut idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
             for v in dp[i].iter_mut().take(cn / 2) {
                 *v = _mm256_permutevar8x32_ps(dv, idx);
@@ -373,7 +384,7 @@ unsafe fn group<const K: u8, const INT: bool, const R: usize, const FULL: bool>(
         let ones = _mm256_set1_epi16(1);
         let m4 = _mm256_set1_epi8(0x0F);
         let mut b0 = 0;
-        if K != K_Q8_0 && FULL {
+        if K != K_Q8_0 && full {
             // Full chunk: keep the four per-pair integer sums (lanes [b ×4 | b+1 ×4]), fold them
             // into one vector of 8 per-block sums with 3 `vphaddd` + 1 `vpermd`, then a single
             // convert + FMA with the scales in natural order (no per-pair scale spreading).
