@@ -22,6 +22,13 @@
 //! * Integer path, Q8_0: the sign trick (`|w|` × `sign(x, w)`), one block per step.
 //! * f32 path: dequantization fused into FMAs; the Q4 offset/minimum is applied through the
 //!   per-block activation sums `Σx` in the same way.
+//!
+//! Safety contract of every private `unsafe fn` in this module: it is reached only from this
+//! module's public `tile_matvec` (whose caller, `super::tile_matvec`, has detected the CPU
+//! features named in its `#[target_feature]` and checked the slice lengths with `check_tile`), and
+//! it reads/writes only inside the tile's `scales`, `qs`, activation and `y` ranges derived from
+//! those lengths (masked loads for partial block pairs; full-width scale loads only when they stay
+//! inside the `scales` slice).
 
 use core::arch::x86_64::*;
 

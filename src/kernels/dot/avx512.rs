@@ -11,6 +11,13 @@
 //! The kernels are generated twice by a macro: once for `avx512f,avx512bw` (`vpmaddubsw` +
 //! `vpmaddwd`) and once with `avx512vnni` added (`vpdpbusd`), so the non-VNNI code can never pick
 //! up VNNI instructions. Selected only by runtime detection (see `mod.rs`).
+//!
+//! Safety contract of every private `unsafe fn` in this module: it is reached only from this
+//! module's public `tile_matvec` (whose caller, `super::tile_matvec`, has detected the CPU
+//! features named in its `#[target_feature]` and checked the slice lengths with `check_tile`), and
+//! it reads/writes only inside the tile's `scales`, `qs`, activation and `y` ranges derived from
+//! those lengths (masked loads for partial block pairs; full-width scale loads only when they stay
+//! inside the `scales` slice).
 
 use core::arch::x86_64::*;
 
