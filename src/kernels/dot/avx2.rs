@@ -2,20 +2,33 @@
 //!
 //! Layout of the hot loops (see `mod.rs` for the tile contract):
 //! * Columns are walked in *chunks* of up to 8 blocks (256 columns, one full tile width). Per chunk
-//!   and per row the block scales are converted once with `vcvtph2ps` (8 blocks at a time) and
-//!   pre-multiplied by the activation block scale, then read back with a broadcast per block.
+//!   and per row the block scales are converted once with `vcvtph2ps` (8 blocks at a time; partial
+//!   chunks use one masked full-width load when it stays inside the slice) and pre-multiplied by
+//!   the activation block scale.
 //! * Rows are processed 4 at a time so that every activation load is shared by 4 weight rows; the
 //!   row tails (1–3 rows) use the same generic code with a smaller `R`.
-//! * Integer path (activation pre-quantized to Q8): Q4 nibbles are unpacked with one
-//!   `vbroadcasti128` + `vpsrlvd` (0 in the low lane, 4 in the high lane) + `vpand`, which puts
-//!   elements 0..15 in the low lane and 16..31 in the high lane — the same order as the 32 activation
-//!   bytes. The *unsigned* nibbles go straight into `vpmaddubsw` (u8 × i8); the offset of Q4_0
-//!   (−8) and the minimum of Q4_1 (`m`) are applied per block in float as `−8·d·s` resp. `m·s`, with
-//!   `s = d_x·Σq_x` from [`Q8Act`](super::Q8Act), folded into the row accumulator's initial value
-//!   with one vector multiply per 8 blocks. This saves the `vpsignb` pair of the textbook approach.
-//!   Q8_0 uses the sign trick (`|w|` × `sign(x, w)`).
+//! * Integer path (activation pre-quantized to Q8), Q4: two blocks per step. Once per chunk the
+//!   activation bytes of each block pair are regrouped as `[b: 0..16 | b+1: 0..16]` and
+//!   `[b: 16..32 | b+1: 16..32]`; then per row one 32-byte load of the two blocks' packed quants
+//!   gives the low nibbles (`vpand`) and high nibbles (`vpsrlw` + `vpand`) in exactly that order.
+//!   The *unsigned* nibbles go straight into `vpmaddubsw` (u8 × i8), the two i16 results are added
+//!   (no overflow), `vpmaddwd` by 1. The offset of
+//!   Q4_0 (−8) and the minimum of Q4_1 (`m`) are applied per block in float as `−8·d·s` resp. `m·s`,
+//!   with `s = d_x·Σq_x` from [`super::Q8Act`], folded into the row accumulator's initial value
+//!   with one vector multiply per 8 blocks — no `vpsignb` pair and no per-block offset subtraction.
+//!   For full 8-block chunks the four per-pair sums are folded with `vphaddd` into per-block sums
+//!   and scaled with one FMA; partial chunks scale each pair with `[d_b ×4, d_b+1 ×4]`.
+//!   A lone trailing block uses `vbroadcasti128` + `vpsrlvd` (shift 0 | 4) + `vpand`.
+//! * Integer path, Q8_0: the sign trick (`|w|` × `sign(x, w)`), one block per step.
 //! * f32 path: dequantization fused into FMAs; the Q4 offset/minimum is applied through the
 //!   per-block activation sums `Σx` in the same way.
+//!
+//! Safety contract of every private `unsafe fn` in this module: it is reached only from this
+//! module's public `tile_matvec` (whose caller, `super::tile_matvec`, has detected the CPU
+//! features named in its `#[target_feature]` and checked the slice lengths with `check_tile`), and
+//! it reads/writes only inside the tile's `scales`, `qs`, activation and `y` ranges derived from
+//! those lengths (masked loads for partial block pairs; full-width scale loads only when they stay
+//! inside the `scales` slice).
 
 use core::arch::x86_64::*;
 
@@ -57,6 +70,7 @@ pub unsafe fn tile_matvec(
         rows,
         nb,
         scales: scales.as_ptr(),
+        scales_len: scales.len(),
         qs: qs.as_ptr(),
         y: y.as_mut_ptr(),
     };
@@ -86,6 +100,8 @@ pub(super) struct Tile {
     pub(super) rows: usize,
     pub(super) nb: usize,
     pub(super) scales: *const u8,
+    /// Length of the `scales` slice in bytes.
+    pub(super) scales_len: usize,
     pub(super) qs: *const u8,
     pub(super) y: *mut f32,
 }
@@ -135,20 +151,29 @@ pub(super) const fn quant_bytes(k: u8) -> usize {
 }
 
 /// Loads the `cn` (≤ 8) block scales of one row starting at `p` as (d, m) vectors (m = 0 for
-/// Q4_0/Q8_0); lanes ≥ `cn` are zero.
+/// Q4_0/Q8_0); lanes ≥ `cn` are zero. `avail` = readable bytes from `p` to the end of the tile's
+/// scales: a partial chunk is loaded with one full-width load when that stays inside the slice
+/// (the excess lanes are masked off), otherwise through a small stack copy.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn load_scales<const K: u8>(p: *const u8, cn: usize) -> (__m256, __m256) {
+pub(super) unsafe fn load_scales<const K: u8>(
+    p: *const u8,
+    cn: usize,
+    avail: usize,
+) -> (__m256, __m256) {
     let sb = scale_bytes(K);
+    let width = CHUNK * sb;
     let mut buf = [0u8; 32];
-    let src = if cn == CHUNK {
+    let src = if cn == CHUNK || avail >= width {
         p
     } else {
-        // SAFETY: the row holds at least `cn` blocks of `sb` scale bytes (tile contract).
-        core::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), cn * sb);
+        for (i, v) in buf.iter_mut().enumerate().take(cn * sb) {
+            // SAFETY: the row holds `cn` blocks of `sb` scale bytes (tile contract).
+            *v = *p.add(i);
+        }
         buf.as_ptr()
     };
-    if K == K_Q4_1 {
+    let (d, m) = if K == K_Q4_1 {
         // 8 × u32 = (d | m << 16): split, pack to u16, fix the lane order, convert.
         let v = _mm256_loadu_si256(src as *const __m256i);
         let d = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
@@ -161,6 +186,15 @@ pub(super) unsafe fn load_scales<const K: u8>(p: *const u8, cn: usize) -> (__m25
     } else {
         let v = _mm_loadu_si128(src as *const __m128i);
         (_mm256_cvtph_ps(v), _mm256_setzero_ps())
+    };
+    if cn == CHUNK {
+        (d, m)
+    } else {
+        let keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+            _mm256_set1_epi32(cn as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        ));
+        (_mm256_and_ps(d, keep), _mm256_and_ps(m, keep))
     }
 }
 
@@ -200,19 +234,65 @@ unsafe fn blocked<const K: u8, const INT: bool>(t: &Tile, a: Act) {
     while c0 < t.nb {
         let cn = CHUNK.min(t.nb - c0);
         let (amv, csv) = chunk_consts::<K, INT>(a, c0, cn);
+        // Q4 integer path: activation bytes of each block pair (b, b+1) regrouped as
+        // [b: 0..16 | b+1: 0..16] and [b: 16..32 | b+1: 16..32], matching the low and high
+        // nibbles of one 32-byte load of the two blocks' packed quants. Shared by all rows.
+        let mut xp = [_mm256_setzero_si256(); CHUNK];
+        if INT && K != K_Q8_0 {
+            for p in 0..cn / 2 {
+                let b = c0 + 2 * p;
+                let y0 = _mm256_loadu_si256(a.q.add(b * QK) as *const __m256i);
+                let y1 = _mm256_loadu_si256(a.q.add((b + 1) * QK) as *const __m256i);
+                xp[2 * p] = _mm256_permute2x128_si256::<0x20>(y0, y1);
+                xp[2 * p + 1] = _mm256_permute2x128_si256::<0x31>(y0, y1);
+            }
+        }
+        let ch = Chunk {
+            c0,
+            cn,
+            amv,
+            csv,
+            xp: &xp,
+        };
         let mut r0 = 0;
+        // Full chunks and the 2-block chunk of 576-wide models (256 + 256 + 64) get a
+        // compile-time block count, so their block loops unroll into straight-line code.
+        match cn {
+            CHUNK => {
+                while r0 + 4 <= t.rows {
+                    group::<K, INT, 4, CHUNK>(t, a, r0, &ch);
+                    r0 += 4;
+                }
+            }
+            2 => {
+                while r0 + 4 <= t.rows {
+                    group::<K, INT, 4, 2>(t, a, r0, &ch);
+                    r0 += 4;
+                }
+            }
+            _ => {}
+        }
         while r0 + 4 <= t.rows {
-            group::<K, INT, 4>(t, a, r0, c0, cn, amv, csv);
+            group::<K, INT, 4, 0>(t, a, r0, &ch);
             r0 += 4;
         }
         match t.rows - r0 {
-            1 => group::<K, INT, 1>(t, a, r0, c0, cn, amv, csv),
-            2 => group::<K, INT, 2>(t, a, r0, c0, cn, amv, csv),
-            3 => group::<K, INT, 3>(t, a, r0, c0, cn, amv, csv),
+            1 => group::<K, INT, 1, 0>(t, a, r0, &ch),
+            2 => group::<K, INT, 2, 0>(t, a, r0, &ch),
+            3 => group::<K, INT, 3, 0>(t, a, r0, &ch),
             _ => {}
         }
         c0 += cn;
     }
+}
+
+/// Per-chunk state shared by all row groups.
+struct Chunk<'a> {
+    c0: usize,
+    cn: usize,
+    amv: __m256,
+    csv: __m256,
+    xp: &'a [__m256i; CHUNK],
 }
 
 /// Per-chunk activation constants for blocks `c0..c0+cn`: the factor multiplying the weight
@@ -266,31 +346,43 @@ unsafe fn hsum(s: __m256) -> f32 {
     _mm_cvtss_f32(h)
 }
 
-/// `R` rows starting at `r0`, blocks `c0..c0+cn`.
+/// `R` rows starting at `r0`, blocks `ch.c0..ch.c0+ch.cn`.
 #[inline]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::needless_range_loop)] // indices address several parallel arrays in the hot loop
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group<const K: u8, const INT: bool, const R: usize>(
+unsafe fn group<const K: u8, const INT: bool, const R: usize, const CN: usize>(
     t: &Tile,
     a: Act,
     r0: usize,
-    c0: usize,
-    cn: usize,
-    amv: __m256,
-    csv: __m256,
+    ch: &Chunk,
 ) {
+    let c0 = ch.c0;
+    // `CN` > 0: the chunk's block count is a compile-time constant (straight-line code).
+    let cn = if CN > 0 { CN } else { ch.cn };
+    let full = cn == CHUNK;
     let sb = scale_bytes(K);
     let qb = quant_bytes(K);
     let mut acc = [_mm256_setzero_ps(); R];
     let mut dd = [Lanes([0.0; 8]); R];
     let mut wp = [core::ptr::null::<u8>(); R];
+    // Q4 integer path: per row and block pair, the scales spread as [d_b ×4, d_b+1 ×4].
+    let mut dp = [[_mm256_setzero_ps(); CHUNK / 2]; R];
     for i in 0..R {
         let r = r0 + i;
-        let (d, m) = load_scales::<K>(t.scales.add((r * t.nb + c0) * sb), cn);
-        _mm256_store_ps(dd[i].0.as_mut_ptr(), _mm256_mul_ps(d, amv));
+        let off = (r * t.nb + c0) * sb;
+        let (d, m) = load_scales::<K>(t.scales.add(off), cn, t.scales_len - off);
+        let dv = _mm256_mul_ps(d, ch.amv);
+        _mm256_store_ps(dd[i].0.as_mut_ptr(), dv);
+        if INT && K != K_Q8_0 && !full {
+            let mut idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+            for v in dp[i].iter_mut().take(cn / 2) {
+                *v = _mm256_permutevar8x32_ps(dv, idx);
+                idx = _mm256_add_epi32(idx, _mm256_set1_epi32(2));
+            }
+        }
         acc[i] = match K {
-            K_Q4_0 => _mm256_mul_ps(d, csv),
-            K_Q4_1 => _mm256_mul_ps(m, csv),
+            K_Q4_0 => _mm256_mul_ps(d, ch.csv),
+            K_Q4_1 => _mm256_mul_ps(m, ch.csv),
             _ => _mm256_setzero_ps(),
         };
         wp[i] = t.qs.add((r * t.nb + c0) * qb);
@@ -298,8 +390,57 @@ unsafe fn group<const K: u8, const INT: bool, const R: usize>(
     if INT {
         let ones = _mm256_set1_epi16(1);
         let m4 = _mm256_set1_epi8(0x0F);
+        let mut b0 = 0;
+        if K != K_Q8_0 && full {
+            // Full chunk: keep the four per-pair integer sums (lanes [b ×4 | b+1 ×4]), fold them
+            // into one vector of 8 per-block sums with 3 `vphaddd` + 1 `vpermd`, then a single
+            // convert + FMA with the scales in natural order (no per-pair scale spreading).
+            let pair = |i: usize, p: usize| {
+                let w = _mm256_loadu_si256(wp[i].add(p * 2 * qb) as *const __m256i);
+                let lo = _mm256_and_si256(w, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+                let s = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(lo, ch.xp[2 * p]),
+                    _mm256_maddubs_epi16(hi, ch.xp[2 * p + 1]),
+                );
+                _mm256_madd_epi16(s, ones)
+            };
+            let mut h01 = [_mm256_setzero_si256(); R];
+            for i in 0..R {
+                h01[i] = _mm256_hadd_epi32(pair(i, 0), pair(i, 1));
+            }
+            // hadd leaves [b0 b2 b4 b6 | b1 b3 b5 b7]; restore block order.
+            let unz = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            for i in 0..R {
+                let h23 = _mm256_hadd_epi32(pair(i, 2), pair(i, 3));
+                let h = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h01[i], h23), unz);
+                let dv = _mm256_load_ps(dd[i].0.as_ptr());
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), dv, acc[i]);
+            }
+            b0 = cn;
+        } else if K != K_Q8_0 {
+            // Two blocks per step: one 32-byte load, low/high nibbles against the regrouped
+            // activation; the two i16 products add without overflow (|Σ| ≤ 2·2·15·127).
+            for p in 0..cn / 2 {
+                let y0 = ch.xp[2 * p];
+                let y1 = ch.xp[2 * p + 1];
+                for i in 0..R {
+                    let w = _mm256_loadu_si256(wp[i].add(p * 2 * qb) as *const __m256i);
+                    let lo = _mm256_and_si256(w, m4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+                    let s = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, y0),
+                        _mm256_maddubs_epi16(hi, y1),
+                    );
+                    let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones));
+                    acc[i] = _mm256_fmadd_ps(s, dp[i][p], acc[i]);
+                }
+            }
+            b0 = cn & !1;
+        }
+        // Q8_0 (every block) and a lone trailing Q4 block: one block per step.
         let shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-        for b in 0..cn {
+        for b in b0..cn {
             let xv = _mm256_loadu_si256(a.q.add((c0 + b) * QK) as *const __m256i);
             for i in 0..R {
                 let p = if K == K_Q8_0 {
@@ -538,6 +679,50 @@ mod tests {
                 super::super::tile_matvec(Isa::Avx2, q, rows, cols, s, qs, x, xq, y)
             },
             2,
+        );
+    }
+
+    #[test]
+    fn requested_avx512_falls_back_when_missing() {
+        if skip() {
+            return;
+        }
+        // On a CPU without AVX-512 this exercises the AVX2 fallback; with it, the AVX-512 kernels.
+        check_kernel(
+            &|q, rows, cols, s, qs, x, xq, y| {
+                super::super::tile_matvec(Isa::Avx512, q, rows, cols, s, qs, x, xq, y)
+            },
+            5,
+        );
+    }
+
+    #[test]
+    fn empty_tiles_are_no_ops() {
+        use crate::quant::QuantType;
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+            for q in QuantType::ALL {
+                let mut y = [1.0f32; 3];
+                super::super::tile_matvec(isa, q, 0, 64, &[], &[], &[0.0; 64], None, &mut y);
+                super::super::tile_matvec(isa, q, 3, 0, &[], &[], &[], None, &mut y);
+                assert_eq!(y, [1.0; 3]);
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "qs too short")]
+    fn short_slices_are_rejected_before_simd() {
+        let mut y = [0.0f32; 4];
+        super::super::tile_matvec(
+            Isa::Avx2,
+            crate::quant::QuantType::Q4_0,
+            4,
+            32,
+            &[0; 8],
+            &[0; 63],
+            &[0.0; 32],
+            None,
+            &mut y,
         );
     }
 

@@ -11,6 +11,13 @@
 //! The kernels are generated twice by a macro: once for `avx512f,avx512bw` (`vpmaddubsw` +
 //! `vpmaddwd`) and once with `avx512vnni` added (`vpdpbusd`), so the non-VNNI code can never pick
 //! up VNNI instructions. Selected only by runtime detection (see `mod.rs`).
+//!
+//! Safety contract of every private `unsafe fn` in this module: it is reached only from this
+//! module's public `tile_matvec` (whose caller, `super::tile_matvec`, has detected the CPU
+//! features named in its `#[target_feature]` and checked the slice lengths with `check_tile`), and
+//! it reads/writes only inside the tile's `scales`, `qs`, activation and `y` ranges derived from
+//! those lengths (masked loads for partial block pairs; full-width scale loads only when they stay
+//! inside the `scales` slice).
 
 use core::arch::x86_64::*;
 
@@ -42,6 +49,7 @@ pub unsafe fn tile_matvec(
         rows,
         nb: cols / QK,
         scales: scales.as_ptr(),
+        scales_len: scales.len(),
         qs: qs.as_ptr(),
         y: y.as_mut_ptr(),
     };
@@ -97,14 +105,21 @@ macro_rules! avx512_kernels {
                     let cn = CHUNK.min(t.nb - c0);
                     let (amv, csv) = chunk_consts::<K, INT>(a, c0, cn);
                     let mut r0 = 0;
+                    if cn == CHUNK {
+                        // Full chunk: compile-time block count → straight-line code.
+                        while r0 + 4 <= t.rows {
+                            group::<K, INT, 4, true>(t, a, r0, c0, cn, amv, csv);
+                            r0 += 4;
+                        }
+                    }
                     while r0 + 4 <= t.rows {
-                        group::<K, INT, 4>(t, a, r0, c0, cn, amv, csv);
+                        group::<K, INT, 4, false>(t, a, r0, c0, cn, amv, csv);
                         r0 += 4;
                     }
                     match t.rows - r0 {
-                        1 => group::<K, INT, 1>(t, a, r0, c0, cn, amv, csv),
-                        2 => group::<K, INT, 2>(t, a, r0, c0, cn, amv, csv),
-                        3 => group::<K, INT, 3>(t, a, r0, c0, cn, amv, csv),
+                        1 => group::<K, INT, 1, false>(t, a, r0, c0, cn, amv, csv),
+                        2 => group::<K, INT, 2, false>(t, a, r0, c0, cn, amv, csv),
+                        3 => group::<K, INT, 3, false>(t, a, r0, c0, cn, amv, csv),
                         _ => {}
                     }
                     c0 += cn;
@@ -125,7 +140,7 @@ macro_rules! avx512_kernels {
             #[inline]
             #[allow(clippy::too_many_arguments)]
             #[target_feature(enable = $feat)]
-            unsafe fn group<const K: u8, const INT: bool, const R: usize>(
+            unsafe fn group<const K: u8, const INT: bool, const R: usize, const FULL: bool>(
                 t: &Tile,
                 a: Act,
                 r0: usize,
@@ -134,6 +149,7 @@ macro_rules! avx512_kernels {
                 amv: __m256,
                 csv: __m256,
             ) {
+                let cn = if FULL { CHUNK } else { cn };
                 let sb = scale_bytes(K);
                 let qb = quant_bytes(K);
                 let mut acc = [_mm512_setzero_ps(); R];
@@ -142,7 +158,8 @@ macro_rules! avx512_kernels {
                 let mut wp = [core::ptr::null::<u8>(); R];
                 for i in 0..R {
                     let r = r0 + i;
-                    let (d, m) = load_scales::<K>(t.scales.add((r * t.nb + c0) * sb), cn);
+                    let off = (r * t.nb + c0) * sb;
+                    let (d, m) = load_scales::<K>(t.scales.add(off), cn, t.scales_len - off);
                     let dm = _mm256_mul_ps(d, amv);
                     _mm256_store_ps(dd[i].0.as_mut_ptr(), dm);
                     ddz[i] = _mm512_zextps256_ps512(dm);
