@@ -865,11 +865,11 @@ fn cmd_pull(a: PullArgs) -> Result<()> {
         );
     }
     let out = pull::pull_dir()?.join("SmolLM2-135M-Instruct.Q4_1.cflow");
+    let gguf = pull::fetch_gguf(&mut |m| eprintln!("{m}"))?;
     if out.exists() && CflowFile::open(&out).is_ok() {
         println!("{}", out.display());
         return Ok(());
     }
-    let gguf = pull::fetch_gguf(&mut |m| eprintln!("{m}"))?;
     eprintln!(
         "importing {} (blocks copied without re-quantizing)...",
         gguf.display()

@@ -11,8 +11,8 @@ use cflow::convert::gguf::GgufFile;
 use cflow::convert::gguf_tokenizer::{tokenizer_from_gguf, GgufTokenizer};
 
 fn smollm2() -> Option<GgufTokenizer> {
-    let Some(path) = std::env::var_os("CFLOW_SMOLLM2") else {
-        println!("SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2)");
+    let Some(path) = cflow::convert::pull::smollm2_gguf() else {
+        println!("SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)");
         return None;
     };
     let f = GgufFile::open(&path).expect("open SmolLM2 GGUF");
