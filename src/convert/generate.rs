@@ -121,7 +121,7 @@ impl GenSpec {
         }
         let meta = ModelMeta {
             arch: self.arch.clone(),
-            name: format!("{} (synthetic, seed {})", self.arch, self.seed),
+            name: self.arch.clone(),
             synthetic: true,
             rope_style: RopeStyle::SplitHalf,
             eos_ids: if self.tokenizer_json.is_some() {

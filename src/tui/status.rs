@@ -25,6 +25,33 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         " cflow-tui",
         th.bar().add_modifier(ratatui::style::Modifier::BOLD),
     )];
+    // Badges come first so they survive truncation on narrow terminals.
+    let mut badges: Vec<Span> = Vec::new();
+    if app.recording {
+        badges.push(Span::styled(" ", th.bar()));
+        badges.push(Span::styled("● REC", th.bar().patch(th.bad())));
+    }
+    if let Some(r) = &app.replay {
+        badges.push(Span::styled(" ", th.bar()));
+        badges.push(Span::styled(
+            format!(
+                " REPLAY {} {} t={:.1}s ",
+                if r.paused { "⏸" } else { "▶" },
+                fmt_speed(r.speed),
+                r.t_ns as f64 / 1e9
+            ),
+            th.badge(),
+        ));
+    }
+    if app.frozen.is_some() {
+        badges.push(Span::styled(" ", th.bar()));
+        badges.push(Span::styled(" FROZEN ", th.badge()));
+    }
+    if app.whatif.is_some() {
+        badges.push(Span::styled(" ", th.bar()));
+        badges.push(Span::styled(" WHAT-IF ", th.badge()));
+    }
+    spans.extend(badges);
     match &v.model {
         Some(m) if compact => {
             spans.push(Span::styled(
@@ -88,30 +115,6 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
             spans.push(sep());
             spans.push(Span::styled(format!("tier {}", c.expert_tier), th.bar()));
         }
-    }
-    if app.recording {
-        spans.push(sep());
-        spans.push(Span::styled("● REC", th.bar().patch(th.bad())));
-    }
-    if let Some(r) = &app.replay {
-        spans.push(Span::styled(" ", th.bar()));
-        spans.push(Span::styled(
-            format!(
-                " REPLAY {} {} t={:.1}s ",
-                if r.paused { "⏸" } else { "▶" },
-                fmt_speed(r.speed),
-                r.t_ns as f64 / 1e9
-            ),
-            th.badge(),
-        ));
-    }
-    if app.frozen.is_some() {
-        spans.push(Span::styled(" ", th.bar()));
-        spans.push(Span::styled(" FROZEN ", th.badge()));
-    }
-    if app.whatif.is_some() {
-        spans.push(Span::styled(" ", th.bar()));
-        spans.push(Span::styled(" WHAT-IF ", th.badge()));
     }
     let used = width(&spans);
     if used < area.width as usize {

@@ -1,0 +1,118 @@
+//! End-to-end: drives the real binary in tmux (send-keys / capture-pane). Opens the demo model,
+//! types a prompt, waits for tokens, presses p, s, l, ?, z and quits; checks the screen at each
+//! step and that the terminal is restored. Then replays the recorded trace.
+//! SKIPs when tmux is not installed (`.ci/run` installs it).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+struct Tmux {
+    name: String,
+}
+
+impl Tmux {
+    fn start(name: &str, cmd: &str, w: u16, h: u16) -> Tmux {
+        let _ = Command::new("tmux").args(["kill-session", "-t", name]).output();
+        let ok = Command::new("tmux")
+            .args(["new-session", "-d", "-s", name, "-x", &w.to_string(), "-y", &h.to_string(), cmd])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux new-session failed");
+        Tmux { name: name.into() }
+    }
+    fn keys(&self, k: &[&str]) {
+        let mut a = vec!["send-keys", "-t", &self.name];
+        a.extend_from_slice(k);
+        assert!(Command::new("tmux").args(&a).status().unwrap().success());
+    }
+    fn literal(&self, text: &str) {
+        assert!(Command::new("tmux").args(["send-keys", "-t", &self.name, "-l", text]).status().unwrap().success());
+    }
+    fn screen(&self) -> String {
+        let o = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.name]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).to_string()
+    }
+    /// Waits until `pred(screen)` holds (up to `secs`), returning the screen.
+    fn wait(&self, secs: u64, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            if t0.elapsed() > Duration::from_secs(secs) {
+                panic!("timed out waiting for {what}; screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["kill-session", "-t", &self.name]).output();
+    }
+}
+
+fn have_tmux() -> bool {
+    Command::new("tmux").arg("-V").output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+#[test]
+fn demo_session_and_replay_in_tmux() {
+    if !have_tmux() {
+        println!("SKIP: tmux not installed (apt-get install -y tmux)");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_cflow-tui");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let trace = dir.path().join("demo.trace.jsonl");
+    let cmd = format!(
+        "CFLOW_CACHE={} {bin} --record {} --max-tokens 40; echo EXITED $?; sleep 60",
+        cache.display(),
+        trace.display()
+    );
+    let t = Tmux::start("cflow-e2e", &cmd, 160, 48);
+    let s = t.wait(90, "the TUI", |s| s.contains("Text") && s.contains("Streams"));
+    for title in ["Critical path", "Expert routing", "PMU", "Overlap", "A/B"] {
+        assert!(s.contains(title), "missing pane {title}:\n{s}");
+    }
+    assert!(s.contains("synthetic"), "demo banner missing:\n{s}");
+    t.literal("Once upon a time");
+    t.keys(&["Enter"]);
+    let s = t.wait(90, "tokens", |s| s.contains("model ") && s.contains("token #"));
+    assert!(s.contains("you   Once upon a time"), "{s}");
+    // Leave the input box, then toggles.
+    t.keys(&["Tab"]);
+    t.keys(&["p"]);
+    t.wait(10, "prefetch toggle", |s| s.to_lowercase().contains("prefetch"));
+    t.keys(&["s"]);
+    t.wait(10, "fetch toggle", |s| s.contains("fetch") || s.contains("staged"));
+    t.keys(&["l"]);
+    t.wait(10, "layout toggle", |s| s.contains("rowmajor") || s.contains("layout"));
+    t.keys(&["?"]);
+    t.wait(10, "help overlay", |s| s.to_lowercase().contains("help") && s.contains("quit"));
+    t.keys(&["Escape"]);
+    std::thread::sleep(Duration::from_millis(300));
+    t.keys(&["z"]);
+    let s = t.wait(10, "maximized pane", |s| !(s.contains("Expert routing") && s.contains("Critical path")));
+    assert!(!s.is_empty());
+    t.keys(&["z"]);
+    t.keys(&["q"]);
+    let s = t.wait(30, "exit", |s| s.contains("EXITED 0"));
+    // The alternate screen is gone: no pane borders remain.
+    assert!(!s.contains("Streams · MiB"), "terminal not restored:\n{s}");
+    drop(t);
+
+    // Replay the recorded trace.
+    assert!(trace.exists());
+    let cmd = format!("{bin} replay {}; echo EXITED $?; sleep 60", trace.display());
+    let t = Tmux::start("cflow-e2e-replay", &cmd, 120, 40);
+    let s = t.wait(30, "replay", |s| s.contains("REPLAY") && s.contains("Text"));
+    assert!(s.contains("Once upon a time") || s.contains("you"), "{s}");
+    t.keys(&["Space"]);
+    t.keys(&["q"]);
+    t.wait(30, "replay exit", |s| s.contains("EXITED 0"));
+}
