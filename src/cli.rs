@@ -383,7 +383,13 @@ fn default_command(cli: &Cli) -> Result<()> {
             prompt: Some("Once upon a time".into()),
             tokens: None,
             n: 32,
-            sampling: SamplingArgs { seed: 0, temperature: 0.0, top_k: 40, top_p: 0.95, repeat_penalty: 1.0 },
+            sampling: SamplingArgs {
+                seed: 0,
+                temperature: 0.0,
+                top_k: 40,
+                top_p: 0.95,
+                repeat_penalty: 1.0,
+            },
             json: false,
             dump_logits: None,
             top: 10,
@@ -397,11 +403,16 @@ fn default_command(cli: &Cli) -> Result<()> {
     let file = open_model(&path)?;
     let engine = Engine::new(file, cli.engine.options()?);
     let session = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
-    let machine = crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
+    let machine =
+        crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
     let ceiling = machine.bandwidth.as_ref().map(|b| b.read_gbps_nt);
     let worker = crate::engine::worker::spawn(
         session,
-        crate::engine::worker::WorkerOptions { record: cli.record.clone(), machine: Some(machine), pmu: !cli.no_pmu },
+        crate::engine::worker::WorkerOptions {
+            record: cli.record.clone(),
+            machine: Some(machine),
+            pmu: !cli.no_pmu,
+        },
     );
     let opts = crate::tui::TuiOptions {
         replay: false,
@@ -412,16 +423,29 @@ fn default_command(cli: &Cli) -> Result<()> {
         theme: crate::tui::Theme::from_env(),
     };
     let control = worker.control.clone();
-    let res = crate::tui::run(opts, worker.events.clone(), worker.commands.clone(), |r| match r {
-        crate::tui::UiRequest::StartRecording => {
-            let name = format!("cflow-{}.trace.jsonl", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0));
-            let _ = control.send(crate::engine::worker::Ctl::StartRecording(PathBuf::from(name)));
-        }
-        crate::tui::UiRequest::StopRecording => {
-            let _ = control.send(crate::engine::worker::Ctl::StopRecording);
-        }
-        _ => {}
-    });
+    let res = crate::tui::run(
+        opts,
+        worker.events.clone(),
+        worker.commands.clone(),
+        |r| match r {
+            crate::tui::UiRequest::StartRecording => {
+                let name = format!(
+                    "cflow-{}.trace.jsonl",
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0)
+                );
+                let _ = control.send(crate::engine::worker::Ctl::StartRecording(PathBuf::from(
+                    name,
+                )));
+            }
+            crate::tui::UiRequest::StopRecording => {
+                let _ = control.send(crate::engine::worker::Ctl::StopRecording);
+            }
+            _ => {}
+        },
+    );
     let _ = worker.commands.send(crate::telemetry::Command::Quit);
     worker.join();
     res
@@ -535,10 +559,14 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         (Some(t), _) => t.clone(),
         (None, Some(p)) if a.chat => {
             let (bos, eos) = special_strings(&sess);
-            let mut conv = crate::chat::conversation::Conversation::for_model(&sess.engine.cfg, &bos, &eos)
+            let mut conv =
+                crate::chat::conversation::Conversation::for_model(&sess.engine.cfg, &bos, &eos)
+                    .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
+            conv.turns
+                .push(crate::chat::template::ChatMessage::new("user", p.clone()));
+            let text = conv
+                .render()
                 .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
-            conv.turns.push(crate::chat::template::ChatMessage::new("user", p.clone()));
-            let text = conv.render().map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
             sess.tok
                 .as_ref()
                 .context("this model has no tokenizer")?
@@ -570,7 +598,11 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         None => None,
     };
     if let Some(t) = tap.as_mut() {
-        t.emit(Event::Prompt { text: a.prompt.clone().unwrap_or_default(), tokens: ids.clone(), chat: a.chat });
+        t.emit(Event::Prompt {
+            text: a.prompt.clone().unwrap_or_default(),
+            tokens: ids.clone(),
+            chat: a.chat,
+        });
     }
     let mut emit = |e: Event| {
         if let Some(t) = tap.as_mut() {
@@ -887,8 +919,14 @@ fn cmd_pull(a: PullArgs) -> Result<()> {
 /// bos/eos token strings for chat templates.
 fn special_strings(s: &Session) -> (String, String) {
     let t = s.tok.as_ref();
-    let name = |id: Option<u32>| id.and_then(|i| t.and_then(|t| t.id_to_token(i))).unwrap_or_default();
-    (name(t.and_then(|t| t.bos_id())), name(t.and_then(|t| t.eos_id())))
+    let name = |id: Option<u32>| {
+        id.and_then(|i| t.and_then(|t| t.id_to_token(i)))
+            .unwrap_or_default()
+    };
+    (
+        name(t.and_then(|t| t.bos_id())),
+        name(t.and_then(|t| t.eos_id())),
+    )
 }
 
 /// Records a headless session's events to a trace file.
@@ -902,17 +940,28 @@ impl RecordTap {
         use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
         let machine = crate::telemetry::machine::MachineProfile::detect(s.engine.opts.isa.name());
         let cfg = crate::engine::worker::config_info(s);
-        let rec = Recorder::create(path, TraceHeader::new(s.summary(), cfg.clone(), Some(machine)))
-            .with_context(|| format!("cannot record to {}", path.display()))?;
-        let mut t = RecordTap { rec: Some(rec), clock: SessionClock::start() };
-        t.emit(Event::Session { model: Box::new(s.summary()), config: cfg });
+        let rec = Recorder::create(
+            path,
+            TraceHeader::new(s.summary(), cfg.clone(), Some(machine)),
+        )
+        .with_context(|| format!("cannot record to {}", path.display()))?;
+        let mut t = RecordTap {
+            rec: Some(rec),
+            clock: SessionClock::start(),
+        };
+        t.emit(Event::Session {
+            model: Box::new(s.summary()),
+            config: cfg,
+        });
         Ok(t)
     }
 
     fn emit(&mut self, e: Event) {
         if let Some(r) = self.rec.as_mut() {
             if let Err(err) = r.record(&self.clock.stamp(e)) {
-                eprintln!("warning: recording stopped: {err} (the trace keeps every line written so far)");
+                eprintln!(
+                    "warning: recording stopped: {err} (the trace keeps every line written so far)"
+                );
                 self.rec = None;
             }
         }
@@ -973,8 +1022,15 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
         }
         if let Some(sys) = line.strip_prefix("/system") {
             let sys = sys.trim();
-            conv.system = if sys.is_empty() { None } else { Some(sys.to_string()) };
-            eprintln!("(system prompt {})", if sys.is_empty() { "cleared" } else { "set" });
+            conv.system = if sys.is_empty() {
+                None
+            } else {
+                Some(sys.to_string())
+            };
+            eprintln!(
+                "(system prompt {})",
+                if sys.is_empty() { "cleared" } else { "set" }
+            );
             continue;
         }
         if line == "/stats" {
@@ -991,21 +1047,39 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
             eprintln!("unknown command {line}; known: /reset, /system TEXT, /stats, /quit");
             continue;
         }
-        conv.turns.push(crate::chat::template::ChatMessage::new("user", line.clone()));
+        conv.turns.push(crate::chat::template::ChatMessage::new(
+            "user",
+            line.clone(),
+        ));
         let max_ctx = sess.engine.cfg.max_ctx;
         let dropped = {
             let tok = sess.tok.as_ref();
-            let count = |s: &str| tok.and_then(|t| t.encode(s, false).ok()).map_or(s.len(), |v| v.len());
-            conv.fit(max_ctx, a.n.min(max_ctx / 2), &count).map_err(|e| anyhow::anyhow!("chat template: {e}"))?
+            let count = |s: &str| {
+                tok.and_then(|t| t.encode(s, false).ok())
+                    .map_or(s.len(), |v| v.len())
+            };
+            conv.fit(max_ctx, a.n.min(max_ctx / 2), &count)
+                .map_err(|e| anyhow::anyhow!("chat template: {e}"))?
         };
         if dropped > 0 {
             eprintln!("(context full: dropped the {dropped} oldest messages)");
         }
-        let prompt = conv.render().map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
-        let ids = sess.tok.as_ref().context("tokenizer")?.encode(&prompt, false).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let prompt = conv
+            .render()
+            .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
+        let ids = sess
+            .tok
+            .as_ref()
+            .context("tokenizer")?
+            .encode(&prompt, false)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let suffix = sess.sync_prompt(&ids);
         if let Some(t) = tap.as_mut() {
-            t.emit(Event::Prompt { text: line.clone(), tokens: suffix.clone(), chat: true });
+            t.emit(Event::Prompt {
+                text: line.clone(),
+                tokens: suffix.clone(),
+                chat: true,
+            });
         }
         interrupted.store(false, std::sync::atomic::Ordering::Relaxed);
         let room = max_ctx.saturating_sub(sess.engine.pos() + suffix.len());
@@ -1027,14 +1101,20 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
         if let Some(e) = &out.error {
             eprintln!("error: {e}");
         }
-        conv.turns.push(crate::chat::template::ChatMessage::new("assistant", out.text.clone()));
+        conv.turns.push(crate::chat::template::ChatMessage::new(
+            "assistant",
+            out.text.clone(),
+        ));
         last = Some(out);
     }
     Ok(())
 }
 
 /// SIGINT sets `stop` (the engine stops within one layer) instead of killing the process.
-fn install_sigint(stop: Arc<std::sync::atomic::AtomicBool>, flag: Arc<std::sync::atomic::AtomicBool>) {
+fn install_sigint(
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    flag: Arc<std::sync::atomic::AtomicBool>,
+) {
     // A watcher thread polls a process-wide flag set by the handler in `util`.
     crate::io::signal::on_sigint(move || {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1050,7 +1130,10 @@ fn cmd_replay(a: ReplayArgs) -> Result<()> {
     }
     let skipped: u64 = r.skipped.values().sum();
     if skipped > 0 {
-        eprintln!("warning: skipped {skipped} events of unknown kinds: {:?}", r.skipped);
+        eprintln!(
+            "warning: skipped {skipped} events of unknown kinds: {:?}",
+            r.skipped
+        );
     }
     use std::io::IsTerminal;
     if a.summary || !std::io::stdout().is_terminal() {
@@ -1070,7 +1153,11 @@ fn cmd_replay(a: ReplayArgs) -> Result<()> {
     let events = r.events.clone();
     let speed0 = a.speed;
     let feeder = std::thread::spawn(move || replay_feeder(events, tx, ctl_rx, speed0));
-    let opts = crate::tui::TuiOptions { replay: true, theme: crate::tui::Theme::from_env(), ..Default::default() };
+    let opts = crate::tui::TuiOptions {
+        replay: true,
+        theme: crate::tui::Theme::from_env(),
+        ..Default::default()
+    };
     let (cmd_tx, _cmd_rx) = crossbeam_channel::unbounded();
     let res = crate::tui::run(opts, rx, cmd_tx, |req| {
         if let crate::tui::UiRequest::Replay(c) = req {
@@ -1098,7 +1185,11 @@ fn replay_feeder(
     let mut anchor = (Instant::now(), events.first().map_or(0, |e| e.t_ns));
     while i < events.len() {
         // Controls.
-        let timeout = if paused { Duration::from_millis(50) } else { Duration::ZERO };
+        let timeout = if paused {
+            Duration::from_millis(50)
+        } else {
+            Duration::ZERO
+        };
         match ctl.recv_timeout(timeout) {
             Ok(ReplayControl::SetPaused(p)) => {
                 paused = p;
@@ -1113,7 +1204,10 @@ fn replay_feeder(
             Ok(ReplayControl::Step(n)) => {
                 if n < 0 {
                     // Step back: re-send from the start up to the wanted token.
-                    let cur_tok = events[..i].iter().filter(|e| matches!(e.event, Event::Token { .. })).count() as i64;
+                    let cur_tok = events[..i]
+                        .iter()
+                        .filter(|e| matches!(e.event, Event::Token { .. }))
+                        .count() as i64;
                     let want = (cur_tok + n as i64).max(0);
                     i = 0;
                     step_budget = want;
@@ -1145,7 +1239,8 @@ fn replay_feeder(
         }
         let e = &events[i];
         if !paused {
-            let due = anchor.0 + Duration::from_nanos(((e.t_ns.saturating_sub(anchor.1)) as f64 / speed) as u64);
+            let due = anchor.0
+                + Duration::from_nanos(((e.t_ns.saturating_sub(anchor.1)) as f64 / speed) as u64);
             let now = Instant::now();
             if due > now {
                 std::thread::sleep((due - now).min(Duration::from_millis(20)));
@@ -1166,12 +1261,19 @@ fn cmd_export(a: ExportArgs) -> Result<()> {
     let r = crate::telemetry::replay::Replay::open(&a.file)?;
     let tmp = a.chrome.with_extension("json.tmp");
     {
-        let f = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let f = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
         let mut w = std::io::BufWriter::new(f);
-        crate::telemetry::chrome::export_chrome(&r, &mut w).with_context(|| format!("writing {}", tmp.display()))?;
+        crate::telemetry::chrome::export_chrome(&r, &mut w)
+            .with_context(|| format!("writing {}", tmp.display()))?;
         w.flush()?;
     }
     std::fs::rename(&tmp, &a.chrome)?;
-    eprintln!("wrote {} ({} events from {})", a.chrome.display(), r.events.len(), a.file.display());
+    eprintln!(
+        "wrote {} ({} events from {})",
+        a.chrome.display(),
+        r.events.len(),
+        a.file.display()
+    );
     Ok(())
 }

@@ -18,4 +18,3 @@ pub fn cache_dir() -> std::io::Result<PathBuf> {
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
-

@@ -362,7 +362,9 @@ fn random_byte_flips_never_panic() {
 #[test]
 fn real_smollm2_opens() {
     let Some(path) = cflow::convert::pull::smollm2_gguf() else {
-        println!("SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)");
+        println!(
+            "SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)"
+        );
         return;
     };
     let f = GgufFile::open(&path).unwrap();

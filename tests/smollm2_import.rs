@@ -10,7 +10,9 @@ use cflow::quant::join_blocks;
 #[test]
 fn q4_1_blocks_are_copied_byte_for_byte() {
     let Some(path) = cflow::convert::pull::smollm2_gguf() else {
-        println!("SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)");
+        println!(
+            "SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)"
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -51,7 +53,17 @@ fn q4_1_blocks_are_copied_byte_for_byte() {
     }
     assert!(joined == t.data);
     assert!(f.cfg.tied_embeddings());
-    assert_eq!((f.cfg.n_layers, f.cfg.d_model, f.cfg.n_heads, f.cfg.n_kv_heads, f.cfg.d_ff, f.cfg.vocab), (30, 576, 9, 3, 1536, 49152));
+    assert_eq!(
+        (
+            f.cfg.n_layers,
+            f.cfg.d_model,
+            f.cfg.n_heads,
+            f.cfg.n_kv_heads,
+            f.cfg.d_ff,
+            f.cfg.vocab
+        ),
+        (30, 576, 9, 3, 1536, 49152)
+    );
 }
 
 #[test]
@@ -61,6 +73,9 @@ fn import_failure_leaves_nothing_behind() {
     std::fs::write(&bad, b"GGUF\x03\x00\x00\x00garbage").unwrap();
     let out = dir.path().join("out.cflow");
     assert!(import_gguf(&bad, &out, QuantTarget::Keep, None, |_, _| {}).is_err());
-    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(left.len(), 1, "only the input remains: {left:?}");
 }

@@ -12,7 +12,9 @@ use cflow::convert::gguf_tokenizer::{tokenizer_from_gguf, GgufTokenizer};
 
 fn smollm2() -> Option<GgufTokenizer> {
     let Some(path) = cflow::convert::pull::smollm2_gguf() else {
-        println!("SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)");
+        println!(
+            "SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)"
+        );
         return None;
     };
     let f = GgufFile::open(&path).expect("open SmolLM2 GGUF");

@@ -12,9 +12,21 @@ struct Tmux {
 
 impl Tmux {
     fn start(name: &str, cmd: &str, w: u16, h: u16) -> Tmux {
-        let _ = Command::new("tmux").args(["kill-session", "-t", name]).output();
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", name])
+            .output();
         let ok = Command::new("tmux")
-            .args(["new-session", "-d", "-s", name, "-x", &w.to_string(), "-y", &h.to_string(), cmd])
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                &w.to_string(),
+                "-y",
+                &h.to_string(),
+                cmd,
+            ])
             .status()
             .unwrap()
             .success();
@@ -27,10 +39,17 @@ impl Tmux {
         assert!(Command::new("tmux").args(&a).status().unwrap().success());
     }
     fn literal(&self, text: &str) {
-        assert!(Command::new("tmux").args(["send-keys", "-t", &self.name, "-l", text]).status().unwrap().success());
+        assert!(Command::new("tmux")
+            .args(["send-keys", "-t", &self.name, "-l", text])
+            .status()
+            .unwrap()
+            .success());
     }
     fn screen(&self) -> String {
-        let o = Command::new("tmux").args(["capture-pane", "-p", "-t", &self.name]).output().unwrap();
+        let o = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.name])
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&o.stdout).to_string()
     }
     /// Waits until `pred(screen)` holds (up to `secs`), returning the screen.
@@ -51,12 +70,18 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux").args(["kill-session", "-t", &self.name]).output();
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.name])
+            .output();
     }
 }
 
 fn have_tmux() -> bool {
-    Command::new("tmux").arg("-V").output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 #[test]
@@ -75,29 +100,43 @@ fn demo_session_and_replay_in_tmux() {
         trace.display()
     );
     let t = Tmux::start("cflow-e2e", &cmd, 160, 48);
-    let s = t.wait(90, "the TUI", |s| s.contains("Text") && s.contains("Streams"));
+    let s = t.wait(90, "the TUI", |s| {
+        s.contains("Text") && s.contains("Streams")
+    });
     for title in ["Critical path", "Expert routing", "PMU", "Overlap", "A/B"] {
         assert!(s.contains(title), "missing pane {title}:\n{s}");
     }
     assert!(s.contains("synthetic"), "demo banner missing:\n{s}");
     t.literal("Once upon a time");
     t.keys(&["Enter"]);
-    let s = t.wait(90, "tokens", |s| s.contains("model ") && s.contains("token #"));
+    let s = t.wait(90, "tokens", |s| {
+        s.contains("model ") && s.contains("token #")
+    });
     assert!(s.contains("you   Once upon a time"), "{s}");
     // Leave the input box, then toggles.
     t.keys(&["Tab"]);
     t.keys(&["p"]);
-    t.wait(10, "prefetch toggle", |s| s.to_lowercase().contains("prefetch"));
+    t.wait(10, "prefetch toggle", |s| {
+        s.to_lowercase().contains("prefetch")
+    });
     t.keys(&["s"]);
-    t.wait(10, "fetch toggle", |s| s.contains("fetch") || s.contains("staged"));
+    t.wait(10, "fetch toggle", |s| {
+        s.contains("fetch") || s.contains("staged")
+    });
     t.keys(&["l"]);
-    t.wait(10, "layout toggle", |s| s.contains("rowmajor") || s.contains("layout"));
+    t.wait(10, "layout toggle", |s| {
+        s.contains("rowmajor") || s.contains("layout")
+    });
     t.keys(&["?"]);
-    t.wait(10, "help overlay", |s| s.to_lowercase().contains("help") && s.contains("quit"));
+    t.wait(10, "help overlay", |s| {
+        s.to_lowercase().contains("help") && s.contains("quit")
+    });
     t.keys(&["Escape"]);
     std::thread::sleep(Duration::from_millis(300));
     t.keys(&["z"]);
-    let s = t.wait(10, "maximized pane", |s| !(s.contains("Expert routing") && s.contains("Critical path")));
+    let s = t.wait(10, "maximized pane", |s| {
+        !(s.contains("Expert routing") && s.contains("Critical path"))
+    });
     assert!(!s.is_empty());
     t.keys(&["z"]);
     t.keys(&["q"]);

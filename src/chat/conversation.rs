@@ -14,7 +14,11 @@ pub struct Conversation {
 
 impl Conversation {
     /// A conversation using the model's template (or ChatML when it has none).
-    pub fn for_model(cfg: &ModelConfig, bos: &str, eos: &str) -> Result<Conversation, TemplateError> {
+    pub fn for_model(
+        cfg: &ModelConfig,
+        bos: &str,
+        eos: &str,
+    ) -> Result<Conversation, TemplateError> {
         Ok(Conversation {
             template: ChatTemplate::from_optional(cfg.meta.chat_template.as_deref(), bos, eos)?,
             system: None,
@@ -38,7 +42,12 @@ impl Conversation {
 
     /// Drops the oldest turn pairs until `count(render())` + `reserve` fits in `max_ctx`.
     /// Returns how many messages were dropped. Never drops the newest user message.
-    pub fn fit(&mut self, max_ctx: usize, reserve: usize, count: &dyn Fn(&str) -> usize) -> Result<usize, TemplateError> {
+    pub fn fit(
+        &mut self,
+        max_ctx: usize,
+        reserve: usize,
+        count: &dyn Fn(&str) -> usize,
+    ) -> Result<usize, TemplateError> {
         let mut dropped = 0;
         loop {
             let n = count(&self.render()?);

@@ -66,7 +66,10 @@ impl Session {
                     add_bos: m.add_bos,
                     ..Default::default()
                 };
-                Some(TokenizerWrap::from_json(j, Some(special)).map_err(|e| format!("embedded tokenizer: {e}"))?)
+                Some(
+                    TokenizerWrap::from_json(j, Some(special))
+                        .map_err(|e| format!("embedded tokenizer: {e}"))?,
+                )
             }
             None => None,
         };
@@ -290,7 +293,12 @@ impl Session {
     /// Makes the context a prefix of `ids`: keeps the longest common prefix of the cached
     /// context and `ids` (truncating the KV cache there) and returns the tokens still to feed.
     pub fn sync_prompt(&mut self, ids: &[u32]) -> Vec<u32> {
-        let mut common = self.context.iter().zip(ids).take_while(|(a, b)| a == b).count();
+        let mut common = self
+            .context
+            .iter()
+            .zip(ids)
+            .take_while(|(a, b)| a == b)
+            .count();
         // Always re-feed at least one token so there are fresh logits to sample from.
         if common == ids.len() && common > 0 {
             common -= 1;

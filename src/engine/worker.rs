@@ -99,7 +99,10 @@ impl Out {
         }
         let pending = self.rec_error.lock().ok().and_then(|mut m| m.take());
         if let Some(msg) = pending {
-            let _ = self.tx.send(self.clock.stamp(Event::Error { message: msg, fatal: false }));
+            let _ = self.tx.send(self.clock.stamp(Event::Error {
+                message: msg,
+                fatal: false,
+            }));
         }
     }
 }
@@ -111,10 +114,14 @@ fn apply_toggle(s: &mut Session, c: &Command) -> Vec<Event> {
         Command::SetLayout(l) => match l.as_str() {
             "cflow" => s.engine.set_layout(Layout::Cflow),
             "rowmajor" => s.engine.set_layout(Layout::RowMajor),
-            other => out.push(Event::Notice { message: format!("layout `{other}` is not available for this model") }),
+            other => out.push(Event::Notice {
+                message: format!("layout `{other}` is not available for this model"),
+            }),
         },
         Command::SetPrefetch(_) | Command::SetFetch(_) | Command::SetExpertTier(_) => {
-            out.push(Event::Notice { message: format!("{c:?}: expert I/O modes are not available in this build") });
+            out.push(Event::Notice {
+                message: format!("{c:?}: expert I/O modes are not available in this build"),
+            });
         }
         Command::SetSampling(p) => s.sampler = Sampler::new(p.clone()),
         _ => return out,
@@ -126,7 +133,11 @@ fn apply_toggle(s: &mut Session, c: &Command) -> Vec<Event> {
 fn is_toggle(c: &Command) -> bool {
     matches!(
         c,
-        Command::SetLayout(_) | Command::SetPrefetch(_) | Command::SetFetch(_) | Command::SetExpertTier(_) | Command::SetSampling(_)
+        Command::SetLayout(_)
+            | Command::SetPrefetch(_)
+            | Command::SetFetch(_)
+            | Command::SetExpertTier(_)
+            | Command::SetSampling(_)
     )
 }
 
@@ -174,24 +185,47 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 rec_error: Arc::new(Mutex::new(None)),
             };
             let summary = session.summary();
-            let start_recording = |path: &PathBuf, s: &Session, out: &Out| match Recorder::create(path, TraceHeader::new(s.summary(), config_info(s), machine.clone())) {
+            let start_recording = |path: &PathBuf, s: &Session, out: &Out| match Recorder::create(
+                path,
+                TraceHeader::new(s.summary(), config_info(s), machine.clone()),
+            ) {
                 Ok(r) => {
                     if let Ok(mut g) = out.rec.lock() {
                         *g = Some(r);
                     }
-                    out.emit(Event::Notice { message: format!("recording to {}", path.display()) });
+                    out.emit(Event::Notice {
+                        message: format!("recording to {}", path.display()),
+                    });
                 }
-                Err(e) => out.emit(Event::Error { message: format!("cannot record to {}: {e}", path.display()), fatal: false }),
+                Err(e) => out.emit(Event::Error {
+                    message: format!("cannot record to {}: {e}", path.display()),
+                    fatal: false,
+                }),
             };
             if let Some(p) = &record {
                 start_recording(p, &session, &out);
             }
-            out.emit(Event::Session { model: Box::new(summary), config: config_info(&session) });
+            out.emit(Event::Session {
+                model: Box::new(summary),
+                config: config_info(&session),
+            });
             if let (true, Some(reason)) = (pmu, session.engine.pmu.unavailable()) {
-                out.emit(Event::Notice { message: format!("PMU: {reason}") });
+                out.emit(Event::Notice {
+                    message: format!("PMU: {reason}"),
+                });
             }
-            let bos = session.tok.as_ref().and_then(|t| t.bos_id()).and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b))).unwrap_or_default();
-            let eos = session.tok.as_ref().and_then(|t| t.eos_id()).and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b))).unwrap_or_default();
+            let bos = session
+                .tok
+                .as_ref()
+                .and_then(|t| t.bos_id())
+                .and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b)))
+                .unwrap_or_default();
+            let eos = session
+                .tok
+                .as_ref()
+                .and_then(|t| t.eos_id())
+                .and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b)))
+                .unwrap_or_default();
             let mut conv = Conversation::for_model(&session.engine.cfg, &bos, &eos).ok();
             let deferred: Arc<Mutex<Vec<Ctl>>> = Arc::new(Mutex::new(Vec::new()));
             // Toggles that arrive mid-generation apply at the next token boundary.
@@ -205,8 +239,12 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                             Ctl::Cmd(cmd) if is_toggle(&cmd) => {
                                 // Apply directly to the engine (the sampler waits for the turn).
                                 match &cmd {
-                                    Command::SetLayout(l) if l == "rowmajor" => engine.set_layout(Layout::RowMajor),
-                                    Command::SetLayout(l) if l == "cflow" => engine.set_layout(Layout::Cflow),
+                                    Command::SetLayout(l) if l == "rowmajor" => {
+                                        engine.set_layout(Layout::RowMajor)
+                                    }
+                                    Command::SetLayout(l) if l == "cflow" => {
+                                        engine.set_layout(Layout::Cflow)
+                                    }
                                     _ => {
                                         if let Ok(mut d) = def.lock() {
                                             d.push(Ctl::Cmd(cmd));
@@ -237,7 +275,13 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
             }
             loop {
                 let next = {
-                    let d = deferred.lock().ok().and_then(|mut d| if d.is_empty() { None } else { Some(d.remove(0)) });
+                    let d = deferred.lock().ok().and_then(|mut d| {
+                        if d.is_empty() {
+                            None
+                        } else {
+                            Some(d.remove(0))
+                        }
+                    });
                     match d {
                         Some(c) => c,
                         None => match ctl_rx.recv() {
@@ -254,7 +298,9 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                 let path = r.path().display().to_string();
                                 let _ = r.finish();
                                 drop(g);
-                                out.emit(Event::Notice { message: format!("recording saved to {path}") });
+                                out.emit(Event::Notice {
+                                    message: format!("recording saved to {path}"),
+                                });
                             }
                         }
                     }
@@ -277,28 +323,49 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                         let ids = match session.encode(&text) {
                             Ok(i) => i,
                             Err(e) => {
-                                out.emit(Event::Error { message: e, fatal: false });
+                                out.emit(Event::Error {
+                                    message: e,
+                                    fatal: false,
+                                });
                                 continue;
                             }
                         };
-                        out.emit(Event::Prompt { text, tokens: ids.clone(), chat: false });
+                        out.emit(Event::Prompt {
+                            text,
+                            tokens: ids.clone(),
+                            chat: false,
+                        });
                         session.generate(&ids, max_tokens as usize, true, &mut |e| out.emit(e));
                     }
                     Ctl::Cmd(Command::Chat { text, max_tokens }) => {
                         session.engine.stop.store(false, Ordering::Relaxed);
                         let Some(c) = conv.as_mut() else {
-                            out.emit(Event::Error { message: "this model has no usable chat template".into(), fatal: false });
+                            out.emit(Event::Error {
+                                message: "this model has no usable chat template".into(),
+                                fatal: false,
+                            });
                             continue;
                         };
-                        c.turns.push(crate::chat::template::ChatMessage::new("user", text.clone()));
+                        c.turns.push(crate::chat::template::ChatMessage::new(
+                            "user",
+                            text.clone(),
+                        ));
                         let max_ctx = session.engine.cfg.max_ctx;
                         let tok = session.tok.as_ref();
-                        let count = |s: &str| tok.and_then(|t| t.encode(s, false).ok()).map_or(s.len(), |v| v.len());
+                        let count = |s: &str| {
+                            tok.and_then(|t| t.encode(s, false).ok())
+                                .map_or(s.len(), |v| v.len())
+                        };
                         match c.fit(max_ctx, max_tokens as usize, &count) {
                             Ok(0) => {}
-                            Ok(n) => out.emit(Event::Notice { message: format!("context full: dropped the {n} oldest messages") }),
+                            Ok(n) => out.emit(Event::Notice {
+                                message: format!("context full: dropped the {n} oldest messages"),
+                            }),
                             Err(e) => {
-                                out.emit(Event::Error { message: format!("chat template: {e}"), fatal: false });
+                                out.emit(Event::Error {
+                                    message: format!("chat template: {e}"),
+                                    fatal: false,
+                                });
                                 c.turns.pop();
                                 continue;
                             }
@@ -306,7 +373,10 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                         let prompt = match c.render() {
                             Ok(p) => p,
                             Err(e) => {
-                                out.emit(Event::Error { message: format!("chat template: {e}"), fatal: false });
+                                out.emit(Event::Error {
+                                    message: format!("chat template: {e}"),
+                                    fatal: false,
+                                });
                                 c.turns.pop();
                                 continue;
                             }
@@ -314,16 +384,29 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                         let ids = match tok.map(|t| t.encode(&prompt, false)) {
                             Some(Ok(i)) => i,
                             _ => {
-                                out.emit(Event::Error { message: "cannot tokenize the chat prompt".into(), fatal: false });
+                                out.emit(Event::Error {
+                                    message: "cannot tokenize the chat prompt".into(),
+                                    fatal: false,
+                                });
                                 c.turns.pop();
                                 continue;
                             }
                         };
                         let suffix = session.sync_prompt(&ids);
-                        out.emit(Event::Prompt { text, tokens: suffix.clone(), chat: true });
+                        out.emit(Event::Prompt {
+                            text,
+                            tokens: suffix.clone(),
+                            chat: true,
+                        });
                         let room = max_ctx.saturating_sub(session.engine.pos() + suffix.len());
-                        let r = session.generate(&suffix, (max_tokens as usize).min(room), true, &mut |e| out.emit(e));
-                        c.turns.push(crate::chat::template::ChatMessage::new("assistant", r.text));
+                        let r = session.generate(
+                            &suffix,
+                            (max_tokens as usize).min(room),
+                            true,
+                            &mut |e| out.emit(e),
+                        );
+                        c.turns
+                            .push(crate::chat::template::ChatMessage::new("assistant", r.text));
                     }
                     Ctl::Cmd(c) if is_toggle(&c) => {
                         for e in apply_toggle(&mut session, &c) {
@@ -339,5 +422,11 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
             }
         })
         .expect("spawn engine thread");
-    Worker { commands: cmd_tx, control: ctl_tx, events: ev_rx, stop, threads: vec![pump, engine_thread] }
+    Worker {
+        commands: cmd_tx,
+        control: ctl_tx,
+        events: ev_rx,
+        stop,
+        threads: vec![pump, engine_thread],
+    }
 }

@@ -1,6 +1,11 @@
 //! Persistent worker pool for the parallel matvecs of decode. The caller thread participates;
 //! `n - 1` workers spin briefly on an epoch counter between jobs (a decode step issues hundreds
 //! of small matvecs per token, so wake-up latency matters) and park on a condvar when idle.
+//!
+//! Tasks are claimed with a compare-and-swap on one word holding (epoch, next task), so a worker
+//! that wakes late can never claim work of a finished job, and the caller waits only for tasks
+//! that were actually claimed — not for descheduled workers. That keeps an oversubscribed
+//! machine (other processes on every core) from stalling each matvec on a sleeping worker.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -8,13 +13,22 @@ use std::time::{Duration, Instant};
 
 type JobFn = dyn Fn(usize) + Sync;
 
+#[derive(Clone, Copy)]
+struct JobPtr(*const JobFn);
+// SAFETY: the pointer is only dereferenced for a task claimed under the job's epoch; the
+// submitting `run` call does not return before every claimed task has finished, so the referent
+// (which is `Sync`) outlives every use.
+unsafe impl Send for JobPtr {}
+
 struct Shared {
+    /// Current job and its epoch (read together).
+    job: Mutex<(u32, Option<JobPtr>, usize)>,
+    /// High 32 bits: epoch; low 32 bits: next task index.
+    claim: AtomicU64,
+    /// Tasks finished in the current epoch.
+    done: AtomicUsize,
+    /// Epoch counter workers watch.
     epoch: AtomicU64,
-    /// The current job: a type-erased `&dyn Fn(task)`, valid while `pending > 0`.
-    job: Mutex<Option<JobPtr>>,
-    next: AtomicUsize,
-    n_tasks: AtomicUsize,
-    pending: AtomicUsize,
     quit: AtomicBool,
     sleeping: AtomicUsize,
     lock: Mutex<()>,
@@ -22,28 +36,47 @@ struct Shared {
     spin: Duration,
 }
 
-#[derive(Clone, Copy)]
-struct JobPtr(*const JobFn);
-// SAFETY: the pointer is only dereferenced while the submitting `run` call is blocked waiting
-// for all workers, so the referent (which is `Sync`) outlives every use.
-unsafe impl Send for JobPtr {}
+impl Shared {
+    /// Claims the next task of `epoch`, if any.
+    fn claim(&self, epoch: u32, n: usize) -> Option<usize> {
+        let mut cur = self.claim.load(Ordering::Acquire);
+        loop {
+            if (cur >> 32) as u32 != epoch {
+                return None;
+            }
+            let idx = (cur & 0xFFFF_FFFF) as usize;
+            if idx >= n {
+                return None;
+            }
+            match self.claim.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(idx),
+                Err(v) => cur = v,
+            }
+        }
+    }
+}
 
 /// A fixed-size pool. `run(n, f)` calls `f(0..n)` spread over all threads and returns when done.
 pub struct ThreadPool {
     n_threads: usize,
     shared: Arc<Shared>,
     handles: Vec<std::thread::JoinHandle<()>>,
+    epoch: std::cell::Cell<u32>,
 }
 
 impl ThreadPool {
     pub fn new(n_threads: usize) -> ThreadPool {
         let n_threads = n_threads.max(1);
         let shared = Arc::new(Shared {
+            job: Mutex::new((0, None, 0)),
+            claim: AtomicU64::new(0),
+            done: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
-            job: Mutex::new(None),
-            next: AtomicUsize::new(0),
-            n_tasks: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
             quit: AtomicBool::new(false),
             sleeping: AtomicUsize::new(0),
             lock: Mutex::new(()),
@@ -52,7 +85,7 @@ impl ThreadPool {
                 std::env::var("CFLOW_SPIN_US")
                     .ok()
                     .and_then(|v| v.parse().ok())
-                    .unwrap_or(2000),
+                    .unwrap_or(300),
             ),
         });
         let handles = (1..n_threads)
@@ -68,6 +101,7 @@ impl ThreadPool {
             n_threads,
             shared,
             handles,
+            epoch: std::cell::Cell::new(0),
         }
     }
 
@@ -86,76 +120,39 @@ impl ThreadPool {
             }
             return;
         }
+        assert!(n_tasks < u32::MAX as usize);
         let s = &*self.shared;
-        // SAFETY: we erase the lifetime of `f` to publish it to the workers. This call does not
-        // return until `pending` drops to zero, i.e. until no worker can touch `f` any more.
+        let epoch = self.epoch.get().wrapping_add(1);
+        self.epoch.set(epoch);
+        // SAFETY: we erase the lifetime of `f` to publish it to the workers. A worker only calls
+        // it for a task it claimed under this epoch, and this call does not return until all
+        // claimed tasks are done (`done == n_tasks`), so `f` outlives every call.
         let ptr: *const JobFn = unsafe {
             std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const JobFn>(f as *const _)
         };
-        *s.job.lock().expect("pool lock") = Some(JobPtr(ptr));
-        s.next.store(0, Ordering::Relaxed);
-        s.n_tasks.store(n_tasks, Ordering::Relaxed);
-        s.pending.store(self.n_threads - 1, Ordering::Relaxed);
-        s.epoch.fetch_add(1, Ordering::AcqRel);
+        s.done.store(0, Ordering::Relaxed);
+        *s.job.lock().expect("pool lock") = (epoch, Some(JobPtr(ptr)), n_tasks);
+        s.claim.store((epoch as u64) << 32, Ordering::Release);
+        s.epoch.store(epoch as u64, Ordering::Release);
         if s.sleeping.load(Ordering::Acquire) > 0 {
             let _g = s.lock.lock().expect("pool lock");
             s.cv.notify_all();
         }
-        loop {
-            let t = s.next.fetch_add(1, Ordering::Relaxed);
-            if t >= n_tasks {
-                break;
-            }
+        let mut mine = 0;
+        while let Some(t) = s.claim(epoch, n_tasks) {
             f(t);
+            mine += 1;
         }
-        while s.pending.load(Ordering::Acquire) != 0 {
-            std::hint::spin_loop();
-        }
-        *s.job.lock().expect("pool lock") = None;
-    }
-}
-
-fn worker(s: Arc<Shared>) {
-    let mut seen = 0u64;
-    loop {
-        // Wait for a new epoch: spin, then park.
-        let start = Instant::now();
+        s.done.fetch_add(mine, Ordering::AcqRel);
         let mut spins = 0u32;
-        loop {
-            if s.quit.load(Ordering::Acquire) {
-                return;
-            }
-            if s.epoch.load(Ordering::Acquire) != seen {
-                break;
-            }
+        while s.done.load(Ordering::Acquire) != n_tasks {
             spins += 1;
-            if spins.is_multiple_of(1024) && start.elapsed() > s.spin {
-                s.sleeping.fetch_add(1, Ordering::AcqRel);
-                let mut g = s.lock.lock().expect("pool lock");
-                while s.epoch.load(Ordering::Acquire) == seen && !s.quit.load(Ordering::Acquire) {
-                    g = s.cv.wait(g).expect("pool lock");
-                }
-                drop(g);
-                s.sleeping.fetch_sub(1, Ordering::AcqRel);
-            } else {
+            if spins < 4096 {
                 std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
             }
         }
-        seen = s.epoch.load(Ordering::Acquire);
-        let job = *s.job.lock().expect("pool lock");
-        if let Some(JobPtr(p)) = job {
-            // SAFETY: see `JobPtr`: the submitter waits for `pending == 0` before invalidating.
-            let f: &JobFn = unsafe { &*p };
-            let n = s.n_tasks.load(Ordering::Relaxed);
-            loop {
-                let t = s.next.fetch_add(1, Ordering::Relaxed);
-                if t >= n {
-                    break;
-                }
-                f(t);
-            }
-        }
-        s.pending.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -168,6 +165,47 @@ impl Drop for ThreadPool {
         }
         for h in self.handles.drain(..) {
             let _ = h.join();
+        }
+    }
+}
+
+fn worker(s: Arc<Shared>) {
+    let mut seen = 0u64;
+    loop {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if s.quit.load(Ordering::Acquire) {
+                return;
+            }
+            if s.epoch.load(Ordering::Acquire) != seen {
+                break;
+            }
+            spins += 1;
+            if spins % 256 == 0 && start.elapsed() > s.spin {
+                s.sleeping.fetch_add(1, Ordering::AcqRel);
+                let mut g = s.lock.lock().expect("pool lock");
+                while s.epoch.load(Ordering::Acquire) == seen && !s.quit.load(Ordering::Acquire) {
+                    g = s.cv.wait(g).expect("pool lock");
+                }
+                drop(g);
+                s.sleeping.fetch_sub(1, Ordering::AcqRel);
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        seen = s.epoch.load(Ordering::Acquire);
+        let (epoch, job, n) = *s.job.lock().expect("pool lock");
+        let Some(JobPtr(p)) = job else { continue };
+        let mut mine = 0;
+        while let Some(t) = s.claim(epoch, n) {
+            // SAFETY: task `t` was claimed under `epoch`, whose submitter waits for it.
+            let f: &JobFn = unsafe { &*p };
+            f(t);
+            mine += 1;
+        }
+        if mine > 0 {
+            s.done.fetch_add(mine, Ordering::AcqRel);
         }
     }
 }
@@ -190,6 +228,19 @@ mod tests {
                 }
                 assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
             }
+        }
+    }
+
+    #[test]
+    fn late_workers_never_run_stale_jobs() {
+        // Many tiny jobs in a row with a short spin: workers often wake after the job finished.
+        let pool = ThreadPool::new(3);
+        for round in 0..2000u32 {
+            let hits: Vec<AtomicU32> = (0..3).map(|_| AtomicU32::new(0)).collect();
+            pool.run(3, &|t| {
+                hits[t].fetch_add(round + 1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == round + 1));
         }
     }
 }

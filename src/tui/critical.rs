@@ -68,7 +68,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         .whatif
         .unwrap_or((model.dense_delay, model.expert_delay));
     let cp = critical_path(model.critical_bytes(), dd, de);
-    let actual = critical_path(model.critical_bytes(), model.dense_delay, model.expert_delay);
+    let actual = critical_path(
+        model.critical_bytes(),
+        model.dense_delay,
+        model.expert_delay,
+    );
     let measured = measured_layer_ns(app);
     let has_measured = measured.iter().any(|&x| x > 0.0);
 
