@@ -354,9 +354,8 @@ pub fn main() -> i32 {
 }
 
 fn dispatch(cli: Cli) -> Result<()> {
-    match &cli.cmd {
-        None => return default_command(&cli),
-        Some(_) => {}
+    if cli.cmd.is_none() {
+        return default_command(&cli);
     }
     match cli.cmd {
         None => default_command(&cli),

@@ -182,7 +182,7 @@ fn worker(s: Arc<Shared>) {
                 break;
             }
             spins += 1;
-            if spins % 256 == 0 && start.elapsed() > s.spin {
+            if spins.is_multiple_of(256) && start.elapsed() > s.spin {
                 s.sleeping.fetch_add(1, Ordering::AcqRel);
                 let mut g = s.lock.lock().expect("pool lock");
                 while s.epoch.load(Ordering::Acquire) == seen && !s.quit.load(Ordering::Acquire) {
