@@ -169,7 +169,7 @@ def sample_llama(a, t):
            "--tokens", str(a.tokens), "--prompt-len", str(a.prompt_len), "--prefill-len", str(a.prefill_len)]
     env = dict(os.environ, **LLAMA_ENV)
     load = load1()
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.sample_timeout)
     if r.returncode != 0:
         raise RuntimeError(f"llama-worker failed: {r.stderr[-2000:]}")
     res = json.loads(r.stdout.strip().splitlines()[-1])
@@ -180,7 +180,7 @@ def sample_llama(a, t):
 def run_cflow_json(a, t, tokens, prompt_len):
     cmd = [a.cflow_bin, "bench", "decode", a.cflow, "--threads", str(t), "--tokens", str(tokens),
            "--prompt-len", str(prompt_len), "--repeat", "1", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.sample_timeout)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr[-2000:]}")
     arr = json.loads(r.stdout.strip().splitlines()[-1])
@@ -315,6 +315,8 @@ def main():
     c.add_argument("--membw", default="/tmp/anchor/membw")
     c.add_argument("--dram-gbs", default=None, help="skip membw: e.g. 1=20.3,2=33.3")
     c.add_argument("--json", default=None, help="write raw samples + summary here")
+    c.add_argument("--sample-timeout", type=float, default=900,
+                   help="seconds per engine process; a timed-out sample aborts the run (overloaded machine)")
 
     wk = sub.add_parser("llama-worker", parents=[common])
     wk.add_argument("--threads", type=int, required=True)
