@@ -151,6 +151,9 @@ pub struct EngineArgs {
     /// Use f32 activations instead of Q8-quantized activations with integer dot products.
     #[arg(long, global = true)]
     pub f32_act: bool,
+    /// Round the KV cache to f16 (llama.cpp's default) instead of keeping it in f32.
+    #[arg(long, global = true)]
+    pub kv_f16: bool,
 }
 
 impl EngineArgs {
@@ -178,6 +181,7 @@ impl EngineArgs {
             int_act: !self.f32_act,
             layout,
             timings: true,
+            kv_f16: self.kv_f16,
         })
     }
 }

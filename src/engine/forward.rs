@@ -44,6 +44,8 @@ pub struct EngineOptions {
     pub layout: Layout,
     /// Collect per-layer timings (bytes are always counted).
     pub timings: bool,
+    /// Round cached keys/values to f16 (llama.cpp's default KV type) instead of keeping f32.
+    pub kv_f16: bool,
 }
 
 impl Default for EngineOptions {
@@ -54,6 +56,7 @@ impl Default for EngineOptions {
             int_act: true,
             layout: Layout::Cflow,
             timings: true,
+            kv_f16: false,
         }
     }
 }
@@ -121,6 +124,7 @@ struct Ctx<'a> {
     isa: Isa,
     int_act: bool,
     rowmajor: Option<&'a RowMajorWeights>,
+    kv_f16: bool,
 }
 
 impl Ctx<'_> {
@@ -323,6 +327,7 @@ impl Engine {
             } else {
                 None
             },
+            kv_f16: self.opts.kv_f16,
         };
         let cfg = ctx.cfg;
         let s = &mut self.s;
@@ -607,6 +612,12 @@ fn attention(
         for h in s.v.chunks_exact_mut(hd) {
             let src = h.to_vec();
             rmsnorm(h, &src, None, cfg.rms_eps);
+        }
+    }
+    if ctx.kv_f16 {
+        // Emulate an f16 KV cache (llama.cpp's default) by rounding what is stored.
+        for v in s.k.iter_mut().chain(s.v.iter_mut()) {
+            *v = half::f16::from_f32(*v).to_f32();
         }
     }
     kv.store(l, pos, &s.k, &s.v);

@@ -1,0 +1,100 @@
+//! Parity with llama.cpp on the same SmolLM2 Q4_1 GGUF (goldens made by
+//! tests/reference/llamacpp_goldens.py): identical token ids, teacher-forced top-1 agreement
+//! ≥ 98 %, max |Δlogit| over llama.cpp's top-10, and greedy continuations.
+//! Needs the SmolLM2 GGUF (`$CFLOW_SMOLLM2` or `cflow-tui pull smollm2`); SKIPs otherwise.
+
+use cflow::convert::import_gguf::{import_gguf, QuantTarget};
+use cflow::engine::sampler::argmax;
+use cflow::engine::session::Session;
+use cflow::engine::{Engine, EngineOptions};
+use cflow::format::CflowFile;
+use cflow::telemetry::SamplingParams;
+use serde_json::Value;
+use std::sync::Arc;
+
+fn golden() -> Value {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/reference/goldens/smollm2_llamacpp.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+#[test]
+fn smollm2_matches_llamacpp() {
+    let Some(gguf) = cflow::convert::pull::smollm2_gguf() else {
+        println!("SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smollm2.cflow");
+    import_gguf(&gguf, &path, QuantTarget::Keep, Some(1024), |_, _| {}).unwrap();
+    let file = Arc::new(CflowFile::open(&path).unwrap());
+    let g = golden();
+    let opts = EngineOptions {
+        int_act: std::env::var_os("CFLOW_PARITY_F32").is_none(),
+        kv_f16: std::env::var_os("CFLOW_PARITY_KV_F16").is_some(),
+        ..Default::default()
+    };
+    let mut sess = Session::new(Engine::new(file, opts), SamplingParams::default()).unwrap();
+    let (mut agree, mut total) = (0usize, 0usize);
+    let mut max_dl_all = 0f32;
+    let mut greedy_same = 0;
+    let mut greedy_total = 0;
+    eprintln!("{:<14} {:>5} {:>9} {:>10} {:>8}  greedy", "prompt", "toks", "top-1", "max|Δlog|", "Δlse");
+    for p in g["prompts"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        let text = p["text"].as_str().unwrap();
+        let want = ids(&p["ids"]);
+        let tok = sess.tok.as_ref().unwrap();
+        let got = tok.encode(text, false).unwrap();
+        assert_eq!(got, want, "{name}: token ids differ from llama.cpp");
+        assert_eq!(tok.decode(&got, false).unwrap(), text, "{name}: decode(encode(s)) != s");
+        // Teacher-forced logits at every position.
+        sess.reset();
+        let tops = p["top"].as_array().unwrap();
+        let lses = p["logsumexp"].as_array().unwrap();
+        let (mut a, mut max_dl, mut max_dlse) = (0usize, 0f32, 0f32);
+        for (i, &id) in want.iter().enumerate() {
+            let logits = sess.engine.step(id, true).unwrap().unwrap().to_vec();
+            let top: Vec<(usize, f32)> =
+                tops[i].as_array().unwrap().iter().map(|e| (e[0].as_u64().unwrap() as usize, e[1].as_f64().unwrap() as f32)).collect();
+            if argmax(&logits) == top[0].0 {
+                a += 1;
+            }
+            for (tid, l) in &top {
+                max_dl = max_dl.max((logits[*tid] - l).abs());
+            }
+            let lse = cflow::engine::ops::logsumexp(&logits);
+            max_dlse = max_dlse.max((lse - lses[i].as_f64().unwrap() as f32).abs());
+            sess.context.push(id);
+        }
+        agree += a;
+        total += want.len();
+        max_dl_all = max_dl_all.max(max_dl);
+        // Greedy continuation, compared up to the first near-tie of llama.cpp's own choice.
+        let gref = ids(&p["greedy"]);
+        let margins: Vec<f64> = p["greedy_margin"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap()).collect();
+        let cmp_len = margins.iter().position(|m| *m < 0.05).unwrap_or(gref.len()).min(gref.len());
+        sess.reset();
+        let out = sess.generate(&want, gref.len(), true, &mut |_| {});
+        let same = out.tokens.len() >= cmp_len && out.tokens[..cmp_len] == gref[..cmp_len];
+        let first_div = out.tokens.iter().zip(&gref).position(|(a, b)| a != b);
+        greedy_total += 1;
+        greedy_same += same as usize;
+        eprintln!(
+            "{name:<14} {:>5} {:>8.1}% {max_dl:>10.4} {max_dlse:>8.4}  {} (compared {cmp_len}/{}; first divergence {:?})",
+            want.len(),
+            100.0 * a as f64 / want.len() as f64,
+            if same { "identical" } else { "DIFFERS" },
+            gref.len(),
+            first_div
+        );
+    }
+    let rate = agree as f64 / total as f64;
+    eprintln!("overall top-1 {:.2}% over {total} positions; max |Δlogit| {max_dl_all:.4}; greedy identical {greedy_same}/{greedy_total}", 100.0 * rate);
+    assert!(rate >= 0.98, "top-1 agreement {rate}");
+    assert!(greedy_same + 1 >= greedy_total, "greedy identical only {greedy_same}/{greedy_total}");
+    assert!(max_dl_all < 0.5, "max |Δlogit| {max_dl_all}");
+}
