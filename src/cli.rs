@@ -118,6 +118,7 @@ impl EngineArgs {
             int_act: !self.f32_act,
             layout,
             timings: true,
+            ..Default::default()
         })
     }
 }

@@ -293,6 +293,7 @@ fn engine(f: &Arc<CflowFile>, threads: usize) -> Engine {
             int_act: false,
             layout: Layout::Cflow,
             timings: true,
+            ..Default::default()
         },
     )
 }
