@@ -54,11 +54,17 @@ fn decode(e: &mut Engine, n: usize) -> (Vec<u32>, Vec<u32>) {
     (out, e.logits().iter().map(|v| v.to_bits()).collect())
 }
 
-fn engine(f: &Arc<CflowFile>, tier: ExpertTier, fetch: FetchMode, pf: bool, h: FetchHooks) -> Engine {
+fn engine(
+    f: &Arc<CflowFile>,
+    tier: ExpertTier,
+    fetch: FetchMode,
+    pf: bool,
+    h: FetchHooks,
+) -> Engine {
     Engine::new(
         f.clone(),
         EngineOptions {
-            threads: 2,
+            threads: 1,
             expert_tier: tier,
             fetch,
             prefetch: pf,
@@ -71,7 +77,13 @@ fn engine(f: &Arc<CflowFile>, tier: ExpertTier, fetch: FetchMode, pf: bool, h: F
 
 fn check_all_combinations(path: &Path, expect_direct: Option<bool>) {
     let f = Arc::new(CflowFile::open(path).unwrap());
-    let mut base = engine(&f, ExpertTier::Mmap, FetchMode::Sync, false, FetchHooks::default());
+    let mut base = engine(
+        &f,
+        ExpertTier::Mmap,
+        FetchMode::Sync,
+        false,
+        FetchHooks::default(),
+    );
     let (toks, logits) = decode(&mut base, 10);
     for tier in [ExpertTier::Mmap, ExpertTier::Direct] {
         for fetch in [FetchMode::Sync, FetchMode::Staged] {
@@ -93,7 +105,10 @@ fn check_all_combinations(path: &Path, expect_direct: Option<bool>) {
                     assert!(l == logits, "logits differ: {what}");
                     if tier == ExpertTier::Direct {
                         let c = e.fetch_counters().expect("fetcher used");
-                        assert!(c.submitted > 0 && c.submitted == c.completed, "{what}: {c:?}");
+                        assert!(
+                            c.submitted > 0 && c.submitted == c.completed,
+                            "{what}: {c:?}"
+                        );
                         assert_eq!(c.failed, 0, "{what}");
                         assert_eq!(c.reuse_violations, 0, "{what}");
                         let info = e.config_info();
@@ -125,7 +140,11 @@ fn check_all_combinations(path: &Path, expect_direct: Option<bool>) {
 fn combinations_bit_identical_on_disk() {
     // target/ is on a real filesystem where O_DIRECT normally works.
     let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-    for (arch, layers) in [("arch2_4_combined", 8), ("arch4_async_experts", 8), ("mixtral", 3)] {
+    for (arch, layers) in [
+        ("arch2_4_combined", 8),
+        ("arch4_async_experts", 8),
+        ("mixtral", 3),
+    ] {
         let p = gen(dir.path(), arch, layers, 128);
         check_all_combinations(&p, None);
     }
@@ -150,7 +169,13 @@ fn degenerate_staged_is_reported() {
     let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
     let p = gen(dir.path(), "arch2_4_sync", 2, 64);
     let f = Arc::new(CflowFile::open(&p).unwrap());
-    let e = engine(&f, ExpertTier::Direct, FetchMode::Staged, false, FetchHooks::default());
+    let e = engine(
+        &f,
+        ExpertTier::Direct,
+        FetchMode::Staged,
+        false,
+        FetchHooks::default(),
+    );
     assert!(e
         .config_info()
         .notes
@@ -163,7 +188,13 @@ fn slow_reader_loses_nothing() {
     let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
     let p = gen(dir.path(), "arch2_4_combined", 8, 64);
     let f = Arc::new(CflowFile::open(&p).unwrap());
-    let mut base = engine(&f, ExpertTier::Mmap, FetchMode::Sync, false, FetchHooks::default());
+    let mut base = engine(
+        &f,
+        ExpertTier::Mmap,
+        FetchMode::Sync,
+        false,
+        FetchHooks::default(),
+    );
     let (toks, logits) = decode(&mut base, 6);
     let h = FetchHooks {
         force_buffered: false,

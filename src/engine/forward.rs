@@ -6,7 +6,9 @@
 use super::ops::*;
 use crate::format::reader::{ExpertView, LayerView, Matrix};
 use crate::format::{CflowFile, EntryKind, MatrixData};
-use crate::io::{ExpertFetcher, ExpertTier, FetchHooks, FetchMode, PrefetchCmd, Prefetcher, Ticket};
+use crate::io::{
+    ExpertFetcher, ExpertTier, FetchHooks, FetchMode, PrefetchCmd, Prefetcher, Ticket,
+};
 use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
 use crate::kernels::pool::ThreadPool;
 use crate::kernels::{Isa, Q8Act};
@@ -220,11 +222,7 @@ pub struct Engine {
 /// `e` with every stripe offset made relative to the start of its region.
 fn relative_expert(e: &ExpertView) -> ExpertView {
     let rel = |m: &Matrix| Matrix {
-        stripes: m
-            .stripes
-            .iter()
-            .map(|&o| o - e.offset as usize)
-            .collect(),
+        stripes: m.stripes.iter().map(|&o| o - e.offset as usize).collect(),
         ..m.clone()
     };
     ExpertView {

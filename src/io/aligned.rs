@@ -82,9 +82,10 @@ mod tests {
         for n in [0, 1, 4095, 4096, 4097, 100_000] {
             let mut b = AlignedBuf::new(n).unwrap();
             assert_eq!(b.as_mut_ptr() as usize % ALIGN, 0);
-            assert!(b.len() >= n && b.len() % ALIGN == 0);
+            assert!(b.len() >= n && b.len().is_multiple_of(ALIGN));
             assert!(b.iter().all(|&x| x == 0));
-            b[b.len() - 1] = 7;
+            let n = b.len();
+            b[n - 1] = 7;
         }
     }
 }

@@ -498,7 +498,12 @@ mod tests {
             };
             let mut f = ExpertFetcher::new(&p, 2, hooks).unwrap();
             assert_eq!(f.is_direct(), !force && f.note().is_none());
-            let regions = [(0u64, 100usize), (4096, 8192), (8000, 5000), (4 * 4096, 4096 + 123)];
+            let regions = [
+                (0u64, 100usize),
+                (4096, 8192),
+                (8000, 5000),
+                (4 * 4096, 4096 + 123),
+            ];
             let ts: Vec<Ticket> = regions.iter().map(|&(o, l)| f.submit(o, l)).collect();
             for (t, &(o, l)) in ts.iter().zip(&regions) {
                 f.wait(*t);

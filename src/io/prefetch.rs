@@ -88,10 +88,9 @@ impl Prefetcher {
                         PrefetchCmd::LinearRange { file, offset, len } => {
                             walk(file.bytes(), *offset, *len)
                         }
-                        PrefetchCmd::ExpertTiles { file, regions } => regions
-                            .iter()
-                            .map(|&(o, l)| walk(file.bytes(), o, l))
-                            .sum(),
+                        PrefetchCmd::ExpertTiles { file, regions } => {
+                            regions.iter().map(|&(o, l)| walk(file.bytes(), o, l)).sum()
+                        }
                     };
                     c.lines.fetch_add(n, Ordering::Relaxed);
                 }
