@@ -154,6 +154,18 @@ pub struct EngineArgs {
     /// Round the KV cache to f16 (llama.cpp's default) instead of keeping it in f32.
     #[arg(long, global = true)]
     pub kv_f16: bool,
+    /// PREFETCHT0 prefetch thread: on or off.
+    #[arg(long, global = true, default_value = "off")]
+    pub prefetch: String,
+    /// Expert fetch on the direct tier: sync (blocking at routing) or staged (until injection).
+    #[arg(long, global = true, default_value = "staged")]
+    pub fetch: String,
+    /// Expert tier: mmap (from the map) or direct (O_DIRECT reads into staging slots).
+    #[arg(long, global = true, default_value = "mmap")]
+    pub expert_tier: String,
+    /// Reader threads for the direct tier.
+    #[arg(long, global = true, default_value_t = 2)]
+    pub readers: usize,
 }
 
 impl EngineArgs {
@@ -182,6 +194,24 @@ impl EngineArgs {
             layout,
             timings: true,
             kv_f16: self.kv_f16,
+            fetch: crate::io::FetchMode::parse(&self.fetch)
+                .with_context(|| format!("--fetch {}: expected sync or staged", self.fetch))?,
+            expert_tier: crate::io::ExpertTier::parse(&self.expert_tier).with_context(|| {
+                format!(
+                    "--expert-tier {}: expected mmap or direct",
+                    self.expert_tier
+                )
+            })?,
+            readers: match self.readers {
+                1..=64 => self.readers,
+                n => bail!("--readers {n}: must be between 1 and 64"),
+            },
+            prefetch: match self.prefetch.as_str() {
+                "on" => true,
+                "off" => false,
+                other => bail!("--prefetch {other}: expected on or off"),
+            },
+            ..Default::default()
         })
     }
 }
@@ -311,6 +341,12 @@ pub struct InspectArgs {
 pub enum BenchCmd {
     /// Decode throughput: median/min/max tok/s per thread count.
     Decode(BenchDecodeArgs),
+    /// Sync vs staged expert fetch on the direct tier (overlap model, paper §5.14).
+    Overlap(crate::bench_io::OverlapArgs),
+    /// Tiled vs row-major matvec wall clock at large shapes (paper §5.4).
+    Layout(crate::bench_io::LayoutArgs),
+    /// Decode ms/token with the PREFETCHT0 thread on vs off (paper §5.8).
+    Prefetch(crate::bench_io::PrefetchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -367,6 +403,16 @@ fn dispatch(cli: Cli) -> Result<()> {
         Some(Cmd::Gen(a)) => cmd_gen(a),
         Some(Cmd::Inspect(a)) => cmd_inspect(a),
         Some(Cmd::Bench(BenchCmd::Decode(a))) => cmd_bench_decode(a, &cli.engine),
+        Some(Cmd::Bench(BenchCmd::Overlap(a))) => {
+            crate::bench_io::overlap(&a, cli.engine.options()?)
+        }
+        Some(Cmd::Bench(BenchCmd::Layout(a))) => {
+            crate::bench_io::layout(&a, cli.engine.options()?.isa)
+        }
+        Some(Cmd::Bench(BenchCmd::Prefetch(a))) => {
+            let path = resolve_model(a.model.clone())?;
+            crate::bench_io::prefetch(&a, &path, cli.engine.options()?)
+        }
         Some(Cmd::Perplexity(a)) => cmd_perplexity(a, &cli.engine),
         Some(Cmd::Import(a)) => cmd_import(a),
         Some(Cmd::Pull(a)) => cmd_pull(a),

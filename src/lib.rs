@@ -7,6 +7,7 @@
 //! templates, `tui` the terminal UI. The engine never imports `tui`.
 #![deny(unsafe_code)]
 
+pub mod bench_io;
 pub mod chat;
 pub mod cli;
 pub mod convert;

@@ -294,6 +294,7 @@ fn engine(f: &Arc<CflowFile>, threads: usize) -> Engine {
             layout: Layout::Cflow,
             timings: true,
             kv_f16: false,
+            ..Default::default()
         },
     )
 }

@@ -6,12 +6,15 @@
 use super::ops::*;
 use crate::format::reader::{ExpertView, LayerView, Matrix};
 use crate::format::{CflowFile, EntryKind, MatrixData};
+use crate::io::{
+    ExpertFetcher, ExpertTier, FetchHooks, FetchMode, PrefetchCmd, Prefetcher, Ticket,
+};
 use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
 use crate::kernels::pool::ThreadPool;
 use crate::kernels::{Isa, Q8Act};
 use crate::model::kv::KvCache;
 use crate::model::{CombineStyle, FfnAct, ModelConfig, RouterNorm};
-use crate::telemetry::{LayerStat, StreamBytes, TokenStats};
+use crate::telemetry::{EngineConfigInfo, LayerIo, LayerStat, StreamBytes, TokenStats};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,6 +49,16 @@ pub struct EngineOptions {
     pub timings: bool,
     /// Round cached keys/values to f16 (llama.cpp's default KV type) instead of keeping f32.
     pub kv_f16: bool,
+    /// When expert bytes are read on the direct tier (sync at routing, staged until injection).
+    pub fetch: FetchMode,
+    /// Expert weights from the memory map or read (O_DIRECT) into staging slots.
+    pub expert_tier: ExpertTier,
+    /// Reader threads of the expert fetcher.
+    pub readers: usize,
+    /// Run the PREFETCHT0 prefetch thread.
+    pub prefetch: bool,
+    /// Test hooks of the expert fetcher (force buffered reads, slow readers).
+    pub fetch_hooks: FetchHooks,
 }
 
 impl Default for EngineOptions {
@@ -57,6 +70,11 @@ impl Default for EngineOptions {
             layout: Layout::Cflow,
             timings: true,
             kv_f16: false,
+            fetch: FetchMode::Staged,
+            expert_tier: ExpertTier::Mmap,
+            readers: 2,
+            prefetch: false,
+            fetch_hooks: FetchHooks::default(),
         }
     }
 }
@@ -82,9 +100,13 @@ pub enum ForwardError {
 /// Expert computation scheduled for a later layer (saved router activation + selection).
 struct Pending {
     phys: usize,
+    /// Layer whose routing produced this entry (I/O is attributed to it).
+    from: usize,
     act: Vec<f32>,
     sel: Vec<(usize, f32)>,
     scale: f32,
+    /// Staged reads of the selected experts (same order as `sel`); empty on the mmap tier.
+    tickets: Vec<Ticket>,
 }
 
 #[derive(Default)]
@@ -137,6 +159,20 @@ impl Ctx<'_> {
         x: &[f32],
         outs: &mut [(&Matrix, &mut [f32])],
     ) {
+        self.mv_in(self.file.bytes(), layer, expert, xq, x, outs)
+    }
+
+    /// As `mv`, with the tiles read from `bytes` (the mapping, or a staging slot holding one
+    /// expert region with region-relative stripe offsets).
+    fn mv_in(
+        &self,
+        bytes: &[u8],
+        layer: usize,
+        expert: u8,
+        xq: &mut Q8Act,
+        x: &[f32],
+        outs: &mut [(&Matrix, &mut [f32])],
+    ) {
         let blocked = outs.iter().any(|(m, _)| m.quant.is_blocked());
         let use_q8 =
             self.int_act && blocked && x.len().is_multiple_of(32) && self.isa != Isa::Scalar
@@ -158,7 +194,7 @@ impl Ctx<'_> {
                     rowmajor_matvec(self.pool, self.isa, md, &act, y);
                 }
             }
-            None => tiled_matvec(self.pool, self.isa, self.file.bytes(), outs, &act),
+            None => tiled_matvec(self.pool, self.isa, bytes, outs, &act),
         }
     }
 }
@@ -178,6 +214,43 @@ pub struct Engine {
     pub stop: Arc<AtomicBool>,
     /// Per-phase counters on the engine thread (disabled unless requested).
     pub pmu: crate::telemetry::pmu::Pmu,
+    /// Expert views with stripe offsets relative to their region start, per physical layer.
+    rel_experts: Vec<Vec<ExpertView>>,
+    /// The direct-tier expert fetcher (created on first use).
+    fetcher: Option<ExpertFetcher>,
+    prefetcher: Option<Prefetcher>,
+    /// Sticky notes about degraded modes (shown in `EngineConfigInfo.notes`).
+    notes: Vec<String>,
+}
+
+/// `e` with every stripe offset made relative to the start of its region.
+fn relative_expert(e: &ExpertView) -> ExpertView {
+    let rel = |m: &Matrix| Matrix {
+        stripes: m.stripes.iter().map(|&o| o - e.offset as usize).collect(),
+        ..m.clone()
+    };
+    ExpertView {
+        offset: 0,
+        len: e.len,
+        gate: rel(&e.gate),
+        up: rel(&e.up),
+        down: rel(&e.down),
+    }
+}
+
+/// Byte span [start, end) covering the tiles of `ms`.
+fn span(ms: &[Option<&Matrix>]) -> Option<(usize, usize)> {
+    let mut r: Option<(usize, usize)> = None;
+    for m in ms.iter().flatten() {
+        for (s, &o) in m.stripes.iter().enumerate() {
+            let e = o + m.stripe_bytes(s);
+            r = Some(match r {
+                None => (o, e),
+                Some((a, b)) => (a.min(o), b.max(e)),
+            });
+        }
+    }
+    r
 }
 
 impl Engine {
@@ -220,12 +293,156 @@ impl Engine {
             stats: TokenStats::default(),
             stop: Arc::new(AtomicBool::new(false)),
             pmu: crate::telemetry::pmu::Pmu::disabled(),
+            rel_experts: Vec::new(),
+            fetcher: None,
+            prefetcher: None,
+            notes: Vec::new(),
             opts,
         };
+        e.rel_experts = e
+            .file
+            .layers
+            .iter()
+            .map(|l| l.experts.iter().map(relative_expert).collect())
+            .collect();
         if e.opts.layout == Layout::RowMajor {
             e.build_rowmajor();
         }
         e
+    }
+
+    /// Selects sync or staged expert fetch (takes effect at the next token).
+    pub fn set_fetch(&mut self, fetch: FetchMode) {
+        self.quiesce();
+        self.opts.fetch = fetch;
+    }
+
+    /// Selects the expert tier (takes effect at the next token).
+    pub fn set_expert_tier(&mut self, tier: ExpertTier) {
+        self.quiesce();
+        self.opts.expert_tier = tier;
+    }
+
+    /// Turns the prefetch thread on or off.
+    pub fn set_prefetch(&mut self, on: bool) {
+        self.opts.prefetch = on;
+        if !on {
+            self.prefetcher = None;
+        }
+    }
+
+    /// Changes the number of reader threads (restarts the fetcher).
+    pub fn set_readers(&mut self, n: usize) {
+        let n = n.clamp(1, 64);
+        if n != self.opts.readers {
+            self.quiesce();
+            self.fetcher = None;
+            self.opts.readers = n;
+        }
+    }
+
+    /// Changes the fetcher test hooks (restarts the fetcher).
+    pub fn set_fetch_hooks(&mut self, hooks: FetchHooks) {
+        self.quiesce();
+        self.fetcher = None;
+        self.opts.fetch_hooks = hooks;
+    }
+
+    /// Waits for any read still in flight (after an interrupted token) and frees the slots.
+    fn quiesce(&mut self) {
+        if let Some(f) = self.fetcher.as_mut() {
+            f.drain();
+        }
+    }
+
+    /// Lifetime counters of the expert fetcher (None before the direct tier was first used).
+    pub fn fetch_counters(&self) -> Option<crate::io::FetchCounters> {
+        self.fetcher.as_ref().map(|f| f.counters)
+    }
+
+    /// Staging slots allocated by the fetcher.
+    pub fn fetch_slots(&self) -> usize {
+        self.fetcher.as_ref().map_or(0, |f| f.n_slots())
+    }
+
+    /// Lifetime counters of the prefetch thread: (commands, lines hinted, dropped).
+    pub fn prefetch_counters(&self) -> Option<(u64, u64, u64)> {
+        self.prefetcher.as_ref().map(|p| {
+            let c = &p.counters;
+            (
+                c.commands.load(Ordering::Relaxed),
+                c.lines.load(Ordering::Relaxed),
+                c.dropped.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// True when the experts of the next token will be read through the fetcher.
+    fn fetching(&self) -> bool {
+        self.opts.expert_tier == ExpertTier::Direct
+            && self.opts.layout != Layout::RowMajor
+            && self.cfg.has_experts()
+    }
+
+    /// Starts the fetcher (and prefetcher) needed by the current options.
+    fn ensure_io(&mut self) {
+        if self.fetching() && self.fetcher.is_none() {
+            let path = self.file.path.clone();
+            match ExpertFetcher::new(&path, self.opts.readers, self.opts.fetch_hooks.clone()) {
+                Ok(f) => {
+                    if let Some(n) = f.note() {
+                        self.note(n.to_string());
+                    }
+                    self.fetcher = Some(f);
+                }
+                Err(e) => self.note(format!(
+                    "expert fetcher unavailable ({e}): experts read from the map"
+                )),
+            }
+        }
+        if self.opts.prefetch && self.prefetcher.is_none() {
+            match Prefetcher::start() {
+                Ok(p) => self.prefetcher = Some(p),
+                Err(e) => self.note(format!("prefetch thread unavailable: {e}")),
+            }
+        }
+    }
+
+    fn note(&mut self, n: String) {
+        if !self.notes.contains(&n) {
+            self.notes.push(n);
+        }
+    }
+
+    /// The engine settings as the UI shows them, with notes on degraded modes.
+    pub fn config_info(&self) -> EngineConfigInfo {
+        let mut notes = self.notes.clone();
+        if self.opts.expert_tier == ExpertTier::Direct {
+            if let Some(n) = self.fetcher.as_ref().and_then(|f| f.note()) {
+                let n = n.to_string();
+                if !notes.contains(&n) {
+                    notes.push(n);
+                }
+            }
+            if self.opts.fetch == FetchMode::Staged && self.cfg.expert_delay == 0 {
+                notes.push("staged fetch with δe = 0 degenerates to sync".into());
+            }
+            if self.opts.layout == Layout::RowMajor {
+                notes.push("rowmajor layout: experts come from the in-memory copy".into());
+            }
+        } else if self.opts.fetch == FetchMode::Staged && self.cfg.has_experts() {
+            notes.push("mmap tier: experts read from the map; fetch mode has no effect".into());
+        }
+        EngineConfigInfo {
+            threads: self.pool.threads() as u32,
+            isa: format!("{:?}", self.opts.isa).to_lowercase(),
+            prefetch: self.opts.prefetch,
+            fetch: self.opts.fetch.name().into(),
+            expert_tier: self.opts.expert_tier.name().into(),
+            layout: self.opts.layout.name().into(),
+            layouts_available: vec!["cflow".into(), "rowmajor".into()],
+            notes,
+        }
     }
 
     /// Switches the weight layout (builds the row-major copy on first use).
@@ -315,6 +532,23 @@ impl Engine {
 
     fn forward(&mut self, token: u32, pos: usize, want_logits: bool) -> Result<(), ForwardError> {
         let t_start = Instant::now();
+        self.ensure_io();
+        let fetching = self.fetching() && self.fetcher.is_some();
+        // Reads left in flight by an interrupted token complete here; every slot is free after.
+        self.quiesce();
+        let mode = self.opts.fetch;
+        let prefetch = if self.opts.prefetch && self.opts.layout != Layout::RowMajor {
+            self.prefetcher.as_ref()
+        } else {
+            None
+        };
+        let mut fetcher = if fetching {
+            self.fetcher.as_mut()
+        } else {
+            None
+        };
+        let rel = &self.rel_experts;
+        let mut read_failed = false;
         let timings = self.opts.timings;
         let ctx = Ctx {
             file: &self.file,
@@ -364,6 +598,8 @@ impl Engine {
             r.fill(0.0);
         }
         let mut pending: Vec<Vec<Pending>> = (0..le).map(|_| Vec::new()).collect();
+        // Reader-busy ns and bytes of the reads issued at each layer.
+        let mut io_acc = vec![(0u64, 0u64); le];
         if style == CombineStyle::DecoupledStreams {
             s.sf.copy_from_slice(&s.x);
             s.base.copy_from_slice(&s.x);
@@ -377,6 +613,23 @@ impl Engine {
             let p = cfg.physical_layer(l);
             let lv = &ctx.file.layers[p];
             let st = &mut stats.layers[l];
+            let t_layer = Instant::now();
+            let mut wait_ns = 0u64;
+            // Hint the next layer's attention and dense tiles to the prefetch thread.
+            if let (Some(pf), true) = (prefetch, l + 1 < le) {
+                let nv = &ctx.file.layers[cfg.physical_layer(l + 1)];
+                let spans = [
+                    span(&[Some(&nv.q), Some(&nv.k), Some(&nv.v), Some(&nv.o)]),
+                    span(&[nv.gate.as_ref(), nv.up.as_ref(), nv.down.as_ref()]),
+                ];
+                for (a, b) in spans.into_iter().flatten() {
+                    pf.send(PrefetchCmd::LinearRange {
+                        file: self.file.clone(),
+                        offset: a,
+                        len: b - a,
+                    });
+                }
+            }
             // Residual entering the layer (DecoupledStreams: the FFN stream).
             let ring_src = if style == CombineStyle::DecoupledStreams {
                 &s.sf
@@ -444,11 +697,35 @@ impl Engine {
                 let (act, sel) = route(cfg, lv, src);
                 st.routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
                 let target = (l + de).min(le - 1);
+                let mut tickets = Vec::new();
+                if let Some(f) = fetcher.as_deref_mut() {
+                    for &(e, _) in &sel {
+                        let ex = &lv.experts[e];
+                        tickets.push(f.submit(ex.offset, ex.len as usize));
+                    }
+                    if mode == FetchMode::Sync {
+                        for t in &tickets {
+                            wait_ns += f.wait(*t);
+                        }
+                    }
+                } else if let Some(pf) = prefetch {
+                    pf.send(PrefetchCmd::ExpertTiles {
+                        file: self.file.clone(),
+                        regions: sel
+                            .iter()
+                            .map(|&(e, _)| {
+                                (lv.experts[e].offset as usize, lv.experts[e].len as usize)
+                            })
+                            .collect(),
+                    });
+                }
                 pending[target].push(Pending {
                     phys: p,
+                    from: l,
                     act,
                     sel,
                     scale: par_scale,
+                    tickets,
                 });
                 if timings {
                     st.ns_router = t2.elapsed().as_nanos() as u64;
@@ -478,7 +755,30 @@ impl Engine {
             let t3 = Instant::now();
             let mut ebytes = 0u64;
             for pe in pending[l].drain(..) {
-                ebytes += run_experts(&ctx, &ctx.file.layers[pe.phys], pe.phys, &pe, s);
+                if let Some(f) = fetcher.as_deref_mut() {
+                    for t in &pe.tickets {
+                        wait_ns += f.wait(*t);
+                        let (busy, b) = f.io_of(*t);
+                        io_acc[pe.from].0 += busy;
+                        io_acc[pe.from].1 += b;
+                    }
+                }
+                let (eb, failed) = run_experts(
+                    &ctx,
+                    &ctx.file.layers[pe.phys],
+                    &rel[pe.phys],
+                    pe.phys,
+                    &pe,
+                    fetcher.as_deref(),
+                    s,
+                );
+                ebytes += eb;
+                read_failed |= failed;
+                if let Some(f) = fetcher.as_deref_mut() {
+                    for t in &pe.tickets {
+                        f.release(*t);
+                    }
+                }
                 let dst = match style {
                     CombineStyle::DecoupledStreams => &mut s.sf,
                     CombineStyle::PipelineRegisters => &mut s.reg,
@@ -492,6 +792,15 @@ impl Engine {
             }
             if timings && ebytes > 0 {
                 st.ns_experts = t3.elapsed().as_nanos() as u64;
+            }
+            if fetching {
+                let layer_ns = t_layer.elapsed().as_nanos() as u64;
+                st.io = Some(LayerIo {
+                    compute_ns: layer_ns.saturating_sub(wait_ns),
+                    io_ns: 0,
+                    wait_ns,
+                    bytes: 0,
+                });
             }
 
             if style == CombineStyle::DecoupledStreams {
@@ -509,6 +818,12 @@ impl Engine {
         }
         if style == CombineStyle::PipelineRegisters {
             add_into(&mut s.x, &s.reg);
+        }
+        for (st, (busy, b)) in stats.layers.iter_mut().zip(&io_acc) {
+            if let Some(io) = st.io.as_mut() {
+                io.io_ns = *busy;
+                io.bytes = *b;
+            }
         }
 
         if want_logits {
@@ -536,6 +851,9 @@ impl Engine {
         }
         stats.ns_total = t_start.elapsed().as_nanos() as u64;
         self.stats = stats;
+        if read_failed {
+            self.note("an expert read failed: those experts were computed from the map".into());
+        }
         Ok(())
     }
 }
@@ -731,13 +1049,32 @@ fn route(cfg: &ModelConfig, lv: &LayerView, src: &[f32]) -> (Vec<f32>, Vec<(usiz
     (act, sel)
 }
 
-/// Runs the selected experts of a pending routing into `s.acc`; returns the bytes touched.
-fn run_experts(ctx: &Ctx, lv: &LayerView, p: usize, pe: &Pending, s: &mut Scratch) -> u64 {
+/// Runs the selected experts of a pending routing into `s.acc`; returns the bytes touched and
+/// whether a staged read had failed (that expert is then computed from the map).
+fn run_experts(
+    ctx: &Ctx,
+    lv: &LayerView,
+    rel: &[ExpertView],
+    p: usize,
+    pe: &Pending,
+    fetcher: Option<&ExpertFetcher>,
+    s: &mut Scratch,
+) -> (u64, bool) {
     s.acc.fill(0.0);
     let mut bytes = 0;
-    for &(e, w) in &pe.sel {
-        let ex: &ExpertView = &lv.experts[e];
-        ctx.mv(
+    let mut failed = false;
+    for (i, &(e, w)) in pe.sel.iter().enumerate() {
+        let staged = pe
+            .tickets
+            .get(i)
+            .and_then(|t| fetcher.and_then(|f| f.view(*t).ok()));
+        failed |= i < pe.tickets.len() && staged.is_none();
+        let (src, ex): (&[u8], &ExpertView) = match staged {
+            Some(b) => (b, &rel[e]),
+            None => (ctx.file.bytes(), &lv.experts[e]),
+        };
+        ctx.mv_in(
+            src,
             p,
             e as u8,
             &mut s.xq,
@@ -746,12 +1083,19 @@ fn run_experts(ctx: &Ctx, lv: &LayerView, p: usize, pe: &Pending, s: &mut Scratc
         );
         gated(ctx.cfg.meta.ffn_act, &mut s.eh, &s.eh2);
         let eh = std::mem::take(&mut s.eh);
-        ctx.mv(p, e as u8, &mut s.xq, &eh, &mut [(&ex.down, &mut s.eo)]);
+        ctx.mv_in(
+            src,
+            p,
+            e as u8,
+            &mut s.xq,
+            &eh,
+            &mut [(&ex.down, &mut s.eo)],
+        );
         s.eh = eh;
         add_scaled(&mut s.acc, &s.eo, w);
         bytes += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
     }
-    bytes
+    (bytes, failed)
 }
 
 /// Modelled bytes per token of each stream per layer (attention, dense, top-k experts).

@@ -1,3 +1,11 @@
-//! I/O: prefetch thread, staged direct-I/O expert fetch, and process signal handling.
+//! Expert I/O: aligned staging buffers, the direct-I/O expert fetcher (sync and staged arms over
+//! one reader pool), the PREFETCHT0 prefetch thread (paper §3.9, §5.8, §5.14), and process signal
+//! handling for the REPLs.
 
+pub mod aligned;
+pub mod fetch;
+pub mod prefetch;
 pub mod signal;
+
+pub use fetch::{ExpertFetcher, ExpertTier, FetchCounters, FetchHooks, FetchMode, Ticket};
+pub use prefetch::{PrefetchCmd, Prefetcher};

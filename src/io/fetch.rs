@@ -1,0 +1,523 @@
+//! Expert fetch from disk into aligned staging slots (paper §3.9.4, §5.14).
+//!
+//! An [`ExpertFetcher`] owns a set of staging slots and a pool of reader threads. `submit` moves a
+//! free slot's buffer to a reader together with the region to read; the reader fills it with
+//! `pread` (on an `O_DIRECT` descriptor when the filesystem accepts it, else buffered) and sends
+//! the buffer back. `wait` blocks until a slot's read has completed. Every slot carries a
+//! pending-operation counter shared with the readers: it is incremented at submit and decremented
+//! by the reader after its last write into the buffer, and a slot is only handed out again when
+//! its counter is zero and its buffer is back, so a slot is never reused while a read is in
+//! flight. The sync arm uses the same pool and waits immediately after submitting.
+
+use super::aligned::{round_up, AlignedBuf, ALIGN};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// When the selected experts' bytes are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchMode {
+    /// Read blocking at the routing layer.
+    Sync,
+    /// Submit at the routing layer, await at the injection layer ℓ+δe.
+    Staged,
+}
+
+impl FetchMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            FetchMode::Sync => "sync",
+            FetchMode::Staged => "staged",
+        }
+    }
+    pub fn parse(s: &str) -> Option<FetchMode> {
+        match s {
+            "sync" => Some(FetchMode::Sync),
+            "staged" => Some(FetchMode::Staged),
+            _ => None,
+        }
+    }
+}
+
+/// Where expert weights are read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertTier {
+    /// Straight from the memory map (the page cache).
+    Mmap,
+    /// Read with `O_DIRECT` (or buffered `pread` as a fallback) into staging slots.
+    Direct,
+}
+
+impl ExpertTier {
+    pub fn name(self) -> &'static str {
+        match self {
+            ExpertTier::Mmap => "mmap",
+            ExpertTier::Direct => "direct",
+        }
+    }
+    pub fn parse(s: &str) -> Option<ExpertTier> {
+        match s {
+            "mmap" => Some(ExpertTier::Mmap),
+            "direct" => Some(ExpertTier::Direct),
+            _ => None,
+        }
+    }
+}
+
+/// Test and diagnostics hooks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FetchHooks {
+    /// Never try `O_DIRECT` (exercises the buffered fallback).
+    pub force_buffered: bool,
+    /// Each read sleeps this long before returning (an artificially slow device).
+    pub reader_delay: Duration,
+}
+
+/// The file expert regions are read from.
+struct Source {
+    file: File,
+    direct: bool,
+}
+
+impl Source {
+    /// Reads `need` bytes at the 4096-aligned `off` into `buf`. Returns the bytes read.
+    fn read(&self, buf: &mut AlignedBuf, off: u64, need: usize) -> std::io::Result<usize> {
+        let total = round_up(need).min(buf.len());
+        let mut got = 0usize;
+        while got < need {
+            match self.file.read_at(&mut buf[got..total], off + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if got < need {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("short read: {got} of {need} bytes at offset {off}"),
+            ));
+        }
+        Ok(got)
+    }
+}
+
+/// Opens `path` for expert reads: `O_DIRECT` unless refused. Returns the source and a note when
+/// it fell back to buffered reads.
+fn open_source(path: &Path, hooks: &FetchHooks) -> std::io::Result<(Source, Option<String>)> {
+    let buffered = || -> std::io::Result<Source> {
+        Ok(Source {
+            file: File::open(path)?,
+            direct: false,
+        })
+    };
+    if hooks.force_buffered {
+        return Ok((
+            buffered()?,
+            Some("O_DIRECT disabled (test hook): buffered pread".into()),
+        ));
+    }
+    let direct = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path);
+    match direct {
+        Ok(file) => {
+            // Some filesystems accept the flag at open and refuse the reads; probe one page.
+            let src = Source { file, direct: true };
+            let mut probe = AlignedBuf::new(ALIGN).expect("one page");
+            let size = src.file.metadata()?.len();
+            if size == 0 {
+                return Ok((src, None));
+            }
+            match src.file.read_at(&mut probe, 0) {
+                Ok(_) => Ok((src, None)),
+                Err(e) => Ok((
+                    buffered()?,
+                    Some(format!("O_DIRECT refused ({e}): buffered pread")),
+                )),
+            }
+        }
+        Err(e) => Ok((
+            buffered()?,
+            Some(format!("O_DIRECT refused ({e}): buffered pread")),
+        )),
+    }
+}
+
+struct Req {
+    slot: usize,
+    buf: AlignedBuf,
+    off: u64,
+    need: usize,
+    pending: Arc<AtomicU32>,
+}
+
+struct Done {
+    slot: usize,
+    buf: AlignedBuf,
+    result: Result<(), String>,
+    busy_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    InFlight,
+    Ready,
+    Failed,
+}
+
+struct Slot {
+    /// `None` while the buffer is with a reader.
+    buf: Option<AlignedBuf>,
+    pending: Arc<AtomicU32>,
+    state: SlotState,
+    /// Offset of the region inside the buffer (the read starts at the aligned-down offset).
+    delta: usize,
+    len: usize,
+    busy_ns: u64,
+    error: Option<String>,
+}
+
+/// A submitted read: the slot index and a generation check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    slot: usize,
+    gen: u64,
+}
+
+/// Counters over the fetcher's lifetime (for tests and telemetry).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FetchCounters {
+    pub submitted: u64,
+    pub completed: u64,
+    pub failed: u64,
+    /// Slots found with a non-zero pending counter while marked free (must stay 0).
+    pub reuse_violations: u64,
+    pub bytes: u64,
+}
+
+pub struct ExpertFetcher {
+    req_tx: Option<Sender<Req>>,
+    done_rx: Receiver<Done>,
+    readers: Vec<JoinHandle<()>>,
+    slots: Vec<Slot>,
+    gens: Vec<u64>,
+    direct: bool,
+    note: Option<String>,
+    pub counters: FetchCounters,
+}
+
+impl ExpertFetcher {
+    /// Opens `path` (O_DIRECT unless refused or disabled) and starts `readers` reader threads.
+    pub fn new(path: &Path, readers: usize, hooks: FetchHooks) -> std::io::Result<ExpertFetcher> {
+        let (src, note) = open_source(path, &hooks)?;
+        let direct = src.direct;
+        let src = Arc::new(src);
+        let (req_tx, req_rx) = unbounded::<Req>();
+        let (done_tx, done_rx) = unbounded::<Done>();
+        let mut handles = Vec::new();
+        for i in 0..readers.max(1) {
+            let rx = req_rx.clone();
+            let tx = done_tx.clone();
+            let src = src.clone();
+            let delay = hooks.reader_delay;
+            let h = std::thread::Builder::new()
+                .name(format!("cflow-reader-{i}"))
+                .spawn(move || reader_loop(&src, rx, tx, delay))?;
+            handles.push(h);
+        }
+        Ok(ExpertFetcher {
+            req_tx: Some(req_tx),
+            done_rx,
+            readers: handles,
+            slots: Vec::new(),
+            gens: Vec::new(),
+            direct,
+            note,
+            counters: FetchCounters::default(),
+        })
+    }
+
+    /// True when reads bypass the page cache (`O_DIRECT` accepted).
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Why `O_DIRECT` is not in use, if it is not.
+    pub fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    pub fn readers(&self) -> usize {
+        self.readers.len()
+    }
+
+    pub fn n_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Slots currently in flight.
+    pub fn in_flight(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.state == SlotState::InFlight)
+            .count()
+    }
+
+    /// Submits a read of `len` bytes at file offset `offset`; returns its ticket.
+    pub fn submit(&mut self, offset: u64, len: usize) -> Ticket {
+        let a = ALIGN as u64;
+        let off = offset / a * a;
+        let delta = (offset - off) as usize;
+        let need = delta + len;
+        let idx = self.acquire(round_up(need));
+        let slot = &mut self.slots[idx];
+        slot.state = SlotState::InFlight;
+        slot.delta = delta;
+        slot.len = len;
+        slot.busy_ns = 0;
+        slot.error = None;
+        slot.pending.fetch_add(1, Ordering::AcqRel);
+        let buf = slot.buf.take().expect("free slot owns its buffer");
+        self.gens[idx] += 1;
+        self.counters.submitted += 1;
+        let req = Req {
+            slot: idx,
+            buf,
+            off,
+            need,
+            pending: slot.pending.clone(),
+        };
+        let sent = self.req_tx.as_ref().map(|tx| tx.send(req));
+        if let Some(Err(e)) = sent {
+            // Readers gone (cannot happen while `self` lives): complete the slot as failed.
+            let r = e.into_inner();
+            r.pending.fetch_sub(1, Ordering::AcqRel);
+            self.complete(Done {
+                slot: r.slot,
+                buf: r.buf,
+                result: Err("reader pool stopped".into()),
+                busy_ns: 0,
+            });
+        }
+        Ticket {
+            slot: idx,
+            gen: self.gens[idx],
+        }
+    }
+
+    /// A free slot with a buffer of at least `cap` bytes (allocating a new slot if needed).
+    fn acquire(&mut self, cap: usize) -> usize {
+        let mut found = None;
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.state != SlotState::Free {
+                continue;
+            }
+            if s.pending.load(Ordering::Acquire) != 0 || s.buf.is_none() {
+                self.counters.reuse_violations += 1;
+                continue;
+            }
+            found = Some(i);
+            break;
+        }
+        match found {
+            Some(i) => {
+                let s = &mut self.slots[i];
+                if s.buf.as_ref().is_none_or(|b| b.len() < cap) {
+                    s.buf = Some(AlignedBuf::new(cap).expect("staging slot allocation"));
+                }
+                i
+            }
+            None => {
+                self.slots.push(Slot {
+                    buf: Some(AlignedBuf::new(cap).expect("staging slot allocation")),
+                    pending: Arc::new(AtomicU32::new(0)),
+                    state: SlotState::Free,
+                    delta: 0,
+                    len: 0,
+                    busy_ns: 0,
+                    error: None,
+                });
+                self.gens.push(0);
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn complete(&mut self, d: Done) {
+        let s = &mut self.slots[d.slot];
+        debug_assert_eq!(s.state, SlotState::InFlight);
+        s.buf = Some(d.buf);
+        s.busy_ns = d.busy_ns;
+        self.counters.completed += 1;
+        match d.result {
+            Ok(()) => {
+                s.state = SlotState::Ready;
+                self.counters.bytes += s.len as u64;
+            }
+            Err(e) => {
+                s.state = SlotState::Failed;
+                s.error = Some(e);
+                self.counters.failed += 1;
+            }
+        }
+    }
+
+    /// Blocks until the read of `t` has completed. Returns the ns spent blocked.
+    pub fn wait(&mut self, t: Ticket) -> u64 {
+        let start = Instant::now();
+        let mut blocked = false;
+        while self.slots[t.slot].state == SlotState::InFlight {
+            blocked = true;
+            match self.done_rx.recv() {
+                Ok(d) => self.complete(d),
+                Err(_) => {
+                    // All readers exited: fail the outstanding slots rather than hang.
+                    for s in self.slots.iter_mut() {
+                        if s.state == SlotState::InFlight {
+                            s.state = SlotState::Failed;
+                            s.error = Some("reader pool stopped".into());
+                            s.buf = AlignedBuf::new(round_up(s.delta + s.len));
+                            s.pending.store(0, Ordering::Release);
+                        }
+                    }
+                }
+            }
+        }
+        if blocked {
+            start.elapsed().as_nanos() as u64
+        } else {
+            0
+        }
+    }
+
+    /// The bytes of a completed read, or the error it failed with.
+    pub fn view(&self, t: Ticket) -> Result<&[u8], &str> {
+        let s = &self.slots[t.slot];
+        if self.gens[t.slot] != t.gen {
+            return Err("stale ticket");
+        }
+        match s.state {
+            SlotState::Ready => {
+                let b = s.buf.as_ref().expect("ready slot owns its buffer");
+                Ok(&b[s.delta..s.delta + s.len])
+            }
+            SlotState::Failed => Err(s.error.as_deref().unwrap_or("read failed")),
+            _ => Err("read not completed"),
+        }
+    }
+
+    /// Reader-busy ns and bytes of a completed read.
+    pub fn io_of(&self, t: Ticket) -> (u64, u64) {
+        let s = &self.slots[t.slot];
+        (s.busy_ns, s.len as u64)
+    }
+
+    /// Returns a completed slot to the free list.
+    pub fn release(&mut self, t: Ticket) {
+        if self.gens[t.slot] != t.gen {
+            return;
+        }
+        self.wait(t);
+        let s = &mut self.slots[t.slot];
+        s.state = SlotState::Free;
+    }
+
+    /// Waits for every in-flight read and frees every slot (after an interrupted token).
+    pub fn drain(&mut self) {
+        for i in 0..self.slots.len() {
+            let t = Ticket {
+                slot: i,
+                gen: self.gens[i],
+            };
+            self.wait(t);
+            self.slots[i].state = SlotState::Free;
+        }
+    }
+}
+
+impl Drop for ExpertFetcher {
+    fn drop(&mut self) {
+        self.req_tx = None;
+        for h in self.readers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn reader_loop(src: &Source, rx: Receiver<Req>, tx: Sender<Done>, delay: Duration) {
+    while let Ok(mut r) = rx.recv() {
+        let t0 = Instant::now();
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        let result = src
+            .read(&mut r.buf, r.off, r.need)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        let busy_ns = t0.elapsed().as_nanos() as u64;
+        // Last touch of the buffer is above: the slot may be reused once this reaches zero and
+        // the buffer is back with the owner.
+        r.pending.fetch_sub(1, Ordering::AcqRel);
+        let _ = tx.send(Done {
+            slot: r.slot,
+            buf: r.buf,
+            result,
+            busy_ns,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn sample(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
+        let p = dir.join("fetch-sample.bin");
+        let data: Vec<u8> = (0..5 * ALIGN + 123).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::File::create(&p).unwrap().write_all(&data).unwrap();
+        (p, data)
+    }
+
+    #[test]
+    fn reads_match_file_direct_and_buffered() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let (p, data) = sample(dir.path());
+        for force in [false, true] {
+            let hooks = FetchHooks {
+                force_buffered: force,
+                ..Default::default()
+            };
+            let mut f = ExpertFetcher::new(&p, 2, hooks).unwrap();
+            assert_eq!(f.is_direct(), !force && f.note().is_none());
+            let regions = [
+                (0u64, 100usize),
+                (4096, 8192),
+                (8000, 5000),
+                (4 * 4096, 4096 + 123),
+            ];
+            let ts: Vec<Ticket> = regions.iter().map(|&(o, l)| f.submit(o, l)).collect();
+            for (t, &(o, l)) in ts.iter().zip(&regions) {
+                f.wait(*t);
+                assert_eq!(f.view(*t).unwrap(), &data[o as usize..o as usize + l]);
+            }
+            for t in ts {
+                f.release(t);
+            }
+            // Past the end of the file: a failed read, not a panic.
+            let t = f.submit(5 * 4096, 4096);
+            f.wait(t);
+            assert!(f.view(t).is_err());
+            f.release(t);
+            assert_eq!(f.counters.reuse_violations, 0);
+        }
+    }
+}
