@@ -570,7 +570,7 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
     let rope_dims = match c.f32_opt("partial_rotary_factor")? {
         Some(f) if f > 0.0 && f < 1.0 => {
             let r = (head_dim as f32 * f) as u32;
-            if r % 2 != 0 {
+            if !r.is_multiple_of(2) {
                 return Err(c.err(format!("partial rotary dims {r} must be even")));
             }
             r
