@@ -915,10 +915,27 @@ fn cmd_import(a: ImportArgs) -> Result<()> {
         )
     })?;
     if a.src.is_dir() {
-        bail!(
-            "{}: HuggingFace directories are not supported yet; give a .gguf file",
-            a.src.display()
+        // HF safetensors directory; `keep` means f16 (HF weights are bf16/f16/f32 tensors).
+        let q = match target {
+            QuantTarget::Keep => crate::quant::QuantType::F16,
+            QuantTarget::To(q) => q,
+        };
+        let pb = progress_bar(0, "import");
+        let cfg = crate::convert::hf::import_hf(&a.src, &a.out, q, a.ctx, |d, t| {
+            pb.set_length(t as u64);
+            pb.set_position(d as u64);
+        })?;
+        pb.finish_and_clear();
+        eprintln!(
+            "imported {} → {} ({}, {} layers, d={}, vocab {}, {q})",
+            a.src.display(),
+            a.out.display(),
+            cfg.meta.arch,
+            cfg.n_layers,
+            cfg.d_model,
+            cfg.vocab
         );
+        return Ok(());
     }
     let pb = progress_bar(0, "import");
     let cfg = import_gguf(&a.src, &a.out, target, a.ctx, |d, t| {

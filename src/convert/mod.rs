@@ -4,5 +4,6 @@
 pub mod generate;
 pub mod gguf;
 pub mod gguf_tokenizer;
+pub mod hf;
 pub mod import_gguf;
 pub mod pull;

@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod header;
+pub mod mmap;
 pub mod reader;
 pub mod writer;
 
