@@ -99,6 +99,7 @@ fn engine(f: &Arc<CflowFile>, int_act: bool) -> Engine {
             int_act,
             layout: Layout::Cflow,
             timings: false,
+            ..Default::default()
         },
     )
 }
