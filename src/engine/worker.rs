@@ -55,17 +55,30 @@ impl Worker {
 
 /// The engine configuration as the UI shows it.
 pub fn config_info(s: &Session) -> EngineConfigInfo {
-    let e = &s.engine;
-    EngineConfigInfo {
-        threads: e.threads() as u32,
-        isa: e.opts.isa.name().to_string(),
-        prefetch: false,
-        fetch: "sync".into(),
-        expert_tier: "mmap".into(),
-        layout: e.opts.layout.name().into(),
-        layouts_available: vec!["cflow".into(), "rowmajor".into()],
-        notes: Vec::new(),
+    s.engine.config_info()
+}
+
+/// Applies an engine toggle; returns a notice when it could not be applied.
+fn toggle_engine(engine: &mut super::forward::Engine, c: &Command) -> Option<String> {
+    use crate::io::{ExpertTier, FetchMode};
+    match c {
+        Command::SetLayout(l) => match l.as_str() {
+            "cflow" => engine.set_layout(Layout::Cflow),
+            "rowmajor" => engine.set_layout(Layout::RowMajor),
+            other => return Some(format!("layout `{other}` is not available for this model")),
+        },
+        Command::SetPrefetch(on) => engine.set_prefetch(*on),
+        Command::SetFetch(f) => match FetchMode::parse(f) {
+            Some(m) => engine.set_fetch(m),
+            None => return Some(format!("unknown fetch mode `{f}`")),
+        },
+        Command::SetExpertTier(t) => match ExpertTier::parse(t) {
+            Some(m) => engine.set_expert_tier(m),
+            None => return Some(format!("unknown expert tier `{t}`")),
+        },
+        _ => {}
     }
+    None
 }
 
 struct Out {
@@ -107,24 +120,16 @@ impl Out {
     }
 }
 
-/// Applies a toggle command to the engine; returns the events describing the outcome.
+/// Applies a toggle command between generations; returns the events describing the outcome.
 fn apply_toggle(s: &mut Session, c: &Command) -> Vec<Event> {
     let mut out = Vec::new();
     match c {
-        Command::SetLayout(l) => match l.as_str() {
-            "cflow" => s.engine.set_layout(Layout::Cflow),
-            "rowmajor" => s.engine.set_layout(Layout::RowMajor),
-            other => out.push(Event::Notice {
-                message: format!("layout `{other}` is not available for this model"),
-            }),
-        },
-        Command::SetPrefetch(_) | Command::SetFetch(_) | Command::SetExpertTier(_) => {
-            out.push(Event::Notice {
-                message: format!("{c:?}: expert I/O modes are not available in this build"),
-            });
-        }
         Command::SetSampling(p) => s.sampler = Sampler::new(p.clone()),
-        _ => return out,
+        other => {
+            if let Some(n) = toggle_engine(&mut s.engine, other) {
+                out.push(Event::Notice { message: n });
+            }
+        }
     }
     out.push(Event::Config(config_info(s)));
     out
@@ -236,32 +241,13 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                     let mut evs = Vec::new();
                     while let Ok(c) = rx.try_recv() {
                         match c {
-                            Ctl::Cmd(cmd) if is_toggle(&cmd) => {
-                                // Apply directly to the engine (the sampler waits for the turn).
-                                match &cmd {
-                                    Command::SetLayout(l) if l == "rowmajor" => {
-                                        engine.set_layout(Layout::RowMajor)
-                                    }
-                                    Command::SetLayout(l) if l == "cflow" => {
-                                        engine.set_layout(Layout::Cflow)
-                                    }
-                                    _ => {
-                                        if let Ok(mut d) = def.lock() {
-                                            d.push(Ctl::Cmd(cmd));
-                                        }
-                                        continue;
-                                    }
+                            Ctl::Cmd(cmd)
+                                if is_toggle(&cmd) && !matches!(cmd, Command::SetSampling(_)) =>
+                            {
+                                if let Some(n) = toggle_engine(engine, &cmd) {
+                                    evs.push(Event::Notice { message: n });
                                 }
-                                evs.push(Event::Config(EngineConfigInfo {
-                                    threads: engine.threads() as u32,
-                                    isa: engine.opts.isa.name().into(),
-                                    prefetch: false,
-                                    fetch: "sync".into(),
-                                    expert_tier: "mmap".into(),
-                                    layout: engine.opts.layout.name().into(),
-                                    layouts_available: vec!["cflow".into(), "rowmajor".into()],
-                                    notes: Vec::new(),
-                                }));
+                                evs.push(Event::Config(engine.config_info()));
                             }
                             other => {
                                 if let Ok(mut d) = def.lock() {
