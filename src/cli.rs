@@ -148,7 +148,12 @@ pub struct EngineArgs {
     /// Weight layout: cflow (tiles) or rowmajor (naive baseline copy).
     #[arg(long, global = true, default_value = "cflow")]
     pub layout: String,
-    /// Use f32 activations instead of Q8-quantized activations with integer dot products.
+    /// Activations fed to the quantized matvecs: q8 (quantized once per matvec, integer dot
+    /// products: fastest, llama.cpp's numerics), f32 (exact: matches a float64 forward to 1e-4),
+    /// or auto (f32 for chat, q8 otherwise). On SmolLM2 the Q8 noise changes chat answers.
+    #[arg(long, global = true, default_value = "auto")]
+    pub act: String,
+    /// Shorthand for --act f32.
     #[arg(long, global = true)]
     pub f32_act: bool,
     /// Round the KV cache to f16 (llama.cpp's default) instead of keeping it in f32.
@@ -169,7 +174,21 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
+    /// Engine options for a chat workload (auto activations = exact f32).
+    pub fn chat_options(&self) -> Result<EngineOptions> {
+        let mut o = self.options()?;
+        if self.act == "auto" && !self.f32_act {
+            o.int_act = false;
+        }
+        Ok(o)
+    }
+
     pub fn options(&self) -> Result<EngineOptions> {
+        let int_act = match (self.f32_act, self.act.as_str()) {
+            (true, _) | (_, "f32") => false,
+            (false, "q8" | "auto") => true,
+            (_, other) => bail!("--act {other}: expected auto, q8 or f32"),
+        };
         let threads = self.threads.unwrap_or_else(default_threads);
         if threads == 0 || threads > 256 {
             bail!("--threads {threads}: must be between 1 and 256");
@@ -190,7 +209,7 @@ impl EngineArgs {
         Ok(EngineOptions {
             threads,
             isa,
-            int_act: !self.f32_act,
+            int_act,
             layout,
             timings: true,
             kv_f16: self.kv_f16,
@@ -450,7 +469,13 @@ fn default_command(cli: &Cli) -> Result<()> {
     }
     let path = resolve_model(cli.model.clone())?;
     let file = open_model(&path)?;
-    let engine = Engine::new(file, cli.engine.options()?);
+    // Chat models get exact f32 activations under --act auto (see EngineArgs::act).
+    let opts = if file.cfg.meta.chat_template.is_some() {
+        cli.engine.chat_options()?
+    } else {
+        cli.engine.options()?
+    };
+    let engine = Engine::new(file, opts);
     let session = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
     let machine =
         crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
@@ -520,7 +545,7 @@ pub fn gpt2_tokenizer_json() -> Option<String> {
 /// Path of the built-in demo model, generating it on first use.
 pub fn demo_model_path() -> Result<PathBuf> {
     let dir = cache_dir().context("cannot create the cache directory")?;
-    let path = dir.join("demo-arch2_4_combined-v1.cflow");
+    let path = dir.join("demo-arch2_4_combined-v2.cflow");
     if path.exists() && CflowFile::open(&path).is_ok() {
         return Ok(path);
     }
@@ -591,10 +616,11 @@ fn build_session(
     model: Option<PathBuf>,
     eng: &EngineArgs,
     sampling: SamplingParams,
+    chat: bool,
 ) -> Result<Session> {
     let path = resolve_model(model)?;
     let file = open_model(&path)?;
-    let opts = eng.options()?;
+    let opts = if chat { eng.chat_options()? } else { eng.options()? };
     let engine = Engine::new(file, opts);
     Session::new(engine, sampling).map_err(anyhow::Error::msg)
 }
@@ -603,7 +629,7 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     if a.n > 1_000_000 {
         bail!("-n {}: too many tokens (max 1000000)", a.n);
     }
-    let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?)?;
+    let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?, a.chat)?;
     let ids = match (&a.tokens, &a.prompt) {
         (Some(t), _) => t.clone(),
         (None, Some(p)) if a.chat => {
@@ -868,7 +894,7 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
 }
 
 fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
-    let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default())?;
+    let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default(), false)?;
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("cannot read {}", a.file.display()))?;
     let ids = sess.encode(&text).map_err(anyhow::Error::msg)?;
@@ -1040,7 +1066,7 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
         Some(m) => Some(m),
         None => crate::convert::pull::smollm2_cflow(),
     };
-    let mut sess = build_session(model, eng, a.sampling.params()?)?;
+    let mut sess = build_session(model, eng, a.sampling.params()?, true)?;
     if sess.tok.is_none() {
         bail!("this model has no tokenizer; chat needs one");
     }
