@@ -620,7 +620,11 @@ fn build_session(
 ) -> Result<Session> {
     let path = resolve_model(model)?;
     let file = open_model(&path)?;
-    let opts = if chat { eng.chat_options()? } else { eng.options()? };
+    let opts = if chat {
+        eng.chat_options()?
+    } else {
+        eng.options()?
+    };
     let engine = Engine::new(file, opts);
     Session::new(engine, sampling).map_err(anyhow::Error::msg)
 }

@@ -9,7 +9,7 @@ use crate::format::{CflowFile, EntryKind, MatrixData};
 use crate::io::{
     ExpertFetcher, ExpertTier, FetchHooks, FetchMode, PrefetchCmd, Prefetcher, Ticket,
 };
-use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
+use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, tiled_matvec_batch, Act};
 use crate::kernels::pool::ThreadPool;
 use crate::kernels::{Isa, Q8Act};
 use crate::model::kv::KvCache;
@@ -520,6 +520,247 @@ impl Engine {
         })
     }
 
+    /// Whether prompts can be prefilled in batches: standard pre-norm dense models on the tiled
+    /// layout (pipeline-native styles, MoE and the row-major baseline go token by token).
+    pub fn can_batch_prefill(&self) -> bool {
+        let c = &self.cfg;
+        c.combine_style == CombineStyle::Sequential
+            && !c.has_experts()
+            && c.dense_delay == 0
+            && c.has_dense()
+            && self.opts.layout == Layout::Cflow
+            && std::env::var_os("CFLOW_NO_BATCH_PREFILL").is_none()
+    }
+
+    /// Feeds `tokens` at the current position; afterwards `logits()` holds the prediction after
+    /// the last one. Batched (weights read once per batch of up to 32 tokens) when the model
+    /// allows it, otherwise token by token; the results are the same up to float rounding order.
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<(), ForwardError> {
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let pos = self.kv.len;
+        if pos + tokens.len() > self.cfg.max_ctx {
+            return Err(ForwardError::ContextFull {
+                pos: pos + tokens.len() - 1,
+                max: self.cfg.max_ctx,
+            });
+        }
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            return Err(ForwardError::BadToken {
+                id,
+                vocab: self.cfg.vocab,
+            });
+        }
+        if !self.can_batch_prefill() || tokens.len() == 1 {
+            for (i, &t) in tokens.iter().enumerate() {
+                self.step(t, i + 1 == tokens.len())?;
+            }
+            return Ok(());
+        }
+        const B: usize = 32;
+        let n_chunks = tokens.len().div_ceil(B);
+        for (ci, chunk) in tokens.chunks(B).enumerate() {
+            let p0 = self.kv.len;
+            self.forward_batch(chunk, p0, ci + 1 == n_chunks)?;
+            self.kv.len = p0 + chunk.len();
+        }
+        Ok(())
+    }
+
+    fn forward_batch(
+        &mut self,
+        toks: &[u32],
+        pos0: usize,
+        want_logits: bool,
+    ) -> Result<(), ForwardError> {
+        let t_start = Instant::now();
+        let ctx = Ctx {
+            file: &self.file,
+            cfg: &self.cfg,
+            pool: &self.pool,
+            isa: self.opts.isa,
+            int_act: self.opts.int_act,
+            rowmajor: None,
+            kv_f16: self.opts.kv_f16,
+        };
+        let cfg = ctx.cfg;
+        let n = toks.len();
+        let (d, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
+        let bytes = ctx.file.bytes();
+        let use_q8 = ctx.int_act && ctx.isa != Isa::Scalar;
+        let quant = |xs: &[f32], width: usize| -> Option<Vec<Q8Act>> {
+            if !use_q8 || !width.is_multiple_of(32) {
+                return None;
+            }
+            Some(
+                xs.chunks_exact(width)
+                    .map(|x| {
+                        let mut q = Q8Act::default();
+                        q.quantize_from(x);
+                        q
+                    })
+                    .collect(),
+            )
+        };
+        let mut x = vec![0f32; n * d];
+        for (b, &t) in toks.iter().enumerate() {
+            embed(&ctx, t, &mut x[b * d..(b + 1) * d]);
+            if cfg.embed_scale() {
+                let k = (d as f32).sqrt();
+                x[b * d..(b + 1) * d].iter_mut().for_each(|v| *v *= k);
+            }
+        }
+        let mut xb = vec![0f32; n * d];
+        let (mut q, mut k, mut v) = (vec![0f32; n * qd], vec![0f32; n * kvd], vec![0f32; n * kvd]);
+        let mut att = vec![0f32; n * qd];
+        let mut o = vec![0f32; n * d];
+        let (mut g, mut u) = (vec![0f32; n * ff], vec![0f32; n * ff]);
+        let mut scores = Vec::new();
+        let mut stats = TokenStats {
+            pos: pos0 as u32,
+            layers: vec![LayerStat::default(); cfg.n_layers],
+            ..Default::default()
+        };
+        for l in 0..cfg.n_layers {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(ForwardError::Stopped);
+            }
+            let lv = &ctx.file.layers[l];
+            let t0 = Instant::now();
+            for b in 0..n {
+                rmsnorm(
+                    &mut xb[b * d..(b + 1) * d],
+                    &x[b * d..(b + 1) * d],
+                    Some(&lv.attn_norm),
+                    cfg.rms_eps,
+                );
+            }
+            let q8 = quant(&xb, d);
+            tiled_matvec_batch(
+                ctx.pool,
+                ctx.isa,
+                bytes,
+                &mut [(&lv.q, &mut q), (&lv.k, &mut k), (&lv.v, &mut v)],
+                &xb,
+                q8.as_deref(),
+                n,
+            );
+            for b in 0..n {
+                let pos = pos0 + b;
+                let (qb, kb, vb) = (
+                    &mut q[b * qd..(b + 1) * qd],
+                    &mut k[b * kvd..(b + 1) * kvd],
+                    &mut v[b * kvd..(b + 1) * kvd],
+                );
+                qkv_post(&ctx, lv, l, pos, qb, kb, vb);
+                self.kv.store(l, pos, kb, vb);
+            }
+            for b in 0..n {
+                attend(
+                    cfg,
+                    l,
+                    l,
+                    pos0 + b,
+                    &self.kv,
+                    &q[b * qd..(b + 1) * qd],
+                    &mut att[b * qd..(b + 1) * qd],
+                    &mut scores,
+                );
+            }
+            let q8 = quant(&att, qd);
+            tiled_matvec_batch(
+                ctx.pool,
+                ctx.isa,
+                bytes,
+                &mut [(&lv.o, &mut o)],
+                &att,
+                q8.as_deref(),
+                n,
+            );
+            add_into(&mut x, &o);
+            let st = &mut stats.layers[l];
+            st.bytes.attn = (lv.q.bytes() + lv.k.bytes() + lv.v.bytes() + lv.o.bytes()) as u64;
+            st.ns_attn = t0.elapsed().as_nanos() as u64;
+            let t1 = Instant::now();
+            let (gm, um, dm) = (
+                lv.gate.as_ref().expect("dense"),
+                lv.up.as_ref().expect("dense"),
+                lv.down.as_ref().expect("dense"),
+            );
+            for b in 0..n {
+                rmsnorm(
+                    &mut xb[b * d..(b + 1) * d],
+                    &x[b * d..(b + 1) * d],
+                    lv.ffn_norm.as_deref(),
+                    cfg.rms_eps,
+                );
+            }
+            let q8 = quant(&xb, d);
+            tiled_matvec_batch(
+                ctx.pool,
+                ctx.isa,
+                bytes,
+                &mut [(gm, &mut g), (um, &mut u)],
+                &xb,
+                q8.as_deref(),
+                n,
+            );
+            for b in 0..n {
+                gated(
+                    cfg.meta.ffn_act,
+                    &mut g[b * ff..(b + 1) * ff],
+                    &u[b * ff..(b + 1) * ff],
+                );
+            }
+            let q8 = quant(&g, ff);
+            tiled_matvec_batch(
+                ctx.pool,
+                ctx.isa,
+                bytes,
+                &mut [(dm, &mut o)],
+                &g,
+                q8.as_deref(),
+                n,
+            );
+            add_into(&mut x, &o);
+            st.bytes.dense = (gm.bytes() + um.bytes() + dm.bytes()) as u64;
+            st.ns_dense = t1.elapsed().as_nanos() as u64;
+        }
+        let s = &mut self.s;
+        s.x.copy_from_slice(&x[(n - 1) * d..]);
+        if want_logits {
+            let t4 = Instant::now();
+            rmsnorm(
+                &mut s.xb,
+                &s.x,
+                Some(&ctx.file.vocab.final_norm),
+                cfg.rms_eps,
+            );
+            let lm = ctx.file.lm_head();
+            let xbv = std::mem::take(&mut s.xb);
+            ctx.mv(
+                usize::MAX,
+                0xFF,
+                &mut s.xq,
+                &xbv,
+                &mut [(lm, &mut s.logits)],
+            );
+            s.xb = xbv;
+            let cap = cfg.final_logit_softcap;
+            if cap > 0.0 {
+                s.logits
+                    .iter_mut()
+                    .for_each(|v| *v = cap * (*v / cap).tanh());
+            }
+            stats.vocab_bytes = lm.bytes() as u64;
+            stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
+        }
+        stats.ns_total = t_start.elapsed().as_nanos() as u64;
+        self.stats = stats;
+        Ok(())
+    }
+
     /// Last computed logits.
     pub fn logits(&self) -> &[f32] {
         &self.s.logits
@@ -885,6 +1126,106 @@ fn embed(ctx: &Ctx, token: u32, out: &mut [f32]) {
     }
 }
 
+/// Biases, RoPE, V-norm and (optionally) f16 rounding of one token's Q/K/V.
+#[allow(clippy::too_many_arguments)]
+fn qkv_post(
+    ctx: &Ctx,
+    lv: &LayerView,
+    p: usize,
+    pos: usize,
+    q: &mut [f32],
+    k: &mut [f32],
+    v: &mut [f32],
+) {
+    let cfg = ctx.cfg;
+    let hd = cfg.head_dim;
+    if let Some(b) = &lv.q_bias {
+        add_into(q, b);
+    }
+    if let Some(b) = &lv.k_bias {
+        add_into(k, b);
+    }
+    if let Some(b) = &lv.v_bias {
+        add_into(v, b);
+    }
+    let rot = cfg.rope_dims();
+    let theta = cfg.rope_theta_for(p);
+    let style = cfg.meta.rope_style;
+    for h in q.chunks_exact_mut(hd) {
+        rope(h, pos, rot, theta, style);
+    }
+    for h in k.chunks_exact_mut(hd) {
+        rope(h, pos, rot, theta, style);
+    }
+    if cfg.v_norm() {
+        for h in v.chunks_exact_mut(hd) {
+            let src = h.to_vec();
+            rmsnorm(h, &src, None, cfg.rms_eps);
+        }
+    }
+    if ctx.kv_f16 {
+        // Emulate an f16 KV cache (llama.cpp's default) by rounding what is stored.
+        for x in k.iter_mut().chain(v.iter_mut()) {
+            *x = half::f16::from_f32(*x).to_f32();
+        }
+    }
+}
+
+/// Multi-head attention of one query (position `pos`) over the layer's cached K/V.
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    cfg: &ModelConfig,
+    l: usize,
+    p: usize,
+    pos: usize,
+    kv: &KvCache,
+    q: &[f32],
+    att: &mut [f32],
+    scores: &mut Vec<f32>,
+) {
+    let hd = cfg.head_dim;
+    let kvd = cfg.kv_dim();
+    let group = cfg.n_heads / cfg.n_kv_heads;
+    let win = cfg.sliding_window_for(p);
+    let start = if win > 0 && pos + 1 > win {
+        pos + 1 - win
+    } else {
+        0
+    };
+    let n = pos + 1 - start;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let cap = cfg.meta.attn_logit_softcap;
+    scores.resize(n, 0.0);
+    let kc = &kv.k[l];
+    let vc = &kv.v[l];
+    for h in 0..cfg.n_heads {
+        let kh = h / group;
+        let qh = &q[h * hd..(h + 1) * hd];
+        for (i, t) in (start..=pos).enumerate() {
+            let kt = &kc[t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
+            let mut dot = 0f32;
+            for j in 0..hd {
+                dot += qh[j] * kt[j];
+            }
+            let mut sc = dot * scale;
+            if cap > 0.0 {
+                sc = cap * (sc / cap).tanh();
+            }
+            scores[i] = sc;
+        }
+        softmax(&mut scores[..n]);
+        let out = &mut att[h * hd..(h + 1) * hd];
+        out.fill(0.0);
+        for (i, t) in (start..=pos).enumerate() {
+            let vt = &vc[t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
+            let w = scores[i];
+            for j in 0..hd {
+                out[j] += w * vt[j];
+            }
+        }
+    }
+}
+
 fn attention(
     ctx: &Ctx,
     lv: &LayerView,
@@ -895,7 +1236,6 @@ fn attention(
     s: &mut Scratch,
 ) {
     let cfg = ctx.cfg;
-    let hd = cfg.head_dim;
     rmsnorm(&mut s.xb, &s.x, Some(&lv.attn_norm), cfg.rms_eps);
     {
         let xb = std::mem::take(&mut s.xb);
@@ -908,77 +1248,9 @@ fn attention(
         );
         s.xb = xb;
     }
-    if let Some(b) = &lv.q_bias {
-        add_into(&mut s.q, b);
-    }
-    if let Some(b) = &lv.k_bias {
-        add_into(&mut s.k, b);
-    }
-    if let Some(b) = &lv.v_bias {
-        add_into(&mut s.v, b);
-    }
-    let rot = cfg.rope_dims();
-    let theta = cfg.rope_theta_for(p);
-    let style = cfg.meta.rope_style;
-    for h in s.q.chunks_exact_mut(hd) {
-        rope(h, pos, rot, theta, style);
-    }
-    for h in s.k.chunks_exact_mut(hd) {
-        rope(h, pos, rot, theta, style);
-    }
-    if cfg.v_norm() {
-        for h in s.v.chunks_exact_mut(hd) {
-            let src = h.to_vec();
-            rmsnorm(h, &src, None, cfg.rms_eps);
-        }
-    }
-    if ctx.kv_f16 {
-        // Emulate an f16 KV cache (llama.cpp's default) by rounding what is stored.
-        for v in s.k.iter_mut().chain(s.v.iter_mut()) {
-            *v = half::f16::from_f32(*v).to_f32();
-        }
-    }
+    qkv_post(ctx, lv, p, pos, &mut s.q, &mut s.k, &mut s.v);
     kv.store(l, pos, &s.k, &s.v);
-    let kvd = cfg.kv_dim();
-    let group = cfg.n_heads / cfg.n_kv_heads;
-    let win = cfg.sliding_window_for(p);
-    let start = if win > 0 && pos + 1 > win {
-        pos + 1 - win
-    } else {
-        0
-    };
-    let n = pos + 1 - start;
-    let scale = 1.0 / (hd as f32).sqrt();
-    let cap = cfg.meta.attn_logit_softcap;
-    s.scores.resize(n, 0.0);
-    let kc = &kv.k[l];
-    let vc = &kv.v[l];
-    for h in 0..cfg.n_heads {
-        let kh = h / group;
-        let qh = &s.q[h * hd..(h + 1) * hd];
-        for (i, t) in (start..=pos).enumerate() {
-            let kt = &kc[t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
-            let mut dot = 0f32;
-            for j in 0..hd {
-                dot += qh[j] * kt[j];
-            }
-            let mut sc = dot * scale;
-            if cap > 0.0 {
-                sc = cap * (sc / cap).tanh();
-            }
-            s.scores[i] = sc;
-        }
-        softmax(&mut s.scores[..n]);
-        let out = &mut s.att[h * hd..(h + 1) * hd];
-        out.fill(0.0);
-        for (i, t) in (start..=pos).enumerate() {
-            let vt = &vc[t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
-            let w = s.scores[i];
-            for j in 0..hd {
-                out[j] += w * vt[j];
-            }
-        }
-    }
+    attend(ctx.cfg, l, p, pos, kv, &s.q, &mut s.att, &mut s.scores);
     let att = std::mem::take(&mut s.att);
     ctx.mv(p, 0xFF, &mut s.xq, &att, &mut [(&lv.o, &mut s.attn_out)]);
     s.att = att;

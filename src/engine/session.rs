@@ -180,13 +180,10 @@ impl Session {
             return out;
         }
         let t0 = Instant::now();
-        for (i, &id) in prompt.iter().enumerate() {
-            let last = i + 1 == prompt.len();
-            if let Err(e) = self.engine.step(id, last) {
-                return self.fail(out, e, emit);
-            }
-            self.context.push(id);
+        if let Err(e) = self.engine.prefill(prompt) {
+            return self.fail(out, e, emit);
         }
+        self.context.extend_from_slice(prompt);
         out.prefill_ns = t0.elapsed().as_nanos() as u64;
         emit(Event::Prefill {
             n_tokens: prompt.len() as u32,

@@ -126,3 +126,76 @@ pub fn rowmajor_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, act: &Act, y
         );
     });
 }
+
+/// Batched tiled matvec for prefill: for every `(matrix, ys)` pair and every token `b < n`,
+/// `ys[b·rows ..][..rows] = W · xs[b·cols ..][..cols]`. Each tile is loaded once and applied to
+/// all `n` activations while it is hot in cache, so weight traffic is paid once per batch.
+/// `q8`, when given, holds each token's quantized activation.
+pub fn tiled_matvec_batch(
+    pool: &ThreadPool,
+    isa: Isa,
+    bytes: &[u8],
+    outs: &mut [(&Matrix, &mut [f32])],
+    xs: &[f32],
+    q8: Option<&[Q8Act]>,
+    n: usize,
+) {
+    let mut tasks: Vec<(usize, usize)> = Vec::new();
+    let cols = outs.first().map_or(0, |(m, _)| m.cols);
+    assert_eq!(xs.len(), n * cols, "activation length");
+    for (i, (m, y)) in outs.iter().enumerate() {
+        assert_eq!(m.cols, cols, "matrices of one batch share the input");
+        assert_eq!(y.len(), n * m.rows, "output length");
+        for s in 0..m.n_stripes() {
+            tasks.push((i, s));
+        }
+    }
+    if let Some(q) = q8 {
+        assert_eq!(q.len(), n);
+    }
+    let ptrs: Vec<(&Matrix, OutPtr)> = outs
+        .iter_mut()
+        .map(|(m, y)| (*m, OutPtr(y.as_mut_ptr(), y.len())))
+        .collect();
+    pool.run(tasks.len(), &|t| {
+        let (i, s) = tasks[t];
+        let (m, p) = ptrs[i];
+        let r0 = s * TILE_ROWS;
+        let rows = m.stripe_rows(s);
+        for b in 0..n {
+            // SAFETY: rows [r0, r0 + rows) of token b's output lie inside the output (asserted
+            // length n · m.rows) and (matrix, stripe) pairs are distinct across tasks.
+            let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(b * m.rows + r0), rows) };
+            out.fill(0.0);
+        }
+        for c in 0..m.n_col_tiles() {
+            let tile = tile_at(bytes, m, s, c);
+            let c0 = c * TILE_COLS;
+            let c1 = c0 + tile.cols;
+            for b in 0..n {
+                // SAFETY: as above.
+                let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(b * m.rows + r0), rows) };
+                let x = &xs[b * cols + c0..b * cols + c1];
+                let xq = match q8 {
+                    Some(q) if m.quant.is_blocked() => {
+                        let a = &q[b];
+                        let (b0, b1) = (c0 / QK, c1 / QK);
+                        Some((&a.d[b0..b1], &a.s[b0..b1], &a.qs[c0..c1]))
+                    }
+                    _ => None,
+                };
+                tile_matvec(
+                    isa,
+                    m.quant,
+                    tile.rows,
+                    tile.cols,
+                    tile.scales,
+                    tile.qs,
+                    x,
+                    xq,
+                    out,
+                );
+            }
+        }
+    });
+}
