@@ -450,3 +450,61 @@ fn batched_prefill_matches_token_by_token() {
         );
     }
 }
+
+#[test]
+fn rowmajor_baseline_agrees_with_tiles() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, q) in [
+        ("arch2_4_combined", QuantType::Q4_0),
+        ("llama", QuantType::Q4_1),
+        ("mixtral", QuantType::Q8_0),
+        ("llama", QuantType::F16),
+    ] {
+        let mut spec = GenSpec::new(arch);
+        spec.layers = Some(3);
+        spec.hidden = Some(320); // 256 + 64 column tiles
+        spec.heads = Some(5);
+        spec.ffn = Some(640);
+        spec.experts = Some(4);
+        spec.expert_ffn = Some(96);
+        spec.vocab = Some(400);
+        spec.quant = q;
+        let p = dir.path().join(format!("{arch}-{q}.cflow"));
+        generate(&spec, &p, |_, _| {}).unwrap();
+        let f = Arc::new(CflowFile::open(&p).unwrap());
+        for int_act in [false, true] {
+            let mk = |layout| {
+                Engine::new(
+                    f.clone(),
+                    EngineOptions {
+                        threads: 2,
+                        int_act,
+                        layout,
+                        ..Default::default()
+                    },
+                )
+            };
+            let (mut a, mut b) = (mk(Layout::Cflow), mk(Layout::RowMajor));
+            for t in [3u32, 99, 250, 17, 5] {
+                let la = a.step(t, true).unwrap().unwrap().to_vec();
+                let lb = b.step(t, true).unwrap().unwrap().to_vec();
+                let num: f32 = la
+                    .iter()
+                    .zip(&lb)
+                    .map(|(x, y)| (x - y).powi(2))
+                    .sum::<f32>()
+                    .sqrt();
+                let den: f32 = lb.iter().map(|x| x * x).sum::<f32>().sqrt();
+                assert!(
+                    num / den < 1e-5,
+                    "{arch} {q} int={int_act}: rel err {}",
+                    num / den
+                );
+                assert_eq!(
+                    cflow::engine::sampler::argmax(&la),
+                    cflow::engine::sampler::argmax(&lb)
+                );
+            }
+        }
+    }
+}
