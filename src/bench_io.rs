@@ -276,7 +276,7 @@ pub struct LayoutArgs {
 }
 
 /// Tiles `m` into a standalone buffer; returns the bytes and the matrix view.
-fn tile(m: &MatrixData, kind: EntryKind, buf: &mut Vec<u8>) -> Matrix {
+pub fn tile(m: &MatrixData, kind: EntryKind, buf: &mut Vec<u8>) -> Matrix {
     let q = m.quant;
     let (rsb, rqb) = (m.row_scale_bytes(), m.row_quant_bytes());
     let mut mat = Matrix {
