@@ -385,6 +385,10 @@ pub struct BenchDecodeArgs {
     /// Disable per-layer timing telemetry (to measure its cost).
     #[arg(long)]
     pub no_timings: bool,
+    /// Sample per-phase PMU counters (software counters where the CPU has no PMU), to measure
+    /// their cost.
+    #[arg(long)]
+    pub pmu: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -826,7 +830,10 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
         e.threads = Some(t);
         let mut opts = e.options()?;
         opts.timings = !a.no_timings;
-        let engine = Engine::new(file.clone(), opts);
+        let mut engine = Engine::new(file.clone(), opts);
+        if a.pmu {
+            engine.pmu = crate::telemetry::pmu::Pmu::new();
+        }
         let mut sess =
             Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
         let prompt: Vec<u32> = (0..a.prompt_len as u32)
