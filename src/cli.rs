@@ -73,6 +73,23 @@ pub enum Cmd {
     Replay(ReplayArgs),
     /// Export a trace as Chrome Trace Event JSON (Perfetto, chrome://tracing).
     Export(ExportArgs),
+    /// Convert a .cflow to another layout: `convert FILE.cflow --to vflow -o FILE.vflow`.
+    Convert(ConvertArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// Source .cflow file.
+    pub file: PathBuf,
+    /// Target layout (only `vflow`).
+    #[arg(long, default_value = "vflow")]
+    pub to: String,
+    /// Output file (default: FILE with the extension .vflow, which the engine finds by itself).
+    #[arg(short, long)]
+    pub out: Option<PathBuf>,
+    /// Layers per vertical group.
+    #[arg(long, default_value_t = crate::format::vflow::DEFAULT_GROUP_SIZE)]
+    pub group_size: usize,
 }
 
 #[derive(Args, Debug)]
@@ -145,9 +162,13 @@ pub struct EngineArgs {
     /// Kernel ISA: auto, scalar, avx2, avx512.
     #[arg(long, global = true, default_value = "auto")]
     pub isa: String,
-    /// Weight layout: cflow (tiles) or rowmajor (naive baseline copy).
+    /// Weight layout: cflow (tiles), vflow (the .vflow twin: vertical groups + expert bank) or
+    /// rowmajor (naive baseline copy).
     #[arg(long, global = true, default_value = "cflow")]
     pub layout: String,
+    /// The model's .vflow twin (default: MODEL with the extension .vflow, when it exists).
+    #[arg(long, global = true)]
+    pub vflow: Option<PathBuf>,
     /// Activations fed to the quantized matvecs: q8 (quantized once per matvec, integer dot
     /// products: fastest, llama.cpp's numerics), f32 (exact: matches a float64 forward to 1e-4),
     /// or auto (f32 for chat, q8 otherwise). On SmolLM2 the Q8 noise changes chat answers.
@@ -203,8 +224,9 @@ impl EngineArgs {
         };
         let layout = match self.layout.as_str() {
             "cflow" => Layout::Cflow,
+            "vflow" => Layout::Vflow,
             "rowmajor" => Layout::RowMajor,
-            other => bail!("--layout {other}: expected cflow or rowmajor"),
+            other => bail!("--layout {other}: expected cflow, vflow or rowmajor"),
         };
         Ok(EngineOptions {
             threads,
@@ -442,6 +464,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Some(Cmd::Chat(a)) => cmd_chat(a, &cli.engine),
         Some(Cmd::Replay(a)) => cmd_replay(a),
         Some(Cmd::Export(a)) => cmd_export(a),
+        Some(Cmd::Convert(a)) => cmd_convert(a),
     }
 }
 
@@ -479,7 +502,7 @@ fn default_command(cli: &Cli) -> Result<()> {
     } else {
         cli.engine.options()?
     };
-    let engine = Engine::new(file, opts);
+    let engine = new_engine(&path, file, opts, &cli.engine)?;
     let session = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
     let machine =
         crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
@@ -576,6 +599,73 @@ pub fn open_model(path: &Path) -> Result<Arc<CflowFile>> {
     Ok(Arc::new(CflowFile::open(path)?))
 }
 
+/// An engine over `file`, with its `.vflow` twin attached (`--vflow FILE`, or `MODEL.vflow` when
+/// it exists and matches) and `--layout vflow` applied.
+fn new_engine(
+    path: &Path,
+    file: Arc<CflowFile>,
+    opts: EngineOptions,
+    eng: &EngineArgs,
+) -> Result<Engine> {
+    use crate::format::vflow::{is_twin_of, VflowFile};
+    let want = opts.layout;
+    let twin = eng.vflow.clone().or_else(|| {
+        let p = path.with_extension("vflow");
+        (p != path && p.exists()).then_some(p)
+    });
+    let mut engine = Engine::new(file, opts);
+    if let Some(vp) = twin {
+        let explicit = eng.vflow.is_some();
+        let attached = VflowFile::open(&vp)
+            .map_err(|e| e.to_string())
+            .and_then(|v| {
+                if is_twin_of(&v, &engine.file) {
+                    Ok(v)
+                } else {
+                    Err(format!(
+                        "{}: converted from a different file than {}",
+                        vp.display(),
+                        path.display()
+                    ))
+                }
+            })
+            .and_then(|v| engine.attach_vflow(Arc::new(v.into_file())));
+        match attached {
+            Ok(()) => {}
+            Err(e) if explicit || want == Layout::Vflow => bail!("--vflow: {e}"),
+            Err(e) => eprintln!("cflow-tui: ignoring {}: {e}", vp.display()),
+        }
+    }
+    if want == Layout::Vflow {
+        engine
+            .set_layout(Layout::Vflow)
+            .map_err(anyhow::Error::msg)?;
+    }
+    Ok(engine)
+}
+
+fn cmd_convert(a: ConvertArgs) -> Result<()> {
+    if a.to != "vflow" {
+        bail!("--to {}: only `vflow` is supported", a.to);
+    }
+    let src = CflowFile::open(&a.file)?;
+    let out = a.out.unwrap_or_else(|| a.file.with_extension("vflow"));
+    if out == a.file {
+        bail!("-o {}: would overwrite the source", out.display());
+    }
+    crate::format::vflow::convert(&src, &out, a.group_size)?;
+    let v = crate::format::vflow::VflowFile::open(&out)?;
+    eprintln!(
+        "wrote {} ({:.1} MiB, {} groups of {} layers, {} experts in the bank)",
+        out.display(),
+        mib(std::fs::metadata(&out)?.len()),
+        v.header.n_groups,
+        v.header.group_size,
+        v.header.n_layers as usize * v.header.n_experts as usize
+    );
+    Ok(())
+}
+
 fn cmd_gen(a: GenArgs) -> Result<()> {
     let quant = QuantType::parse(&a.quant)
         .with_context(|| format!("--quant {}: expected q4_0, q4_1, q8_0, f16 or f32", a.quant))?;
@@ -629,7 +719,7 @@ fn build_session(
     } else {
         eng.options()?
     };
-    let engine = Engine::new(file, opts);
+    let engine = new_engine(&path, file, opts, eng)?;
     Session::new(engine, sampling).map_err(anyhow::Error::msg)
 }
 

@@ -25,6 +25,9 @@ use std::time::Instant;
 pub enum Layout {
     /// Tiles in consumption order, straight from the mapped `.cflow` file.
     Cflow,
+    /// The same tiles from the `.vflow` twin (vertical groups + expert bank, §3.4); available
+    /// once a twin is attached with [`Engine::attach_vflow`].
+    Vflow,
     /// The naive baseline: an in-memory row-major copy of the same quantized weights.
     RowMajor,
 }
@@ -33,6 +36,7 @@ impl Layout {
     pub fn name(self) -> &'static str {
         match self {
             Layout::Cflow => "cflow",
+            Layout::Vflow => "vflow",
             Layout::RowMajor => "rowmajor",
         }
     }
@@ -202,6 +206,8 @@ impl Ctx<'_> {
 /// The decode engine over one open model.
 pub struct Engine {
     pub file: Arc<CflowFile>,
+    /// Views of the `.vflow` twin (read instead of `file` when the layout is `Vflow`).
+    vflow: Option<Arc<CflowFile>>,
     pub cfg: ModelConfig,
     pub opts: EngineOptions,
     pool: ThreadPool,
@@ -236,6 +242,13 @@ fn relative_expert(e: &ExpertView) -> ExpertView {
         up: rel(&e.up),
         down: rel(&e.down),
     }
+}
+
+fn relative_experts(f: &CflowFile) -> Vec<Vec<ExpertView>> {
+    f.layers
+        .iter()
+        .map(|l| l.experts.iter().map(relative_expert).collect())
+        .collect()
 }
 
 /// Byte span [start, end) covering the tiles of `ms`.
@@ -287,6 +300,7 @@ impl Engine {
             kv: KvCache::new(le, cfg.kv_dim(), cfg.max_ctx),
             pool: ThreadPool::new(opts.threads),
             file,
+            vflow: None,
             cfg,
             rowmajor: None,
             s,
@@ -299,16 +313,42 @@ impl Engine {
             notes: Vec::new(),
             opts,
         };
-        e.rel_experts = e
-            .file
-            .layers
-            .iter()
-            .map(|l| l.experts.iter().map(relative_expert).collect())
-            .collect();
+        e.rel_experts = relative_experts(&e.file);
         if e.opts.layout == Layout::RowMajor {
             e.build_rowmajor();
         }
+        if e.opts.layout == Layout::Vflow {
+            // No twin yet: run from the .cflow until `attach_vflow` + `set_layout`.
+            e.opts.layout = Layout::Cflow;
+        }
         e
+    }
+
+    /// The file the forward pass reads: the `.vflow` twin under `Layout::Vflow`.
+    fn active(&self) -> &Arc<CflowFile> {
+        match (self.opts.layout, &self.vflow) {
+            (Layout::Vflow, Some(v)) => v,
+            _ => &self.file,
+        }
+    }
+
+    /// Attaches the views of a `.vflow` twin of `file` (same configuration; the caller checks
+    /// the source hash with `format::vflow::is_twin_of`). Makes `Layout::Vflow` available.
+    pub fn attach_vflow(&mut self, v: Arc<CflowFile>) -> Result<(), String> {
+        if v.cfg != self.cfg || v.layers.len() != self.file.layers.len() {
+            return Err(format!(
+                "{}: not a twin of {} (configuration differs)",
+                v.path.display(),
+                self.file.path.display()
+            ));
+        }
+        if self.opts.layout == Layout::Vflow {
+            self.quiesce();
+            self.fetcher = None;
+        }
+        self.vflow = Some(v);
+        self.rel_experts = relative_experts(self.active());
+        Ok(())
     }
 
     /// Selects sync or staged expert fetch (takes effect at the next token).
@@ -387,7 +427,7 @@ impl Engine {
     /// Starts the fetcher (and prefetcher) needed by the current options.
     fn ensure_io(&mut self) {
         if self.fetching() && self.fetcher.is_none() {
-            let path = self.file.path.clone();
+            let path = self.active().path.clone();
             match ExpertFetcher::new(&path, self.opts.readers, self.opts.fetch_hooks.clone()) {
                 Ok(f) => {
                     if let Some(n) = f.note() {
@@ -440,17 +480,39 @@ impl Engine {
             fetch: self.opts.fetch.name().into(),
             expert_tier: self.opts.expert_tier.name().into(),
             layout: self.opts.layout.name().into(),
-            layouts_available: vec!["cflow".into(), "rowmajor".into()],
+            layouts_available: [
+                Some("cflow"),
+                self.vflow.as_ref().map(|_| "vflow"),
+                Some("rowmajor"),
+            ]
+            .into_iter()
+            .flatten()
+            .map(String::from)
+            .collect(),
             notes,
         }
     }
 
-    /// Switches the weight layout (builds the row-major copy on first use).
-    pub fn set_layout(&mut self, layout: Layout) {
+    /// Switches the weight layout (builds the row-major copy on first use; `Vflow` needs an
+    /// attached twin). Takes effect at the next token.
+    pub fn set_layout(&mut self, layout: Layout) -> Result<(), String> {
+        if layout == Layout::Vflow && self.vflow.is_none() {
+            return Err(
+                "layout `vflow` needs a .vflow twin (convert --to vflow, --vflow FILE)".into(),
+            );
+        }
         if layout == Layout::RowMajor && self.rowmajor.is_none() {
             self.build_rowmajor();
         }
+        let before = Arc::as_ptr(self.active());
         self.opts.layout = layout;
+        if Arc::as_ptr(self.active()) != before {
+            // The expert fetcher reads from the active file's path; reopen it on next use.
+            self.quiesce();
+            self.fetcher = None;
+            self.rel_experts = relative_experts(self.active());
+        }
+        Ok(())
     }
 
     fn build_rowmajor(&mut self) {
@@ -791,8 +853,12 @@ impl Engine {
         let rel = &self.rel_experts;
         let mut read_failed = false;
         let timings = self.opts.timings;
+        let file: &Arc<CflowFile> = match (self.opts.layout, &self.vflow) {
+            (Layout::Vflow, Some(v)) => v,
+            _ => &self.file,
+        };
         let ctx = Ctx {
-            file: &self.file,
+            file,
             cfg: &self.cfg,
             pool: &self.pool,
             isa: self.opts.isa,
@@ -865,7 +931,7 @@ impl Engine {
                 ];
                 for (a, b) in spans.into_iter().flatten() {
                     pf.send(PrefetchCmd::LinearRange {
-                        file: self.file.clone(),
+                        file: file.clone(),
                         offset: a,
                         len: b - a,
                     });
@@ -951,7 +1017,7 @@ impl Engine {
                     }
                 } else if let Some(pf) = prefetch {
                     pf.send(PrefetchCmd::ExpertTiles {
-                        file: self.file.clone(),
+                        file: file.clone(),
                         regions: sel
                             .iter()
                             .map(|&(e, _)| {

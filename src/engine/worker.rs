@@ -63,8 +63,9 @@ fn toggle_engine(engine: &mut super::forward::Engine, c: &Command) -> Option<Str
     use crate::io::{ExpertTier, FetchMode};
     match c {
         Command::SetLayout(l) => match l.as_str() {
-            "cflow" => engine.set_layout(Layout::Cflow),
-            "rowmajor" => engine.set_layout(Layout::RowMajor),
+            "cflow" => return engine.set_layout(Layout::Cflow).err(),
+            "vflow" => return engine.set_layout(Layout::Vflow).err(),
+            "rowmajor" => return engine.set_layout(Layout::RowMajor).err(),
             other => return Some(format!("layout `{other}` is not available for this model")),
         },
         Command::SetPrefetch(on) => engine.set_prefetch(*on),

@@ -1,4 +1,4 @@
-//! On-disk formats: `.cflow` v5 (headers, tile headers, layer directories, expert offset tables,
+//! On-disk formats: `.cflow` v5 and `.vflow` (headers, tile headers, layer directories, expert offset tables,
 //! writer, validating zero-copy mmap reader). Layout reference: `docs/FORMAT.md`.
 //!
 //! All `unsafe` in this module is confined to turning validated byte ranges of the mapped file
@@ -8,6 +8,7 @@ pub mod error;
 pub mod header;
 pub mod mmap;
 pub mod reader;
+pub mod vflow;
 pub mod writer;
 
 pub use error::FormatError;
@@ -22,6 +23,11 @@ pub const TILE_COLS: usize = 256;
 /// A short hex hash (FNV-1a 64) of the header, layer table and every directory: identifies a
 /// model file in traces without reading the weights.
 pub fn file_hash(f: &CflowFile) -> String {
+    format!("{:016x}", file_hash_u64(f))
+}
+
+/// [`file_hash`] as a number (recorded in a `.vflow` to identify its source `.cflow`).
+pub fn file_hash_u64(f: &CflowFile) -> u64 {
     let b = f.bytes();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |s: &[u8]| {
@@ -36,5 +42,5 @@ pub fn file_hash(f: &CflowFile) -> String {
         let o = l.offset as usize;
         eat(&b[o..o + header::DirHeader::SIZE]);
     }
-    format!("{h:016x}")
+    h
 }

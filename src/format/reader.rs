@@ -128,16 +128,16 @@ const MAX_DIM: u64 = 1 << 20;
 const MAX_LAYERS: u64 = 4096;
 const MAX_EXPERTS: u64 = 255;
 
-struct V<'a> {
-    file: &'a Path,
-    bytes: &'a [u8],
+pub(crate) struct V<'a> {
+    pub(crate) file: &'a Path,
+    pub(crate) bytes: &'a [u8],
 }
 
 impl<'a> V<'a> {
-    fn size(&self) -> u64 {
+    pub(crate) fn size(&self) -> u64 {
         self.bytes.len() as u64
     }
-    fn range(&self, what: &str, off: u64, len: u64) -> Result<&'a [u8], FormatError> {
+    pub(crate) fn range(&self, what: &str, off: u64, len: u64) -> Result<&'a [u8], FormatError> {
         let end = off.checked_add(len).ok_or_else(|| FormatError::Overflow {
             file: self.file.into(),
             what: what.into(),
@@ -153,7 +153,12 @@ impl<'a> V<'a> {
         }
         Ok(&self.bytes[off as usize..end as usize])
     }
-    fn field(&self, field: &'static str, value: impl ToString, why: &str) -> FormatError {
+    pub(crate) fn field(
+        &self,
+        field: &'static str,
+        value: impl ToString,
+        why: &str,
+    ) -> FormatError {
         FormatError::BadField {
             file: self.file.into(),
             field,
@@ -161,7 +166,12 @@ impl<'a> V<'a> {
             why: why.into(),
         }
     }
-    fn mismatch(&self, what: String, expected: impl ToString, found: impl ToString) -> FormatError {
+    pub(crate) fn mismatch(
+        &self,
+        what: String,
+        expected: impl ToString,
+        found: impl ToString,
+    ) -> FormatError {
         FormatError::Mismatch {
             file: self.file.into(),
             what,
@@ -182,7 +192,7 @@ impl<'a> V<'a> {
 }
 
 /// Validates the header fields and builds the config (metadata parsed separately).
-fn config_from_header(
+pub(crate) fn config_from_header(
     v: &V,
     h: &GlobalHeader,
     meta: ModelMeta,
@@ -269,7 +279,7 @@ fn config_from_header(
 /// Walks a group of matrices stored interleaved by stripe from `start`, validating every tile
 /// header; returns the stripe offsets per member and the end offset.
 #[allow(clippy::too_many_arguments)]
-fn walk_group(
+pub(crate) fn walk_group(
     v: &V,
     what: &str,
     layer: u16,
@@ -375,9 +385,24 @@ impl Dir {
 }
 
 fn read_dir(v: &V, what: &str, off: u64, len: u64, layer: u32) -> Result<Dir, FormatError> {
+    read_dir_in(v, what, off, (off, len), None, layer)
+}
+
+/// Reads the directory at `dir_off`; its entries must lie inside `region` (offset, length),
+/// except the expert table and expert descriptors, which must lie inside `bank` when given
+/// (`.vflow`: the directories of a group share the group's span, experts live in the bank).
+fn read_dir_in(
+    v: &V,
+    what: &str,
+    dir_off: u64,
+    region: (u64, u64),
+    bank: Option<(u64, u64)>,
+    layer: u32,
+) -> Result<Dir, FormatError> {
+    let (off, len) = region;
     let hb = v.range(
         &format!("{what} directory header"),
-        off,
+        dir_off,
         DirHeader::SIZE as u64,
     )?;
     let dh = DirHeader::decode(hb).expect("16 bytes");
@@ -392,7 +417,10 @@ fn read_dir(v: &V, what: &str, off: u64, len: u64, layer: u32) -> Result<Dir, Fo
         return Err(v.mismatch(format!("{what} directory layer index"), layer, dh.layer));
     }
     let n = dh.n_entries as u64;
-    if n > 64 || DirHeader::SIZE as u64 + n * DirEntry::SIZE as u64 > len {
+    if n > 64
+        || dir_off < off
+        || dir_off - off + DirHeader::SIZE as u64 + n * DirEntry::SIZE as u64 > len
+    {
         return Err(v.field(
             "dir.n_entries",
             n,
@@ -403,7 +431,7 @@ fn read_dir(v: &V, what: &str, off: u64, len: u64, layer: u32) -> Result<Dir, Fo
     for i in 0..n {
         let eb = v.range(
             &format!("{what} directory entry {i}"),
-            off + DirHeader::SIZE as u64 + i * DirEntry::SIZE as u64,
+            dir_off + DirHeader::SIZE as u64 + i * DirEntry::SIZE as u64,
             DirEntry::SIZE as u64,
         )?;
         let e = DirEntry::decode(eb).expect("32 bytes");
@@ -419,6 +447,17 @@ fn read_dir(v: &V, what: &str, off: u64, len: u64, layer: u32) -> Result<Dir, Fo
             file: v.file.into(),
             what: format!("{what} entry {kind:?}"),
         })?;
+        let is_expert = matches!(
+            kind,
+            EntryKind::ExpertTable
+                | EntryKind::ExpertGate
+                | EntryKind::ExpertUp
+                | EntryKind::ExpertDown
+        );
+        let (off, len) = match bank {
+            Some(b) if is_expert => b,
+            _ => (off, len),
+        };
         if eo < off || end > off + len {
             return Err(FormatError::OutOfBounds {
                 file: v.file.into(),
@@ -537,6 +576,26 @@ impl CflowFile {
         })
     }
 
+    /// Assembles a file from views validated against `map` (used by the `.vflow` reader, so the
+    /// engine and the fetcher run unchanged on either file).
+    pub(crate) fn from_parts(
+        path: &Path,
+        map: Mmap,
+        header: GlobalHeader,
+        cfg: ModelConfig,
+        layers: Vec<LayerView>,
+        vocab: VocabView,
+    ) -> CflowFile {
+        CflowFile {
+            path: path.into(),
+            map,
+            header,
+            cfg,
+            layers,
+            vocab,
+        }
+    }
+
     #[allow(clippy::type_complexity)]
     fn validate(
         path: &Path,
@@ -632,8 +691,24 @@ impl CflowFile {
         off: u64,
         len: u64,
     ) -> Result<LayerView, FormatError> {
+        Self::read_layer_in(v, c, i, off, (off, len), None)
+    }
+
+    /// Reads layer `i` from the directory at `dir_off`. Its matrices and vectors must lie inside
+    /// `region`; the expert table and expert regions inside `bank` when given (`.vflow`), else
+    /// inside `region` (`.cflow`). The view's offset/len are the region's.
+    pub(crate) fn read_layer_in(
+        v: &V,
+        c: &ModelConfig,
+        i: usize,
+        dir_off: u64,
+        region: (u64, u64),
+        bank: Option<(u64, u64)>,
+    ) -> Result<LayerView, FormatError> {
+        let (off, len) = region;
+        let (xoff, xlen) = bank.unwrap_or(region);
         let what = format!("layer {i}");
-        let dir = read_dir(v, &what, off, len, i as u32)?;
+        let dir = read_dir_in(v, &what, dir_off, region, bank, i as u32)?;
         let d = c.d_model;
         let li = i as u16;
         let mut qkv = group(
@@ -740,10 +815,12 @@ impl CflowFile {
                     file: v.file.into(),
                     what: ew.clone(),
                 })?;
-                if eo < prev_end || eend > off + len {
+                if eo < prev_end || eend > xoff + xlen {
                     return Err(FormatError::OutOfBounds {
                         file: v.file.into(),
-                        what: format!("{ew} (must follow the previous expert inside the layer region [{off}, +{len}))"),
+                        what: format!(
+                            "{ew} (must follow the previous expert inside [{xoff}, +{xlen}))"
+                        ),
                         offset: eo,
                         len: el,
                         size: v.size(),
@@ -792,7 +869,12 @@ impl CflowFile {
         })
     }
 
-    fn read_vocab(v: &V, c: &ModelConfig, off: u64, len: u64) -> Result<VocabView, FormatError> {
+    pub(crate) fn read_vocab(
+        v: &V,
+        c: &ModelConfig,
+        off: u64,
+        len: u64,
+    ) -> Result<VocabView, FormatError> {
         let what = "vocab";
         let dir = read_dir(v, what, off, len, 0xFFFF)?;
         let embedding = group(

@@ -1,0 +1,427 @@
+//! `.vflow` (paper §3.4): conversion round trip, O(1) expert-bank lookup, the engine running from
+//! the `.vflow` twin with bit-identical tokens and logits (every expert tier × fetch × prefetch
+//! combination, and live switching between tokens), and typed errors on corrupted files.
+
+use cflow::convert::generate::{generate, GenSpec};
+use cflow::engine::forward::Layout;
+use cflow::engine::{Engine, EngineOptions};
+use cflow::format::vflow::{convert, is_twin_of, VflowFile, VflowHeader, GROUP_ENTRY_SIZE};
+use cflow::format::{CflowFile, FormatError};
+use cflow::io::{ExpertTier, FetchMode};
+use cflow::quant::QuantType;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn gen(dir: &Path, arch: &str, layers: usize, hidden: usize, seed: u64) -> PathBuf {
+    let p = dir.join(format!("{arch}-{layers}-{hidden}-{seed}.cflow"));
+    let mut spec = GenSpec::new(arch);
+    spec.seed = seed;
+    spec.layers = Some(layers);
+    spec.hidden = Some(hidden);
+    spec.heads = Some(4);
+    spec.ffn = Some(2 * hidden);
+    spec.expert_ffn = Some(hidden);
+    spec.vocab = Some(384);
+    spec.ctx = Some(256);
+    spec.quant = QuantType::Q4_0;
+    generate(&spec, &p, |_, _| {}).unwrap();
+    p
+}
+
+fn to_vflow(p: &Path, g: usize) -> PathBuf {
+    let out = p.with_extension(format!("g{g}.vflow"));
+    convert(&CflowFile::open(p).unwrap(), &out, g).unwrap();
+    out
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut b = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[b] {
+            b = i;
+        }
+    }
+    b as u32
+}
+
+/// Greedy decode of `n` tokens after a fixed prompt; returns tokens and the final logits' bits.
+fn decode(e: &mut Engine, n: usize) -> (Vec<u32>, Vec<u32>) {
+    e.reset();
+    let mut last = 0;
+    for &t in &[1u32, 17, 99, 3] {
+        last = argmax(e.step(t, true).unwrap().unwrap());
+    }
+    let mut out = vec![last];
+    for _ in 1..n {
+        last = argmax(e.step(last, true).unwrap().unwrap());
+        out.push(last);
+    }
+    (out, e.logits().iter().map(|v| v.to_bits()).collect())
+}
+
+fn engine(c: &Arc<CflowFile>, v: Option<&Arc<CflowFile>>, opts: EngineOptions) -> Engine {
+    let mut e = Engine::new(c.clone(), opts);
+    if let Some(v) = v {
+        e.attach_vflow(v.clone()).unwrap();
+        e.set_layout(Layout::Vflow).unwrap();
+    }
+    e
+}
+
+fn opts(tier: ExpertTier, fetch: FetchMode, prefetch: bool) -> EngineOptions {
+    EngineOptions {
+        threads: 1,
+        expert_tier: tier,
+        fetch,
+        prefetch,
+        readers: 2,
+        ..Default::default()
+    }
+}
+
+/// Tokens and logits from the `.vflow` equal the `.cflow`'s in every I/O combination.
+fn check_equivalence(cflow: &Path, vflow: &Path) {
+    let c = Arc::new(CflowFile::open(cflow).unwrap());
+    let vf = VflowFile::open(vflow).unwrap();
+    assert!(is_twin_of(&vf, &c));
+    let v = Arc::new(vf.into_file());
+    let mut base = engine(&c, None, opts(ExpertTier::Mmap, FetchMode::Sync, false));
+    let (toks, logits) = decode(&mut base, 8);
+    let moe = c.cfg.has_experts();
+    for tier in [ExpertTier::Mmap, ExpertTier::Direct] {
+        for fetch in [FetchMode::Sync, FetchMode::Staged] {
+            for pf in [false, true] {
+                if !moe && (tier, fetch) != (ExpertTier::Mmap, FetchMode::Sync) {
+                    continue; // the expert options have no effect on a dense model
+                }
+                let what = format!("{} {tier:?} {fetch:?} prefetch={pf}", vflow.display());
+                let mut e = engine(&c, Some(&v), opts(tier, fetch, pf));
+                assert_eq!(e.config_info().layout, "vflow");
+                let (t, l) = decode(&mut e, 8);
+                assert_eq!(t, toks, "tokens differ: {what}");
+                assert!(l == logits, "logits differ: {what}");
+                if tier == ExpertTier::Direct && moe {
+                    let k = e.fetch_counters().expect("fetcher used");
+                    assert!(k.submitted > 0 && k.submitted == k.completed, "{what}");
+                    assert_eq!(k.failed, 0, "{what}");
+                }
+            }
+        }
+    }
+    // Live switching between tokens (cflow ↔ vflow ↔ rowmajor) keeps the same tokens.
+    let mut e = engine(
+        &c,
+        Some(&v),
+        opts(ExpertTier::Direct, FetchMode::Staged, true),
+    );
+    assert!(e
+        .config_info()
+        .layouts_available
+        .iter()
+        .any(|l| l == "vflow"));
+    e.reset();
+    let layouts = [Layout::Cflow, Layout::Vflow, Layout::Vflow, Layout::Cflow];
+    let mut last = 0;
+    for (i, &t) in [1u32, 17, 99, 3].iter().enumerate() {
+        e.set_layout(layouts[i % 4]).unwrap();
+        last = argmax(e.step(t, true).unwrap().unwrap());
+    }
+    let mut out = vec![last];
+    for i in 1..8 {
+        e.set_layout(layouts[(i + 1) % 4]).unwrap();
+        last = argmax(e.step(last, true).unwrap().unwrap());
+        out.push(last);
+    }
+    assert_eq!(out, toks, "tokens differ with live layout switching");
+}
+
+/// Round trip and bank structure: the views of the `.vflow` reassemble to exactly the `.cflow`'s
+/// matrices and vectors; each (layer, expert) lookup is one table read, 4096-aligned, and its
+/// bytes equal the source expert region.
+fn check_structure(cflow: &Path, vflow: &Path, g: usize) {
+    let c = CflowFile::open(cflow).unwrap();
+    let vf = VflowFile::open(vflow).unwrap();
+    let v = &vf.file;
+    assert_eq!(v.cfg, c.cfg);
+    for i in 0..c.cfg.n_layers {
+        assert!(v.layer_data(i) == c.layer_data(i), "layer {i} differs");
+    }
+    assert!(v.vocab_data() == c.vocab_data());
+    let h = vf.header;
+    assert_eq!(h.group_size as usize, g);
+    assert_eq!(h.n_groups as usize, c.cfg.n_layers.div_ceil(g));
+    let ne = c.cfg.n_experts;
+    for (l, lv) in v.layers.iter().enumerate() {
+        for (e, ex) in lv.experts.iter().enumerate() {
+            let (off, len) = vf.expert_region(l, e).unwrap();
+            assert_eq!((off, len), (ex.offset, ex.len), "layer {l} expert {e}");
+            assert_eq!(off % 4096, 0);
+            assert!(off >= h.expert_bank_offset);
+            let src = &c.layers[l].experts[e];
+            assert_eq!(
+                &v.bytes()[off as usize..(off + len) as usize],
+                &c.bytes()[src.offset as usize..(src.offset + src.len) as usize]
+            );
+        }
+    }
+    assert_eq!(vf.expert_region(c.cfg.n_layers, 0), None);
+    assert_eq!(vf.expert_region(0, ne), None);
+    // Sequential region: within a group, every layer's attention precedes every dense tile, and
+    // the groups follow each other in layer order.
+    let mut prev_end = 0u64;
+    for ge in &vf.groups[..h.n_groups as usize] {
+        assert!(ge.offset >= prev_end && ge.offset % 4096 == 0);
+        prev_end = ge.offset + ge.len;
+        let ls = &v.layers[ge.first_layer as usize..(ge.first_layer + ge.n_layers) as usize];
+        let last_attn = ls.iter().map(|l| l.o.stripes[0]).max().unwrap();
+        for l in ls {
+            assert_eq!((l.offset, l.len), (ge.offset, ge.len));
+            let q0 = l.q.stripes[0] as u64;
+            assert!(q0 >= ge.offset && q0 < prev_end);
+            if let Some(gm) = &l.gate {
+                assert!(gm.stripes[0] > last_attn, "dense tile before attention");
+            }
+        }
+    }
+    assert!(prev_end <= h.expert_bank_offset);
+}
+
+#[test]
+fn vflow_demo_model_round_trip_and_identical_decode() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gen(dir.path(), "arch2_4_combined", 4, 64, 7);
+    for g in [1, 2, 3] {
+        let vp = to_vflow(&p, g);
+        check_structure(&p, &vp, g);
+    }
+    check_equivalence(&p, &p.with_extension("g2.vflow"));
+}
+
+#[test]
+fn vflow_delayed_experts_8_layers() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gen(dir.path(), "arch2_4_combined", 8, 64, 11);
+    assert_eq!(CflowFile::open(&p).unwrap().cfg.expert_delay, 2);
+    let vp = to_vflow(&p, 3);
+    check_structure(&p, &vp, 3);
+    check_equivalence(&p, &vp);
+}
+
+#[test]
+fn vflow_dense_llama() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gen(dir.path(), "llama", 5, 64, 3);
+    let vp = to_vflow(&p, 2);
+    check_structure(&p, &vp, 2);
+    let vf = VflowFile::open(&vp).unwrap();
+    assert_eq!(vf.header.n_experts, 0);
+    check_equivalence(&p, &vp);
+}
+
+#[test]
+fn vflow_engine_rejects_missing_or_foreign_twin() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = gen(dir.path(), "arch2_4_combined", 4, 64, 1);
+    let b = gen(dir.path(), "arch2_4_combined", 4, 64, 2);
+    let ca = Arc::new(CflowFile::open(&a).unwrap());
+    let mut e = Engine::new(ca.clone(), opts(ExpertTier::Mmap, FetchMode::Sync, false));
+    assert!(e.set_layout(Layout::Vflow).is_err());
+    assert_eq!(e.config_info().layout, "cflow");
+    assert!(!e
+        .config_info()
+        .layouts_available
+        .iter()
+        .any(|l| l == "vflow"));
+    // Same configuration, different weights: the source hash tells them apart.
+    let vb = VflowFile::open(&to_vflow(&b, 2)).unwrap();
+    assert!(!is_twin_of(&vb, &ca));
+    // A different configuration is refused by the engine itself.
+    let d = gen(dir.path(), "llama", 4, 64, 1);
+    let vd = VflowFile::open(&to_vflow(&d, 2)).unwrap();
+    assert!(e.attach_vflow(Arc::new(vd.into_file())).is_err());
+    // --layout vflow without a twin falls back to cflow at construction.
+    let mut o = opts(ExpertTier::Mmap, FetchMode::Sync, false);
+    o.layout = Layout::Vflow;
+    let e = Engine::new(ca, o);
+    assert_eq!(e.config_info().layout, "cflow");
+}
+
+fn rd64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+fn open_bytes(dir: &Path, name: &str, b: &[u8]) -> Result<VflowFile, FormatError> {
+    let p = dir.join(name);
+    std::fs::write(&p, b).unwrap();
+    VflowFile::open(&p)
+}
+
+#[test]
+fn corrupted_vflow_gives_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gen(dir.path(), "arch2_4_combined", 4, 64, 5);
+    let vp = to_vflow(&p, 2);
+    let good = std::fs::read(&vp).unwrap();
+    let h = VflowHeader::decode(&good).unwrap();
+    let d = dir.path();
+    let with = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut b = good.clone();
+        f(&mut b);
+        b
+    };
+
+    // Too small / truncated.
+    let r = open_bytes(d, "small.vflow", &good[..40]);
+    assert!(matches!(r, Err(FormatError::TooSmall { .. })), "{r:?}");
+    let r = open_bytes(d, "trunc.vflow", &good[..good.len() - 100]);
+    assert!(matches!(r, Err(FormatError::OutOfBounds { .. })), "{r:?}");
+    // A .cflow is not a .vflow.
+    let r = VflowFile::open(&p);
+    assert!(matches!(r, Err(FormatError::Mismatch { .. })), "{r:?}");
+    // Version.
+    let r = open_bytes(d, "ver.vflow", &with(&|b| b[8] = 9));
+    assert!(
+        matches!(r, Err(FormatError::BadVersion { found: 9, .. })),
+        "{r:?}"
+    );
+    // Group size 0 / inconsistent group count.
+    let r = open_bytes(
+        d,
+        "g0.vflow",
+        &with(&|b| b[12..14].copy_from_slice(&0u16.to_le_bytes())),
+    );
+    assert!(
+        matches!(
+            r,
+            Err(FormatError::BadField {
+                field: "group_size",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    let r = open_bytes(
+        d,
+        "ng.vflow",
+        &with(&|b| b[14..16].copy_from_slice(&7u16.to_le_bytes())),
+    );
+    assert!(matches!(r, Err(FormatError::Mismatch { .. })), "{r:?}");
+    // Embedded metadata is not JSON.
+    let mo = rd64(&good, h.model_header_offset as usize + 64) as usize;
+    let r = open_bytes(d, "meta.vflow", &with(&|b| b[mo] = b'#'));
+    assert!(matches!(r, Err(FormatError::BadMetadata { .. })), "{r:?}");
+    // Group 1's span points past the end of the file.
+    let g1 = h.group_table_offset as usize + GROUP_ENTRY_SIZE + 8;
+    let r = open_bytes(
+        d,
+        "gspan.vflow",
+        &with(&|b| b[g1..g1 + 8].copy_from_slice(&u64::MAX.to_le_bytes())),
+    );
+    assert!(
+        matches!(
+            r,
+            Err(FormatError::Overflow { .. } | FormatError::OutOfBounds { .. })
+        ),
+        "{r:?}"
+    );
+    // Group 1 overlapping group 0.
+    let r = open_bytes(
+        d,
+        "gover.vflow",
+        &with(&|b| b[g1..g1 + 8].copy_from_slice(&h.seq_offset.to_le_bytes())),
+    );
+    assert!(matches!(r, Err(FormatError::Overlap { .. })), "{r:?}");
+    // Wrong layer range in the group table.
+    let gl = h.group_table_offset as usize + GROUP_ENTRY_SIZE;
+    let r = open_bytes(d, "grange.vflow", &with(&|b| b[gl] = 3));
+    assert!(matches!(r, Err(FormatError::Mismatch { .. })), "{r:?}");
+    // Expert bank entry (layer 1, expert 3) moved off its 4096 boundary / outside the bank.
+    let ne = h.n_experts as usize;
+    let at = h.expert_bank_offset as usize + (ne + 3) * 16;
+    let off = rd64(&good, at);
+    let r = open_bytes(
+        d,
+        "xalign.vflow",
+        &with(&|b| b[at..at + 8].copy_from_slice(&(off + 64).to_le_bytes())),
+    );
+    assert!(r.is_err(), "misaligned expert accepted");
+    let r = open_bytes(
+        d,
+        "xout.vflow",
+        &with(&|b| b[at..at + 8].copy_from_slice(&(good.len() as u64).to_le_bytes())),
+    );
+    assert!(matches!(r, Err(FormatError::OutOfBounds { .. })), "{r:?}");
+    // A flipped tile header in the sequential region (layer 1's first Q tile).
+    let vf = VflowFile::open(&vp).unwrap();
+    let q1 = vf.file.layers[1].q.stripes[0];
+    let r = open_bytes(d, "tile.vflow", &with(&|b| b[q1 + 2] ^= 0x40));
+    assert!(matches!(r, Err(FormatError::Mismatch { .. })), "{r:?}");
+    // A flipped expert tile header in the bank.
+    let x = vf.file.layers[2].experts[1].offset as usize;
+    let r = open_bytes(d, "xtile.vflow", &with(&|b| b[x] ^= 1));
+    assert!(matches!(r, Err(FormatError::Mismatch { .. })), "{r:?}");
+    // No panic on any single-byte corruption of the header, tables and directories.
+    let gt_end = h.group_table_offset as usize + (h.n_groups as usize + 1) * GROUP_ENTRY_SIZE;
+    let mut spots: Vec<usize> = (0..gt_end).collect();
+    spots.extend((h.seq_offset as usize..).take(768).step_by(3));
+    spots.extend(
+        (h.expert_bank_offset as usize..)
+            .take(4 * ne * 16)
+            .step_by(5),
+    );
+    for (i, &s) in spots.iter().enumerate() {
+        let b = with(&|b| b[s] ^= 0xA5);
+        let _ = open_bytes(d, &format!("fuzz{}.vflow", i % 4), &b);
+    }
+}
+
+/// The vflow layout really reads the `.vflow` bytes: perturbing weight data (not headers) in the
+/// twin changes the logits, for the sequential region and for the expert bank on both tiers.
+#[test]
+fn vflow_layout_reads_the_vflow_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = gen(dir.path(), "arch2_4_combined", 4, 64, 9);
+    let vp = to_vflow(&p, 2);
+    let c = Arc::new(CflowFile::open(&p).unwrap());
+    let (_, base) = decode(
+        &mut engine(&c, None, opts(ExpertTier::Mmap, FetchMode::Sync, false)),
+        3,
+    );
+    let vf = VflowFile::open(&vp).unwrap();
+    let q0 = vf.file.layers[0].q.stripes[0] + 16 + 8; // past the tile header and into the scales
+    let experts: Vec<usize> = vf
+        .file
+        .layers
+        .iter()
+        .flat_map(|l| l.experts.iter().map(|e| e.offset as usize + 16 + 8))
+        .collect();
+    drop(vf);
+    let good = std::fs::read(&vp).unwrap();
+    let poke = |name: &str, at: &[usize]| {
+        let mut b = good.clone();
+        for &a in at {
+            b[a] ^= 0x5A;
+        }
+        let out = dir.path().join(name);
+        std::fs::write(&out, b).unwrap();
+        Arc::new(VflowFile::open(&out).unwrap().into_file())
+    };
+    let seq = poke("seq.vflow", &[q0]);
+    let bank = poke("bank.vflow", &experts);
+    for (v, tiers) in [
+        (&seq, &[ExpertTier::Mmap][..]),
+        (&bank, &[ExpertTier::Mmap, ExpertTier::Direct][..]),
+    ] {
+        for &tier in tiers {
+            let (_, l) = decode(
+                &mut engine(&c, Some(v), opts(tier, FetchMode::Staged, false)),
+                3,
+            );
+            assert!(
+                l != base,
+                "{} {tier:?}: perturbation not seen",
+                v.path.display()
+            );
+        }
+    }
+}
