@@ -666,7 +666,19 @@ fn cmd_convert(a: ConvertArgs) -> Result<()> {
     Ok(())
 }
 
+/// Largest context a `.cflow` file may declare (the reader's `max_ctx` bound).
+const MAX_CTX: usize = 1 << 24;
+
+/// `--ctx` for gen/import: reject what the reader would refuse to open later.
+fn check_ctx(ctx: Option<usize>) -> Result<()> {
+    match ctx {
+        Some(c) if c == 0 || c > MAX_CTX => bail!("--ctx {c}: must be between 1 and {MAX_CTX}"),
+        _ => Ok(()),
+    }
+}
+
 fn cmd_gen(a: GenArgs) -> Result<()> {
+    check_ctx(a.ctx)?;
     let quant = QuantType::parse(&a.quant)
         .with_context(|| format!("--quant {}: expected q4_0, q4_1, q8_0, f16 or f32", a.quant))?;
     let mut spec = GenSpec::new(&a.arch);
@@ -1035,6 +1047,7 @@ fn _payload(f: &CflowFile) -> f64 {
 
 fn cmd_import(a: ImportArgs) -> Result<()> {
     use crate::convert::import_gguf::{import_gguf, QuantTarget};
+    check_ctx(a.ctx)?;
     let target = QuantTarget::parse(&a.quant).with_context(|| {
         format!(
             "--quant {}: expected keep, q4_0, q4_1, q8_0, f16 or f32",

@@ -100,8 +100,9 @@ fn demo_session_and_replay_in_tmux() {
         trace.display()
     );
     let t = Tmux::start("cflow-e2e", &cmd, 160, 48);
-    let s = t.wait(90, "the TUI", |s| {
-        s.contains("Text") && s.contains("Streams")
+    // The panes appear first; the engine's Session event (model summary, banner) follows.
+    let s = t.wait(90, "the TUI with the demo model", |s| {
+        s.contains("Text") && s.contains("Streams") && s.contains("synthetic")
     });
     for title in ["Critical path", "Expert routing", "PMU", "Overlap", "A/B"] {
         assert!(s.contains(title), "missing pane {title}:\n{s}");

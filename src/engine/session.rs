@@ -52,6 +52,9 @@ pub struct Session {
     pub sampler: Sampler,
     /// Every token in the context, in order.
     pub context: Vec<u32>,
+    /// The model file, opened again to `fstat` the mapped inode between tokens (see
+    /// `check_model_file`). `None` if it could not be reopened.
+    model_fd: Option<std::fs::File>,
 }
 
 impl Session {
@@ -73,7 +76,9 @@ impl Session {
             }
             None => None,
         };
+        let model_fd = std::fs::File::open(&engine.file.path).ok();
         Ok(Session {
+            model_fd,
             engine,
             tok,
             boundary: None,
@@ -180,6 +185,9 @@ impl Session {
             return out;
         }
         let t0 = Instant::now();
+        if let Err(msg) = self.check_model_file() {
+            return self.fail_msg(out, StopReason::Error, Some(msg), emit);
+        }
         if let Err(e) = self.engine.prefill(prompt) {
             return self.fail(out, e, emit);
         }
@@ -225,6 +233,10 @@ impl Session {
                 }
             }
             let ts = Instant::now();
+            if let Err(msg) = self.check_model_file() {
+                out.decode_ns = td.elapsed().as_nanos() as u64;
+                return self.fail_msg(out, StopReason::Error, Some(msg), emit);
+            }
             if let Err(e) = self.engine.step(next, true) {
                 out.decode_ns = td.elapsed().as_nanos() as u64;
                 return self.fail(out, e, emit);
@@ -240,7 +252,7 @@ impl Session {
         // The last sampled token was not fed back yet: feed it (no logits needed) so a follow-up
         // turn continues right after it.
         if let Some(&last) = out.tokens.last() {
-            if self.engine.step(last, false).is_ok() {
+            if self.check_model_file().is_ok() && self.engine.step(last, false).is_ok() {
                 self.context.push(last);
             }
         }
@@ -253,9 +265,32 @@ impl Session {
         out
     }
 
+    /// The model file is memory-mapped: if another process truncates it, touching the vanished
+    /// pages raises SIGBUS. A cheap `fstat` before every token turns the common case (truncated
+    /// between tokens) into a clear error; a truncation *during* a token is a residual race
+    /// (docs/RELIABILITY.md). The check follows the inode, not the path: replacing the file by
+    /// rename is harmless (the old inode stays mapped) and is not reported.
+    fn check_model_file(&self) -> Result<(), String> {
+        let f = &self.engine.file;
+        let want = f.bytes().len() as u64;
+        let Some(fd) = self.model_fd.as_ref() else {
+            return Ok(());
+        };
+        match fd.metadata() {
+            Ok(m) if m.len() < want => Err(format!(
+                "model file {} was truncated while open ({} of {} bytes left); \
+                 stopping before touching the missing pages — reopen the model",
+                f.path.display(),
+                m.len(),
+                want
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn fail(
         &mut self,
-        mut out: GenOutcome,
+        out: GenOutcome,
         e: ForwardError,
         emit: &mut dyn FnMut(Event),
     ) -> GenOutcome {
@@ -264,13 +299,26 @@ impl Session {
             ForwardError::ContextFull { .. } => StopReason::ContextFull,
             ForwardError::BadToken { .. } => StopReason::Error,
         };
+        let msg = (reason != StopReason::Stopped).then(|| e.to_string());
+        self.fail_msg(out, reason, msg, emit)
+    }
+
+    /// Ends a generation with `reason`; `msg` (if any) becomes the outcome's error and an
+    /// `Error` event.
+    fn fail_msg(
+        &mut self,
+        mut out: GenOutcome,
+        reason: StopReason,
+        msg: Option<String>,
+        emit: &mut dyn FnMut(Event),
+    ) -> GenOutcome {
         // A partially processed position is discarded (the KV length only advances on success).
         self.context.truncate(self.engine.pos());
         out.reason = Some(reason);
-        if reason != StopReason::Stopped {
-            out.error = Some(e.to_string());
+        if let Some(m) = msg {
+            out.error = Some(m.clone());
             emit(Event::Error {
-                message: e.to_string(),
+                message: m,
                 fatal: false,
             });
         }
