@@ -122,7 +122,6 @@ struct Scratch {
     k: Vec<f32>,
     v: Vec<f32>,
     att: Vec<f32>,
-    scores: Vec<f32>,
     attn_out: Vec<f32>,
     hb: Vec<f32>,
     hb2: Vec<f32>,
@@ -279,7 +278,6 @@ impl Engine {
             k: vec![0.0; cfg.kv_dim()],
             v: vec![0.0; cfg.kv_dim()],
             att: vec![0.0; cfg.q_dim()],
-            scores: Vec::new(),
             attn_out: vec![0.0; d],
             hb: vec![0.0; cfg.d_ff],
             hb2: vec![0.0; cfg.d_ff],
@@ -678,7 +676,7 @@ impl Engine {
         let mut att = vec![0f32; n * qd];
         let mut o = vec![0f32; n * d];
         let (mut g, mut u) = (vec![0f32; n * ff], vec![0f32; n * ff]);
-        let mut scores = Vec::new();
+
         let mut stats = TokenStats {
             pos: pos0 as u32,
             layers: vec![LayerStat::default(); cfg.n_layers],
@@ -720,14 +718,13 @@ impl Engine {
             }
             for b in 0..n {
                 attend(
-                    cfg,
+                    &ctx,
                     l,
                     l,
                     pos0 + b,
                     &self.kv,
                     &q[b * qd..(b + 1) * qd],
                     &mut att[b * qd..(b + 1) * qd],
-                    &mut scores,
                 );
             }
             let q8 = quant(&att, qd);
@@ -1239,57 +1236,24 @@ fn qkv_post(
 
 /// Multi-head attention of one query (position `pos`) over the layer's cached K/V.
 #[allow(clippy::too_many_arguments)]
-fn attend(
-    cfg: &ModelConfig,
-    l: usize,
-    p: usize,
-    pos: usize,
-    kv: &KvCache,
-    q: &[f32],
-    att: &mut [f32],
-    scores: &mut Vec<f32>,
-) {
-    let hd = cfg.head_dim;
-    let kvd = cfg.kv_dim();
-    let group = cfg.n_heads / cfg.n_kv_heads;
+fn attend(ctx: &Ctx, l: usize, p: usize, pos: usize, kv: &KvCache, q: &[f32], att: &mut [f32]) {
+    let cfg = ctx.cfg;
     let win = cfg.sliding_window_for(p);
-    let start = if win > 0 && pos + 1 > win {
-        pos + 1 - win
-    } else {
-        0
+    let sh = crate::kernels::attention::AttnShape {
+        n_heads: cfg.n_heads,
+        group: cfg.n_heads / cfg.n_kv_heads,
+        head_dim: cfg.head_dim,
+        kv_dim: cfg.kv_dim(),
+        start: if win > 0 && pos + 1 > win {
+            pos + 1 - win
+        } else {
+            0
+        },
+        pos,
+        scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+        cap: cfg.meta.attn_logit_softcap,
     };
-    let n = pos + 1 - start;
-    let scale = 1.0 / (hd as f32).sqrt();
-    let cap = cfg.meta.attn_logit_softcap;
-    scores.resize(n, 0.0);
-    let kc = &kv.k[l];
-    let vc = &kv.v[l];
-    for h in 0..cfg.n_heads {
-        let kh = h / group;
-        let qh = &q[h * hd..(h + 1) * hd];
-        for (i, t) in (start..=pos).enumerate() {
-            let kt = &kc[t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
-            let mut dot = 0f32;
-            for j in 0..hd {
-                dot += qh[j] * kt[j];
-            }
-            let mut sc = dot * scale;
-            if cap > 0.0 {
-                sc = cap * (sc / cap).tanh();
-            }
-            scores[i] = sc;
-        }
-        softmax(&mut scores[..n]);
-        let out = &mut att[h * hd..(h + 1) * hd];
-        out.fill(0.0);
-        for (i, t) in (start..=pos).enumerate() {
-            let vt = &vc[t * kvd + kh * hd..t * kvd + (kh + 1) * hd];
-            let w = scores[i];
-            for j in 0..hd {
-                out[j] += w * vt[j];
-            }
-        }
-    }
+    crate::kernels::attention::attend(ctx.pool, &sh, q, &kv.k[l], &kv.v[l], att);
 }
 
 fn attention(
@@ -1316,7 +1280,7 @@ fn attention(
     }
     qkv_post(ctx, lv, p, pos, &mut s.q, &mut s.k, &mut s.v);
     kv.store(l, pos, &s.k, &s.v);
-    attend(ctx.cfg, l, p, pos, kv, &s.q, &mut s.att, &mut s.scores);
+    attend(ctx, l, p, pos, kv, &s.q, &mut s.att);
     let att = std::mem::take(&mut s.att);
     ctx.mv(p, 0xFF, &mut s.xq, &att, &mut [(&lv.o, &mut s.attn_out)]);
     s.att = att;

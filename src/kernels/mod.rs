@@ -1,6 +1,7 @@
 //! Compute kernels: fused dequantize-dot products per ISA (`dot`), the persistent thread pool
 //! (`pool`), and the tiled and row-major matvec drivers (`matvec`).
 
+pub mod attention;
 pub mod dot;
 pub mod matvec;
 pub mod pool;
