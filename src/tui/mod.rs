@@ -37,8 +37,9 @@ pub use theme::Theme;
 
 use crate::telemetry::event::{Command, Stamped};
 
-/// Target frame interval (~30 fps).
-pub const FRAME: Duration = Duration::from_millis(33);
+/// Target frame interval (10 fps, like a fast btop: smooth enough for streaming text, and leaves the cores to
+/// decode — measured with benches/tui_overhead.sh).
+pub const FRAME: Duration = Duration::from_millis(100);
 /// Longest time spent draining events before drawing a frame.
 const DRAIN_BUDGET: Duration = Duration::from_millis(20);
 
