@@ -2,7 +2,7 @@
 //! TUI opens on the given model (or the built-in demo).
 
 use crate::convert::generate::{generate, GenSpec, ARCHS};
-use crate::engine::critical::{critical_path, payload_stream_bytes};
+use crate::engine::critical::critical_path;
 use crate::engine::forward::{default_threads, stream_bytes, Engine, EngineOptions, Layout};
 use crate::engine::session::{GenOutcome, Session};
 use crate::format::CflowFile;
@@ -1038,11 +1038,6 @@ fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
         (nll / count as f64).exp()
     );
     Ok(())
-}
-
-#[allow(dead_code)]
-fn _payload(f: &CflowFile) -> f64 {
-    payload_stream_bytes(f).iter().map(|s| s.attn as f64).sum()
 }
 
 fn cmd_import(a: ImportArgs) -> Result<()> {

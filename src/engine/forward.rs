@@ -5,7 +5,7 @@
 
 use super::ops::*;
 use crate::format::reader::{ExpertView, LayerView, Matrix};
-use crate::format::{CflowFile, EntryKind, MatrixData};
+use crate::format::{CflowFile, MatrixData};
 use crate::io::{
     ExpertFetcher, ExpertTier, FetchHooks, FetchMode, PrefetchCmd, Prefetcher, Ticket,
 };
@@ -1422,6 +1422,3 @@ pub fn stream_bytes(file: &CflowFile) -> Vec<StreamBytes> {
         })
         .collect()
 }
-
-#[allow(dead_code)]
-fn _kind_check(_: EntryKind) {}
