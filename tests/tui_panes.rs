@@ -193,3 +193,23 @@ fn tiny_terminal_does_not_panic() {
         }
     }
 }
+
+/// Every pane from *recorded* data: the committed example traces (a live demo session with
+/// toggles on the direct tier, and a SmolLM2 chat) replayed into the app.
+#[test]
+fn every_pane_from_recorded_traces() {
+    for (slug, file) in [
+        ("trace_demo", "traces/demo-toggles.trace.jsonl"),
+        ("trace_smollm2", "traces/smollm2-chat.trace.jsonl"),
+    ] {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + file;
+        let r = cflow::telemetry::replay::Replay::open(&path).unwrap();
+        for size in SIZES {
+            let app = app_from(r.events.clone(), TuiOptions::default(), size);
+            for pane in PaneId::ALL {
+                let name = format!("{slug}_{}_{}x{}", pane_slug(pane), size.0, size.1);
+                insta::assert_snapshot!(name, render_pane(&app, pane, size));
+            }
+        }
+    }
+}
