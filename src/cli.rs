@@ -801,7 +801,13 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
             }
         }
     };
+    // Ctrl-C / SIGINT stops generation within one layer; the trace gets its Done event, the
+    // stats are printed and the process exits with 130 (also when SIGINT was inherited as
+    // ignored, e.g. under nohup or a background CI job).
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    install_sigint(sess.engine.stop.clone(), interrupted.clone());
     let out = sess.generate(&ids, a.n, !a.ignore_eos, &mut emit);
+    drop(emit);
     if !json {
         println!();
     }
@@ -813,6 +819,13 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         eprint!("{}", render_run_report(&report));
+    }
+    if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!(
+            "interrupted (SIGINT): stopped after {} tokens",
+            out.tokens.len()
+        );
+        std::process::exit(130);
     }
     if out.error.is_some() {
         bail!("generation failed");
