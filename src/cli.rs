@@ -807,7 +807,6 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     install_sigint(sess.engine.stop.clone(), interrupted.clone());
     let out = sess.generate(&ids, a.n, !a.ignore_eos, &mut emit);
-    drop(emit);
     if !json {
         println!();
     }
