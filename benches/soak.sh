@@ -15,7 +15,7 @@ T="$OUT/soak.trace.jsonl"
 tmux kill-session -t cflow-soak 2>/dev/null || true
 tmux new-session -d -s cflow-soak -x 160 -y 48 "$BIN --record $T --max-tokens $N --expert-tier direct; echo EXITED \$? > $OUT/exit; sleep 5"
 sleep 3
-PID=$(pgrep -f -- "--record $T" | head -1)
+PID=$(pgrep -n -x cflow-tui)   # the TUI itself (not the tmux shell wrapper)
 end=$(( $(date +%s) + MINUTES * 60 ))
 keys=(p s l t)
 toggles=0
