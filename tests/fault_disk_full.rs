@@ -6,6 +6,8 @@
 //! not permitted they fall back to `ulimit -f` with SIGXFSZ ignored (writes then fail with
 //! EFBIG), and SKIP if neither works.
 
+mod common;
+
 use cflow::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
 use cflow::telemetry::replay::Replay;
 use cflow::telemetry::{EngineConfigInfo, Event, ModelSummary};
@@ -182,33 +184,7 @@ impl Drop for Limited {
 }
 
 fn tiny_model(dir: &Path) -> PathBuf {
-    let p = dir.join("tiny.cflow");
-    let o = Command::new(BIN)
-        .args([
-            "gen",
-            "--arch",
-            "arch2_4_combined",
-            "--layers",
-            "2",
-            "--hidden",
-            "64",
-            "--heads",
-            "4",
-            "--ffn",
-            "128",
-            "--experts",
-            "4",
-            "--expert-ffn",
-            "64",
-            "--vocab",
-            "130",
-            "-o",
-        ])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    p
+    common::tiny_model(dir, "2048")
 }
 
 fn s(p: &Path) -> &str {

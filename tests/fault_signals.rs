@@ -6,6 +6,8 @@
 //! replays up to the last event before the signal (no `done` event; at most a cut last line,
 //! which the replay reader tolerates).
 
+mod common;
+
 use cflow::telemetry::replay::Replay;
 use cflow::telemetry::Event;
 use std::os::unix::process::ExitStatusExt;
@@ -16,35 +18,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_cflow-tui");
 
 fn tiny_model(dir: &Path) -> PathBuf {
-    let p = dir.join("tiny.cflow");
-    let o = Command::new(BIN)
-        .args([
-            "gen",
-            "--arch",
-            "arch2_4_combined",
-            "--layers",
-            "2",
-            "--hidden",
-            "64",
-            "--heads",
-            "4",
-            "--ffn",
-            "128",
-            "--experts",
-            "4",
-            "--expert-ffn",
-            "64",
-            "--vocab",
-            "130",
-            "--ctx",
-            "200000",
-            "-o",
-        ])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    p
+    common::tiny_model(dir, "200000")
 }
 
 fn lines(p: &Path) -> usize {
