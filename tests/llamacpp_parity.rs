@@ -1,6 +1,12 @@
 //! Parity with llama.cpp on the same SmolLM2 Q4_1 GGUF (goldens made by
-//! tests/reference/llamacpp_goldens.py): identical token ids, teacher-forced top-1 agreement
-//! ≥ 98 %, max |Δlogit| over llama.cpp's top-10, and greedy continuations.
+//! tests/reference/llamacpp_goldens.py): identical token ids, teacher-forced top-1 agreement,
+//! max |Δlogit| over llama.cpp's top-10, and greedy continuations.
+//!
+//! The bars are set by llama.cpp's own numerical noise on this model, measured with the same
+//! build and file: its run with flash attention off (`smollm2_llamacpp_fa_off.json`) agrees with
+//! its default flash-attention run (`smollm2_llamacpp.json`, the goldens) on only 96.1 % of
+//! top-1 predictions, with max |Δlogit| 1.46. We must be at least as close to the goldens as
+//! llama.cpp is to itself; the exact float64 oracle below is the tighter check of correctness.
 //! Needs the SmolLM2 GGUF (`$CFLOW_SMOLLM2` or `cflow-tui pull smollm2`); SKIPs otherwise.
 
 use cflow::convert::import_gguf::{import_gguf, QuantTarget};
@@ -12,12 +18,94 @@ use cflow::telemetry::SamplingParams;
 use serde_json::Value;
 use std::sync::Arc;
 
-fn golden() -> Value {
-    let p = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/reference/goldens/smollm2_llamacpp.json"
+fn load(name: &str) -> Value {
+    let p = format!(
+        "{}/tests/reference/goldens/{name}",
+        env!("CARGO_MANIFEST_DIR")
     );
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn golden() -> Value {
+    load("smollm2_llamacpp.json")
+}
+
+/// `[[id, logit], ...]` of one position.
+fn top_list(v: &Value) -> Vec<(usize, f32)> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e[0].as_u64().unwrap() as usize,
+                e[1].as_f64().unwrap() as f32,
+            )
+        })
+        .collect()
+}
+
+/// Number of leading greedy steps to compare: up to the first near-tie (margin < 0.05) of the
+/// reference's own choice.
+fn greedy_cmp_len(p: &Value) -> usize {
+    let gref = p["greedy"].as_array().unwrap().len();
+    p["greedy_margin"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|m| m.as_f64().unwrap() < 0.05)
+        .unwrap_or(gref)
+        .min(gref)
+}
+
+#[test]
+fn llamacpp_noise_floor_is_recorded() {
+    // llama.cpp's flash-attention-off run vs its flash-attention-on goldens, from the committed
+    // files alone: top-1 from each file's best entry, |Δlogit| over the ids both top-10s share.
+    let on = golden();
+    let off = load("smollm2_llamacpp_fa_off.json");
+    assert_eq!(on["model_sha256"], off["model_sha256"]);
+    assert_eq!(off["flash_attn"], "off");
+    let (mut agree, mut total, mut max_dl) = (0usize, 0usize, 0f32);
+    let (mut greedy_same, mut greedy_total) = (0, 0);
+    for (a, b) in on["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(off["prompts"].as_array().unwrap())
+    {
+        assert_eq!(a["ids"], b["ids"]);
+        for (ta, tb) in a["top"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(b["top"].as_array().unwrap())
+        {
+            let (ta, tb) = (top_list(ta), top_list(tb));
+            total += 1;
+            agree += (ta[0].0 == tb[0].0) as usize;
+            for (id, l) in &ta {
+                if let Some((_, lb)) = tb.iter().find(|(i, _)| i == id) {
+                    max_dl = max_dl.max((l - lb).abs());
+                }
+            }
+        }
+        let n = greedy_cmp_len(a);
+        let (ga, gb) = (ids(&a["greedy"]), ids(&b["greedy"]));
+        greedy_total += 1;
+        greedy_same += (gb.len() >= n && ga[..n] == gb[..n]) as usize;
+    }
+    let rec = &off["agreement_with"];
+    eprintln!(
+        "llama.cpp flash-attn off vs on (its own goldens): top-1 {agree}/{total} = {:.2}%, \
+         max |Δlogit| over shared top-10 ids {max_dl:.4} (full logits: {}), greedy identical \
+         {greedy_same}/{greedy_total}",
+        100.0 * agree as f64 / total as f64,
+        rec["max_abs_dlogit_over_their_topk"]
+    );
+    assert_eq!(rec["top1_agree"].as_u64().unwrap() as usize, agree);
+    assert_eq!(rec["positions"].as_u64().unwrap() as usize, total);
+    // The floor is real noise, not a broken file: well below 100 %, well above chance.
+    assert!(agree < total && agree * 10 > total * 9, "{agree}/{total}");
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -76,17 +164,7 @@ fn smollm2_matches_llamacpp() {
         let (mut a, mut max_dl, mut max_dlse) = (0usize, 0f32, 0f32);
         for (i, &id) in want.iter().enumerate() {
             let logits = sess.engine.step(id, true).unwrap().unwrap().to_vec();
-            let top: Vec<(usize, f32)> = tops[i]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|e| {
-                    (
-                        e[0].as_u64().unwrap() as usize,
-                        e[1].as_f64().unwrap() as f32,
-                    )
-                })
-                .collect();
+            let top = top_list(&tops[i]);
             if argmax(&logits) == top[0].0 {
                 a += 1;
             }
@@ -102,17 +180,7 @@ fn smollm2_matches_llamacpp() {
         max_dl_all = max_dl_all.max(max_dl);
         // Greedy continuation, compared up to the first near-tie of llama.cpp's own choice.
         let gref = ids(&p["greedy"]);
-        let margins: Vec<f64> = p["greedy_margin"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m.as_f64().unwrap())
-            .collect();
-        let cmp_len = margins
-            .iter()
-            .position(|m| *m < 0.05)
-            .unwrap_or(gref.len())
-            .min(gref.len());
+        let cmp_len = greedy_cmp_len(p);
         sess.reset();
         let out = sess.generate(&want, gref.len(), true, &mut |_| {});
         let same = out.tokens.len() >= cmp_len && out.tokens[..cmp_len] == gref[..cmp_len];
@@ -131,13 +199,22 @@ fn smollm2_matches_llamacpp() {
     let rate = agree as f64 / total as f64;
     eprintln!("overall top-1 {:.2}% over {total} positions; max |Δlogit| {max_dl_all:.4}; greedy identical {greedy_same}/{greedy_total}", 100.0 * rate);
     // llama.cpp itself deviates from the exact (float64) forward of the same weights by up to
-    // ~1 logit (Q8 activations, f16 KV cache, f16 flash attention): see `exact_f64_oracle` below,
-    // where our engine agrees with the exact forward to a few hundredths. The bars here are what
-    // two correct engines with different rounding reach on this model.
+    // ~1 logit (Q8 activations, f16 KV cache, f16 flash-attention accumulator): see
+    // `smollm2_matches_exact_f64_forward` below, where our engine agrees with the exact forward
+    // to 1e-4. The bar here is llama.cpp's own flash-attention off-vs-on agreement (the noise
+    // floor, recorded in the fa_off goldens' header): we must be no further from the goldens.
+    let floor = &load("smollm2_llamacpp_fa_off.json")["agreement_with"];
+    let floor_rate = floor["top1_rate"].as_f64().unwrap();
+    let floor_dl = floor["max_abs_dlogit_over_their_topk"].as_f64().unwrap() as f32;
+    eprintln!(
+        "noise floor (llama.cpp flash-attn off vs on): top-1 {:.2}%, max |Δlogit| {floor_dl:.4}",
+        100.0 * floor_rate
+    );
     let q8 = std::env::var_os("CFLOW_PARITY_Q8").is_some();
+    let slack = if q8 { 0.02 } else { 0.005 };
     assert!(
-        rate >= if q8 { 0.94 } else { 0.96 },
-        "top-1 agreement {rate}"
+        rate >= floor_rate - slack,
+        "top-1 agreement {rate} below llama.cpp's own off-vs-on {floor_rate} - {slack}"
     );
     if !q8 {
         assert!(
@@ -145,7 +222,11 @@ fn smollm2_matches_llamacpp() {
             "greedy identical only {greedy_same}/{greedy_total}"
         );
     }
-    assert!(max_dl_all < 2.5, "max |Δlogit| {max_dl_all}");
+    let dl_bar = if q8 { 1.8 * floor_dl } else { 1.25 * floor_dl };
+    assert!(
+        max_dl_all <= dl_bar,
+        "max |Δlogit| {max_dl_all} > {dl_bar} (llama.cpp off-vs-on: {floor_dl})"
+    );
 }
 
 /// Against the exact float64 forward (tests/reference/f64_reference.py): the f32-activation path

@@ -3,6 +3,8 @@
 
 Usage:
     python llamacpp_goldens.py MODEL.gguf -o goldens.json [--threads 2] [--top-k 10] [--n-greedy 32]
+    python llamacpp_goldens.py MODEL.gguf --flash-attn off -o goldens/smollm2_llamacpp_fa_off.json \
+        --compare-with goldens/smollm2_llamacpp.json     # llama.cpp's own noise floor
 
 Runs llama.cpp (through llama-cpp-python's low-level ctypes API) on a fixed set of prompts and
 writes, per prompt:
@@ -146,7 +148,7 @@ def logsumexp(logits):
     return float(m + np.log(np.exp(x - m).sum()))
 
 
-def run_prompt(ctx, vocab, n_vocab, ids, k, decimals, n_greedy):
+def run_prompt(ctx, vocab, n_vocab, ids, k, decimals, n_greedy, sink=None):
     mem = L.llama_get_memory(ctx)
     L.llama_memory_clear(mem, True)
     n = len(ids)
@@ -166,6 +168,8 @@ def run_prompt(ctx, vocab, n_vocab, ids, k, decimals, n_greedy):
         for i in range(n):
             lg = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
             top.append(top_k(lg, k, decimals))
+            if sink is not None:
+                sink.append(lg)
             lse.append(round(logsumexp(lg), decimals))
             last = lg
     finally:
@@ -220,6 +224,12 @@ def main():
     ap.add_argument("--n-greedy", type=int, default=32)
     ap.add_argument("--decimals", type=int, default=5)
     ap.add_argument("--n-ctx", type=int, default=1024)
+    ap.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto",
+                    help="llama.cpp's flash_attn_type (auto resolves to on for the CPU backend)")
+    ap.add_argument("--compare-with", metavar="GOLDENS.json",
+                    help="also measure this run against other goldens of the same prompts (e.g. the "
+                         "flash-attention-on run) with full logits: top-1 agreement and max |dlogit| "
+                         "over their top-k; written to the header as `agreement_with`")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args()
 
@@ -239,6 +249,7 @@ def main():
     cp.n_ubatch = a.n_ctx  # whole prompt in one ubatch
     cp.n_threads = a.threads
     cp.n_threads_batch = a.threads
+    cp.flash_attn_type = {"auto": -1, "on": 1, "off": 0}[a.flash_attn]
     ctx = L.llama_init_from_model(model, cp)
     if not ctx:
         sys.exit("llama_init_from_model failed")
@@ -257,6 +268,7 @@ def main():
         "add_bos": bool(L.llama_vocab_get_add_bos(vocab)),
         "parse_special": True,
         "n_threads": a.threads,
+        "flash_attn": a.flash_attn,
         "n_ctx": a.n_ctx,
         "top_k": a.top_k,
         "n_greedy": a.n_greedy,
@@ -267,14 +279,38 @@ def main():
                  "own 1- vs 2-thread runs diverge where the margin is ~0.02)",
         "prompts": [],
     }
+    other = None
+    if a.compare_with:
+        other = {p["name"]: p for p in json.load(open(a.compare_with, encoding="utf-8"))["prompts"]}
+    agree = total = 0
+    max_dl = 0.0
     for name, text in PROMPTS:
         ids = tokenize(vocab, text)
         if len(ids) + a.n_greedy > a.n_ctx:
             sys.exit(f"{name}: {len(ids)} tokens do not fit n_ctx {a.n_ctx}")
-        res = run_prompt(ctx, vocab, n_vocab, ids, a.top_k, a.decimals, a.n_greedy)
+        full = []
+        res = run_prompt(ctx, vocab, n_vocab, ids, a.top_k, a.decimals, a.n_greedy, full)
+        if other is not None:
+            o = other[name]
+            if o["ids"] != ids:
+                sys.exit(f"{name}: --compare-with goldens tokenize differently")
+            for lg, otop in zip(full, o["top"]):
+                total += 1
+                agree += int(np.argmax(lg)) == otop[0][0]
+                max_dl = max(max_dl, max(abs(float(lg[i]) - v) for i, v in otop))
         doc["prompts"].append(dict(name=name, text=text, ids=ids, **res))
         print(f"{name:14s} {len(ids):4d} ids | greedy {len(res['greedy'])} ({res['greedy_stop']}) "
               f"min margin {min(res['greedy_margin']):.4f} | {res['greedy_text']!r:.60}", file=sys.stderr)
+    if other is not None:
+        doc["agreement_with"] = {
+            "goldens": os.path.basename(a.compare_with),
+            "positions": total,
+            "top1_agree": agree,
+            "top1_rate": round(agree / total, 5),
+            "max_abs_dlogit_over_their_topk": round(max_dl, 5),
+        }
+        print(f"vs {a.compare_with}: top-1 {agree}/{total} = {100 * agree / total:.2f}%, "
+              f"max |dlogit| over its top-{a.top_k} {max_dl:.4f}", file=sys.stderr)
     L.llama_free(ctx)
     L.llama_model_free(model)
     with open(a.output, "w", encoding="utf-8") as f:
