@@ -69,4 +69,8 @@ for e in evs:
 ref = json.loads(subprocess.run([binp, "run", "--prompt", "Once upon a time", "-n", str(len(gens[0]) if gens else 64), "--json"], capture_output=True, text=True).stdout)["tokens"]
 same = sum(1 for g in gens if list(g) == ref[:len(g)])
 print(f"complete generations of the driver prompt: {len(gens)} · identical to the headless greedy run: {same} · (prompts merged by the keystroke driver, not compared: {other})")
+# The replayer reads the whole trace back: same token ids, in order, as the recorded events.
+rep = json.loads(subprocess.run([binp, "replay", "--summary", "--json", trace], capture_output=True, text=True).stdout)
+recorded = [e["id"] for e in evs if e["kind"] == "token"]
+print(f"replay: {len(rep['token_ids'])} tokens, identical to the {len(recorded)} recorded: {rep['token_ids'] == recorded} · warnings: {len(rep['warnings'])}")
 PY
