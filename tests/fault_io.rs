@@ -24,6 +24,7 @@ use cflow::telemetry::{Command, Event, SamplingParams, StopReason};
 use crossbeam_channel::{unbounded, Receiver};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Layers × top-k of the test model: expert reads per token.
@@ -103,14 +104,13 @@ fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) 
     }
 }
 
+/// Checks a failed step: the engine, the error, (free, total) staging slots before the step.
+type OnError<'a> = dyn FnMut(&Engine, ForwardError, (usize, usize)) + 'a;
+
 /// Greedy decode after `PROMPT`: the generated tokens and the bits of the last logits. A step
 /// that fails is handed to `on_error` (with the free and total staging slots before that step)
 /// and retried at once.
-fn decode(
-    e: &mut Engine,
-    n: usize,
-    on_error: &mut dyn FnMut(&Engine, ForwardError, (usize, usize)),
-) -> (Vec<u32>, Vec<u32>) {
+fn decode(e: &mut Engine, n: usize, on_error: &mut OnError) -> (Vec<u32>, Vec<u32>) {
     e.reset();
     let mut out = Vec::new();
     let mut i = 0;
@@ -223,14 +223,11 @@ fn session(f: &Arc<CflowFile>, tier: ExpertTier, fetch: FetchMode, h: FetchHooks
     Session::new(engine(f, tier, fetch, h), SamplingParams::default()).expect("session")
 }
 
+/// The session back from a generation thread, with the tokens and the stop reason.
+type Generated = (Session, Vec<u32>, Option<StopReason>);
+
 /// Runs `s.generate(PROMPT, n)` on another thread; returns the event receiver and the thread.
-fn generate_async(
-    mut s: Session,
-    n: usize,
-) -> (
-    Receiver<Event>,
-    std::thread::JoinHandle<(Session, Vec<u32>, Option<StopReason>)>,
-) {
+fn generate_async(mut s: Session, n: usize) -> (Receiver<Event>, JoinHandle<Generated>) {
     let (tx, rx) = unbounded();
     let h = std::thread::spawn(move || {
         let out = s.generate(&PROMPT, n, false, &mut |e| {
