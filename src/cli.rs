@@ -192,9 +192,26 @@ pub struct EngineArgs {
     /// Reader threads for the direct tier.
     #[arg(long, global = true, default_value_t = 2)]
     pub readers: usize,
+    /// Run with at most N context positions (default: the model's context). A model whose KV
+    /// cache for its context does not fit in available memory is refused at open; this lowers
+    /// the context so it fits.
+    #[arg(long, global = true)]
+    pub max_ctx: Option<usize>,
 }
 
 impl EngineArgs {
+    /// Applies `--max-ctx` to a new engine (before its session checks the KV-cache size).
+    pub fn apply_max_ctx(&self, engine: &mut Engine) -> Result<()> {
+        match self.max_ctx {
+            Some(n) if n == 0 || n > MAX_CTX => {
+                bail!("--max-ctx {n}: must be between 1 and {MAX_CTX}")
+            }
+            Some(n) => crate::engine::kv_budget::cap_context(engine, n),
+            None => {}
+        }
+        Ok(())
+    }
+
     /// Engine options for a chat workload (auto activations = exact f32).
     pub fn chat_options(&self) -> Result<EngineOptions> {
         let mut o = self.options()?;
@@ -641,6 +658,7 @@ fn new_engine(
             .set_layout(Layout::Vflow)
             .map_err(anyhow::Error::msg)?;
     }
+    eng.apply_max_ctx(&mut engine)?;
     Ok(engine)
 }
 
@@ -945,6 +963,7 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
         let mut opts = e.options()?;
         opts.timings = !a.no_timings;
         let mut engine = Engine::new(file.clone(), opts);
+        e.apply_max_ctx(&mut engine)?;
         if a.pmu {
             engine.pmu = crate::telemetry::pmu::Pmu::new();
         }

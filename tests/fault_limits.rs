@@ -1,6 +1,9 @@
-//! Resource limits: absurd `--threads`, `-n`, `--ctx` are rejected with a clear message (exit
-//! code 1, no panic, no output file); a prompt longer than the context is covered in
-//! `fault_model_file.rs`.
+//! Resource limits: absurd `--threads`, `--readers`, `--max-ctx`, `-n`, `--ctx` are rejected with
+//! a clear message (exit code 1, no panic, no output file); a model whose KV cache for its full
+//! context does not fit in available memory is refused at open with the computed sizes; a prompt
+//! longer than the context is covered in `fault_model_file.rs`.
+
+mod common;
 
 use std::process::Command;
 
@@ -67,6 +70,18 @@ fn absurd_values_are_rejected() {
         &run(&["--threads", "100000"]),
         "--threads 100000: must be between 1 and 256",
     );
+    fails_with(
+        &run(&["--readers", "0"]),
+        "--readers 0: must be between 1 and 64",
+    );
+    fails_with(
+        &run(&["--readers", "100000"]),
+        "--readers 100000: must be between 1 and 64",
+    );
+    fails_with(
+        &run(&["--max-ctx", "0"]),
+        "--max-ctx 0: must be between 1 and 16777216",
+    );
     fails_with(&run(&["-n", "99999999999"]), "too many tokens");
     fails_with(&run(&["--tokens", "1,99999"]), "out of range");
     // A prompt longer than the 64-token context: the documented refusal, exit 1.
@@ -80,4 +95,87 @@ fn absurd_values_are_rejected() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("does not fit"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// `MemAvailable` of this machine in bytes.
+fn mem_available() -> u64 {
+    let s = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn kv_cache_larger_than_memory_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    // 4 layers, 4 kv heads of 256 dims, the largest context a file may declare: 512 GiB of
+    // KV cache, in a 12 MiB file.
+    let big = dir.path().join("big.cflow");
+    let o = Command::new(BIN)
+        .args([
+            "gen",
+            "--arch",
+            "arch2_4_combined",
+            "--layers",
+            "4",
+            "--hidden",
+            "1024",
+            "--heads",
+            "4",
+            "--ffn",
+            "128",
+            "--experts",
+            "4",
+            "--expert-ffn",
+            "64",
+            "--vocab",
+            "130",
+            "--ctx",
+            "16777216",
+            "-o",
+        ])
+        .arg(&big)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let need: u64 = 4 * 2 * 4 * 256 * 4 * (1 << 24);
+    if mem_available() >= need {
+        eprintln!("SKIP: this machine has at least 512 GiB available");
+        return;
+    }
+    let big = big.to_str().unwrap();
+    let sizes = "KV cache for ctx 16777216: 4 layers × 2 × 4 kv heads × 256 dims × 4 B × \
+                 16777216 positions = 512.0 GiB > ";
+    fails_with(&["run", big, "--tokens", "1,2"], sizes);
+    fails_with(&["run", big, "--tokens", "1,2"], "GiB available memory (");
+    fails_with(&["run", big, "--tokens", "1,2"], "it fits with --max-ctx ");
+    // --kv-f16 rounds the values but stores f32: the same 4 B per value.
+    fails_with(&["run", big, "--tokens", "1,2", "--kv-f16"], sizes);
+    // A lower context opens it.
+    let o = Command::new(BIN)
+        .args([
+            "run",
+            big,
+            "--tokens",
+            "1,2",
+            "-n",
+            "2",
+            "--max-ctx",
+            "4096",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A normal model opens.
+    let small = common::tiny_model(dir.path(), "2048");
+    let o = Command::new(BIN)
+        .arg("run")
+        .arg(&small)
+        .args(["--tokens", "1,2", "-n", "2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -199,6 +199,7 @@ fn slow_reader_loses_nothing() {
     let h = FetchHooks {
         force_buffered: false,
         reader_delay: Duration::from_millis(2),
+        ..Default::default()
     };
     for readers in [1, 3] {
         let mut e = engine(&f, ExpertTier::Direct, FetchMode::Staged, false, h.clone());

@@ -99,6 +99,17 @@ pub enum ForwardError {
     ContextFull { pos: usize, max: usize },
     #[error("token id {id} out of range (vocab {vocab})")]
     BadToken { id: u32, vocab: usize },
+    /// A direct-tier expert read failed (I/O error, short read, reader panic). The token is
+    /// abandoned; every staging slot is free again and the next token can run.
+    #[error("expert read failed: {path} layer {layer} expert {expert} (offset {offset}, {len} bytes): {error}")]
+    ExpertRead {
+        path: String,
+        layer: usize,
+        expert: usize,
+        offset: u64,
+        len: u64,
+        error: String,
+    },
 }
 
 /// Expert computation scheduled for a later layer (saved router activation + selection).
@@ -403,6 +414,17 @@ impl Engine {
         self.fetcher.as_ref().map_or(0, |f| f.n_slots())
     }
 
+    /// Staging slots free to be handed out (equals `fetch_slots` between tokens).
+    pub fn fetch_free_slots(&self) -> usize {
+        self.fetcher.as_ref().map_or(0, |f| f.free_slots())
+    }
+
+    /// A helper-thread failure since the last call, for the caller to report: the prefetch
+    /// thread panicked (it is restarted here; only hints were lost, tokens are unaffected).
+    pub fn take_io_incident(&mut self) -> Option<String> {
+        self.prefetcher.as_mut().and_then(|p| p.recover())
+    }
+
     /// Lifetime counters of the prefetch thread: (commands, lines hinted, dropped).
     pub fn prefetch_counters(&self) -> Option<(u64, u64, u64)> {
         self.prefetcher.as_ref().map(|p| {
@@ -439,7 +461,7 @@ impl Engine {
             }
         }
         if self.opts.prefetch && self.prefetcher.is_none() {
-            match Prefetcher::start() {
+            match Prefetcher::with_fault(self.opts.fetch_hooks.fault) {
                 Ok(p) => self.prefetcher = Some(p),
                 Err(e) => self.note(format!("prefetch thread unavailable: {e}")),
             }
@@ -848,7 +870,6 @@ impl Engine {
             None
         };
         let rel = &self.rel_experts;
-        let mut read_failed = false;
         let timings = self.opts.timings;
         let file: &Arc<CflowFile> = match (self.opts.layout, &self.vflow) {
             (Layout::Vflow, Some(v)) => v,
@@ -1060,14 +1081,29 @@ impl Engine {
             let mut ebytes = 0u64;
             for pe in pending[l].drain(..) {
                 if let Some(f) = fetcher.as_deref_mut() {
-                    for t in &pe.tickets {
+                    for (t, &(e, _)) in pe.tickets.iter().zip(&pe.sel) {
                         wait_ns += f.wait(*t);
                         let (busy, b) = f.io_of(*t);
                         io_acc[pe.from].0 += busy;
                         io_acc[pe.from].1 += b;
+                        if let Err(error) = f.view(*t) {
+                            let ex = &ctx.file.layers[pe.phys].experts[e];
+                            let err = ForwardError::ExpertRead {
+                                path: ctx.file.path.display().to_string(),
+                                layer: pe.phys,
+                                expert: e,
+                                offset: ex.offset,
+                                len: ex.len,
+                                error: error.to_string(),
+                            };
+                            // Every other read of this token completes and every slot is free
+                            // before the error leaves the engine.
+                            f.drain();
+                            return Err(err);
+                        }
                     }
                 }
-                let (eb, failed) = run_experts(
+                let eb = run_experts(
                     &ctx,
                     &ctx.file.layers[pe.phys],
                     &rel[pe.phys],
@@ -1077,7 +1113,6 @@ impl Engine {
                     s,
                 );
                 ebytes += eb;
-                read_failed |= failed;
                 if let Some(f) = fetcher.as_deref_mut() {
                     for t in &pe.tickets {
                         f.release(*t);
@@ -1155,9 +1190,6 @@ impl Engine {
         }
         stats.ns_total = t_start.elapsed().as_nanos() as u64;
         self.stats = stats;
-        if read_failed {
-            self.note("an expert read failed: those experts were computed from the map".into());
-        }
         Ok(())
     }
 }
@@ -1351,8 +1383,8 @@ fn route(cfg: &ModelConfig, lv: &LayerView, src: &[f32]) -> (Vec<f32>, Vec<(usiz
     (act, sel)
 }
 
-/// Runs the selected experts of a pending routing into `s.acc`; returns the bytes touched and
-/// whether a staged read had failed (that expert is then computed from the map).
+/// Runs the selected experts of a pending routing into `s.acc` (from the staging slots when the
+/// experts were fetched, else from the map); returns the bytes touched.
 fn run_experts(
     ctx: &Ctx,
     lv: &LayerView,
@@ -1361,16 +1393,14 @@ fn run_experts(
     pe: &Pending,
     fetcher: Option<&ExpertFetcher>,
     s: &mut Scratch,
-) -> (u64, bool) {
+) -> u64 {
     s.acc.fill(0.0);
     let mut bytes = 0;
-    let mut failed = false;
     for (i, &(e, w)) in pe.sel.iter().enumerate() {
         let staged = pe
             .tickets
             .get(i)
             .and_then(|t| fetcher.and_then(|f| f.view(*t).ok()));
-        failed |= i < pe.tickets.len() && staged.is_none();
         let (src, ex): (&[u8], &ExpertView) = match staged {
             Some(b) => (b, &rel[e]),
             None => (ctx.file.bytes(), &lv.experts[e]),
@@ -1397,7 +1427,7 @@ fn run_experts(
         add_scaled(&mut s.acc, &s.eo, w);
         bytes += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
     }
-    (bytes, failed)
+    bytes
 }
 
 /// Modelled bytes per token of each stream per layer (attention, dense, top-k experts).

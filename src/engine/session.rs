@@ -3,6 +3,7 @@
 //! and the engine thread behind the TUI.
 
 use super::forward::{stream_bytes, Engine, ForwardError};
+use super::kv_budget::{available_memory, KvTooLarge};
 use super::sampler::Sampler;
 use crate::chat::detok::Detok;
 use crate::chat::tokenizer::TokenizerWrap;
@@ -41,6 +42,16 @@ impl GenOutcome {
     }
 }
 
+/// Why a session could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("embedded tokenizer: {0}")]
+    Tokenizer(String),
+    /// The KV cache of the full context does not fit in available memory.
+    #[error(transparent)]
+    KvTooLarge(#[from] KvTooLarge),
+}
+
 /// Called at every token boundary (before each decode step) with the engine; applies queued
 /// toggles and returns the events to emit (e.g. a `Config` event).
 pub type BoundaryHook = Box<dyn FnMut(&mut Engine) -> Vec<Event> + Send>;
@@ -58,7 +69,10 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(engine: Engine, sampling: SamplingParams) -> Result<Session, String> {
+    /// Opens a session over `engine`; refuses a model whose KV cache for its full context
+    /// (`engine.cfg.max_ctx`) does not fit in available memory (`engine::kv_budget`).
+    pub fn new(engine: Engine, sampling: SamplingParams) -> Result<Session, SessionError> {
+        super::kv_budget::check(&engine.cfg, available_memory())?;
         let m = &engine.cfg.meta;
         let tok = match &m.tokenizer_json {
             Some(j) => {
@@ -71,7 +85,7 @@ impl Session {
                 };
                 Some(
                     TokenizerWrap::from_json(j, Some(special))
-                        .map_err(|e| format!("embedded tokenizer: {e}"))?,
+                        .map_err(|e| SessionError::Tokenizer(e.to_string()))?,
                 )
             }
             None => None,
@@ -188,7 +202,9 @@ impl Session {
         if let Err(msg) = self.check_model_file() {
             return self.fail_msg(out, StopReason::Error, Some(msg), emit);
         }
-        if let Err(e) = self.engine.prefill(prompt) {
+        let prefilled = self.engine.prefill(prompt);
+        self.report_io_incident(emit);
+        if let Err(e) = prefilled {
             return self.fail(out, e, emit);
         }
         self.context.extend_from_slice(prompt);
@@ -237,7 +253,9 @@ impl Session {
                 out.decode_ns = td.elapsed().as_nanos() as u64;
                 return self.fail_msg(out, StopReason::Error, Some(msg), emit);
             }
-            if let Err(e) = self.engine.step(next, true) {
+            let stepped = self.engine.step(next, true).map(|_| ());
+            self.report_io_incident(emit);
+            if let Err(e) = stepped {
                 out.decode_ns = td.elapsed().as_nanos() as u64;
                 return self.fail(out, e, emit);
             }
@@ -263,6 +281,17 @@ impl Session {
             decode_ns: out.decode_ns,
         });
         out
+    }
+
+    /// A helper thread of the engine failed and was restarted (see
+    /// `Engine::take_io_incident`): a non-fatal `Error` event; the generation goes on.
+    fn report_io_incident(&mut self, emit: &mut dyn FnMut(Event)) {
+        if let Some(message) = self.engine.take_io_incident() {
+            emit(Event::Error {
+                message,
+                fatal: false,
+            });
+        }
     }
 
     /// The model file is memory-mapped: if another process truncates it, touching the vanished
@@ -297,7 +326,7 @@ impl Session {
         let reason = match e {
             ForwardError::Stopped => StopReason::Stopped,
             ForwardError::ContextFull { .. } => StopReason::ContextFull,
-            ForwardError::BadToken { .. } => StopReason::Error,
+            ForwardError::BadToken { .. } | ForwardError::ExpertRead { .. } => StopReason::Error,
         };
         let msg = (reason != StopReason::Stopped).then(|| e.to_string());
         self.fail_msg(out, reason, msg, emit)

@@ -8,9 +8,10 @@ use super::forward::Layout;
 use super::sampler::Sampler;
 use super::session::Session;
 use crate::chat::conversation::Conversation;
+use crate::io::fault::panic_message;
 use crate::telemetry::machine::MachineProfile;
 use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
-use crate::telemetry::{Command, EngineConfigInfo, Event, Stamped};
+use crate::telemetry::{Command, EngineConfigInfo, Event, Stamped, StopReason};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,6 +118,20 @@ impl Out {
                 message: msg,
                 fatal: false,
             }));
+        }
+    }
+}
+
+/// Stops the recording (if any) and says where it was saved.
+fn stop_recording(out: &Out) {
+    if let Ok(mut g) = out.rec.lock() {
+        if let Some(r) = g.take() {
+            let path = r.path().display().to_string();
+            let _ = r.finish();
+            drop(g);
+            out.emit(Event::Notice {
+                message: format!("recording saved to {path}"),
+            });
         }
     }
 }
@@ -260,6 +275,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                     evs
                 }));
             }
+            let mut poisoned: Option<String> = None;
             loop {
                 let next = {
                     let d = deferred.lock().ok().and_then(|mut d| {
@@ -277,130 +293,181 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                         },
                     }
                 };
-                match next {
-                    Ctl::StartRecording(p) => start_recording(&p, &session, &out),
-                    Ctl::StopRecording => {
-                        if let Ok(mut g) = out.rec.lock() {
-                            if let Some(r) = g.take() {
-                                let path = r.path().display().to_string();
-                                let _ = r.finish();
-                                drop(g);
-                                out.emit(Event::Notice {
-                                    message: format!("recording saved to {path}"),
-                                });
-                            }
-                        }
-                    }
-                    Ctl::Cmd(Command::Quit) => break,
-                    Ctl::Cmd(Command::Stop) => session.engine.stop.store(false, Ordering::Relaxed),
-                    Ctl::Cmd(Command::Reset) => {
-                        session.reset();
-                        if let Some(c) = conv.as_mut() {
-                            c.clear();
-                        }
-                        out.emit(Event::Reset);
-                    }
-                    Ctl::Cmd(Command::SetSystemPrompt(s)) => {
-                        if let Some(c) = conv.as_mut() {
-                            c.system = if s.is_empty() { None } else { Some(s) };
-                        }
-                    }
-                    Ctl::Cmd(Command::Complete { text, max_tokens }) => {
-                        session.engine.stop.store(false, Ordering::Relaxed);
-                        let ids = match session.encode(&text) {
-                            Ok(i) => i,
-                            Err(e) => {
-                                out.emit(Event::Error {
-                                    message: e,
-                                    fatal: false,
-                                });
-                                continue;
-                            }
-                        };
-                        out.emit(Event::Prompt {
-                            text,
-                            tokens: ids.clone(),
-                            chat: false,
-                        });
-                        session.generate(&ids, max_tokens as usize, true, &mut |e| out.emit(e));
-                    }
-                    Ctl::Cmd(Command::Chat { text, max_tokens }) => {
-                        session.engine.stop.store(false, Ordering::Relaxed);
-                        let Some(c) = conv.as_mut() else {
+                let request = matches!(
+                    next,
+                    Ctl::Cmd(Command::Complete { .. } | Command::Chat { .. })
+                );
+                if let Some(why) = &poisoned {
+                    // After a panic the engine's state is unknown: refuse at once, stay
+                    // responsive (recording controls and Quit still work).
+                    match next {
+                        Ctl::Cmd(Command::Quit) => break,
+                        Ctl::Cmd(Command::Stop) => {}
+                        Ctl::Cmd(_) => {
                             out.emit(Event::Error {
-                                message: "this model has no usable chat template".into(),
-                                fatal: false,
+                                message: format!(
+                                    "the engine stopped after a panic ({why}); restart cflow-tui"
+                                ),
+                                fatal: true,
                             });
-                            continue;
-                        };
-                        c.turns.push(crate::chat::template::ChatMessage::new(
-                            "user",
-                            text.clone(),
-                        ));
-                        let max_ctx = session.engine.cfg.max_ctx;
-                        let tok = session.tok.as_ref();
-                        let count = |s: &str| {
-                            tok.and_then(|t| t.encode(s, false).ok())
-                                .map_or(s.len(), |v| v.len())
-                        };
-                        match c.fit(max_ctx, max_tokens as usize, &count) {
-                            Ok(0) => {}
-                            Ok(n) => out.emit(Event::Notice {
-                                message: format!("context full: dropped the {n} oldest messages"),
-                            }),
-                            Err(e) => {
-                                out.emit(Event::Error {
-                                    message: format!("chat template: {e}"),
-                                    fatal: false,
+                            if request {
+                                out.emit(Event::Done {
+                                    reason: StopReason::Error,
+                                    n_tokens: 0,
+                                    decode_ns: 0,
                                 });
-                                c.turns.pop();
-                                continue;
                             }
                         }
-                        let prompt = match c.render() {
-                            Ok(p) => p,
-                            Err(e) => {
+                        Ctl::StartRecording(p) => start_recording(&p, &session, &out),
+                        Ctl::StopRecording => stop_recording(&out),
+                    }
+                    continue;
+                }
+                // A panic anywhere in the engine while handling one message becomes a fatal
+                // `Error` event (and `Done` for a request) instead of a dead thread and a UI
+                // waiting forever; later requests fail fast (above).
+                let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> bool {
+                    match next {
+                        Ctl::StartRecording(p) => start_recording(&p, &session, &out),
+                        Ctl::StopRecording => stop_recording(&out),
+                        Ctl::Cmd(Command::Quit) => return true,
+                        Ctl::Cmd(Command::Stop) => {
+                            session.engine.stop.store(false, Ordering::Relaxed)
+                        }
+                        Ctl::Cmd(Command::Reset) => {
+                            session.reset();
+                            if let Some(c) = conv.as_mut() {
+                                c.clear();
+                            }
+                            out.emit(Event::Reset);
+                        }
+                        Ctl::Cmd(Command::SetSystemPrompt(s)) => {
+                            if let Some(c) = conv.as_mut() {
+                                c.system = if s.is_empty() { None } else { Some(s) };
+                            }
+                        }
+                        Ctl::Cmd(Command::Complete { text, max_tokens }) => {
+                            session.engine.stop.store(false, Ordering::Relaxed);
+                            let ids = match session.encode(&text) {
+                                Ok(i) => i,
+                                Err(e) => {
+                                    out.emit(Event::Error {
+                                        message: e,
+                                        fatal: false,
+                                    });
+                                    return false;
+                                }
+                            };
+                            out.emit(Event::Prompt {
+                                text,
+                                tokens: ids.clone(),
+                                chat: false,
+                            });
+                            session.generate(&ids, max_tokens as usize, true, &mut |e| out.emit(e));
+                        }
+                        Ctl::Cmd(Command::Chat { text, max_tokens }) => {
+                            session.engine.stop.store(false, Ordering::Relaxed);
+                            let Some(c) = conv.as_mut() else {
                                 out.emit(Event::Error {
-                                    message: format!("chat template: {e}"),
+                                    message: "this model has no usable chat template".into(),
                                     fatal: false,
                                 });
-                                c.turns.pop();
-                                continue;
+                                return false;
+                            };
+                            c.turns.push(crate::chat::template::ChatMessage::new(
+                                "user",
+                                text.clone(),
+                            ));
+                            let max_ctx = session.engine.cfg.max_ctx;
+                            let tok = session.tok.as_ref();
+                            let count = |s: &str| {
+                                tok.and_then(|t| t.encode(s, false).ok())
+                                    .map_or(s.len(), |v| v.len())
+                            };
+                            match c.fit(max_ctx, max_tokens as usize, &count) {
+                                Ok(0) => {}
+                                Ok(n) => out.emit(Event::Notice {
+                                    message: format!(
+                                        "context full: dropped the {n} oldest messages"
+                                    ),
+                                }),
+                                Err(e) => {
+                                    out.emit(Event::Error {
+                                        message: format!("chat template: {e}"),
+                                        fatal: false,
+                                    });
+                                    c.turns.pop();
+                                    return false;
+                                }
                             }
-                        };
-                        let ids = match tok.map(|t| t.encode(&prompt, false)) {
-                            Some(Ok(i)) => i,
-                            _ => {
-                                out.emit(Event::Error {
-                                    message: "cannot tokenize the chat prompt".into(),
-                                    fatal: false,
-                                });
-                                c.turns.pop();
-                                continue;
+                            let prompt = match c.render() {
+                                Ok(p) => p,
+                                Err(e) => {
+                                    out.emit(Event::Error {
+                                        message: format!("chat template: {e}"),
+                                        fatal: false,
+                                    });
+                                    c.turns.pop();
+                                    return false;
+                                }
+                            };
+                            let ids = match tok.map(|t| t.encode(&prompt, false)) {
+                                Some(Ok(i)) => i,
+                                _ => {
+                                    out.emit(Event::Error {
+                                        message: "cannot tokenize the chat prompt".into(),
+                                        fatal: false,
+                                    });
+                                    c.turns.pop();
+                                    return false;
+                                }
+                            };
+                            let suffix = session.sync_prompt(&ids);
+                            out.emit(Event::Prompt {
+                                text,
+                                tokens: suffix.clone(),
+                                chat: true,
+                            });
+                            let room = max_ctx.saturating_sub(session.engine.pos() + suffix.len());
+                            let r = session.generate(
+                                &suffix,
+                                (max_tokens as usize).min(room),
+                                true,
+                                &mut |e| out.emit(e),
+                            );
+                            c.turns
+                                .push(crate::chat::template::ChatMessage::new("assistant", r.text));
+                        }
+                        Ctl::Cmd(c) if is_toggle(&c) => {
+                            for e in apply_toggle(&mut session, &c) {
+                                out.emit(e);
                             }
-                        };
-                        let suffix = session.sync_prompt(&ids);
-                        out.emit(Event::Prompt {
-                            text,
-                            tokens: suffix.clone(),
-                            chat: true,
+                        }
+                        Ctl::Cmd(_) => {}
+                    }
+                    false
+                }));
+                match handled {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(p) => {
+                        let why = panic_message(&*p);
+                        out.emit(Event::Error {
+                            message: format!(
+                                "engine thread panicked: {why}; the engine is stopped, restart \
+                                 cflow-tui"
+                            ),
+                            fatal: true,
                         });
-                        let room = max_ctx.saturating_sub(session.engine.pos() + suffix.len());
-                        let r = session.generate(
-                            &suffix,
-                            (max_tokens as usize).min(room),
-                            true,
-                            &mut |e| out.emit(e),
-                        );
-                        c.turns
-                            .push(crate::chat::template::ChatMessage::new("assistant", r.text));
-                    }
-                    Ctl::Cmd(c) if is_toggle(&c) => {
-                        for e in apply_toggle(&mut session, &c) {
-                            out.emit(e);
+                        if request {
+                            out.emit(Event::Done {
+                                reason: StopReason::Error,
+                                n_tokens: 0,
+                                decode_ns: 0,
+                            });
                         }
+                        poisoned = Some(why);
                     }
-                    Ctl::Cmd(_) => {}
                 }
             }
             let last = out.rec.lock().ok().and_then(|mut g| g.take());

@@ -8,8 +8,16 @@
 //! by the reader after its last write into the buffer, and a slot is only handed out again when
 //! its counter is zero and its buffer is back, so a slot is never reused while a read is in
 //! flight. The sync arm uses the same pool and waits immediately after submitting.
+//!
+//! Failures never hang or leak a slot: a read error (EIO, a short read at end-of-file) completes
+//! the slot as failed with the message, and a panic inside a reader is caught around that one
+//! read, so the buffer still comes back, the slot completes as failed ("reader thread panicked:
+//! …") and the reader goes on serving (the pool recovers by itself; nothing is respawned). If
+//! every reader is gone anyway, `wait` fails the outstanding slots instead of blocking. Faults
+//! are injected through [`FetchHooks::fault`] (see [`super::fault`]).
 
 use super::aligned::{round_up, AlignedBuf, ALIGN};
+use super::fault::{panic_message, FaultKind, FaultPlan};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -76,6 +84,8 @@ pub struct FetchHooks {
     pub force_buffered: bool,
     /// Each read sleeps this long before returning (an artificially slow device).
     pub reader_delay: Duration,
+    /// One injected fault (read error, short read, reader/waiter/prefetch panic); tests only.
+    pub fault: Option<FaultPlan>,
 }
 
 /// The file expert regions are read from.
@@ -85,11 +95,19 @@ struct Source {
 }
 
 impl Source {
-    /// Reads `need` bytes at the 4096-aligned `off` into `buf`. Returns the bytes read.
-    fn read(&self, buf: &mut AlignedBuf, off: u64, need: usize) -> std::io::Result<usize> {
-        let total = round_up(need).min(buf.len());
+    /// Reads `need` bytes at the 4096-aligned `off` into `buf`. Returns the bytes read. The
+    /// file is treated as ending `eof` bytes after `off` (a 4096 multiple; `usize::MAX` for the
+    /// real end), which is how a short read is injected.
+    fn read(
+        &self,
+        buf: &mut AlignedBuf,
+        off: u64,
+        need: usize,
+        eof: usize,
+    ) -> std::io::Result<usize> {
+        let total = round_up(need).min(buf.len()).min(eof);
         let mut got = 0usize;
-        while got < need {
+        while got < need && got < total {
             match self.file.read_at(&mut buf[got..total], off + got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
@@ -156,6 +174,8 @@ struct Req {
     off: u64,
     need: usize,
     pending: Arc<AtomicU32>,
+    /// Injected fault for this read (tests).
+    fault: Option<FaultKind>,
 }
 
 struct Done {
@@ -183,6 +203,10 @@ struct Slot {
     len: usize,
     busy_ns: u64,
     error: Option<String>,
+    /// Submission number of the read in this slot.
+    read_no: u64,
+    /// Injected: `wait` on this read panics (once).
+    waiter_panic: bool,
 }
 
 /// A submitted read: the slot index and a generation check.
@@ -211,6 +235,7 @@ pub struct ExpertFetcher {
     gens: Vec<u64>,
     direct: bool,
     note: Option<String>,
+    fault: Option<FaultPlan>,
     pub counters: FetchCounters,
 }
 
@@ -241,6 +266,7 @@ impl ExpertFetcher {
             gens: Vec::new(),
             direct,
             note,
+            fault: hooks.fault,
             counters: FetchCounters::default(),
         })
     }
@@ -263,6 +289,19 @@ impl ExpertFetcher {
         self.slots.len()
     }
 
+    /// Slots that can be handed out now: free, buffer home, no read pending. Equal to
+    /// [`n_slots`](Self::n_slots) between tokens, also after a failed one.
+    pub fn free_slots(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| {
+                s.state == SlotState::Free
+                    && s.buf.is_some()
+                    && s.pending.load(Ordering::Acquire) == 0
+            })
+            .count()
+    }
+
     /// Slots currently in flight.
     pub fn in_flight(&self) -> usize {
         self.slots
@@ -278,12 +317,16 @@ impl ExpertFetcher {
         let delta = (offset - off) as usize;
         let need = delta + len;
         let idx = self.acquire(round_up(need));
+        let read_no = self.counters.submitted;
+        let fault = FaultPlan::for_read(self.fault, read_no);
         let slot = &mut self.slots[idx];
         slot.state = SlotState::InFlight;
         slot.delta = delta;
         slot.len = len;
         slot.busy_ns = 0;
         slot.error = None;
+        slot.read_no = read_no;
+        slot.waiter_panic = fault == Some(FaultKind::WaiterPanic);
         slot.pending.fetch_add(1, Ordering::AcqRel);
         let buf = slot.buf.take().expect("free slot owns its buffer");
         self.gens[idx] += 1;
@@ -294,6 +337,7 @@ impl ExpertFetcher {
             off,
             need,
             pending: slot.pending.clone(),
+            fault: fault.filter(|&k| k != FaultKind::WaiterPanic),
         };
         let sent = self.req_tx.as_ref().map(|tx| tx.send(req));
         if let Some(Err(e)) = sent {
@@ -344,6 +388,8 @@ impl ExpertFetcher {
                     len: 0,
                     busy_ns: 0,
                     error: None,
+                    read_no: 0,
+                    waiter_panic: false,
                 });
                 self.gens.push(0);
                 self.slots.len() - 1
@@ -372,6 +418,13 @@ impl ExpertFetcher {
 
     /// Blocks until the read of `t` has completed. Returns the ns spent blocked.
     pub fn wait(&mut self, t: Ticket) -> u64 {
+        if self.slots[t.slot].waiter_panic {
+            self.slots[t.slot].waiter_panic = false;
+            panic!(
+                "injected fault: panic in the engine thread waiting for expert read {}",
+                self.slots[t.slot].read_no
+            );
+        }
         let start = Instant::now();
         let mut blocked = false;
         while self.slots[t.slot].state == SlotState::InFlight {
@@ -452,16 +505,32 @@ impl Drop for ExpertFetcher {
     }
 }
 
+/// One read, with its injected fault (if any) applied.
+fn serve(src: &Source, r: &mut Req, delay: Duration) -> Result<(), String> {
+    if !delay.is_zero() {
+        std::thread::sleep(delay);
+    }
+    let eof = match r.fault {
+        Some(FaultKind::Eio) => {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO).to_string())
+        }
+        Some(FaultKind::ReaderPanic) => panic!("injected fault: reader thread panic"),
+        Some(FaultKind::ShortRead) => r.need / 2 / ALIGN * ALIGN,
+        _ => usize::MAX,
+    };
+    src.read(&mut r.buf, r.off, r.need, eof)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 fn reader_loop(src: &Source, rx: Receiver<Req>, tx: Sender<Done>, delay: Duration) {
     while let Ok(mut r) = rx.recv() {
         let t0 = Instant::now();
-        if !delay.is_zero() {
-            std::thread::sleep(delay);
-        }
-        let result = src
-            .read(&mut r.buf, r.off, r.need)
-            .map(|_| ())
-            .map_err(|e| e.to_string());
+        // A panic while serving one read fails that read; the buffer stays with `r` (only
+        // borrowed by the closure), so it goes back to its slot, and this reader keeps serving.
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(src, &mut r, delay)))
+                .unwrap_or_else(|p| Err(format!("reader thread panicked: {}", panic_message(&*p))));
         let busy_ns = t0.elapsed().as_nanos() as u64;
         // Last touch of the buffer is above: the slot may be reused once this reaches zero and
         // the buffer is back with the owner.

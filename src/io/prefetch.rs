@@ -2,7 +2,13 @@
 //! bounded channel and walks them issuing `PREFETCHT0` every 64 bytes, so the lines are (ideally)
 //! in cache when the compute thread gets there. The paper found it harmful on its machine; it is
 //! an A/B toggle here. Off x86 the hint is a no-op.
+//!
+//! The thread only gives hints, so its failure cannot corrupt a token: if it panics, `send`
+//! finds the channel closed and counts the hints as dropped (it never blocks), and
+//! [`Prefetcher::recover`] — called by the engine between tokens — joins the dead thread, starts
+//! a fresh one on the same counters and returns the panic message for the session to report.
 
+use super::fault::{panic_message, FaultKind, FaultPlan};
 use crate::format::CflowFile;
 use crossbeam_channel::{bounded, Sender, TrySendError};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +43,7 @@ pub struct Prefetcher {
     tx: Option<Sender<PrefetchCmd>>,
     handle: Option<JoinHandle<()>>,
     pub counters: Arc<PrefetchCounters>,
+    fault: Option<FaultPlan>,
 }
 
 /// Channel depth: a few layers ahead at most; older hints are worthless.
@@ -74,32 +81,76 @@ fn walk(bytes: &[u8], offset: usize, len: usize) -> u64 {
     n
 }
 
+type Spawned = (Sender<PrefetchCmd>, JoinHandle<()>);
+
+/// Starts the thread over `c`; it panics at command number `fault.at` for a `PrefetchPanic` plan.
+fn spawn(c: Arc<PrefetchCounters>, fault: Option<FaultPlan>) -> std::io::Result<Spawned> {
+    let (tx, rx) = bounded::<PrefetchCmd>(DEPTH);
+    let panic_at = fault
+        .filter(|f| f.kind == FaultKind::PrefetchPanic)
+        .map(|f| f.at);
+    let handle = std::thread::Builder::new()
+        .name("cflow-prefetch".into())
+        .spawn(move || {
+            while let Ok(cmd) = rx.recv() {
+                let no = c.commands.fetch_add(1, Ordering::Relaxed);
+                if panic_at == Some(no) {
+                    panic!("injected fault: prefetch thread panic at command {no}");
+                }
+                let n = match &cmd {
+                    PrefetchCmd::LinearRange { file, offset, len } => {
+                        walk(file.bytes(), *offset, *len)
+                    }
+                    PrefetchCmd::ExpertTiles { file, regions } => {
+                        regions.iter().map(|&(o, l)| walk(file.bytes(), o, l)).sum()
+                    }
+                };
+                c.lines.fetch_add(n, Ordering::Relaxed);
+            }
+        })?;
+    Ok((tx, handle))
+}
+
 impl Prefetcher {
     pub fn start() -> std::io::Result<Prefetcher> {
-        let (tx, rx) = bounded::<PrefetchCmd>(DEPTH);
+        Prefetcher::with_fault(None)
+    }
+
+    /// As [`start`](Self::start), with an injected fault (tests).
+    pub fn with_fault(fault: Option<FaultPlan>) -> std::io::Result<Prefetcher> {
         let counters = Arc::new(PrefetchCounters::default());
-        let c = counters.clone();
-        let handle = std::thread::Builder::new()
-            .name("cflow-prefetch".into())
-            .spawn(move || {
-                while let Ok(cmd) = rx.recv() {
-                    c.commands.fetch_add(1, Ordering::Relaxed);
-                    let n = match &cmd {
-                        PrefetchCmd::LinearRange { file, offset, len } => {
-                            walk(file.bytes(), *offset, *len)
-                        }
-                        PrefetchCmd::ExpertTiles { file, regions } => {
-                            regions.iter().map(|&(o, l)| walk(file.bytes(), o, l)).sum()
-                        }
-                    };
-                    c.lines.fetch_add(n, Ordering::Relaxed);
-                }
-            })?;
+        let (tx, handle) = spawn(counters.clone(), fault)?;
         Ok(Prefetcher {
             tx: Some(tx),
             handle: Some(handle),
             counters,
+            fault,
         })
+    }
+
+    /// If the thread has died (it only ends early by panicking), joins it, starts a fresh one
+    /// on the same counters and returns what happened. `None` while the thread is alive.
+    pub fn recover(&mut self) -> Option<String> {
+        if !self.handle.as_ref().is_some_and(|h| h.is_finished()) {
+            return None;
+        }
+        let why = match self.handle.take().map(|h| h.join()) {
+            Some(Err(p)) => panic_message(&*p),
+            _ => "exited".into(),
+        };
+        self.tx = None;
+        match spawn(self.counters.clone(), self.fault) {
+            Ok((tx, h)) => {
+                self.tx = Some(tx);
+                self.handle = Some(h);
+                Some(format!(
+                    "prefetch thread panicked ({why}); restarted (only prefetch hints were lost)"
+                ))
+            }
+            Err(e) => Some(format!(
+                "prefetch thread panicked ({why}); restart failed ({e}): prefetch is off"
+            )),
+        }
     }
 
     /// Queues a command; drops it (and counts it) when the thread is behind.

@@ -5,9 +5,13 @@
 //! extra panic hook that releases it first), and restores everything on `Drop`, so every exit
 //! path — return, `?`, panic — leaves a usable shell. `suspend` implements Ctrl+Z without unsafe
 //! code: restore, stop our own process with `kill -STOP <pid>`, and re-enter when resumed.
+//!
+//! Panics the engine catches and reports as `Error` events (on the engine, reader and prefetch
+//! threads) must not restore the terminal under the running UI nor print over it: an outer hook
+//! keeps their report and prints it on stderr once the terminal is restored.
 
 use std::io::{self, stdout};
-use std::sync::Once;
+use std::sync::{Mutex, Once};
 
 use ratatui::crossterm::event::{DisableMouseCapture, EnableMouseCapture};
 use ratatui::crossterm::execute;
@@ -15,6 +19,14 @@ use ratatui::crossterm::terminal::{enable_raw_mode, EnterAlternateScreen};
 use ratatui::DefaultTerminal;
 
 static MOUSE_HOOK: Once = Once::new();
+static CAUGHT_HOOK: Once = Once::new();
+/// Reports of caught panics, printed when the terminal is restored.
+static DEFERRED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Threads whose panics the engine catches and turns into `Error` events.
+fn caught_thread(name: &str) -> bool {
+    name == "cflow-engine" || name == "cflow-prefetch" || name.starts_with("cflow-reader-")
+}
 
 /// Owns the terminal while the TUI runs.
 pub struct TerminalGuard {
@@ -36,6 +48,20 @@ impl TerminalGuard {
             });
             execute!(stdout(), EnableMouseCapture)?;
         }
+        CAUGHT_HOOK.call_once(|| {
+            let prev = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                let name = std::thread::current().name().map(String::from);
+                match name {
+                    Some(n) if caught_thread(&n) => {
+                        if let Ok(mut d) = DEFERRED.lock() {
+                            d.push(format!("thread '{n}' {info}"));
+                        }
+                    }
+                    _ => prev(info),
+                }
+            }));
+        });
         Ok(TerminalGuard { terminal, mouse })
     }
 
@@ -44,6 +70,11 @@ impl TerminalGuard {
             let _ = execute!(stdout(), DisableMouseCapture);
         }
         ratatui::restore();
+        if let Ok(mut d) = DEFERRED.lock() {
+            for m in d.drain(..) {
+                eprintln!("{m}");
+            }
+        }
     }
 
     fn enter(&mut self) -> io::Result<()> {
