@@ -6,7 +6,13 @@
 //! that wakes late can never claim work of a finished job, and the caller waits only for tasks
 //! that were actually claimed — not for descheduled workers. That keeps an oversubscribed
 //! machine (other processes on every core) from stalling each matvec on a sleeping worker.
+//!
+//! A task that panics (on a worker or on the caller) is caught, still counted as finished, and
+//! the first panic is re-raised on the caller once every claimed task is done: `run` never
+//! unwinds while a worker may still be using the job, and a worker panic never hangs the caller.
 
+use std::any::Any;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -34,9 +40,19 @@ struct Shared {
     lock: Mutex<()>,
     cv: Condvar,
     spin: Duration,
+    /// First panic payload of the current job (re-raised by `run`).
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 impl Shared {
+    /// Runs one task, catching a panic so the task still counts as finished.
+    fn run_task(&self, f: &(dyn Fn(usize) + Sync + '_), t: usize) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(t))) {
+            let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+            slot.get_or_insert(payload);
+        }
+    }
+
     /// Claims the next task of `epoch`, if any.
     fn claim(&self, epoch: u32, n: usize) -> Option<usize> {
         let mut cur = self.claim.load(Ordering::Acquire);
@@ -81,6 +97,7 @@ impl ThreadPool {
             sleeping: AtomicUsize::new(0),
             lock: Mutex::new(()),
             cv: Condvar::new(),
+            panic: Mutex::new(None),
             spin: Duration::from_micros(
                 std::env::var("CFLOW_SPIN_US")
                     .ok()
@@ -140,7 +157,7 @@ impl ThreadPool {
         }
         let mut mine = 0;
         while let Some(t) = s.claim(epoch, n_tasks) {
-            f(t);
+            s.run_task(f, t);
             mine += 1;
         }
         s.done.fetch_add(mine, Ordering::AcqRel);
@@ -152,6 +169,10 @@ impl ThreadPool {
             } else {
                 std::thread::yield_now();
             }
+        }
+        let payload = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(p) = payload {
+            resume_unwind(p);
         }
     }
 }
@@ -201,7 +222,7 @@ fn worker(s: Arc<Shared>) {
         while let Some(t) = s.claim(epoch, n) {
             // SAFETY: task `t` was claimed under `epoch`, whose submitter waits for it.
             let f: &JobFn = unsafe { &*p };
-            f(t);
+            s.run_task(f, t);
             mine += 1;
         }
         if mine > 0 {
@@ -228,6 +249,35 @@ mod tests {
                 }
                 assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
             }
+        }
+    }
+
+    #[test]
+    fn a_panicking_task_is_reraised_on_the_caller_and_the_pool_keeps_working() {
+        let pool = ThreadPool::new(3);
+        for bad in [0usize, 5, 63] {
+            let hits: Vec<AtomicU32> = (0..64).map(|_| AtomicU32::new(0)).collect();
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                pool.run(64, &|t| {
+                    hits[t].fetch_add(1, Ordering::Relaxed);
+                    if t == bad {
+                        panic!("task {t} failed");
+                    }
+                })
+            }));
+            let msg = r.expect_err("the panic must reach the caller");
+            assert_eq!(
+                msg.downcast_ref::<String>().unwrap(),
+                &format!("task {bad} failed")
+            );
+            // Every task ran exactly once before `run` unwound (none still in flight).
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            // The pool is still usable and the panic does not leak into the next job.
+            let sum = AtomicUsize::new(0);
+            pool.run(64, &|t| {
+                sum.fetch_add(t, Ordering::Relaxed);
+            });
+            assert_eq!(sum.load(Ordering::Relaxed), 64 * 63 / 2);
         }
     }
 
