@@ -14,13 +14,13 @@ use cflow::convert::hf::{import_hf, HfError};
 use cflow::engine::{Engine, EngineOptions, Layout};
 use cflow::format::{CflowFile, CflowWriter};
 use cflow::kernels::Isa;
-use cflow::model::{CombineStyle, RouterNorm, FLAG_QKV_BIAS, FLAG_TIED_EMBED};
+use cflow::model::{CombineStyle, RouterNorm, FLAG_QKV_BIAS, FLAG_QK_NORM, FLAG_TIED_EMBED};
 use cflow::quant::QuantType;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const HF: [&str; 4] = ["llama", "mistral", "qwen2", "mixtral"];
+const HF: [&str; 5] = ["llama", "mistral", "qwen2", "mixtral", "olmoe"];
 const PN: [&str; 7] = [
     "parallel_sqrt2",
     "arch1",
@@ -281,6 +281,21 @@ fn metadata_and_semantics_come_from_config_and_tokenizer() {
     assert_eq!((x.cfg.n_experts, x.cfg.top_k, x.cfg.d_ff), (4, 2, 0));
     assert_eq!(x.cfg.meta.router_norm, RouterNorm::SoftmaxTopk);
 
+    let o = import("olmoe", QuantType::F16, dir.path());
+    assert_ne!(o.cfg.feature_flags & FLAG_QK_NORM, 0);
+    assert_eq!((o.cfg.n_experts, o.cfg.top_k, o.cfg.d_ff), (4, 2, 0));
+    // norm_topk_prob = false: the softmax over all experts is used as is.
+    assert_eq!(o.cfg.meta.router_norm, RouterNorm::SoftmaxAll);
+    assert_eq!(o.cfg.meta.clip_qkv, 0.0);
+    assert!(o.layers.iter().all(|l| {
+        l.q_norm.as_ref().map(Vec::len) == Some(o.cfg.q_dim())
+            && l.k_norm.as_ref().map(Vec::len) == Some(o.cfg.kv_dim())
+    }));
+    assert!(x
+        .layers
+        .iter()
+        .all(|l| l.q_norm.is_none() && l.k_norm.is_none()));
+
     let a = import("pn_arch2_4_combined", QuantType::F16, dir.path());
     assert_eq!(a.cfg.combine_style, CombineStyle::DelayedSum);
     assert_eq!((a.cfg.dense_delay, a.cfg.expert_delay), (1, 2));
@@ -470,12 +485,28 @@ fn corrupt_or_unsupported_inputs_give_clear_errors() {
         e.contains("GPTNeoXForCausalLM") && e.contains("MixtralForCausalLM"),
         "{e}"
     );
-    // OLMoE: recognised, rejected with the reason.
-    let e = import_err("olmoe", |_| {});
+    // OLMoE: a bias on o_proj (attention_bias) has no slot; clip_qkv must be positive; the
+    // Q/K norm weights must match the projections.
+    let e = import_err("olmoe", |d| {
+        edit_json(&d.join("config.json"), |v| {
+            v["attention_bias"] = true.into()
+        })
+    });
     assert!(
-        e.contains("q_norm") && e.contains("LlamaForCausalLM"),
+        e.contains("attention_bias") && e.contains("OlmoeForCausalLM"),
         "{e}"
     );
+    let e = import_err("olmoe", |d| {
+        edit_json(&d.join("config.json"), |v| v["clip_qkv"] = (-1.0).into())
+    });
+    assert!(e.contains("clip_qkv"), "{e}");
+    let e = import_err("olmoe", |d| {
+        let (mut h, data) = st_parts(&st(d));
+        let k = "model.layers.1.self_attn.k_norm.weight";
+        h[k]["shape"] = serde_json::json!([16, 2]);
+        st_write(&st(d), &h, &data);
+    });
+    assert!(e.contains("k_norm") && e.contains("[16, 2]"), "{e}");
     // RoPE scaling is not silently ignored.
     let e = import_err("llama", |d| {
         edit_json(&d.join("config.json"), |v| {
