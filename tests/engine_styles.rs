@@ -6,10 +6,11 @@
 
 use cflow::convert::generate::{generate, GenSpec};
 use cflow::engine::{Engine, EngineOptions, Layout};
-use cflow::format::CflowFile;
+use cflow::format::{CflowFile, CflowWriter};
 use cflow::kernels::Isa;
-use cflow::model::{CombineStyle, ModelConfig};
+use cflow::model::{CombineStyle, ModelConfig, FLAG_QK_NORM};
 use cflow::quant::QuantType;
+use std::path::Path;
 use std::sync::Arc;
 
 struct RefLayer {
@@ -20,6 +21,8 @@ struct RefLayer {
     wk: Vec<f32>,
     wv: Vec<f32>,
     wo: Vec<f32>,
+    /// Whole-projection Q/K RMSNorm weights (FLAG_QK_NORM).
+    qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     gate: Option<(Vec<f32>, Vec<f32>, Vec<f32>)>,
     router: Vec<f32>,
     experts: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)>,
@@ -90,6 +93,7 @@ fn reference(f: &CflowFile, toks: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
                 wk: l.k.dequantize(),
                 wv: l.v.dequantize(),
                 wo: l.o.dequantize(),
+                qk_norm: l.q_norm.clone().zip(l.k_norm.clone()),
                 gate: l.gate.as_ref().map(|g| {
                     (
                         g.dequantize(),
@@ -155,7 +159,17 @@ fn reference(f: &CflowFile, toks: &[u32]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
             let xn = norm(&x[t], &ly.attn_norm, c.rms_eps);
             let mut q = mv(&ly.wq, &xn);
             let mut k = mv(&ly.wk, &xn);
-            let v = mv(&ly.wv, &xn);
+            let mut v = mv(&ly.wv, &xn);
+            if let Some((qn, kn)) = &ly.qk_norm {
+                q = norm(&q, qn, c.rms_eps);
+                k = norm(&k, kn, c.rms_eps);
+            }
+            let clip = c.meta.clip_qkv;
+            if clip > 0.0 {
+                for x in q.iter_mut().chain(k.iter_mut()).chain(v.iter_mut()) {
+                    *x = x.max(-clip).min(clip);
+                }
+            }
             for h in q.chunks_mut(hd) {
                 rope_half(h, t, c.rope_theta);
             }
@@ -304,7 +318,16 @@ fn every_style_matches_the_independent_reference() {
     let dir = tempfile::tempdir().unwrap();
     for arch in cflow::convert::generate::ARCHS {
         let f = tiny(arch, dir.path());
-        let mut e = engine(&f, 2);
+        check_against_reference(&f, arch);
+    }
+}
+
+/// Greedy generation of 16 tokens after a 3-token prompt: the final hidden state within 1e-4
+/// relative of the reference's and the reference's argmax at every position. Returns the
+/// engine's last logits.
+fn check_against_reference(f: &Arc<CflowFile>, arch: &str) -> Vec<f32> {
+    {
+        let mut e = engine(f, 2);
         // Greedy generation of 16 tokens after a 3-token prompt.
         let mut seq = vec![5u32, 17, 42];
         let mut last = None;
@@ -318,7 +341,7 @@ fn every_style_matches_the_independent_reference() {
             logits = e.step(nx, true).unwrap().unwrap().to_vec();
         }
         let hidden = e.hidden().to_vec();
-        let (rx, rl) = reference(&f, &seq);
+        let (rx, rl) = reference(f, &seq);
         let h = rx.last().unwrap();
         let num: f32 = h
             .iter()
@@ -335,6 +358,46 @@ fn every_style_matches_the_independent_reference() {
                 "{arch}: argmax at {i}"
             );
         }
+        logits
+    }
+}
+
+/// `f` rewritten with whole-projection Q/K RMSNorm weights (deterministic, in [0.75, 1.25]) and
+/// `clip_qkv = clip`.
+fn with_qk_norm(f: &CflowFile, clip: f32, out: &Path) -> Arc<CflowFile> {
+    let mut cfg = f.cfg.clone();
+    cfg.feature_flags |= FLAG_QK_NORM;
+    cfg.meta.clip_qkv = clip;
+    let mut w = CflowWriter::create(out, &cfg).unwrap();
+    for i in 0..cfg.n_layers {
+        let wts = |n: usize, salt: usize| -> Vec<f32> {
+            (0..n)
+                .map(|j| 0.75 + 0.05 * ((j * 7 + i * 13 + salt) % 11) as f32)
+                .collect()
+        };
+        let mut l = f.layer_data(i);
+        l.q_norm = Some(wts(cfg.q_dim(), 1));
+        l.k_norm = Some(wts(cfg.kv_dim(), 5));
+        w.write_layer(&l).unwrap();
+    }
+    w.finish(&f.vocab_data(), &cfg.meta).unwrap();
+    Arc::new(CflowFile::open(out).unwrap())
+}
+
+/// OLMoE-style Q/K norms and `clip_qkv` against the reference, for a dense, a MoE and a
+/// pipeline-native model; each feature must change the output (so neither can be skipped).
+#[test]
+fn qk_norm_and_clip_qkv_match_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["llama", "mixtral", "arch2_4_combined"] {
+        let f = tiny(arch, dir.path());
+        let plain = check_against_reference(&f, arch);
+        let p = dir.path().join(format!("{arch}-qkn.cflow"));
+        let normed = check_against_reference(&with_qk_norm(&f, 0.0, &p), arch);
+        let p = dir.path().join(format!("{arch}-qkn-clip.cflow"));
+        let clipped = check_against_reference(&with_qk_norm(&f, 1.25, &p), arch);
+        assert!(normed != plain, "{arch}: Q/K norms had no effect");
+        assert!(clipped != normed, "{arch}: clip_qkv had no effect");
     }
 }
 
@@ -410,9 +473,11 @@ fn batched_prefill_matches_token_by_token() {
     spec.quant = QuantType::Q8_0;
     let p = dir.path().join("l.cflow");
     generate(&spec, &p, |_, _| {}).unwrap();
-    let f = Arc::new(CflowFile::open(&p).unwrap());
+    let plain = Arc::new(CflowFile::open(&p).unwrap());
+    // Also with OLMoE-style Q/K norms and clip_qkv (the batched path applies them too).
+    let qkn = with_qk_norm(&plain, 1.25, &dir.path().join("lq.cflow"));
     let prompt: Vec<u32> = (0..70).map(|i| (i * 37 + 5) % 300).collect();
-    for int_act in [false, true] {
+    for (f, int_act) in [(&plain, false), (&plain, true), (&qkn, false), (&qkn, true)] {
         let mk = || {
             Engine::new(
                 f.clone(),
@@ -439,7 +504,12 @@ fn batched_prefill_matches_token_by_token() {
             .sum::<f32>()
             .sqrt();
         let den: f32 = lb.iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!(num / den < 1e-5, "int_act={int_act}: rel err {}", num / den);
+        assert!(
+            num / den < 1e-5,
+            "{}: int_act={int_act}: rel err {}",
+            f.path.display(),
+            num / den
+        );
         assert_eq!(a.pos(), b.pos());
         // Decoding continues identically after either prefill.
         a.step(7, true).unwrap();

@@ -1,9 +1,11 @@
 //! `.cflow` writer ⇄ reader: round trips for every quant type and matrix kind, byte-exact
-//! re-writing, determinism of `gen`, and the 18,448-byte Q4_0 tile.
+//! re-writing, determinism of `gen`, the 18,448-byte Q4_0 tile, and the Q/K norm entries.
 
 use cflow::convert::generate::{generate, GenSpec};
+use cflow::format::vflow::{convert, is_twin_of, VflowFile};
 use cflow::format::CflowFile;
-use cflow::format::CflowWriter;
+use cflow::format::{CflowWriter, FormatError, GlobalHeader, LayerData};
+use cflow::model::{ModelConfig, FLAG_QK_NORM};
 use cflow::quant::QuantType;
 use std::path::Path;
 
@@ -105,4 +107,90 @@ fn full_q4_0_tiles_are_18448_bytes_on_disk() {
     );
     assert_eq!({ t.header.row_offset }, 128);
     assert_eq!({ t.header.col_offset }, 256);
+}
+
+/// Q/K norm entries (`FLAG_QK_NORM`, OLMoE) and `clip_qkv`: written, read back, re-written
+/// byte-exact and carried into a `.vflow` twin; the writer and the reader both insist that the
+/// flag and the entries agree, and the reader rejects a negative clip.
+#[test]
+fn qk_norm_entries_round_trip_and_must_agree_with_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.cflow");
+    generate(&tiny("mixtral", QuantType::Q8_0), &a, |_, _| {}).unwrap();
+    let f = CflowFile::open(&a).unwrap();
+    let mut cfg = f.cfg.clone();
+    cfg.feature_flags |= FLAG_QK_NORM;
+    cfg.meta.clip_qkv = 8.0;
+    let plain: Vec<LayerData> = (0..cfg.n_layers).map(|i| f.layer_data(i)).collect();
+    let mut layers = plain.clone();
+    for (i, l) in layers.iter_mut().enumerate() {
+        let i = i as f32;
+        l.q_norm = Some((0..cfg.q_dim()).map(|j| 1.0 + i + j as f32 / 1e3).collect());
+        l.k_norm = Some(
+            (0..cfg.kv_dim())
+                .map(|j| 2.0 - i - j as f32 / 1e3)
+                .collect(),
+        );
+    }
+    let write = |cfg: &ModelConfig, ls: &[LayerData], out: &Path| -> Result<(), FormatError> {
+        let mut w = CflowWriter::create(out, cfg)?;
+        for l in ls {
+            w.write_layer(l)?;
+        }
+        w.finish(&f.vocab_data(), &cfg.meta)
+    };
+    let b = dir.path().join("b.cflow");
+    write(&cfg, &layers, &b).unwrap();
+    let g = CflowFile::open(&b).unwrap();
+    assert_eq!(g.cfg, cfg);
+    for (i, l) in layers.iter().enumerate() {
+        assert_eq!(&g.layer_data(i), l, "layer {i}");
+    }
+    let c = dir.path().join("c.cflow");
+    rewrite(&g, &c);
+    assert_eq!(std::fs::read(&b).unwrap(), std::fs::read(&c).unwrap());
+    // The .vflow twin carries the entries and the metadata.
+    let v = dir.path().join("b.vflow");
+    convert(&g, &v, 2).unwrap();
+    let vf = VflowFile::open(&v).unwrap();
+    assert!(is_twin_of(&vf, &g));
+    let vf = vf.into_file();
+    assert_eq!(vf.cfg, g.cfg);
+    for (x, y) in vf.layers.iter().zip(&g.layers) {
+        assert_eq!((&x.q_norm, &x.k_norm), (&y.q_norm, &y.k_norm));
+        assert!(x.q_norm.is_some());
+    }
+    // Writer: entries without the flag, the flag without entries, a wrong length.
+    let x = dir.path().join("x.cflow");
+    let mut no_flag = cfg.clone();
+    no_flag.feature_flags &= !FLAG_QK_NORM;
+    assert!(write(&no_flag, &layers, &x).is_err());
+    assert!(write(&cfg, &plain, &x).is_err());
+    let mut short = layers.clone();
+    short[1].k_norm.as_mut().unwrap().pop();
+    let e = write(&cfg, &short, &x).unwrap_err().to_string();
+    assert!(e.contains("k_norm"), "{e}");
+    assert!(!x.exists());
+    // Reader: the flag flipped in the header of either file is a typed mismatch.
+    for (src, name) in [(&a, "flag-set.cflow"), (&b, "flag-clear.cflow")] {
+        let mut bytes = std::fs::read(src).unwrap();
+        let mut h = GlobalHeader::decode(&bytes).unwrap();
+        h.feature_flags ^= FLAG_QK_NORM;
+        bytes[..88].copy_from_slice(&h.encode());
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        let e = CflowFile::open(&p).unwrap_err();
+        assert!(
+            matches!(e, FormatError::Mismatch { .. }) && e.to_string().contains("Q/K norm"),
+            "{name}: {e}"
+        );
+    }
+    let mut neg = cfg.clone();
+    neg.meta.clip_qkv = -1.0;
+    write(&neg, &layers, &x).unwrap();
+    let e = CflowFile::open(&x).unwrap_err();
+    assert!(
+        matches!(e, FormatError::BadMetadata { .. }) && e.to_string().contains("clip_qkv"),
+        "{e}"
+    );
 }

@@ -223,6 +223,8 @@ pub fn gen_layer(rng: &mut Rng, c: &ModelConfig, q: QuantType) -> LayerData {
         q_bias: None,
         k_bias: None,
         v_bias: None,
+        q_norm: None,
+        k_norm: None,
         gate,
         up,
         down,

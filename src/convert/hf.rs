@@ -8,17 +8,17 @@
 //! (`CflowWriter` writes a temporary file and renames it).
 //!
 //! Architectures: Llama, Mistral (sliding window), Qwen2 (Q/K/V bias), Mixtral (softmax over
-//! the top-k router logits) and our `PipelineNativeForCausalLM` (delays, combine style, MoE; the
-//! `config.json` schema and tensor names are in `docs/FORMAT.md`). OLMoE is recognised but
-//! rejected: its per-projection Q/K RMSNorm cannot be expressed in `.cflow` v5. HF rotary
-//! embeddings are split-half (`rotate_half`), which is `RopeStyle::SplitHalf`: no Q/K row
+//! the top-k router logits), OLMoE (whole-projection Q/K RMSNorm → `FLAG_QK_NORM`, softmax over
+//! all experts then top-k, optional `clip_qkv`) and our `PipelineNativeForCausalLM` (delays,
+//! combine style, MoE; the `config.json` schema and tensor names are in `docs/FORMAT.md`). HF
+//! rotary embeddings are split-half (`rotate_half`), which is `RopeStyle::SplitHalf`: no Q/K row
 //! permutation is needed.
 
 use crate::format::mmap::MappedInput;
 use crate::format::{CflowWriter, ExpertData, FormatError, LayerData, MatrixData, VocabData};
 use crate::model::{
     CombineStyle, FfnAct, ModelConfig, ModelMeta, RopeStyle, RouterNorm, FLAG_QKV_BIAS,
-    FLAG_TIED_EMBED,
+    FLAG_QK_NORM, FLAG_TIED_EMBED,
 };
 use crate::quant::QuantType;
 use safetensors::tensor::{Metadata, TensorInfo};
@@ -28,11 +28,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The `architectures` values this importer accepts.
-pub const SUPPORTED: [&str; 5] = [
+pub const SUPPORTED: [&str; 6] = [
     "LlamaForCausalLM",
     "MistralForCausalLM",
     "Qwen2ForCausalLM",
     "MixtralForCausalLM",
+    "OlmoeForCausalLM",
     "PipelineNativeForCausalLM",
 ];
 
@@ -409,6 +410,7 @@ enum Family {
     Mistral,
     Qwen2,
     Mixtral,
+    Olmoe,
     PipelineNative,
 }
 
@@ -430,6 +432,16 @@ fn moe_names(fam: Family, i: usize) -> MoeNames {
                 format!("{l}.block_sparse_moe.experts.{{e}}.w1.weight"),
                 format!("{l}.block_sparse_moe.experts.{{e}}.w3.weight"),
                 format!("{l}.block_sparse_moe.experts.{{e}}.w2.weight"),
+            ],
+            fused_gate_up: format!("{l}.mlp.experts.gate_up_proj"),
+            fused_down: format!("{l}.mlp.experts.down_proj"),
+        },
+        Family::Olmoe => MoeNames {
+            router: format!("{l}.mlp.gate.weight"),
+            per_expert: [
+                format!("{l}.mlp.experts.{{e}}.gate_proj.weight"),
+                format!("{l}.mlp.experts.{{e}}.up_proj.weight"),
+                format!("{l}.mlp.experts.{{e}}.down_proj.weight"),
             ],
             fused_gate_up: format!("{l}.mlp.experts.gate_up_proj"),
             fused_down: format!("{l}.mlp.experts.down_proj"),
@@ -507,14 +519,8 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
         "MistralForCausalLM" => Family::Mistral,
         "Qwen2ForCausalLM" => Family::Qwen2,
         "MixtralForCausalLM" => Family::Mixtral,
+        "OlmoeForCausalLM" => Family::Olmoe,
         "PipelineNativeForCausalLM" => Family::PipelineNative,
-        "OlmoeForCausalLM" => {
-            return Err(unsupported(
-                "OLMoE normalises the whole Q and K projections with learned RMSNorms \
-                 (q_norm/k_norm) before RoPE, which .cflow v5 cannot express yet"
-                    .into(),
-            ))
-        }
         _ => {
             return Err(HfError::Arch {
                 file: cfg_path.clone(),
@@ -614,9 +620,11 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
         Family::Mistral => "mistral",
         Family::Qwen2 => "qwen2",
         Family::Mixtral => "mixtral",
+        Family::Olmoe => "olmoe",
         Family::PipelineNative => "pipeline_native",
     }
     .to_string();
+    let mut clip_qkv = 0.0f32;
     match fam {
         Family::Mixtral => {
             dense = false;
@@ -624,6 +632,31 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
             top_k = c.usize("num_experts_per_tok")?;
             expert_ffn = d_ff;
             d_ff = 0;
+        }
+        Family::Olmoe => {
+            // Every layer is MoE; `intermediate_size` is the expert hidden size. The router takes
+            // a softmax over all experts, then the top-k: without `norm_topk_prob` the selected
+            // probabilities are used as they are (SoftmaxAll); renormalising them over the top-k
+            // equals a softmax over the top-k logits (SoftmaxTopk).
+            dense = false;
+            n_experts = c
+                .usize_opt("num_experts")?
+                .or(c.usize_opt("num_local_experts")?)
+                .ok_or_else(|| c.err("missing `num_experts`".into()))?;
+            top_k = c.usize("num_experts_per_tok")?;
+            expert_ffn = d_ff;
+            d_ff = 0;
+            router_norm = if c.bool_opt("norm_topk_prob")?.unwrap_or(false) {
+                RouterNorm::SoftmaxTopk
+            } else {
+                RouterNorm::SoftmaxAll
+            };
+            if let Some(cl) = c.f32_opt("clip_qkv")? {
+                if !(cl.is_finite() && cl > 0.0) {
+                    return Err(c.err(format!("clip_qkv {cl} must be > 0 (or null)")));
+                }
+                clip_qkv = cl;
+            }
         }
         Family::PipelineNative => {
             let s = c
@@ -747,7 +780,7 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
                         .collect();
                 }
             }
-            Family::Llama => {}
+            Family::Llama | Family::Olmoe => {}
         }
     }
     if sliding.iter().all(|&w| w == 0) {
@@ -790,6 +823,7 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
         rope_dims,
         sliding_window: sliding,
         attn_logit_softcap: attn_softcap,
+        clip_qkv,
         ffn_act,
         router_norm,
         merge_interval,
@@ -825,7 +859,12 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
         expert_delay: de,
         combine_style: style,
         feature_flags: if tied { FLAG_TIED_EMBED } else { 0 }
-            | if qkv_bias { FLAG_QKV_BIAS } else { 0 },
+            | if qkv_bias { FLAG_QKV_BIAS } else { 0 }
+            | if fam == Family::Olmoe {
+                FLAG_QK_NORM
+            } else {
+                0
+            },
         final_logit_softcap: final_softcap,
         meta,
     };
@@ -1013,6 +1052,8 @@ pub fn import_hf(
             q_bias: bias("self_attn.q_proj.bias", qd)?,
             k_bias: bias("self_attn.k_proj.bias", kvd)?,
             v_bias: bias("self_attn.v_proj.bias", kvd)?,
+            q_norm: None,
+            k_norm: None,
             gate: None,
             up: None,
             down: None,
@@ -1022,6 +1063,10 @@ pub fn import_hf(
             router: None,
             experts: Vec::new(),
         };
+        if cfg.qk_norm() {
+            l.q_norm = Some(w.vector(&p("self_attn.q_norm.weight"), qd)?);
+            l.k_norm = Some(w.vector(&p("self_attn.k_norm.weight"), kvd)?);
+        }
         if dense {
             l.ffn_norm = Some(w.vector(&p("post_attention_layernorm.weight"), d)?);
             l.gate = Some(w.matrix(&p("mlp.gate_proj.weight"), cfg.d_ff, d, q)?);

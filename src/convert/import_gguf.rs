@@ -344,6 +344,8 @@ pub fn import_gguf(
             q_bias: imp.vector(&p("attn_q.bias"), qd)?,
             k_bias: imp.vector(&p("attn_k.bias"), kvd)?,
             v_bias: imp.vector(&p("attn_v.bias"), kvd)?,
+            q_norm: None,
+            k_norm: None,
             gate: None,
             up: None,
             down: None,

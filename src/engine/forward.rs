@@ -1221,7 +1221,8 @@ fn embed(ctx: &Ctx, token: u32, out: &mut [f32]) {
     }
 }
 
-/// Biases, RoPE, V-norm and (optionally) f16 rounding of one token's Q/K/V.
+/// Biases, whole-projection Q/K norms, clipping, RoPE, V-norm and (optionally) f16 rounding of
+/// one token's Q/K/V.
 #[allow(clippy::too_many_arguments)]
 fn qkv_post(
     ctx: &Ctx,
@@ -1242,6 +1243,19 @@ fn qkv_post(
     }
     if let Some(b) = &lv.v_bias {
         add_into(v, b);
+    }
+    // OLMoE: RMSNorm over the whole projection (all heads at once), before the split into heads.
+    for (x, w) in [(&mut *q, &lv.q_norm), (&mut *k, &lv.k_norm)] {
+        if let Some(w) = w {
+            let src = x.to_vec();
+            rmsnorm(x, &src, Some(&w[..]), cfg.rms_eps);
+        }
+    }
+    let clip = cfg.meta.clip_qkv;
+    if clip > 0.0 {
+        for x in q.iter_mut().chain(k.iter_mut()).chain(v.iter_mut()) {
+            *x = x.clamp(-clip, clip);
+        }
     }
     let rot = cfg.rope_dims();
     let theta = cfg.rope_theta_for(p);

@@ -108,6 +108,10 @@ pub enum EntryKind {
     QBias = 19,
     KBias = 20,
     VBias = 21,
+    /// RMSNorm weight over the whole Q projection output (`q_dim`), applied before RoPE (OLMoE).
+    QNorm = 22,
+    /// RMSNorm weight over the whole K projection output (`kv_dim`), applied before RoPE.
+    KNorm = 23,
     Router = 24,
     ExpertTable = 25,
     Embedding = 32,
@@ -135,6 +139,8 @@ impl EntryKind {
             19 => QBias,
             20 => KBias,
             21 => VBias,
+            22 => QNorm,
+            23 => KNorm,
             24 => Router,
             25 => ExpertTable,
             32 => Embedding,
@@ -164,7 +170,7 @@ impl EntryKind {
         use EntryKind::*;
         matches!(
             self,
-            AttnNorm | FfnNorm | MoeNorm | QBias | KBias | VBias | FinalNorm
+            AttnNorm | FfnNorm | MoeNorm | QBias | KBias | VBias | QNorm | KNorm | FinalNorm
         )
     }
 }

@@ -92,6 +92,9 @@ pub struct LayerView {
     pub q_bias: Option<Vec<f32>>,
     pub k_bias: Option<Vec<f32>>,
     pub v_bias: Option<Vec<f32>>,
+    /// Whole-projection Q / K RMSNorm weights (`FLAG_QK_NORM`).
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
     pub router: Option<Vec<f32>>,
     pub experts: Vec<ExpertView>,
 }
@@ -235,6 +238,12 @@ pub(crate) fn config_from_header(
     let cap = h.final_logit_softcap;
     if !(cap.is_finite() && cap >= 0.0) {
         return Err(v.field("final_logit_softcap", cap, "must be >= 0"));
+    }
+    if !(meta.clip_qkv.is_finite() && meta.clip_qkv >= 0.0) {
+        return Err(FormatError::BadMetadata {
+            file: v.file.into(),
+            why: format!("clip_qkv {} must be >= 0 (0 = off)", meta.clip_qkv),
+        });
     }
     let style = CombineStyle::from_u8(h.combine_style).ok_or_else(|| {
         v.field(
@@ -765,6 +774,20 @@ impl CflowFile {
         let q_bias = read_vector(v, &dir, EntryKind::QBias, c.q_dim(), &what)?;
         let k_bias = read_vector(v, &dir, EntryKind::KBias, c.kv_dim(), &what)?;
         let v_bias = read_vector(v, &dir, EntryKind::VBias, c.kv_dim(), &what)?;
+        let q_norm = read_vector(v, &dir, EntryKind::QNorm, c.q_dim(), &what)?;
+        let k_norm = read_vector(v, &dir, EntryKind::KNorm, c.kv_dim(), &what)?;
+        let qk_entries = (q_norm.is_some(), k_norm.is_some());
+        if qk_entries != (c.qk_norm(), c.qk_norm()) {
+            return Err(v.mismatch(
+                format!("{what} Q/K norm entries"),
+                if c.qk_norm() {
+                    "QNorm and KNorm (FLAG_QK_NORM set)"
+                } else {
+                    "none (FLAG_QK_NORM clear)"
+                },
+                format!("QNorm {}, KNorm {}", qk_entries.0, qk_entries.1),
+            ));
+        }
         let mut router = None;
         let mut experts = Vec::new();
         if c.has_experts() {
@@ -864,6 +887,8 @@ impl CflowFile {
             q_bias,
             k_bias,
             v_bias,
+            q_norm,
+            k_norm,
             router,
             experts,
         })
@@ -1025,6 +1050,8 @@ impl CflowFile {
             q_bias: l.q_bias.clone(),
             k_bias: l.k_bias.clone(),
             v_bias: l.v_bias.clone(),
+            q_norm: l.q_norm.clone(),
+            k_norm: l.k_norm.clone(),
             gate: l.gate.as_ref().map(md),
             up: l.up.as_ref().map(md),
             down: l.down.as_ref().map(md),

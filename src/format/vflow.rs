@@ -506,6 +506,8 @@ fn build_group(
             &lv.q_bias,
             &lv.k_bias,
             &lv.v_bias,
+            &lv.q_norm,
+            &lv.k_norm,
             &lv.ffn_norm,
             &lv.moe_norm,
         ]
@@ -561,6 +563,8 @@ fn build_group(
             (EntryKind::QBias, lv.q_bias.as_ref()),
             (EntryKind::KBias, lv.k_bias.as_ref()),
             (EntryKind::VBias, lv.v_bias.as_ref()),
+            (EntryKind::QNorm, lv.q_norm.as_ref()),
+            (EntryKind::KNorm, lv.k_norm.as_ref()),
             (EntryKind::Router, lv.router.as_ref()),
         ];
         for (k, x) in vecs {

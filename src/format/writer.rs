@@ -97,6 +97,10 @@ pub struct LayerData {
     pub q_bias: Option<Vec<f32>>,
     pub k_bias: Option<Vec<f32>>,
     pub v_bias: Option<Vec<f32>>,
+    /// RMSNorm weights over the whole Q / K projection outputs (`q_dim` / `kv_dim`); present
+    /// exactly when the config has `FLAG_QK_NORM`.
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
     pub gate: Option<MatrixData>,
     pub up: Option<MatrixData>,
     pub down: Option<MatrixData>,
@@ -263,6 +267,7 @@ impl RegionBuilder {
 fn layer_entry_count(l: &LayerData) -> usize {
     let mut n = 4 + 1; // q k v o attn_norm
     n += l.q_bias.is_some() as usize + l.k_bias.is_some() as usize + l.v_bias.is_some() as usize;
+    n += l.q_norm.is_some() as usize + l.k_norm.is_some() as usize;
     n += l.gate.is_some() as usize * 3 + l.ffn_norm.is_some() as usize;
     n += l.moe_norm.is_some() as usize + l.router.is_some() as usize;
     if !l.experts.is_empty() {
@@ -303,6 +308,12 @@ pub fn build_layer_region(base: u64, layer: u16, l: &LayerData) -> Vec<u8> {
     }
     if let Some(v) = &l.v_bias {
         rb.vector(EntryKind::VBias, v);
+    }
+    if let Some(v) = &l.q_norm {
+        rb.vector(EntryKind::QNorm, v);
+    }
+    if let Some(v) = &l.k_norm {
+        rb.vector(EntryKind::KNorm, v);
     }
     if let Some(r) = &l.router {
         rb.vector(EntryKind::Router, r);
@@ -598,6 +609,25 @@ fn check_layer(c: &ModelConfig, i: usize, l: &LayerData) -> Result<(), FormatErr
     }
     if l.attn_norm.len() != d {
         return Err(FormatError::Invalid(p("attn_norm length")));
+    }
+    match (&l.q_norm, &l.k_norm, c.qk_norm()) {
+        (None, None, false) => {}
+        (Some(qn), Some(kn), true) => {
+            if qn.len() != c.q_dim() || kn.len() != c.kv_dim() {
+                return Err(FormatError::Invalid(p(&format!(
+                    "q_norm/k_norm lengths {}/{}, the config wants {}/{}",
+                    qn.len(),
+                    kn.len(),
+                    c.q_dim(),
+                    c.kv_dim()
+                ))));
+            }
+        }
+        _ => {
+            return Err(FormatError::Invalid(p(
+                "q_norm and k_norm must both be present exactly when FLAG_QK_NORM is set",
+            )))
+        }
     }
     Ok(())
 }

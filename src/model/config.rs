@@ -80,6 +80,13 @@ pub const FLAG_V_NORM: u32 = 1 << 1;
 pub const FLAG_TIED_EMBED: u32 = 1 << 2;
 /// Our extension: Q/K/V projections have f32 biases (Qwen2).
 pub const FLAG_QKV_BIAS: u32 = 1 << 3;
+/// Our extension: learned RMSNorms over the whole Q and K projection outputs (before the split
+/// into heads and RoPE; OLMoE's `q_norm`/`k_norm`). Every layer then has `QNorm`/`KNorm` entries.
+pub const FLAG_QK_NORM: u32 = 1 << 4;
+
+fn is_off(v: &f32) -> bool {
+    *v == 0.0
+}
 
 /// Semantic fields that do not fit in the 88-byte header (stored in the JSON metadata).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -100,6 +107,11 @@ pub struct ModelMeta {
     pub sliding_window: Vec<u32>,
     /// Attention logit softcap (0 = off).
     pub attn_logit_softcap: f32,
+    /// Clamp Q, K and V to [−c, c] after the projections (and Q/K norms), before RoPE
+    /// (OLMoE's `clip_qkv`; 0 = off). Omitted from the JSON when off, so files that do not use
+    /// it are byte-identical to those written before the field existed.
+    #[serde(skip_serializing_if = "is_off")]
+    pub clip_qkv: f32,
     pub ffn_act: FfnAct,
     pub router_norm: RouterNorm,
     /// DecoupledStreams: merge the two residual streams every this many layers.
@@ -127,6 +139,7 @@ impl Default for ModelMeta {
             rope_theta_per_layer: Vec::new(),
             sliding_window: Vec::new(),
             attn_logit_softcap: 0.0,
+            clip_qkv: 0.0,
             ffn_act: FfnAct::Swiglu,
             router_norm: RouterNorm::SoftmaxTopk,
             merge_interval: 3,
@@ -192,6 +205,9 @@ impl ModelConfig {
     }
     pub fn qkv_bias(&self) -> bool {
         self.feature_flags & FLAG_QKV_BIAS != 0
+    }
+    pub fn qk_norm(&self) -> bool {
+        self.feature_flags & FLAG_QK_NORM != 0
     }
     /// Number of layer *executions* per token (FixedPoint repeats each block).
     pub fn effective_layers(&self) -> usize {

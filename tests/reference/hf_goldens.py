@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
-"""Tiny random-initialised HuggingFace models + goldens for tests/hf_import.rs.
+"""Tiny trained HuggingFace models + goldens for tests/hf_import.rs.
 
 For each supported architecture this builds a small model with `transformers` (fixed seeds),
 re-initialises every parameter with a seeded generator (so biases and norm weights are not
-trivially 0/1), rounds the weights to the dtype they are saved in (so the goldens are exact for
-the stored checkpoint), saves it with `save_pretrained` (safetensors), and records, for a fixed
-16-token sequence run in float32 on CPU with eager attention:
+trivially 0/1), then TRAINS it for a few hundred Adam steps on the synthetic Markov-chain corpus
+of synthetic_corpus.py (why: top-1 agreement of quantized imports is only meaningful when the
+golden top-1/top-2 margins exceed quantization noise, as in trained models; random-init models
+have near-ties — see synthetic_corpus.py). It then rounds the weights to the dtype they are saved
+in (so the goldens are exact for the stored checkpoint), saves it with `save_pretrained`
+(safetensors), and records, for a 16-token HELD-OUT sequence of the corpus (not a training
+sequence) run in float32 on CPU with eager attention:
 
 * `logits`: [16][vocab]
 * `layer_norms`: [n_layers][16] — L2 norm of the residual stream leaving each decoder layer
   (a forward hook on the decoder layer; the last one is the final hidden state before the final
   norm).
+* `train_loss`: [first step, last step]; `margins`: the golden top-1 minus top-2 logit per
+  position (informative).
+* OLMoE only: `clip_qkv` and `clip_logits` — the same model run with `config.clip_qkv` set (the
+  saved config keeps `clip_qkv: null`; the test sets it in a copy).
 
 Usage: python tests/reference/hf_goldens.py [OUT_DIR]   (default tests/reference/hf)
+Deterministic for a given torch version (fixed seeds, one CPU thread); about a minute on a CPU.
 Needs: torch, transformers (v4.4x or v5), safetensors, tokenizers.
 """
 import json
@@ -20,6 +29,7 @@ import os
 import sys
 
 import torch
+from synthetic_corpus import Corpus, margins, train
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     LlamaConfig,
@@ -35,7 +45,8 @@ from transformers import (
 )
 
 VOCAB = 128
-TOKENS = [1, 5, 17, 42, 99, 3, 64, 127, 8, 8, 23, 77, 101, 2, 56, 31]
+SEQ = 16  # golden positions
+CLIP_QKV = 1.0  # OLMoE clip goldens
 CHAT_TEMPLATE = (
     "{% for m in messages %}<s>{{ m['role'] }} {{ m['content'] }}</s>{% endfor %}"
     "{% if add_generation_prompt %}<s>assistant {% endif %}"
@@ -64,7 +75,7 @@ def write_tokenizer(d):
         )
 
 
-def reinit(model, seed, dtype):
+def reinit(model, seed):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
@@ -77,11 +88,10 @@ def reinit(model, seed, dtype):
             else:
                 fan_in = p.shape[-1]
                 v = torch.randn(p.shape, generator=g) / fan_in**0.5
-            # Round to the stored dtype so the goldens describe the saved checkpoint exactly.
-            p.copy_(v.to(dtype).to(torch.float32))
+            p.copy_(v)
 
 
-def goldens(model):
+def goldens(model, tokens):
     model.eval()
     norms = []
     hooks = [
@@ -93,10 +103,32 @@ def goldens(model):
         for layer in model.model.layers
     ]
     with torch.no_grad():
-        out = model(torch.tensor([TOKENS]), use_cache=False)
+        out = model(torch.tensor([tokens]), use_cache=False)
     for h in hooks:
         h.remove()
-    return {"tokens": TOKENS, "logits": out.logits[0].tolist(), "layer_norms": norms}
+    return {
+        "tokens": tokens,
+        "logits": out.logits[0].tolist(),
+        "layer_norms": norms,
+        "margins": margins(out.logits[0]),
+    }
+
+
+def fit(model, corpus, seed):
+    """Trains `model` (float32) on the corpus; returns [first loss, last loss]."""
+    model.train()
+
+    def loss_fn(x):
+        return model(x, labels=x, use_cache=False).loss
+
+    return list(train(list(model.parameters()), loss_fn, corpus, seed))
+
+
+def round_to(model, dtype):
+    """Rounds every parameter to the stored dtype so the goldens describe the saved checkpoint."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(dtype).to(torch.float32))
 
 
 COMMON = dict(
@@ -125,6 +157,8 @@ MODELS = [
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "hf")
     torch.manual_seed(0)
+    torch.set_num_threads(1)
+    corpus = Corpus(VOCAB)
     for name, C, M, extra, dtype, shard, seed in MODELS:
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
@@ -134,8 +168,19 @@ def main():
         kw.update(extra)
         torch.manual_seed(seed)
         model = M(C(**kw)).to(torch.float32)
-        reinit(model, seed, dtype)
-        g = goldens(model)
+        reinit(model, seed)
+        loss = fit(model, corpus, seed)
+        round_to(model, dtype)
+        g = goldens(model, corpus.heldout(SEQ))
+        g["train_loss"] = loss
+        if name == "olmoe":
+            model.config.clip_qkv = CLIP_QKV
+            clipped = goldens(model, g["tokens"])["logits"]
+            model.config.clip_qkv = None
+            dl = max(abs(a - b) for ra, rb in zip(clipped, g["logits"]) for a, b in zip(ra, rb))
+            assert dl > 1e-2, f"clip_qkv {CLIP_QKV} does not clip anything (max change {dl})"
+            g["clip_qkv"] = CLIP_QKV
+            g["clip_logits"] = clipped
         g["arch"] = name
         g["save_dtype"] = str(dtype).replace("torch.", "")
         g["transformers"] = __import__("transformers").__version__
@@ -144,7 +189,7 @@ def main():
         write_tokenizer(d)
         with open(os.path.join(d, "goldens.json"), "w") as f:
             json.dump(g, f)
-        print(name, sorted(os.listdir(d)))
+        print(f"{name:8} loss {loss[0]:.3f} -> {loss[1]:.3f}  min margin {min(g['margins']):.3f}")
 
 
 if __name__ == "__main__":
