@@ -21,8 +21,11 @@ use serde::{Deserialize, Serialize};
 pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
 /// Maximum rendered prompt size.
 pub const MAX_OUTPUT_BYTES: usize = 16 * 1024 * 1024;
-/// Instruction budget per render.
-pub const FUEL: u64 = 2_000_000;
+/// Instruction budget per render. Real templates need a few dozen instructions per message
+/// (ChatML renders 4,096 messages well within it, see the tests); hostile ones stop after
+/// ~20 ms of work in a release build. Was 2 M, which let a fuzzed template of nested loops run
+/// for > 10 s under AddressSanitizer.
+pub const FUEL: u64 = 500_000;
 /// Nesting limit (macros, includes, recursive loops).
 pub const RECURSION_LIMIT: usize = 64;
 
@@ -292,6 +295,41 @@ mod tests {
         let e = t.render(&conv(), true).unwrap_err();
         assert!(matches!(e, TemplateError::OutOfFuel), "{e}");
         assert!(start.elapsed().as_secs() < 10);
+    }
+
+    #[test]
+    fn fuzz_found_nested_loops_with_break_run_out_of_fuel() {
+        // Found by fuzz/chat_template (a >10 s timeout under ASan): nested loops whose inner
+        // loop `break`s early. Must end in an error within the fuel, for both render calls.
+        let src = include_bytes!("../../tests/fixtures/fuzz/chat_template_timeout_nested_loops");
+        let src = std::str::from_utf8(src).unwrap();
+        let t = ChatTemplate::new(src, "<s>", "</s>").unwrap();
+        for gen in [true, false] {
+            let t0 = std::time::Instant::now();
+            let r = t.render(&conv(), gen);
+            eprintln!(
+                "render(gen={gen}): {:?} in {:?}",
+                r.as_ref().err(),
+                t0.elapsed()
+            );
+            assert!(r.is_err());
+        }
+    }
+
+    #[test]
+    fn the_fuel_is_ample_for_real_conversations() {
+        // 4,096 messages: more than any context this tool runs can hold (each takes >= 2 tokens).
+        let msgs: Vec<ChatMessage> = (0..4096)
+            .map(|i| ChatMessage::new(if i % 2 == 0 { "user" } else { "assistant" }, "hello"))
+            .collect();
+        let t = ChatTemplate::new(CHATML_TEMPLATE, "", "<|im_end|>").unwrap();
+        let s = t.render(&msgs, true).unwrap();
+        assert_eq!(s.matches("<|im_start|>").count(), 4097);
+        // A heavier template (system-first, string methods, a namespace) on 512 messages.
+        let src = "{% set ns = namespace(first=true) %}{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'] | trim }}{% elif m['role'] == 'user' %}{{ '[INST] ' ~ (m['content'] | trim | upper) ~ ' [/INST]' }}{% else %}{{ ' ' ~ m['content'].strip() ~ eos_token }}{% endif %}{% set ns.first = false %}{% endfor %}";
+        let t = ChatTemplate::new(src, "<s>", "</s>").unwrap();
+        let s = t.render(&msgs[..512], false).unwrap();
+        assert_eq!(s.matches("[INST] HELLO [/INST]").count(), 256);
     }
 
     #[test]
