@@ -55,7 +55,8 @@ fn hf_dense_config_with_stray_moe_keys_imports_to_a_readable_file() {
 
 #[test]
 fn hf_configs_the_reader_would_refuse_fail_before_writing() {
-    let cases: [(&str, &str, fn(&mut Value)); 4] = [
+    type Edit = fn(&mut Value);
+    let cases: [(&str, &str, Edit); 4] = [
         // Experts declared as zero and no dense FFN (Mixtral): nothing to compute.
         ("mixtral", "neither a dense FFN nor experts", |v| {
             v["num_local_experts"] = 0.into()
