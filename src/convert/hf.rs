@@ -705,6 +705,15 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
         }
         _ => {}
     }
+    if n_experts == 0 {
+        if !dense {
+            return Err(c.err("neither a dense FFN nor experts".into()));
+        }
+        // A dense model: MoE keys without experts (`num_experts_per_tok`, an expert width) mean
+        // nothing; the file format stores top-k 0 and no expert width then.
+        top_k = 0;
+        expert_ffn = 0;
+    }
     if n_experts > 0 && (top_k == 0 || top_k > n_experts || n_experts > 255) {
         return Err(c.err(format!(
             "top-k {top_k} must be in 1..={n_experts} and experts <= 255"

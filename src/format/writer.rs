@@ -430,6 +430,25 @@ pub fn header_for(cfg: &ModelConfig) -> GlobalHeader {
     }
 }
 
+/// Refuses, before anything is written, a configuration the reader would reject or that does not
+/// fit the header's fields, so no writer (`gen`, the importers) can produce a file that
+/// `CflowFile::open` then refuses.
+fn check_config(path: &Path, cfg: &ModelConfig) -> Result<(), FormatError> {
+    let v = super::reader::V {
+        file: path,
+        bytes: &[],
+    };
+    let back = super::reader::config_from_header(&v, &header_for(cfg), cfg.meta.clone())?;
+    if back != *cfg {
+        return Err(FormatError::Invalid(format!(
+            "{}: the model configuration does not fit the .cflow header (a dimension or delay \
+             exceeds its field)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Streaming `.cflow` writer: `create`, then `write_layer` for every layer in order, then
 /// `finish` with the vocabulary.
 pub struct CflowWriter {
@@ -443,6 +462,7 @@ pub struct CflowWriter {
 
 impl CflowWriter {
     pub fn create(path: &Path, cfg: &ModelConfig) -> Result<CflowWriter, FormatError> {
+        check_config(path, cfg)?;
         let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
         let file = std::fs::File::create(&tmp).map_err(|e| FormatError::Write {
             file: tmp.clone(),
