@@ -185,10 +185,27 @@ fn qk_norm_entries_round_trip_and_must_agree_with_the_flag() {
             "{name}: {e}"
         );
     }
+    // A negative clip_qkv: the writer refuses it before creating the file (it refuses every
+    // configuration the reader would reject) ...
     let mut neg = cfg.clone();
     neg.meta.clip_qkv = -1.0;
-    write(&neg, &layers, &x).unwrap();
-    let e = CflowFile::open(&x).unwrap_err();
+    let e = write(&neg, &layers, &x).unwrap_err().to_string();
+    assert!(e.contains("clip_qkv"), "{e}");
+    assert!(!x.exists());
+    // ... and the reader rejects a file whose metadata was edited to say so.
+    let mut pos = cfg.clone();
+    pos.meta.clip_qkv = 1.5;
+    write(&pos, &layers, &x).unwrap();
+    let mut bytes = std::fs::read(&x).unwrap();
+    let (from, to) = (b"\"clip_qkv\":1.5", b"\"clip_qkv\":-15");
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("clip_qkv in the metadata");
+    bytes[at..at + from.len()].copy_from_slice(to);
+    let p = dir.path().join("neg-clip.cflow");
+    std::fs::write(&p, bytes).unwrap();
+    let e = CflowFile::open(&p).unwrap_err();
     assert!(
         matches!(e, FormatError::BadMetadata { .. }) && e.to_string().contains("clip_qkv"),
         "{e}"
