@@ -23,29 +23,10 @@ fn absurd_values_are_rejected() {
     let out = dir.path().join("m.cflow");
     let out = out.to_str().unwrap();
     let gen = |ctx: &'static str| -> Vec<&str> {
-        vec![
-            "gen",
-            "--arch",
-            "arch2_4_combined",
-            "--layers",
-            "2",
-            "--hidden",
-            "64",
-            "--heads",
-            "4",
-            "--ffn",
-            "128",
-            "--experts",
-            "4",
-            "--expert-ffn",
-            "64",
-            "--vocab",
-            "130",
-            "--ctx",
-            ctx,
-            "-o",
-            out,
-        ]
+        // The tiny model's `gen` arguments with their `--ctx` value replaced.
+        let mut v = common::TINY_GEN_ARGS[..common::TINY_GEN_ARGS.len() - 1].to_vec();
+        v.extend([ctx, "-o", out]);
+        v
     };
     fails_with(&gen("0"), "--ctx 0: must be between 1 and");
     fails_with(&gen("100000000"), "--ctx 100000000: must be between 1 and");

@@ -108,6 +108,22 @@ fn llamacpp_noise_floor_is_recorded() {
     assert!(agree < total && agree * 10 > total * 9, "{agree}/{total}");
 }
 
+/// SmolLM2 imported (without re-quantizing) into a temporary `.cflow` and opened; `None` with a
+/// SKIP line when the GGUF is not available.
+fn smollm2() -> Option<Arc<CflowFile>> {
+    let Some(gguf) = cflow::convert::pull::smollm2_gguf() else {
+        println!(
+            "SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)"
+        );
+        return None;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("smollm2.cflow");
+    import_gguf(&gguf, &path, QuantTarget::Keep, Some(1024), |_, _| {}).unwrap();
+    // The mapping stays valid after the temporary directory is removed (Linux keeps the inode).
+    Some(Arc::new(CflowFile::open(&path).unwrap()))
+}
+
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .unwrap()
@@ -118,16 +134,9 @@ fn ids(v: &Value) -> Vec<u32> {
 
 #[test]
 fn smollm2_matches_llamacpp() {
-    let Some(gguf) = cflow::convert::pull::smollm2_gguf() else {
-        println!(
-            "SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)"
-        );
+    let Some(file) = smollm2() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("smollm2.cflow");
-    import_gguf(&gguf, &path, QuantTarget::Keep, Some(1024), |_, _| {}).unwrap();
-    let file = Arc::new(CflowFile::open(&path).unwrap());
     let g = golden();
     let opts = EngineOptions {
         // The exact f32-activation path (see `smollm2_matches_exact_f64_forward`); set
@@ -233,21 +242,10 @@ fn smollm2_matches_llamacpp() {
 /// must match to 0.01 logit with identical top-1; the Q8-activation fast path is bounded loosely.
 #[test]
 fn smollm2_matches_exact_f64_forward() {
-    let Some(gguf) = cflow::convert::pull::smollm2_gguf() else {
-        println!(
-            "SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)"
-        );
+    let Some(file) = smollm2() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("smollm2.cflow");
-    import_gguf(&gguf, &path, QuantTarget::Keep, Some(1024), |_, _| {}).unwrap();
-    let file = Arc::new(CflowFile::open(&path).unwrap());
-    let p = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/reference/goldens/smollm2_f64.json"
-    );
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let g = load("smollm2_f64.json");
     // Q8 activations (like llama.cpp's Q8_1 path) cost up to ~2.5 logits on this model; the
     // scalar integer reference shows the same magnitude, so it is quantization noise, not a kernel bug.
     for (int_act, bound) in [(false, 0.01f32), (true, 3.0)] {
