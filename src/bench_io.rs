@@ -24,6 +24,7 @@ use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
 use crate::kernels::pool::ThreadPool;
 use crate::kernels::{Isa, Q8Act};
 use crate::quant::{QuantType, QK};
+use crate::{errln, outln};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -40,11 +41,23 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
-/// Drops the page cache when permitted (root); returns whether it worked.
-pub fn drop_caches() -> bool {
-    // SAFETY-free: plain file write; fails without privileges.
-    let _ = std::process::Command::new("sync").status();
-    std::fs::write("/proc/sys/vm/drop_caches", "1").is_ok()
+/// How the overlap bench started cold: what it evicted, and the model file's page-cache
+/// residency after that (measured with `mincore`).
+fn make_cold(path: &Path, drop_all: bool) -> Result<serde_json::Value> {
+    let how = if drop_all {
+        // Announced before it happens: this empties the page cache of the whole machine.
+        errln!("--drop-caches: syncing and writing 1 to /proc/sys/vm/drop_caches (the whole machine's page cache)");
+        let _ = std::process::Command::new("sync").status();
+        std::fs::write("/proc/sys/vm/drop_caches", "1")
+            .context("--drop-caches: writing /proc/sys/vm/drop_caches (needs root)")?;
+        "drop_caches (whole machine)"
+    } else {
+        crate::io::page_cache::evict(path)
+            .with_context(|| format!("evicting {} from the page cache", path.display()))?;
+        "posix_fadvise(DONTNEED) on the model file only"
+    };
+    let resident = crate::io::page_cache::resident_fraction(path).ok();
+    Ok(serde_json::json!({"method": how, "model_resident_pct": resident.map(|r| r * 100.0)}))
 }
 
 #[derive(Args, Debug)]
@@ -60,6 +73,11 @@ pub struct OverlapArgs {
     /// Reader threads.
     #[arg(long, default_value_t = 2)]
     pub readers: usize,
+    /// Empty the whole machine's page cache first (writes /proc/sys/vm/drop_caches; root
+    /// only, affects every process). Without it only the model file's pages are evicted
+    /// (posix_fadvise DONTNEED); the experts are read with O_DIRECT either way.
+    #[arg(long)]
+    pub drop_caches: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -71,7 +89,7 @@ pub fn overlap_model() -> Result<PathBuf> {
     if p.exists() && CflowFile::open(&p).is_ok() {
         return Ok(p);
     }
-    eprintln!("generating the overlap bench model into {}", p.display());
+    errln!("generating the overlap bench model into {}", p.display());
     let mut s = GenSpec::new("arch2_4_combined");
     s.hidden = Some(2048);
     s.layers = Some(8);
@@ -131,7 +149,7 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
     if !file.cfg.has_experts() {
         bail!("{}: not an MoE model", path.display());
     }
-    let dropped = drop_caches();
+    let cold = make_cold(&path, a.drop_caches)?;
     let mut rows = Vec::new();
     for &t in &a.threads {
         let mut e = Engine::new(
@@ -200,15 +218,15 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
     let _ = info.step(0, false);
     let notes = info.config_info().notes;
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"model": path, "tokens": a.tokens, "repeat": a.repeat,
-                "readers": a.readers, "page_cache_dropped": dropped, "notes": notes, "rows": rows})
-        );
+                "readers": a.readers, "cold_start": cold, "notes": notes, "rows": rows})
+        )?;
         return Ok(());
     }
-    println!(
-        "model: {} (δe = {}, {} layers, top-{} of {} experts); tokens {} × repeat {} (medians); readers {}; page cache dropped: {}",
+    outln!(
+        "model: {} (δe = {}, {} layers, top-{} of {} experts); tokens {} × repeat {} (medians); readers {}; cold start: {} (model {} resident after it)",
         path.display(),
         file.cfg.expert_delay,
         file.cfg.n_layers,
@@ -217,12 +235,15 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
         a.tokens,
         a.repeat,
         a.readers,
-        dropped
-    );
+        cold["method"].as_str().unwrap_or(""),
+        cold["model_resident_pct"]
+            .as_f64()
+            .map_or("?".into(), |p| format!("{p:.0}%"))
+    )?;
     for n in &notes {
-        println!("note: {n}");
+        outln!("note: {n}")?;
     }
-    println!(
+    outln!(
         "{:>7} | {:>10} | {:>10} | {:>7} | {:>8} | {:>9} | {:>12} | {:>11} | {:>9} | {:>8}",
         "threads",
         "sync ms/t",
@@ -234,14 +255,14 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
         "IO_eff/lay",
         "predicted",
         "vs pred"
-    );
-    println!(
+    )?;
+    outln!(
         "(IO busy = summed reader-busy time per layer; IO_eff = compute blocked on experts per layer \
          in sync; predicted = (C + IO_eff) / max(C, IO_eff))"
-    );
+    )?;
     for r in &rows {
         let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
-        println!(
+        outln!(
             "{:>7} | {:>10.2} | {:>11.2} | {:>6.3}× | {:>8.1} | {:>6.2} ms | {:>9.2} ms | {:>8.2} ms | {:>8.3}× | {:>+7.1}%",
             r["threads"],
             f("sync_ms_tok"),
@@ -253,7 +274,7 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
             f("io_eff_layer_ms"),
             f("predicted_net"),
             f("net_vs_predicted_pct")
-        );
+        )?;
     }
     Ok(())
 }
@@ -409,20 +430,25 @@ pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
             "rowmajor_ms": rm, "ratio": if tiled > 0.0 { rm / tiled } else { 0.0 }, "identical": same}));
     }
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"d": d, "threads": a.threads, "iters": a.iters, "rows": rows})
-        );
+        )?;
         return Ok(());
     }
-    println!("d = {d}, threads {}, Q4_0, median of {} iterations (paper: 1.12–1.36× wall clock, 7.29× fewer L1D misses by PMU)", a.threads, a.iters);
-    println!(
+    outln!("d = {d}, threads {}, Q4_0, median of {} iterations (paper: 1.12–1.36× wall clock, 7.29× fewer L1D misses by PMU)", a.threads, a.iters)?;
+    outln!(
         "{:<28} | {:>7} | {:>9} | {:>11} | {:>15} | {:>9}",
-        "shape", "MiB", "tiled ms", "rowmajor ms", "rowmajor/tiled", "identical"
-    );
+        "shape",
+        "MiB",
+        "tiled ms",
+        "rowmajor ms",
+        "rowmajor/tiled",
+        "identical"
+    )?;
     for r in &rows {
         let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
-        println!(
+        outln!(
             "{:<28} | {:>7.1} | {:>9.3} | {:>11.3} | {:>14.3}× | {:>9}",
             r["shape"].as_str().unwrap_or(""),
             f("mib"),
@@ -430,7 +456,7 @@ pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
             f("rowmajor_ms"),
             f("ratio"),
             r["identical"]
-        );
+        )?;
     }
     Ok(())
 }
@@ -485,36 +511,36 @@ pub fn prefetch(a: &PrefetchArgs, path: &Path, base: EngineOptions) -> Result<()
         e.prefetch_counters()
     };
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"model": path, "threads": a.threads, "tokens": a.tokens,
             "repeat": a.repeat, "off_ms_tok": off, "on_ms_tok": on, "off_median": m_off,
             "on_median": m_on, "on_over_off": m_on / m_off})
-        );
+        )?;
         return Ok(());
     }
-    println!(
+    outln!(
         "model: {}; threads {}; {} tokens × {} runs (alternating)",
         path.display(),
         a.threads,
         a.tokens,
         a.repeat
-    );
-    println!("{:>9} | {:>12} | {:>20}", "prefetch", "median ms/t", "runs");
+    )?;
+    outln!("{:>9} | {:>12} | {:>20}", "prefetch", "median ms/t", "runs")?;
     let fmt = |v: &[f64]| {
         v.iter()
             .map(|x| format!("{x:.2}"))
             .collect::<Vec<_>>()
             .join(" ")
     };
-    println!("{:>9} | {:>12.2} | {}", "off", m_off, fmt(&off));
-    println!("{:>9} | {:>12.2} | {}", "on", m_on, fmt(&on));
-    println!(
+    outln!("{:>9} | {:>12.2} | {}", "off", m_off, fmt(&off))?;
+    outln!("{:>9} | {:>12.2} | {}", "on", m_on, fmt(&on))?;
+    outln!(
         "on/off = {:.3}× (paper §5.8: the prefetch thread was harmful)",
         m_on / m_off
-    );
+    )?;
     if let Some((c, l, dr)) = counters {
-        println!("prefetch thread (last run): {c} commands, {l} lines hinted, {dr} dropped");
+        outln!("prefetch thread (last run): {c} commands, {l} lines hinted, {dr} dropped")?;
     }
     Ok(())
 }

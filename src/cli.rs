@@ -10,6 +10,7 @@ use crate::kernels::Isa;
 use crate::quant::QuantType;
 use crate::telemetry::{Event, SamplingParams};
 use crate::util::{cache_dir, mib};
+use crate::{err, errln, out, outln};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::io::Write;
@@ -448,8 +449,10 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(()) => 0,
+        // A closed stdout (`cflow-tui … | head -1`) is the reader's choice: end quietly.
+        Err(e) if crate::console::is_closed_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             1
         }
     }
@@ -489,7 +492,7 @@ fn default_command(cli: &Cli) -> Result<()> {
     use std::io::IsTerminal;
     let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
     if cli.no_tui || !tty {
-        eprintln!("cflow-tui: stdout is not a terminal (or --no-tui): running the headless demo instead of the TUI.");
+        errln!("cflow-tui: stdout is not a terminal (or --no-tui): running the headless demo instead of the TUI.");
         let a = RunArgs {
             model: cli.model.clone(),
             prompt: Some("Once upon a time".into()),
@@ -593,7 +596,7 @@ pub fn demo_model_path() -> Result<PathBuf> {
     if path.exists() && CflowFile::open(&path).is_ok() {
         return Ok(path);
     }
-    eprintln!(
+    errln!(
         "generating the built-in demo model (synthetic arch2_4_combined) into {}",
         path.display()
     );
@@ -650,7 +653,7 @@ fn new_engine(
         match attached {
             Ok(()) => {}
             Err(e) if explicit || want == Layout::Vflow => bail!("--vflow: {e}"),
-            Err(e) => eprintln!("cflow-tui: ignoring {}: {e}", vp.display()),
+            Err(e) => errln!("cflow-tui: ignoring {}: {e}", vp.display()),
         }
     }
     if want == Layout::Vflow {
@@ -673,7 +676,7 @@ fn cmd_convert(a: ConvertArgs) -> Result<()> {
     }
     crate::format::vflow::convert(&src, &out, a.group_size)?;
     let v = crate::format::vflow::VflowFile::open(&out)?;
-    eprintln!(
+    errln!(
         "wrote {} ({:.1} MiB, {} groups of {} layers, {} experts in the bank)",
         out.display(),
         mib(std::fs::metadata(&out)?.len()),
@@ -721,7 +724,7 @@ fn cmd_gen(a: GenArgs) -> Result<()> {
     generate(&spec, &a.out, |d, _| pb.set_position(d as u64))?;
     pb.finish_and_clear();
     let size = std::fs::metadata(&a.out)?.len();
-    eprintln!("wrote {} ({:.1} MiB)", a.out.display(), mib(size));
+    errln!("wrote {} ({:.1} MiB)", a.out.display(), mib(size));
     Ok(())
 }
 
@@ -729,9 +732,9 @@ fn cmd_inspect(a: InspectArgs) -> Result<()> {
     let f = CflowFile::open(&a.file)?;
     let report = crate::inspect::report(&f);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", crate::inspect::render(&report));
+        out!("{}", crate::inspect::render(&report))?;
     }
     Ok(())
 }
@@ -792,10 +795,15 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         return dump_logits(&mut sess, &ids, a.top, path);
     }
     if sess.engine.cfg.meta.synthetic && !a.json {
-        eprintln!("note: synthetic model (random weights): the generated text is noise.");
+        errln!("note: synthetic model (random weights): the generated text is noise.");
     }
     let json = a.json;
     let stdout = std::io::stdout();
+    // Generated text is model-controlled: on a terminal its control characters are shown
+    // escaped; a closed stdout (`| head -1`) stops generation and ends the run quietly.
+    let tty = std::io::IsTerminal::is_terminal(&stdout);
+    let stop = sess.engine.stop.clone();
+    let mut closed: Option<std::io::Error> = None;
     let mut tap = match &a.record {
         Some(p) => Some(RecordTap::start(p, &sess)?),
         None => None,
@@ -812,10 +820,17 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
             t.emit(e.clone());
         }
         if let Event::Token { text, .. } = &e {
-            if !json {
+            if !json && closed.is_none() {
+                let text = if tty {
+                    crate::console::escape(text)
+                } else {
+                    text.into()
+                };
                 let mut o = stdout.lock();
-                let _ = o.write_all(text.as_bytes());
-                let _ = o.flush();
+                if let Err(err) = o.write_all(text.as_bytes()).and_then(|_| o.flush()) {
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    closed = Some(err);
+                }
             }
         }
     };
@@ -825,20 +840,23 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     install_sigint(sess.engine.stop.clone(), interrupted.clone());
     let out = sess.generate(&ids, a.n, !a.ignore_eos, &mut emit);
+    if let Some(e) = closed {
+        return Err(e).context("writing the generated text to stdout");
+    }
     if !json {
-        println!();
+        outln!()?;
     }
     if let Some(e) = &out.error {
-        eprintln!("error: {e}");
+        errln!("error: {e}");
     }
     let report = run_report(&sess, &out);
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?)?;
     } else {
-        eprint!("{}", render_run_report(&report));
+        err!("{}", render_run_report(&report));
     }
     if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
-        eprintln!(
+        errln!(
             "interrupted (SIGINT): stopped after {} tokens",
             out.tokens.len()
         );
@@ -939,7 +957,7 @@ fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Resu
         )?;
     }
     w.flush()?;
-    eprintln!("wrote {} positions to {}", ids.len(), path.display());
+    errln!("wrote {} positions to {}", ids.len(), path.display());
     Ok(())
 }
 
@@ -997,7 +1015,7 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
                 / n
                 / 1048576.0;
             if !a.json {
-                eprintln!(
+                errln!(
                     "threads {t} repeat {r}: decode {:.1} tok/s, prefill {:.1} tok/s",
                     dec[dec.len() - 1],
                     pre[pre.len() - 1]
@@ -1012,16 +1030,19 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
         }));
     }
     if a.json {
-        println!("{}", serde_json::to_string(&results)?);
+        outln!("{}", serde_json::to_string(&results)?)?;
     } else {
-        println!("model: {}", path.display());
-        println!(
+        outln!("model: {}", path.display())?;
+        outln!(
             "{:>7} | {:>28} | {:>28} | {:>9}",
-            "threads", "decode tok/s med (min-max)", "prefill tok/s med (min-max)", "MiB/token"
-        );
+            "threads",
+            "decode tok/s med (min-max)",
+            "prefill tok/s med (min-max)",
+            "MiB/token"
+        )?;
         for r in &results {
             let f = |k: &str, s: &str| r[k][s].as_f64().unwrap_or(0.0);
-            println!(
+            outln!(
                 "{:>7} | {:>10.1} ({:>6.1}-{:>6.1})    | {:>10.1} ({:>6.1}-{:>6.1})    | {:>9.2}",
                 r["threads"],
                 f("decode_tok_s", "median"),
@@ -1031,7 +1052,7 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
                 f("prefill_tok_s", "min"),
                 f("prefill_tok_s", "max"),
                 r["mib_per_token"].as_f64().unwrap_or(0.0)
-            );
+            )?;
         }
     }
     Ok(())
@@ -1058,16 +1079,16 @@ fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
                 count += 1;
             }
         }
-        eprint!(
+        err!(
             "[{count}] ppl so far {:.4}\r",
             (nll / count.max(1) as f64).exp()
         );
     }
-    eprintln!();
-    println!(
+    errln!();
+    outln!(
         "perplexity: {:.4} over {count} predictions (ctx {ctx})",
         (nll / count as f64).exp()
-    );
+    )?;
     Ok(())
 }
 
@@ -1092,7 +1113,7 @@ fn cmd_import(a: ImportArgs) -> Result<()> {
             pb.set_position(d as u64);
         })?;
         pb.finish_and_clear();
-        eprintln!(
+        errln!(
             "imported {} → {} ({}, {} layers, d={}, vocab {}, {q})",
             a.src.display(),
             a.out.display(),
@@ -1109,7 +1130,7 @@ fn cmd_import(a: ImportArgs) -> Result<()> {
         pb.set_position(d as u64);
     })?;
     pb.finish_and_clear();
-    eprintln!(
+    errln!(
         "imported {} → {} ({} layers, d={}, vocab {})",
         a.src.display(),
         a.out.display(),
@@ -1129,12 +1150,12 @@ fn cmd_pull(a: PullArgs) -> Result<()> {
         );
     }
     let out = pull::pull_dir()?.join("SmolLM2-135M-Instruct.Q4_1.cflow");
-    let gguf = pull::fetch_gguf(&mut |m| eprintln!("{m}"))?;
+    let gguf = pull::fetch_gguf(&mut |m| errln!("{m}"))?;
     if out.exists() && CflowFile::open(&out).is_ok() {
-        println!("{}", out.display());
+        outln!("{}", out.display())?;
         return Ok(());
     }
-    eprintln!(
+    errln!(
         "importing {} (blocks copied without re-quantizing)...",
         gguf.display()
     );
@@ -1144,7 +1165,7 @@ fn cmd_pull(a: PullArgs) -> Result<()> {
         quant: "keep".into(),
         ctx: None,
     })?;
-    println!("{}", out.display());
+    outln!("{}", out.display())?;
     Ok(())
 }
 
@@ -1191,7 +1212,7 @@ impl RecordTap {
     fn emit(&mut self, e: Event) {
         if let Some(r) = self.rec.as_mut() {
             if let Err(err) = r.record(&self.clock.stamp(e)) {
-                eprintln!(
+                errln!(
                     "warning: recording stopped: {err} (the trace keeps every line written so far)"
                 );
                 self.rec = None;
@@ -1223,20 +1244,20 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     install_sigint(stop.clone(), interrupted.clone());
     let name = sess.engine.cfg.meta.name.clone();
-    eprintln!(
+    errln!(
         "chatting with {name}{}. Commands: /reset, /system TEXT, /stats, /quit. Ctrl-C stops a reply; Ctrl-D quits.",
         if conv.template.is_fallback() { " (no template in the model: ChatML)" } else { "" }
     );
     if sess.engine.cfg.meta.synthetic {
-        eprintln!("note: synthetic model (random weights): replies are noise. `cflow-tui pull smollm2` gets a real model.");
+        errln!("note: synthetic model (random weights): replies are noise. `cflow-tui pull smollm2` gets a real model.");
     }
     let stdin = std::io::stdin();
     let mut last: Option<GenOutcome> = None;
     loop {
-        eprint!("\n> ");
+        err!("\n> ");
         let mut line = String::new();
         if stdin.lock().read_line(&mut line)? == 0 {
-            eprintln!();
+            errln!();
             break;
         }
         let line = line.trim_end_matches(['\n', '\r']).to_string();
@@ -1249,7 +1270,7 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
         if line == "/reset" {
             conv.clear();
             sess.reset();
-            eprintln!("(context cleared)");
+            errln!("(context cleared)");
             continue;
         }
         if let Some(sys) = line.strip_prefix("/system") {
@@ -1259,7 +1280,7 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
             } else {
                 Some(sys.to_string())
             };
-            eprintln!(
+            errln!(
                 "(system prompt {})",
                 if sys.is_empty() { "cleared" } else { "set" }
             );
@@ -1267,16 +1288,16 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
         }
         if line == "/stats" {
             match &last {
-                Some(o) => eprintln!(
+                Some(o) => errln!(
                     "last reply: {} tokens, prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s; context {}/{}",
                     o.tokens.len(), o.prefill_tok_s(), o.prompt_tokens, o.decode_tok_s(), sess.engine.pos(), sess.engine.cfg.max_ctx
                 ),
-                None => eprintln!("no reply yet; context {}/{}", sess.engine.pos(), sess.engine.cfg.max_ctx),
+                None => errln!("no reply yet; context {}/{}", sess.engine.pos(), sess.engine.cfg.max_ctx),
             }
             continue;
         }
         if line.starts_with('/') {
-            eprintln!("unknown command {line}; known: /reset, /system TEXT, /stats, /quit");
+            errln!("unknown command {line}; known: /reset, /system TEXT, /stats, /quit");
             continue;
         }
         conv.turns.push(crate::chat::template::ChatMessage::new(
@@ -1294,7 +1315,7 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
                 .map_err(|e| anyhow::anyhow!("chat template: {e}"))?
         };
         if dropped > 0 {
-            eprintln!("(context full: dropped the {dropped} oldest messages)");
+            errln!("(context full: dropped the {dropped} oldest messages)");
         }
         let prompt = conv
             .render()
@@ -1326,12 +1347,12 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
                 let _ = o.flush();
             }
         });
-        println!();
+        outln!()?;
         if out.reason == Some(crate::telemetry::StopReason::Stopped) {
-            eprintln!("(stopped)");
+            errln!("(stopped)");
         }
         if let Some(e) = &out.error {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
         }
         conv.turns.push(crate::chat::template::ChatMessage::new(
             "assistant",
@@ -1358,11 +1379,11 @@ fn cmd_replay(a: ReplayArgs) -> Result<()> {
     use crate::telemetry::replay::{summary, Replay};
     let r = Replay::open(&a.file)?;
     for w in &r.warnings {
-        eprintln!("warning: {w}");
+        errln!("warning: {w}");
     }
     let skipped: u64 = r.skipped.values().sum();
     if skipped > 0 {
-        eprintln!(
+        errln!(
             "warning: skipped {skipped} events of unknown kinds: {:?}",
             r.skipped
         );
@@ -1371,9 +1392,9 @@ fn cmd_replay(a: ReplayArgs) -> Result<()> {
     if a.summary || !std::io::stdout().is_terminal() {
         let s = summary(&r);
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&s)?);
+            outln!("{}", serde_json::to_string_pretty(&s)?)?;
         } else {
-            print!("{s}");
+            out!("{s}")?;
         }
         return Ok(());
     }
@@ -1501,7 +1522,7 @@ fn cmd_export(a: ExportArgs) -> Result<()> {
         w.flush()?;
     }
     std::fs::rename(&tmp, &a.chrome)?;
-    eprintln!(
+    errln!(
         "wrote {} ({} events from {})",
         a.chrome.display(),
         r.events.len(),

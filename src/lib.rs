@@ -10,6 +10,7 @@
 pub mod bench_io;
 pub mod chat;
 pub mod cli;
+pub mod console;
 pub mod convert;
 pub mod engine;
 #[allow(unsafe_code)]

@@ -231,14 +231,7 @@ fn gen_on_a_full_disk_fails_clearly_and_leaves_nothing() {
 
 #[test]
 fn import_on_a_full_disk_fails_clearly_and_leaves_nothing() {
-    let gguf = std::env::var_os("CFLOW_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .or_else(|| {
-            dirs::cache_dir().map(|c| c.join("cflow-tui/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
-        })
-        .filter(|p| p.exists());
-    let Some(gguf) = gguf else {
-        eprintln!("SKIP: SmolLM2 GGUF not in the cache");
+    let Some(gguf) = common::smollm2_gguf() else {
         return;
     };
     let Some(lim) = Limited::new() else {

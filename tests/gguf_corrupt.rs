@@ -1,6 +1,8 @@
 //! Corrupted-GGUF cases: every one must produce the matching typed `GgufError`, never a panic.
 //! Also opens the real SmolLM2 GGUF when `CFLOW_SMOLLM2` points at it.
 
+mod common;
+
 use cflow::convert::gguf::testutil::{str_array, TestGguf, TestTensor};
 use cflow::convert::gguf::{GgmlType, GgufError, GgufFile, GgufValue};
 
@@ -361,10 +363,7 @@ fn random_byte_flips_never_panic() {
 
 #[test]
 fn real_smollm2_opens() {
-    let Some(path) = cflow::convert::pull::smollm2_gguf() else {
-        println!(
-            "SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)"
-        );
+    let Some(path) = common::smollm2_gguf() else {
         return;
     };
     let f = GgufFile::open(&path).unwrap();

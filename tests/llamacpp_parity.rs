@@ -9,6 +9,8 @@
 //! llama.cpp is to itself; the exact float64 oracle below is the tighter check of correctness.
 //! Needs the SmolLM2 GGUF (`$CFLOW_SMOLLM2` or `cflow-tui pull smollm2`); SKIPs otherwise.
 
+mod common;
+
 use cflow::convert::import_gguf::{import_gguf, QuantTarget};
 use cflow::engine::sampler::argmax;
 use cflow::engine::session::Session;
@@ -111,12 +113,7 @@ fn llamacpp_noise_floor_is_recorded() {
 /// SmolLM2 imported (without re-quantizing) into a temporary `.cflow` and opened; `None` with a
 /// SKIP line when the GGUF is not available.
 fn smollm2() -> Option<Arc<CflowFile>> {
-    let Some(gguf) = cflow::convert::pull::smollm2_gguf() else {
-        println!(
-            "SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)"
-        );
-        return None;
-    };
+    let gguf = common::smollm2_gguf()?;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("smollm2.cflow");
     import_gguf(&gguf, &path, QuantTarget::Keep, Some(1024), |_, _| {}).unwrap();

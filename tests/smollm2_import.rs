@@ -2,6 +2,8 @@
 //! (no re-quantization), and the imported model opens and generates English.
 //! Needs the SmolLM2 GGUF (`$CFLOW_SMOLLM2` or `cflow-tui pull smollm2`); SKIPs otherwise.
 
+mod common;
+
 use cflow::convert::gguf::{GgmlType, GgufFile};
 use cflow::convert::import_gguf::{import_gguf, QuantTarget};
 use cflow::format::CflowFile;
@@ -9,10 +11,7 @@ use cflow::quant::join_blocks;
 
 #[test]
 fn q4_1_blocks_are_copied_byte_for_byte() {
-    let Some(path) = cflow::convert::pull::smollm2_gguf() else {
-        println!(
-            "SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)"
-        );
+    let Some(path) = common::smollm2_gguf() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

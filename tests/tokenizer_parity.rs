@@ -4,6 +4,8 @@
 //! template. Also checks the bundled GPT-2 tokenizer (`assets/tokenizer-gpt2.json`).
 //! SmolLM2 tests need `CFLOW_SMOLLM2` (path to the GGUF) and are skipped otherwise.
 
+mod common;
+
 use cflow::chat::detok::Detok;
 use cflow::chat::template::{ChatMessage, ChatTemplate};
 use cflow::chat::tokenizer::TokenizerWrap;
@@ -11,12 +13,7 @@ use cflow::convert::gguf::GgufFile;
 use cflow::convert::gguf_tokenizer::{tokenizer_from_gguf, GgufTokenizer};
 
 fn smollm2() -> Option<GgufTokenizer> {
-    let Some(path) = cflow::convert::pull::smollm2_gguf() else {
-        println!(
-            "SKIP: SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)"
-        );
-        return None;
-    };
+    let path = common::smollm2_gguf()?;
     let f = GgufFile::open(&path).expect("open SmolLM2 GGUF");
     Some(tokenizer_from_gguf(&f).expect("build tokenizer"))
 }

@@ -3,6 +3,8 @@
 //! step and that the terminal is restored. Then replays the recorded trace.
 //! SKIPs when tmux is not installed (`.ci/run` installs it).
 
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -76,18 +78,9 @@ impl Drop for Tmux {
     }
 }
 
-fn have_tmux() -> bool {
-    Command::new("tmux")
-        .arg("-V")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
 #[test]
 fn demo_session_and_replay_in_tmux() {
-    if !have_tmux() {
-        println!("SKIP: tmux not installed (apt-get install -y tmux)");
+    if !common::have_tmux() {
         return;
     }
     let bin = env!("CARGO_BIN_EXE_cflow-tui");

@@ -1,4 +1,7 @@
-//! Helpers shared by the fault-injection tests: the tiny synthetic model they run on.
+//! Helpers shared by the integration tests: the tiny synthetic model the fault tests run on,
+//! and the oracles (SmolLM2, tmux) with the rule for a missing one: a SKIP line on a
+//! developer's machine, a failure under CI (`CI=true`) or when `CFLOW_REQUIRE_<NAME>=1`.
+#![allow(dead_code)] // each test binary uses its own subset
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,4 +42,44 @@ pub fn tiny_model(dir: &Path, ctx: &str) -> PathBuf {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     p
+}
+
+/// True when a missing oracle `name` (e.g. "SMOLLM2", "TMUX") must fail the test: `CI=true`
+/// or `CFLOW_REQUIRE_<name>=1`.
+pub fn oracle_required(name: &str) -> bool {
+    let on = |k: &str| std::env::var(k).is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "yes"));
+    on("CI") || on(&format!("CFLOW_REQUIRE_{name}"))
+}
+
+/// A missing oracle: panics when it is required ([`oracle_required`]), otherwise prints the
+/// SKIP line and returns.
+pub fn missing_oracle(name: &str, why: &str) {
+    if oracle_required(name) {
+        panic!("{why}, and it is required here (CI=true or CFLOW_REQUIRE_{name}=1)");
+    }
+    println!("SKIP: {why}");
+}
+
+/// The SmolLM2 GGUF (`$CFLOW_SMOLLM2` or the pull cache), or `None` after [`missing_oracle`].
+pub fn smollm2_gguf() -> Option<PathBuf> {
+    let p = cflow::convert::pull::smollm2_gguf();
+    if p.is_none() {
+        missing_oracle(
+            "SMOLLM2",
+            "SmolLM2 GGUF not found (set CFLOW_SMOLLM2 or run `cflow-tui pull smollm2`)",
+        );
+    }
+    p
+}
+
+/// True when tmux runs here; otherwise [`missing_oracle`] and false.
+pub fn have_tmux() -> bool {
+    let ok = Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        missing_oracle("TMUX", "tmux not installed (apt-get install -y tmux)");
+    }
+    ok
 }
