@@ -185,18 +185,13 @@ impl Session {
             .store(false, std::sync::atomic::Ordering::Relaxed);
         let room = self.engine.cfg.max_ctx.saturating_sub(self.engine.pos());
         if prompt.len() > room {
-            out.reason = Some(StopReason::ContextFull);
-            out.error = Some(format!(
+            let msg = format!(
                 "prompt of {} tokens does not fit: {} of {} context positions left",
                 prompt.len(),
                 room,
                 self.engine.cfg.max_ctx
-            ));
-            emit(Event::Error {
-                message: out.error.clone().unwrap_or_default(),
-                fatal: false,
-            });
-            return out;
+            );
+            return self.fail_msg(out, StopReason::ContextFull, Some(msg), emit);
         }
         let t0 = Instant::now();
         if let Err(msg) = self.check_model_file() {
@@ -214,8 +209,7 @@ impl Session {
             ns: out.prefill_ns,
         });
         if prompt.is_empty() {
-            out.reason = Some(StopReason::Length);
-            return out;
+            return self.fail_msg(out, StopReason::Length, None, emit);
         }
         let mut detok = self.tok.as_ref().map(|t| Detok::new(t.token_bytes()));
         let td = Instant::now();
@@ -279,6 +273,7 @@ impl Session {
             reason: out.reason.unwrap_or(StopReason::Length),
             n_tokens: out.tokens.len() as u32,
             decode_ns: out.decode_ns,
+            pos: Some(self.engine.pos() as u32),
         });
         out
     }
@@ -355,6 +350,7 @@ impl Session {
             reason,
             n_tokens: out.tokens.len() as u32,
             decode_ns: out.decode_ns,
+            pos: Some(self.engine.pos() as u32),
         });
         out
     }

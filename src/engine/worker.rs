@@ -315,6 +315,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                     reason: StopReason::Error,
                                     n_tokens: 0,
                                     decode_ns: 0,
+                                    pos: None,
                                 });
                             }
                         }
@@ -464,6 +465,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                 reason: StopReason::Error,
                                 n_tokens: 0,
                                 decode_ns: 0,
+                                pos: None,
                             });
                         }
                         poisoned = Some(why);

@@ -250,6 +250,7 @@ pub fn chrome_events(r: &Replay) -> Vec<Value> {
                 reason,
                 n_tokens,
                 decode_ns,
+                ..
             } => b.global_instant(
                 "done",
                 *t_ns,

@@ -154,11 +154,15 @@ pub enum Event {
     Stats(TokenStats),
     /// Engine configuration changed (a toggle took effect at a token boundary).
     Config(EngineConfigInfo),
-    /// Generation finished.
+    /// Generation finished (also when it was refused or failed: every `Prompt` ends with one).
     Done {
         reason: StopReason,
         n_tokens: u32,
         decode_ns: u64,
+        /// Context positions in use afterwards (the KV cache length), as the engine counts them;
+        /// absent in traces recorded before this field existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pos: Option<u32>,
     },
     /// Context was reset (KV cleared).
     Reset,

@@ -421,6 +421,7 @@ pub fn summary(r: &Replay) -> ReplaySummary {
                 reason,
                 n_tokens,
                 decode_ns,
+                ..
             } => {
                 s.stop_reasons.push(*reason);
                 done_tok += *n_tokens as u64;

@@ -571,7 +571,8 @@ impl Telemetry {
         if self.gen_ns > 0 {
             self.decode_tps = Some(self.gen_tokens as f64 * 1e9 / self.gen_ns as f64);
         }
-        self.ctx_used = self.ctx_used.max(s.pos + 1);
+        // The engine position of the token just computed: the KV length is one more.
+        self.ctx_used = s.pos + 1;
         self.tokens_seen += 1;
         if self.recent.len() == WINDOW {
             self.recent.pop_front();
@@ -940,9 +941,18 @@ impl App {
                 reason,
                 n_tokens,
                 decode_ns,
+                pos,
             } => {
                 self.generating = false;
                 self.interrupt_armed = false;
+                // The engine's own count replaces the running estimate (a refused prompt was
+                // counted at `Prompt` but never entered the KV cache).
+                if let Some(p) = pos {
+                    self.live.ctx_used = p;
+                }
+                if reason == StopReason::ContextFull {
+                    self.say("context full — Ctrl+L resets it (clears the KV cache)");
+                }
                 if decode_ns > 0 && n_tokens > 0 {
                     self.live.decode_tps = Some(n_tokens as f64 * 1e9 / decode_ns as f64);
                 }
@@ -1326,6 +1336,39 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_prompt_ends_the_turn_and_the_engine_count_fixes_the_gauge() {
+        // What the session emits for a prompt that does not fit: Prompt, Error, Done.
+        let mut app = app_with(demo_events(4, true));
+        let before = app.view().ctx_used;
+        for e in [
+            Event::Prompt {
+                text: "long".into(),
+                tokens: vec![1; 5000],
+                chat: false,
+            },
+            Event::Error {
+                message: "prompt of 5000 tokens does not fit".into(),
+                fatal: false,
+            },
+            Event::Done {
+                reason: StopReason::ContextFull,
+                n_tokens: 0,
+                decode_ns: 0,
+                pos: Some(before),
+            },
+        ] {
+            app.apply(Msg::Event(e));
+        }
+        assert!(!app.generating);
+        assert_eq!(app.view().ctx_used, before);
+        assert!(app.status_message().is_some_and(|m| m.contains("Ctrl+L")));
+        // The next prompt is accepted (not "still generating").
+        act(&mut app, Action::Insert('x'));
+        let fx = act(&mut app, Action::Submit);
+        assert_eq!(fx.commands.len(), 1, "{:?}", app.status_message());
+    }
+
+    #[test]
     fn window_is_bounded() {
         let app = app_with(demo_events(WINDOW as u32 + 10, true));
         assert_eq!(app.live.recent.len(), WINDOW);
@@ -1401,6 +1444,7 @@ mod tests {
             reason: StopReason::Eos,
             n_tokens: 5,
             decode_ns: 1,
+            pos: None,
         }));
         act(&mut chat, Action::Insert('a'));
         act(&mut chat, Action::Newline);

@@ -288,6 +288,7 @@ pub fn demo_events(n: u32, done: bool) -> Vec<Stamped> {
                 reason: StopReason::Length,
                 n_tokens: n,
                 decode_ns,
+                pos: None,
             },
         );
     }
@@ -422,6 +423,7 @@ pub fn dense_events() -> Vec<Stamped> {
                     reason: StopReason::Eos,
                     n_tokens: pieces.len() as u32,
                     decode_ns,
+                    pos: None,
                 },
             );
         }
