@@ -181,6 +181,7 @@ fn events() -> Vec<Stamped> {
             reason: StopReason::Length,
             n_tokens: 4,
             decode_ns: 4_000_000,
+            pos: Some(9),
         },
     );
     push(

@@ -56,6 +56,6 @@ fn a_prompt_refused_for_context_ends_the_turn_and_keeps_the_gauge_in_range() {
     assert!(!app.generating, "the refused prompt left the UI generating");
     let v = app.view();
     let max = v.model.as_ref().expect("session header").max_ctx;
-    assert!(v.ctx_used <= max as u32, "ctx {}/{max}", v.ctx_used);
+    assert!(v.ctx_used <= max, "ctx {}/{max}", v.ctx_used);
     assert_eq!(v.ctx_used, 0);
 }
