@@ -213,3 +213,15 @@ fn every_pane_from_recorded_traces() {
         }
     }
 }
+
+#[test]
+fn streams_lm_head_time_is_the_lm_head_phase_not_the_whole_token() {
+    // The fixture's lm head takes 1.90 ms of a much longer token.
+    let app = demo((160, 48));
+    let last = app.view().last.clone().unwrap();
+    assert_eq!(last.ns_lm_head, 1_900_000);
+    assert!(last.ns_total > 2 * last.ns_lm_head);
+    let s = render_pane(&app, PaneId::Streams, (160, 48));
+    let line = s.lines().find(|l| l.contains("lm head")).unwrap();
+    assert!(line.contains("1.90 ms this token"), "{line}");
+}

@@ -103,7 +103,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled("lm head ", th.dim()),
         Span::styled(format!("{} MiB", mib(last.vocab_bytes as f64)), th.vocab()),
         Span::styled(
-            format!(" · {:.2} ms this token", last.ns_total as f64 / 1e6),
+            format!(" · {:.2} ms this token", last.ns_lm_head as f64 / 1e6),
             th.dim(),
         ),
     ]));
