@@ -2,7 +2,6 @@
 //! TUI opens on the given model (or the built-in demo).
 
 use crate::convert::generate::{generate, GenSpec, ARCHS};
-use crate::engine::critical::critical_path;
 use crate::engine::forward::{default_threads, stream_bytes, Engine, EngineOptions, Layout};
 use crate::engine::session::{GenOutcome, Session};
 use crate::format::CflowFile;
@@ -900,7 +899,6 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
     } else {
         0.0
     };
-    let cp = critical_path(&sb, f.cfg.dense_delay, f.cfg.expert_delay);
     serde_json::json!({
         "model": f.path.display().to_string(),
         "threads": sess.engine.threads(),
@@ -915,7 +913,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
             "vocab": vocab / (1024.0 * 1024.0), "total": total / (1024.0 * 1024.0)
         },
         "effective_gb_s": gbs,
-        "critical_path_mib": {"naive": cp.naive / 1048576.0, "delayed": cp.critical / 1048576.0, "ratio": cp.ratio()},
+        "critical_path_mib": crate::engine::critical::critical_path_both(f),
         "stop_reason": out.reason,
         "tokens": out.tokens,
         "text": out.text,
@@ -928,12 +926,12 @@ fn render_run_report(r: &serde_json::Value) -> String {
         "\n--- {} generated, {} prompt tokens, {} threads, {}\n\
          prefill {:.1} tok/s · decode {:.1} tok/s · {:.2} ms/token (median), {:.2} ms (p90)\n\
          MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2} · {:.2} GB/s effective\n\
-         critical path: {:.2} MiB naive → {:.2} MiB delayed ({:.2}×)\n",
+         {}\n",
         r["generated_tokens"], r["prompt_tokens"], r["threads"], r["isa"].as_str().unwrap_or(""),
         g("/prefill_tok_s"), g("/decode_tok_s"), g("/ms_per_token/median"), g("/ms_per_token/p90"),
         g("/mib_per_token/attention"), g("/mib_per_token/dense"), g("/mib_per_token/experts"),
         g("/mib_per_token/vocab"), g("/mib_per_token/total"), g("/effective_gb_s"),
-        g("/critical_path_mib/naive"), g("/critical_path_mib/delayed"), g("/critical_path_mib/ratio"),
+        crate::inspect::critical_path_line(&r["critical_path_mib"]),
     )
 }
 

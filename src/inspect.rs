@@ -1,7 +1,7 @@
 //! `cflow-tui inspect`: a report of a model file (header, geometry, delays, per-layer regions,
 //! per-stream bytes per token, expert table, quant types, metadata keys), as JSON or text.
 
-use crate::engine::critical::{critical_path, payload_stream_bytes};
+use crate::engine::critical::{critical_path_both, payload_stream_bytes};
 use crate::engine::forward::stream_bytes;
 use crate::format::CflowFile;
 use serde_json::{json, Value};
@@ -53,8 +53,6 @@ pub fn report(f: &CflowFile) -> Value {
     let (pa, pd, pe) = sum(&payload);
     let (sa, sd, se) = sum(&stored);
     let lm = f.lm_head();
-    let cp = critical_path(&payload, c.dense_delay, c.expert_delay);
-    let cps = critical_path(&stored, c.dense_delay, c.expert_delay);
     let meta = serde_json::to_value(&c.meta).unwrap_or(Value::Null);
     let meta_keys: Vec<String> = meta
         .as_object()
@@ -94,8 +92,7 @@ pub fn report(f: &CflowFile) -> Value {
             "vocab": lm.bytes() as f64 / MIB,
             "total": (sa + sd + se + lm.bytes() as u64) as f64 / MIB,
         },
-        "critical_path_mib": {"naive": cp.naive / MIB, "delayed": cp.critical / MIB, "ratio": cp.ratio(),
-            "with_scales": {"naive": cps.naive / MIB, "delayed": cps.critical / MIB}},
+        "critical_path_mib": critical_path_both(f),
         "layers": layers,
         "vocab": {"embedding_quant": f.vocab.embedding.quant.name(), "lm_head_quant": lm.quant.name(),
             "tied": c.tied_embeddings(), "region_bytes": f.vocab.len},
@@ -103,6 +100,20 @@ pub fn report(f: &CflowFile) -> Value {
         "has_tokenizer": c.meta.tokenizer_json.is_some(),
         "has_chat_template": c.meta.chat_template.is_some(),
     })
+}
+
+/// The critical path in both accountings, labelled (the text form of `critical_path_mib`).
+pub fn critical_path_line(c: &Value) -> String {
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    format!(
+        "critical path (eq. 4.23), MiB/token: payload {:.2} → {:.2} ({:.2}×) · with scales {:.2} → {:.2} ({:.2}×)",
+        f(&c["payload"]["naive"]),
+        f(&c["payload"]["delayed"]),
+        f(&c["payload"]["ratio"]),
+        f(&c["with_scales"]["naive"]),
+        f(&c["with_scales"]["delayed"]),
+        f(&c["with_scales"]["ratio"])
+    )
 }
 
 pub fn render(r: &Value) -> String {
@@ -159,16 +170,7 @@ pub fn render(r: &Value) -> String {
     let w = &r["per_token_mib_with_scales"];
     let _ = writeln!(o, "\nper token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2} MiB  (with scales: {:.2} MiB)",
         f(&p["attention"]), f(&p["dense"]), f(&p["experts_topk"]), f(&p["vocab"]), f(&p["total"]), f(&w["total"]));
-    let c = &r["critical_path_mib"];
-    let _ = writeln!(
-        o,
-        "critical path (eq. 4.23): {:.2} → {:.2} MiB/token ({:.2}×); with scales {:.2} → {:.2}",
-        f(&c["naive"]),
-        f(&c["delayed"]),
-        f(&c["ratio"]),
-        f(&c["with_scales"]["naive"]),
-        f(&c["with_scales"]["delayed"])
-    );
+    let _ = writeln!(o, "{}", critical_path_line(&r["critical_path_mib"]));
     let v = &r["vocab"];
     let _ = writeln!(
         o,

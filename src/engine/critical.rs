@@ -24,6 +24,27 @@ impl CriticalPath {
             1.0
         }
     }
+
+    /// `{"naive", "delayed", "ratio"}` in MiB/token, the JSON shape every command uses.
+    pub fn mib_json(&self) -> serde_json::Value {
+        const MIB: f64 = 1048576.0;
+        serde_json::json!({
+            "naive": self.naive / MIB,
+            "delayed": self.critical / MIB,
+            "ratio": self.ratio(),
+        })
+    }
+}
+
+/// The critical path of a model file in both accountings, under the one JSON key every command
+/// uses (`critical_path_mib`): `payload` counts the weights at their nominal bits per weight (the
+/// paper's convention, eq. 4.23), `with_scales` the bytes as stored (block scales and tile
+/// headers included), which is what a token actually reads.
+pub fn critical_path_both(file: &crate::format::CflowFile) -> serde_json::Value {
+    let (dd, de) = (file.cfg.dense_delay, file.cfg.expert_delay);
+    let payload = critical_path(&payload_stream_bytes(file), dd, de);
+    let stored = critical_path(&crate::engine::forward::stream_bytes(file), dd, de);
+    serde_json::json!({"payload": payload.mib_json(), "with_scales": stored.mib_json()})
 }
 
 /// Evaluates eq. 4.23 for per-layer stream bytes under delays (δd, δe).
