@@ -225,3 +225,31 @@ fn streams_lm_head_time_is_the_lm_head_phase_not_the_whole_token() {
     let line = s.lines().find(|l| l.contains("lm head")).unwrap();
     assert!(line.contains("1.90 ms this token"), "{line}");
 }
+
+#[test]
+fn overlap_hint_names_the_key_that_works_on_this_tier() {
+    use cflow::telemetry::event::Event;
+    // The demo fixture runs on the direct tier: `s` switches the arms there.
+    let app = demo((160, 48));
+    let s = render_pane(&app, PaneId::Overlap, (160, 48));
+    assert!(s.contains("window (staged)"), "{s}");
+    assert!(s.contains("this token"), "{s}");
+    // On the mmap tier, `s` does nothing: the hint must name `t`.
+    // One token: only one arm has a sample, so no measured ratio yet.
+    let mut events = demo_events(1, false);
+    for e in events.iter_mut() {
+        match &mut e.event {
+            Event::Session { config, .. } | Event::Config(config) => {
+                config.expert_tier = "mmap".into()
+            }
+            _ => {}
+        }
+    }
+    let app = app_from(events, TuiOptions::default(), (160, 48));
+    let s = render_pane(&app, PaneId::Overlap, (160, 48));
+    assert!(s.contains("net measured —"), "{s}");
+    assert!(s.contains("press t for the direct tier"), "{s}");
+    assert!(!s.contains("press s for both arms"), "{s}");
+    let s = render_pane(&app, PaneId::Streams, (160, 48));
+    assert!(s.contains("injection layer"), "{s}");
+}

@@ -75,8 +75,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         }
     }
 
-    // Per-layer bars: compute █ then wait ▒; IO drawn as a number.
-    let footer = 4usize;
+    // Per-layer bars: compute █ then wait ▒; IO drawn as a number. Each row is the layer where
+    // the compute ran and the wait happened (experts are waited for at their injection layer).
+    let footer = 6usize;
     let room = h.saturating_sub(lines.len() + footer);
     if let Some(_t) = tok {
         let io_layers: Vec<(usize, crate::telemetry::event::LayerIo)> = last
@@ -92,8 +93,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         let label_w = 4usize;
         let num_w = 16usize;
         let bar_w = w.saturating_sub(label_w + num_w) as u16;
-        let shown = io_layers.len().min(room);
-        if room > 0 && shown > 0 {
+        let shown = io_layers.len().min(room.saturating_sub(1));
+        if shown > 0 {
+            lines.push(dim_line(
+                app,
+                "per layer: compute █ · expert wait ▒ (at the injection layer)",
+            ));
             for (i, io) in io_layers.iter().take(shown) {
                 let mut spans = vec![Span::styled(
                     format!("{:<label_w$}", format!("L{i}")),
@@ -121,17 +126,21 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         }
     }
 
-    // Window summary.
+    // Window summary. "hidden" is the share of expert I/O not waited for: over the recent
+    // window of staged tokens, and (labelled apart) for this token alone.
     let staged = window_io(app, Some("staged"));
     let any = window_io(app, None);
+    let pct = |x: Option<f64>| x.map_or("—".into(), |x| format!("{:.0}%", 100.0 * x));
     let mut s1 = vec![Span::styled("hidden ", th.dim())];
     s1.push(Span::styled(
-        staged
-            .and_then(|x| x.hidden())
-            .map_or("—".into(), |x| format!("{:.0}%", 100.0 * x)),
+        pct(staged.and_then(|x| x.hidden())),
         th.strong(),
     ));
-    s1.push(Span::styled(" staged", th.dim()));
+    s1.push(Span::styled(" window (staged)", th.dim()));
+    if let Some(t) = tok {
+        s1.push(Span::styled(" · this token ", th.dim()));
+        s1.push(Span::styled(pct(t.hidden()), th.strong()));
+    }
     let fetch = &v.ab.fetch;
     let measured = match (fetch.arm("sync"), fetch.arm("staged")) {
         (Some(a), Some(b)) => match (a.ms.median(), b.ms.median()) {
@@ -140,12 +149,18 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         },
         _ => None,
     };
-    s1.push(Span::styled(" · net measured ", th.dim()));
-    s1.push(Span::styled(
-        measured.map_or("— (press s for both arms)".into(), times),
-        th.measured(),
-    ));
     lines.push(Line::from(s1));
+    // `s` switches sync/staged only on the direct tier; elsewhere the key to press first is `t`.
+    let direct = v.config.as_ref().is_some_and(|c| c.expert_tier == "direct");
+    let hint = if direct {
+        "— (press s for both arms)"
+    } else {
+        "— (press t for the direct tier, then s)"
+    };
+    lines.push(Line::from(vec![
+        Span::styled("net measured ", th.dim()),
+        Span::styled(measured.map_or(hint.into(), times), th.measured()),
+    ]));
     if let Some(m) = staged.or(any).and_then(|x| x.model_net()) {
         lines.push(Line::from(vec![
             Span::styled("model net (C+IO)/max(C,IO) ", th.dim()),

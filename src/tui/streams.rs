@@ -40,7 +40,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled("▓", th.dense()),
         Span::styled(" dense  ", th.dim()),
         Span::styled("▒", th.experts()),
-        Span::styled(" experts", th.dim()),
+        Span::styled(" experts (at injection layer)", th.dim()),
         Span::styled(format!("   token #{}", last.index), th.dim()),
     ]));
 
