@@ -162,9 +162,12 @@ struct PosState {
     x_block: Vec<f32>,
     /// The residual the FFN side saw entering each layer so far (for eq. 4.11's delay).
     entered: Vec<Vec<f32>>,
-    /// Routings waiting for injection: (target layer, physical layer, r, selection).
-    queue: Vec<(usize, usize, Vec<f32>, Vec<(usize, f32)>)>,
+    /// Routings waiting for injection.
+    queue: Vec<Queued>,
 }
+
+/// A routing waiting for injection: (target layer, physical layer, r, selection).
+type Queued = (usize, usize, Vec<f32>, Vec<(usize, f32)>);
 
 /// Runs the reference over `toks`; returns per-position final hidden states and logits.
 ///
