@@ -141,9 +141,12 @@ struct Scratch {
     eh2: Vec<f32>,
     eo: Vec<f32>,
     acc: Vec<f32>,
+    /// [d] the second stream: DecoupledStreams `s_ffn` (eq. 4.18), PipelineRegisters `xfm_reg`
+    /// (eq. 4.21); `x` is then `s_attn` / `attn_reg`.
     sf: Vec<f32>,
+    /// [d] FixedPoint `x_block`: the input of the current block, fixed across its iterations
+    /// (eq. 4.22).
     base: Vec<f32>,
-    reg: Vec<f32>,
     zero: Vec<f32>,
     ring: Vec<Vec<f32>>,
     logits: Vec<f32>,
@@ -299,7 +302,6 @@ impl Engine {
             acc: vec![0.0; d],
             sf: vec![0.0; d],
             base: vec![0.0; d],
-            reg: vec![0.0; d],
             zero: vec![0.0; d],
             ring: vec![vec![0.0; d]; cfg.dense_delay + 1],
             logits: vec![0.0; cfg.vocab],
@@ -925,11 +927,15 @@ impl Engine {
         let mut pending: Vec<Vec<Pending>> = (0..le).map(|_| Vec::new()).collect();
         // Reader-busy ns and bytes of the reads issued at each layer.
         let mut io_acc = vec![(0u64, 0u64); le];
-        if style == CombineStyle::DecoupledStreams {
+        // Both streams (registers) start at the embedding.
+        let two_streams = matches!(
+            style,
+            CombineStyle::DecoupledStreams | CombineStyle::PipelineRegisters
+        );
+        if two_streams {
             s.sf.copy_from_slice(&s.x);
-            s.base.copy_from_slice(&s.x);
         }
-        s.reg.fill(0.0);
+        let mut prev_block = usize::MAX;
 
         for l in 0..le {
             if self.stop.load(Ordering::Relaxed) {
@@ -955,13 +961,15 @@ impl Engine {
                     });
                 }
             }
-            // Residual entering the layer (DecoupledStreams: the FFN stream).
-            let ring_src = if style == CombineStyle::DecoupledStreams {
-                &s.sf
-            } else {
-                &s.x
-            };
+            // Residual entering the layer, the one its FFN reads (DecoupledStreams: s_ffn;
+            // PipelineRegisters: xfm_reg).
+            let ring_src = if two_streams { &s.sf } else { &s.x };
             s.ring[l % (dd + 1)].copy_from_slice(ring_src);
+            // FixedPoint: the first iteration of a block fixes x_block (eq. 4.22).
+            if style == CombineStyle::FixedPoint && cfg.physical_layer(l) != prev_block {
+                s.base.copy_from_slice(&s.x);
+                prev_block = cfg.physical_layer(l);
+            }
 
             // Attention (the attention stream for DecoupledStreams).
             let t0 = Instant::now();
@@ -989,8 +997,11 @@ impl Engine {
                     }
                 } else {
                     match style {
-                        CombineStyle::DelayedSum => &s.x,
-                        CombineStyle::DecoupledStreams => &s.sf,
+                        // Eq. 4.11 with δd = 0 (x_in); AsyncExperts: Norm(x_in) (§4.2.3).
+                        CombineStyle::DelayedSum | CombineStyle::AsyncExperts => &s.x,
+                        // Eq. 4.18 (s_ffn) and eq. 4.20 (xfm_reg_{ℓ−1}).
+                        CombineStyle::DecoupledStreams | CombineStyle::PipelineRegisters => &s.sf,
+                        // Eq. 4.3 (x_mid); FixedPoint: x + Attn_B(·) (eq. 4.22).
                         _ => &s.xa,
                     }
                 };
@@ -1010,13 +1021,13 @@ impl Engine {
                 pmu.phase("dense");
             }
 
-            // Routing: pre-attention anchor for AsyncExperts, the FFN stream for
-            // DecoupledStreams, post-attention otherwise.
+            // Routing: pre-attention anchor for AsyncExperts (eq. 4.13), the FFN's input for
+            // DecoupledStreams / PipelineRegisters, post-attention otherwise (x_mid, §4.2.3).
             if cfg.has_experts() && !lv.experts.is_empty() {
                 let t2 = Instant::now();
                 let src: &[f32] = match style {
                     CombineStyle::AsyncExperts => &s.x,
-                    CombineStyle::DecoupledStreams => &s.sf,
+                    CombineStyle::DecoupledStreams | CombineStyle::PipelineRegisters => &s.sf,
                     _ => &s.xa,
                 };
                 let (act, sel) = route(cfg, lv, src);
@@ -1060,15 +1071,22 @@ impl Engine {
             // Combine.
             match style {
                 CombineStyle::DecoupledStreams => {
-                    // x is the attention stream; sf the FFN stream.
+                    // Eq. 4.17–4.18: x is s_attn, sf is s_ffn.
                     add_into(&mut s.x, &s.attn_out);
                     add_into(&mut s.sf, &s.ffn_out);
                 }
                 CombineStyle::PipelineRegisters => {
-                    // The FFN output lands one layer late through the register.
+                    // Eq. 4.19: attn_reg_ℓ = attn_reg_{ℓ−1} + Attn; eq. 4.21: xfm_reg_ℓ =
+                    // attn_reg_ℓ + f_ℓ.
                     std::mem::swap(&mut s.x, &mut s.xa);
-                    add_into(&mut s.x, &s.reg);
-                    s.reg.copy_from_slice(&s.ffn_out);
+                    s.sf.copy_from_slice(&s.x);
+                    add_into(&mut s.sf, &s.ffn_out);
+                }
+                CombineStyle::FixedPoint => {
+                    // Eq. 4.22: x ← x_block + Attn_B(Norm(x)) + FFN_B(Norm(x + Attn_B(·))).
+                    for i in 0..d {
+                        s.x[i] = s.base[i] + s.attn_out[i] + s.ffn_out[i];
+                    }
                 }
                 _ => {
                     std::mem::swap(&mut s.x, &mut s.xa);
@@ -1118,11 +1136,8 @@ impl Engine {
                         f.release(*t);
                     }
                 }
-                let dst = match style {
-                    CombineStyle::DecoupledStreams => &mut s.sf,
-                    CombineStyle::PipelineRegisters => &mut s.reg,
-                    _ => &mut s.x,
-                };
+                // Eq. 4.16: x^out_{ℓ+δe} += e_ℓ (the layer's complete output).
+                let dst = if two_streams { &mut s.sf } else { &mut s.x };
                 add_scaled(dst, &s.acc, pe.scale);
             }
             st.bytes.experts = ebytes;
@@ -1143,20 +1158,21 @@ impl Engine {
             }
 
             if style == CombineStyle::DecoupledStreams {
+                // §4.3.1: every merge_interval layers, s_attn = s_ffn = (s_attn + s_ffn)/2.
                 let mi = cfg.meta.merge_interval.max(1) as usize;
-                if (l + 1) % mi == 0 || l + 1 == le {
-                    // merged = base + (attn stream − base) + (ffn stream − base)
+                if (l + 1) % mi == 0 {
                     for i in 0..d {
-                        let m = s.x[i] + s.sf[i] - s.base[i];
+                        let m = (s.x[i] + s.sf[i]) * 0.5;
                         s.x[i] = m;
                         s.sf[i] = m;
-                        s.base[i] = m;
                     }
                 }
             }
         }
+        // The output: PipelineRegisters' xfm_reg_{L−1} (eq. 4.21, "the complete output");
+        // DecoupledStreams reads s_attn (docs/SEMANTICS.md).
         if style == CombineStyle::PipelineRegisters {
-            add_into(&mut s.x, &s.reg);
+            std::mem::swap(&mut s.x, &mut s.sf);
         }
         for (st, (busy, b)) in stats.layers.iter_mut().zip(&io_acc) {
             if let Some(io) = st.io.as_mut() {

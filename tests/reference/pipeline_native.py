@@ -1,33 +1,46 @@
 #!/usr/bin/env python3
-"""Independent PyTorch reference for every combine style of docs/SEMANTICS.md.
+"""PyTorch reference for the pipeline-native architectures, written from the paper's equations.
 
-Builds one tiny checkpoint per pipeline-native architecture in the `PipelineNativeForCausalLM`
-schema of docs/FORMAT.md (config.json + model.safetensors, bf16 weights): fixed-seed random
-init, then a few hundred Adam steps of training (through this file's own forward pass) on the
-synthetic Markov-chain corpus of synthetic_corpus.py — why: top-1 agreement of quantized imports
-is only meaningful when the golden top-1/top-2 margins exceed quantization noise, as in trained
-models; random-init models have near-ties. The weights are then rounded to bf16, and the
-reference forward pass runs in float32 over a 16-token HELD-OUT sequence of the corpus (not a
-training sequence; layer-major: every position of a layer before the next layer; causal
-attention over the sequence, so no KV cache object) and writes goldens.json:
+Source: the paper (../shared/reference/cflow-paper.txt), chapter 4 — eq. 4.1-4.4 (the standard
+pre-norm layer), eq. 4.9-4.16 (dense delay, expert delay), §4.2.3 (the CombineStyle variants),
+eq. 4.17-4.18 and the merge rule of §4.3.1 (arch1), eq. 4.19-4.21 (arch3), eq. 4.22 (arch5),
+§4.4 (the delay-aware driver) — and §3.7-3.8 (attention, RMSNorm). It is written from the paper,
+not from docs/SEMANTICS.md or the Rust engine, and shares no code with either. Where the paper
+leaves a choice open or contradicts itself, the choice made here is stated next to the code (the
+same choices are argued in docs/SEMANTICS.md, which quotes the passages):
 
-* `logits`: [16][vocab]
-* `final_norms`: [16] — L2 norm of the final hidden state (before the final norm)
-* `prefix_norms`: [k][16] for k = 1 .. n_layers physical layers: the final-hidden norms of the
-  model truncated to its first k physical layers (every scheduler rule — delays, clamped
-  injection, register flush, last merge — applied to the shorter stack). For Sequential models
-  this is exactly the per-layer residual norm.
-* `layer_norms`: [effective layers][16] — the residual `x` after each effective layer of the
-  full model (informative; DecoupledStreams: the attention stream).
-* `train_loss`: [first step, last step]; `margins`: golden top-1 minus top-2 logit per position.
+* eq. 4.11 `f_l = FFN_l(Norm(x_out_{l-Δ}))`: read as the residual that entered layer l-Δ
+  (x_in_{l-Δ}), the reading under which §4.5's B_dense/(δd+1) holds; zero for l < δd (§4.4.2).
+* router input: eq. 4.13's Norm(x_in) for AsyncExperts; DelayedSum and ParallelSqrt2 route off
+  Norm(x_mid) (§4.2.3).
+* eq. 4.16 `x_out_{l+δe} += e_l`: added to the complete output of layer l+δe; targets past the
+  last layer go to the last layer ("the clamped last-layer fetch", §5.14).
+* arch1's read-out after the last layer: s_attn (the streams are merged only every
+  merge_interval layers; with this script's L = 6, merge_interval = 3 the last layer is a merge
+  point, so s_attn = s_ffn there).
+* RMSNorm ε: §3.8's 1e-6, written into config.json.
 
-The forward pass takes a leading batch dimension (training) or none (goldens). Experts are
-evaluated densely and weighted by the routing weights, which are zero for unselected experts —
-the same sum as evaluating only the selected ones.
+Builds one tiny checkpoint per architecture in the `PipelineNativeForCausalLM` schema of
+docs/FORMAT.md (config.json + model.safetensors, bf16): fixed-seed random init, then a few hundred
+Adam steps through this file's own forward pass on the synthetic Markov-chain corpus of
+synthetic_corpus.py (why trained: top-1 agreement of quantized imports means something only when
+the golden top-1/top-2 margins exceed quantization noise). The goldens are computed in float32 on
+exactly the bf16 weights, over a 16-token HELD-OUT sequence, all positions at once with a causal
+mask (no KV cache object), and written to goldens.json:
 
-This file shares no code with the Rust engine or tests/engine_styles.rs.
+* `logits`: [16][vocab]; `final_norms`: [16], L2 norm of the final hidden state (the vector the
+  final norm reads);
+* `prefix_norms`: [k][16] for k = 1 .. physical layers: `final_norms` of the model truncated to
+  its first k physical layers (every rule applied to the shorter stack);
+* `layer_norms`: [effective layers][16], the norm of the layer's output (informative);
+* `train_loss` [first, last]; `margins` top-1 minus top-2 per position; `torch` version.
+
+Experts are evaluated densely and weighted by the routing weights (zero for unselected experts):
+the same sum as evaluating only the k selected ones.
+
 Usage: python tests/reference/pipeline_native.py [OUT_DIR]   (default tests/reference/hf)
-Deterministic for a given torch version (fixed seeds, one CPU thread); about a minute on a CPU.
+Needs torch (>= 2.0), numpy and safetensors. Deterministic for a given torch version (fixed seeds,
+one CPU thread).
 """
 import json
 import math
@@ -35,12 +48,14 @@ import os
 import sys
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import save_file
 from synthetic_corpus import Corpus, margins, train
 
 SEQ = 16  # golden positions
+EPS = 1e-6  # §3.8
 
-GEOM = dict(
+BASE = dict(
     vocab_size=128,
     hidden_size=32,
     num_attention_heads=2,
@@ -50,17 +65,17 @@ GEOM = dict(
     num_experts=4,
     num_experts_per_tok=2,
     moe_intermediate_size=32,
-    rms_norm_eps=1e-5,
+    rms_norm_eps=EPS,
     rope_theta=10000.0,
     max_position_embeddings=64,
     tie_word_embeddings=False,
     hidden_act="silu",
 )
 
-# variant: (combine_style, dense_delay, expert_delay, physical layers, extra)
-ARCHS = {
+# name -> (combine_style, δd, δe, physical layers, extra config). Delays as in Table 4.1.
+MODELS = {
     "parallel_sqrt2": ("parallel_sqrt2", 0, 0, 4, {}),
-    "arch1": ("decoupled_streams", 0, 0, 4, {"merge_interval": 3}),
+    "arch1": ("decoupled_streams", 0, 0, 6, {"merge_interval": 3}),
     "arch2_4_combined": ("delayed_sum", 1, 2, 4, {}),
     "arch2_4_sync": ("delayed_sum", 1, 0, 4, {}),
     "arch3": ("pipeline_registers", 0, 0, 4, {"router_norm": "softmax_all"}),
@@ -69,197 +84,268 @@ ARCHS = {
 }
 
 
-def make_weights(cfg, seed):
-    g = torch.Generator().manual_seed(seed)
-    d, hd = cfg["hidden_size"], cfg["head_dim"]
-    qd, kvd = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
-    f, E, fe = cfg["intermediate_size"], cfg["num_experts"], cfg["moe_intermediate_size"]
-    V = cfg["vocab_size"]
+# ------------------------------------------------------------------------------- the weights
 
-    def lin(o, i):
-        return torch.randn(o, i, generator=g) / math.sqrt(i)
 
-    def norm(n):
-        return 1.0 + 0.1 * torch.randn(n, generator=g)
+def init_weights(cfg, seed):
+    gen = torch.Generator().manual_seed(seed)
+    d, hd, V = cfg["hidden_size"], cfg["head_dim"], cfg["vocab_size"]
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    dff, E, fe = cfg["intermediate_size"], cfg["num_experts"], cfg["moe_intermediate_size"]
 
-    w = {"model.embed_tokens.weight": torch.randn(V, d, generator=g)}
+    def linear(rows, cols):
+        return torch.randn(rows, cols, generator=gen) * cols ** -0.5
+
+    def gain(n):
+        return 1.0 + 0.1 * torch.randn(n, generator=gen)
+
+    W = {"model.embed_tokens.weight": torch.randn(V, d, generator=gen)}
     for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = norm(d)
-        w[p + "self_attn.q_proj.weight"] = lin(qd, d)
-        w[p + "self_attn.k_proj.weight"] = lin(kvd, d)
-        w[p + "self_attn.v_proj.weight"] = lin(kvd, d)
-        w[p + "self_attn.o_proj.weight"] = lin(d, qd)
-        if f > 0:
-            w[p + "post_attention_layernorm.weight"] = norm(d)
-            w[p + "mlp.gate_proj.weight"] = lin(f, d)
-            w[p + "mlp.up_proj.weight"] = lin(f, d)
-            w[p + "mlp.down_proj.weight"] = lin(d, f)
-        if E > 0:
-            w[p + "moe_norm.weight"] = norm(d)
-            w[p + "moe.router.weight"] = lin(E, d)
-            for e in range(E):
-                q = p + f"moe.experts.{e}."
-                w[q + "gate_proj.weight"] = lin(fe, d)
-                w[q + "up_proj.weight"] = lin(fe, d)
-                w[q + "down_proj.weight"] = lin(d, fe)
-    w["model.norm.weight"] = norm(d)
-    w["lm_head.weight"] = lin(V, d)
-    return w
+        L = f"model.layers.{i}."
+        W[L + "input_layernorm.weight"] = gain(d)
+        W[L + "self_attn.q_proj.weight"] = linear(H * hd, d)
+        W[L + "self_attn.k_proj.weight"] = linear(KV * hd, d)
+        W[L + "self_attn.v_proj.weight"] = linear(KV * hd, d)
+        W[L + "self_attn.o_proj.weight"] = linear(d, H * hd)
+        W[L + "post_attention_layernorm.weight"] = gain(d)
+        W[L + "mlp.gate_proj.weight"] = linear(dff, d)
+        W[L + "mlp.up_proj.weight"] = linear(dff, d)
+        W[L + "mlp.down_proj.weight"] = linear(d, dff)
+        W[L + "moe_norm.weight"] = gain(d)
+        W[L + "moe.router.weight"] = linear(E, d)
+        for e in range(E):
+            X = L + f"moe.experts.{e}."
+            W[X + "gate_proj.weight"] = linear(fe, d)
+            W[X + "up_proj.weight"] = linear(fe, d)
+            W[X + "down_proj.weight"] = linear(d, fe)
+    W["model.norm.weight"] = gain(d)
+    W["lm_head.weight"] = linear(V, d)
+    return W
 
 
-# ----------------------------------------------------------------------------- building blocks
+# ------------------------------------------------------------------- operators (§3.7, §3.8)
 
 
-def rms(x, w, eps):
-    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return y * w if w is not None else y
+class Ops:
+    """Attn_l, FFN_l, Router_l, Expert_i of one physical layer; every operator takes the
+    un-normalized residual and applies its own learned RMSNorm first (the paper's Norm(·))."""
 
+    def __init__(self, W, cfg, i):
+        self.W, self.cfg, self.p = W, cfg, f"model.layers.{i}."
 
-def rope_split_half(x, theta):
-    # x: [..., T, heads, hd]; pairs (i, i + hd/2), angle pos * theta^(-2i/hd)
-    T, _, hd = x.shape[-3:]
-    half = hd // 2
-    inv = theta ** (-torch.arange(0, half, dtype=torch.float64) * 2.0 / hd)
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    c, s = ang.cos().float()[:, None, :], ang.sin().float()[:, None, :]
-    a, b = x[..., :half], x[..., half:]
-    return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
+    def w(self, name):
+        return self.W[self.p + name]
 
+    def norm(self, x, name):
+        # §3.8: RMSNorm(x, w) = x / sqrt(mean(x^2) + ε) ⊙ w
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg["rms_norm_eps"]) * self.w(name)
 
-def attention(x, W, p, cfg):
-    lead, T = x.shape[:-2], x.shape[-2]
-    H, KV, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    pre = f"model.layers.{p}."
-    xn = rms(x, W[pre + "input_layernorm.weight"], cfg["rms_norm_eps"])
-    q = (xn @ W[pre + "self_attn.q_proj.weight"].T).view(*lead, T, H, hd)
-    k = (xn @ W[pre + "self_attn.k_proj.weight"].T).view(*lead, T, KV, hd)
-    v = (xn @ W[pre + "self_attn.v_proj.weight"].T).view(*lead, T, KV, hd)
-    q, k = rope_split_half(q, cfg["rope_theta"]), rope_split_half(k, cfg["rope_theta"])
-    rep = H // KV
-    k, v = k.repeat_interleave(rep, dim=-2), v.repeat_interleave(rep, dim=-2)
-    scores = torch.einsum("...thd,...uhd->...htu", q, k) / math.sqrt(hd)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    scores = scores.masked_fill(~mask, float("-inf"))
-    probs = scores.softmax(-1)
-    out = torch.einsum("...htu,...uhd->...thd", probs, v).reshape(*lead, T, H * hd)
-    return out @ W[pre + "self_attn.o_proj.weight"].T
+    def attn(self, x):
+        """§3.7.1 over all positions at once (causal): project Norm(x), RoPE split-half (§3.7.2),
+        scores q·k/sqrt(d_k), softmax, Σ attn·v, concat heads, W_O."""
+        c = self.cfg
+        H, KV, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        T = x.shape[-2]
+        xn = self.norm(x, "input_layernorm.weight")
+        q = (xn @ self.w("self_attn.q_proj.weight").T).unflatten(-1, (H, hd)).transpose(-2, -3)
+        k = (xn @ self.w("self_attn.k_proj.weight").T).unflatten(-1, (KV, hd)).transpose(-2, -3)
+        v = (xn @ self.w("self_attn.v_proj.weight").T).unflatten(-1, (KV, hd)).transpose(-2, -3)
+        # φ_i = t · θ^(-2i/d_k), dimension i paired with i + d_k/2.
+        i = torch.arange(hd // 2, dtype=torch.float64)
+        phi = torch.arange(T, dtype=torch.float64)[:, None] * c["rope_theta"] ** (-2.0 * i / hd)
+        cos, sin = torch.cos(phi).float(), torch.sin(phi).float()
 
+        def rope(z):
+            lo, hi = z[..., : hd // 2], z[..., hd // 2 :]
+            return torch.cat([lo * cos - hi * sin, lo * sin + hi * cos], -1)
 
-def gated_ffn(u, g, up, down):
-    return (torch.nn.functional.silu(u @ g.T) * (u @ up.T)) @ down.T
+        q, k = rope(q), rope(k)
+        # GQA: query head h uses KV head floor(h · H_KV / H_Q).
+        kv_of = torch.arange(H) * KV // H
+        k, v = k[..., kv_of, :, :], v[..., kv_of, :, :]
+        s = q @ k.transpose(-1, -2) / math.sqrt(hd)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        a = torch.softmax(s.masked_fill(~causal, float("-inf")), -1) @ v
+        return a.transpose(-2, -3).flatten(-2) @ self.w("self_attn.o_proj.weight").T
 
+    @staticmethod
+    def swiglu(u, gate, up, down):
+        return (F.silu(u @ gate.T) * (u @ up.T)) @ down.T
 
-def dense(src, W, p, cfg):
-    pre = f"model.layers.{p}."
-    u = rms(src, W[pre + "post_attention_layernorm.weight"], cfg["rms_norm_eps"])
-    return gated_ffn(u, W[pre + "mlp.gate_proj.weight"], W[pre + "mlp.up_proj.weight"], W[pre + "mlp.down_proj.weight"])
+    def ffn(self, x):
+        u = self.norm(x, "post_attention_layernorm.weight")
+        return self.swiglu(u, self.w("mlp.gate_proj.weight"), self.w("mlp.up_proj.weight"), self.w("mlp.down_proj.weight"))
 
-
-def route(src, W, p, cfg):
-    """Returns (u, idx [..., k], weights [..., k]); top-k by logit, ties to the lower expert id."""
-    pre = f"model.layers.{p}."
-    u = rms(src, W[pre + "moe_norm.weight"], cfg["rms_norm_eps"])
-    logits = u @ W[pre + "moe.router.weight"].T
-    k = cfg["num_experts_per_tok"]
-    idx = torch.sort(-logits, dim=-1, stable=True).indices[..., :k]
-    if cfg.get("router_norm", "softmax_topk") == "softmax_all":
-        wts = logits.softmax(-1).gather(-1, idx)
-    else:
-        wts = logits.gather(-1, idx).softmax(-1)
-    return u, idx, wts
-
-
-def run_experts(u, idx, wts, W, p, cfg):
-    """Σ over the selected experts of weight × expert(u), per position."""
-    pre = f"model.layers.{p}.moe.experts."
-    out = torch.zeros_like(u)
-    for e in range(cfg["num_experts"]):
-        w_e = (wts * (idx == e)).sum(-1, keepdim=True)  # 0 where e is not selected
-        q = f"{pre}{e}."
-        y = gated_ffn(u, W[q + "gate_proj.weight"], W[q + "up_proj.weight"], W[q + "down_proj.weight"])
-        out = out + w_e * y
-    return out
-
-
-# ----------------------------------------------------------------------------- the scheduler
-
-
-def forward(W, cfg, tokens, n_phys):
-    style = cfg["combine_style"]
-    iters = cfg.get("fixed_point_iterations", 3) if style == "fixed_point" else 1
-    Le = n_phys * iters
-    dd, de = cfg["dense_delay"], cfg["expert_delay"]
-    has_dense = cfg["intermediate_size"] > 0
-    has_exp = cfg["num_experts"] > 0
-    s = 1.0 / math.sqrt(2.0) if style == "parallel_sqrt2" and has_dense and has_exp else 1.0
-    x = W["model.embed_tokens.weight"][torch.as_tensor(tokens)].clone()
-    zeros = torch.zeros_like(x)
-    f = x.clone()  # DecoupledStreams FFN stream
-    base = x.clone()
-    r = torch.zeros_like(x)  # PipelineRegisters register
-    hist = []  # residual entering each effective layer (FFN stream for DecoupledStreams)
-    pending = [[] for _ in range(Le)]
-    layer_norms = []
-    for l in range(Le):
-        p = l // iters
-        hist.append(f.clone() if style == "decoupled_streams" else x.clone())
-        A = attention(x, W, p, cfg)
-        a = x + A
-        if has_dense:
-            if dd > 0:
-                D = hist[l - dd] if l >= dd else zeros
-            elif style == "delayed_sum":
-                D = x
-            elif style == "decoupled_streams":
-                D = f
-            else:
-                D = a
-            F = dense(D, W, p, cfg)
+    def moe(self, x):
+        """Eq. 4.13-4.15: r = Norm(x); top-k experts and weights s_j = Router(r);
+        e = Σ_j s_j · Expert_{i_j}(r)."""
+        c = self.cfg
+        r = self.norm(x, "moe_norm.weight")
+        logits = r @ self.w("moe.router.weight").T
+        k = c["num_experts_per_tok"]
+        # Top-k by logit; equal logits go to the lower expert id.
+        top = torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
+        if c.get("router_norm", "softmax_topk") == "softmax_all":
+            s = torch.softmax(logits, -1).gather(-1, top)
         else:
-            F = zeros
-        if has_exp:
-            src = x if style == "async_experts" else f if style == "decoupled_streams" else a
-            u, idx, wts = route(src, W, p, cfg)
-            pending[min(l + de, Le - 1)].append((p, u, idx, wts))
-        if style == "decoupled_streams":
-            x = x + A
-            f = f + F
-        elif style == "pipeline_registers":
-            x = a + r
-            r = F
+            s = torch.softmax(logits.gather(-1, top), -1)
+        e = torch.zeros_like(x)
+        for j in range(c["num_experts"]):
+            weight = (s * (top == j)).sum(-1, keepdim=True)
+            X = f"moe.experts.{j}."
+            e = e + weight * self.swiglu(r, self.w(X + "gate_proj.weight"), self.w(X + "up_proj.weight"), self.w(X + "down_proj.weight"))
+        return e
+
+
+# --------------------------------------------------------------------- the forward passes
+
+
+class Experts:
+    """The expert queue of §4.4.2: e_l is enqueued at layer l and injected into the complete
+    output of layer l + δe (eq. 4.16), clamped to the last layer."""
+
+    def __init__(self, de, n):
+        self.de, self.n, self.q = de, n, {}
+
+    def put(self, l, e):
+        self.q.setdefault(min(l + self.de, self.n - 1), []).append(e)
+
+    def due(self, l):
+        out = None
+        for e in self.q.pop(l, []):
+            out = e if out is None else out + e
+        return out
+
+
+def single_stream(ops, cfg, x, n):
+    """ParallelSqrt2, DelayedSum, AsyncExperts (and sequential): one residual x (eq. 4.9-4.16)."""
+    style, dd = cfg["combine_style"], cfg["dense_delay"]
+    q = Experts(cfg["expert_delay"], n)
+    entered = []  # x_in of every layer so far
+    outs = []
+    for l in range(n):
+        o = ops[l]
+        x_in = x
+        entered.append(x_in)
+        m = o.attn(x_in)  # eq. 4.9
+        x_mid = x_in + m  # eq. 4.10
+        # eq. 4.11: the residual that entered layer l - δd (zero before the first δd layers).
+        delayed = entered[l - dd] if l >= dd else torch.zeros_like(x)
+        if style == "parallel_sqrt2":
+            # §4.2.3: dense FFN and MoE in parallel on the same pre-FFN residual (x_mid), the
+            # sum scaled by 1/sqrt(2). No delays.
+            x = x_mid + (o.ffn(x_mid) + o.moe(x_mid)) / math.sqrt(2.0)
+            outs.append(x)
+            continue
+        if style == "delayed_sum":
+            f = o.ffn(delayed)  # eq. 4.11
+            q.put(l, o.moe(x_mid))  # router off Norm(x_mid) (§4.2.3)
+        elif style == "async_experts":
+            f = o.ffn(delayed)  # δd = 0: Norm(x_in), the same input as the router
+            q.put(l, o.moe(x_in))  # eq. 4.13: Norm(x_in)
+        elif style == "sequential":
+            f = o.ffn(x_mid if dd == 0 else delayed)  # eq. 4.3
+            q.put(l, o.moe(x_mid))
         else:
-            x = a + s * F
-        for (q, u, idx, wts) in pending[l]:
-            y = run_experts(u, idx, wts, W, q, cfg)
-            if style == "decoupled_streams":
-                f = f + s * y
-            elif style == "pipeline_registers":
-                r = r + s * y
-            else:
-                x = x + s * y
-        if style == "decoupled_streams":
-            mi = cfg.get("merge_interval", 3)
-            if (l + 1) % mi == 0 or l + 1 == Le:
-                m = base + (x - base) + (f - base)
-                x, f, base = m.clone(), m.clone(), m.clone()
-        layer_norms.append(x.norm(dim=-1).tolist())
-    if style == "pipeline_registers":
-        x = x + r
-    h = rms(x, W["model.norm.weight"], cfg["rms_norm_eps"])
-    logits = h @ W["lm_head.weight"].T
-    return x, logits, layer_norms
+            raise ValueError(style)
+        x = x_mid + f  # eq. 4.12
+        e = q.due(l)
+        if e is not None:
+            x = x + e  # eq. 4.16
+        outs.append(x)
+    return x, outs
+
+
+def decoupled_streams(ops, cfg, x, n):
+    """Arch1 (§4.3.1): eq. 4.17-4.18, synchronized every merge_interval layers by
+    s_attn = s_ffn = (s_attn + s_ffn)/2. The experts belong to the FFN stream: routed off
+    s_ffn,l-1, injected into s_ffn."""
+    mi = cfg.get("merge_interval", 3)
+    q = Experts(cfg["expert_delay"], n)
+    s_attn, s_ffn = x, x
+    outs = []
+    for l in range(n):
+        o = ops[l]
+        s_attn = s_attn + o.attn(s_attn)  # eq. 4.17
+        q.put(l, o.moe(s_ffn))
+        s_ffn = s_ffn + o.ffn(s_ffn)  # eq. 4.18
+        e = q.due(l)
+        if e is not None:
+            s_ffn = s_ffn + e
+        if (l + 1) % mi == 0:
+            s_attn = s_ffn = (s_attn + s_ffn) / 2
+        outs.append(s_attn)
+    return s_attn, outs
+
+
+def pipeline_registers(ops, cfg, x, n):
+    """Arch3 (§4.3.4), eq. 4.19-4.21 as written; attn_reg_-1 = xfm_reg_-1 = the embedding. The
+    experts are part of f_l (routed off xfm_reg_l-1); the output is xfm_reg ("the complete
+    output")."""
+    q = Experts(cfg["expert_delay"], n)
+    attn_reg, xfm_reg = x, x
+    outs = []
+    for l in range(n):
+        o = ops[l]
+        q.put(l, o.moe(xfm_reg))
+        f = o.ffn(xfm_reg)  # eq. 4.20
+        attn_reg = attn_reg + o.attn(attn_reg)  # eq. 4.19
+        xfm_reg = attn_reg + f  # eq. 4.21
+        e = q.due(l)
+        if e is not None:
+            xfm_reg = xfm_reg + e
+        outs.append(xfm_reg)
+    return xfm_reg, outs
+
+
+def fixed_point(ops, cfg, x, n_blocks):
+    """Arch5 (§4.3.6), eq. 4.22: for each block B, x_block = the block's input, then for each
+    iteration x <- x_block + Attn_B(Norm(x)) + FFN_B(Norm(x + Attn_B(Norm(x)))). Every
+    iteration attends over its own keys/values. The experts join the FFN term (routed off
+    x + Attn_B)."""
+    it = cfg.get("fixed_point_iterations", 3)
+    q = Experts(cfg["expert_delay"], n_blocks * it)
+    outs = []
+    for b in range(n_blocks):
+        o = ops[b]
+        x_block = x
+        for i in range(it):
+            l = b * it + i
+            a = o.attn(x)
+            q.put(l, o.moe(x + a))
+            x = x_block + a + o.ffn(x + a)  # eq. 4.22
+            e = q.due(l)
+            if e is not None:
+                x = x + e
+            outs.append(x)
+    return x, outs
+
+
+def forward(W, cfg, tokens, n_layers):
+    """tokens [..., T] -> (final hidden [..., T, d], logits [..., T, V], per-layer outputs) of
+    the model truncated to its first `n_layers` physical layers."""
+    x = W["model.embed_tokens.weight"][torch.as_tensor(tokens)]
+    ops = [Ops(W, cfg, i) for i in range(n_layers)]
+    run = {
+        "decoupled_streams": decoupled_streams,
+        "pipeline_registers": pipeline_registers,
+        "fixed_point": fixed_point,
+    }.get(cfg["combine_style"], single_stream)
+    h, outs = run(ops, cfg, x, n_layers)
+    hn = h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"]) * W["model.norm.weight"]
+    return h, hn @ W["lm_head.weight"].T, outs
+
+
+# ------------------------------------------------------------------------------- the driver
 
 
 def fit(W, cfg, corpus, seed):
-    """Trains the f32 weights `W` in place; returns [first loss, last loss]."""
     params = [W[k].requires_grad_(True) for k in sorted(W)]
-    L = cfg["num_hidden_layers"]
+    n = cfg["num_hidden_layers"]
 
-    def loss_fn(x):
-        _, logits, _ = forward(W, cfg, x, L)
-        V = logits.shape[-1]
-        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, V), x[:, 1:].reshape(-1))
+    def loss_fn(batch):
+        logits = forward(W, cfg, batch, n)[1]
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), batch[:, 1:].flatten())
 
     loss = train(params, loss_fn, corpus, seed)
     for p in params:
@@ -268,52 +354,53 @@ def fit(W, cfg, corpus, seed):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "hf")
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf")
     torch.set_num_threads(1)
-    corpus = Corpus(GEOM["vocab_size"])
-    for seed, (variant, (style, dd, de, L, extra)) in enumerate(ARCHS.items(), start=100):
-        cfg = dict(GEOM)
+    corpus = Corpus(BASE["vocab_size"])
+    for seed, (name, (style, dd, de, n, extra)) in enumerate(MODELS.items(), start=200):
+        cfg = dict(BASE)
         cfg.update(
             architectures=["PipelineNativeForCausalLM"],
             model_type="pipeline_native",
-            variant=variant,
+            variant=name,
             combine_style=style,
             dense_delay=dd,
             expert_delay=de,
-            num_hidden_layers=L,
+            num_hidden_layers=n,
             bos_token_id=1,
             eos_token_id=2,
+            **extra,
         )
-        cfg.update(extra)
-        W = make_weights(cfg, seed)
+        torch.manual_seed(seed)
+        W = init_weights(cfg, seed)
         loss = fit(W, cfg, corpus, seed)
-        # bf16 is what we store; the reference runs on exactly those values in f32.
-        Wb = {k: v.detach().to(torch.bfloat16) for k, v in W.items()}
-        W = {k: v.float() for k, v in Wb.items()}
+        stored = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in W.items()}
+        W = {k: v.float() for k, v in stored.items()}
         tokens = corpus.heldout(SEQ)
-        d = os.path.join(out, f"pn_{variant}")
+        d = os.path.join(out, f"pn_{name}")
         os.makedirs(d, exist_ok=True)
         for fn in os.listdir(d):
             os.remove(os.path.join(d, fn))
-        save_file(Wb, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        save_file(stored, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
         with open(os.path.join(d, "config.json"), "w") as fh:
             json.dump(cfg, fh, indent=1)
         with torch.no_grad():
-            x, logits, layer_norms = forward(W, cfg, tokens, L)
-            prefix = [forward(W, cfg, tokens, k)[0].norm(dim=-1).tolist() for k in range(1, L + 1)]
+            h, logits, outs = forward(W, cfg, tokens, n)
+            prefix = [forward(W, cfg, tokens, k)[0].norm(dim=-1).tolist() for k in range(1, n + 1)]
         g = {
-            "arch": variant,
+            "arch": name,
             "tokens": tokens,
             "logits": logits.tolist(),
-            "final_norms": x.norm(dim=-1).tolist(),
+            "final_norms": h.norm(dim=-1).tolist(),
             "prefix_norms": prefix,
-            "layer_norms": layer_norms,
+            "layer_norms": [o.norm(dim=-1).tolist() for o in outs],
             "train_loss": loss,
             "margins": margins(logits),
+            "torch": torch.__version__,
         }
         with open(os.path.join(d, "goldens.json"), "w") as fh:
             json.dump(g, fh)
-        print(f"{variant:20} loss {loss[0]:.3f} -> {loss[1]:.3f}  min margin {min(g['margins']):.3f}")
+        print(f"{name:20} loss {loss[0]:.3f} -> {loss[1]:.3f}  min margin {min(g['margins']):.3f}", flush=True)
 
 
 if __name__ == "__main__":
