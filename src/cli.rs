@@ -541,6 +541,7 @@ fn default_command(cli: &Cli) -> Result<()> {
         max_tokens: cli.max_tokens,
         mouse: true,
         theme: crate::tui::Theme::from_env(),
+        ..Default::default()
     };
     let control = worker.control.clone();
     let res = crate::tui::run(
@@ -1403,9 +1404,11 @@ fn cmd_replay(a: ReplayArgs) -> Result<()> {
     let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded::<crate::tui::ReplayControl>();
     let events = r.events.clone();
     let speed0 = a.speed;
-    let feeder = std::thread::spawn(move || replay_feeder(events, tx, ctl_rx, speed0));
+    let feeder =
+        std::thread::spawn(move || crate::telemetry::player::play(events, tx, ctl_rx, speed0));
     let opts = crate::tui::TuiOptions {
         replay: true,
+        replay_speed: speed0,
         theme: crate::tui::Theme::from_env(),
         ..Default::default()
     };
@@ -1418,94 +1421,6 @@ fn cmd_replay(a: ReplayArgs) -> Result<()> {
     drop(ctl_tx);
     let _ = feeder.join();
     res
-}
-
-/// Feeds recorded events at their recorded pace (× speed); pause, step and speed controls.
-fn replay_feeder(
-    events: Vec<crate::telemetry::Stamped>,
-    tx: crossbeam_channel::Sender<crate::telemetry::Stamped>,
-    ctl: crossbeam_channel::Receiver<crate::tui::ReplayControl>,
-    speed0: f64,
-) {
-    use crate::tui::ReplayControl;
-    use std::time::{Duration, Instant};
-    let mut speed = speed0;
-    let mut paused = false;
-    let mut step_budget: i64 = 0;
-    let mut i = 0usize;
-    let mut anchor = (Instant::now(), events.first().map_or(0, |e| e.t_ns));
-    while i < events.len() {
-        // Controls.
-        let timeout = if paused {
-            Duration::from_millis(50)
-        } else {
-            Duration::ZERO
-        };
-        match ctl.recv_timeout(timeout) {
-            Ok(ReplayControl::SetPaused(p)) => {
-                paused = p;
-                anchor = (Instant::now(), events[i].t_ns);
-                continue;
-            }
-            Ok(ReplayControl::SetSpeed(s)) if s > 0.0 => {
-                speed = s;
-                anchor = (Instant::now(), events[i].t_ns);
-                continue;
-            }
-            Ok(ReplayControl::Step(n)) => {
-                if n < 0 {
-                    // Step back: re-send from the start up to the wanted token.
-                    let cur_tok = events[..i]
-                        .iter()
-                        .filter(|e| matches!(e.event, Event::Token { .. }))
-                        .count() as i64;
-                    let want = (cur_tok + n as i64).max(0);
-                    i = 0;
-                    step_budget = want;
-                    paused = true;
-                    while i < events.len() {
-                        if matches!(events[i].event, Event::Token { .. }) {
-                            if step_budget == 0 {
-                                break;
-                            }
-                            step_budget -= 1;
-                        }
-                        if tx.send(events[i].clone()).is_err() {
-                            return;
-                        }
-                        i += 1;
-                    }
-                } else {
-                    step_budget += n as i64;
-                    paused = true;
-                }
-                continue;
-            }
-            Ok(_) => continue,
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) if paused => return,
-            Err(_) => {}
-        }
-        if paused && step_budget == 0 {
-            continue;
-        }
-        let e = &events[i];
-        if !paused {
-            let due = anchor.0
-                + Duration::from_nanos(((e.t_ns.saturating_sub(anchor.1)) as f64 / speed) as u64);
-            let now = Instant::now();
-            if due > now {
-                std::thread::sleep((due - now).min(Duration::from_millis(20)));
-                continue;
-            }
-        }
-        if matches!(e.event, Event::Token { .. }) && paused {
-            step_budget -= 1;
-        }
-        if tx.send(e.clone()).is_err() {
-            return;
-        }
-        i += 1;
-    }
 }
 
 fn cmd_export(a: ExportArgs) -> Result<()> {

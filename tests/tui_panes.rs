@@ -253,3 +253,27 @@ fn overlap_hint_names_the_key_that_works_on_this_tier() {
     let s = render_pane(&app, PaneId::Streams, (160, 48));
     assert!(s.contains("injection layer"), "{s}");
 }
+
+#[test]
+fn replay_badge_shows_the_speed_it_was_started_with() {
+    let opts = TuiOptions {
+        replay: true,
+        replay_speed: 4.0,
+        ..TuiOptions::default()
+    };
+    let app = app_from(demo_events(3, false), opts, (160, 48));
+    let s = render_screen(&app, (160, 48));
+    let top = s.lines().next().unwrap();
+    assert!(
+        top.contains(&format!("REPLAY ▶ {}", cflow::tui::app::fmt_speed(4.0))),
+        "{top}"
+    );
+    assert!(!top.contains(" 1× "), "{top}");
+    // The footer offers the replay controls, not the live toggles.
+    let foot: Vec<&str> = s.lines().rev().take(2).collect();
+    let foot = foot.join("\n");
+    assert!(
+        foot.contains("pause") && !foot.contains("prefetch"),
+        "{foot}"
+    );
+}

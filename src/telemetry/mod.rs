@@ -4,6 +4,7 @@
 pub mod chrome;
 pub mod event;
 pub mod machine;
+pub mod player;
 pub mod pmu;
 pub mod recorder;
 pub mod replay;

@@ -140,17 +140,7 @@ pub enum Action {
     HistoryNext,
 }
 
-/// Control messages for a replay feeder (the host forwards them to the thread it owns).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ReplayControl {
-    SetPaused(bool),
-    /// Step by this many tokens (negative = back). The feeder may implement a backward step by
-    /// re-sending the trace from its `Session` event up to the wanted token; the app resets its
-    /// state on every `Session` event.
-    Step(i32),
-    /// Playback speed multiplier (1.0 = recorded pace).
-    SetSpeed(f64),
-}
+pub use crate::telemetry::player::ReplayControl;
 
 /// Requests for the host (things the UI cannot do by sending a `Command` to the engine).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -221,6 +211,8 @@ impl Effects {
 pub struct TuiOptions {
     /// The UI is fed by a replay (toggles disabled, replay keys active, REPLAY badge).
     pub replay: bool,
+    /// The replay's starting speed (`replay --speed`), shown in the REPLAY badge.
+    pub replay_speed: f64,
     /// Recording is already on (e.g. `--record FILE`).
     pub recording: bool,
     /// Measured DRAM read ceiling in GB/s, if known.
@@ -237,6 +229,7 @@ impl Default for TuiOptions {
     fn default() -> Self {
         TuiOptions {
             replay: false,
+            replay_speed: 1.0,
             recording: false,
             bandwidth_ceiling_gbs: None,
             max_tokens: 256,
@@ -760,7 +753,7 @@ impl App {
             recording: opts.recording,
             replay: opts.replay.then_some(ReplayState {
                 paused: false,
-                speed: 1.0,
+                speed: opts.replay_speed,
                 t_ns: 0,
             }),
             whatif: None,

@@ -319,12 +319,30 @@ pub fn keys_label(b: &Binding) -> String {
     b.keys.iter().map(Key::label).collect::<Vec<_>>().join("/")
 }
 
+/// Actions that need a live engine: a replay refuses them, so its footer does not offer them.
+pub fn live_only(a: Action) -> bool {
+    matches!(
+        a,
+        Action::TogglePrefetch | Action::ToggleFetch | Action::CycleLayout | Action::ToggleTier
+    )
+}
+
+/// Footer hints of a replay: its own controls first (they have no footer label in the table).
+const REPLAY_HINTS: [(&str, &str); 3] = [("space", "pause"), ("← →", "step"), ("- +", "speed")];
+
 /// The footer hints: (key, label) for every binding with a footer label, using its first key plus
 /// the single-letter Nav key for the same action when there is one (e.g. ("p F2", "prefetch")).
-pub fn footer_hints() -> Vec<(String, &'static str)> {
-    BINDINGS
+/// In a replay the live-only toggles are left out and the replay controls come first.
+pub fn footer_hints(replay: bool) -> Vec<(String, &'static str)> {
+    let lead = REPLAY_HINTS
         .iter()
-        .filter_map(|bd| {
+        .filter(|_| replay)
+        .map(|&(k, l)| (k.to_string(), l));
+    lead.chain(BINDINGS.iter().filter_map(|bd| {
+        if replay && live_only(bd.action) {
+            return None;
+        }
+        {
             let label = bd.footer?;
             let letter = BINDINGS
                 .iter()
@@ -338,8 +356,9 @@ pub fn footer_hints() -> Vec<(String, &'static str)> {
                 },
                 label,
             ))
-        })
-        .collect()
+        }
+    }))
+    .collect()
 }
 
 #[cfg(test)]
@@ -472,9 +491,31 @@ mod tests {
 
     #[test]
     fn footer_is_generated_from_table() {
-        let hints = footer_hints();
+        let hints = footer_hints(false);
         assert_eq!(hints[0], ("? F1".to_string(), "help"));
         assert!(hints.iter().any(|(k, l)| k == "p F2" && *l == "prefetch"));
         assert!(hints.iter().any(|(k, l)| k == "q F10" && *l == "quit"));
+    }
+
+    #[test]
+    fn replay_footer_offers_no_toggle_that_replay_refuses() {
+        let hints = footer_hints(true);
+        assert_eq!(hints[0], ("space".to_string(), "pause"));
+        for l in ["prefetch", "fetch", "layout", "tier"] {
+            assert!(
+                !hints.iter().any(|(_, x)| *x == l),
+                "replay footer offers {l}"
+            );
+        }
+        assert!(hints.iter().any(|(_, l)| *l == "quit"));
+        // What the footer leaves out is exactly what a replay refuses.
+        let mut app = crate::tui::App::new(&crate::tui::TuiOptions {
+            replay: true,
+            ..Default::default()
+        });
+        for bd in BINDINGS.iter().filter(|b| live_only(b.action)) {
+            let fx = app.apply(crate::tui::Msg::Action(bd.action));
+            assert!(fx.commands.is_empty(), "replay sent {:?}", fx.commands);
+        }
     }
 }

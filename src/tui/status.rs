@@ -192,7 +192,7 @@ fn hints<'a>(app: &App, max_width: usize) -> Vec<Span<'a>> {
         spans.push(Span::styled(format!(" {label}  "), th.dim()));
         true
     };
-    for (k, label) in footer_hints() {
+    for (k, label) in footer_hints(app.replay.is_some()) {
         if !push(&mut spans, k, label) {
             break;
         }

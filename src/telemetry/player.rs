@@ -1,0 +1,214 @@
+//! The replay player: feeds a recorded trace's events into the UI's channel at their recorded
+//! pace (× speed), with pause, step and speed controls. The UI applies them exactly like live
+//! events, so every pane works on a replay.
+//!
+//! Stepping is by token: a step releases one `Token` event *and everything recorded after it up
+//! to the next token* (its `Stats`, toggles, `Done`…), so the panes show that token complete.
+//! While paused, events between tokens keep flowing; the player waits in front of the next
+//! `Token`. A backward step re-sends the trace from its start (the UI resets on `Session`) up to
+//! the wanted token.
+
+use super::{Event, Stamped};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+/// Control messages for the player (the UI host forwards them to the player's thread).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ReplayControl {
+    SetPaused(bool),
+    /// Step by this many tokens (negative = back). A backward step re-sends the trace from its
+    /// `Session` event up to the wanted token; the app resets its state on every `Session`.
+    Step(i32),
+    /// Playback speed multiplier (1.0 = recorded pace).
+    SetSpeed(f64),
+}
+
+fn is_token(e: &Stamped) -> bool {
+    matches!(e.event, Event::Token { .. })
+}
+
+/// Plays `events` into `tx` until the end of the trace, or until the UI goes away (`tx` or
+/// `ctl` disconnected). `speed0` is the initial speed (must be > 0).
+pub fn play(events: Vec<Stamped>, tx: Sender<Stamped>, ctl: Receiver<ReplayControl>, speed0: f64) {
+    let mut speed = if speed0 > 0.0 { speed0 } else { 1.0 };
+    let mut paused = false;
+    // Tokens the user released while paused and not yet sent.
+    let mut released: i64 = 0;
+    let mut i = 0usize;
+    let mut anchor = (Instant::now(), events.first().map_or(0, |e| e.t_ns));
+    while i < events.len() {
+        // Waiting in front of a token while paused (and none released): block on the controls.
+        let blocked = paused && released == 0 && is_token(&events[i]);
+        let timeout = if blocked {
+            Duration::from_millis(50)
+        } else {
+            Duration::ZERO
+        };
+        match ctl.recv_timeout(timeout) {
+            Ok(ReplayControl::SetPaused(p)) => {
+                paused = p;
+                released = 0;
+                anchor = (Instant::now(), events[i].t_ns);
+                continue;
+            }
+            Ok(ReplayControl::SetSpeed(s)) => {
+                if s > 0.0 && s.is_finite() {
+                    speed = s;
+                    anchor = (Instant::now(), events[i].t_ns);
+                }
+                continue;
+            }
+            Ok(ReplayControl::Step(n)) => {
+                paused = true;
+                if n >= 0 {
+                    released += n as i64;
+                } else {
+                    let shown = events[..i].iter().filter(|e| is_token(e)).count() as i64;
+                    let want = (shown + n as i64).max(0);
+                    // Re-send from the start up to (not including) token number `want`.
+                    i = 0;
+                    let mut seen = 0i64;
+                    while i < events.len() {
+                        if is_token(&events[i]) {
+                            if seen == want {
+                                break;
+                            }
+                            seen += 1;
+                        }
+                        if tx.send(events[i].clone()).is_err() {
+                            return;
+                        }
+                        i += 1;
+                    }
+                    released = 0;
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) if blocked => return,
+            Err(_) => {}
+        }
+        if blocked {
+            continue;
+        }
+        let e = &events[i];
+        if !paused {
+            let due = anchor.0
+                + Duration::from_nanos((e.t_ns.saturating_sub(anchor.1) as f64 / speed) as u64);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep((due - now).min(Duration::from_millis(20)));
+                continue;
+            }
+        } else if is_token(e) {
+            released -= 1;
+        }
+        if tx.send(e.clone()).is_err() {
+            return;
+        }
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::StopReason;
+
+    fn trace() -> Vec<Stamped> {
+        let mut v = vec![Stamped {
+            t_ns: 0,
+            event: Event::Prompt {
+                text: "p".into(),
+                tokens: vec![1],
+                chat: false,
+            },
+        }];
+        for k in 0..3u32 {
+            v.push(Stamped {
+                t_ns: 1_000 + k as u64 * 1_000,
+                event: Event::Token {
+                    index: k,
+                    id: k,
+                    text: format!("t{k}"),
+                },
+            });
+            v.push(Stamped {
+                t_ns: 1_500 + k as u64 * 1_000,
+                event: Event::Notice {
+                    message: format!("after t{k}"),
+                },
+            });
+        }
+        v.push(Stamped {
+            t_ns: 9_000,
+            event: Event::Done {
+                reason: StopReason::Length,
+                n_tokens: 3,
+                decode_ns: 1,
+                pos: Some(4),
+            },
+        });
+        v
+    }
+
+    fn label(s: &Stamped) -> String {
+        match &s.event {
+            Event::Prompt { .. } => "P".into(),
+            Event::Token { text, .. } => text.clone(),
+            Event::Notice { message } => message.replace("after ", "a"),
+            Event::Done { .. } => "D".into(),
+            _ => "?".into(),
+        }
+    }
+
+    /// Drains what arrives within `ms` milliseconds.
+    fn drain(rx: &Receiver<Stamped>, ms: u64) -> Vec<String> {
+        let mut v = Vec::new();
+        while let Ok(s) = rx.recv_timeout(Duration::from_millis(ms)) {
+            v.push(label(&s));
+        }
+        v
+    }
+
+    #[test]
+    fn plays_everything_in_order_at_high_speed() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (_ctl_tx, ctl) = crossbeam_channel::unbounded();
+        play(trace(), tx, ctl, 1e6);
+        let got: Vec<String> = rx.try_iter().map(|s| label(&s)).collect();
+        assert_eq!(got, ["P", "t0", "at0", "t1", "at1", "t2", "at2", "D"]);
+    }
+
+    #[test]
+    fn every_step_after_a_pause_shows_one_whole_token() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (ctl_tx, ctl) = crossbeam_channel::unbounded();
+        ctl_tx.send(ReplayControl::SetPaused(true)).unwrap();
+        let h = std::thread::spawn(move || play(trace(), tx, ctl, 1.0));
+        // Paused: the events before the first token flow, then it waits in front of t0.
+        assert_eq!(drain(&rx, 150), ["P"]);
+        // The first step is not lost: t0 and what was recorded after it.
+        ctl_tx.send(ReplayControl::Step(1)).unwrap();
+        assert_eq!(drain(&rx, 150), ["t0", "at0"]);
+        ctl_tx.send(ReplayControl::Step(1)).unwrap();
+        assert_eq!(drain(&rx, 150), ["t1", "at1"]);
+        // Back one token: from the start up to (not including) t1.
+        ctl_tx.send(ReplayControl::Step(-1)).unwrap();
+        assert_eq!(drain(&rx, 150), ["P", "t0", "at0"]);
+        // Resume: the rest at recorded pace (microseconds here).
+        ctl_tx.send(ReplayControl::SetPaused(false)).unwrap();
+        assert_eq!(drain(&rx, 150), ["t1", "at1", "t2", "at2", "D"]);
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn the_player_ends_when_the_ui_goes_away() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (ctl_tx, ctl) = crossbeam_channel::unbounded();
+        ctl_tx.send(ReplayControl::SetPaused(true)).unwrap();
+        let h = std::thread::spawn(move || play(trace(), tx, ctl, 1.0));
+        assert_eq!(drain(&rx, 100), ["P"]);
+        drop(ctl_tx);
+        h.join().unwrap();
+    }
+}
