@@ -202,6 +202,25 @@ mod tests {
     }
 
     #[test]
+    fn plays_at_the_recorded_pace() {
+        let mut ev = trace();
+        for (k, e) in ev.iter_mut().enumerate() {
+            e.t_ns = k as u64 * 30_000_000; // 30 ms apart
+        }
+        let n = ev.len();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (_ctl_tx, ctl) = crossbeam_channel::unbounded();
+        let t0 = Instant::now();
+        let h = std::thread::spawn(move || play(ev, tx, ctl, 2.0));
+        let got = drain(&rx, 500);
+        h.join().unwrap();
+        assert_eq!(got.len(), n);
+        let el = t0.elapsed().as_millis();
+        // (n-1) × 30 ms at 2× = 105 ms (the drain ends when the player hangs up).
+        assert!((100..1000).contains(&el), "{el} ms");
+    }
+
+    #[test]
     fn the_player_ends_when_the_ui_goes_away() {
         let (tx, rx) = crossbeam_channel::unbounded();
         let (ctl_tx, ctl) = crossbeam_channel::unbounded();

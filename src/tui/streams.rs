@@ -35,13 +35,13 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let h = inner.height as usize;
     let mut lines: Vec<Line> = Vec::new();
     lines.push(Line::from(vec![
+        Span::styled(format!("token #{}  ", last.index), th.dim()),
         Span::styled("█", th.attn()),
         Span::styled(" attn  ", th.dim()),
         Span::styled("▓", th.dense()),
         Span::styled(" dense  ", th.dim()),
         Span::styled("▒", th.experts()),
         Span::styled(" experts (at injection layer)", th.dim()),
-        Span::styled(format!("   token #{}", last.index), th.dim()),
     ]));
 
     let n = last.layers.len();
