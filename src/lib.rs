@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod bench_io;
+pub mod cache;
 pub mod chat;
 pub mod cli;
 pub mod convert;
@@ -20,6 +21,7 @@ pub mod io;
 #[allow(unsafe_code)]
 pub mod kernels;
 pub mod model;
+pub mod output;
 pub mod quant;
 pub mod telemetry;
 pub mod tui;
