@@ -53,7 +53,7 @@ impl Fixture {
             .current_dir(d)
             .output()
             .unwrap());
-        tiny_gguf::write(&d.join(GGUF), 7);
+        tiny_gguf::write(&d.join(GGUF), 7, 64, 1);
         ok(Command::new(BIN)
             .args(["import", GGUF, "-o", TOK_MODEL])
             .current_dir(d)

@@ -1,4 +1,5 @@
-//! A tiny importable llama GGUF (1 layer, d = 64, byte-level BPE tokenizer, f32 tensors), for
+//! A small importable llama GGUF (`layers` layers of width `d`, byte-level BPE tokenizer, f32
+//! tensors), for
 //! tests of `import` and `pull` that must not need SmolLM2 or the network. Included with
 //! `#[path = "common/tiny_gguf.rs"] mod tiny_gguf;`.
 
@@ -39,18 +40,18 @@ fn ones(name: &str, n: u64) -> TestTensor {
     )
 }
 
-/// The GGUF's bytes; `seed` varies the weights.
-pub fn bytes(seed: u32) -> Vec<u8> {
+/// The GGUF's bytes; `seed` varies the weights. `d` must be a multiple of 64 (2 heads of a
+/// width that is a multiple of 32).
+fn bytes(seed: u32, d: u64, layers: u32) -> Vec<u8> {
     let mut toks: Vec<String> = vec!["<|endoftext|>".into(), "<|im_start|>".into(), "<|im_end|>".into()];
     toks.extend((0..=255u8).map(|b| byte_char(b).to_string()));
     let vocab = toks.len() as u64;
     let mut types = vec![3, 3, 3];
     types.extend(std::iter::repeat_n(1, toks.len() - 3));
-    let d = 64u64;
     let mut g = TestGguf::default()
         .kv("general.architecture", GgufValue::String("llama".into()))
         .kv("general.name", GgufValue::String("tiny-llama".into()))
-        .kv("llama.block_count", GgufValue::U32(1))
+        .kv("llama.block_count", GgufValue::U32(layers))
         .kv("llama.embedding_length", GgufValue::U32(d as u32))
         .kv("llama.feed_forward_length", GgufValue::U32(d as u32))
         .kv("llama.attention.head_count", GgufValue::U32(2))
@@ -65,7 +66,8 @@ pub fn bytes(seed: u32) -> Vec<u8> {
         .kv("tokenizer.ggml.bos_token_id", GgufValue::U32(1))
         .kv("tokenizer.ggml.eos_token_id", GgufValue::U32(2));
     g = g.tensor(f32_tensor("token_embd.weight", &[d, vocab], seed));
-    for (i, name) in [
+    for (i, name) in (0..layers).flat_map(|l| {
+        [
         "attn_q",
         "attn_k",
         "attn_v",
@@ -73,24 +75,23 @@ pub fn bytes(seed: u32) -> Vec<u8> {
         "ffn_gate",
         "ffn_up",
         "ffn_down",
-    ]
-    .iter()
+        ]
+        .map(move |n| format!("blk.{l}.{n}.weight"))
+    })
     .enumerate()
     {
-        g = g.tensor(f32_tensor(
-            &format!("blk.0.{name}.weight"),
-            &[d, d],
-            seed + 1 + i as u32,
-        ));
+        g = g.tensor(f32_tensor(&name, &[d, d], seed + 1 + i as u32));
     }
-    g = g
-        .tensor(ones("blk.0.attn_norm.weight", d))
-        .tensor(ones("blk.0.ffn_norm.weight", d))
-        .tensor(ones("output_norm.weight", d));
+    for l in 0..layers {
+        g = g
+            .tensor(ones(&format!("blk.{l}.attn_norm.weight"), d))
+            .tensor(ones(&format!("blk.{l}.ffn_norm.weight"), d));
+    }
+    g = g.tensor(ones("output_norm.weight", d));
     g.write().bytes
 }
 
-/// Writes the GGUF to `path`.
-pub fn write(path: &Path, seed: u32) {
-    std::fs::write(path, bytes(seed)).unwrap();
+/// Writes the GGUF to `path` (see [`bytes`]); the smallest is `write(path, seed, 64, 1)`.
+pub fn write(path: &Path, seed: u32, d: u64, layers: u32) {
+    std::fs::write(path, bytes(seed, d, layers)).unwrap();
 }
