@@ -164,7 +164,7 @@ pub fn ensure(
             return Err(OutputError::Io {
                 path: side,
                 what: "remove the stale hash record",
-                source: e,
+                err: e,
             }
             .into())
         }

@@ -17,8 +17,9 @@
 //! counts with every entry in it.
 //!
 //! Temporary files never outlive the process: they are removed on drop (every error path, early
-//! return or panic), and on SIGINT, SIGTERM and SIGHUP a watcher thread removes the live ones
-//! before the process dies with the default action (exit status "killed by signal" as before).
+//! return or panic), and on SIGINT, SIGTERM, SIGHUP and SIGXFSZ (`ulimit -f` exceeded) a watcher
+//! thread removes the live ones before the process dies with the default action (exit status
+//! "killed by signal" as before).
 //! Signals whose disposition is not the default (ignored under `nohup`, or `run`/`chat`'s own
 //! SIGINT handler) are left alone. Only SIGKILL can leave one behind, named `.NAME.XXXXXX.tmp`.
 //!
@@ -35,12 +36,12 @@ use tempfile::NamedTempFile;
 /// Why an output cannot be opened or written. Every variant names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error("{}: cannot {what}: {source}", path.display())]
+    // `err` is printed here and deliberately not a `#[source]`: `{:#}` chains would repeat it.
+    #[error("{}: cannot {what}: {err}", path.display())]
     Io {
         path: PathBuf,
         what: &'static str,
-        #[source]
-        source: io::Error,
+        err: io::Error,
     },
     #[error("{}: is a directory; give a file name", path.display())]
     IsDirectory { path: PathBuf },
@@ -66,18 +67,18 @@ pub enum OutputError {
 }
 
 impl OutputError {
-    fn io(path: &Path, what: &'static str, source: io::Error) -> OutputError {
+    fn io(path: &Path, what: &'static str, err: io::Error) -> OutputError {
         OutputError::Io {
             path: path.to_path_buf(),
             what,
-            source,
+            err,
         }
     }
 
     /// The underlying I/O error kind, if any (e.g. `AlreadyExists` from [`Output::create_new`]).
     pub fn io_kind(&self) -> Option<io::ErrorKind> {
         match self {
-            OutputError::Io { source, .. } => Some(source.kind()),
+            OutputError::Io { err, .. } => Some(err.kind()),
             _ => None,
         }
     }
@@ -443,12 +444,12 @@ fn unregister(p: &Path) {
     lock_live().retain(|q| q != p);
 }
 
-/// Starts (once) the thread that removes live temporary files on SIGINT, SIGTERM or SIGHUP and
-/// then lets the signal take its default action. See the module docs.
+/// Starts (once) the thread that removes live temporary files on SIGINT, SIGTERM, SIGHUP or
+/// SIGXFSZ and then lets the signal take its default action. See the module docs.
 fn install_signal_cleanup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let sigs: Vec<i32> = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP]
+        let sigs: Vec<i32> = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGXFSZ]
             .into_iter()
             .filter(|&s| crate::io::signal::has_default_action(s))
             .collect();
