@@ -109,7 +109,10 @@ pub fn verify(entry: &Path) -> Result<Check> {
     let recorded = match std::fs::read_to_string(&side) {
         Ok(s) => s.split_whitespace().next().unwrap_or("").to_string(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Check::Stale(format!("no recorded sha256 ({})", side.display())))
+            return Ok(Check::Stale(format!(
+                "no recorded sha256 ({})",
+                side.display()
+            )))
         }
         Err(e) => return Err(e).with_context(|| format!("{}: cannot read", side.display())),
     };
@@ -151,10 +154,7 @@ pub fn ensure(
     match verify(entry)? {
         Check::Valid => return Ok(entry.to_path_buf()),
         Check::Missing => {}
-        Check::Stale(why) => log(&format!(
-            "{}: {why}; rebuilding {what}",
-            entry.display()
-        )),
+        Check::Stale(why) => log(&format!("{}: {why}; rebuilding {what}", entry.display())),
     }
     let side = sidecar_path(entry);
     match std::fs::remove_file(&side) {
@@ -180,20 +180,18 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    fn build_with(content: &'static [u8]) -> impl FnOnce(&Path, &mut dyn FnMut(&str)) -> Result<()> {
-        move |p, _| {
-            let mut o = Output::create(p, &[])?;
-            o.write_all(content)?;
-            o.commit()?;
-            Ok(())
-        }
+    fn build_with(p: &Path, content: &[u8]) -> Result<()> {
+        let mut o = Output::create(p, &[])?;
+        o.write_all(content)?;
+        o.commit()?;
+        Ok(())
     }
 
     #[test]
     fn builds_once_records_the_hash_and_reuses() {
         let d = tempfile::tempdir().unwrap();
         let e = d.path().join("entry.bin");
-        ensure(&e, "the entry", &mut |_| {}, build_with(b"v1")).unwrap();
+        ensure(&e, "the entry", &mut |_| {}, |p, _| build_with(p, b"v1")).unwrap();
         let side = std::fs::read_to_string(sidecar_path(&e)).unwrap();
         assert_eq!(side, format!("{}  entry.bin\n", sha256_file(&e).unwrap()));
         let built = AtomicUsize::new(0);
@@ -209,13 +207,20 @@ mod tests {
     fn a_corrupted_entry_is_rebuilt_with_a_message() {
         let d = tempfile::tempdir().unwrap();
         let e = d.path().join("entry.bin");
-        ensure(&e, "the entry", &mut |_| {}, build_with(b"good")).unwrap();
+        ensure(&e, "the entry", &mut |_| {}, |p, _| build_with(p, b"good")).unwrap();
         std::fs::write(&e, b"gXod").unwrap();
         let mut msgs = Vec::new();
-        ensure(&e, "the entry", &mut |m| msgs.push(m.to_string()), build_with(b"good")).unwrap();
+        ensure(
+            &e,
+            "the entry",
+            &mut |m| msgs.push(m.to_string()),
+            |p, _| build_with(p, b"good"),
+        )
+        .unwrap();
         assert_eq!(std::fs::read(&e).unwrap(), b"good");
         assert!(
-            msgs.iter().any(|m| m.contains("does not match") && m.contains("rebuilding the entry")),
+            msgs.iter()
+                .any(|m| m.contains("does not match") && m.contains("rebuilding the entry")),
             "{msgs:?}"
         );
         assert_eq!(verify(&e).unwrap(), Check::Valid);
@@ -233,7 +238,7 @@ mod tests {
                     ensure(&e, "the entry", &mut |_| {}, |p, _| {
                         builds.fetch_add(1, Ordering::SeqCst);
                         std::thread::sleep(std::time::Duration::from_millis(100));
-                        build_with(b"once")(p, &mut |_| {})
+                        build_with(p, b"once")
                     })
                     .unwrap();
                 })

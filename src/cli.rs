@@ -935,8 +935,8 @@ fn render_run_report(r: &serde_json::Value) -> String {
 
 fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Result<()> {
     // Write errors name the path (`Output`); the file appears only when complete.
-    let out = crate::output::Output::create(path, &sess.engine.input_files())
-        .context("--dump-logits")?;
+    let out =
+        crate::output::Output::create(path, &sess.engine.input_files()).context("--dump-logits")?;
     let mut w = std::io::BufWriter::new(out);
     for (i, &id) in ids.iter().enumerate() {
         let logits = sess.engine.step(id, true)?.context("logits")?;

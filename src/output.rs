@@ -199,7 +199,10 @@ impl Output {
     /// errors do not name the path; see [`Output::error`].
     pub fn file_mut(&mut self) -> &mut File {
         match &mut self.sink {
-            Sink::Replace { tmp, .. } => tmp.as_mut().expect("output used after commit").as_file_mut(),
+            Sink::Replace { tmp, .. } => tmp
+                .as_mut()
+                .expect("output used after commit")
+                .as_file_mut(),
             Sink::Direct(f) => f,
             Sink::Spooled { spool, .. } => spool,
         }
@@ -223,7 +226,11 @@ impl Output {
                     Err(e) => Err(OutputError::io(&path, "write (sync)", e)),
                     Ok(()) => t.persist(&*target).map_err(|e| {
                         // `e.file` drops here: the temporary file is removed.
-                        OutputError::io(&path, "rename the finished temporary file over it", e.error)
+                        OutputError::io(
+                            &path,
+                            "rename the finished temporary file over it",
+                            e.error,
+                        )
                     }),
                 };
                 unregister(&tmp_path);

@@ -63,7 +63,10 @@ fn concurrent_pulls_import_once_and_share_a_verified_result() {
     // ~28 MB of f32 weights: the import takes long enough for the pulls to overlap.
     tiny_gguf::write(&gguf, 3, 512, 4);
     let cache = d.path().join("cache");
-    let env = [("CFLOW_CACHE", cache.as_path()), ("CFLOW_SMOLLM2", gguf.as_path())];
+    let env = [
+        ("CFLOW_CACHE", cache.as_path()),
+        ("CFLOW_SMOLLM2", gguf.as_path()),
+    ];
     let outs = all((0..4).map(|_| spawn(&["pull", "smollm2"], &env)).collect());
     let want = cache.join("smollm2").join(CFLOW_NAME);
     for o in &outs {
@@ -96,7 +99,10 @@ fn a_cached_import_that_does_not_match_its_hash_is_imported_again() {
     let gguf = d.path().join("small.gguf");
     tiny_gguf::write(&gguf, 3, 64, 1);
     let cache = d.path().join("cache");
-    let env = [("CFLOW_CACHE", cache.as_path()), ("CFLOW_SMOLLM2", gguf.as_path())];
+    let env = [
+        ("CFLOW_CACHE", cache.as_path()),
+        ("CFLOW_SMOLLM2", gguf.as_path()),
+    ];
     let o = all(vec![spawn(&["pull", "smollm2"], &env)]).remove(0);
     assert!(o.status.success(), "{}", err(&o));
     let entry = cache.join("smollm2").join(CFLOW_NAME);
@@ -152,12 +158,18 @@ fn concurrent_demo_model_generation_builds_once() {
     let o = all(vec![spawn(&run, &env)]).remove(0);
     let e = err(&o);
     assert!(o.status.success(), "{e}");
-    assert!(e.contains("does not match") && e.contains("rebuilding"), "{e}");
+    assert!(
+        e.contains("does not match") && e.contains("rebuilding"),
+        "{e}"
+    );
     assert_eq!(std::fs::read(&demo).unwrap(), bytes);
     assert_eq!(
         strays(
             &cache,
-            &["demo-arch2_4_combined-v2.cflow", "demo-arch2_4_combined-v2.cflow.sha256"]
+            &[
+                "demo-arch2_4_combined-v2.cflow",
+                "demo-arch2_4_combined-v2.cflow.sha256"
+            ]
         ),
         Vec::<String>::new()
     );
@@ -248,7 +260,11 @@ fn pull_on_a_read_only_cache_names_the_path() {
         return;
     }
     let cache = ro.join("cflow-cache");
-    let o = all(vec![spawn(&["pull", "smollm2"], &[("CFLOW_CACHE", &cache)])]).remove(0);
+    let o = all(vec![spawn(
+        &["pull", "smollm2"],
+        &[("CFLOW_CACHE", &cache)],
+    )])
+    .remove(0);
     let _ = Command::new("umount").arg(&ro).status();
     let e = err(&o);
     assert_eq!(o.status.code(), Some(1), "{e}");

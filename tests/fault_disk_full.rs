@@ -226,7 +226,10 @@ fn gen_on_a_full_disk_fails_clearly_and_leaves_nothing() {
         err.contains("No space left") || err.contains("too large"),
         "unclear error: {err}"
     );
-    assert!(err.contains(s(&out)), "the error does not name the output: {err}");
+    assert!(
+        err.contains(s(&out)),
+        "the error does not name the output: {err}"
+    );
     assert_eq!(lim.files(), Vec::<PathBuf>::new(), "partial output left");
 }
 
@@ -254,7 +257,10 @@ fn import_on_a_full_disk_fails_clearly_and_leaves_nothing() {
         err.contains("No space left") || err.contains("too large"),
         "unclear error: {err}"
     );
-    assert!(err.contains(s(&out)), "the error does not name the output: {err}");
+    assert!(
+        err.contains(s(&out)),
+        "the error does not name the output: {err}"
+    );
     assert_eq!(lim.files(), Vec::<PathBuf>::new(), "partial output left");
 }
 
@@ -337,7 +343,15 @@ fn export_on_a_full_disk_names_the_file_and_leaves_nothing() {
     let model = tiny_model(work.path());
     let trace = work.path().join("t.jsonl");
     let o = Command::new(BIN)
-        .args(["run", s(&model), "--tokens", "1,2,3", "-n", "300", "--ignore-eos"])
+        .args([
+            "run",
+            s(&model),
+            "--tokens",
+            "1,2,3",
+            "-n",
+            "300",
+            "--ignore-eos",
+        ])
         .args(["--threads", "1", "--record", s(&trace)])
         .output()
         .unwrap();

@@ -49,7 +49,9 @@ impl Fixture {
         };
         assert_eq!(common::tiny_model(d, "2048"), d.join(MODEL));
         ok(Command::new(BIN)
-            .args(["run", MODEL, "--tokens", "1,2,3", "-n", "4", "--record", TRACE])
+            .args([
+                "run", MODEL, "--tokens", "1,2,3", "-n", "4", "--record", TRACE,
+            ])
             .current_dir(d)
             .output()
             .unwrap());
@@ -178,12 +180,7 @@ fn run_in(dir: &Path, args: &[OsString], stdin: Option<&str>, secs: u64) -> Outp
         .spawn()
         .unwrap();
     if let Some(s) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(s.as_bytes())
-            .unwrap();
+        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
     }
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -244,7 +241,10 @@ fn check_content(w: &Writer, bytes: &[u8], scratch: &Path) {
                 .unwrap_or_else(|e| panic!("{}: not JSON: {e}", w.name));
         }
         "run --dump-logits" => {
-            let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
+            let lines: Vec<&[u8]> = bytes
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .collect();
             assert_eq!(lines.len(), 3, "{}", w.name);
             for l in lines {
                 serde_json::from_slice::<serde_json::Value>(l).unwrap();
@@ -298,7 +298,12 @@ fn every_writer_writes_a_fifo_directly_and_it_stays_a_fifo() {
         let got = reader.join().unwrap();
         assert!(o.status.success(), "{}: {}", w.name, stderr(&o));
         check_content(&w, &got, scratch.path());
-        assert_eq!(f.listing(), before, "{}: files appeared or vanished", w.name);
+        assert_eq!(
+            f.listing(),
+            before,
+            "{}: files appeared or vanished",
+            w.name
+        );
         std::fs::remove_file(&fifo).unwrap();
     }
 }
@@ -322,7 +327,12 @@ fn every_writer_writes_a_char_device_directly_and_it_stays_a_device() {
             stderr(&o)
         );
         assert!(o.status.success(), "{}: {}", w.name, stderr(&o));
-        assert_eq!(f.listing(), before, "{}: files appeared or vanished", w.name);
+        assert_eq!(
+            f.listing(),
+            before,
+            "{}: files appeared or vanished",
+            w.name
+        );
     }
 }
 
@@ -334,7 +344,11 @@ fn dev_null_stays_a_char_device() {
     let rdev = std::fs::metadata(null).unwrap().rdev();
     for w in writers(null) {
         let o = run_in(f.path(), &w.args, w.stdin, 120);
-        assert!(is_char_device(null, rdev), "{}: /dev/null replaced!", w.name);
+        assert!(
+            is_char_device(null, rdev),
+            "{}: /dev/null replaced!",
+            w.name
+        );
         assert!(o.status.success(), "{}: {}", w.name, stderr(&o));
     }
 }
@@ -352,7 +366,11 @@ fn write_errors_on_a_full_device_name_the_path() {
         let before = f.listing();
         let o = run_in(f.path(), &w.args, w.stdin, 120);
         let err = stderr(&o);
-        assert!(is_char_device(&dev, rdev), "{}: device replaced: {err}", w.name);
+        assert!(
+            is_char_device(&dev, rdev),
+            "{}: device replaced: {err}",
+            w.name
+        );
         assert!(
             err.contains("full.dev") && err.contains("No space left"),
             "{}: the error does not name the path: {err}",
@@ -404,7 +422,13 @@ fn an_output_that_is_an_input_is_refused_in_every_spelling() {
                 .args;
             let o = run_in(d, &args, w.stdin, 120);
             let err = stderr(&o);
-            assert_eq!(o.status.code(), Some(1), "{} -> {out}: {} {err}", w.name, o.status);
+            assert_eq!(
+                o.status.code(),
+                Some(1),
+                "{} -> {out}: {} {err}",
+                w.name,
+                o.status
+            );
             assert!(
                 err.contains("is the same file as the input"),
                 "{} -> {out}: {err}",
@@ -460,7 +484,11 @@ fn dangling_symlink_output_is_an_error_and_its_target_is_not_created() {
         let o = run_in(f.path(), &w.args, w.stdin, 120);
         let err = stderr(&o);
         assert!(err.contains("dangling"), "{}: {err}", w.name);
-        assert!(!f.path().join("victim").exists(), "{}: wrote through", w.name);
+        assert!(
+            !f.path().join("victim").exists(),
+            "{}: wrote through",
+            w.name
+        );
         assert!(std::fs::symlink_metadata(&link)
             .unwrap()
             .file_type()
@@ -484,7 +512,12 @@ fn symlink_to_a_regular_file_replaces_the_target_and_keeps_the_link() {
             .file_type()
             .is_symlink());
         check_content(&w, &std::fs::read(&real).unwrap(), scratch.path());
-        assert_eq!(listing(&f.path().join("sub")), vec!["real.out"], "{}", w.name);
+        assert_eq!(
+            listing(&f.path().join("sub")),
+            vec!["real.out"],
+            "{}",
+            w.name
+        );
     }
 }
 
@@ -536,7 +569,10 @@ fn signal_during_gen_leaves_nothing(sig: i32) {
         .unwrap();
     let t0 = Instant::now();
     while listing(d.path()).is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no temporary file appeared");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no temporary file appeared"
+        );
         if let Some(st) = child.try_wait().unwrap() {
             panic!("gen ended early: {st}");
         }
@@ -557,7 +593,11 @@ fn signal_during_gen_leaves_nothing(sig: i32) {
         return;
     }
     assert_eq!(st.signal(), Some(sig), "{st}");
-    assert_eq!(listing(d.path()), Vec::<String>::new(), "temporary file left behind");
+    assert_eq!(
+        listing(d.path()),
+        Vec::<String>::new(),
+        "temporary file left behind"
+    );
 }
 
 #[test]
@@ -594,5 +634,9 @@ fn sigxfsz_during_gen_leaves_no_temporary_file() {
         return;
     }
     assert_eq!(st.signal(), Some(libc::SIGXFSZ), "{st}");
-    assert_eq!(listing(d.path()), Vec::<String>::new(), "temporary file left behind");
+    assert_eq!(
+        listing(d.path()),
+        Vec::<String>::new(),
+        "temporary file left behind"
+    );
 }

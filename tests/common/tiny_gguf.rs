@@ -25,7 +25,9 @@ fn f32_tensor(name: &str, dims: &[u64], seed: u32) -> TestTensor {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
-            ((x % 2001) as f32 / 1000.0 - 1.0).mul_add(0.05, 0.0).to_le_bytes()
+            ((x % 2001) as f32 / 1000.0 - 1.0)
+                .mul_add(0.05, 0.0)
+                .to_le_bytes()
         })
         .collect();
     TestTensor::new(name, dims, 0, data)
@@ -43,7 +45,11 @@ fn ones(name: &str, n: u64) -> TestTensor {
 /// The GGUF's bytes; `seed` varies the weights. `d` must be a multiple of 64 (2 heads of a
 /// width that is a multiple of 32).
 fn bytes(seed: u32, d: u64, layers: u32) -> Vec<u8> {
-    let mut toks: Vec<String> = vec!["<|endoftext|>".into(), "<|im_start|>".into(), "<|im_end|>".into()];
+    let mut toks: Vec<String> = vec![
+        "<|endoftext|>".into(),
+        "<|im_start|>".into(),
+        "<|im_end|>".into(),
+    ];
     toks.extend((0..=255u8).map(|b| byte_char(b).to_string()));
     let vocab = toks.len() as u64;
     let mut types = vec![3, 3, 3];
@@ -56,7 +62,10 @@ fn bytes(seed: u32, d: u64, layers: u32) -> Vec<u8> {
         .kv("llama.feed_forward_length", GgufValue::U32(d as u32))
         .kv("llama.attention.head_count", GgufValue::U32(2))
         .kv("llama.attention.head_count_kv", GgufValue::U32(2))
-        .kv("llama.attention.layer_norm_rms_epsilon", GgufValue::F32(1e-5))
+        .kv(
+            "llama.attention.layer_norm_rms_epsilon",
+            GgufValue::F32(1e-5),
+        )
         .kv("llama.context_length", GgufValue::U32(256))
         .kv("tokenizer.ggml.model", GgufValue::String("gpt2".into()))
         .kv("tokenizer.ggml.pre", GgufValue::String("smollm".into()))
@@ -66,19 +75,20 @@ fn bytes(seed: u32, d: u64, layers: u32) -> Vec<u8> {
         .kv("tokenizer.ggml.bos_token_id", GgufValue::U32(1))
         .kv("tokenizer.ggml.eos_token_id", GgufValue::U32(2));
     g = g.tensor(f32_tensor("token_embd.weight", &[d, vocab], seed));
-    for (i, name) in (0..layers).flat_map(|l| {
-        [
-        "attn_q",
-        "attn_k",
-        "attn_v",
-        "attn_output",
-        "ffn_gate",
-        "ffn_up",
-        "ffn_down",
-        ]
-        .map(move |n| format!("blk.{l}.{n}.weight"))
-    })
-    .enumerate()
+    for (i, name) in (0..layers)
+        .flat_map(|l| {
+            [
+                "attn_q",
+                "attn_k",
+                "attn_v",
+                "attn_output",
+                "ffn_gate",
+                "ffn_up",
+                "ffn_down",
+            ]
+            .map(move |n| format!("blk.{l}.{n}.weight"))
+        })
+        .enumerate()
     {
         g = g.tensor(f32_tensor(&name, &[d, d], seed + 1 + i as u32));
     }
