@@ -82,23 +82,27 @@ pub struct OverlapArgs {
     pub json: bool,
 }
 
-/// The default overlap model: arch2_4_combined, d=2048, 8 layers, expert_ffn 4096, vocab 4096.
+/// The default overlap model: arch2_4_combined, d=2048, 8 layers, expert_ffn 4096, vocab 4096
+/// (a `crate::cache` entry: locked while generated, reused only while its hash matches).
 pub fn overlap_model() -> Result<PathBuf> {
-    let dir = crate::util::cache_dir().context("cache directory")?;
-    let p = dir.join("bench-overlap-arch2_4-d2048-l8-e4096-v1.cflow");
-    if p.exists() && CflowFile::open(&p).is_ok() {
-        return Ok(p);
-    }
-    errln!("generating the overlap bench model into {}", p.display());
-    let mut s = GenSpec::new("arch2_4_combined");
-    s.hidden = Some(2048);
-    s.layers = Some(8);
-    s.heads = Some(16);
-    s.expert_ffn = Some(4096);
-    s.ffn = Some(4096);
-    s.vocab = Some(4096);
-    generate(&s, &p, |_, _| {})?;
-    Ok(p)
+    let p = crate::util::cache_dir()?.join("bench-overlap-arch2_4-d2048-l8-e4096-v1.cflow");
+    crate::cache::ensure(
+        &p,
+        "the overlap bench model",
+        &mut |m| errln!("{m}"),
+        |p, _| {
+            errln!("generating the overlap bench model into {}", p.display());
+            let mut s = GenSpec::new("arch2_4_combined");
+            s.hidden = Some(2048);
+            s.layers = Some(8);
+            s.heads = Some(16);
+            s.expert_ffn = Some(4096);
+            s.ffn = Some(4096);
+            s.vocab = Some(4096);
+            generate(&s, p, |_, _| {})?;
+            Ok(())
+        },
+    )
 }
 
 struct ArmResult {

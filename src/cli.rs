@@ -550,16 +550,10 @@ fn default_command(cli: &Cli) -> Result<()> {
         worker.commands.clone(),
         |r| match r {
             crate::tui::UiRequest::StartRecording => {
-                let name = format!(
-                    "cflow-{}.trace.jsonl",
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_secs())
-                        .unwrap_or(0)
-                );
-                let _ = control.send(crate::engine::worker::Ctl::StartRecording(PathBuf::from(
-                    name,
-                )));
+                // A new `cflow-<UTC date-time>[-N].trace.jsonl` in the working directory.
+                let _ = control.send(crate::engine::worker::Ctl::StartNewRecording(
+                    PathBuf::from("."),
+                ));
             }
             crate::tui::UiRequest::StopRecording => {
                 let _ = control.send(crate::engine::worker::Ctl::StopRecording);
@@ -589,23 +583,27 @@ pub fn gpt2_tokenizer_json() -> Option<String> {
     crate::chat::bundled_gpt2_tokenizer().map(|s| s.to_string())
 }
 
-/// Path of the built-in demo model, generating it on first use.
+/// Path of the built-in demo model, generating it on first use (a cache entry: locked while
+/// built, reused only while it matches its recorded sha256; see `crate::cache`).
 pub fn demo_model_path() -> Result<PathBuf> {
-    let dir = cache_dir().context("cannot create the cache directory")?;
-    let path = dir.join("demo-arch2_4_combined-v2.cflow");
-    if path.exists() && CflowFile::open(&path).is_ok() {
-        return Ok(path);
-    }
-    errln!(
-        "generating the built-in demo model (synthetic arch2_4_combined) into {}",
-        path.display()
-    );
-    let mut spec = GenSpec::new("arch2_4_combined");
-    spec.tokenizer_json = gpt2_tokenizer_json();
-    let pb = progress_bar(7, "demo model");
-    generate(&spec, &path, |d, _| pb.set_position(d as u64))?;
-    pb.finish_and_clear();
-    Ok(path)
+    let path = cache_dir()?.join("demo-arch2_4_combined-v2.cflow");
+    crate::cache::ensure(
+        &path,
+        "the built-in demo model",
+        &mut |m| errln!("{m}"),
+        |path, _| {
+            errln!(
+                "generating the built-in demo model (synthetic arch2_4_combined) into {}",
+                path.display()
+            );
+            let mut spec = GenSpec::new("arch2_4_combined");
+            spec.tokenizer_json = gpt2_tokenizer_json();
+            let pb = progress_bar(7, "demo model");
+            generate(&spec, path, |d, _| pb.set_position(d as u64))?;
+            pb.finish_and_clear();
+            Ok(())
+        },
+    )
 }
 
 pub fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
@@ -671,20 +669,30 @@ fn cmd_convert(a: ConvertArgs) -> Result<()> {
     }
     let src = CflowFile::open(&a.file)?;
     let out = a.out.unwrap_or_else(|| a.file.with_extension("vflow"));
-    if out == a.file {
-        bail!("-o {}: would overwrite the source", out.display());
-    }
+    // `convert` refuses an `out` that is the source (any spelling, link or hard link).
     crate::format::vflow::convert(&src, &out, a.group_size)?;
+    if !output_is_file(&out) {
+        errln!("wrote {} (a device or FIFO, not reopened)", out.display());
+        return Ok(());
+    }
     let v = crate::format::vflow::VflowFile::open(&out)?;
     errln!(
         "wrote {} ({:.1} MiB, {} groups of {} layers, {} experts in the bank)",
         out.display(),
-        mib(std::fs::metadata(&out)?.len()),
+        mib(std::fs::metadata(&out)
+            .with_context(|| format!("{}: cannot inspect", out.display()))?
+            .len()),
         v.header.n_groups,
         v.header.group_size,
         v.header.n_layers as usize * v.header.n_experts as usize
     );
     Ok(())
+}
+
+/// Whether a just-written output is a regular file (not a device or FIFO, which must not be
+/// reopened to report on what was written).
+fn output_is_file(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file())
 }
 
 /// Largest context a `.cflow` file may declare (the reader's `max_ctx` bound).
@@ -723,8 +731,14 @@ fn cmd_gen(a: GenArgs) -> Result<()> {
     let pb = progress_bar(cfg.n_layers as u64 + 1, &format!("gen {}", a.arch));
     generate(&spec, &a.out, |d, _| pb.set_position(d as u64))?;
     pb.finish_and_clear();
-    let size = std::fs::metadata(&a.out)?.len();
-    errln!("wrote {} ({:.1} MiB)", a.out.display(), mib(size));
+    if output_is_file(&a.out) {
+        let size = std::fs::metadata(&a.out)
+            .with_context(|| format!("{}: cannot inspect", a.out.display()))?
+            .len();
+        errln!("wrote {} ({:.1} MiB)", a.out.display(), mib(size));
+    } else {
+        errln!("wrote {}", a.out.display());
+    }
     Ok(())
 }
 
@@ -937,9 +951,10 @@ fn render_run_report(r: &serde_json::Value) -> String {
 }
 
 fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Result<()> {
-    let mut w = std::io::BufWriter::new(
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
-    );
+    // Write errors name the path (`Output`); the file appears only when complete.
+    let out =
+        crate::output::Output::create(path, &sess.engine.input_files()).context("--dump-logits")?;
+    let mut w = std::io::BufWriter::new(out);
     for (i, &id) in ids.iter().enumerate() {
         let logits = sess.engine.step(id, true)?.context("logits")?;
         let mut idx: Vec<usize> = (0..logits.len()).collect();
@@ -955,7 +970,7 @@ fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Resu
             serde_json::json!({"pos": i, "token": id, "top": topv, "logsumexp": lse})
         )?;
     }
-    w.flush()?;
+    w.into_inner().map_err(|e| e.into_error())?.commit()?;
     errln!("wrote {} positions to {}", ids.len(), path.display());
     Ok(())
 }
@@ -1148,22 +1163,26 @@ fn cmd_pull(a: PullArgs) -> Result<()> {
             a.name
         );
     }
-    let out = pull::pull_dir()?.join("SmolLM2-135M-Instruct.Q4_1.cflow");
-    let gguf = pull::fetch_gguf(&mut |m| errln!("{m}"))?;
-    if out.exists() && CflowFile::open(&out).is_ok() {
-        outln!("{}", out.display())?;
-        return Ok(());
-    }
-    errln!(
-        "importing {} (blocks copied without re-quantizing)...",
-        gguf.display()
-    );
-    cmd_import(ImportArgs {
-        src: gguf,
-        out: out.clone(),
-        quant: "keep".into(),
-        ctx: None,
-    })?;
+    // A cache entry: a concurrent pull waits for this one, then reuses its verified result.
+    let out = pull::pull_dir()?.join(pull::CFLOW_NAME);
+    crate::cache::ensure(
+        &out,
+        "the SmolLM2 import",
+        &mut |m| errln!("{m}"),
+        |out, log| {
+            let gguf = pull::fetch_gguf(log)?;
+            log(&format!(
+                "importing {} (blocks copied without re-quantizing)...",
+                gguf.display()
+            ));
+            cmd_import(ImportArgs {
+                src: gguf,
+                out: out.to_path_buf(),
+                quant: "keep".into(),
+                ctx: None,
+            })
+        },
+    )?;
     outln!("{}", out.display())?;
     Ok(())
 }
@@ -1192,11 +1211,13 @@ impl RecordTap {
         use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
         let machine = crate::telemetry::machine::MachineProfile::detect(s.engine.opts.isa.name());
         let cfg = crate::engine::worker::config_info(s);
-        let rec = Recorder::create(
+        // The error names the path; the model (and twin) cannot be the trace.
+        let rec = Recorder::create_for(
             path,
             TraceHeader::new(s.summary(), cfg.clone(), Some(machine)),
+            &s.engine.input_files(),
         )
-        .with_context(|| format!("cannot record to {}", path.display()))?;
+        .context("--record")?;
         let mut t = RecordTap {
             rec: Some(rec),
             clock: SessionClock::start(),
@@ -1424,17 +1445,13 @@ fn cmd_replay(a: ReplayArgs) -> Result<()> {
 }
 
 fn cmd_export(a: ExportArgs) -> Result<()> {
+    // Classify the output, and refuse the trace itself, before anything is read or written.
+    let out = crate::output::Output::create(&a.chrome, &[&a.file])?;
     let r = crate::telemetry::replay::Replay::open(&a.file)?;
-    let tmp = a.chrome.with_extension("json.tmp");
-    {
-        let f = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
-        let mut w = std::io::BufWriter::new(f);
-        crate::telemetry::chrome::export_chrome(&r, &mut w)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        w.flush()?;
-    }
-    std::fs::rename(&tmp, &a.chrome)?;
+    // Errors name the path (`Output`); the file appears only when complete.
+    let mut w = std::io::BufWriter::new(out);
+    crate::telemetry::chrome::export_chrome(&r, &mut w)?;
+    w.into_inner().map_err(|e| e.into_error())?.commit()?;
     errln!(
         "wrote {} ({} events from {})",
         a.chrome.display(),

@@ -4,10 +4,12 @@
 //! `quant` the block formats, `kernels` the dot products and matvec drivers, `model` geometry and
 //! weight views, `engine` the forward pass and scheduler, `io` prefetch and expert fetch,
 //! `telemetry` events/PMU/traces, `convert` importers and generators, `chat` tokenizers and
-//! templates, `tui` the terminal UI. The engine never imports `tui`.
+//! templates, `tui` the terminal UI, `output` how every output path is written, `cache` cache
+//! entries shared between processes. The engine never imports `tui`.
 #![deny(unsafe_code)]
 
 pub mod bench_io;
+pub mod cache;
 pub mod chat;
 pub mod cli;
 pub mod console;
@@ -21,6 +23,7 @@ pub mod io;
 #[allow(unsafe_code)]
 pub mod kernels;
 pub mod model;
+pub mod output;
 pub mod quant;
 pub mod telemetry;
 pub mod tui;

@@ -10,7 +10,12 @@ pub fn cache_dir() -> std::io::Result<PathBuf> {
             .unwrap_or_else(std::env::temp_dir)
             .join("cflow-tui"),
     };
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot create the cache directory {}: {e}", dir.display()),
+        )
+    })?;
     Ok(dir)
 }
 

@@ -226,6 +226,10 @@ fn gen_on_a_full_disk_fails_clearly_and_leaves_nothing() {
         err.contains("No space left") || err.contains("too large"),
         "unclear error: {err}"
     );
+    assert!(
+        err.contains(s(&out)),
+        "the error does not name the output: {err}"
+    );
     assert_eq!(lim.files(), Vec::<PathBuf>::new(), "partial output left");
 }
 
@@ -245,6 +249,10 @@ fn import_on_a_full_disk_fails_clearly_and_leaves_nothing() {
     assert!(
         err.contains("No space left") || err.contains("too large"),
         "unclear error: {err}"
+    );
+    assert!(
+        err.contains(s(&out)),
+        "the error does not name the output: {err}"
     );
     assert_eq!(lim.files(), Vec::<PathBuf>::new(), "partial output left");
 }
@@ -283,4 +291,72 @@ fn run_record_on_a_full_disk_keeps_the_lines_written() {
     assert!(r.events.len() > 3, "{} events", r.events.len());
     // At most the last line is cut.
     assert!(r.warnings.len() <= 1, "{:?}", r.warnings);
+}
+
+/// `--dump-logits` on a full disk said only "No space left on device (os error 28)" and left
+/// a partial file.
+#[test]
+fn dump_logits_on_a_full_disk_names_the_file_and_leaves_nothing() {
+    let Some(lim) = Limited::new() else {
+        eprintln!("SKIP: cannot mount a tmpfs or set ulimit -f");
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let model = tiny_model(work.path());
+    let out = lim.dir().join("logits.jsonl");
+    // ~300 bytes per position: 600 positions do not fit in 64 KiB.
+    let tokens: Vec<String> = (0..600).map(|i| (i % 120 + 1).to_string()).collect();
+    let o = lim.run(&[
+        "run",
+        s(&model),
+        "--threads",
+        "1",
+        "--tokens",
+        &tokens.join(","),
+        "--dump-logits",
+        s(&out),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        (err.contains("No space left") || err.contains("too large")) && err.contains(s(&out)),
+        "the error does not name {}: {err}",
+        out.display()
+    );
+    assert_eq!(lim.files(), Vec::<PathBuf>::new(), "partial output left");
+}
+
+#[test]
+fn export_on_a_full_disk_names_the_file_and_leaves_nothing() {
+    let Some(lim) = Limited::new() else {
+        eprintln!("SKIP: cannot mount a tmpfs or set ulimit -f");
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let model = tiny_model(work.path());
+    let trace = work.path().join("t.jsonl");
+    let o = Command::new(BIN)
+        .args([
+            "run",
+            s(&model),
+            "--tokens",
+            "1,2,3",
+            "-n",
+            "300",
+            "--ignore-eos",
+        ])
+        .args(["--threads", "1", "--record", s(&trace)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = lim.dir().join("chrome.json");
+    let o = lim.run(&["export", s(&trace), "--chrome", s(&out)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        (err.contains("No space left") || err.contains("too large")) && err.contains(s(&out)),
+        "the error does not name {}: {err}",
+        out.display()
+    );
+    assert_eq!(lim.files(), Vec::<PathBuf>::new(), "partial output left");
 }

@@ -152,3 +152,63 @@ fn demo_session_and_replay_in_tmux() {
     t.keys(&["q"]);
     t.wait(30, "replay exit", |s| s.contains("EXITED 0"));
 }
+
+/// Issue 14, item 5: `r` (here F9, its global key) twice within one second reused
+/// `cflow-<secs>.trace.jsonl` and truncated the first recording. Three start/stop pairs sent
+/// in one burst must leave three recordings with distinct date-time names.
+#[test]
+fn tui_recordings_started_in_one_second_never_overwrite_each_other() {
+    if !common::have_tmux() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_cflow-tui");
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.cflow");
+    let ok = Command::new(bin)
+        .args(["gen", "--arch", "llama", "--layers", "1", "--hidden", "64"])
+        .args(["--heads", "2", "--ffn", "64", "--vocab", "256", "-o"])
+        .arg(&model)
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(ok);
+    let rec = dir.path().join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    let cmd = format!(
+        "cd {} && CFLOW_CACHE={} {bin} {} --no-pmu; echo EXITED $?; sleep 60",
+        rec.display(),
+        dir.path().join("cache").display(),
+        model.display()
+    );
+    let t = Tmux::start("cflow-e2e-rec", &cmd, 160, 48);
+    t.wait(60, "the TUI", |s| {
+        s.contains("Text") && s.contains("Streams")
+    });
+    t.keys(&["F9", "F9", "F9", "F9", "F9", "F9"]);
+    let names = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&rec)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let t0 = Instant::now();
+    while names().len() < 3 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    t.keys(&["F10"]);
+    t.wait(30, "exit", |s| s.contains("EXITED 0"));
+    let names = names();
+    assert_eq!(names.len(), 3, "{names:?}");
+    for n in &names {
+        assert!(
+            n.starts_with("cflow-2") && n.ends_with(".trace.jsonl") && n.contains('T'),
+            "not a date-time name: {n}"
+        );
+        let r = cflow::telemetry::replay::Replay::open(rec.join(n)).unwrap();
+        assert!(r.warnings.is_empty(), "{n}: {:?}", r.warnings);
+    }
+}

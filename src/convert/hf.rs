@@ -1027,7 +1027,7 @@ pub fn import_hf(
     load_tokenizer(dir, &mut cfg.meta, cfg.vocab)?;
     let (d, qd, kvd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
     let q = quant;
-    let mut wr = CflowWriter::create(out, &cfg)?;
+    let mut wr = CflowWriter::create_for(out, &cfg, &[dir])?;
     let total = cfg.n_layers + 1;
     for i in 0..cfg.n_layers {
         let p = |s: &str| format!("model.layers.{i}.{s}");

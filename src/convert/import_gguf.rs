@@ -328,7 +328,7 @@ pub fn import_gguf(
         file: file.clone(),
         target,
     };
-    let mut w = CflowWriter::create(out, &cfg)?;
+    let mut w = CflowWriter::create_for(out, &cfg, &[src])?;
     let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
     let total = n_layers + 1;
     for i in 0..n_layers {

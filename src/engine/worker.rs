@@ -22,7 +22,11 @@ use std::thread::JoinHandle;
 #[derive(Debug)]
 pub enum Ctl {
     Cmd(Command),
+    /// Record to this path (replacing a regular file, writing a device or FIFO directly).
     StartRecording(PathBuf),
+    /// Record to a new, uniquely named file in this directory (the TUI's `r`): see
+    /// `Recorder::create_unique_in`.
+    StartNewRecording(PathBuf),
     StopRecording,
 }
 
@@ -206,25 +210,32 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 rec_error: Arc::new(Mutex::new(None)),
             };
             let summary = session.summary();
-            let start_recording = |path: &PathBuf, s: &Session, out: &Out| match Recorder::create(
-                path,
-                TraceHeader::new(s.summary(), config_info(s), machine.clone()),
-            ) {
-                Ok(r) => {
-                    if let Ok(mut g) = out.rec.lock() {
-                        *g = Some(r);
+            let start_recording = |ctl: &Ctl, s: &Session, out: &Out| {
+                let header = TraceHeader::new(s.summary(), config_info(s), machine.clone());
+                let r = match ctl {
+                    Ctl::StartNewRecording(dir) => Recorder::create_unique_in(dir, header),
+                    Ctl::StartRecording(path) => {
+                        Recorder::create_for(path, header, &s.engine.input_files())
                     }
-                    out.emit(Event::Notice {
-                        message: format!("recording to {}", path.display()),
-                    });
+                    _ => return,
+                };
+                match r {
+                    Ok(r) => {
+                        let message = format!("recording to {}", r.path().display());
+                        if let Ok(mut g) = out.rec.lock() {
+                            *g = Some(r);
+                        }
+                        out.emit(Event::Notice { message });
+                    }
+                    // The error names the path.
+                    Err(e) => out.emit(Event::Error {
+                        message: format!("cannot record: {e}"),
+                        fatal: false,
+                    }),
                 }
-                Err(e) => out.emit(Event::Error {
-                    message: format!("cannot record to {}: {e}", path.display()),
-                    fatal: false,
-                }),
             };
             if let Some(p) = &record {
-                start_recording(p, &session, &out);
+                start_recording(&Ctl::StartRecording(p.clone()), &session, &out);
             }
             out.emit(Event::Session {
                 model: Box::new(summary),
@@ -319,7 +330,9 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                 });
                             }
                         }
-                        Ctl::StartRecording(p) => start_recording(&p, &session, &out),
+                        c @ (Ctl::StartRecording(_) | Ctl::StartNewRecording(_)) => {
+                            start_recording(&c, &session, &out)
+                        }
                         Ctl::StopRecording => stop_recording(&out),
                     }
                     continue;
@@ -329,7 +342,9 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 // waiting forever; later requests fail fast (above).
                 let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> bool {
                     match next {
-                        Ctl::StartRecording(p) => start_recording(&p, &session, &out),
+                        c @ (Ctl::StartRecording(_) | Ctl::StartNewRecording(_)) => {
+                            start_recording(&c, &session, &out)
+                        }
                         Ctl::StopRecording => stop_recording(&out),
                         Ctl::Cmd(Command::Quit) => return true,
                         Ctl::Cmd(Command::Stop) => {

@@ -67,6 +67,8 @@ pub enum FormatError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     #[error("invalid model data: {0}")]
     Invalid(String),
 }

@@ -16,9 +16,10 @@ use super::header::*;
 use super::reader::{config_from_header, CflowFile, LayerView, Matrix, V};
 use super::writer::{build_vocab_region, ITEM_ALIGN, REGION_ALIGN};
 use crate::model::ModelMeta;
+use crate::output::Output;
 use crate::quant::QuantType;
 use memmap2::Mmap;
-use std::io::{Seek, SeekFrom, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub const VFLOW_MAGIC: [u8; 8] = *b"VFLOW\0\0\0";
@@ -611,7 +612,8 @@ fn build_group(
 }
 
 /// Writes `src` as a `.vflow` with `group_size` layers per vertical group to `out` (through a
-/// temporary file renamed into place, so a failed conversion leaves nothing behind).
+/// [`crate::output::Output`]: a temporary file renamed into place, so a failed conversion leaves
+/// nothing behind; `out` being the source file itself is refused before anything is written).
 pub fn convert(src: &CflowFile, out: &Path, group_size: usize) -> Result<(), FormatError> {
     let c = &src.cfg;
     let nl = c.n_layers;
@@ -683,7 +685,7 @@ pub fn convert(src: &CflowFile, out: &Path, group_size: usize) -> Result<(), For
     h.metadata_offset = meta_off;
     h.metadata_len = meta.len() as u32;
 
-    let mut w = TmpWriter::create(out)?;
+    let mut w = TmpWriter::create(out, &[&src.path])?;
     let mut head = vec![0u8; seq_off as usize];
     head[..64].copy_from_slice(&vh.encode());
     let mh = MODEL_HEADER_AT as usize;
@@ -713,33 +715,21 @@ pub fn convert(src: &CflowFile, out: &Path, group_size: usize) -> Result<(), For
     w.finish()
 }
 
-/// Sequential writer into `path.tmp-PID`, zero-filling gaps, renamed into place by `finish`.
+/// Sequential writer into an [`Output`] (a temporary file renamed into place by `finish`, or a
+/// device/FIFO written directly), zero-filling gaps.
 struct TmpWriter {
     path: PathBuf,
-    tmp: PathBuf,
-    file: Option<std::fs::File>,
+    out: Option<Output>,
     pos: u64,
 }
 
 impl TmpWriter {
-    fn create(path: &Path) -> Result<TmpWriter, FormatError> {
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        let file = std::fs::File::create(&tmp).map_err(|e| FormatError::Write {
-            file: tmp.clone(),
-            source: e,
-        })?;
+    fn create(path: &Path, inputs: &[&Path]) -> Result<TmpWriter, FormatError> {
         Ok(TmpWriter {
             path: path.into(),
-            tmp,
-            file: Some(file),
+            out: Some(Output::create(path, inputs)?),
             pos: 0,
         })
-    }
-    fn err(&self) -> impl Fn(std::io::Error) -> FormatError + '_ {
-        |e| FormatError::Write {
-            file: self.tmp.clone(),
-            source: e,
-        }
     }
     /// Writes `b` at `at` (never before the current end).
     fn write_at(&mut self, at: u64, b: &[u8]) -> Result<(), FormatError> {
@@ -750,33 +740,24 @@ impl TmpWriter {
             )));
         }
         let gap = (at - self.pos) as usize;
-        let tmp = self.tmp.clone();
+        let path = self.path.clone();
         let werr = |e| FormatError::Write {
-            file: tmp.clone(),
+            file: path.clone(),
             source: e,
         };
-        let f = self.file.as_mut().expect("writer used after finish");
+        let f = self
+            .out
+            .as_mut()
+            .expect("writer used after finish")
+            .file_mut();
         f.write_all(&vec![0u8; gap]).map_err(werr)?;
         f.write_all(b).map_err(werr)?;
         self.pos = at + b.len() as u64;
         Ok(())
     }
     fn finish(mut self) -> Result<(), FormatError> {
-        let mut f = self.file.take().expect("finish once");
-        let r = f
-            .seek(SeekFrom::End(0))
-            .and_then(|_| f.sync_all())
-            .map_err(self.err());
-        drop(f);
-        r?;
-        std::fs::rename(&self.tmp, &self.path).map_err(self.err())
-    }
-}
-
-impl Drop for TmpWriter {
-    fn drop(&mut self) {
-        if self.file.take().is_some() {
-            let _ = std::fs::remove_file(&self.tmp);
-        }
+        // Unfinished (error or abandoned): dropping `out` removes the temporary file.
+        self.out.take().expect("finish once").commit()?;
+        Ok(())
     }
 }

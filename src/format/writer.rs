@@ -1,11 +1,14 @@
 //! `.cflow` v5 writer. Builds each layer region in memory (directory + tiles in consumption
-//! order), streams regions to a temporary file, then writes the layer table, metadata and header
-//! and atomically renames the result into place, so a failed write leaves nothing behind.
+//! order), streams regions to the output, then writes the layer table, metadata and header.
+//! The output is a [`crate::output::Output`]: for a regular or new file a temporary file renamed
+//! into place at the end (a failed write leaves nothing behind); a device or FIFO is spooled and
+//! copied; an input of the conversion is refused before anything is written.
 
 use super::error::FormatError;
 use super::header::*;
 use super::{TILE_COLS, TILE_ROWS};
 use crate::model::{ModelConfig, ModelMeta};
+use crate::output::Output;
 use crate::quant::{dequantize_row, quantize_row, QuantType, QK};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -453,8 +456,7 @@ fn check_config(path: &Path, cfg: &ModelConfig) -> Result<(), FormatError> {
 /// `finish` with the vocabulary.
 pub struct CflowWriter {
     path: PathBuf,
-    tmp: PathBuf,
-    file: Option<std::fs::File>,
+    out: Option<Output>,
     cfg: ModelConfig,
     pos: u64,
     table: Vec<(u64, u64)>,
@@ -462,16 +464,21 @@ pub struct CflowWriter {
 
 impl CflowWriter {
     pub fn create(path: &Path, cfg: &ModelConfig) -> Result<CflowWriter, FormatError> {
+        Self::create_for(path, cfg, &[])
+    }
+
+    /// [`CflowWriter::create`], refusing a `path` that is the same file as one of `inputs`
+    /// (the files being converted) before anything is opened for writing.
+    pub fn create_for(
+        path: &Path,
+        cfg: &ModelConfig,
+        inputs: &[&Path],
+    ) -> Result<CflowWriter, FormatError> {
         check_config(path, cfg)?;
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        let file = std::fs::File::create(&tmp).map_err(|e| FormatError::Write {
-            file: tmp.clone(),
-            source: e,
-        })?;
+        let out = Output::create_seekable(path, inputs)?;
         let mut w = CflowWriter {
             path: path.to_path_buf(),
-            tmp,
-            file: Some(file),
+            out: Some(out),
             cfg: cfg.clone(),
             pos: 0,
             table: Vec::new(),
@@ -484,9 +491,13 @@ impl CflowWriter {
     }
 
     fn write_all(&mut self, b: &[u8]) -> Result<(), FormatError> {
-        let f = self.file.as_mut().expect("writer used after finish");
+        let f = self
+            .out
+            .as_mut()
+            .expect("writer used after finish")
+            .file_mut();
         f.write_all(b).map_err(|e| FormatError::Write {
-            file: self.tmp.clone(),
+            file: self.path.clone(),
             source: e,
         })?;
         self.pos += b.len() as u64;
@@ -541,27 +552,18 @@ impl CflowWriter {
             head.extend_from_slice(&o.to_le_bytes());
             head.extend_from_slice(&l.to_le_bytes());
         }
-        let tmp = self.tmp.clone();
+        let path = self.path.clone();
         let werr = |e| FormatError::Write {
-            file: tmp.clone(),
+            file: path.clone(),
             source: e,
         };
-        let mut f = self.file.take().expect("finish once");
+        // Unfinished (error or abandoned): dropping `out` removes the temporary file.
+        let mut out = self.out.take().expect("finish once");
+        let f = out.file_mut();
         f.seek(SeekFrom::Start(0)).map_err(werr)?;
         f.write_all(&head).map_err(werr)?;
-        f.sync_all().map_err(werr)?;
-        drop(f);
-        std::fs::rename(&self.tmp, &self.path).map_err(werr)?;
+        out.commit()?;
         Ok(())
-    }
-}
-
-impl Drop for CflowWriter {
-    fn drop(&mut self) {
-        // Unfinished (error or abandoned): remove the temporary file.
-        if self.file.take().is_some() {
-            let _ = std::fs::remove_file(&self.tmp);
-        }
     }
 }
 

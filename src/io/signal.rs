@@ -1,4 +1,5 @@
-//! SIGINT handling for the REPLs: Ctrl-C stops the current reply instead of killing the process.
+//! SIGINT handling for the REPLs: Ctrl-C stops the current reply instead of killing the process;
+//! and a query of a signal's current disposition.
 
 /// Runs `f` (on a watcher thread) every time the process receives SIGINT, instead of the
 /// default termination. Uses a self-pipe-free flag polled every 20 ms.
@@ -17,4 +18,14 @@ pub fn on_sigint(f: impl Fn() + Send + 'static) {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     });
+}
+
+/// Whether `sig` currently has its default disposition (not ignored, no handler installed).
+pub fn has_default_action(sig: libc::c_int) -> bool {
+    // SAFETY: a zeroed `sigaction` is a valid out-parameter; with a null `act`, sigaction only
+    // reads the current disposition into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL
+    }
 }

@@ -100,7 +100,11 @@ impl MachineProfile {
                 bandwidth: bw.clone(),
             };
             if let Ok(s) = serde_json::to_vec_pretty(&c) {
-                let _ = std::fs::write(path, s);
+                // Atomic replace: a concurrent launch never reads a half-written profile.
+                let _ = crate::output::Output::create(&path, &[]).and_then(|mut o| {
+                    std::io::Write::write_all(&mut o, &s).map_err(|e| o.error("write", e))?;
+                    o.commit().map(drop)
+                });
             }
         }
         p.bandwidth = Some(bw);

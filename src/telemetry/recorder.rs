@@ -5,9 +5,18 @@
 //! and Done): a crash loses at most the line being written, which the tolerant replay reader
 //! reports as a truncated last line. I/O errors (disk full, closed pipe) are returned, never
 //! panicked on.
+//!
+//! Where traces go ([`crate::output::Output`]): a device or FIFO (`--record /dev/stdout`) is
+//! written directly. A regular or new file gets its header line in a temporary file next to it,
+//! which then replaces the path at once; every event after that is appended and flushed under
+//! the final name. So crash-safety wins over all-or-nothing atomicity: a crash or signal keeps
+//! every event so far, while a recording that cannot even write its header leaves an existing
+//! file at the path untouched. The TUI's recordings ([`Recorder::create_unique_in`]) get a new
+//! name created with O_EXCL and never replace anything.
 
 use super::event::{EngineConfigInfo, ModelSummary, Stamped};
 use super::machine::MachineProfile;
+use crate::output::Output;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -30,6 +39,8 @@ pub enum TraceError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     #[error("cannot serialize trace event: {0}")]
     Serialize(#[from] serde_json::Error),
     #[error("{path}: empty file (no trace header)")]
@@ -101,11 +112,67 @@ pub struct Recorder<W: Write = File> {
 }
 
 impl Recorder<File> {
-    /// Create (truncate) `path` and write the header line.
+    /// Records to `path` (see the module docs for devices, FIFOs and existing files).
     pub fn create(path: impl AsRef<Path>, header: TraceHeader) -> Result<Self, TraceError> {
-        let path = path.as_ref();
-        let f = File::create(path).map_err(|e| io_err(path, e))?;
-        Self::from_writer(f, path, header)
+        Self::create_for(path.as_ref(), header, &[])
+    }
+
+    /// [`Recorder::create`], refusing a `path` that is the same file as one of `inputs` (the
+    /// model being run), before anything is opened for writing.
+    pub fn create_for(
+        path: &Path,
+        header: TraceHeader,
+        inputs: &[&Path],
+    ) -> Result<Self, TraceError> {
+        let out = Output::create(path, inputs)?;
+        Self::start(out, header)
+    }
+
+    /// Records to a new file in `dir` named after the current UTC time,
+    /// `cflow-YYYYMMDDTHHMMSSZ.trace.jsonl` (then `…Z-2`, `…Z-3`, … when taken), created with
+    /// O_EXCL: never replaces or truncates an existing file.
+    pub fn create_unique_in(dir: &Path, header: TraceHeader) -> Result<Self, TraceError> {
+        let stamp = basic_utc(SystemTime::now());
+        for n in 1u32..10_000 {
+            let name = if n == 1 {
+                format!("cflow-{stamp}.trace.jsonl")
+            } else {
+                format!("cflow-{stamp}-{n}.trace.jsonl")
+            };
+            match Output::create_new(&dir.join(name)) {
+                Ok(out) => return Self::start(out, header),
+                Err(e) if e.io_kind() == Some(std::io::ErrorKind::AlreadyExists) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(TraceError::Io {
+            path: dir
+                .join(format!("cflow-{stamp}-*.trace.jsonl"))
+                .display()
+                .to_string(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "every counter for this second is taken",
+            ),
+        })
+    }
+
+    /// Writes the header into `out`, commits it (an atomic replace happens now) and goes on
+    /// appending to the committed file.
+    fn start(mut out: Output, header: TraceHeader) -> Result<Self, TraceError> {
+        let path = out.path().to_path_buf();
+        let mut line = serde_json::to_vec(&header)?;
+        line.push(b'\n');
+        out.file_mut()
+            .write_all(&line)
+            .map_err(|e| io_err(&path, e))?;
+        let f = out.commit()?;
+        Ok(Recorder {
+            out: BufWriter::with_capacity(64 << 10, f),
+            path,
+            events: 0,
+            line: Vec::with_capacity(4096),
+        })
     }
 }
 
@@ -219,6 +286,19 @@ pub fn rfc3339(t: SystemTime) -> String {
     )
 }
 
+/// A time as ISO 8601 basic UTC to the second, e.g. `20261129T114404Z` (for file names).
+pub fn basic_utc(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let (days, sod) = ((secs / 86_400) as i64, secs % 86_400);
+    let (y, m, dd) = civil_from_days(days);
+    format!(
+        "{y:04}{m:02}{dd:02}T{:02}{:02}{:02}Z",
+        sod / 3600,
+        (sod / 60) % 60,
+        sod % 60
+    )
+}
+
 /// Days since 1970-01-01 → (year, month 1-12, day 1-31), proleptic Gregorian.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     // Shift to an era starting on 0000-03-01 so leap days fall at the end of the year.
@@ -237,6 +317,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::{EngineConfigInfo, ModelSummary};
     use std::time::Duration;
 
     #[test]
@@ -245,6 +326,55 @@ mod tests {
         let a = c.stamp(crate::telemetry::event::Event::Reset);
         let b = c.stamp(crate::telemetry::event::Event::Reset);
         assert!(b.t_ns >= a.t_ns);
+    }
+
+    fn header() -> TraceHeader {
+        TraceHeader::new(
+            ModelSummary::default(),
+            EngineConfigInfo {
+                threads: 1,
+                isa: "scalar".into(),
+                prefetch: false,
+                fetch: "mmap".into(),
+                expert_tier: "mmap".into(),
+                layout: "cflow".into(),
+                layouts_available: vec!["cflow".into()],
+                notes: vec![],
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn unique_recordings_in_one_second_get_distinct_names_and_never_truncate() {
+        let d = tempfile::tempdir().unwrap();
+        let a = Recorder::create_unique_in(d.path(), header()).unwrap();
+        let pa = a.path().to_path_buf();
+        drop(a);
+        let before = std::fs::read(&pa).unwrap();
+        let mut paths = vec![pa.clone()];
+        for _ in 0..3 {
+            let r = Recorder::create_unique_in(d.path(), header()).unwrap();
+            paths.push(r.path().to_path_buf());
+        }
+        let mut uniq = paths.clone();
+        uniq.sort();
+        uniq.dedup();
+        assert_eq!(uniq.len(), paths.len(), "{paths:?}");
+        assert_eq!(std::fs::read(&pa).unwrap(), before);
+        let name = pa.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with("cflow-2") && name.ends_with("Z.trace.jsonl"),
+            "{name}"
+        );
+    }
+
+    #[test]
+    fn basic_utc_known_date() {
+        assert_eq!(
+            basic_utc(UNIX_EPOCH + Duration::from_secs(1_234_567_890)),
+            "20090213T233130Z"
+        );
     }
 
     #[test]

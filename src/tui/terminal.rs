@@ -72,7 +72,7 @@ impl TerminalGuard {
         ratatui::restore();
         if let Ok(mut d) = DEFERRED.lock() {
             for m in d.drain(..) {
-                eprintln!("{m}");
+                crate::errln!("{m}");
             }
         }
     }
