@@ -149,11 +149,12 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
         Some(p) => p.clone(),
         None => overlap_model()?,
     };
+    // Before the model is mapped: pages mapped by this process could not be evicted.
+    let cold = make_cold(&path, a.drop_caches)?;
     let file = Arc::new(CflowFile::open(&path)?);
     if !file.cfg.has_experts() {
         bail!("{}: not an MoE model", path.display());
     }
-    let cold = make_cold(&path, a.drop_caches)?;
     let mut rows = Vec::new();
     for &t in &a.threads {
         let mut e = Engine::new(

@@ -123,6 +123,9 @@ fn a_closed_stdout_ends_every_subcommand_quietly() {
         .expect("the headless demo generated the demo model into the cache");
     let demo = demo.to_str().unwrap();
     assert_quiet(&["perplexity", demo, "--file", text, "--ctx", "32"], &env);
+    // Generated text (the demo has a tokenizer, so tokens are written as they come): the
+    // closed pipe stops the generation.
+    assert_quiet(&["run", demo, "--prompt", "Once", "-n", "3000"], &env);
 }
 
 #[test]

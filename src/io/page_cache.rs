@@ -5,11 +5,14 @@
 
 use std::path::Path;
 
-/// Asks the kernel to drop `path`'s cached pages. Clean pages (a model file opened read-only)
-/// go at once; the call is advisory, so check with [`resident_fraction`].
+/// Asks the kernel to drop `path`'s cached pages. Clean pages that no process has mapped go at
+/// once (pages mapped by this or another process stay); the call is advisory, so check with
+/// [`resident_fraction`].
 pub fn evict(path: &Path) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(path)?;
+    // Dirty pages (a file written moments ago) are not dropped: write them back first.
+    let _ = f.sync_data();
     // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
     let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     if rc != 0 {
