@@ -63,7 +63,7 @@ fn truncated_between_tokens_is_a_clear_error() {
     let out = s.generate(&[1, 2, 3], 8, false, &mut |e| events.push(e));
     assert_eq!(out.reason, Some(StopReason::Error), "{out:?}");
     let err = out.error.clone().unwrap_or_default();
-    assert!(err.contains("truncated while open"), "{err}");
+    assert!(err.contains("changed while it was mapped: reopen it"), "{err}");
     assert!(err.contains("4096"), "{err}");
     // Tokens generated before the truncation are kept.
     assert_eq!(out.tokens.len(), 2, "{out:?}");
