@@ -624,7 +624,7 @@ fn new_engine(
     opts: EngineOptions,
     eng: &EngineArgs,
 ) -> Result<Engine> {
-    use crate::format::vflow::{is_twin_of, VflowFile};
+    use crate::format::vflow::{check_twin, VflowFile};
     let want = opts.layout;
     let twin = eng.vflow.clone().or_else(|| {
         let p = path.with_extension("vflow");
@@ -636,15 +636,16 @@ fn new_engine(
         let attached = VflowFile::open(&vp)
             .map_err(|e| e.to_string())
             .and_then(|v| {
-                if is_twin_of(&v, &engine.file) {
-                    Ok(v)
-                } else {
-                    Err(format!(
-                        "{}: converted from a different file than {}",
-                        vp.display(),
-                        path.display()
-                    ))
+                for (f, what) in [(&*engine.file, "model"), (&v.file, "twin")] {
+                    if !f.has_recorded_content_hash() {
+                        eprintln!(
+                            "cflow-tui: {} has no recorded content hash (written by an older \
+                             version): hashing the {what} to match the twin",
+                            f.path.display()
+                        );
+                    }
                 }
+                check_twin(&v, &engine.file).map(|()| v)
             })
             .and_then(|v| engine.attach_vflow(Arc::new(v.into_file())));
         match attached {

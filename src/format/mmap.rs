@@ -118,9 +118,16 @@ impl ModelMap {
         let Ok(m) = self.file.metadata() else {
             return Ok(());
         };
+        if m.len() < self.len {
+            return Err(format!(
+                "it was truncated from {} to {} bytes",
+                self.len,
+                m.len()
+            ));
+        }
         if m.len() != self.len {
             return Err(format!(
-                "its size went from {} to {} bytes",
+                "it grew from {} to {} bytes",
                 self.len,
                 m.len()
             ));
