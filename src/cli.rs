@@ -1038,10 +1038,12 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
     Ok(())
 }
 
+/// Largest `perplexity --file` (64 MiB of text is ~16 M tokens, days of evaluation).
+const PPL_MAX_FILE: u64 = 64 << 20;
+
 fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
     let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default(), false)?;
-    let text = std::fs::read_to_string(&a.file)
-        .with_context(|| format!("cannot read {}", a.file.display()))?;
+    let text = crate::util::read_text_file(&a.file, PPL_MAX_FILE).map_err(anyhow::Error::msg)?;
     let ids = sess.encode(&text).map_err(anyhow::Error::msg)?;
     let ctx = a.ctx.min(sess.engine.cfg.max_ctx).max(2);
     if ids.len() < 2 {
