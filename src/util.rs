@@ -24,8 +24,8 @@ pub fn mib(bytes: u64) -> f64 {
 pub fn read_text_file(path: &std::path::Path, cap: u64) -> Result<String, String> {
     use std::io::Read;
     let p = path.display();
-    let (file, meta) =
-        crate::format::mmap::open_nonblocking(path).map_err(|e| format!("{p}: cannot open: {e}"))?;
+    let (file, meta) = crate::format::mmap::open_nonblocking(path)
+        .map_err(|e| format!("{p}: cannot open: {e}"))?;
     if let Some(kind) = crate::format::mmap::non_regular_kind(&meta) {
         return Err(format!("{p}: {kind}, not a regular file: give a text file"));
     }
@@ -42,7 +42,10 @@ pub fn read_text_file(path: &std::path::Path, cap: u64) -> Result<String, String
         .read_to_end(&mut b)
         .map_err(|e| format!("{p}: cannot read: {e}"))?;
     if b.len() as u64 > cap {
-        return Err(format!("{p}: grew past {:.0} MiB while it was read", mib(cap)));
+        return Err(format!(
+            "{p}: grew past {:.0} MiB while it was read",
+            mib(cap)
+        ));
     }
     String::from_utf8(b).map_err(|e| format!("{p}: not UTF-8 text: {e}"))
 }

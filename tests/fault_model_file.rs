@@ -64,7 +64,10 @@ fn truncated_between_tokens_is_a_clear_error() {
     let out = s.generate(&[1, 2, 3], 8, false, &mut |e| events.push(e));
     assert_eq!(out.reason, Some(StopReason::Error), "{out:?}");
     let err = out.error.clone().unwrap_or_default();
-    assert!(err.contains("changed while it was mapped: reopen it"), "{err}");
+    assert!(
+        err.contains("changed while it was mapped: reopen it"),
+        "{err}"
+    );
     assert!(err.contains("4096"), "{err}");
     // Tokens generated before the truncation are kept.
     assert_eq!(out.tokens.len(), 2, "{out:?}");
@@ -172,10 +175,17 @@ fn truncated_during_a_headless_run_exits_with_an_error_not_a_signal() {
         truncate_to_half(&p);
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.signal(), None, "killed by a signal at {ms} ms: {err}");
+        assert_eq!(
+            out.status.signal(),
+            None,
+            "killed by a signal at {ms} ms: {err}"
+        );
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(
-            err.contains(&format!("model file {} changed while it was mapped: reopen it", p.display())),
+            err.contains(&format!(
+                "model file {} changed while it was mapped: reopen it",
+                p.display()
+            )),
             "{err}"
         );
         // A run that finished its 3,000 tokens before the truncation would not test anything.
@@ -205,7 +215,10 @@ fn truncated_during_a_token_in_process_is_a_non_fatal_error() {
     cutter.join().unwrap();
     assert_eq!(out.reason, Some(StopReason::Error), "{:?}", out.error);
     let err = out.error.clone().unwrap_or_default();
-    assert!(err.contains("changed while it was mapped: reopen it"), "{err}");
+    assert!(
+        err.contains("changed while it was mapped: reopen it"),
+        "{err}"
+    );
     assert!(out.tokens.len() < 3000);
     assert!(events.iter().any(
         |e| matches!(e, Event::Error { message, fatal: false } if message.contains("reopen it"))

@@ -277,11 +277,16 @@ fn metadata_numbers_are_validated_at_open() {
         b
     };
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("rope_dims", with_meta(&good, |m| m["rope_dims"] = json!(1000))),
+        (
+            "rope_dims",
+            with_meta(&good, |m| m["rope_dims"] = json!(1000)),
+        ),
         ("rope_dims", with_meta(&good, |m| m["rope_dims"] = json!(7))),
         (
             "rope_theta_per_layer",
-            with_meta(&good, |m| m["rope_theta_per_layer"] = json!([1e4, 1e4, 1e4, 1e4])),
+            with_meta(&good, |m| {
+                m["rope_theta_per_layer"] = json!([1e4, 1e4, 1e4, 1e4])
+            }),
         ),
         (
             "rope_theta_per_layer",
@@ -317,7 +322,12 @@ fn metadata_numbers_are_validated_at_open() {
         let p = dir.path().join(format!("meta{i}.cflow"));
         for args in [&["inspect"][..], &["run", "--tokens", "1,2", "-n", "2"][..]] {
             let (code, sig, err) = limited(args, &p);
-            assert_eq!((code, sig), (Some(1), None), "{args:?} {}: {err}", cases[i].0);
+            assert_eq!(
+                (code, sig),
+                (Some(1), None),
+                "{args:?} {}: {err}",
+                cases[i].0
+            );
             assert!(err.contains(cases[i].0), "{err}");
         }
     }

@@ -45,15 +45,27 @@ fn tiny_gguf(s: &Spec) -> Vec<u8> {
     let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
     tokens.extend((3..v).map(|i| format!("▁t{i}")));
     let mut kvs: Vec<(String, GgufValue)> = vec![
-        ("general.architecture".into(), GgufValue::String("llama".into())),
+        (
+            "general.architecture".into(),
+            GgufValue::String("llama".into()),
+        ),
         ("llama.block_count".into(), GgufValue::U32(1)),
         ("llama.embedding_length".into(), GgufValue::U32(d as u32)),
-        ("llama.feed_forward_length".into(), GgufValue::U32(ff as u32)),
+        (
+            "llama.feed_forward_length".into(),
+            GgufValue::U32(ff as u32),
+        ),
         ("llama.attention.head_count".into(), GgufValue::U32(4)),
         ("llama.attention.head_count_kv".into(), GgufValue::U32(2)),
-        ("llama.attention.layer_norm_rms_epsilon".into(), GgufValue::F32(1e-5)),
+        (
+            "llama.attention.layer_norm_rms_epsilon".into(),
+            GgufValue::F32(1e-5),
+        ),
         ("llama.context_length".into(), GgufValue::U32(256)),
-        ("tokenizer.ggml.model".into(), GgufValue::String("llama".into())),
+        (
+            "tokenizer.ggml.model".into(),
+            GgufValue::String("llama".into()),
+        ),
         ("tokenizer.ggml.tokens".into(), str_array(&tokens)),
         ("tokenizer.ggml.scores".into(), f32_array(&vec![0.0; v])),
     ];
@@ -140,7 +152,10 @@ fn every_sizing_key_is_validated_before_writing() {
         ("llama.expert_used_count", GgufValue::U32(3)),
         ("llama.context_length", GgufValue::U32(0)),
         ("llama.context_length", GgufValue::U32(u32::MAX)),
-        ("llama.attention.layer_norm_rms_epsilon", GgufValue::F32(0.0)),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            GgufValue::F32(0.0),
+        ),
         ("llama.rope.freq_base", GgufValue::F32(-1.0)),
     ];
     for (key, val) in cases {
@@ -153,7 +168,8 @@ fn every_sizing_key_is_validated_before_writing() {
     }
     // A valid rope.dimension_count (partial rotary) still imports and runs.
     let mut s = spec();
-    s.kvs.push(("llama.rope.dimension_count", GgufValue::U32(8)));
+    s.kvs
+        .push(("llama.rope.dimension_count", GgufValue::U32(8)));
     let (out, r) = import(dir.path(), &s, QuantTarget::Keep);
     r.unwrap();
     let f = Arc::new(CflowFile::open(&out).unwrap());
@@ -241,12 +257,17 @@ fn non_regular_inputs_are_refused() {
     let out = dir.path().join("z.cflow");
     let (code, err) = limited(&["import", "/dev/zero", "-o", out.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("/dev/zero") && err.contains("not a regular file"), "{err}");
+    assert!(
+        err.contains("/dev/zero") && err.contains("not a regular file"),
+        "{err}"
+    );
     assert!(!out.exists());
 
     let m = dir.path().join("m.cflow");
     let o = Command::new(BIN)
-        .args(["gen", "--arch", "llama", "--layers", "1", "--hidden", "64", "--vocab", "300"])
+        .args([
+            "gen", "--arch", "llama", "--layers", "1", "--hidden", "64", "--vocab", "300",
+        ])
         .arg("-o")
         .arg(&m)
         .output()
@@ -254,11 +275,23 @@ fn non_regular_inputs_are_refused() {
     assert!(o.status.success());
     let (code, err) = limited(&["perplexity", m.to_str().unwrap(), "--file", "/dev/zero"]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("/dev/zero") && err.contains("not a regular file"), "{err}");
+    assert!(
+        err.contains("/dev/zero") && err.contains("not a regular file"),
+        "{err}"
+    );
 
     let fifo = dir.path().join("fifo.gguf");
-    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-    let (code, err) = limited(&["import", fifo.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let (code, err) = limited(&[
+        "import",
+        fifo.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("FIFO"), "{err}");
 
@@ -268,7 +301,12 @@ fn non_regular_inputs_are_refused() {
         .unwrap()
         .set_len(65 << 20)
         .unwrap();
-    let (code, err) = limited(&["perplexity", m.to_str().unwrap(), "--file", big.to_str().unwrap()]);
+    let (code, err) = limited(&[
+        "perplexity",
+        m.to_str().unwrap(),
+        "--file",
+        big.to_str().unwrap(),
+    ]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("big.txt") && err.contains("MiB"), "{err}");
 }
@@ -298,7 +336,10 @@ fn huge_metadata_arrays_are_refused_with_bounded_memory() {
     let out = dir.path().join("x.cflow");
     let (code, err) = limited(&["import", p.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains(key) && err.contains("metadata too large"), "{err}");
+    assert!(
+        err.contains(key) && err.contains("metadata too large"),
+        "{err}"
+    );
     // In-process the same file fails the same way (and the parse maps, not reads, the file).
     let e = cflow::convert::gguf::GgufFile::open(&p).unwrap_err();
     assert!(e.to_string().contains("metadata too large"), "{e}");

@@ -463,7 +463,10 @@ fn a_twin_of_other_weights_with_the_same_header_is_rejected() {
     assert_eq!(cflow::format::file_hash(&fa), cflow::format::file_hash(&fb));
     let vb = VflowFile::open(&to_vflow(&b, 2)).unwrap();
     assert!(is_twin_of(&vb, &fb));
-    assert!(!is_twin_of(&vb, &fa), "a twin of other weights was accepted");
+    assert!(
+        !is_twin_of(&vb, &fa),
+        "a twin of other weights was accepted"
+    );
 
     // Through the CLI: the stale twin at MODEL.vflow is ignored with a message; asked for
     // explicitly (--layout vflow) it is an error.
@@ -471,14 +474,23 @@ fn a_twin_of_other_weights_with_the_same_header_is_rejected() {
     let o = cli(&["run", "--tokens", "1,2", "-n", "2"], &a);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("ignoring") && err.contains("stale twin"), "{err}");
-    let o = cli(&["run", "--tokens", "1,2", "-n", "2", "--layout", "vflow"], &a);
+    assert!(
+        err.contains("ignoring") && err.contains("stale twin"),
+        "{err}"
+    );
+    let o = cli(
+        &["run", "--tokens", "1,2", "-n", "2", "--layout", "vflow"],
+        &a,
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "a stale twin was used: {err}");
     assert!(err.contains("stale twin"), "{err}");
     // The real twin is used.
     std::fs::copy(to_vflow(&a, 2), a.with_extension("vflow")).unwrap();
-    let o = cli(&["run", "--tokens", "1,2", "-n", "2", "--layout", "vflow"], &a);
+    let o = cli(
+        &["run", "--tokens", "1,2", "-n", "2", "--layout", "vflow"],
+        &a,
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
@@ -489,7 +501,10 @@ fn a_fifo_at_model_vflow_is_ignored_without_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let a = gen(dir.path(), "llama", 2, 64, 1);
     let fifo = a.with_extension("vflow");
-    let mk = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    let mk = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
     assert!(mk.success());
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cflow-tui"))
         .args(["run", "--tokens", "1,2", "-n", "2"])

@@ -789,7 +789,9 @@ impl GgufFile {
         for i in 0..n_kv {
             let key = c.string(&|| format!("metadata key #{i}"))?;
             // The value itself, the key's copy in the index and the index entry.
-            c.charge(2 * VALUE_COST + key.len() as u64, &|| format!("metadata key {key:?}"))?;
+            c.charge(2 * VALUE_COST + key.len() as u64, &|| {
+                format!("metadata key {key:?}")
+            })?;
             let type_id = c.u32(&|| format!("value type of {key:?}"))?;
             let ty =
                 GgufValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {

@@ -286,7 +286,11 @@ pub fn import_gguf(
     };
     let range = |key: &str, v: u64, lo: u64, hi: u64| {
         if v < lo || v > hi {
-            Err(bad_key(k(key), v.to_string(), format!("must be in [{lo}, {hi}]")))
+            Err(bad_key(
+                k(key),
+                v.to_string(),
+                format!("must be in [{lo}, {hi}]"),
+            ))
         } else {
             Ok(())
         }

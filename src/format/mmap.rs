@@ -126,11 +126,7 @@ impl ModelMap {
             ));
         }
         if m.len() != self.len {
-            return Err(format!(
-                "it grew from {} to {} bytes",
-                self.len,
-                m.len()
-            ));
+            return Err(format!("it grew from {} to {} bytes", self.len, m.len()));
         }
         if m.modified().ok() != self.modified {
             return Err("it was rewritten in place since it was opened".into());

@@ -2,13 +2,13 @@
 //! offset, length, geometry field and tile header against the file size and the header before
 //! anything is handed out; afterwards `MappedTile`s are plain slices of the mapping.
 
+use super::content::{self, ContentHash};
 use super::error::FormatError;
 use super::header::*;
+use super::mmap::ModelMap;
 use super::writer::{ExpertData, LayerData, MatrixData, VocabData};
 use super::{TILE_COLS, TILE_ROWS};
 use crate::model::{CombineStyle, ModelConfig, ModelMeta};
-use super::content::{self, ContentHash};
-use super::mmap::ModelMap;
 use crate::quant::{QuantType, QK};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -291,13 +291,12 @@ pub(crate) fn config_from_header(
         final_logit_softcap: cap,
         meta,
     };
-    cfg.check_meta()
-        .map_err(|p| FormatError::BadMetaField {
-            file: v.file.into(),
-            field: p.field,
-            value: p.value,
-            why: p.why,
-        })?;
+    cfg.check_meta().map_err(|p| FormatError::BadMetaField {
+        file: v.file.into(),
+        field: p.field,
+        value: p.value,
+        why: p.why,
+    })?;
     Ok(cfg)
 }
 

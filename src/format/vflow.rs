@@ -12,13 +12,13 @@
 //! `reader.rs` and hands out an ordinary [`CflowFile`] whose views point into the `.vflow` map:
 //! the engine and the expert fetcher run unchanged on it.
 
+use super::content::{self, SOURCE_HASH_KEY};
 use super::error::FormatError;
 use super::header::*;
+use super::mmap::ModelMap;
 use super::reader::{config_from_header, CflowFile, LayerView, Matrix, V};
 use super::writer::{build_vocab_region, ITEM_ALIGN, REGION_ALIGN};
 use crate::model::ModelMeta;
-use super::content::{self, SOURCE_HASH_KEY};
-use super::mmap::ModelMap;
 use crate::quant::QuantType;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};

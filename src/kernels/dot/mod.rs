@@ -396,7 +396,9 @@ pub(crate) mod testutil {
                     check_one(kern, &mut rng, q, rows, cols);
                 }
                 if !q.is_blocked() {
-                    for cols in [1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 33, 40, 47, 48, 49, 63, 65, 100, 255] {
+                    for cols in [
+                        1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 33, 40, 47, 48, 49, 63, 65, 100, 255,
+                    ] {
                         check_one(kern, &mut rng, q, rows, cols);
                     }
                 }
