@@ -284,17 +284,7 @@ fn metadata_numbers_are_validated_at_open() {
         ("rope_dims", with_meta(&good, |m| m["rope_dims"] = json!(7))),
         (
             "rope_theta_per_layer",
-            with_meta(&good, |m| {
-                m["rope_theta_per_layer"] = json!([1e4, 1e4, 1e4, 1e4])
-            }),
-        ),
-        (
-            "rope_theta_per_layer",
             with_meta(&good, |m| m["rope_theta_per_layer"] = json!([1e4, -1.0])),
-        ),
-        (
-            "sliding_window",
-            with_meta(&good, |m| m["sliding_window"] = json!([0, 0, 0, 8])),
         ),
         (
             "attn_logit_softcap",
@@ -331,12 +321,13 @@ fn metadata_numbers_are_validated_at_open() {
             assert!(err.contains(cases[i].0), "{err}");
         }
     }
-    // Values at the limits still open: partial rotary, one theta and one window per layer,
-    // FixedPoint with 3 blocks × 1365 iterations = 4095 layer executions.
+    // Values at the limits still open: partial rotary, per-layer lists (entries past the last
+    // layer are never read: a file cut to fewer layers keeps them), FixedPoint with 3 blocks ×
+    // 1365 iterations = 4095 layer executions.
     let ok = with_meta(&good, |m| {
         m["rope_dims"] = json!(8);
-        m["rope_theta_per_layer"] = json!([1e4, 5e5, 1e4]);
-        m["sliding_window"] = json!([0, 16, 0]);
+        m["rope_theta_per_layer"] = json!([1e4, 5e5, 1e4, -1.0]);
+        m["sliding_window"] = json!([0, 16, 0, 8, 8]);
         m["fixed_point_iterations"] = json!(1365);
     });
     let p = dir.path().join("ok.cflow");

@@ -1120,6 +1120,13 @@ pub fn import_hf(
         Some(w.matrix("lm_head.weight", cfg.vocab, d, q)?)
     };
     let final_norm = w.vector("model.norm.weight", d)?;
+    // A shard truncated while mapped reads as zeros (`format::sigbus`): write nothing then.
+    if let Some(s) = w.shards.iter().find(|s| s.map.changed()) {
+        return Err(HfError::Io {
+            file: s.path.clone(),
+            source: std::io::Error::other("truncated while it was being imported"),
+        });
+    }
     wr.finish(
         &VocabData {
             embedding,

@@ -258,6 +258,16 @@ mod tests {
     }
 
     #[test]
+    fn importer_inputs_are_watched_too() {
+        let (f, page) = four_page_file();
+        let m = crate::format::mmap::MappedInput::open(f.path()).unwrap();
+        assert!(!m.changed());
+        f.as_file().set_len(0).unwrap();
+        assert_eq!(std::hint::black_box(m.bytes())[page + 1], 0);
+        assert!(m.changed());
+    }
+
+    #[test]
     fn dropping_a_watch_frees_its_slot() {
         let buf = vec![0u8; 8192];
         let w = watch(buf.as_ptr(), buf.len());

@@ -272,16 +272,12 @@ impl ModelConfig {
                 format!("must be 0 (the whole head) or an even number <= head_dim {hd}"),
             );
         }
-        if m.rope_theta_per_layer.len() > self.n_layers {
-            return bad(
-                "rope_theta_per_layer",
-                format!("{} entries", m.rope_theta_per_layer.len()),
-                format!("at most one per layer ({})", self.n_layers),
-            );
-        }
+        // Per-layer lists are read with `get(layer)`: entries past the last layer are never used
+        // (a file truncated to fewer layers keeps them), the used thetas must be usable.
         if let Some((i, t)) = m
             .rope_theta_per_layer
             .iter()
+            .take(self.n_layers)
             .enumerate()
             .find(|(_, t)| !(t.is_finite() && **t > 0.0))
         {
@@ -289,13 +285,6 @@ impl ModelConfig {
                 "rope_theta_per_layer",
                 format!("[{i}] = {t}"),
                 "every theta must be positive and finite".into(),
-            );
-        }
-        if m.sliding_window.len() > self.n_layers {
-            return bad(
-                "sliding_window",
-                format!("{} entries", m.sliding_window.len()),
-                format!("at most one per layer ({})", self.n_layers),
             );
         }
         let cap = m.attn_logit_softcap;
