@@ -625,7 +625,7 @@ fn new_engine(
     opts: EngineOptions,
     eng: &EngineArgs,
 ) -> Result<Engine> {
-    use crate::format::vflow::{is_twin_of, VflowFile};
+    use crate::format::vflow::{check_twin, VflowFile};
     let want = opts.layout;
     let twin = eng.vflow.clone().or_else(|| {
         let p = path.with_extension("vflow");
@@ -637,15 +637,16 @@ fn new_engine(
         let attached = VflowFile::open(&vp)
             .map_err(|e| e.to_string())
             .and_then(|v| {
-                if is_twin_of(&v, &engine.file) {
-                    Ok(v)
-                } else {
-                    Err(format!(
-                        "{}: converted from a different file than {}",
-                        vp.display(),
-                        path.display()
-                    ))
+                for (f, what) in [(&*engine.file, "model"), (&v.file, "twin")] {
+                    if !f.has_recorded_content_hash() {
+                        eprintln!(
+                            "cflow-tui: {} has no recorded content hash (written by an older \
+                             version): hashing the {what} to match the twin",
+                            f.path.display()
+                        );
+                    }
                 }
+                check_twin(&v, &engine.file).map(|()| v)
             })
             .and_then(|v| engine.attach_vflow(Arc::new(v.into_file())));
         match attached {
@@ -1072,10 +1073,12 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
     Ok(())
 }
 
+/// Largest `perplexity --file` (64 MiB of text is ~16 M tokens, days of evaluation).
+const PPL_MAX_FILE: u64 = 64 << 20;
+
 fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
     let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default(), false)?;
-    let text = std::fs::read_to_string(&a.file)
-        .with_context(|| format!("cannot read {}", a.file.display()))?;
+    let text = crate::util::read_text_file(&a.file, PPL_MAX_FILE).map_err(anyhow::Error::msg)?;
     let ids = sess.encode(&text).map_err(anyhow::Error::msg)?;
     let ctx = a.ctx.min(sess.engine.cfg.max_ctx).max(2);
     if ids.len() < 2 {

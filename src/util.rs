@@ -1,4 +1,4 @@
-//! Small shared helpers: cache directory, human-readable sizes.
+//! Small shared helpers: cache directory, human-readable sizes, bounded reads of text files.
 
 use std::path::PathBuf;
 
@@ -22,4 +22,35 @@ pub fn cache_dir() -> std::io::Result<PathBuf> {
 /// Bytes → MiB.
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Reads a UTF-8 text file given on the command line: only a regular file (a FIFO or device such
+/// as `/dev/zero` is refused without reading it) of at most `cap` bytes. Errors name the file.
+pub fn read_text_file(path: &std::path::Path, cap: u64) -> Result<String, String> {
+    use std::io::Read;
+    let p = path.display();
+    let (file, meta) = crate::format::mmap::open_nonblocking(path)
+        .map_err(|e| format!("{p}: cannot open: {e}"))?;
+    if let Some(kind) = crate::format::mmap::non_regular_kind(&meta) {
+        return Err(format!("{p}: {kind}, not a regular file: give a text file"));
+    }
+    if meta.len() > cap {
+        return Err(format!(
+            "{p}: {:.1} MiB is more than the {:.0} MiB this reads",
+            mib(meta.len()),
+            mib(cap)
+        ));
+    }
+    let mut b = Vec::with_capacity(meta.len() as usize);
+    // The file may still grow while it is read: never read more than the cap.
+    file.take(cap + 1)
+        .read_to_end(&mut b)
+        .map_err(|e| format!("{p}: cannot read: {e}"))?;
+    if b.len() as u64 > cap {
+        return Err(format!(
+            "{p}: grew past {:.0} MiB while it was read",
+            mib(cap)
+        ));
+    }
+    String::from_utf8(b).map_err(|e| format!("{p}: not UTF-8 text: {e}"))
 }

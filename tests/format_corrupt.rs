@@ -222,3 +222,116 @@ fn every_truncation_point_is_an_error_not_a_crash() {
         cut += step;
     }
 }
+
+/// `b` with its metadata JSON (the file's last section) edited by `f` and the header's
+/// `metadata_len` updated.
+fn with_meta(b: &[u8], f: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    let mut h = header(b);
+    let (mo, ml) = (h.metadata_offset as usize, h.metadata_len as usize);
+    assert_eq!(mo + ml, b.len(), "metadata is the last section");
+    let mut v: serde_json::Value = serde_json::from_slice(&b[mo..]).unwrap();
+    f(&mut v);
+    let j = serde_json::to_vec(&v).unwrap();
+    let mut out = b[..mo].to_vec();
+    out.extend_from_slice(&j);
+    h.metadata_len = j.len() as u32;
+    put_header(&mut out, &h);
+    out
+}
+
+/// Runs the binary under a 4 GiB address-space limit (a runaway allocation fails fast) and
+/// returns (exit code, signal, stderr).
+fn limited(args: &[&str], model: &Path) -> (Option<i32>, Option<i32>, String) {
+    use std::os::unix::process::ExitStatusExt;
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 4194304 || exit 99; exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_cflow-tui"))
+        .args(args)
+        .arg(model)
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(99), "ulimit -v failed");
+    (
+        o.status.code(),
+        o.status.signal(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Issue 14 item 9: metadata numbers that size an allocation or index an array are validated at
+/// open with a typed error naming the field. Before, `rope_dims = 1000` opened and then panicked
+/// in `engine/ops.rs`, and `fixed_point_iterations = 4294967295` aborted `inspect` and `run` on
+/// a 206 GB allocation.
+#[test]
+fn metadata_numbers_are_validated_at_open() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, good) = base(dir.path());
+    let fixed_point = |b: &[u8]| {
+        let mut b = b.to_vec();
+        let mut h = header(&b);
+        h.combine_style = 6;
+        put_header(&mut b, &h);
+        b
+    };
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "rope_dims",
+            with_meta(&good, |m| m["rope_dims"] = json!(1000)),
+        ),
+        ("rope_dims", with_meta(&good, |m| m["rope_dims"] = json!(7))),
+        (
+            "rope_theta_per_layer",
+            with_meta(&good, |m| m["rope_theta_per_layer"] = json!([1e4, -1.0])),
+        ),
+        (
+            "attn_logit_softcap",
+            with_meta(&good, |m| m["attn_logit_softcap"] = json!(-1.0)),
+        ),
+        (
+            "fixed_point_iterations",
+            fixed_point(&with_meta(&good, |m| {
+                m["fixed_point_iterations"] = json!(4294967295u32)
+            })),
+        ),
+        ("bos_id", with_meta(&good, |m| m["bos_id"] = json!(130))),
+    ];
+    for (i, (field, b)) in cases.iter().enumerate() {
+        let name = format!("meta{i}.cflow");
+        let e = open_bytes(dir.path(), &name, b);
+        assert!(
+            matches!(&e, FormatError::BadMetaField { field: f, .. } if f == field),
+            "{field}: {e}"
+        );
+        assert!(e.to_string().contains(field), "{e}");
+    }
+    // The reported crashes, end to end: a clear error and exit 1, no panic, no abort.
+    for (i, _) in cases.iter().enumerate().filter(|(_, c)| c.0 != "bos_id") {
+        let p = dir.path().join(format!("meta{i}.cflow"));
+        for args in [&["inspect"][..], &["run", "--tokens", "1,2", "-n", "2"][..]] {
+            let (code, sig, err) = limited(args, &p);
+            assert_eq!(
+                (code, sig),
+                (Some(1), None),
+                "{args:?} {}: {err}",
+                cases[i].0
+            );
+            assert!(err.contains(cases[i].0), "{err}");
+        }
+    }
+    // Values at the limits still open: partial rotary, per-layer lists (entries past the last
+    // layer are never read: a file cut to fewer layers keeps them), FixedPoint with 3 blocks ×
+    // 1365 iterations = 4095 layer executions.
+    let ok = with_meta(&good, |m| {
+        m["rope_dims"] = json!(8);
+        m["rope_theta_per_layer"] = json!([1e4, 5e5, 1e4, -1.0]);
+        m["sliding_window"] = json!([0, 16, 0, 8, 8]);
+        m["fixed_point_iterations"] = json!(1365);
+    });
+    let p = dir.path().join("ok.cflow");
+    std::fs::write(&p, fixed_point(&ok)).unwrap();
+    let f = CflowFile::open(&p).unwrap();
+    assert_eq!(f.cfg.effective_layers(), 4095);
+}

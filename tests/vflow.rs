@@ -425,3 +425,171 @@ fn vflow_layout_reads_the_vflow_bytes() {
         }
     }
 }
+
+/// Rewrites `src` to `dst` through the writer with one weight byte of layer 0 changed: same
+/// header, metadata and directories (so the old header/directory hash matched), other weights.
+fn perturbed_copy(src: &Path, dst: &Path) {
+    let f = CflowFile::open(src).unwrap();
+    let mut w = cflow::format::CflowWriter::create(dst, &f.cfg).unwrap();
+    for i in 0..f.cfg.n_layers {
+        let mut l = f.layer_data(i);
+        if i == 0 {
+            l.q.qs[0] ^= 0x11;
+        }
+        w.write_layer(&l).unwrap();
+    }
+    w.finish(&f.vocab_data(), &f.cfg.meta).unwrap();
+}
+
+fn cli(args: &[&str], model: &Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cflow-tui"))
+        .args(args)
+        .arg(model)
+        .output()
+        .unwrap()
+}
+
+/// Item 11 of issue 14: a twin converted from another model whose header, metadata and
+/// directories are identical was accepted (its hash covered only those); now the content hash
+/// (the weights) must match.
+#[test]
+fn a_twin_of_other_weights_with_the_same_header_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = gen(dir.path(), "arch2_4_combined", 4, 64, 1);
+    let b = dir.path().join("b.cflow");
+    perturbed_copy(&a, &b);
+    let (fa, fb) = (CflowFile::open(&a).unwrap(), CflowFile::open(&b).unwrap());
+    assert_eq!(fa.cfg, fb.cfg);
+    assert_eq!(cflow::format::file_hash(&fa), cflow::format::file_hash(&fb));
+    let vb = VflowFile::open(&to_vflow(&b, 2)).unwrap();
+    assert!(is_twin_of(&vb, &fb));
+    assert!(
+        !is_twin_of(&vb, &fa),
+        "a twin of other weights was accepted"
+    );
+
+    // Through the CLI: the stale twin at MODEL.vflow is ignored with a message; asked for
+    // explicitly (--layout vflow) it is an error.
+    std::fs::copy(b.with_extension("g2.vflow"), a.with_extension("vflow")).unwrap();
+    let o = cli(&["run", "--tokens", "1,2", "-n", "2"], &a);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("ignoring") && err.contains("stale twin"),
+        "{err}"
+    );
+    let o = cli(
+        &["run", "--tokens", "1,2", "-n", "2", "--layout", "vflow"],
+        &a,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a stale twin was used: {err}");
+    assert!(err.contains("stale twin"), "{err}");
+    // The real twin is used.
+    std::fs::copy(to_vflow(&a, 2), a.with_extension("vflow")).unwrap();
+    let o = cli(
+        &["run", "--tokens", "1,2", "-n", "2", "--layout", "vflow"],
+        &a,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Only a regular file counts as a twin: a FIFO at MODEL.vflow hung `run` (opening it blocks
+/// until a writer appears); now it is ignored with a message.
+#[test]
+fn a_fifo_at_model_vflow_is_ignored_without_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = gen(dir.path(), "llama", 2, 64, 1);
+    let fifo = a.with_extension("vflow");
+    let mk = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(mk.success());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cflow-tui"))
+        .args(["run", "--tokens", "1,2", "-n", "2"])
+        .arg(&a)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(30) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let status = status.expect("`run` hung on a FIFO at MODEL.vflow");
+    assert!(status.success(), "{err}");
+    assert!(err.contains("FIFO") && err.contains("ignoring"), "{err}");
+    // Given explicitly, it is a clear error (not a hang either).
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_cflow-tui"))
+        .args(["run", "--tokens", "1", "-n", "1", "--vflow"])
+        .arg(&fifo)
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a regular file"));
+}
+
+/// Blanks a recorded hash key out of a file's metadata (same length, still valid JSON), as in
+/// files written before hashes were recorded.
+fn strip_hash(p: &Path, key: &str) {
+    let mut b = std::fs::read(p).unwrap();
+    let pat = format!(",\"{key}\":\"sha256:");
+    let at = b
+        .windows(pat.len())
+        .position(|w| w == pat.as_bytes())
+        .unwrap_or_else(|| panic!("{key} in {}", p.display()));
+    let len = pat.len() + 64 + 1;
+    b[at..at + len].fill(b' ');
+    std::fs::write(p, b).unwrap();
+}
+
+/// Files written before content hashes were recorded still open; their hash is computed (the
+/// `.cflow` from its bytes, an old twin by laying the `.cflow` out again from its views) and
+/// gives the same answers.
+#[test]
+fn files_without_recorded_hashes_are_matched_by_computed_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = gen(dir.path(), "arch2_4_combined", 4, 64, 2);
+    let b = dir.path().join("b.cflow");
+    perturbed_copy(&a, &b);
+    let (va, vb) = (to_vflow(&a, 3), to_vflow(&b, 3));
+    let recorded = CflowFile::open(&a).unwrap().content_hash();
+    for (p, k) in [(&a, "content_hash"), (&b, "content_hash")] {
+        strip_hash(p, k);
+    }
+    for p in [&va, &vb] {
+        strip_hash(p, "source_content_hash");
+    }
+    let fa = CflowFile::open(&a).unwrap();
+    assert!(!fa.has_recorded_content_hash());
+    assert_eq!(fa.content_hash(), recorded);
+    let (twa, twb) = (VflowFile::open(&va).unwrap(), VflowFile::open(&vb).unwrap());
+    assert!(!twa.has_recorded_source_hash());
+    assert_eq!(twa.file.content_hash(), recorded);
+    assert!(is_twin_of(&twa, &fa));
+    assert!(!is_twin_of(&twb, &fa));
+    // A twin converted from an old file records the hash computed from it.
+    let v2 = to_vflow(&a, 2);
+    let t2 = VflowFile::open(&v2).unwrap();
+    assert!(t2.has_recorded_source_hash());
+    assert!(is_twin_of(&t2, &fa));
+    // A malformed recorded hash is a typed error naming the field.
+    let mut bytes = std::fs::read(&v2).unwrap();
+    let pat = b"\"source_content_hash\":\"sha256:";
+    let at = bytes.windows(pat.len()).position(|w| w == pat).unwrap() + pat.len();
+    bytes[at] = b'g';
+    let e = open_bytes(dir.path(), "bad.vflow", &bytes).unwrap_err();
+    assert!(e.to_string().contains("source_content_hash"), "{e}");
+}

@@ -8,10 +8,15 @@
 //! [`GgufError`] naming the file, the field and the offending value, never a panic.
 //!
 //! The reader works on any byte source (`Vec<u8>`, an mmap owned by an `unsafe`-allowed module,
-//! ...) through [`GgufFile::parse`]; [`GgufFile::open`] reads the file into memory.
+//! ...) through [`GgufFile::parse`]; [`GgufFile::open`] memory-maps the file (`format::mmap`:
+//! only a regular file, never read into memory whole; a truncation during the import is flagged,
+//! [`GgufFile::input_changed`]). The parsed metadata is bounded in memory ([`MAX_METADATA_MEMORY`],
+//! besides every count being bounded by the bytes left in the file) and so is the tensor count
+//! ([`MAX_TENSORS`]), so a crafted header cannot make the parser allocate gigabytes.
 //!
 //! [`testutil`] holds a small GGUF writer used by tests to build valid and corrupted files.
 
+use crate::format::mmap::MappedInput;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
@@ -25,6 +30,16 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 pub const MAX_DIMS: u32 = 4;
 /// Maximum nesting depth of metadata arrays (arrays of arrays of ...).
 pub const MAX_ARRAY_DEPTH: usize = 4;
+/// Bound on the parsed metadata's memory (estimated: every value as a [`GgufValue`], strings
+/// with their heap bytes). The largest real tokenizers (262k tokens with scores and types, 150k
+/// merges) take ~40 MiB; a 1-byte `u8` array element costs 32 bytes parsed, so without this bound
+/// 100 MB of `u8` metadata took 3.2 GB.
+pub const MAX_METADATA_MEMORY: u64 = 256 << 20;
+/// Bound on the number of tensors (real models have at most tens of thousands).
+pub const MAX_TENSORS: u64 = 1 << 18;
+/// Estimated bytes of one parsed value (the enum) and of a string's heap allocation overhead.
+const VALUE_COST: u64 = std::mem::size_of::<GgufValue>() as u64;
+const STRING_OVERHEAD: u64 = 16;
 
 /// Errors from reading or querying a GGUF file. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +174,16 @@ pub enum GgufError {
     },
     #[error("{file}: no tensor named {tensor:?}")]
     TensorNotFound { file: String, tensor: String },
+    #[error("{file}: {kind}, not a regular file: give the path of a .gguf file")]
+    NotRegular { file: String, kind: &'static str },
+    #[error("{file}: metadata too large: {what} would take the parsed metadata past {limit} MiB in memory")]
+    MetadataTooLarge {
+        file: String,
+        what: String,
+        limit: u64,
+    },
+    #[error("{file}: tensor count {count} exceeds the supported {max}")]
+    TooManyTensors { file: String, count: u64, max: u64 },
 }
 
 /// GGML tensor storage types (ids as stored in GGUF). Only some are importable by cflow
@@ -486,10 +511,21 @@ pub struct TensorView<'a> {
 
 type Bytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
+/// A shared mapped input as a byte source.
+struct SharedInput(Arc<MappedInput>);
+
+impl AsRef<[u8]> for SharedInput {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
+}
+
 /// A parsed, validated GGUF file.
 pub struct GgufFile {
     name: String,
     bytes: Bytes,
+    /// The mapping behind `bytes` when opened from a path (for [`GgufFile::input_changed`]).
+    input: Option<Arc<MappedInput>>,
     version: u32,
     metadata: Vec<(String, GgufValue)>,
     kv_index: HashMap<String, usize>,
@@ -516,6 +552,8 @@ struct Cursor<'a> {
     file: &'a str,
     buf: &'a [u8],
     pos: usize,
+    /// Estimated bytes the parsed metadata may still take (see [`MAX_METADATA_MEMORY`]).
+    mem_left: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -554,9 +592,25 @@ impl<'a> Cursor<'a> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
 
+    /// Charges `bytes` of parsed metadata against the memory bound.
+    fn charge(&mut self, bytes: u64, what: &dyn Fn() -> String) -> Result<(), GgufError> {
+        if bytes > self.mem_left {
+            return Err(GgufError::MetadataTooLarge {
+                file: self.file.to_string(),
+                what: what(),
+                limit: MAX_METADATA_MEMORY >> 20,
+            });
+        }
+        self.mem_left -= bytes;
+        Ok(())
+    }
+
     fn string(&mut self, what: &dyn Fn() -> String) -> Result<String, GgufError> {
         let at = self.pos as u64;
         let len = self.u64(&|| format!("length of {}", what()))?;
+        if len <= self.remaining() {
+            self.charge(STRING_OVERHEAD + len.next_multiple_of(16), what)?;
+        }
         if len > self.remaining() {
             return Err(GgufError::StringPastEof {
                 file: self.file.to_string(),
@@ -635,6 +689,9 @@ impl<'a> Cursor<'a> {
                     count,
                     elem_type.min_size(),
                 )?;
+                self.charge(count.saturating_mul(VALUE_COST), &|| {
+                    format!("the {count} elements of {key:?}")
+                })?;
                 let mut values = Vec::with_capacity(count.min(1 << 16) as usize);
                 for _ in 0..count {
                     values.push(self.value(key, elem_type, depth + 1)?);
@@ -650,15 +707,29 @@ fn align_up(x: u64, a: u64) -> Option<u64> {
 }
 
 impl GgufFile {
-    /// Read `path` into memory and parse it.
+    /// Memory-map `path` (a regular file; a FIFO or device is refused without blocking on it)
+    /// and parse it. The file is paged in as tensors are read, never held in memory whole.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| GgufError::Io {
+        let io = |source| GgufError::Io {
             file: name.clone(),
             source,
-        })?;
-        Self::parse(bytes, &name)
+        };
+        let (file, meta) = crate::format::mmap::open_nonblocking(path).map_err(io)?;
+        if let Some(kind) = crate::format::mmap::non_regular_kind(&meta) {
+            return Err(GgufError::NotRegular { file: name, kind });
+        }
+        let map = Arc::new(MappedInput::from_file(&file, meta.len()).map_err(io)?);
+        let mut g = Self::parse(SharedInput(map.clone()), &name)?;
+        g.input = Some(map);
+        Ok(g)
+    }
+
+    /// True once pages of the mapped input vanished while it was read (the file was truncated
+    /// during the import: what was read from there is zeros). Always false for [`GgufFile::parse`].
+    pub fn input_changed(&self) -> bool {
+        self.input.as_ref().is_some_and(|m| m.changed())
     }
 
     /// Parse and validate GGUF bytes from any owner (a `Vec<u8>`, an `Arc<[u8]>`, an mmap).
@@ -674,6 +745,7 @@ impl GgufFile {
             file: name,
             buf,
             pos: 0,
+            mem_left: MAX_METADATA_MEMORY,
         };
 
         let magic = c.take(4, &|| "magic".into())?;
@@ -704,11 +776,22 @@ impl GgufFile {
         // name length (8) + n_dims (4) + one dim (8) + type (4) + offset (8).
         c.check_count(&|| "metadata KV count".into(), n_kv, 13)?;
         c.check_count(&|| "tensor count".into(), n_tensors, 32)?;
+        if n_tensors > MAX_TENSORS {
+            return Err(GgufError::TooManyTensors {
+                file,
+                count: n_tensors,
+                max: MAX_TENSORS,
+            });
+        }
 
         let mut metadata = Vec::with_capacity(n_kv.min(1 << 12) as usize);
         let mut kv_index = HashMap::new();
         for i in 0..n_kv {
             let key = c.string(&|| format!("metadata key #{i}"))?;
+            // The value itself, the key's copy in the index and the index entry.
+            c.charge(2 * VALUE_COST + key.len() as u64, &|| {
+                format!("metadata key {key:?}")
+            })?;
             let type_id = c.u32(&|| format!("value type of {key:?}"))?;
             let ty =
                 GgufValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
@@ -871,6 +954,7 @@ impl GgufFile {
         Ok(GgufFile {
             name: file,
             bytes,
+            input: None,
             version,
             metadata,
             kv_index,

@@ -683,8 +683,17 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
                     )))
                 }
             };
-            merge_interval = c.usize_opt("merge_interval")?.unwrap_or(3) as u32;
-            fp_iters = c.usize_opt("fixed_point_iterations")?.unwrap_or(3) as u32;
+            let small = |k: &str, n: usize| {
+                u32::try_from(n).map_err(|_| c.err(format!("`{k}` = {n} is out of range")))
+            };
+            merge_interval = small(
+                "merge_interval",
+                c.usize_opt("merge_interval")?.unwrap_or(3),
+            )?;
+            fp_iters = small(
+                "fixed_point_iterations",
+                c.usize_opt("fixed_point_iterations")?.unwrap_or(3),
+            )?;
             if merge_interval == 0 || fp_iters == 0 {
                 return Err(c.err("merge_interval and fixed_point_iterations must be >= 1".into()));
             }
@@ -720,7 +729,7 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
         )));
     }
     let eff_layers = if style == CombineStyle::FixedPoint {
-        n_layers * fp_iters as usize
+        n_layers.saturating_mul(fp_iters as usize)
     } else {
         n_layers
     };
@@ -740,7 +749,10 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
     if q.is_blocked() {
         for (what, n) in [
             ("hidden_size", d),
-            ("num_attention_heads × head_dim", n_heads * head_dim),
+            (
+                "num_attention_heads × head_dim",
+                n_heads.saturating_mul(head_dim),
+            ),
             ("intermediate_size", d_ff),
             ("expert intermediate size", expert_ffn),
         ] {
@@ -753,7 +765,7 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
     }
     for (what, n) in [
         ("hidden_size", d),
-        ("q dim", n_heads * head_dim),
+        ("q dim", n_heads.saturating_mul(head_dim)),
         ("intermediate size", d_ff.max(expert_ffn)),
     ] {
         if n > u16::MAX as usize {
@@ -763,7 +775,10 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
 
     // Sliding window: Mistral everywhere; Qwen2 from max_window_layers on when enabled;
     // `layer_types` when present.
-    let window = c.usize_opt("sliding_window")?.unwrap_or(0) as u32;
+    let window = c
+        .usize_opt("sliding_window")?
+        .unwrap_or(0)
+        .min(u32::MAX as usize) as u32;
     let mut sliding = Vec::new();
     if let Some(lt) = v.get("layer_types").and_then(Value::as_array) {
         if lt.len() != n_layers {
@@ -1105,6 +1120,13 @@ pub fn import_hf(
         Some(w.matrix("lm_head.weight", cfg.vocab, d, q)?)
     };
     let final_norm = w.vector("model.norm.weight", d)?;
+    // A shard truncated while mapped reads as zeros (`format::sigbus`): write nothing then.
+    if let Some(s) = w.shards.iter().find(|s| s.map.changed()) {
+        return Err(HfError::Io {
+            file: s.path.clone(),
+            source: std::io::Error::other("truncated while it was being imported"),
+        });
+    }
     wr.finish(
         &VocabData {
             embedding,

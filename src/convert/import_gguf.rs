@@ -37,7 +37,26 @@ pub enum ImportError {
     },
     #[error("{file}: missing tensor `{tensor}`")]
     Missing { file: String, tensor: String },
+    /// A metadata number the model cannot be built with (checked before anything is written).
+    #[error("{file}: metadata key `{key}` = {value}: {why}")]
+    BadKey {
+        file: String,
+        key: String,
+        value: String,
+        why: String,
+    },
+    /// The GGUF was truncated or rewritten while it was being imported.
+    #[error("{file}: the input changed while it was being imported (pages vanished under the mapping); nothing was written")]
+    InputChanged { file: String },
 }
+
+/// Largest dimension, layer count, expert count, vocabulary and context the `.cflow` reader
+/// accepts (`format::reader::config_from_header`).
+const MAX_DIM: u64 = 1 << 20;
+const MAX_LAYERS: u64 = 4096;
+const MAX_EXPERTS: u64 = 255;
+const MAX_VOCAB: u64 = 1 << 24;
+const MAX_CTX: u64 = 1 << 24;
 
 /// Target weight type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -259,6 +278,75 @@ pub fn import_gguf(
     let rope_dims = g
         .opt_u32(&k("rope.dimension_count"))?
         .unwrap_or(head_dim as u32);
+    let bad_key = |key: String, value: String, why: String| ImportError::BadKey {
+        file: file.clone(),
+        key,
+        value,
+        why,
+    };
+    let range = |key: &str, v: u64, lo: u64, hi: u64| {
+        if v < lo || v > hi {
+            Err(bad_key(
+                k(key),
+                v.to_string(),
+                format!("must be in [{lo}, {hi}]"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    range("block_count", n_layers as u64, 1, MAX_LAYERS)?;
+    range("embedding_length", d as u64, 32, MAX_DIM)?;
+    if !d.is_multiple_of(32) {
+        return Err(bad_key(
+            k("embedding_length"),
+            d.to_string(),
+            "must be a multiple of 32".into(),
+        ));
+    }
+    range("attention.head_count", n_heads as u64, 1, 4096)?;
+    if head_dim > 4096 || !head_dim.is_multiple_of(2) {
+        return Err(bad_key(
+            k("attention.head_count"),
+            n_heads.to_string(),
+            format!("gives head_dim {head_dim}, which must be even and <= 4096"),
+        ));
+    }
+    if rope_dims as usize > head_dim || !rope_dims.is_multiple_of(2) {
+        return Err(bad_key(
+            k("rope.dimension_count"),
+            rope_dims.to_string(),
+            format!("must be an even number <= head_dim {head_dim}"),
+        ));
+    }
+    range("feed_forward_length", d_ff as u64, 0, MAX_DIM)?;
+    range("expert_count", n_experts as u64, 0, MAX_EXPERTS)?;
+    if n_experts > 0 {
+        range("expert_used_count", top_k as u64, 1, n_experts as u64)?;
+    } else if top_k > 0 {
+        return Err(bad_key(
+            k("expert_used_count"),
+            top_k.to_string(),
+            "set without experts (expert_count 0)".into(),
+        ));
+    }
+    if max_ctx.is_none() {
+        range("context_length", ctx as u64, 1, MAX_CTX)?;
+    }
+    if !(eps.is_finite() && eps > 0.0 && eps < 1.0) {
+        return Err(bad_key(
+            k("attention.layer_norm_rms_epsilon"),
+            eps.to_string(),
+            "must be in (0, 1)".into(),
+        ));
+    }
+    if !(theta.is_finite() && theta > 0.0) {
+        return Err(bad_key(
+            k("rope.freq_base"),
+            theta.to_string(),
+            "must be positive".into(),
+        ));
+    }
     let emb = g
         .tensor("token_embd.weight")
         .map_err(|_| ImportError::Missing {
@@ -269,6 +357,11 @@ pub fn import_gguf(
         return Err(shape_err(format!("token_embd dims {:?}", emb.dims)));
     }
     let vocab = emb.dims[1] as usize;
+    if vocab as u64 > MAX_VOCAB {
+        return Err(shape_err(format!(
+            "token_embd has {vocab} rows; at most {MAX_VOCAB} tokens are supported"
+        )));
+    }
     let tied = g.tensor("output.weight").is_err();
     let tok = tokenizer_from_gguf(&g)?;
     let moe = n_experts > 0;
@@ -278,6 +371,32 @@ pub fn import_gguf(
     } else {
         0
     };
+    if moe {
+        range("expert_feed_forward_length", expert_ffn as u64, 1, MAX_DIM)?;
+    } else if d_ff == 0 {
+        return Err(bad_key(
+            k("feed_forward_length"),
+            "0".into(),
+            "a dense model needs a feed-forward size".into(),
+        ));
+    }
+    // Block types quantize 32 columns at a time: refuse before writing anything.
+    if let QuantTarget::To(q) = target {
+        if q.is_blocked() {
+            let widths = [
+                ("embedding_length", d),
+                ("feed_forward_length", if moe { 0 } else { d_ff }),
+                ("expert_feed_forward_length", expert_ffn),
+            ];
+            if let Some((key, n)) = widths.iter().find(|(_, n)| !n.is_multiple_of(32)) {
+                return Err(bad_key(
+                    k(key),
+                    n.to_string(),
+                    format!("not a multiple of 32, which {q} needs; use --quant f16 or f32"),
+                ));
+            }
+        }
+    }
     let meta = ModelMeta {
         arch: arch.clone(),
         name: g.opt_str("general.name")?.unwrap_or("imported").to_string(),
@@ -401,6 +520,9 @@ pub fn import_gguf(
     let final_norm = imp
         .vector("output_norm.weight", d)?
         .ok_or_else(|| imp.missing("output_norm.weight"))?;
+    if g.input_changed() {
+        return Err(ImportError::InputChanged { file });
+    }
     let mut cfg = cfg;
     if !qkv_bias {
         cfg.feature_flags &= !FLAG_QKV_BIAS;

@@ -110,6 +110,10 @@ pub enum ForwardError {
         len: u64,
         error: String,
     },
+    /// The mapped model file (or its `.vflow` twin) was truncated or rewritten while in use:
+    /// this token is discarded and every later one is refused until the model is reopened.
+    #[error(transparent)]
+    ModelChanged(crate::format::FormatError),
 }
 
 /// Expert computation scheduled for a later layer (saved router activation + selection).
@@ -588,8 +592,29 @@ impl Engine {
         self.kv.len
     }
 
+    /// Fails once a mapped file this engine reads (the model, its `.vflow` twin) changed since it
+    /// was opened (`CflowFile::check_unchanged`: a page vanished under a read, or `fstat` shows
+    /// another size or modification time).
+    pub fn check_files(&self) -> Result<(), ForwardError> {
+        for f in std::iter::once(&self.file).chain(self.vflow.as_ref()) {
+            f.check_unchanged().map_err(ForwardError::ModelChanged)?;
+        }
+        Ok(())
+    }
+
+    /// The cheap part of [`Engine::check_files`] (SIGBUS flags only), run inside every token.
+    fn files_intact(&self) -> Result<(), ForwardError> {
+        for f in std::iter::once(&self.file).chain(self.vflow.as_ref()) {
+            if f.changed() {
+                return Err(ForwardError::ModelChanged(f.changed_error()));
+            }
+        }
+        Ok(())
+    }
+
     /// Runs one token at position `self.pos()`; returns the logits when `want_logits`.
     pub fn step(&mut self, token: u32, want_logits: bool) -> Result<Option<&[f32]>, ForwardError> {
+        self.files_intact()?;
         let pos = self.kv.len;
         if pos >= self.cfg.max_ctx {
             return Err(ForwardError::ContextFull {
@@ -604,6 +629,8 @@ impl Engine {
             });
         }
         self.forward(token, pos, want_logits)?;
+        // Logits computed from zero pages (a page vanished mid-token) are never handed out.
+        self.files_intact()?;
         self.kv.len = pos + 1;
         Ok(if want_logits {
             Some(&self.s.logits)
@@ -654,7 +681,9 @@ impl Engine {
         let n_chunks = tokens.len().div_ceil(B);
         for (ci, chunk) in tokens.chunks(B).enumerate() {
             let p0 = self.kv.len;
+            self.files_intact()?;
             self.forward_batch(chunk, p0, ci + 1 == n_chunks)?;
+            self.files_intact()?;
             self.kv.len = p0 + chunk.len();
         }
         Ok(())
@@ -717,6 +746,9 @@ impl Engine {
         for l in 0..cfg.n_layers {
             if self.stop.load(Ordering::Relaxed) {
                 return Err(ForwardError::Stopped);
+            }
+            if ctx.file.changed() {
+                return Err(ForwardError::ModelChanged(ctx.file.changed_error()));
             }
             let lv = &ctx.file.layers[l];
             let t0 = Instant::now();
@@ -948,6 +980,9 @@ impl Engine {
         for l in 0..le {
             if self.stop.load(Ordering::Relaxed) {
                 return Err(ForwardError::Stopped);
+            }
+            if ctx.file.changed() {
+                return Err(ForwardError::ModelChanged(ctx.file.changed_error()));
             }
             let p = cfg.physical_layer(l);
             let lv = &ctx.file.layers[p];

@@ -63,9 +63,6 @@ pub struct Session {
     pub sampler: Sampler,
     /// Every token in the context, in order.
     pub context: Vec<u32>,
-    /// The model file, opened again to `fstat` the mapped inode between tokens (see
-    /// `check_model_file`). `None` if it could not be reopened.
-    model_fd: Option<std::fs::File>,
 }
 
 impl Session {
@@ -90,9 +87,7 @@ impl Session {
             }
             None => None,
         };
-        let model_fd = std::fs::File::open(&engine.file.path).ok();
         Ok(Session {
-            model_fd,
             engine,
             tok,
             boundary: None,
@@ -289,27 +284,14 @@ impl Session {
         }
     }
 
-    /// The model file is memory-mapped: if another process truncates it, touching the vanished
-    /// pages raises SIGBUS. A cheap `fstat` before every token turns the common case (truncated
-    /// between tokens) into a clear error; a truncation *during* a token is a residual race
-    /// (docs/RELIABILITY.md). The check follows the inode, not the path: replacing the file by
-    /// rename is harmless (the old inode stays mapped) and is not reported.
+    /// The model file is memory-mapped: if another process truncates or rewrites it, what is
+    /// read from the mapping is no longer the model (a page that vanished mid-token reads as
+    /// zeros: `format::sigbus`). Checked before every token (`Engine::check_files`: the SIGBUS
+    /// flag, then `fstat` of the descriptor opened with the mapping, so a file replaced by
+    /// rename — harmless, the old inode stays mapped — is not reported) and inside every token
+    /// after each layer (the flag).
     fn check_model_file(&self) -> Result<(), String> {
-        let f = &self.engine.file;
-        let want = f.bytes().len() as u64;
-        let Some(fd) = self.model_fd.as_ref() else {
-            return Ok(());
-        };
-        match fd.metadata() {
-            Ok(m) if m.len() < want => Err(format!(
-                "model file {} was truncated while open ({} of {} bytes left); \
-                 stopping before touching the missing pages — reopen the model",
-                f.path.display(),
-                m.len(),
-                want
-            )),
-            _ => Ok(()),
-        }
+        self.engine.check_files().map_err(|e| e.to_string())
     }
 
     fn fail(
@@ -321,7 +303,9 @@ impl Session {
         let reason = match e {
             ForwardError::Stopped => StopReason::Stopped,
             ForwardError::ContextFull { .. } => StopReason::ContextFull,
-            ForwardError::BadToken { .. } | ForwardError::ExpertRead { .. } => StopReason::Error,
+            ForwardError::BadToken { .. }
+            | ForwardError::ExpertRead { .. }
+            | ForwardError::ModelChanged(_) => StopReason::Error,
         };
         let msg = (reason != StopReason::Stopped).then(|| e.to_string());
         self.fail_msg(out, reason, msg, emit)

@@ -11,6 +11,12 @@ pub enum FormatError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{file}: {kind}, not a regular file: give the path of a model file")]
+    NotRegular { file: PathBuf, kind: &'static str },
+    /// The file changed while it was mapped (truncated, rewritten in place): what was computed
+    /// from it is unreliable and the file must be opened again.
+    #[error("model file {file} changed while it was mapped: reopen it ({why})")]
+    Changed { file: PathBuf, why: String },
     #[error("{file}: file is {size} bytes, too small for the {needed}-byte header")]
     TooSmall {
         file: PathBuf,
@@ -56,6 +62,13 @@ pub enum FormatError {
         what: String,
         expected: String,
         found: String,
+    },
+    #[error("{file}: metadata field `{field}` has invalid value {value}: {why}")]
+    BadMetaField {
+        file: PathBuf,
+        field: &'static str,
+        value: String,
+        why: String,
     },
     #[error("{file}: metadata is not valid JSON: {why}")]
     BadMetadata { file: PathBuf, why: String },

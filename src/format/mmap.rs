@@ -1,29 +1,186 @@
-//! Read-only memory maps of *input* files (safetensors shards) for the importers, so a large
-//! checkpoint is paged in tensor by tensor instead of being read into memory whole.
+//! Read-only memory maps: [`ModelMap`] for the `.cflow`/`.vflow` files the engine runs from, and
+//! [`MappedInput`] for the importers' input files (GGUF, safetensors shards), so a large file is
+//! paged in on demand instead of being read into memory whole. Both refuse anything but a
+//! regular file (a FIFO or a device is opened non-blocking and rejected, never read), and both
+//! register their mapping with [`super::sigbus`], so a file truncated while mapped makes the
+//! mapping read zeros and flags it instead of killing the process with SIGBUS.
 
+use super::error::FormatError;
+use super::sigbus::{self, Watch};
 use memmap2::Mmap;
+use std::fs::File;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::SystemTime;
 
-/// A read-only view of a whole file (empty files map to an empty slice).
+/// What a non-regular file is ("a FIFO", "a character device", ...); None for a regular file.
+pub fn non_regular_kind(m: &std::fs::Metadata) -> Option<&'static str> {
+    let t = m.file_type();
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a regular file")
+    }
+}
+
+/// Opens `path` for reading without blocking on a FIFO (O_NONBLOCK: it has no effect on the
+/// reads of a regular file) and returns it with its metadata.
+pub fn open_nonblocking(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    Ok((file, meta))
+}
+
+/// Maps `file` whole (None when empty) and registers the mapping for SIGBUS recovery.
+fn map_watched(file: &File, len: u64) -> std::io::Result<(Option<Mmap>, Watch)> {
+    if len == 0 {
+        return Ok((None, Watch::none()));
+    }
+    // SAFETY: a read-only private mapping, only ever read through bounds-checked slices whose
+    // offsets the callers validate against `len()`. If another process truncates the file while
+    // it is mapped, an access to a vanished page raises SIGBUS; the mapping is registered with
+    // `sigbus` right here, whose handler maps zero pages over it and flags it (callers check
+    // the flag and discard what they computed), so the access completes instead of killing us.
+    let map = unsafe { Mmap::map(file) }?;
+    let watch = sigbus::watch(map.as_ptr(), map.len());
+    Ok((Some(map), watch))
+}
+
+/// A watched, read-only mapping of a model file, plus what is needed to tell whether the file
+/// changed under it (the open descriptor, the size and modification time at open).
+pub struct ModelMap {
+    // Field order matters: the registration is dropped before the mapping is unmapped.
+    watch: Watch,
+    map: Option<Mmap>,
+    file: File,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl std::fmt::Debug for ModelMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelMap").field("len", &self.len).finish()
+    }
+}
+
+impl ModelMap {
+    /// Opens and maps a regular file; a FIFO, device or directory is refused (typed error naming
+    /// the file), without blocking and without reading it.
+    pub fn open(path: &Path) -> Result<ModelMap, FormatError> {
+        let io = |e| FormatError::Io {
+            file: path.into(),
+            source: e,
+        };
+        let (file, meta) = open_nonblocking(path).map_err(io)?;
+        if let Some(kind) = non_regular_kind(&meta) {
+            return Err(FormatError::NotRegular {
+                file: path.into(),
+                kind,
+            });
+        }
+        let len = meta.len();
+        let (map, watch) = map_watched(&file, len).map_err(io)?;
+        Ok(ModelMap {
+            watch,
+            map,
+            file,
+            len,
+            modified: meta.modified().ok(),
+        })
+    }
+
+    /// The SIGBUS registration of the mapping.
+    pub fn watch(&self) -> &Watch {
+        &self.watch
+    }
+
+    /// Ok while the file is as it was at open; else why not: a page vanished under the mapping
+    /// (SIGBUS absorbed), or `fstat` of the open descriptor shows another size or modification
+    /// time (the file was truncated or rewritten in place). Replacing the file by rename is not
+    /// a change: the mapped inode stays intact.
+    pub fn check_unchanged(&self) -> Result<(), String> {
+        if self.watch.changed() {
+            return Err("pages vanished while they were being read: it was truncated".into());
+        }
+        let Ok(m) = self.file.metadata() else {
+            return Ok(());
+        };
+        if m.len() < self.len {
+            return Err(format!(
+                "it was truncated from {} to {} bytes",
+                self.len,
+                m.len()
+            ));
+        }
+        if m.len() != self.len {
+            return Err(format!("it grew from {} to {} bytes", self.len, m.len()));
+        }
+        if m.modified().ok() != self.modified {
+            return Err("it was rewritten in place since it was opened".into());
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for ModelMap {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+}
+
+/// A read-only view of a whole input file (empty files map to an empty slice).
 pub struct MappedInput {
+    watch: Watch,
     map: Option<Mmap>,
 }
 
 impl MappedInput {
+    /// Maps `path`; anything but a regular file is refused (`InvalidInput`, "not a regular file
+    /// (a FIFO)"), without blocking on it.
     pub fn open(path: &Path) -> std::io::Result<MappedInput> {
-        let file = std::fs::File::open(path)?;
-        if file.metadata()?.len() == 0 {
-            return Ok(MappedInput { map: None });
+        let (file, meta) = open_nonblocking(path)?;
+        if let Some(kind) = non_regular_kind(&meta) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("not a regular file ({kind})"),
+            ));
         }
-        // SAFETY: the map is read-only and private to this process; like every mmap-based reader
-        // (and our own `.cflow` reader) we rely on the input file not being truncated or rewritten
-        // by another process while the import runs. All offsets derived from the file's own
-        // header are bounds-checked against `len()` before slicing.
-        let map = unsafe { Mmap::map(&file) }?;
-        Ok(MappedInput { map: Some(map) })
+        Self::from_file(&file, meta.len())
+    }
+
+    /// Maps an open regular file of `len` bytes (its type already checked by the caller).
+    pub fn from_file(file: &File, len: u64) -> std::io::Result<MappedInput> {
+        let (map, watch) = map_watched(file, len)?;
+        Ok(MappedInput { watch, map })
     }
 
     pub fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// True once pages of the input vanished while mapped (it was truncated during the import;
+    /// what was read from there is zeros and the import must be abandoned).
+    pub fn changed(&self) -> bool {
+        self.watch.changed()
+    }
+}
+
+impl AsRef<[u8]> for MappedInput {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
     }
 }

@@ -1,13 +1,16 @@
 //! On-disk formats: `.cflow` v5 and `.vflow` (headers, tile headers, layer directories, expert offset tables,
 //! writer, validating zero-copy mmap reader). Layout reference: `docs/FORMAT.md`.
 //!
-//! All `unsafe` in this module is confined to turning validated byte ranges of the mapped file
-//! into views; every offset and length is checked against the file size first.
+//! All `unsafe` in this module is confined to mapping files (`mmap`: every offset and length is
+//! checked against the file size before a view is handed out) and to the SIGBUS handler that
+//! keeps a file truncated while mapped from killing the process (`sigbus`).
 
+pub mod content;
 pub mod error;
 pub mod header;
 pub mod mmap;
 pub mod reader;
+pub mod sigbus;
 pub mod vflow;
 pub mod writer;
 
@@ -26,7 +29,8 @@ pub fn file_hash(f: &CflowFile) -> String {
     format!("{:016x}", file_hash_u64(f))
 }
 
-/// [`file_hash`] as a number (recorded in a `.vflow` to identify its source `.cflow`).
+/// [`file_hash`] as a number (recorded in a `.vflow` header; twins are matched by content hash,
+/// `format::content`).
 pub fn file_hash_u64(f: &CflowFile) -> u64 {
     let b = f.bytes();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

@@ -2,14 +2,16 @@
 //! offset, length, geometry field and tile header against the file size and the header before
 //! anything is handed out; afterwards `MappedTile`s are plain slices of the mapping.
 
+use super::content::{self, ContentHash};
 use super::error::FormatError;
 use super::header::*;
+use super::mmap::ModelMap;
 use super::writer::{ExpertData, LayerData, MatrixData, VocabData};
 use super::{TILE_COLS, TILE_ROWS};
 use crate::model::{CombineStyle, ModelConfig, ModelMeta};
 use crate::quant::{QuantType, QK};
-use memmap2::Mmap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// A validated matrix stored as tiles: the offsets of its output stripes.
 #[derive(Clone, Debug, PartialEq)]
@@ -111,11 +113,17 @@ pub struct VocabView {
 /// An open, fully validated `.cflow` file.
 pub struct CflowFile {
     pub path: PathBuf,
-    map: Mmap,
+    map: ModelMap,
     pub header: GlobalHeader,
     pub cfg: ModelConfig,
     pub layers: Vec<LayerView>,
     pub vocab: VocabView,
+    /// Content hash of the `.cflow` these views represent: recorded in the metadata, else
+    /// computed on first use (`content_hash`).
+    content: OnceLock<ContentHash>,
+    /// The views come from a `.vflow` twin: the content hash (when not recorded) is that of the
+    /// `.cflow` the writer would lay out from these views.
+    from_twin: bool,
 }
 
 impl std::fmt::Debug for CflowFile {
@@ -262,7 +270,7 @@ pub(crate) fn config_from_header(
             "delay must be smaller than n_layers",
         ));
     }
-    Ok(ModelConfig {
+    let cfg = ModelConfig {
         n_layers: h.n_layers as usize,
         d_model: h.d_model as usize,
         n_heads: h.n_heads as usize,
@@ -282,7 +290,14 @@ pub(crate) fn config_from_header(
         feature_flags: h.feature_flags,
         final_logit_softcap: cap,
         meta,
-    })
+    };
+    cfg.check_meta().map_err(|p| FormatError::BadMetaField {
+        file: v.file.into(),
+        field: p.field,
+        value: p.value,
+        why: p.why,
+    })?;
+    Ok(cfg)
 }
 
 /// Walks a group of matrices stored interleaved by stripe from `start`, validating every tile
@@ -546,19 +561,11 @@ fn group(
 }
 
 impl CflowFile {
-    /// Opens and fully validates a `.cflow` file.
+    /// Opens and fully validates a `.cflow` file (a regular file: a FIFO or a device is refused
+    /// without blocking on it).
     pub fn open(path: &Path) -> Result<CflowFile, FormatError> {
-        let file = std::fs::File::open(path).map_err(|e| FormatError::Io {
-            file: path.into(),
-            source: e,
-        })?;
-        let size = file
-            .metadata()
-            .map_err(|e| FormatError::Io {
-                file: path.into(),
-                source: e,
-            })?
-            .len();
+        let map = ModelMap::open(path)?;
+        let size = map.len() as u64;
         if size < GlobalHeader::SIZE as u64 {
             return Err(FormatError::TooSmall {
                 file: path.into(),
@@ -566,35 +573,39 @@ impl CflowFile {
                 needed: GlobalHeader::SIZE as u64,
             });
         }
-        // SAFETY: the file is opened read-only and the mapping is only read through bounds-checked
-        // slices validated below. If another process truncates the file while it is mapped,
-        // accesses past the new end raise SIGBUS; the engine guards against this with a size check
-        // between tokens (docs/RELIABILITY.md documents the residual race).
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| FormatError::Io {
-            file: path.into(),
-            source: e,
-        })?;
         let (header, cfg, layers, vocab) = Self::validate(path, &map)?;
-        Ok(CflowFile {
-            path: path.into(),
-            map,
-            header,
-            cfg,
-            layers,
-            vocab,
-        })
+        let mb = &map[header.metadata_offset as usize..][..header.metadata_len as usize];
+        let (stored, _) = content::read_from_metadata(path, mb)?;
+        if map.check_unchanged().is_err() {
+            // Truncated while we validated it: what we read may be zeros.
+            return Err(FormatError::Changed {
+                file: path.into(),
+                why: "it changed while it was being opened".into(),
+            });
+        }
+        Ok(CflowFile::from_parts(
+            path, map, header, cfg, layers, vocab, stored, false,
+        ))
     }
 
     /// Assembles a file from views validated against `map` (used by the `.vflow` reader, so the
-    /// engine and the fetcher run unchanged on either file).
+    /// engine and the fetcher run unchanged on either file). `content` is the recorded content
+    /// hash; `from_twin` marks `.vflow` views.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn from_parts(
         path: &Path,
-        map: Mmap,
+        map: ModelMap,
         header: GlobalHeader,
         cfg: ModelConfig,
         layers: Vec<LayerView>,
         vocab: VocabView,
+        content: Option<ContentHash>,
+        from_twin: bool,
     ) -> CflowFile {
+        let cell = OnceLock::new();
+        if let Some(h) = content {
+            let _ = cell.set(h);
+        }
         CflowFile {
             path: path.into(),
             map,
@@ -602,7 +613,89 @@ impl CflowFile {
             cfg,
             layers,
             vocab,
+            content: cell,
+            from_twin,
         }
+    }
+
+    /// True when the content hash was recorded in the file (false: `content_hash` computes it,
+    /// reading every region once).
+    pub fn has_recorded_content_hash(&self) -> bool {
+        self.content.get().is_some()
+    }
+
+    /// The content hash of the model (docs/FORMAT.md, "Content hash"): recorded in the metadata
+    /// by the writer; for files written before that, computed here on first use (one pass over
+    /// the data). For `.vflow` views it is the source `.cflow`'s.
+    pub fn content_hash(&self) -> ContentHash {
+        *self.content.get_or_init(|| {
+            if self.from_twin {
+                self.rebuilt_content_hash()
+            } else {
+                self.computed_content_hash()
+            }
+        })
+    }
+
+    /// SHA-256 of this file's bytes from layer region 0 to the end of the vocabulary region.
+    pub fn computed_content_hash(&self) -> ContentHash {
+        let start = self.layers.first().map_or(self.vocab.offset, |l| l.offset) as usize;
+        let end = (self.vocab.offset + self.vocab.len) as usize;
+        content::hash_bytes(&self.map[start..end])
+    }
+
+    /// The content hash of the `.cflow` the writer lays out from these views (regions at the
+    /// writer's offsets, zero padding between them): how a `.vflow` without a recorded source
+    /// hash is matched to its source.
+    pub fn rebuilt_content_hash(&self) -> ContentHash {
+        use super::writer::{build_layer_region, build_vocab_region, REGION_ALIGN};
+        let n = self.cfg.n_layers;
+        let mut pos = ((128 + (n + 1) * 16).div_ceil(REGION_ALIGN) * REGION_ALIGN) as u64;
+        let mut h = content::ContentHasher::new();
+        let pad_to = |h: &mut content::ContentHasher, pos: &mut u64| {
+            let r = (*pos % REGION_ALIGN as u64) as usize;
+            if r != 0 {
+                h.update(&vec![0u8; REGION_ALIGN - r]);
+                *pos += (REGION_ALIGN - r) as u64;
+            }
+        };
+        for i in 0..n {
+            pad_to(&mut h, &mut pos);
+            let region = build_layer_region(pos, i as u16, &self.layer_data(i));
+            h.update(&region);
+            pos += region.len() as u64;
+        }
+        pad_to(&mut h, &mut pos);
+        h.update(&build_vocab_region(pos, &self.vocab_data()));
+        h.finish()
+    }
+
+    /// Fails when the file changed since it was opened (see [`ModelMap::check_unchanged`]): a
+    /// page vanished under a read (SIGBUS absorbed), or its size or modification time changed.
+    /// The engine calls this before every token.
+    pub fn check_unchanged(&self) -> Result<(), FormatError> {
+        self.map
+            .check_unchanged()
+            .map_err(|why| FormatError::Changed {
+                file: self.path.clone(),
+                why,
+            })
+    }
+
+    /// True once a read of the mapping hit a vanished page (cheap: one atomic load; the engine
+    /// checks it after every layer).
+    pub fn changed(&self) -> bool {
+        self.map.watch().changed()
+    }
+
+    /// The error [`CflowFile::changed`] stands for.
+    pub fn changed_error(&self) -> FormatError {
+        self.check_unchanged()
+            .err()
+            .unwrap_or_else(|| FormatError::Changed {
+                file: self.path.clone(),
+                why: "pages of the mapping vanished while they were read".into(),
+            })
     }
 
     #[allow(clippy::type_complexity)]

@@ -5,20 +5,22 @@
 //! Layout reference: `docs/FORMAT.md` (section `.vflow`).
 //!
 //! The file is self-contained: it embeds a copy of the source `.cflow` global header and its
-//! metadata (config, tokenizer, chat template), and records the source's `file_hash` so a twin
-//! can be matched to its `.cflow`. Inside, every tile keeps its 16-byte tile header and every
+//! metadata (config, tokenizer, chat template), and records the source's content hash
+//! (`source_content_hash` in that metadata, `format::content`) so a twin is matched to its
+//! `.cflow` by the weights themselves. Inside, every tile keeps its 16-byte tile header and every
 //! layer keeps a `.cflow` layer directory, so the reader validates with the same code as
 //! `reader.rs` and hands out an ordinary [`CflowFile`] whose views point into the `.vflow` map:
 //! the engine and the expert fetcher run unchanged on it.
 
+use super::content::{self, SOURCE_HASH_KEY};
 use super::error::FormatError;
 use super::header::*;
+use super::mmap::ModelMap;
 use super::reader::{config_from_header, CflowFile, LayerView, Matrix, V};
 use super::writer::{build_vocab_region, ITEM_ALIGN, REGION_ALIGN};
 use crate::model::ModelMeta;
 use crate::output::Output;
 use crate::quant::QuantType;
-use memmap2::Mmap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -151,14 +153,11 @@ fn align_up(x: u64, a: u64) -> u64 {
 }
 
 impl VflowFile {
-    /// Opens and fully validates a `.vflow` file.
+    /// Opens and fully validates a `.vflow` file (a regular file: a FIFO or a device is refused
+    /// without blocking on it).
     pub fn open(path: &Path) -> Result<VflowFile, FormatError> {
-        let io = |e| FormatError::Io {
-            file: path.into(),
-            source: e,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let size = file.metadata().map_err(io)?.len();
+        let map = ModelMap::open(path)?;
+        let size = map.len() as u64;
         if size < VflowHeader::SIZE as u64 {
             return Err(FormatError::TooSmall {
                 file: path.into(),
@@ -166,17 +165,26 @@ impl VflowFile {
                 needed: VflowHeader::SIZE as u64,
             });
         }
-        // SAFETY: read-only mapping, read only through slices whose offsets and lengths are
-        // validated below against the mapping's length; like the `.cflow` reader we rely on the
-        // file not being truncated by another process while it is mapped (the engine's size
-        // check between tokens covers the `.cflow`; docs/RELIABILITY.md lists the residual race).
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let (header, groups, h, cfg, layers, vocab) = validate(path, &map)?;
+        let mb = &map[h.metadata_offset as usize..][..h.metadata_len as usize];
+        let (_, source) = content::read_from_metadata(path, mb)?;
+        if map.check_unchanged().is_err() {
+            return Err(FormatError::Changed {
+                file: path.into(),
+                why: "it changed while it was being opened".into(),
+            });
+        }
         Ok(VflowFile {
             header,
             groups,
-            file: CflowFile::from_parts(path, map, h, cfg, layers, vocab),
+            file: CflowFile::from_parts(path, map, h, cfg, layers, vocab, source, true),
         })
+    }
+
+    /// True when the twin records its source's content hash (written by this version); false
+    /// for older twins, whose source hash [`CflowFile::content_hash`] recomputes from the views.
+    pub fn has_recorded_source_hash(&self) -> bool {
+        self.file.has_recorded_content_hash()
     }
 
     /// O(1) lookup of expert `e` of layer `l` in the bank table: `(offset, length)` of its region.
@@ -204,9 +212,35 @@ pub fn open_views(path: &Path) -> Result<CflowFile, FormatError> {
     VflowFile::open(path).map(VflowFile::into_file)
 }
 
-/// True when `v` was converted from `c` (same source hash and configuration).
+/// True when `v` was converted from `c`: same configuration and `v`'s source content hash is
+/// `c`'s content hash (so the weights are the same, not only the header and directories).
 pub fn is_twin_of(v: &VflowFile, c: &CflowFile) -> bool {
-    v.header.source_hash == super::file_hash_u64(c) && v.file.cfg == c.cfg
+    check_twin(v, c).is_ok()
+}
+
+/// [`is_twin_of`], saying why not. Files without a recorded hash are hashed here (a pass over
+/// the data; see [`CflowFile::has_recorded_content_hash`]).
+pub fn check_twin(v: &VflowFile, c: &CflowFile) -> Result<(), String> {
+    if v.file.cfg != c.cfg {
+        return Err(format!(
+            "{} is not a twin of {}: the model configuration differs",
+            v.file.path.display(),
+            c.path.display()
+        ));
+    }
+    let (vh, ch) = (v.file.content_hash(), c.content_hash());
+    if vh != ch {
+        return Err(format!(
+            "stale twin: {} was converted from a model with content hash {}, but {} has {} \
+             (reconvert it with `convert {} --to vflow`)",
+            v.file.path.display(),
+            vh.short(),
+            c.path.display(),
+            ch.short(),
+            c.path.display()
+        ));
+    }
+    Ok(())
 }
 
 type Validated = (
@@ -629,6 +663,9 @@ pub fn convert(src: &CflowFile, out: &Path, group_size: usize) -> Result<(), For
         .collect();
     // Fixed part: header, embedded model header + metadata, group table.
     let meta = serde_json::to_vec(&c.meta).map_err(|e| FormatError::Invalid(e.to_string()))?;
+    // The twin records its source's content hash (computed here for sources written before it
+    // was recorded), so `check_twin` compares the weights, not only the header.
+    let meta = content::append_to_metadata(meta, SOURCE_HASH_KEY, &src.content_hash());
     let meta_off = align_up(MODEL_HEADER_AT + GlobalHeader::SIZE as u64, 64);
     let gt_off = align_up(meta_off + meta.len() as u64, 64);
     let gt_len = ((ng + 1) * GROUP_ENTRY_SIZE) as u64;

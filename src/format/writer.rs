@@ -4,6 +4,7 @@
 //! into place at the end (a failed write leaves nothing behind); a device or FIFO is spooled and
 //! copied; an input of the conversion is refused before anything is written.
 
+use super::content::{append_to_metadata, ContentHasher, CONTENT_HASH_KEY};
 use super::error::FormatError;
 use super::header::*;
 use super::{TILE_COLS, TILE_ROWS};
@@ -460,6 +461,8 @@ pub struct CflowWriter {
     cfg: ModelConfig,
     pos: u64,
     table: Vec<(u64, u64)>,
+    /// Hash of every byte from layer region 0 on (`format::content`); taken before the metadata.
+    content: Option<ContentHasher>,
 }
 
 impl CflowWriter {
@@ -482,6 +485,7 @@ impl CflowWriter {
             cfg: cfg.clone(),
             pos: 0,
             table: Vec::new(),
+            content: None,
         };
         // Header + layer table are written at the end; reserve their space now.
         let table_len = (cfg.n_layers + 1) * 16;
@@ -500,8 +504,19 @@ impl CflowWriter {
             file: self.path.clone(),
             source: e,
         })?;
+        if let Some(h) = self.content.as_mut() {
+            h.update(b);
+        }
         self.pos += b.len() as u64;
         Ok(())
+    }
+
+    /// The metadata JSON with the content hash of everything written since layer region 0
+    /// appended (`"content_hash"`); hashing stops here.
+    fn meta_json(&mut self, meta: &ModelMeta) -> Result<Vec<u8>, FormatError> {
+        let json = serde_json::to_vec(meta).map_err(|e| FormatError::Invalid(e.to_string()))?;
+        let h = self.content.take().unwrap_or_default().finish();
+        Ok(append_to_metadata(json, CONTENT_HASH_KEY, &h))
     }
 
     fn align(&mut self) -> Result<(), FormatError> {
@@ -515,6 +530,11 @@ impl CflowWriter {
     /// Appends the next layer (layers must come in order 0, 1, ...).
     pub fn write_layer(&mut self, l: &LayerData) -> Result<(), FormatError> {
         check_layer(&self.cfg, self.table.len(), l)?;
+        if self.table.is_empty() {
+            // Layer region 0 starts here (the reserved header space is aligned).
+            self.align()?;
+            self.content = Some(ContentHasher::new());
+        }
         self.align()?;
         let base = self.pos;
         let region = build_layer_region(base, self.table.len() as u16, l);
@@ -538,8 +558,7 @@ impl CflowWriter {
         let region = build_vocab_region(base, v);
         self.write_all(&region)?;
         self.table.push((base, region.len() as u64));
-        let meta_json =
-            serde_json::to_vec(meta).map_err(|e| FormatError::Invalid(e.to_string()))?;
+        let meta_json = self.meta_json(meta)?;
         let meta_off = self.pos;
         self.write_all(&meta_json)?;
         let mut h = header_for(&self.cfg);

@@ -243,3 +243,81 @@ impl ModelConfig {
         self.meta.sliding_window.get(layer).copied().unwrap_or(0) as usize
     }
 }
+
+/// Most layer executions per token (FixedPoint: blocks × iterations); the reader's layer bound.
+pub const MAX_EFFECTIVE_LAYERS: usize = 4096;
+
+/// A metadata value the engine cannot run with: the field, the value and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaProblem {
+    pub field: &'static str,
+    pub value: String,
+    pub why: String,
+}
+
+impl ModelConfig {
+    /// Checks every metadata number that sizes an allocation or indexes an array against the
+    /// geometry (the reader calls this at open, the writer before creating a file, so importers
+    /// and `gen` are held to the same rules).
+    pub fn check_meta(&self) -> Result<(), MetaProblem> {
+        let m = &self.meta;
+        let bad = |field: &'static str, value: String, why: String| {
+            Err(MetaProblem { field, value, why })
+        };
+        let hd = self.head_dim;
+        if m.rope_dims != 0 && (m.rope_dims as usize > hd || !m.rope_dims.is_multiple_of(2)) {
+            return bad(
+                "rope_dims",
+                m.rope_dims.to_string(),
+                format!("must be 0 (the whole head) or an even number <= head_dim {hd}"),
+            );
+        }
+        // Per-layer lists are read with `get(layer)`: entries past the last layer are never used
+        // (a file truncated to fewer layers keeps them), the used thetas must be usable.
+        if let Some((i, t)) = m
+            .rope_theta_per_layer
+            .iter()
+            .take(self.n_layers)
+            .enumerate()
+            .find(|(_, t)| !(t.is_finite() && **t > 0.0))
+        {
+            return bad(
+                "rope_theta_per_layer",
+                format!("[{i}] = {t}"),
+                "every theta must be positive and finite".into(),
+            );
+        }
+        let cap = m.attn_logit_softcap;
+        if !(cap.is_finite() && cap >= 0.0) {
+            return bad(
+                "attn_logit_softcap",
+                cap.to_string(),
+                "must be >= 0 (0 = off)".into(),
+            );
+        }
+        if self.combine_style == CombineStyle::FixedPoint {
+            let it = m.fixed_point_iterations.max(1) as usize;
+            if self.n_layers.saturating_mul(it) > MAX_EFFECTIVE_LAYERS {
+                return bad(
+                    "fixed_point_iterations",
+                    m.fixed_point_iterations.to_string(),
+                    format!(
+                        "{} blocks × {it} iterations exceeds {MAX_EFFECTIVE_LAYERS} layer \
+                         executions per token",
+                        self.n_layers
+                    ),
+                );
+            }
+        }
+        if let Some(b) = m.bos_id {
+            if b as usize >= self.vocab {
+                return bad(
+                    "bos_id",
+                    b.to_string(),
+                    format!("must be a token id below vocab {}", self.vocab),
+                );
+            }
+        }
+        Ok(())
+    }
+}

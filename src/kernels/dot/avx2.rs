@@ -51,7 +51,8 @@ pub(super) struct Lanes(pub(super) [f32; 8]);
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C, and the slices must satisfy the tile contract checked
-/// by `super::check_tile` (`cols % 32 == 0`, `scales`/`qs` hold `rows × cols` weights of type `q`,
+/// by `super::check_tile` (`cols % 32 == 0` for block types, any `cols` for F16/F32,
+/// `scales`/`qs` hold `rows × cols` weights of type `q`,
 /// `x.len() >= cols` unless the integer path is taken, `xq` covers `cols`, `y.len() >= rows`).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -69,6 +70,7 @@ pub unsafe fn tile_matvec(
     let t = Tile {
         rows,
         nb,
+        cols,
         scales: scales.as_ptr(),
         scales_len: scales.len(),
         qs: qs.as_ptr(),
@@ -99,6 +101,8 @@ pub unsafe fn tile_matvec(
 pub(super) struct Tile {
     pub(super) rows: usize,
     pub(super) nb: usize,
+    /// Columns (= 32·nb for block types; any width for F16/F32).
+    pub(super) cols: usize,
     pub(super) scales: *const u8,
     /// Length of the `scales` slice in bytes.
     pub(super) scales_len: usize,
@@ -539,11 +543,12 @@ unsafe fn load_w<const HALF: bool>(p: *const u8, e: usize) -> __m256 {
     }
 }
 
-/// `R` rows of F16 (`HALF`) or F32 weights; two accumulators per row for FMA latency.
+/// `R` rows of F16 (`HALF`) or F32 weights; two accumulators per row for FMA latency. Columns
+/// in steps of 32, then 8, then one at a time (any width).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn float_group<const HALF: bool, const R: usize>(t: &Tile, x: *const f32, r0: usize) {
-    let cols = t.nb * QK;
+    let cols = t.cols;
     let eb = if HALF { 2 } else { 4 };
     let mut a0 = [_mm256_setzero_ps(); R];
     let mut a1 = [_mm256_setzero_ps(); R];
@@ -552,7 +557,7 @@ unsafe fn float_group<const HALF: bool, const R: usize>(t: &Tile, x: *const f32,
         *w = t.qs.add((r0 + i) * cols * eb);
     }
     let mut c = 0;
-    while c < cols {
+    while c + QK <= cols {
         let x0 = _mm256_loadu_ps(x.add(c));
         let x1 = _mm256_loadu_ps(x.add(c + 8));
         let x2 = _mm256_loadu_ps(x.add(c + 16));
@@ -565,10 +570,51 @@ unsafe fn float_group<const HALF: bool, const R: usize>(t: &Tile, x: *const f32,
         }
         c += QK;
     }
+    while c + 8 <= cols {
+        let x0 = _mm256_loadu_ps(x.add(c));
+        for i in 0..R {
+            a0[i] = _mm256_fmadd_ps(load_w::<HALF>(wp[i], c), x0, a0[i]);
+        }
+        c += 8;
+    }
     for i in 0..R {
         a0[i] = _mm256_add_ps(a0[i], a1[i]);
     }
     store_rows::<R>(&a0, t.y.add(r0));
+    if c < cols {
+        for (i, &w) in wp.iter().enumerate() {
+            *t.y.add(r0 + i) += float_tail::<HALF>(w, x, c, cols);
+        }
+    }
+}
+
+/// `Σ_{e in c..cols} w[e]·x[e]` for the last (< 8) columns of one F16/F32 row.
+///
+/// # Safety
+/// `w` points at a row of `cols` F16 (`HALF`) or F32 weights and `x` at `cols` floats (the tile
+/// contract checked by `check_tile`); `c <= cols`.
+#[inline]
+pub(super) unsafe fn float_tail<const HALF: bool>(
+    w: *const u8,
+    x: *const f32,
+    c: usize,
+    cols: usize,
+) -> f32 {
+    let mut s = 0f32;
+    for e in c..cols {
+        let wv = if HALF {
+            half::f16::from_bits(u16::from_le_bytes([*w.add(2 * e), *w.add(2 * e + 1)])).to_f32()
+        } else {
+            f32::from_le_bytes([
+                *w.add(4 * e),
+                *w.add(4 * e + 1),
+                *w.add(4 * e + 2),
+                *w.add(4 * e + 3),
+            ])
+        };
+        s += wv * *x.add(e);
+    }
+    s
 }
 
 /// AVX2 activation quantization; bit-identical to `scalar::quantize_act` (d = max|x|/127,

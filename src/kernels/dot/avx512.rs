@@ -22,8 +22,8 @@
 use core::arch::x86_64::*;
 
 use super::avx2::{
-    chunk_consts, load_scales, quant_bytes, scale_bytes, store_rows, Act, Lanes, Tile, CHUNK,
-    K_Q4_0, K_Q4_1, K_Q8_0,
+    chunk_consts, float_tail, load_scales, quant_bytes, scale_bytes, store_rows, Act, Lanes, Tile,
+    CHUNK, K_Q4_0, K_Q4_1, K_Q8_0,
 };
 use crate::quant::{QuantType, QK};
 
@@ -48,6 +48,7 @@ pub unsafe fn tile_matvec(
     let t = Tile {
         rows,
         nb: cols / QK,
+        cols,
         scales: scales.as_ptr(),
         scales_len: scales.len(),
         qs: qs.as_ptr(),
@@ -266,6 +267,7 @@ macro_rules! avx512_kernels {
                 }
             }
 
+            /// Columns in steps of 32, then 8 (256-bit), then one at a time (any width).
             #[inline]
             #[target_feature(enable = $feat)]
             unsafe fn float_group<const HALF: bool, const R: usize>(
@@ -273,7 +275,7 @@ macro_rules! avx512_kernels {
                 x: *const f32,
                 r0: usize,
             ) {
-                let cols = t.nb * QK;
+                let cols = t.cols;
                 let eb = if HALF { 2 } else { 4 };
                 let mut a0 = [_mm512_setzero_ps(); R];
                 let mut a1 = [_mm512_setzero_ps(); R];
@@ -282,7 +284,7 @@ macro_rules! avx512_kernels {
                     *w = t.qs.add((r0 + i) * cols * eb);
                 }
                 let mut c = 0;
-                while c < cols {
+                while c + QK <= cols {
                     let x0 = _mm512_loadu_ps(x.add(c));
                     let x1 = _mm512_loadu_ps(x.add(c + 16));
                     for i in 0..R {
@@ -295,7 +297,24 @@ macro_rules! avx512_kernels {
                 for i in 0..R {
                     folded[i] = fold(_mm512_add_ps(a0[i], a1[i]));
                 }
+                while c + 8 <= cols {
+                    let x0 = _mm256_loadu_ps(x.add(c));
+                    for i in 0..R {
+                        let w = if HALF {
+                            _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(2 * c) as *const __m128i))
+                        } else {
+                            _mm256_loadu_ps(wp[i].add(4 * c) as *const f32)
+                        };
+                        folded[i] = _mm256_fmadd_ps(w, x0, folded[i]);
+                    }
+                    c += 8;
+                }
                 store_rows::<R>(&folded, t.y.add(r0));
+                if c < cols {
+                    for (i, &w) in wp.iter().enumerate() {
+                        *t.y.add(r0 + i) += float_tail::<HALF>(w, x, c, cols);
+                    }
+                }
             }
         }
     };

@@ -1,8 +1,8 @@
 //! Tile dot-product kernels with fused dequantization. Every SIMD kernel sits next to its scalar
 //! reference and is tested against it. Runtime ISA dispatch picks the best available path.
 //!
-//! Contract (used by `kernels::matvec`): a *tile* holds `rows × cols` weights of one quant type in
-//! the split layout (`scales`: per-row block scale entries, row-major; `qs`: per-row packed quants,
+//! Contract (used by `kernels::matvec`): a *tile* holds `rows × cols` weights of one quant type
+//! (`cols` a multiple of 32 for the block types, any width for F16/F32) in the split layout (`scales`: per-row block scale entries, row-major; `qs`: per-row packed quants,
 //! row-major; see `quant`). `tile_matvec` *accumulates* `y[r] += Σ_c W[r][c] · x[c]`.
 //! When `xq` (the activation quantized to Q8 blocks, covering exactly these `cols`) is given and
 //! the type is a block type (Q4_0, Q4_1, Q8_0), the integer path is used; F16/F32 always use `x`.
@@ -183,9 +183,10 @@ fn check_tile(
     xq: Option<(&[f32], &[f32], &[i8])>,
     y: &[f32],
 ) -> bool {
+    // Block types come in whole 32-weight blocks; F16/F32 tiles may have any width.
     assert!(
-        cols.is_multiple_of(QK),
-        "tile cols {cols} not a multiple of 32"
+        !q.is_blocked() || cols.is_multiple_of(QK),
+        "{q} tile cols {cols} not a multiple of 32"
     );
     let nb = cols / QK;
     assert!(y.len() >= rows, "y too short: {} < {rows}", y.len());
@@ -193,10 +194,12 @@ fn check_tile(
         scales.len() >= rows * nb * q.scale_bytes_per_block(),
         "scales too short"
     );
-    assert!(
-        qs.len() >= rows * nb * q.quant_bytes_per_block(),
-        "qs too short"
-    );
+    let qs_bytes = if q.is_blocked() {
+        rows * nb * q.quant_bytes_per_block()
+    } else {
+        q.matrix_bytes(rows, cols)
+    };
+    assert!(qs.len() >= qs_bytes, "qs too short");
     let int = q.is_blocked() && xq.is_some();
     match xq {
         Some((d, s, xqs)) if int => {
@@ -373,18 +376,31 @@ pub(crate) mod testutil {
         }
     }
 
-    /// 1,000 random tiles per quant type (rows 1..=128, cols 32..=256 step 32), plus edge shapes.
+    /// 1,000 random tiles per quant type (rows 1..=128; cols 32..=256 step 32 for the block
+    /// types, any width 1..=256 for F16/F32), plus edge shapes (for F16/F32 also every width
+    /// around the SIMD steps of 8, 16 and 32 columns).
     pub fn check_kernel(kern: Kernel, seed: u64) {
         let mut rng = Rng(seed);
         for q in QuantType::ALL {
             for _ in 0..1000 {
                 let rows = 1 + rng.below(128);
-                let cols = QK * (1 + rng.below(8));
+                let cols = if q.is_blocked() {
+                    QK * (1 + rng.below(8))
+                } else {
+                    1 + rng.below(256)
+                };
                 check_one(kern, &mut rng, q, rows, cols);
             }
             for rows in [1, 2, 3, 4, 5, 6, 7, 9, 127, 128] {
                 for cols in [32, 64, 96, 224, 256, 288, 512] {
                     check_one(kern, &mut rng, q, rows, cols);
+                }
+                if !q.is_blocked() {
+                    for cols in [
+                        1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 33, 40, 47, 48, 49, 63, 65, 100, 255,
+                    ] {
+                        check_one(kern, &mut rng, q, rows, cols);
+                    }
                 }
             }
         }
