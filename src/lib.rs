@@ -22,6 +22,7 @@ pub mod io;
 pub mod kernels;
 pub mod model;
 pub mod quant;
+pub mod stats;
 pub mod telemetry;
 pub mod tui;
 pub mod util;
