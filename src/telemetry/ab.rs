@@ -8,21 +8,23 @@
 //! samples when both were switched between two replies).
 //!
 //! ms/token grows with the context position (attention reads the whole KV cache), so arms run at
-//! different positions differ even when the toggle does nothing. The correction is a **fit, not
-//! matched pairs**: within the condition, `ln(ms)` is regressed on position with one slope common
-//! to both arms (the pooled within-arm least-squares slope), each sample is moved along that slope
-//! to a common position, and the arms' medians are compared there. Why this choice:
-//! - the log scale makes a toggle's effect a constant shift whatever the position dependence (a
-//!   toggle that scales a token's time by r adds ln r at every position), so a common slope fits
-//!   both arms of a multiplicative effect exactly; on the linear scale a 20% effect would also
-//!   change the slope;
-//! - matched pairs are biased by the alternation itself: with blocks A A A A B B B B … every A is
-//!   matched to a later B, so a rising context makes A look faster; the fit removes that bias;
-//! - medians of the corrected samples keep the estimate robust to the occasional slow token (page
-//!   faults, a preempted thread), which a mean would not be;
-//! - to avoid extrapolating the straight line, only samples inside the arms' common position
-//!   range (widened by [`POS_SLACK`]) are used: arms that never ran at nearby positions are
-//!   reported as such instead of compared.
+//! different positions differ even when the toggle does nothing. The correction has two steps:
+//! 1. **matched positions** (caliper matching): a sample is used only if the other arm has a
+//!    sample within [`CALIPER`] positions of it, so both arms cover the same positions. Arms that
+//!    never ran at nearby positions are reported as such instead of compared;
+//! 2. **a common-slope fit** for what is left: `ln(ms)` is regressed on position with one slope
+//!    for both arms (the pooled within-arm least-squares slope), each sample is moved along it to
+//!    a common position, and the arms' medians are compared there.
+//!
+//! Why both: a single straight line over the whole session misfits a curved ms(position) as soon
+//! as the arms' position mixes differ (a manual toggle between replies, then A/B auto): on such a
+//! synthetic stream with no effect it read 1.017× [1.011–1.023], a false positive; matching makes
+//! the mixes alike. Matching alone is biased by the alternation itself: with blocks A A A A B B B
+//! B … every A sits a few positions before its B, so a rising context makes A look faster; the
+//! local slope removes that offset. The log scale makes a toggle's effect a constant shift
+//! whatever the position dependence (scaling a token's time by r adds ln r), so one slope fits
+//! both arms of a multiplicative effect. Medians, not means, keep the estimate robust to the
+//! occasional slow token (page faults, a preempted thread).
 //!
 //! The ratio's 95% confidence interval is a percentile bootstrap ([`RESAMPLES`] stratified
 //! resamples of each arm, slope refitted each time) with a fixed seed, so identical samples give
@@ -37,12 +39,12 @@ use crate::stats::{median, median_in_place, percentile_sorted};
 
 /// Samples kept (oldest dropped first).
 pub const WINDOW: usize = 2048;
-/// Most recent samples per arm used in one comparison.
+/// Most recent matched samples per arm used in one comparison.
 pub const ARM_CAP: usize = 512;
 /// Samples each arm needs (at matching positions, under one condition) before a ratio is shown.
 pub const MIN_PER_ARM: usize = 8;
-/// Positions by which the arms' common position range is widened on each side.
-pub const POS_SLACK: u32 = 16;
+/// A sample is used only if the other arm has one within this many context positions.
+pub const CALIPER: u32 = 16;
 /// Bootstrap resamples per comparison.
 pub const RESAMPLES: usize = 1000;
 /// Relative half-width of the 95% interval at which A/B auto stops.
@@ -308,6 +310,26 @@ pub fn estimate(
     })
 }
 
+/// The most recent [`ARM_CAP`] samples of `v` that have a sample of `other` within [`CALIPER`]
+/// positions, oldest first.
+fn matched(v: &[(u32, f64)], other: &[(u32, f64)]) -> Vec<(u32, f64)> {
+    let mut pos: Vec<u32> = other.iter().map(|x| x.0).collect();
+    pos.sort_unstable();
+    let near = |p: u32| {
+        let i = pos.partition_point(|&q| q < p.saturating_sub(CALIPER));
+        pos.get(i).is_some_and(|&q| q <= p.saturating_add(CALIPER))
+    };
+    let mut out: Vec<(u32, f64)> = v
+        .iter()
+        .rev()
+        .filter(|x| near(x.0))
+        .take(ARM_CAP)
+        .copied()
+        .collect();
+    out.reverse();
+    out
+}
+
 /// What can be said about one toggle.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verdict {
@@ -542,27 +564,13 @@ impl AbBook {
             labels.sort_by_key(|l| t.rank(l));
             let (la, lb) = (labels[0], labels[1]);
             let take = |label: &str| -> Vec<(u32, f64)> {
-                let mut v: Vec<(u32, f64)> = self
-                    .samples()
-                    .rev()
+                self.samples()
                     .filter(|(s, smp)| cond[smp.setting as usize] == c && s.arm(t) == label)
-                    .take(ARM_CAP)
                     .map(|(_, smp)| (smp.pos, smp.ms))
-                    .collect();
-                v.reverse();
-                v
+                    .collect()
             };
-            let (mut a, mut b) = (take(la), take(lb));
-            let range = |v: &[(u32, f64)]| {
-                let lo = v.iter().map(|x| x.0).min().unwrap_or(0);
-                let hi = v.iter().map(|x| x.0).max().unwrap_or(0);
-                (lo, hi)
-            };
-            let ((a_lo, a_hi), (b_lo, b_hi)) = (range(&a), range(&b));
-            let lo = a_lo.max(b_lo).saturating_sub(POS_SLACK);
-            let hi = a_hi.min(b_hi).saturating_add(POS_SLACK);
-            a.retain(|x| (lo..=hi).contains(&x.0));
-            b.retain(|x| (lo..=hi).contains(&x.0));
+            let (a_all, b_all) = (take(la), take(lb));
+            let (a, b) = (matched(&a_all, &b_all), matched(&b_all, &a_all));
             let score = a.len().min(b.len());
             if best.as_ref().is_none_or(|bst| score > bst.0) {
                 best = Some((score, c, la.to_string(), lb.to_string(), a, b));
