@@ -135,13 +135,18 @@ fn chunks<'a>(app: &App, tv: &ToggleView, long: bool) -> Vec<Chunk<'a>> {
     out
 }
 
+/// A separator span that starts a chunk: joined with one space, dropped at a line start.
+fn is_sep(s: &Span) -> bool {
+    s.content == "│" || s.content == "· "
+}
+
 /// Pack chunks greedily onto lines of `w` cells; continuation lines start with `indent` spaces.
 fn pack<'a>(chunks: Vec<Chunk<'a>>, w: usize, indent: usize) -> Vec<Line<'a>> {
     let mut lines: Vec<Vec<Span<'a>>> = Vec::new();
     for (i, c) in chunks.into_iter().enumerate() {
         let sep = if i == 0 {
             0
-        } else if c.first().is_some_and(|s| s.content == "│") {
+        } else if c.first().is_some_and(|s| is_sep(s)) {
             1
         } else {
             2
@@ -153,8 +158,10 @@ fn pack<'a>(chunks: Vec<Chunk<'a>>, w: usize, indent: usize) -> Vec<Line<'a>> {
             }
             _ if i == 0 => lines.push(c),
             _ => {
+                // A continuation line does not start with the arm separator.
+                let body = c.into_iter().skip_while(is_sep);
                 let mut l = vec![Span::raw(" ".repeat(indent))];
-                l.extend(c);
+                l.extend(body);
                 lines.push(l);
             }
         }
@@ -198,28 +205,41 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     if lines.len() > h {
         lines = build(false);
     }
-    // Extras, most useful first, while rows remain.
-    let mut extras: Vec<Line> = Vec::new();
+    // Extras, most useful first, while rows remain; each wraps at its " · " separators.
+    let mut extras: Vec<Vec<Line>> = Vec::new();
+    let dim_chunks = |text: String, first: Option<Span<'static>>| -> Vec<Chunk<'static>> {
+        let mut out: Vec<Chunk> = Vec::new();
+        for (i, part) in text.split(" · ").enumerate() {
+            let mut c = Vec::new();
+            if i == 0 {
+                c.extend(first.clone());
+            } else {
+                c.push(Span::styled("· ", th.dim()));
+            }
+            c.push(Span::styled(part.to_string(), th.dim()));
+            out.push(c);
+        }
+        out
+    };
     if let Some(a) = &app.ab_auto {
         let hw = v.ab.estimate(a.toggle).map(|e| e.half_width());
-        extras.push(Line::from(vec![
-            Span::styled("A/B auto ", th.warn()),
-            Span::styled(
-                format!(
-                    "{} {}⇄{} · block {} · {} · a stops",
-                    a.toggle.name(),
-                    a.arms[0],
-                    a.arms[1],
-                    a.blocks + 1,
-                    hw.map_or("±—".into(), |h| format!(
-                        "±{:.1}% → {:.0}%",
-                        100.0 * h,
-                        100.0 * TIGHT
-                    ))
-                ),
-                th.dim(),
-            ),
-        ]));
+        let text = format!(
+            "{} {}⇄{} · block {} · {} · a stops",
+            a.toggle.name(),
+            a.arms[0],
+            a.arms[1],
+            a.blocks + 1,
+            hw.map_or("±—".into(), |h| format!(
+                "±{:.1}% → {:.0}%",
+                100.0 * h,
+                100.0 * TIGHT
+            ))
+        );
+        extras.push(pack(
+            dim_chunks(text, Some(Span::styled("A/B auto ", th.warn()))),
+            w,
+            2,
+        ));
     }
     let focus = v.ab.view(app.ab_focus);
     let shown = match &focus.verdict {
@@ -231,22 +251,24 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         }
     };
     if let Some(Verdict::Compared { others, est, .. }) = shown.map(|tv| &tv.verdict) {
-        extras.push(dim_line(
-            app,
-            format!(
-                "{}: {others}, at ctx {}",
-                shown.map_or("", |tv| tv.toggle.name()),
-                est.pos_ref
-            ),
-        ));
+        let text = format!(
+            "{}: {others} · at ctx {}",
+            shown.map_or("", |tv| tv.toggle.name()),
+            est.pos_ref
+        );
+        extras.push(pack(dim_chunks(text, None), w, 2));
     }
-    extras.push(dim_line(
-        app,
-        "● current · ▸ a=A/B auto · [95% CI] · other toggles equal, ctx-corrected",
+    extras.push(pack(
+        dim_chunks(
+            "● current · ▸ a=A/B auto · [95% CI] · other toggles equal, ctx-corrected".into(),
+            None,
+        ),
+        w,
+        2,
     ));
     for e in extras {
-        if lines.len() < h {
-            lines.push(e);
+        if lines.len() + e.len() <= h {
+            lines.extend(e);
         }
     }
     frame.render_widget(Paragraph::new(lines), inner);
