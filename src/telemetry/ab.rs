@@ -330,6 +330,17 @@ fn matched(v: &[(u32, f64)], other: &[(u32, f64)]) -> Vec<(u32, f64)> {
     out
 }
 
+/// One condition's arms for a comparison: (score = the smaller matched arm, condition, arm a,
+/// arm b, a's matched samples, b's matched samples).
+type Candidate = (
+    usize,
+    usize,
+    String,
+    String,
+    Vec<(u32, f64)>,
+    Vec<(u32, f64)>,
+);
+
 /// What can be said about one toggle.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verdict {
@@ -537,14 +548,7 @@ impl AbBook {
                     .unwrap_or(0)
             })
             .collect();
-        let mut best: Option<(
-            usize,
-            usize,
-            String,
-            String,
-            Vec<(u32, f64)>,
-            Vec<(u32, f64)>,
-        )> = None;
+        let mut best: Option<Candidate> = None;
         let mut any_shared = false;
         let mut conds: Vec<usize> = cond.clone();
         conds.sort_unstable();
