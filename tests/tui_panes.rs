@@ -277,3 +277,25 @@ fn replay_badge_shows_the_speed_it_was_started_with() {
         "{foot}"
     );
 }
+
+/// The A/B pane as a controlled experiment at 80×24, 100×30 and 160×48: a synthetic stream with
+/// a 20% prefetch effect (a manual toggle, then interleaved blocks) with A/B auto running, alone
+/// and in the whole screen (compact layouts show it beside the text once it has focus).
+#[test]
+fn ab_pane_controlled_experiment() {
+    use cflow::tui::fixture::ab_events;
+    for size in [(80, 24), (100, 30), (160, 48)] {
+        let mut events = ab_events(1.2, 240);
+        // Leave the last block unfinished so the auto state is mid-run.
+        let tail = events.split_off(events.len() - 6);
+        let mut app = app_from(events, TuiOptions::default(), size);
+        app.apply(Msg::Action(Action::AbAuto));
+        for e in tail {
+            app.apply(Msg::Stamped(e));
+        }
+        app.apply(Msg::Action(Action::FocusPrev));
+        let name = format!("ab_experiment_{}x{}", size.0, size.1);
+        insta::assert_snapshot!(name.clone(), render_pane(&app, PaneId::Ab, size));
+        insta::assert_snapshot!(format!("{name}_screen"), render_screen(&app, size));
+    }
+}

@@ -1,6 +1,8 @@
 //! Telemetry: the `Event`/`Command` types shared by engine, UI, recorder and replay; PMU counters;
-//! the machine profile; trace recording, replay and Chrome-trace export.
+//! the machine profile; trace recording, replay and Chrome-trace export; the controlled A/B
+//! statistics over recorded tokens.
 
+pub mod ab;
 pub mod chrome;
 pub mod event;
 pub mod machine;

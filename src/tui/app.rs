@@ -10,14 +10,13 @@
 
 use std::collections::VecDeque;
 
+use crate::telemetry::ab::{AbBook, AutoAb, AutoStep, Setting, Toggle, AUTO_BLOCK};
 use crate::telemetry::event::{
     Command, EngineConfigInfo, Event, ModelSummary, Stamped, StopReason, StreamBytes, TokenStats,
 };
 
 /// Tokens kept for windowed views (routing heatmap, per-layer times, overlap).
 pub const WINDOW: usize = 64;
-/// Samples kept per A/B arm for the running medians.
-pub const AB_WINDOW: usize = 512;
 /// Ticks a status message stays visible (the run loop ticks at ~30 Hz).
 pub const MESSAGE_TICKS: u64 = 120;
 /// Largest hypothetical delay in what-if mode.
@@ -95,6 +94,8 @@ pub enum Action {
     ToggleFetch,
     CycleLayout,
     ToggleTier,
+    /// Start / stop A/B auto on the focused toggle (the one last switched).
+    AbAuto,
     /// Enter / leave what-if mode in the critical-path pane.
     WhatIf,
     /// Change the hypothetical dense delay by ±1.
@@ -239,162 +240,6 @@ impl Default for TuiOptions {
     }
 }
 
-/// A bounded window of samples with a median.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Samples {
-    buf: VecDeque<f64>,
-    cap: usize,
-    total: u64,
-}
-
-impl Samples {
-    pub fn new(cap: usize) -> Self {
-        Samples {
-            buf: VecDeque::with_capacity(cap.min(1024)),
-            cap,
-            total: 0,
-        }
-    }
-    pub fn push(&mut self, x: f64) {
-        if self.buf.len() == self.cap {
-            self.buf.pop_front();
-        }
-        self.buf.push_back(x);
-        self.total += 1;
-    }
-    /// Samples in the window.
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-    /// Samples ever pushed.
-    pub fn total(&self) -> u64 {
-        self.total
-    }
-    /// Median of the window (mean of the middle two for even counts).
-    pub fn median(&self) -> Option<f64> {
-        median(self.buf.iter().copied())
-    }
-}
-
-/// Median of values (None when empty).
-pub fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
-/// One arm of an A/B toggle: ms/token samples taken while the toggle was in this state.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AbArm {
-    pub label: String,
-    pub ms: Samples,
-}
-
-/// Running ms/token per arm for one toggle.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AbToggle {
-    pub name: &'static str,
-    /// Canonical arm order; the ratio is arm\[0\] / arm\[1\].
-    order: &'static [&'static str],
-    pub arms: Vec<AbArm>,
-}
-
-impl AbToggle {
-    fn new(name: &'static str, order: &'static [&'static str]) -> Self {
-        AbToggle {
-            name,
-            order,
-            arms: Vec::new(),
-        }
-    }
-
-    fn rank(&self, label: &str) -> usize {
-        self.order
-            .iter()
-            .position(|&o| o == label)
-            .unwrap_or(self.order.len())
-    }
-
-    fn push(&mut self, label: &str, ms: f64) {
-        if let Some(arm) = self.arms.iter_mut().find(|a| a.label == label) {
-            arm.ms.push(ms);
-            return;
-        }
-        let mut s = Samples::new(AB_WINDOW);
-        s.push(ms);
-        let arm = AbArm {
-            label: label.to_string(),
-            ms: s,
-        };
-        let r = self.rank(label);
-        let at = self
-            .arms
-            .iter()
-            .position(|a| self.rank(&a.label) > r)
-            .unwrap_or(self.arms.len());
-        self.arms.insert(at, arm);
-    }
-
-    /// Arm by label.
-    pub fn arm(&self, label: &str) -> Option<&AbArm> {
-        self.arms.iter().find(|a| a.label == label)
-    }
-
-    /// median(first arm) / median(second arm), when both have samples.
-    pub fn ratio(&self) -> Option<(f64, &AbArm, &AbArm)> {
-        let a = self.arms.first()?;
-        let b = self.arms.get(1)?;
-        let (ma, mb) = (a.ms.median()?, b.ms.median()?);
-        (mb > 0.0).then(|| (ma / mb, a, b))
-    }
-}
-
-/// The four A/B toggles.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AbBook {
-    pub prefetch: AbToggle,
-    pub fetch: AbToggle,
-    pub layout: AbToggle,
-    pub tier: AbToggle,
-}
-
-impl Default for AbBook {
-    fn default() -> Self {
-        AbBook {
-            prefetch: AbToggle::new("prefetch", &["on", "off"]),
-            fetch: AbToggle::new("fetch", &["sync", "staged"]),
-            layout: AbToggle::new("layout", &LAYOUTS),
-            tier: AbToggle::new("tier", &["mmap", "direct"]),
-        }
-    }
-}
-
-impl AbBook {
-    fn record(&mut self, cfg: &EngineConfigInfo, ms: f64) {
-        self.prefetch
-            .push(if cfg.prefetch { "on" } else { "off" }, ms);
-        self.fetch.push(&cfg.fetch, ms);
-        self.layout.push(&cfg.layout, ms);
-        self.tier.push(&cfg.expert_tier, ms);
-    }
-
-    /// The toggles in display order.
-    pub fn toggles(&self) -> [&AbToggle; 4] {
-        [&self.prefetch, &self.fetch, &self.layout, &self.tier]
-    }
-}
-
 /// Per-token expert-I/O totals (summed over layers), tagged with the fetch mode in force.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct IoTotals {
@@ -519,6 +364,7 @@ pub struct Telemetry {
     pub last: Option<TokenStats>,
     /// The last [`WINDOW`] tokens' stats (oldest first).
     pub recent: VecDeque<TokenStats>,
+    /// Every token's ms, tagged with its setting and position; the controlled A/B verdicts.
     pub ab: AbBook,
     /// Prefill speed of the last prompt.
     pub prefill_tps: Option<f64>,
@@ -551,7 +397,7 @@ impl Telemetry {
 
     fn on_stats(&mut self, s: TokenStats) {
         if let Some(cfg) = &self.config {
-            self.ab.record(cfg, s.ns_total as f64 / 1e6);
+            self.ab.record(cfg, s.pos, s.ns_total as f64 / 1e6);
             if let Some(io) = IoTotals::of(&s) {
                 if self.io_window.len() == WINDOW {
                     self.io_window.pop_front();
@@ -729,6 +575,10 @@ pub struct App {
     pub source_closed: bool,
     /// Ctrl+C stopped a generation; a second Ctrl+C quits.
     interrupt_armed: bool,
+    /// The toggle A/B auto works on: the one last switched (prefetch at first).
+    pub ab_focus: Toggle,
+    /// A/B auto in progress.
+    pub ab_auto: Option<AutoAb>,
 }
 
 impl Default for App {
@@ -767,6 +617,8 @@ impl App {
             quit: false,
             source_closed: false,
             interrupt_armed: false,
+            ab_focus: Toggle::Prefetch,
+            ab_auto: None,
         }
     }
 
@@ -799,15 +651,25 @@ impl App {
     pub fn apply(&mut self, msg: Msg) -> Effects {
         match msg {
             Msg::Event(e) => {
+                let stats = matches!(e, Event::Stats(_));
                 self.on_event(e);
-                Effects::default()
+                if stats {
+                    self.ab_auto_step()
+                } else {
+                    Effects::default()
+                }
             }
             Msg::Stamped(s) => {
                 if let Some(r) = &mut self.replay {
                     r.t_ns = s.t_ns;
                 }
+                let stats = matches!(s.event, Event::Stats(_));
                 self.on_event(s.event);
-                Effects::default()
+                if stats {
+                    self.ab_auto_step()
+                } else {
+                    Effects::default()
+                }
             }
             Msg::Action(a) => self.on_action(a),
             Msg::Tick => {
@@ -863,6 +725,7 @@ impl App {
                 self.generating = false;
                 self.scroll = 0;
                 self.whatif = None;
+                self.ab_auto = None;
             }
             Event::Prompt { text, tokens, .. } => {
                 self.transcript.push(Turn {
@@ -928,6 +791,7 @@ impl App {
                         self.say(m);
                     }
                 }
+                self.live.ab.flush();
                 self.live.config = Some(c);
             }
             Event::Done {
@@ -938,6 +802,7 @@ impl App {
             } => {
                 self.generating = false;
                 self.interrupt_armed = false;
+                self.live.ab.flush();
                 // The engine's own count replaces the running estimate (a refused prompt was
                 // counted at `Prompt` but never entered the KV cache).
                 if let Some(p) = pos {
@@ -1036,6 +901,7 @@ impl App {
                 if self.toggles_blocked() {
                     return Effects::default();
                 }
+                self.ab_focus = Toggle::Prefetch;
                 let on = self.live.config.as_ref().is_some_and(|c| c.prefetch);
                 self.say(format!(
                     "prefetch → {} (next token)",
@@ -1047,6 +913,7 @@ impl App {
                 if self.toggles_blocked() {
                     return Effects::default();
                 }
+                self.ab_focus = Toggle::Fetch;
                 let cur = self.live.config.as_ref().map(|c| c.fetch.clone());
                 let next = if cur.as_deref() == Some("sync") {
                     "staged"
@@ -1060,6 +927,7 @@ impl App {
                 if self.toggles_blocked() {
                     return Effects::default();
                 }
+                self.ab_focus = Toggle::Tier;
                 let cur = self.live.config.as_ref().map(|c| c.expert_tier.clone());
                 let next = if cur.as_deref() == Some("mmap") {
                     "direct"
@@ -1073,8 +941,10 @@ impl App {
                 if self.toggles_blocked() {
                     return Effects::default();
                 }
+                self.ab_focus = Toggle::Layout;
                 return self.cycle_layout();
             }
+            Action::AbAuto => self.toggle_ab_auto(),
             Action::WhatIf => {
                 if self.whatif.take().is_none() {
                     self.whatif = Some(self.live.delays());
@@ -1226,6 +1096,75 @@ impl App {
         })
     }
 
+    /// Start or stop A/B auto on [`App::ab_focus`].
+    fn toggle_ab_auto(&mut self) {
+        if let Some(a) = self.ab_auto.take() {
+            self.say(format!("A/B auto stopped ({} blocks)", a.blocks));
+            return;
+        }
+        if self.replay.is_some() {
+            self.say("replay: A/B auto needs a live engine");
+            return;
+        }
+        let Some(cfg) = self.live.config.as_ref() else {
+            self.say("no engine session yet");
+            return;
+        };
+        let t = self.ab_focus;
+        let cur = Setting::of(cfg).arm(t).to_string();
+        let other = match t {
+            Toggle::Layout => {
+                let at = LAYOUTS.iter().position(|&l| l == cur).unwrap_or(0);
+                (1..LAYOUTS.len())
+                    .map(|i| LAYOUTS[(at + i) % LAYOUTS.len()])
+                    .find(|l| cfg.layouts_available.iter().any(|a| a == l))
+                    .map(str::to_string)
+            }
+            _ => t.order().iter().find(|&&a| a != cur).map(|a| a.to_string()),
+        };
+        let Some(other) = other else {
+            self.say(format!("A/B auto: no other {} available", t.name()));
+            return;
+        };
+        self.say(format!(
+            "A/B auto: {} {cur} ⇄ {other} every {AUTO_BLOCK} tokens — a stops",
+            t.name()
+        ));
+        self.ab_auto = Some(AutoAb::new(t, &cur, &other, AUTO_BLOCK));
+    }
+
+    /// Advance A/B auto after a measured token: the toggle command when a block ends.
+    fn ab_auto_step(&mut self) -> Effects {
+        let (Some(auto), Some(cfg)) = (self.ab_auto.as_mut(), self.live.config.as_ref()) else {
+            return Effects::default();
+        };
+        let t = auto.toggle;
+        let half = self.live.ab.estimate(t).map(|e| e.half_width());
+        match auto.on_token(&Setting::of(cfg), half) {
+            AutoStep::Continue => Effects::default(),
+            AutoStep::Done(m) => {
+                self.ab_auto = None;
+                self.say(m);
+                Effects::default()
+            }
+            AutoStep::Switch(arm) => {
+                let blocks = auto.blocks;
+                self.say(format!(
+                    "A/B auto: {} → {arm} (block {}){}",
+                    t.name(),
+                    blocks + 1,
+                    half.map_or(String::new(), |h| format!(", ±{:.1}%", 100.0 * h))
+                ));
+                Effects::cmd(match t {
+                    Toggle::Prefetch => Command::SetPrefetch(arm == "on"),
+                    Toggle::Fetch => Command::SetFetch(arm),
+                    Toggle::Layout => Command::SetLayout(arm),
+                    Toggle::Tier => Command::SetExpertTier(arm),
+                })
+            }
+        }
+    }
+
     fn cycle_layout(&mut self) -> Effects {
         let Some(cfg) = self.live.config.as_ref() else {
             return Effects::default();
@@ -1305,15 +1244,13 @@ mod tests {
         assert_eq!(v.ctx_used, 24);
         assert!(v.prefill_tps.unwrap() > 600.0);
         assert!(v.decode_tps.unwrap() > 0.0);
-        let f = &v.ab.fetch;
-        assert_eq!(f.arms.len(), 2);
-        assert_eq!(f.arms[0].label, "sync");
-        assert_eq!(f.arms[0].ms.len(), 10);
-        assert_eq!(f.arms[1].ms.len(), 10);
-        let (r, _, _) = f.ratio().unwrap();
-        assert!(r > 1.0, "staged must beat sync in the fixture: {r}");
-        assert_eq!(v.ab.prefetch.arms.len(), 1);
-        assert!(v.ab.prefetch.ratio().is_none());
+        let f = v.ab.view(Toggle::Fetch);
+        assert_eq!(f.arms, vec![("sync".into(), 10), ("staged".into(), 10)]);
+        let e = v.ab.estimate(Toggle::Fetch).unwrap();
+        assert_eq!((e.n_a, e.n_b), (10, 10));
+        assert!(e.ratio > 1.0, "staged must beat sync in the fixture: {e:?}");
+        assert_eq!(v.ab.view(Toggle::Prefetch).arms.len(), 1);
+        assert!(v.ab.estimate(Toggle::Prefetch).is_none());
     }
 
     #[test]
@@ -1622,8 +1559,5 @@ mod tests {
         };
         assert!((t.model_net().unwrap() - 7.0 / 4.0).abs() < 1e-12);
         assert!((t.hidden().unwrap() - 0.75).abs() < 1e-12);
-        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), Some(2.0));
-        assert_eq!(median([4.0, 1.0].into_iter()), Some(2.5));
-        assert_eq!(median(std::iter::empty()), None);
     }
 }

@@ -430,3 +430,79 @@ pub fn dense_events() -> Vec<Stamped> {
     }
     out
 }
+
+/// A synthetic A/B experiment on the demo model: one long completion whose ms/token rises with
+/// the context position (8 ms + 0.02 ms per position, ±3% noise), prefetch off for the first
+/// 40% of the tokens, on for the next 40% (a manual toggle between "replies"), then alternating
+/// every 8 tokens (A/B auto). Tokens run with prefetch on take `on_factor` times as long.
+pub fn ab_events(on_factor: f64, n: u32) -> Vec<Stamped> {
+    let mut rng = Lcg::new(23);
+    let mut t = 0u64;
+    let mut out = Vec::new();
+    let mut push = |t: &mut u64, dt: u64, event: Event| {
+        *t += dt;
+        out.push(Stamped { t_ns: *t, event });
+    };
+    let cfg = |on: bool| EngineConfigInfo {
+        prefetch: on,
+        ..demo_config("staged")
+    };
+    push(
+        &mut t,
+        0,
+        Event::Session {
+            model: Box::new(demo_model()),
+            config: cfg(false),
+        },
+    );
+    push(
+        &mut t,
+        1_000_000,
+        Event::Prompt {
+            text: "Once upon a time".into(),
+            tokens: vec![7454, 2402, 257, 640],
+            chat: false,
+        },
+    );
+    push(
+        &mut t,
+        6_500_000,
+        Event::Prefill {
+            n_tokens: 4,
+            ns: 6_500_000,
+        },
+    );
+    let arm = |i: u32| {
+        if i < n * 2 / 5 {
+            false
+        } else if i < n * 4 / 5 {
+            true
+        } else {
+            ((i - n * 4 / 5) / 8) % 2 == 1
+        }
+    };
+    for i in 0..n {
+        if i > 0 && arm(i) != arm(i - 1) {
+            push(&mut t, 10_000, Event::Config(cfg(arm(i))));
+        }
+        let pos = 4 + i;
+        let mut stats = demo_stats(i, pos, "staged", &mut rng);
+        let noise = 1.0 + (rng.below(6001) as f64 - 3000.0) / 100_000.0;
+        let factor = if arm(i) { on_factor } else { 1.0 };
+        let ms = (8.0 + 0.02 * pos as f64) * noise * factor;
+        stats.ns_total = (ms * 1e6) as u64;
+        let dt = stats.ns_total;
+        let piece = NOISE[rng.below(NOISE.len() as u32) as usize];
+        push(
+            &mut t,
+            dt,
+            Event::Token {
+                index: i,
+                id: 1000 + i,
+                text: piece.into(),
+            },
+        );
+        push(&mut t, 50_000, Event::Stats(stats));
+    }
+    out
+}

@@ -1,7 +1,8 @@
 //! Overlap pane: expert I/O against compute. For the latest token, per layer, compute vs I/O vs
 //! wait (from `LayerStat.io`); over the recent window the hidden share of I/O (1 − wait/io);
-//! running medians of ms/token for the sync and staged arms and their measured ratio, next to the
-//! overlap model's prediction net = (C + IO) / max(C, IO).
+//! the controlled sync/staged comparison of the A/B book (medians at equal other toggles,
+//! corrected for context position, with its 95% interval), next to the overlap model's
+//! prediction net = (C + IO) / max(C, IO).
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -10,6 +11,7 @@ use ratatui::Frame;
 
 use super::app::{App, IoTotals, PaneId};
 use super::common::{dim_line, ms, pane_block, stacked_bar, times};
+use crate::telemetry::ab::Toggle;
 
 /// I/O totals summed over the recent window for one fetch mode (None = all modes).
 pub fn window_io(app: &App, mode: Option<&str>) -> Option<IoTotals> {
@@ -141,14 +143,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         s1.push(Span::styled(" · this token ", th.dim()));
         s1.push(Span::styled(pct(t.hidden()), th.strong()));
     }
-    let fetch = &v.ab.fetch;
-    let measured = match (fetch.arm("sync"), fetch.arm("staged")) {
-        (Some(a), Some(b)) => match (a.ms.median(), b.ms.median()) {
-            (Some(x), Some(y)) if y > 0.0 => Some(x / y),
-            _ => None,
-        },
-        _ => None,
-    };
+    // The fetch toggle's arms in canonical order are sync, staged: the ratio is sync/staged.
+    let fetch = v.ab.estimate(Toggle::Fetch);
+    let measured = fetch.map(|e| format!("{} [{:.2}–{:.2}]", times(e.ratio), e.ci.0, e.ci.1));
     lines.push(Line::from(s1));
     // `s` switches sync/staged only on the direct tier; elsewhere the key to press first is `t`.
     let direct = v.config.as_ref().is_some_and(|c| c.expert_tier == "direct");
@@ -159,7 +156,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     };
     lines.push(Line::from(vec![
         Span::styled("net measured ", th.dim()),
-        Span::styled(measured.map_or(hint.into(), times), th.measured()),
+        Span::styled(measured.unwrap_or_else(|| hint.into()), th.measured()),
     ]));
     if let Some(m) = staged.or(any).and_then(|x| x.model_net()) {
         lines.push(Line::from(vec![
@@ -167,24 +164,23 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             Span::styled(times(m), th.model()),
         ]));
     }
-    let arm = |label: &str| {
-        fetch.arm(label).and_then(|a| {
-            a.ms.median()
-                .map(|m| format!("{label} {m:.2} (n={})", a.ms.len()))
+    let arm = |label: &str, m: Option<(f64, usize)>| {
+        m.map_or(format!("{label} —"), |(m, n)| {
+            format!("{label} {m:.2} (n={n})")
         })
     };
     lines.push(Line::from(vec![
         Span::styled("ms/tok ", th.dim()),
-        Span::styled(arm("sync").unwrap_or_else(|| "sync —".into()), th.text()),
+        Span::styled(arm("sync", fetch.map(|e| (e.median_a, e.n_a))), th.text()),
         Span::styled(" │ ", th.dim()),
-        Span::styled(
-            arm("staged").unwrap_or_else(|| "staged —".into()),
-            th.text(),
-        ),
+        Span::styled(arm("staged", fetch.map(|e| (e.median_b, e.n_b))), th.text()),
     ]));
     lines.push(dim_line(
         app,
-        format!("medians over ≤{} tokens per arm", super::app::AB_WINDOW),
+        match fetch {
+            Some(e) => format!("medians at ctx {}, other toggles equal", e.pos_ref),
+            None => "medians at equal other toggles and ctx (A/B pane)".into(),
+        },
     ));
     frame.render_widget(Paragraph::new(lines), inner);
 }

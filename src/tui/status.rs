@@ -10,6 +10,7 @@ use ratatui::Frame;
 use super::app::{fmt_speed, App};
 use super::common::{times, truncate};
 use super::keymap::footer_hints;
+use crate::telemetry::ab::Verdict;
 
 fn width(spans: &[Span]) -> usize {
     spans.iter().map(|s| s.content.chars().count()).sum()
@@ -161,18 +162,17 @@ fn metrics<'a>(app: &App, compact: bool) -> Vec<Span<'a>> {
     if let Some(msg) = app.status_message() {
         spans.push(Span::styled(" · ", th.dim()));
         spans.push(Span::styled(msg.to_string(), th.warn()));
-    } else if let Some((t, r, a, b)) =
-        v.ab.toggles()
-            .iter()
-            .find_map(|t| t.ratio().map(|(r, a, b)| (t.name, r, a, b)))
-    {
+    } else if let Some((t, a, b, e)) = v.ab.views().iter().find_map(|tv| match &tv.verdict {
+        Verdict::Compared { a, b, est, .. } => Some((tv.toggle, a, b, est)),
+        _ => None,
+    }) {
         spans.push(Span::styled(
-            format!(" · A/B {t} {}/{} ", a.label, b.label),
+            format!(" · A/B {} {a}/{b} ", t.name()),
             th.dim(),
         ));
-        spans.push(Span::styled(times(r), th.measured()));
+        spans.push(Span::styled(times(e.ratio), th.measured()));
         spans.push(Span::styled(
-            format!(" (n={}/{})", a.ms.len(), b.ms.len()),
+            format!(" [{:.2}–{:.2}] n={}/{}", e.ci.0, e.ci.1, e.n_a, e.n_b),
             th.dim(),
         ));
     }

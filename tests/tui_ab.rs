@@ -1,0 +1,225 @@
+//! The A/B pane as a controlled experiment (issue 16 item 5), on synthetic event streams and on
+//! the shipped demo trace: no difference reported for a toggle that does nothing while the
+//! context grows, a known 20% effect read as 1.20× inside its interval, arms that changed
+//! together not compared, and A/B auto alternating the toggle every N tokens until tight.
+
+use cflow::stats::median;
+use cflow::telemetry::ab::{Toggle, Verdict, AUTO_BLOCK, AUTO_MIN_BLOCKS, TIGHT};
+use cflow::telemetry::event::{Command, EngineConfigInfo, Event, Stamped};
+use cflow::tui::app::{Action, App, Msg, PaneId, TuiOptions};
+use cflow::tui::fixture::{ab_events, demo_config, demo_model, demo_stats, Lcg};
+use cflow::tui::screen;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+fn app_from(events: Vec<Stamped>, opts: TuiOptions) -> App {
+    let mut app = App::new(&opts);
+    for e in events {
+        app.apply(Msg::Stamped(e));
+    }
+    app
+}
+
+fn pane(app: &App, (w, h): (u16, u16)) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| screen::render_pane(f, f.area(), app, PaneId::Ab))
+        .unwrap();
+    term.backend().to_string()
+}
+
+/// What the old pane showed: the median of every token of each arm, whatever the position.
+fn pooled_ratio(app: &App, t: Toggle, a: &str, b: &str) -> f64 {
+    let arm = |l: &str| {
+        median(
+            app.view()
+                .ab
+                .samples()
+                .filter(|(s, _)| s.arm(t) == l)
+                .map(|(_, x)| x.ms),
+        )
+        .unwrap()
+    };
+    arm(a) / arm(b)
+}
+
+#[test]
+fn a_toggle_that_does_nothing_while_the_context_grows_shows_no_difference() {
+    let app = app_from(ab_events(1.0, 800), TuiOptions::default());
+    // Pooling all tokens per arm (the old pane) reads a spurious effect on this stream.
+    let pooled = pooled_ratio(&app, Toggle::Prefetch, "on", "off");
+    assert!(
+        pooled > 1.04,
+        "the stream must be adversarial: pooled {pooled}"
+    );
+    let e = app
+        .view()
+        .ab
+        .estimate(Toggle::Prefetch)
+        .expect("a comparison");
+    eprintln!("null effect: pooled on/off {pooled:.3}, controlled {e:?}");
+    assert!(e.includes_one(), "{e:?}");
+    assert!((e.ratio - 1.0).abs() < 0.02, "{e:?}");
+    for size in [(80, 24), (160, 48)] {
+        let s = pane(&app, size);
+        assert!(s.contains("no significant difference"), "{s}");
+    }
+}
+
+#[test]
+fn a_known_20_percent_effect_reads_1_20x_inside_its_interval() {
+    let app = app_from(ab_events(1.2, 800), TuiOptions::default());
+    let e = app
+        .view()
+        .ab
+        .estimate(Toggle::Prefetch)
+        .expect("a comparison");
+    let pooled = pooled_ratio(&app, Toggle::Prefetch, "on", "off");
+    eprintln!("20% effect: pooled on/off {pooled:.3}, controlled {e:?}");
+    // 1.20 lies inside the interval, the point estimate within 1% of it, 1.0 far outside.
+    assert!(e.ci.0 <= 1.2 && 1.2 <= e.ci.1, "{e:?}");
+    assert!((e.ratio - 1.2).abs() < 0.012, "{e:?}");
+    assert!(e.ci.0 > 1.15, "{e:?}");
+    let s = pane(&app, (160, 48));
+    let line = s.lines().find(|l| l.contains("prefetch")).unwrap();
+    let shown = format!("on/off {:.2}× [{:.2}–{:.2}]", e.ratio, e.ci.0, e.ci.1);
+    assert!(line.contains(&shown), "{line}");
+    assert!(!s.contains("no significant difference"), "{s}");
+}
+
+#[test]
+fn the_demo_trace_no_longer_shows_prefetch_and_fetch_with_the_same_samples() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/traces/demo-toggles.trace.jsonl"
+    );
+    let r = cflow::telemetry::replay::Replay::open(path).unwrap();
+    let app = app_from(
+        r.events.clone(),
+        TuiOptions {
+            replay: true,
+            ..TuiOptions::default()
+        },
+    );
+    let ab = &app.view().ab;
+    // Prefetch and fetch were switched together between the two replies: neither arm pair ran
+    // with the other toggles equal.
+    for (t, other) in [(Toggle::Prefetch, "fetch"), (Toggle::Fetch, "prefetch")] {
+        match &ab.view(t).verdict {
+            Verdict::Confounded { with, .. } => assert_eq!(with, &vec![other], "{t:?}"),
+            v => panic!("{t:?}: {v:?}"),
+        }
+    }
+    for size in [(80, 24), (100, 30), (160, 48)] {
+        let s = pane(&app, size);
+        assert!(!s.contains("1.55×"), "{s}");
+        assert!(
+            s.contains("not comparable: fetch changed with it") || s.contains("confounded (fetch)"),
+            "{s}"
+        );
+    }
+}
+
+/// A simulated engine: runs `app`'s commands (a command sent after token i takes effect at token
+/// i + 2: token i + 1 is already being computed when it arrives) and feeds a Stats event per token with prefetch-on
+/// tokens `on_factor` times as long. Returns (token index, command) for every command.
+fn drive(app: &mut App, tokens: u32, on_factor: f64) -> Vec<(u32, Command)> {
+    let mut rng = Lcg::new(5);
+    let mut cfg: EngineConfigInfo = demo_config("staged");
+    let mut pending: Vec<(u32, Command)> = Vec::new();
+    let mut out = Vec::new();
+    for i in 0..tokens {
+        for (_, c) in pending.iter().filter(|(at, _)| *at == i) {
+            match c {
+                Command::SetPrefetch(on) => cfg.prefetch = *on,
+                Command::SetFetch(f) => cfg.fetch = f.clone(),
+                other => panic!("unexpected {other:?}"),
+            }
+            app.apply(Msg::Event(Event::Config(cfg.clone())));
+        }
+        let pos = 4 + i;
+        let mut s = demo_stats(i, pos, "staged", &mut rng);
+        let noise = 1.0 + (rng.below(6001) as f64 - 3000.0) / 100_000.0;
+        let f = if cfg.prefetch { on_factor } else { 1.0 };
+        s.ns_total = ((8.0 + 0.02 * pos as f64) * noise * f * 1e6) as u64;
+        let fx = app.apply(Msg::Event(Event::Stats(s)));
+        for c in fx.commands {
+            out.push((i, c.clone()));
+            pending.push((i + 2, c));
+        }
+    }
+    out
+}
+
+fn live_app() -> App {
+    let mut app = App::default();
+    app.apply(Msg::Event(Event::Session {
+        model: Box::new(demo_model()),
+        config: demo_config("staged"),
+    }));
+    app
+}
+
+#[test]
+fn ab_auto_alternates_every_n_tokens_and_stops_when_tight() {
+    let mut app = live_app();
+    assert!(app.apply(Msg::Action(Action::AbAuto)).is_empty());
+    assert!(app.ab_auto.is_some());
+    assert!(app.status_message().unwrap().contains("prefetch off ⇄ on"));
+    let cmds = drive(&mut app, 2000, 1.2);
+    assert!(app.ab_auto.is_none(), "auto must stop by itself");
+    assert!(
+        app.status_message().unwrap().contains("A/B auto done"),
+        "{:?}",
+        app.status_message()
+    );
+    // A B A B …: on, off, on, … after a block of AUTO_BLOCK counted tokens each. The first
+    // block starts at token 0; each later one after the token still computed in the old arm.
+    assert!(cmds.len() as u32 >= AUTO_MIN_BLOCKS - 1, "{cmds:?}");
+    for (k, (i, c)) in cmds.iter().enumerate() {
+        assert_eq!(*c, Command::SetPrefetch(k % 2 == 0), "{cmds:?}");
+        let expect = (k as u32 + 1) * AUTO_BLOCK + k as u32 - 1;
+        assert_eq!(*i, expect, "command {k}: {cmds:?}");
+    }
+    let e = app.view().ab.estimate(Toggle::Prefetch).unwrap();
+    eprintln!("auto: {} commands, {e:?}", cmds.len());
+    assert!(e.half_width() < TIGHT, "{e:?}");
+    assert!(e.ci.0 <= 1.2 && 1.2 <= e.ci.1, "{e:?}");
+    // It stopped: further tokens emit nothing.
+    assert!(drive(&mut app, 40, 1.2).is_empty());
+}
+
+#[test]
+fn ab_auto_stops_on_a_again_follows_the_last_toggle_and_is_off_in_replay() {
+    let mut app = live_app();
+    app.apply(Msg::Action(Action::ToggleFetch));
+    app.apply(Msg::Action(Action::AbAuto));
+    let a = app.ab_auto.clone().unwrap();
+    assert_eq!(a.toggle, Toggle::Fetch);
+    assert_eq!(a.arms, ["staged".to_string(), "sync".to_string()]);
+    let cmds = drive(&mut app, AUTO_BLOCK, 1.0);
+    assert_eq!(
+        cmds,
+        vec![(AUTO_BLOCK - 1, Command::SetFetch("sync".into()))]
+    );
+    app.apply(Msg::Action(Action::AbAuto));
+    assert!(app.ab_auto.is_none());
+    assert!(app.status_message().unwrap().contains("stopped"));
+    assert!(drive(&mut app, 3 * AUTO_BLOCK, 1.0).is_empty());
+
+    let mut replay = app_from(
+        ab_events(1.0, 40),
+        TuiOptions {
+            replay: true,
+            ..TuiOptions::default()
+        },
+    );
+    assert!(replay.apply(Msg::Action(Action::AbAuto)).is_empty());
+    assert!(replay.ab_auto.is_none());
+    assert!(replay.status_message().unwrap().contains("replay"));
+    // The key and the footer come from the keymap table.
+    use cflow::tui::keymap::{footer_hints, resolve, KeyState};
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let key = KeyEvent::new(KeyCode::Char('a'), KeyModifiers::NONE);
+    assert_eq!(resolve(&key, KeyState::default()), Some(Action::AbAuto));
+    assert!(footer_hints(false).iter().any(|(_, l)| *l == "A/B auto"));
+}
