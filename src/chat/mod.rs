@@ -3,6 +3,7 @@
 
 pub mod conversation;
 pub mod detok;
+pub mod guard;
 pub mod template;
 pub mod tokenizer;
 
