@@ -413,9 +413,13 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                             };
                             let ids = match tok.map(|t| t.encode(&prompt, false)) {
                                 Some(Ok(i)) => i,
-                                _ => {
+                                r => {
+                                    let why = match r {
+                                        Some(Err(e)) => format!(": {e}"),
+                                        _ => String::new(),
+                                    };
                                     out.emit(Event::Error {
-                                        message: "cannot tokenize the chat prompt".into(),
+                                        message: format!("cannot tokenize the chat prompt{why}"),
                                         fatal: false,
                                     });
                                     c.turns.pop();
