@@ -84,11 +84,7 @@ fn bad_lines_and_template_errors_keep_the_conversation() {
         err.contains("exceeded a limit") || err.contains("output exceeds"),
         "{err}"
     );
-    assert_eq!(
-        err.matches("the conversation is kept").count(),
-        3,
-        "{err}"
-    );
+    assert_eq!(err.matches("the conversation is kept").count(), 3, "{err}");
     // The reply to "again" was generated with "hello there" and its reply still in context.
     let first = {
         let at = err.find("context ").unwrap();

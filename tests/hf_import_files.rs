@@ -80,12 +80,22 @@ fn chat_template_symlink_out_of_the_directory_is_refused() {
     model_copy(&d);
     // The environment (tokens, keys) must never end up inside a model file.
     std::os::unix::fs::symlink("/proc/self/environ", d.join("chat_template.jinja")).unwrap();
-    expect_refusal("environ", &d, "chat_template.jinja", "outside the model directory");
+    expect_refusal(
+        "environ",
+        &d,
+        "chat_template.jinja",
+        "outside the model directory",
+    );
     // A relative link escaping upwards, to an ordinary file.
     std::fs::write(tmp.path().join("secret.txt"), "{{ 'secret' }}").unwrap();
     std::fs::remove_file(d.join("chat_template.jinja")).unwrap();
     std::os::unix::fs::symlink("../secret.txt", d.join("chat_template.jinja")).unwrap();
-    expect_refusal("updir", &d, "chat_template.jinja", "outside the model directory");
+    expect_refusal(
+        "updir",
+        &d,
+        "chat_template.jinja",
+        "outside the model directory",
+    );
     // Other files too.
     std::fs::remove_file(d.join("chat_template.jinja")).unwrap();
     std::fs::rename(d.join("config.json"), tmp.path().join("config.json")).unwrap();
@@ -101,7 +111,12 @@ fn devices_fifos_and_dangling_links_are_refused() {
     let link = d.join("chat_template.jinja");
     // /dev/zero through a symlink: outside the directory.
     std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
-    expect_refusal("devzero", &d, "chat_template.jinja", "outside the model directory");
+    expect_refusal(
+        "devzero",
+        &d,
+        "chat_template.jinja",
+        "outside the model directory",
+    );
     std::fs::remove_file(&link).unwrap();
     // A FIFO in the directory: refused at once, never waited on.
     // mkfifo(1) keeps this test free of unsafe code.

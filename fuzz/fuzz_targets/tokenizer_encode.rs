@@ -6,7 +6,7 @@
 //! Input: byte 0 picks the mode, byte 1 a table regex and a repeat count, then
 //! `regex \0 text`.
 //! * mode 0: the regex as a `Split` pre-tokenizer (then byte-level), on a tiny byte-level BPE;
-//! * mode 1: a regex of the known pre-tokenizer table instead (the text repeated up to 64 KiB,
+//! * mode 1: a regex of the known pre-tokenizer table instead (the text repeated up to 20 KiB,
 //!   so that long inputs go through the chunked path); decode must give the text back;
 //! * mode 2: the regex as a `Replace` normalizer pattern;
 //! * mode 3: GPT-2's built-in byte-level regex (`use_regex: true`), text repeated.
@@ -25,7 +25,14 @@ fn base() -> &'static Value {
         for b in 0..=255u8 {
             vocab.insert(byte_level_char(b).to_string(), json!(b as u32));
         }
-        let merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("Ġ", "Ġ"), ("a", "a"), ("Ċ", "Ċ")];
+        let merges = [
+            ("Ġ", "t"),
+            ("h", "e"),
+            ("Ġt", "he"),
+            ("Ġ", "Ġ"),
+            ("a", "a"),
+            ("Ċ", "Ċ"),
+        ];
         let mut id = 256u32;
         let mut ms = Vec::new();
         for (a, b) in merges {
@@ -61,7 +68,7 @@ fn split(pattern: &str) -> Value {
 }
 
 fn repeated(text: &str, k: usize) -> String {
-    let k = k.min((64 * 1024) / text.len().max(1)).max(1);
+    let k = k.min((20 * 1024) / text.len().max(1)).max(1);
     text.repeat(k)
 }
 

@@ -31,7 +31,7 @@ pub fn compile(source: &str) -> Result<Compiled<'_>, Error> {
         lstrip_blocks: true,
         trim_blocks: true,
     };
-    let ast = machinery::parse(source, NAME, SyntaxConfig::default(), ws)?;
+    let ast = machinery::parse(source, NAME, SyntaxConfig, ws)?;
     // The code generator folds constant expressions with minijinja's unbounded operators:
     // evaluate them first with the bounded ones (and refuse the template if one is too big).
     {
@@ -257,16 +257,17 @@ fn fold_expr(e: &ast::Expr<'_>, depth: u64) -> Result<Option<Value>, Error> {
                 match (&left, &right) {
                     (Some(l), Some(r)) if !falsy => {
                         let name = compare_name(&op.op);
-                        let t = match b::fold_compare(if name == "not in" { "in" } else { name }, l, r)
-                        {
-                            Ok(t) => t != (name == "not in"),
-                            Err(e) if b::is_limit(&e) => return Err(e),
-                            // Not foldable (a type error at run time instead).
-                            Err(_) => {
-                                result = false;
-                                true
-                            }
-                        };
+                        let t =
+                            match b::fold_compare(if name == "not in" { "in" } else { name }, l, r)
+                            {
+                                Ok(t) => t != (name == "not in"),
+                                Err(e) if b::is_limit(&e) => return Err(e),
+                                // Not foldable (a type error at run time instead).
+                                Err(_) => {
+                                    result = false;
+                                    true
+                                }
+                            };
                         falsy |= !t;
                     }
                     (_, None) => result = false,
@@ -341,8 +342,7 @@ fn chain_index(ins: &Instruction<'_>) -> Option<usize> {
     const OPS: [&str; 8] = ["==", "!=", "<", "<=", ">", ">=", "in", "not in"];
     for (i, o) in OPS.iter().enumerate() {
         let src = format!("{{{{ a {o} b {o} c }}}}");
-        let Ok(ast) = machinery::parse(&src, NAME, SyntaxConfig::default(), Default::default())
-        else {
+        let Ok(ast) = machinery::parse(&src, NAME, SyntaxConfig, Default::default()) else {
             continue;
         };
         let mut g = CodeGenerator::new(NAME, &src);
@@ -378,7 +378,10 @@ fn replace<'s>(ins: &Instruction<'s>) -> Option<Vec<Instruction<'s>>> {
         Instruction::BuildMap(n) => vec![call(b::OP_MAP, u16::try_from(n * 2).ok()?)],
         Instruction::EmitRaw(s) => vec![Instruction::LoadConst(Value::from(*s)), Instruction::Emit],
         Instruction::CompareAndPreserve(_) => {
-            vec![call(b::OP_CHAIN[chain_index(ins)?], 2), Instruction::UnpackList(2)]
+            vec![
+                call(b::OP_CHAIN[chain_index(ins)?], 2),
+                Instruction::UnpackList(2),
+            ]
         }
         _ => return None,
     })

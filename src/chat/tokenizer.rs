@@ -134,7 +134,9 @@ pub fn check_regex(pattern: &str) -> Result<(), String> {
         let mut closed: Option<Group> = None;
         match c[i] {
             '\\' => {
-                if c.get(i + 1).is_some_and(|x| x.is_ascii_digit() && *x != '0' || *x == 'k') {
+                if c.get(i + 1)
+                    .is_some_and(|x| x.is_ascii_digit() && *x != '0' || *x == 'k')
+                {
                     return Err(format!("regex `{pattern}` uses a backreference"));
                 }
                 i += 2
@@ -626,7 +628,10 @@ mod tests {
         ] {
             assert!(check_regex(bad).is_err(), "{bad} accepted");
             let e = TokenizerWrap::from_json(&with_split_regex(bad), None).unwrap_err();
-            assert!(e.to_string().contains("backtrack") || e.to_string().contains("backref"), "{e}");
+            assert!(
+                e.to_string().contains("backtrack") || e.to_string().contains("backref"),
+                "{e}"
+            );
         }
         // What real tokenizers ship is accepted.
         for good in [
@@ -650,7 +655,9 @@ mod tests {
 
     #[test]
     fn chunks_cover_the_text_and_respect_the_limit() {
-        let text = "hello world,  this is\n\n a test ".repeat(400) + &"x".repeat(3000) + "é".repeat(900).as_str();
+        let text = "hello world,  this is\n\n a test ".repeat(400)
+            + &"x".repeat(3000)
+            + "é".repeat(900).as_str();
         for limit in [7, 64, 1000, 4096] {
             let parts = chunks(&text, limit);
             assert_eq!(parts.concat(), text);
@@ -701,7 +708,9 @@ mod tests {
     fn eleven_megabytes_of_spaces_encode() {
         // The Llama 3 regex (with `\s*[\r\n]+` first) on one long run of spaces made onig
         // panic (`retry-limit-in-match over`); in chunks it is bounded.
-        let llama3 = crate::convert::gguf_tokenizer::pre_tokenizer_for("llama-bpe").unwrap().0;
+        let llama3 = crate::convert::gguf_tokenizer::pre_tokenizer_for("llama-bpe")
+            .unwrap()
+            .0;
         let t = TokenizerWrap::from_json(&with_split_regex(&llama3.join("|")), None).unwrap();
         let text = " ".repeat(11 << 20);
         let ids = t.encode(&text, false).unwrap();
