@@ -143,7 +143,11 @@ fn tokenizer_long_whitespace_text_encodes_in_chunks_in_time() {
     let known = cflow::convert::gguf_tokenizer::known_pre_tokenizer_regexes();
     let mut doc: Value =
         serde_json::from_str(cflow::chat::bundled_gpt2_tokenizer().unwrap()).unwrap();
-    for re in [known[sel as usize % known.len()], known[0], known[known.len() - 1]] {
+    for re in [
+        known[sel as usize % known.len()],
+        known[0],
+        known[known.len() - 1],
+    ] {
         doc["pre_tokenizer"] = serde_json::json!({"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false},
             {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,

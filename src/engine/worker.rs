@@ -374,6 +374,9 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                 });
                                 return false;
                             };
+                            // On a template or tokenizer error the conversation is restored
+                            // as it was (`fit` may have dropped old turns before failing).
+                            let kept = c.turns.clone();
                             c.turns.push(crate::chat::template::ChatMessage::new(
                                 "user",
                                 text.clone(),
@@ -396,7 +399,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                         message: format!("chat template: {e}"),
                                         fatal: false,
                                     });
-                                    c.turns.pop();
+                                    c.turns = kept;
                                     return false;
                                 }
                             }
@@ -407,7 +410,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                         message: format!("chat template: {e}"),
                                         fatal: false,
                                     });
-                                    c.turns.pop();
+                                    c.turns = kept;
                                     return false;
                                 }
                             };
@@ -422,7 +425,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                         message: format!("cannot tokenize the chat prompt{why}"),
                                         fatal: false,
                                     });
-                                    c.turns.pop();
+                                    c.turns = kept;
                                     return false;
                                 }
                             };
