@@ -472,6 +472,7 @@ mod tests {
         "{% set ns = namespace(x=[1]) %}{% for i in range(100) %}{% set ns.x = ns.x|batch(1)|list %}{% endfor %}{{ ns.x }}",
         "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns == ns }}{{ ns }}",
         "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns|tojson }}",
+        "{% set a = namespace() %}{% set b = namespace(x=a) %}{% set a.y = [1, {'k': b}] %}{{ a }}",
         "{% set x %}{% for i in range(100000) %}0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789{% endfor %}{% endset %}{{ x|length }}",
         "{% macro m() %}0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789{% endmacro %}{% for i in range(100000) %}{% set y = m() %}{% endfor %}",
         "{% for i in range(100000) %}{{ 'x' * 1000000 }}{% endfor %}",
@@ -540,6 +541,13 @@ mod tests {
         let t = ChatTemplate::new("{{ 'x'|indent(1000000000) }}", "", "").unwrap();
         match t.render(&conv(), true).unwrap_err() {
             TemplateError::Limit(m) => assert!(m.contains("indent width"), "{m}"),
+            e => panic!("{e:?}"),
+        }
+        // A namespace holding itself would be a reference cycle (never freed): refused.
+        let t =
+            ChatTemplate::new("{% set ns = namespace() %}{% set ns.me = ns %}ok", "", "").unwrap();
+        match t.render(&conv(), true).unwrap_err() {
+            TemplateError::Limit(m) => assert!(m.contains("cycle"), "{m}"),
             e => panic!("{e:?}"),
         }
         // After a failed render the same template object renders a benign conversation again

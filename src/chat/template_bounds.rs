@@ -468,6 +468,48 @@ fn build_list(items: &[Value]) -> Result<Value, Error> {
     Ok(Value::from(items.to_vec()))
 }
 
+/// Whether `v` (walked within the value bounds, charged) contains `target` itself.
+fn reaches(v: &Value, target: &Value) -> Result<bool, Error> {
+    weight(v)?;
+    let mut stack = vec![v.clone()];
+    let mut seen = 0u64;
+    while let Some(c) = stack.pop() {
+        if minijinja::tests::is_sameas(&c, target) {
+            return Ok(true);
+        }
+        seen += 1;
+        if seen > MAX_VALUE_WEIGHT / NODE {
+            return Err(too_heavy("a namespace assignment"));
+        }
+        if matches!(
+            c.kind(),
+            ValueKind::Seq | ValueKind::Iterable | ValueKind::Map
+        ) {
+            let is_map = c.kind() == ValueKind::Map;
+            if let Ok(items) = c.try_iter() {
+                for it in items {
+                    if is_map {
+                        stack.push(c.get_item(&it).unwrap_or_default());
+                    }
+                    stack.push(it);
+                }
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Before `{% set ns.attr = value %}`: refuse a value that contains the namespace (a reference
+/// cycle: it would never be freed, and walking it never ends). Returns `[ns, value]` for the
+/// `UnpackList(2)` that puts both back for the `SetAttr`.
+fn setattr_check(value: &Value, ns: &Value) -> Result<Value, Error> {
+    charge(OP_WORK)?;
+    if ns.kind() == ValueKind::Map && reaches(value, ns)? {
+        return Err(limit("a namespace cannot contain itself (reference cycle)"));
+    }
+    Ok(Value::from(vec![ns.clone(), value.clone()]))
+}
+
 fn build_map(kv: &[Value]) -> Result<Value, Error> {
     build_list(kv)?;
     Ok(kv
@@ -819,6 +861,7 @@ pub const OP_LT: &str = "__cflow_lt";
 pub const OP_LTE: &str = "__cflow_lte";
 pub const OP_GT: &str = "__cflow_gt";
 pub const OP_GTE: &str = "__cflow_gte";
+pub const OP_SETATTR_CHECK: &str = "__cflow_setattr_check";
 /// Chained comparisons (`a < b < c`): return `[result, b]` for an `UnpackList(2)`.
 pub const OP_CHAIN: [&str; 8] = [
     "__cflow_chain_eq",
@@ -898,6 +941,9 @@ pub fn install(env: &mut Environment<'static>) {
         )),
     });
     env.add_function(OP_LIST, |args: &[Value]| build_list(args));
+    env.add_function(OP_SETATTR_CHECK, |args: &[Value]| {
+        two(args).and_then(|(v, ns)| setattr_check(v, ns))
+    });
     env.add_function(OP_MAP, |args: &[Value]| build_map(args));
     for (i, name) in [OP_EQ, OP_NE, OP_LT, OP_LTE, OP_GT, OP_GTE]
         .into_iter()

@@ -377,6 +377,11 @@ fn replace<'s>(ins: &Instruction<'s>) -> Option<Vec<Instruction<'s>>> {
         Instruction::BuildList(Some(n)) => vec![call(b::OP_LIST, u16::try_from(*n).ok()?)],
         Instruction::BuildMap(n) => vec![call(b::OP_MAP, u16::try_from(n * 2).ok()?)],
         Instruction::EmitRaw(s) => vec![Instruction::LoadConst(Value::from(*s)), Instruction::Emit],
+        Instruction::SetAttr(_) => vec![
+            call(b::OP_SETATTR_CHECK, 2),
+            Instruction::UnpackList(2),
+            ins.clone(),
+        ],
         Instruction::CompareAndPreserve(_) => {
             vec![
                 call(b::OP_CHAIN[chain_index(ins)?], 2),
