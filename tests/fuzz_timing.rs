@@ -27,7 +27,7 @@ fn chat_template(data: &[u8]) {
         let Ok(ours) = t.render(&msgs, gen) else {
             continue;
         };
-        if src.contains("debug") {
+        if src.contains("debug") || ours.contains("cflow::chat::template_bounds") {
             continue;
         }
         let theirs = render_unbounded_reference(src, &msgs, gen, "<s>", "</s>");

@@ -24,8 +24,9 @@ fuzz_target!(|data: &[u8]| {
         let Ok(ours) = t.render(&msgs, gen) else {
             continue;
         };
-        // `debug()` prints the environment, which differs (the bounded operators are globals).
-        if src.contains("debug") {
+        // `debug()` prints the environment, which differs (the bounded operators are globals),
+        // and a printed function object shows its Rust name (the wrapped builtins' differ).
+        if src.contains("debug") || ours.contains("cflow::chat::template_bounds") {
             continue;
         }
         match render_unbounded_reference(src, &msgs, gen, "<s>", "</s>") {
