@@ -639,7 +639,7 @@ fn new_engine(
             .and_then(|v| {
                 for (f, what) in [(&*engine.file, "model"), (&v.file, "twin")] {
                     if !f.has_recorded_content_hash() {
-                        eprintln!(
+                        errln!(
                             "cflow-tui: {} has no recorded content hash (written by an older \
                              version): hashing the {what} to match the twin",
                             f.path.display()
@@ -1278,11 +1278,22 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
     let mut last: Option<GenOutcome> = None;
     loop {
         err!("\n> ");
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 {
+        // Read bytes: a line that is not UTF-8 is refused, not the end of the conversation.
+        let mut raw = Vec::new();
+        if stdin.lock().read_until(b'\n', &mut raw)? == 0 {
             errln!();
             break;
         }
+        let line = match String::from_utf8(raw) {
+            Ok(l) => l,
+            Err(e) => {
+                errln!(
+                    "(input ignored: not valid UTF-8 at byte {}; the conversation is kept)",
+                    e.utf8_error().valid_up_to()
+                );
+                continue;
+            }
+        };
         let line = line.trim_end_matches(['\n', '\r']).to_string();
         if line.is_empty() {
             continue;
@@ -1323,32 +1334,37 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
             errln!("unknown command {line}; known: /reset, /system TEXT, /stats, /quit");
             continue;
         }
+        // A template exception or limit, or a tokenizer error, refuses this message and keeps
+        // the conversation as it was (including turns `fit` would have dropped).
+        let kept = conv.turns.clone();
         conv.turns.push(crate::chat::template::ChatMessage::new(
             "user",
             line.clone(),
         ));
         let max_ctx = sess.engine.cfg.max_ctx;
-        let dropped = {
-            let tok = sess.tok.as_ref();
-            let count = |s: &str| {
-                tok.and_then(|t| t.encode(s, false).ok())
-                    .map_or(s.len(), |v| v.len())
-            };
-            conv.fit(max_ctx, a.n.min(max_ctx / 2), &count)
-                .map_err(|e| anyhow::anyhow!("chat template: {e}"))?
+        let prepared = (|| -> Result<(usize, Vec<u32>), String> {
+            let tok = sess.tok.as_ref().ok_or("no tokenizer")?;
+            let count = |s: &str| tok.encode(s, false).map_or(s.len(), |v| v.len());
+            let dropped = conv
+                .fit(max_ctx, a.n.min(max_ctx / 2), &count)
+                .map_err(|e| format!("chat template: {e}"))?;
+            let prompt = conv.render().map_err(|e| format!("chat template: {e}"))?;
+            let ids = tok
+                .encode(&prompt, false)
+                .map_err(|e| format!("tokenizer: {e}"))?;
+            Ok((dropped, ids))
+        })();
+        let (dropped, ids) = match prepared {
+            Ok(x) => x,
+            Err(e) => {
+                conv.turns = kept;
+                errln!("error: {e}\n(message not sent; the conversation is kept)");
+                continue;
+            }
         };
         if dropped > 0 {
             errln!("(context full: dropped the {dropped} oldest messages)");
         }
-        let prompt = conv
-            .render()
-            .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
-        let ids = sess
-            .tok
-            .as_ref()
-            .context("tokenizer")?
-            .encode(&prompt, false)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let suffix = sess.sync_prompt(&ids);
         if let Some(t) = tap.as_mut() {
             t.emit(Event::Prompt {
@@ -1365,6 +1381,12 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
                 t.emit(e.clone());
             }
             if let Event::Token { text, .. } = &e {
+                // Model-controlled text: control characters are shown escaped on a terminal.
+                let text = if std::io::IsTerminal::is_terminal(&stdout) {
+                    crate::console::escape(text)
+                } else {
+                    text.into()
+                };
                 let mut o = stdout.lock();
                 let _ = o.write_all(text.as_bytes());
                 let _ = o.flush();

@@ -5,6 +5,11 @@
 //!   reader then refused. The importer now ignores MoE keys without experts, and the `.cflow`
 //!   writer refuses up front any configuration the reader would reject, so no writer can leave
 //!   an unreadable file.
+//! * `tokenizer_encode` (issue 14): a 513-byte text of spaces and a few symbols, repeated 128×
+//!   (64 KiB) through a table pre-tokenizer regex, took > 10 s per input under AddressSanitizer
+//!   on a loaded machine (140 ms in release: two encodes and a decode at ~0.7 µs/byte, the
+//!   `tokenizers` crate's own speed). The harness now repeats up to 20 KiB (still past the
+//!   16 KiB chunk size); the long text itself must encode in chunks, in time, to the same text.
 
 use cflow::convert::generate::GenSpec;
 use cflow::convert::hf::import_hf;
@@ -119,4 +124,39 @@ fn writer_refuses_a_config_the_reader_would_reject() {
     }
     let tmp = tempfile::tempdir().unwrap();
     assert!(CflowWriter::create(&tmp.path().join("m.cflow"), &good).is_ok());
+}
+
+#[test]
+fn tokenizer_long_whitespace_text_encodes_in_chunks_in_time() {
+    use cflow::chat::tokenizer::{TokenizerWrap, CHUNK_BYTES};
+    let input = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fuzz/tokenizer_encode_timeout_64k_spaces"
+    ))
+    .unwrap();
+    // Harness layout: mode byte, selector byte, `regex \0 text` (the regex is empty here).
+    let (sel, rest) = (input[1], &input[2..]);
+    let text = std::str::from_utf8(&rest[rest.iter().position(|&b| b == 0).unwrap() + 1..])
+        .unwrap()
+        .repeat(1 << (sel >> 5));
+    assert!(text.len() > 3 * CHUNK_BYTES);
+    let known = cflow::convert::gguf_tokenizer::known_pre_tokenizer_regexes();
+    let mut doc: Value =
+        serde_json::from_str(cflow::chat::bundled_gpt2_tokenizer().unwrap()).unwrap();
+    for re in [
+        known[sel as usize % known.len()],
+        known[0],
+        known[known.len() - 1],
+    ] {
+        doc["pre_tokenizer"] = serde_json::json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
+             "use_regex": false}]});
+        let t = TokenizerWrap::from_json(&doc.to_string(), None).unwrap();
+        let t0 = std::time::Instant::now();
+        let ids = t.encode(&text, false).unwrap();
+        let dt = t0.elapsed();
+        assert_eq!(t.decode(&ids, false).unwrap(), text, "{re}");
+        assert!(dt < std::time::Duration::from_secs(2), "{re}: {dt:?}");
+    }
 }

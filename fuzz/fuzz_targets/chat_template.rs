@@ -1,8 +1,11 @@
-//! Hostile chat templates: compile, then render a fixed conversation. Must terminate (fuel and
-//! recursion limits) and stay within bounded memory.
+//! Hostile chat templates: compile, then render a fixed conversation. Must terminate fast and
+//! stay within bounded memory (fuel, recursion limit, and the work/size bounds of
+//! `chat::template_bounds` on every operator, filter, test and function). A render that
+//! succeeds must equal plain minijinja's output (differential oracle for the bytecode rewrite):
+//! having stayed within the bounds, the unbounded renderer does the same bounded work.
 #![no_main]
 
-use cflow::chat::template::{ChatMessage, ChatTemplate};
+use cflow::chat::template::{render_unbounded_reference, ChatMessage, ChatTemplate};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,6 +20,18 @@ fuzz_target!(|data: &[u8]| {
         ChatMessage::new("user", "Hi {{ there }} {% raw %}"),
         ChatMessage::new("assistant", "Hello."),
     ];
-    let _ = t.render(&msgs, true);
-    let _ = t.render(&msgs, false);
+    for gen in [true, false] {
+        let Ok(ours) = t.render(&msgs, gen) else {
+            continue;
+        };
+        // `debug()` prints the environment, which differs (the bounded operators are globals),
+        // and a printed function object shows its Rust name (the wrapped builtins' differ).
+        if src.contains("debug") || ours.contains("cflow::chat::template_bounds") {
+            continue;
+        }
+        match render_unbounded_reference(src, &msgs, gen, "<s>", "</s>") {
+            Ok(theirs) => assert_eq!(ours, theirs, "bounded and plain renders differ"),
+            Err(e) => panic!("bounded render succeeded, plain minijinja failed: {e}"),
+        }
+    }
 });

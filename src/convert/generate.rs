@@ -38,6 +38,8 @@ pub struct GenSpec {
     pub quant: QuantType,
     pub tied: bool,
     pub tokenizer_json: Option<String>,
+    /// Chat template stored in the metadata (none: chat uses ChatML).
+    pub chat_template: Option<String>,
 }
 
 impl GenSpec {
@@ -58,6 +60,7 @@ impl GenSpec {
             quant: QuantType::Q4_0,
             tied: false,
             tokenizer_json: None,
+            chat_template: None,
         }
     }
 
@@ -130,6 +133,7 @@ impl GenSpec {
                 vec![]
             },
             tokenizer_json: self.tokenizer_json.clone(),
+            chat_template: self.chat_template.clone(),
             provenance: serde_json::json!({"generator": "cflow-tui gen", "seed": self.seed}),
             ..Default::default()
         };

@@ -101,6 +101,34 @@ const QWEN2_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\
 const GPT4O_RE: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const TEKKEN_RE: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// One `tokenizer.ggml.pre` name per row of [`pre_tokenizer_for`]'s table.
+pub const PRE_TOKENIZER_ROWS: [&str; 12] = [
+    "default",
+    "llama3",
+    "dbrx",
+    "falcon",
+    "starcoder",
+    "gpt-2",
+    "qwen2",
+    "deepseek-coder",
+    "gpt-4o",
+    "tekken",
+    "poro-chat",
+    "viking",
+];
+
+/// Every regex of the pre-tokenizer table (the patterns known to behave on any input).
+pub fn known_pre_tokenizer_regexes() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = PRE_TOKENIZER_ROWS
+        .iter()
+        .filter_map(|n| pre_tokenizer_for(n))
+        .flat_map(|(r, _)| r)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// Pre-tokenizer regexes (applied in order) and whether whole-word vocabulary hits bypass the
 /// merges, for a `tokenizer.ggml.pre` name, following llama.cpp's table. `None` = unknown name.
 pub fn pre_tokenizer_for(pre: &str) -> Option<(Vec<&'static str>, bool)> {

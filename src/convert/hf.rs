@@ -81,22 +81,168 @@ pub enum HfError {
     Format(#[from] FormatError),
 }
 
-fn read_json(path: &Path) -> Result<Value, HfError> {
-    let text = std::fs::read_to_string(path).map_err(|e| HfError::Io {
+/// Size caps for the small files an import reads whole (`config.json`, `generation_config.json`,
+/// `chat_template.jinja`; `tokenizer_config.json` and the shard index can legitimately list
+/// many tokens / tensors; `tokenizer.json` holds a whole vocabulary).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+pub const MAX_TEMPLATE_FILE_BYTES: u64 = 1 << 20;
+pub const MAX_TOKENIZER_CONFIG_BYTES: u64 = 16 << 20;
+pub const MAX_INDEX_BYTES: u64 = 16 << 20;
+pub const MAX_TOKENIZER_JSON_BYTES: u64 = 64 << 20;
+
+fn io_err(path: &Path, kind: std::io::ErrorKind, why: String) -> HfError {
+    HfError::Io {
+        file: path.to_path_buf(),
+        source: std::io::Error::new(kind, why),
+    }
+}
+
+/// Whether `real` (a canonical path) lies inside the model directory `root` (canonical). A
+/// HuggingFace hub cache snapshot (`…/snapshots/<rev>/`) holds symlinks into the repository's
+/// `…/blobs/`, which count as inside.
+fn inside_model_dir(root: &Path, real: &Path) -> bool {
+    if real.starts_with(root) {
+        return true;
+    }
+    let snapshots = root.parent();
+    if snapshots.and_then(Path::file_name) == Some(std::ffi::OsStr::new("snapshots")) {
+        if let Some(repo) = snapshots.and_then(Path::parent) {
+            return real.starts_with(repo.join("blobs"));
+        }
+    }
+    false
+}
+
+/// Read a small model-directory file as UTF-8 text: only a regular file inside the directory
+/// (symlinks are resolved and must stay inside), at most `cap` bytes, opened without blocking
+/// (a FIFO is refused, never waited on). `Ok(None)` when the file does not exist; every other
+/// failure is an error naming the file.
+fn read_model_file(path: &Path, cap: u64) -> Result<Option<String>, HfError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let real = match std::fs::canonicalize(path) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A dangling symlink is not "absent": it names something that is not there.
+            if std::fs::symlink_metadata(path).is_ok() {
+                return Err(io_err(
+                    path,
+                    std::io::ErrorKind::NotFound,
+                    "is a symlink to a file that does not exist".into(),
+                ));
+            }
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(HfError::Io {
+                file: path.to_path_buf(),
+                source: e,
+            })
+        }
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let root = std::fs::canonicalize(dir).map_err(|e| HfError::Io {
+        file: dir.to_path_buf(),
+        source: e,
+    })?;
+    if !inside_model_dir(&root, &real) {
+        return Err(io_err(
+            path,
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "resolves to {}, outside the model directory {}: refusing to read it",
+                real.display(),
+                root.display()
+            ),
+        ));
+    }
+    let not_regular = |ft: std::fs::FileType| {
+        io_err(
+            path,
+            std::io::ErrorKind::InvalidInput,
+            format!("is not a regular file ({ft:?}): refusing to read it"),
+        )
+    };
+    let md = std::fs::metadata(&real).map_err(|e| HfError::Io {
         file: path.to_path_buf(),
         source: e,
     })?;
-    serde_json::from_str(&text).map_err(|e| HfError::Json {
+    if !md.is_file() {
+        return Err(not_regular(md.file_type()));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(&real)
+        .map_err(|e| HfError::Io {
+            file: path.to_path_buf(),
+            source: e,
+        })?;
+    // Re-check on the open handle: the path may have been swapped since the check above.
+    let md = file.metadata().map_err(|e| HfError::Io {
+        file: path.to_path_buf(),
+        source: e,
+    })?;
+    if !md.is_file() {
+        return Err(not_regular(md.file_type()));
+    }
+    let too_big = |n: u64| {
+        io_err(
+            path,
+            std::io::ErrorKind::InvalidData,
+            format!("is {n} bytes, more than the {cap}-byte limit for this file"),
+        )
+    };
+    if md.len() > cap {
+        return Err(too_big(md.len()));
+    }
+    let mut bytes = Vec::with_capacity(md.len() as usize);
+    // Read at most cap + 1 bytes: a file growing while it is read is caught too.
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| HfError::Io {
+            file: path.to_path_buf(),
+            source: e,
+        })?;
+    if bytes.len() as u64 > cap {
+        return Err(too_big(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map(Some).map_err(|e| {
+        io_err(
+            path,
+            std::io::ErrorKind::InvalidData,
+            format!("is not valid UTF-8 ({e})"),
+        )
+    })
+}
+
+fn parse_json(path: &Path, text: &str) -> Result<Value, HfError> {
+    serde_json::from_str(text).map_err(|e| HfError::Json {
         file: path.to_path_buf(),
         source: e,
     })
 }
 
-fn read_json_opt(path: &Path) -> Result<Option<Value>, HfError> {
-    if path.is_file() {
-        read_json(path).map(Some)
-    } else {
-        Ok(None)
+fn read_json(path: &Path, cap: u64) -> Result<Value, HfError> {
+    match read_model_file(path, cap)? {
+        Some(text) => parse_json(path, &text),
+        None => Err(io_err(
+            path,
+            std::io::ErrorKind::NotFound,
+            "no such file".into(),
+        )),
+    }
+}
+
+fn read_json_opt(path: &Path, cap: u64) -> Result<Option<Value>, HfError> {
+    match read_model_file(path, cap)? {
+        Some(text) => parse_json(path, &text).map(Some),
+        None => Ok(None),
     }
 }
 
@@ -130,7 +276,7 @@ impl Weights {
         let mut files: Vec<PathBuf> = Vec::new();
         let mut weight_map: Vec<(String, String)> = Vec::new();
         if index.is_file() {
-            let v = read_json(&index)?;
+            let v = read_json(&index, MAX_INDEX_BYTES)?;
             let wm = v
                 .get("weight_map")
                 .and_then(Value::as_object)
@@ -495,7 +641,7 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
             what: "no config.json".into(),
         });
     }
-    let v = read_json(&cfg_path)?;
+    let v = read_json(&cfg_path, MAX_CONFIG_BYTES)?;
     let c = Cfg {
         v: &v,
         file: &cfg_path,
@@ -823,7 +969,7 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
 
     let mut eos = c.ids("eos_token_id");
     let bos = c.ids("bos_token_id").first().copied();
-    if let Some(g) = read_json_opt(&dir.join("generation_config.json"))? {
+    if let Some(g) = read_json_opt(&dir.join("generation_config.json"), MAX_CONFIG_BYTES)? {
         let gc = Cfg {
             v: &g,
             file: &cfg_path,
@@ -913,19 +1059,19 @@ fn token_str(v: Option<&Value>) -> Option<String> {
 
 fn load_tokenizer(dir: &Path, meta: &mut ModelMeta, vocab: usize) -> Result<(), HfError> {
     let tj = dir.join("tokenizer.json");
-    let tc = read_json_opt(&dir.join("tokenizer_config.json"))?;
-    let tok = if tj.is_file() {
-        let text = std::fs::read_to_string(&tj).map_err(|e| HfError::Io {
-            file: tj.clone(),
-            source: e,
-        })?;
-        let t: tokenizers::Tokenizer = text
-            .parse()
-            .map_err(|e| HfError::Tokenizer(format!("{}: {e}", tj.display())))?;
-        meta.tokenizer_json = Some(text);
-        Some(t)
-    } else {
-        None
+    let tc = read_json_opt(
+        &dir.join("tokenizer_config.json"),
+        MAX_TOKENIZER_CONFIG_BYTES,
+    )?;
+    let tok = match read_model_file(&tj, MAX_TOKENIZER_JSON_BYTES)? {
+        Some(text) => {
+            let t: tokenizers::Tokenizer = text
+                .parse()
+                .map_err(|e| HfError::Tokenizer(format!("{}: {e}", tj.display())))?;
+            meta.tokenizer_json = Some(text);
+            Some(t)
+        }
+        None => None,
     };
     let Some(tc) = tc else {
         return Ok(());
@@ -943,9 +1089,8 @@ fn load_tokenizer(dir: &Path, meta: &mut ModelMeta, vocab: usize) -> Result<(), 
         _ => None,
     };
     if meta.chat_template.is_none() {
-        if let Ok(s) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
-            meta.chat_template = Some(s);
-        }
+        meta.chat_template =
+            read_model_file(&dir.join("chat_template.jinja"), MAX_TEMPLATE_FILE_BYTES)?;
     }
     if let Some(b) = tc.get("add_bos_token").and_then(Value::as_bool) {
         meta.add_bos = b;

@@ -390,6 +390,9 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                 });
                                 return false;
                             };
+                            // On a template or tokenizer error the conversation is restored
+                            // as it was (`fit` may have dropped old turns before failing).
+                            let kept = c.turns.clone();
                             c.turns.push(crate::chat::template::ChatMessage::new(
                                 "user",
                                 text.clone(),
@@ -412,7 +415,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                         message: format!("chat template: {e}"),
                                         fatal: false,
                                     });
-                                    c.turns.pop();
+                                    c.turns = kept;
                                     return false;
                                 }
                             }
@@ -423,18 +426,22 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                         message: format!("chat template: {e}"),
                                         fatal: false,
                                     });
-                                    c.turns.pop();
+                                    c.turns = kept;
                                     return false;
                                 }
                             };
                             let ids = match tok.map(|t| t.encode(&prompt, false)) {
                                 Some(Ok(i)) => i,
-                                _ => {
+                                r => {
+                                    let why = match r {
+                                        Some(Err(e)) => format!(": {e}"),
+                                        _ => String::new(),
+                                    };
                                     out.emit(Event::Error {
-                                        message: "cannot tokenize the chat prompt".into(),
+                                        message: format!("cannot tokenize the chat prompt{why}"),
                                         fatal: false,
                                     });
-                                    c.turns.pop();
+                                    c.turns = kept;
                                     return false;
                                 }
                             };

@@ -51,6 +51,10 @@ impl TerminalGuard {
         CAUGHT_HOOK.call_once(|| {
             let prev = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
+                // A panic caught at the tokenizer boundary is an error, not a crash.
+                if crate::chat::guard::quiet() {
+                    return;
+                }
                 let name = std::thread::current().name().map(String::from);
                 match name {
                     Some(n) if caught_thread(&n) => {
