@@ -31,14 +31,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Median of a bench's samples (0 when there are none), from the one home of the statistic.
 fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        0.0
-    } else {
-        s[s.len() / 2]
-    }
+    crate::stats::median(v.iter().copied()).unwrap_or(0.0)
 }
 
 /// How the overlap bench started cold: what it evicted, and the model file's page-cache

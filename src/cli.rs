@@ -883,14 +883,9 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     Ok(())
 }
 
+/// Percentile of per-token nanoseconds (0 when there are none), from `crate::stats`.
 fn percentile(v: &[u64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let mut s = v.to_vec();
-    s.sort_unstable();
-    let i = ((s.len() - 1) as f64 * p).round() as usize;
-    s[i] as f64
+    crate::stats::percentile(v.iter().map(|&x| x as f64), p).unwrap_or(0.0)
 }
 
 fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
