@@ -311,6 +311,29 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        // minijinja itself can panic on some inputs (found by fuzz/chat_template: an empty
+        // list reversed and sliced, `range(0)|list` then `[::-1][:4]`, indexes out of bounds in
+        // `value/ops.rs`). A template is untrusted input: that is an error, not a crash.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.render_inner(messages, add_generation_prompt)
+        }))
+        .unwrap_or_else(|p| {
+            let why = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(TemplateError::Render(format!(
+                "the template engine failed: {why}"
+            )))
+        })
+    }
+
+    fn render_inner(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
         let compiled = template_compile::compile(&self.source).map_err(|e| classify(&e))?;
         let ctx = minijinja::context! {
             messages => messages,
@@ -342,6 +365,21 @@ impl ChatTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_inside_minijinja_is_a_render_error() {
+        // The fuzz input that made minijinja 2.24 index out of bounds (slicing an empty list).
+        let src = include_bytes!("../../tests/fixtures/fuzz/chat_template_minijinja_panic_slice");
+        let src = String::from_utf8_lossy(src);
+        let r = ChatTemplate::new(&src, "<s>", "</s>").and_then(|t| t.render(&conv(), true));
+        assert!(
+            matches!(&r, Err(TemplateError::Render(m)) if m.contains("engine failed")),
+            "{r:?}"
+        );
+        // The conversation's template still renders afterwards (no poisoned state).
+        let ok = ChatTemplate::from_optional(None, "", "").unwrap();
+        assert!(ok.render(&conv(), true).is_ok());
+    }
 
     fn conv() -> Vec<ChatMessage> {
         vec![
