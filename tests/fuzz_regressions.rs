@@ -5,6 +5,10 @@
 //!   reader then refused. The importer now ignores MoE keys without experts, and the `.cflow`
 //!   writer refuses up front any configuration the reader would reject, so no writer can leave
 //!   an unreadable file.
+//! * `chat_template` (issue 14): `{% set big = range(0)|list %}… big[::-1] …` panicked inside
+//!   minijinja 2.24 (a backwards slice of an empty value indexes out of bounds; `''[::-1]` too);
+//!   the bounded slice returns an empty value. And LeakSanitizer: `{% set ns.me = ns %}` made a
+//!   reference cycle that was never freed; such an assignment is now refused.
 //! * `tokenizer_encode` (issue 14): a 513-byte text of spaces and a few symbols, repeated 128×
 //!   (64 KiB) through a table pre-tokenizer regex, took > 10 s per input under AddressSanitizer
 //!   on a loaded machine (140 ms in release: two encodes and a decode at ~0.7 µs/byte, the
@@ -159,4 +163,29 @@ fn tokenizer_long_whitespace_text_encodes_in_chunks_in_time() {
         assert_eq!(t.decode(&ids, false).unwrap(), text, "{re}");
         assert!(dt < std::time::Duration::from_secs(2), "{re}: {dt:?}");
     }
+}
+
+#[test]
+fn chat_template_backwards_slice_of_an_empty_value_does_not_panic() {
+    use cflow::chat::template::{ChatMessage, ChatTemplate};
+    let src = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fuzz/chat_template_crash_backwards_slice_of_empty"
+    ))
+    .unwrap();
+    let src = String::from_utf8_lossy(&src).into_owned();
+    let msgs = [ChatMessage::new("user", "hi")];
+    if let Ok(t) = ChatTemplate::new(&src, "<s>", "</s>") {
+        for gen in [true, false] {
+            let _ = t.render(&msgs, gen);
+        }
+    }
+    let t = ChatTemplate::new("[{{ ''[::-1] }}][{{ ([] + [])[::-1]|list }}]", "", "").unwrap();
+    assert_eq!(t.render(&msgs, true).unwrap(), "[][[]]");
+    let t = ChatTemplate::new("{% set ns = namespace() %}{% set ns.me = [ns] %}x", "", "").unwrap();
+    assert!(t
+        .render(&msgs, true)
+        .unwrap_err()
+        .to_string()
+        .contains("cycle"));
 }

@@ -31,6 +31,9 @@ fn chat_template(data: &[u8]) {
             continue;
         }
         let theirs = render_unbounded_reference(src, &msgs, gen, "<s>", "</s>");
+        if matches!(&theirs, Err(e) if e.to_string().contains("minijinja panicked")) {
+            continue;
+        }
         assert_eq!(Ok(&ours), theirs.as_ref().map_err(|e| e.to_string()));
     }
 }

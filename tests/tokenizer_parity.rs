@@ -67,6 +67,25 @@ fn smollm2_ids_match_llama_cpp() {
     assert!(failures.is_empty(), "mismatches:\n{}", failures.join("\n"));
 }
 
+/// Inputs longer than the chunk size are encoded in chunks (issue 14 item 8): on a long text
+/// made of all golden prompts the ids are the same as one unchunked encode, and the golden
+/// prompts themselves are llama.cpp's ids (previous test) through the same wrapper.
+#[test]
+fn smollm2_chunked_long_text_gives_the_same_ids() {
+    let Some(t) = smollm2() else { return };
+    let w = TokenizerWrap::from_gguf(&t).unwrap();
+    let mut text = String::new();
+    let g = goldens();
+    let mut i = 0;
+    while text.len() < 5 * cflow::chat::tokenizer::CHUNK_BYTES {
+        text.push_str(&g[i % g.len()].1);
+        text.push_str(if i % 2 == 0 { " " } else { "\n\n" });
+        i += 1;
+    }
+    let whole = w.inner().encode_fast(text.as_str(), false).unwrap();
+    assert_eq!(w.encode(&text, false).unwrap(), whole.get_ids());
+}
+
 #[test]
 fn smollm2_roundtrip_and_incremental_detok() {
     let Some(t) = smollm2() else { return };

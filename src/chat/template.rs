@@ -200,12 +200,16 @@ pub fn render_unbounded_reference(
     });
     env.add_template("chat", source).map_err(|e| classify(&e))?;
     let tmpl = env.get_template("chat").map_err(|e| classify(&e))?;
-    tmpl.render(minijinja::context! {
-        messages => messages,
-        add_generation_prompt => add_generation_prompt,
-        bos_token => bos_token,
-        eos_token => eos_token,
+    // Plain minijinja can panic (e.g. `''[::-1]`): that is an error here.
+    super::guard::guarded(|| {
+        tmpl.render(minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => bos_token,
+            eos_token => eos_token,
+        })
     })
+    .map_err(|p| TemplateError::Render(format!("minijinja panicked: {p}")))?
     .map_err(|e| classify(&e))
 }
 
@@ -581,6 +585,15 @@ mod tests {
             TemplateError::Limit(m) => assert!(m.contains("indent width"), "{m}"),
             e => panic!("{e:?}"),
         }
+        // minijinja panics on a backwards slice of an empty value (found by fuzz/chat_template):
+        // an empty result, as in Python.
+        let t = ChatTemplate::new(
+            "{% set e = range(10*0)|list %}[{{ e[::-1]|list }}][{{ ''[::-1] }}][{{ [1,2][0:1:-1]|list }}][{{ 'ab'[0:1:-1] }}]",
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(t.render(&conv(), true).unwrap(), "[[]][][[]][]");
         // A namespace holding itself would be a reference cycle (never freed): refused.
         let t =
             ChatTemplate::new("{% set ns = namespace() %}{% set ns.me = ns %}ok", "", "").unwrap();
@@ -629,6 +642,7 @@ mod tests {
         "{% for m in messages recursive %}{{ m.role }}{% endfor %}{% set l = [[1, [2]], [3]] %}{% for x in l recursive %}{% if x is sequence %}({{ loop(x) }}){% else %}{{ x }}{% endif %}{% endfor %}",
         "{{ 10 - 3 }}{{ 7 / 2 }}{{ 7 // 2 }}{{ 7 % 3 }}{{ 2 ** 10 }}{{ -(3) }}{{ 'a' if 1 else 'b' }}{{ (1, 2) }}{{ [1, 2, 3][1:] }}{{ 'hello'[1:3] }}{{ range(10)[2:8:2]|list }}",
         "{{ bos_token }}{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+        "{{ [1, 2, 3][::-1] }}{{ 'abc'[::-1] }}{{ 'abc'[1::-1] }}{{ [1, 2, 3][-1:0:-1] }}{{ messages[::-2]|map(attribute='role')|list }}{{ 'abcdef'[4:1:-2] }}",
         "{{ raise_exception('nope') if messages|length > 10 else 'ok' }}{{ messages|last|attr('role') }}{{ messages[0].nothing }}{{ [1] + [2] }}{{ ([1] + [2]) is sequence }}{{ ([1] + [2])|length }}{{ ([1] + [2])[1] }}",
     ];
 

@@ -442,12 +442,75 @@ fn op_getitem(container: &Value, key: &Value) -> Result<Value, Error> {
     container.get_item(key)
 }
 
+/// minijinja 2.24's backwards slice (`x[::-1]`) indexes out of bounds (a panic) on an empty
+/// value, and underflows when `stop` lies past `start`: both give an empty result here, as in
+/// Python. `None` when minijinja's own slicing is safe for these operands.
+fn safe_backwards_slice(
+    v: &Value,
+    start: &Value,
+    stop: &Value,
+    step: &Value,
+) -> Result<Option<Value>, Error> {
+    let as_opt = |x: &Value| -> Option<Option<i64>> {
+        if x.is_none() || x.is_undefined() {
+            Some(None)
+        } else {
+            i64::try_from(x.clone()).ok().map(Some)
+        }
+    };
+    let (Some(start), Some(stop), Some(Some(step))) = (as_opt(start), as_opt(stop), as_opt(step))
+    else {
+        return Ok(None);
+    };
+    if step >= 0 {
+        return Ok(None);
+    }
+    if step < -(1i64 << 32) {
+        return Err(limit("slice step is too large"));
+    }
+    let empty = || match v.kind() {
+        ValueKind::String => Value::from(""),
+        ValueKind::Bytes => Value::from_bytes(Vec::new()),
+        _ => Value::from(Vec::<Value>::new()),
+    };
+    let end = match v.kind() {
+        ValueKind::String => v.as_str().map_or(0, |s| s.chars().count()),
+        ValueKind::Bytes => v.as_bytes().map_or(0, <[u8]>::len),
+        ValueKind::Seq | ValueKind::Iterable => match v.len() {
+            Some(n) => n,
+            None => v.try_iter().map_or(0, |it| it.count()),
+        },
+        _ => return Ok(None),
+    };
+    if end == 0 {
+        return Ok(Some(empty()));
+    }
+    let first = match start {
+        None => end - 1,
+        Some(s) if s >= end as i64 => end - 1,
+        Some(s) if s >= 0 => s as usize,
+        Some(s) => (end as i64 + s).max(0) as usize,
+    };
+    let last = match stop {
+        None => 0,
+        Some(t) if t < 0 => (end as i64 + t).max(0) as usize,
+        Some(t) => t as usize,
+    };
+    if last != 0 && last > first {
+        return Ok(Some(empty()));
+    }
+    Ok(None)
+}
+
 fn op_slice(v: &Value, start: &Value, stop: &Value, step: &Value) -> Result<Value, Error> {
     let cost = match v.kind() {
         ValueKind::String => shallow(v),
         _ => NODE * v.len().unwrap_or(0) as u64 + NODE,
     };
     charge(cost)?;
+    if let Some(r) = safe_backwards_slice(v, start, stop, step)? {
+        return Ok(r);
+    }
     builtin("a[b:c:d]", v, start, stop, step)
 }
 
