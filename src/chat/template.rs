@@ -315,9 +315,9 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
-        // minijinja itself can panic on some inputs (found by fuzz/chat_template: an empty
-        // list reversed and sliced, `range(0)|list` then `[::-1][:4]`, indexes out of bounds in
-        // `value/ops.rs`). A template is untrusted input: that is an error, not a crash.
+        // Backstop: minijinja itself can panic on some inputs (fuzz/chat_template found one: a
+        // backwards slice of an empty list indexed out of bounds in minijinja 2.24, now bounded
+        // in `template_bounds`). A template is untrusted input: a panic is an error, not a crash.
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.render_inner(messages, add_generation_prompt)
         }))
@@ -369,29 +369,6 @@ impl ChatTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_panic_inside_minijinja_is_a_render_error() {
-        // The fuzz input that made minijinja 2.24 index out of bounds (slicing an empty list).
-        let src = include_bytes!("../../tests/fixtures/fuzz/chat_template_minijinja_panic_slice");
-        let src = String::from_utf8_lossy(src);
-        let r = ChatTemplate::new(&src, "<s>", "</s>").and_then(|t| t.render(&conv(), true));
-        assert!(
-            matches!(&r, Err(TemplateError::Render(m)) if m.contains("engine failed")),
-            "{r:?}"
-        );
-        // The conversation's template still renders afterwards (no poisoned state).
-        let ok = ChatTemplate::from_optional(None, "", "").unwrap();
-        assert!(ok.render(&conv(), true).is_ok());
-    }
-
-    fn conv() -> Vec<ChatMessage> {
-        vec![
-            ChatMessage::new("user", "Hi!"),
-            ChatMessage::new("assistant", "Hello."),
-            ChatMessage::new("user", "Tell me a joke."),
-        ]
-    }
 
     #[test]
     fn chatml_fallback() {
