@@ -370,6 +370,14 @@ impl ChatTemplate {
 mod tests {
     use super::*;
 
+    fn conv() -> Vec<ChatMessage> {
+        vec![
+            ChatMessage::new("user", "Hi!"),
+            ChatMessage::new("assistant", "Hello."),
+            ChatMessage::new("user", "Tell me a joke."),
+        ]
+    }
+
     #[test]
     fn chatml_fallback() {
         let t = ChatTemplate::from_optional(None, "", "").unwrap();
