@@ -237,6 +237,13 @@ impl ChatTemplate {
         if source.len() > MAX_TEMPLATE_BYTES {
             return Err(TemplateError::TooLarge(source.len()));
         }
+        // The bounded operators are globals named `__cflow_*`: a template naming them could
+        // shadow them (found by the fuzz oracle).
+        if source.contains("__cflow_") {
+            return Err(TemplateError::Syntax(
+                "the name prefix `__cflow_` is reserved".into(),
+            ));
+        }
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
