@@ -1,6 +1,6 @@
 //! `bench decode` (the other benchmarks live in `crate::bench_io`).
 
-use super::args::{BenchDecodeArgs, EngineArgs};
+use super::args::BenchDecodeArgs;
 use super::model::{open_model, resolve_model};
 use crate::engine::forward::Engine;
 use crate::engine::session::Session;
@@ -15,16 +15,20 @@ fn stats3(v: &[f64]) -> serde_json::Value {
     serde_json::json!({"median": med, "min": s.first().copied().unwrap_or(0.0), "max": s.last().copied().unwrap_or(0.0)})
 }
 
-pub(super) fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
+pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
+    let eng = &a.engine;
+    let threads = match eng.threads.as_slice() {
+        [] => vec![1, 2],
+        t => t.to_vec(),
+    };
     if a.repeat == 0 || a.tokens == 0 {
         bail!("--repeat and --tokens must be at least 1");
     }
     let path = resolve_model(a.model.clone())?;
     let file = open_model(&path)?;
     let mut results = Vec::new();
-    for &t in &a.threads {
-        let mut e = eng.clone();
-        e.threads = Some(t);
+    for &t in &threads {
+        let e = eng.with_threads(t);
         let mut opts = e.options()?;
         opts.timings = !a.no_timings;
         let mut engine = Engine::new(file.clone(), opts);

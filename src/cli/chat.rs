@@ -1,6 +1,6 @@
 //! `chat`: the line-oriented chat REPL (no TUI).
 
-use super::args::{ChatArgs, EngineArgs};
+use super::args::ChatArgs;
 use super::model::{build_session, install_sigint};
 use super::run::RecordTap;
 use crate::engine::session::{GenOutcome, Session};
@@ -23,7 +23,8 @@ pub(super) fn special_strings(s: &Session) -> (String, String) {
     )
 }
 
-pub(super) fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
+pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
+    let eng = &a.engine;
     use std::io::BufRead;
     let model = match a.model.clone() {
         Some(m) => Some(m),

@@ -4,16 +4,12 @@ use super::args::{ConvertArgs, GenArgs, ImportArgs, PullArgs};
 use super::model::{gpt2_tokenizer_json, progress_bar, MAX_CTX};
 use crate::convert::generate::{generate, GenSpec};
 use crate::format::CflowFile;
-use crate::quant::QuantType;
 use crate::util::mib;
 use crate::{errln, outln};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
 pub(super) fn cmd_convert(a: ConvertArgs) -> Result<()> {
-    if a.to != "vflow" {
-        bail!("--to {}: only `vflow` is supported", a.to);
-    }
     let src = CflowFile::open(&a.file)?;
     let out = a.out.unwrap_or_else(|| a.file.with_extension("vflow"));
     // `convert` refuses an `out` that is the source (any spelling, link or hard link).
@@ -52,8 +48,7 @@ fn check_ctx(ctx: Option<usize>) -> Result<()> {
 
 pub(super) fn cmd_gen(a: GenArgs) -> Result<()> {
     check_ctx(a.ctx)?;
-    let quant = QuantType::parse(&a.quant)
-        .with_context(|| format!("--quant {}: expected q4_0, q4_1, q8_0, f16 or f32", a.quant))?;
+    let quant = a.quant.quant();
     let mut spec = GenSpec::new(&a.arch);
     spec.seed = a.seed;
     spec.layers = a.layers;
@@ -89,12 +84,7 @@ pub(super) fn cmd_gen(a: GenArgs) -> Result<()> {
 pub(super) fn cmd_import(a: ImportArgs) -> Result<()> {
     use crate::convert::import_gguf::{import_gguf, QuantTarget};
     check_ctx(a.ctx)?;
-    let target = QuantTarget::parse(&a.quant).with_context(|| {
-        format!(
-            "--quant {}: expected keep, q4_0, q4_1, q8_0, f16 or f32",
-            a.quant
-        )
-    })?;
+    let target = a.quant.target();
     if a.src.is_dir() {
         // HF safetensors directory; `keep` means f16 (HF weights are bf16/f16/f32 tensors).
         let q = match target {
@@ -158,7 +148,7 @@ pub(super) fn cmd_pull(a: PullArgs) -> Result<()> {
             cmd_import(ImportArgs {
                 src: gguf,
                 out: out.to_path_buf(),
-                quant: "keep".into(),
+                quant: super::args::ImportQuant::Keep,
                 ctx: None,
             })
         },

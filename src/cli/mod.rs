@@ -33,10 +33,28 @@ pub fn main() -> i32 {
         // A closed stdout (`cflow-tui … | head -1`) is the reader's choice: end quietly.
         Err(e) if crate::console::is_closed_pipe(&e) => 0,
         Err(e) => {
-            errln!("error: {e:#}");
+            errln!("error: {}", error_line(&e));
             1
         }
     }
+}
+
+/// `e` and its causes on one line, `a: b: c`, leaving out a cause whose text the line already
+/// holds (an error that prints its source in its own message, as `thiserror`'s `{source}` does,
+/// would otherwise show the OS error twice).
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if line.contains(&s) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&s);
+    }
+    line
 }
 
 fn dispatch(cli: Cli) -> Result<()> {
@@ -45,24 +63,23 @@ fn dispatch(cli: Cli) -> Result<()> {
     }
     match cli.cmd {
         None => default_command(&cli),
-        Some(Cmd::Run(a)) => cmd_run(a, &cli.engine),
+        Some(Cmd::Run(a)) => {
+            let eng = a.engine.clone();
+            cmd_run(a, &eng)
+        }
         Some(Cmd::Gen(a)) => cmd_gen(a),
         Some(Cmd::Inspect(a)) => cmd_inspect(a),
-        Some(Cmd::Bench(BenchCmd::Decode(a))) => cmd_bench_decode(a, &cli.engine),
-        Some(Cmd::Bench(BenchCmd::Overlap(a))) => {
-            crate::bench_io::overlap(&a, cli.engine.options()?)
-        }
-        Some(Cmd::Bench(BenchCmd::Layout(a))) => {
-            crate::bench_io::layout(&a, cli.engine.options()?.isa)
-        }
+        Some(Cmd::Bench(BenchCmd::Decode(a))) => cmd_bench_decode(a),
+        Some(Cmd::Bench(BenchCmd::Overlap(a))) => crate::bench_io::overlap(&a),
+        Some(Cmd::Bench(BenchCmd::Layout(a))) => crate::bench_io::layout(&a, a.isa.resolve()?),
         Some(Cmd::Bench(BenchCmd::Prefetch(a))) => {
-            let path = resolve_model(a.model.clone())?;
-            crate::bench_io::prefetch(&a, &path, cli.engine.options()?)
+            let path = model::resolve_model(a.model.clone())?;
+            crate::bench_io::prefetch(&a, &path)
         }
-        Some(Cmd::Perplexity(a)) => cmd_perplexity(a, &cli.engine),
+        Some(Cmd::Perplexity(a)) => cmd_perplexity(a),
         Some(Cmd::Import(a)) => cmd_import(a),
         Some(Cmd::Pull(a)) => cmd_pull(a),
-        Some(Cmd::Chat(a)) => cmd_chat(a, &cli.engine),
+        Some(Cmd::Chat(a)) => cmd_chat(a),
         Some(Cmd::Replay(a)) => cmd_replay(a),
         Some(Cmd::Export(a)) => cmd_export(a),
         Some(Cmd::Convert(a)) => cmd_convert(a),

@@ -9,7 +9,7 @@ use crate::errln;
 use crate::format::CflowFile;
 use crate::telemetry::SamplingParams;
 use crate::util::cache_dir;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -60,8 +60,63 @@ pub fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
     }
 }
 
+/// Opens a model file: a `.cflow`, or a `.vflow` (self-contained: its views are an ordinary
+/// `CflowFile`). A directory, a GGUF or a missing file is refused in one line saying what to do.
 pub fn open_model(path: &Path) -> Result<Arc<CflowFile>> {
-    Ok(Arc::new(CflowFile::open(path)?))
+    let file = match sniff_model(path)? {
+        ModelKind::Vflow => crate::format::vflow::open_views(path)?,
+        ModelKind::Cflow => CflowFile::open(path)?,
+    };
+    Ok(Arc::new(file))
+}
+
+/// What [`open_model`] opens a path as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    Cflow,
+    Vflow,
+}
+
+/// Classifies `path` by its first bytes (a `.vflow` by its magic), refusing, with what to do, a
+/// directory (import it), a GGUF file (import it) or a missing file. Anything else, including
+/// a device or a FIFO (not read here), goes to the `.cflow` reader, whose errors name the field.
+pub fn sniff_model(path: &Path) -> Result<ModelKind> {
+    use std::io::Read;
+    let shown = path.display();
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{shown}: no such file (give a .cflow or .vflow model; `cflow-tui pull smollm2` fetches one)")
+        }
+        Err(e) => bail!("{shown}: cannot open: {e}"),
+    };
+    if meta.is_dir() {
+        bail!(
+            "{shown}: is a directory, not a model file (a Hugging Face model directory? import it first: cflow-tui import {shown} -o MODEL.cflow)"
+        );
+    }
+    let mut magic = [0u8; 8];
+    let n = if meta.is_file() {
+        let mut f = std::fs::File::open(path).with_context(|| format!("{shown}: cannot open"))?;
+        f.read(&mut magic)
+            .with_context(|| format!("{shown}: cannot read"))?
+    } else {
+        0
+    };
+    let gguf_ext = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    if magic[..n.min(4)] == *b"GGUF" || (gguf_ext && n < 4) {
+        let out = path.with_extension("cflow");
+        bail!(
+            "{shown}: a GGUF file, not a .cflow model: import it first: cflow-tui import {shown} -o {}",
+            out.display()
+        );
+    }
+    if n == 8 && magic == crate::format::vflow::VFLOW_MAGIC {
+        return Ok(ModelKind::Vflow);
+    }
+    Ok(ModelKind::Cflow)
 }
 
 /// An engine over `file`, with its `.vflow` twin attached (`--vflow FILE`, or `MODEL.vflow` when

@@ -217,7 +217,8 @@ fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Resu
 /// Largest `perplexity --file` (64 MiB of text is ~16 M tokens, days of evaluation).
 const PPL_MAX_FILE: u64 = 64 << 20;
 
-pub(super) fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
+pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
+    let eng = &a.engine;
     let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default(), false)?;
     let text = crate::util::read_text_file(&a.file, PPL_MAX_FILE).map_err(anyhow::Error::msg)?;
     let ids = sess.encode(&text).map_err(anyhow::Error::msg)?;

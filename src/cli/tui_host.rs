@@ -13,6 +13,10 @@ use std::path::PathBuf;
 pub(super) fn default_command(cli: &Cli) -> Result<()> {
     use std::io::IsTerminal;
     let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if let Some(p) = &cli.model {
+        // A directory, a GGUF or a missing file: one line, before anything else is printed.
+        super::model::sniff_model(p)?;
+    }
     if cli.no_tui || !tty {
         errln!("cflow-tui: stdout is not a terminal (or --no-tui): running the headless demo instead of the TUI.");
         let a = RunArgs {
@@ -33,6 +37,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
             ignore_eos: false,
             chat: false,
             record: cli.record.clone(),
+            engine: cli.engine.clone(),
         };
         return cmd_run(a, &cli.engine);
     }
