@@ -1,41 +1,145 @@
-//! `chat`: the line-oriented chat REPL (no TUI).
+//! `chat`: the line-oriented chat REPL (no TUI). On a terminal the line is edited with
+//! rustyline (arrows, Ctrl-R, ...) and kept in a history file in the cache directory; from a
+//! pipe, lines are read as bytes (a line that is not UTF-8 is refused, not the end). `/help`
+//! lists the commands; a one-line summary follows each reply (like `ollama run --verbose`).
 
 use super::args::ChatArgs;
 use super::model::{build_session, install_sigint};
 use super::run::RecordTap;
-use crate::engine::session::{GenOutcome, Session};
+use crate::chat::conversation::Conversation;
+use crate::engine::session::GenOutcome;
 use crate::telemetry::Event;
 use crate::{err, errln, outln};
 use anyhow::{bail, Result};
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-/// bos/eos token strings for chat templates.
-pub(super) fn special_strings(s: &Session) -> (String, String) {
-    let t = s.tok.as_ref();
-    let name = |id: Option<u32>| {
-        id.and_then(|i| t.and_then(|t| t.id_to_token(i)))
-            .unwrap_or_default()
+/// What `/help` prints.
+pub const HELP: &str = "commands:
+  /help          this list
+  /reset         clear the conversation (the system prompt stays)
+  /system TEXT   set the system prompt (/system alone clears it)
+  /stats         the last reply's figures and the context use
+  /quit, /exit   leave (or Ctrl-D)
+Ctrl-C stops a reply; on a terminal the arrow keys edit the line and walk the history.";
+
+/// The line printed after each reply: tokens, prefill and decode speed, ms/token, total time
+/// and the context use.
+pub fn reply_summary(o: &GenOutcome, pos: usize, max_ctx: usize) -> String {
+    let ms_tok = if o.tokens.is_empty() {
+        0.0
+    } else {
+        o.decode_ns as f64 / 1e6 / o.tokens.len() as f64
     };
-    (
-        name(t.and_then(|t| t.bos_id())),
-        name(t.and_then(|t| t.eos_id())),
+    format!(
+        "[{} tokens · prompt {} tokens, prefill {:.1} tok/s · decode {:.1} tok/s, {:.2} ms/token · total {:.2} s · context {pos}/{max_ctx}]",
+        o.tokens.len(),
+        o.prompt_tokens,
+        o.prefill_tok_s(),
+        o.decode_tok_s(),
+        ms_tok,
+        (o.prefill_ns + o.decode_ns) as f64 / 1e9,
     )
+}
+
+/// One read from the user.
+enum Input {
+    Line(String),
+    /// Nothing to act on (an abandoned line, or one refused and already reported).
+    Nothing,
+    Eof,
+}
+
+/// Where the REPL's lines come from.
+enum Lines {
+    /// A terminal: rustyline, with the history file (when the cache directory is usable).
+    Edited(Box<rustyline::DefaultEditor>, Option<PathBuf>),
+    /// A pipe or file: bytes up to each newline.
+    Piped(std::io::Stdin),
+}
+
+impl Lines {
+    fn open() -> Lines {
+        use std::io::IsTerminal;
+        let stdin = std::io::stdin();
+        if !(stdin.is_terminal() && std::io::stderr().is_terminal()) {
+            return Lines::Piped(stdin);
+        }
+        match rustyline::DefaultEditor::new() {
+            Ok(mut ed) => {
+                let history = crate::util::cache_dir()
+                    .ok()
+                    .map(|d| d.join("chat_history"));
+                if let Some(h) = &history {
+                    let _ = ed.load_history(h); // absent on first use
+                }
+                Lines::Edited(Box::new(ed), history)
+            }
+            Err(_) => Lines::Piped(stdin),
+        }
+    }
+
+    fn read(&mut self) -> Result<Input> {
+        use rustyline::error::ReadlineError;
+        match self {
+            Lines::Edited(ed, _) => match ed.readline("> ") {
+                Ok(l) => Ok(Input::Line(l)),
+                Err(ReadlineError::Interrupted) => Ok(Input::Nothing),
+                Err(ReadlineError::Eof) => Ok(Input::Eof),
+                Err(e) => Err(e.into()),
+            },
+            Lines::Piped(stdin) => {
+                use std::io::BufRead;
+                err!("\n> ");
+                // Read bytes: a line that is not UTF-8 is refused, not the end of the
+                // conversation.
+                let mut raw = Vec::new();
+                if stdin.lock().read_until(b'\n', &mut raw)? == 0 {
+                    return Ok(Input::Eof);
+                }
+                match String::from_utf8(raw) {
+                    Ok(l) => Ok(Input::Line(l.trim_end_matches(['\n', '\r']).to_string())),
+                    Err(e) => {
+                        errln!(
+                            "(input ignored: not valid UTF-8 at byte {}; the conversation is kept)",
+                            e.utf8_error().valid_up_to()
+                        );
+                        Ok(Input::Nothing)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps `line` in the history (and its file) on a terminal.
+    fn remember(&mut self, line: &str) {
+        if let Lines::Edited(ed, history) = self {
+            let _ = ed.add_history_entry(line);
+            if let Some(h) = history {
+                if let Err(e) = ed.save_history(h) {
+                    errln!(
+                        "warning: cannot save the chat history to {}: {e}",
+                        h.display()
+                    );
+                    *history = None;
+                }
+            }
+        }
+    }
 }
 
 pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
     let eng = &a.engine;
-    use std::io::BufRead;
     let model = match a.model.clone() {
         Some(m) => Some(m),
         None => crate::convert::pull::smollm2_cflow(),
     };
     let mut sess = build_session(model, eng, a.sampling.params()?, true)?;
-    if sess.tok.is_none() {
+    let Some(tok) = sess.tok.clone() else {
         bail!("this model has no tokenizer; chat needs one");
-    }
-    let (bos, eos) = special_strings(&sess);
-    let mut conv = crate::chat::conversation::Conversation::for_model(&sess.engine.cfg, &bos, &eos)
+    };
+    let mut conv = Conversation::for_tokenizer(&sess.engine.cfg, Some(&tok))
         .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
     conv.system = a.system.clone();
     let mut tap = match &a.record {
@@ -48,38 +152,37 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
     install_sigint(stop.clone(), interrupted.clone());
     let name = sess.engine.cfg.meta.name.clone();
     errln!(
-        "chatting with {name}{}. Commands: /reset, /system TEXT, /stats, /quit. Ctrl-C stops a reply; Ctrl-D quits.",
-        if conv.template.is_fallback() { " (no template in the model: ChatML)" } else { "" }
+        "chatting with {name}{}. /help lists the commands. Ctrl-C stops a reply; Ctrl-D quits.",
+        if conv.template.is_fallback() {
+            " (no template in the model: ChatML)"
+        } else {
+            ""
+        }
     );
     if sess.engine.cfg.meta.synthetic {
         errln!("note: synthetic model (random weights): replies are noise. `cflow-tui pull smollm2` gets a real model.");
     }
-    let stdin = std::io::stdin();
+    let mut lines = Lines::open();
     let mut last: Option<GenOutcome> = None;
     loop {
-        err!("\n> ");
-        // Read bytes: a line that is not UTF-8 is refused, not the end of the conversation.
-        let mut raw = Vec::new();
-        if stdin.lock().read_until(b'\n', &mut raw)? == 0 {
-            errln!();
-            break;
-        }
-        let line = match String::from_utf8(raw) {
-            Ok(l) => l,
-            Err(e) => {
-                errln!(
-                    "(input ignored: not valid UTF-8 at byte {}; the conversation is kept)",
-                    e.utf8_error().valid_up_to()
-                );
-                continue;
+        let line = match lines.read()? {
+            Input::Line(l) => l,
+            Input::Nothing => continue,
+            Input::Eof => {
+                errln!();
+                break;
             }
         };
-        let line = line.trim_end_matches(['\n', '\r']).to_string();
-        if line.is_empty() {
+        if line.trim().is_empty() {
             continue;
         }
+        lines.remember(&line);
         if line == "/quit" || line == "/exit" {
             break;
+        }
+        if line == "/help" {
+            errln!("{HELP}");
+            continue;
         }
         if line == "/reset" {
             conv.clear();
@@ -111,41 +214,26 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             continue;
         }
         if line.starts_with('/') {
-            errln!("unknown command {line}; known: /reset, /system TEXT, /stats, /quit");
+            errln!("unknown command {line}; /help lists the commands");
             continue;
         }
         // A template exception or limit, or a tokenizer error, refuses this message and keeps
         // the conversation as it was (including turns `fit` would have dropped).
-        let kept = conv.turns.clone();
-        conv.turns.push(crate::chat::template::ChatMessage::new(
-            "user",
-            line.clone(),
-        ));
         let max_ctx = sess.engine.cfg.max_ctx;
-        let prepared = (|| -> Result<(usize, Vec<u32>), String> {
-            let tok = sess.tok.as_ref().ok_or("no tokenizer")?;
-            let count = |s: &str| tok.encode(s, false).map_or(s.len(), |v| v.len());
-            let dropped = conv
-                .fit(max_ctx, a.n.min(max_ctx / 2), &count)
-                .map_err(|e| format!("chat template: {e}"))?;
-            let prompt = conv.render().map_err(|e| format!("chat template: {e}"))?;
-            let ids = tok
-                .encode(&prompt, false)
-                .map_err(|e| format!("tokenizer: {e}"))?;
-            Ok((dropped, ids))
-        })();
-        let (dropped, ids) = match prepared {
-            Ok(x) => x,
+        let turn = match conv.prepare_turn(&line, &tok, max_ctx, a.n.min(max_ctx / 2)) {
+            Ok(t) => t,
             Err(e) => {
-                conv.turns = kept;
                 errln!("error: {e}\n(message not sent; the conversation is kept)");
                 continue;
             }
         };
-        if dropped > 0 {
-            errln!("(context full: dropped the {dropped} oldest messages)");
+        if turn.dropped > 0 {
+            errln!(
+                "(context full: dropped the {} oldest messages)",
+                turn.dropped
+            );
         }
-        let suffix = sess.sync_prompt(&ids);
+        let suffix = sess.sync_prompt(&turn.ids);
         if let Some(t) = tap.as_mut() {
             t.emit(Event::Prompt {
                 text: line.clone(),
@@ -179,6 +267,10 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         if let Some(e) = &out.error {
             errln!("error: {e}");
         }
+        errln!(
+            "{}",
+            reply_summary(&out, sess.engine.pos(), sess.engine.cfg.max_ctx)
+        );
         conv.turns.push(crate::chat::template::ChatMessage::new(
             "assistant",
             out.text.clone(),

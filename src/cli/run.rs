@@ -2,8 +2,8 @@
 //! recorder tap the headless commands share.
 
 use super::args::{EngineArgs, PplArgs, RunArgs};
-use super::chat::special_strings;
 use super::model::{build_session, install_sigint};
+use crate::chat::conversation::Conversation;
 use crate::engine::forward::stream_bytes;
 use crate::engine::session::{GenOutcome, Session};
 use crate::telemetry::{Event, SamplingParams};
@@ -22,20 +22,10 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     let ids = match (&a.tokens, &a.prompt) {
         (Some(t), _) => t.clone(),
         (None, Some(p)) if a.chat => {
-            let (bos, eos) = special_strings(&sess);
-            let mut conv =
-                crate::chat::conversation::Conversation::for_model(&sess.engine.cfg, &bos, &eos)
-                    .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
-            conv.turns
-                .push(crate::chat::template::ChatMessage::new("user", p.clone()));
-            let text = conv
-                .render()
+            let tok = sess.tok.as_ref().context("this model has no tokenizer")?;
+            let mut conv = Conversation::for_tokenizer(&sess.engine.cfg, Some(tok))
                 .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
-            sess.tok
-                .as_ref()
-                .context("this model has no tokenizer")?
-                .encode(&text, false)
-                .map_err(|e| anyhow::anyhow!("{e}"))?
+            conv.prepare_turn(p, tok, sess.engine.cfg.max_ctx, 0)?.ids
         }
         (None, Some(p)) => sess.encode(p).map_err(anyhow::Error::msg)?,
         (None, None) => bail!("give --prompt TEXT or --tokens ID,ID,..."),
