@@ -78,7 +78,7 @@ impl Conversation {
         reserve: usize,
     ) -> Result<PreparedTurn, TurnError> {
         let kept = self.turns.clone();
-        self.turns.push(ChatMessage::new("user", text.to_string()));
+        self.turns.push(ChatMessage::new("user", text));
         let count = |s: &str| tok.encode(s, false).map_or(s.len(), |v| v.len());
         let r = self
             .fit(max_ctx, reserve, &count)
@@ -167,7 +167,7 @@ mod tests {
                 .unwrap(),
             p.ids
         );
-        c.turns.push(ChatMessage::new("assistant", "hi".into()));
+        c.turns.push(ChatMessage::new("assistant", "hi"));
         let before = c.turns.len();
         let e = c.prepare_turn("a boom", &tok, 4096, 16).unwrap_err();
         assert!(matches!(e, TurnError::Template(_)), "{e}");
