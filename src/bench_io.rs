@@ -150,6 +150,7 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
     }
     let base = a.engine.with_threads(threads[0]).options()?;
     let readers = base.readers;
+    let (act, kv) = crate::cli::act_kv(&base);
     let path = match &a.model {
         Some(p) => p.clone(),
         None => overlap_model()?,
@@ -242,8 +243,9 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
     if a.json {
         outln!(
             "{}",
-            serde_json::json!({"model": path, "tokens": a.tokens, "repeat": a.repeat,
-                "readers": readers, "cold_start": cold, "notes": notes, "rows": rows})
+            serde_json::json!({"model": path, "isa": base.isa.name(), "act": act, "kv": kv,
+                "tokens_per_arm": a.tokens, "repeat": a.repeat, "readers": readers,
+                "cold_start": cold, "notes": notes, "rows": rows})
         )?;
         return Ok(());
     }
@@ -453,7 +455,7 @@ pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
             0.0
         };
         let same = !(run_tiled && run_rm) || y_tiled == ys;
-        let mib = ms.iter().map(|m| m.bytes()).sum::<usize>() as f64 / 1048576.0;
+        let mib = ms.iter().map(|m| m.bytes()).sum::<usize>() as f64 / crate::util::MIB;
         rows.push(serde_json::json!({"shape": name, "mib": mib, "tiled_ms": tiled,
             "rowmajor_ms": rm, "ratio": if tiled > 0.0 { rm / tiled } else { 0.0 }, "identical": same}));
     }
@@ -513,6 +515,7 @@ pub struct PrefetchArgs {
 pub fn prefetch(a: &PrefetchArgs, path: &Path) -> Result<()> {
     let threads = a.engine.thread_count()?.unwrap_or(1);
     let base = a.engine.with_threads(threads).options()?;
+    let (act, kv) = crate::cli::act_kv(&base);
     if a.tokens == 0 || a.repeat == 0 {
         bail!("--tokens and --repeat must be >= 1");
     }
@@ -550,8 +553,8 @@ pub fn prefetch(a: &PrefetchArgs, path: &Path) -> Result<()> {
     if a.json {
         outln!(
             "{}",
-            serde_json::json!({"model": path, "threads": threads, "tokens": a.tokens,
-            "repeat": a.repeat, "off_ms_tok": off, "on_ms_tok": on, "off_median": m_off,
+            serde_json::json!({"model": path, "threads": threads, "isa": base.isa.name(),
+            "act": act, "kv": kv, "tokens_per_run": a.tokens, "repeat": a.repeat, "off_ms_tok": off, "on_ms_tok": on, "off_median": m_off,
             "on_median": m_on, "on_over_off": m_on / m_off})
         )?;
         return Ok(());

@@ -8,11 +8,15 @@ use crate::telemetry::SamplingParams;
 use crate::{errln, outln};
 use anyhow::{bail, Result};
 
+/// Median (from `crate::stats`), min and max of the repeats.
 fn stats3(v: &[f64]) -> serde_json::Value {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let med = if s.is_empty() { 0.0 } else { s[s.len() / 2] };
-    serde_json::json!({"median": med, "min": s.first().copied().unwrap_or(0.0), "max": s.last().copied().unwrap_or(0.0)})
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    serde_json::json!({
+        "median": crate::stats::median(v.iter().copied()).unwrap_or(0.0),
+        "min": if v.is_empty() { 0.0 } else { min },
+        "max": if v.is_empty() { 0.0 } else { max },
+    })
 }
 
 pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
@@ -64,7 +68,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
                 })
                 .sum::<u64>() as f64
                 / n
-                / 1048576.0;
+                / crate::util::MIB;
             if !a.json {
                 errln!(
                     "threads {t} repeat {r}: decode {:.1} tok/s, prefill {:.1} tok/s",
@@ -81,7 +85,18 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         }));
     }
     if a.json {
-        outln!("{}", serde_json::to_string(&results)?)?;
+        let (act, kv) = super::model::act_kv(&eng.with_threads(1).options()?);
+        let report = serde_json::json!({
+            "model": path.display().to_string(),
+            "isa": eng.isa.resolve()?.name(),
+            "act": act,
+            "kv": kv,
+            "tokens_per_repeat": a.tokens,
+            "repeat": a.repeat,
+            "prompt_tokens": a.prompt_len,
+            "rows": results,
+        });
+        outln!("{}", serde_json::to_string(&report)?)?;
     } else {
         outln!("model: {}", path.display())?;
         outln!(

@@ -7,7 +7,7 @@ use crate::chat::conversation::Conversation;
 use crate::engine::forward::stream_bytes;
 use crate::engine::session::{GenOutcome, Session};
 use crate::telemetry::{Event, SamplingParams};
-use crate::util::mib;
+use crate::util::{mib, MIB};
 use crate::{err, errln, outln};
 use anyhow::{bail, Context, Result};
 use std::io::Write;
@@ -143,18 +143,21 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
     } else {
         0.0
     };
+    let (act, kv) = super::model::act_kv(&sess.engine.opts);
     serde_json::json!({
         "model": f.path.display().to_string(),
         "threads": sess.engine.threads(),
         "isa": sess.engine.opts.isa.name(),
+        "act": act,
+        "kv": kv,
         "prompt_tokens": out.prompt_tokens,
         "generated_tokens": out.tokens.len(),
         "prefill_tok_s": out.prefill_tok_s(),
         "decode_tok_s": out.decode_tok_s(),
         "ms_per_token": {"median": ms_median, "p90": ms_p90},
         "mib_per_token": {
-            "attention": mib(attn), "dense": mib(dense), "experts": experts / (1024.0 * 1024.0),
-            "vocab": vocab / (1024.0 * 1024.0), "total": total / (1024.0 * 1024.0)
+            "attention": mib(attn), "dense": mib(dense), "experts": experts / MIB,
+            "vocab": vocab / MIB, "total": total / MIB
         },
         "effective_gb_s": gbs,
         "critical_path_mib": crate::engine::critical::critical_path_both(f),
