@@ -5,12 +5,12 @@
 //! minutes on the large ones).
 
 use cflow::bench_io::tile;
-use cflow::convert::generate::Rng;
 use cflow::format::{EntryKind, MatrixData};
 use cflow::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
 use cflow::kernels::pool::ThreadPool;
 use cflow::kernels::{Isa, Q8Act};
 use cflow::quant::QuantType;
+use cflow::rng::Rng;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
 

@@ -15,20 +15,20 @@
 //! (Both runs include the identical quantization setup; subtract a `--iters 0` run to isolate the
 //! matvecs.)
 
-use crate::convert::generate::{generate, GenSpec, Rng};
+use crate::convert::generate::{generate, GenSpec};
 use crate::engine::forward::{Engine, EngineOptions};
 use crate::format::reader::Matrix;
-use crate::format::{CflowFile, EntryKind, MatrixData, TileHeader, TILE_COLS, TILE_ROWS};
+use crate::format::{EntryKind, MatrixData, TileHeader, TILE_COLS, TILE_ROWS};
 use crate::io::{ExpertTier, FetchMode};
 use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
 use crate::kernels::pool::ThreadPool;
 use crate::kernels::{Isa, Q8Act};
 use crate::quant::{QuantType, QK};
+use crate::rng::Rng;
 use crate::{errln, outln};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Median of a bench's samples (0 when there are none), from the one home of the statistic.
@@ -56,25 +56,29 @@ fn make_cold(path: &Path, drop_all: bool) -> Result<serde_json::Value> {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Example:\n  cflow-tui bench overlap --threads 1,2 --repeat 3 --json   # on the cached overlap model"
+)]
 pub struct OverlapArgs {
     /// Model (default: a generated MoE sized so expert reads matter, cached).
     pub model: Option<PathBuf>,
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    pub threads: Vec<usize>,
+    /// Tokens per arm and repeat.
     #[arg(long, default_value_t = 16)]
     pub tokens: usize,
+    /// Repeats (alternating sync, staged; medians reported).
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
-    /// Reader threads.
-    #[arg(long, default_value_t = 2)]
-    pub readers: usize,
     /// Empty the whole machine's page cache first (writes /proc/sys/vm/drop_caches; root
     /// only, affects every process). Without it only the model file's pages are evicted
     /// (posix_fadvise DONTNEED); the experts are read with O_DIRECT either way.
     #[arg(long)]
     pub drop_caches: bool,
+    /// Print one JSON object (see docs/JSON.md).
     #[arg(long)]
     pub json: bool,
+    /// `--threads` is a list here (default 1,2); `--readers` sets the direct tier's readers.
+    #[command(flatten)]
+    pub engine: crate::cli::EngineArgs,
 }
 
 /// The default overlap model: arch2_4_combined, d=2048, 8 layers, expert_ffn 4096, vocab 4096
@@ -136,40 +140,58 @@ fn run_arm(e: &mut Engine, tokens: usize) -> ArmResult {
     }
 }
 
-pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
-    if a.tokens == 0 || a.repeat == 0 || a.threads.is_empty() {
-        bail!("--tokens, --repeat and --threads must be non-empty / >= 1");
+pub fn overlap(a: &OverlapArgs) -> Result<()> {
+    let threads = match a.engine.threads.as_slice() {
+        [] => vec![1, 2],
+        t => t.to_vec(),
+    };
+    if a.tokens == 0 || a.repeat == 0 {
+        bail!("--tokens and --repeat must be >= 1");
     }
+    let base = a.engine.with_threads(threads[0]).options()?;
+    let readers = base.readers;
+    let (act, kv) = crate::cli::act_kv(&base);
     let path = match &a.model {
         Some(p) => p.clone(),
         None => overlap_model()?,
     };
     // Before the model is mapped: pages mapped by this process could not be evicted.
     let cold = make_cold(&path, a.drop_caches)?;
-    let file = Arc::new(CflowFile::open(&path)?);
+    let file = crate::cli::open_model(&path)?;
     if !file.cfg.has_experts() {
         bail!("{}: not an MoE model", path.display());
     }
     let mut rows = Vec::new();
-    for &t in &a.threads {
+    // Progress on stderr (drawn only when it is a terminal): one step per measured arm.
+    let pb = crate::cli::progress_bar((threads.len() * (1 + 2 * a.repeat)) as u64, "bench overlap");
+    for &t in &threads {
         let mut e = Engine::new(
             file.clone(),
             EngineOptions {
                 threads: t,
                 expert_tier: ExpertTier::Direct,
                 fetch: FetchMode::Sync,
-                readers: a.readers,
+                readers,
                 prefetch: false,
                 ..base.clone()
             },
         );
         // Warm-up (page cache for the non-expert streams; the experts bypass it on O_DIRECT).
+        pb.set_message(format!("bench overlap: {t} threads, warm-up"));
         run_arm(&mut e, 2);
+        pb.inc(1);
         let (mut sy, mut stg) = (Vec::new(), Vec::new());
-        for _ in 0..a.repeat {
+        for r in 0..a.repeat {
             for (mode, out) in [(FetchMode::Sync, &mut sy), (FetchMode::Staged, &mut stg)] {
+                pb.set_message(format!(
+                    "bench overlap: {t} threads, repeat {}/{}, {}",
+                    r + 1,
+                    a.repeat,
+                    mode.name()
+                ));
                 e.set_fetch(mode);
                 out.push(run_arm(&mut e, a.tokens));
+                pb.inc(1);
             }
         }
         let med = |v: &[ArmResult], f: fn(&ArmResult) -> f64| {
@@ -206,6 +228,7 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
             "net_vs_predicted_pct": (net / predicted - 1.0) * 100.0,
         }));
     }
+    pb.finish_and_clear();
     let info = Engine::new(
         file.clone(),
         EngineOptions {
@@ -220,8 +243,9 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
     if a.json {
         outln!(
             "{}",
-            serde_json::json!({"model": path, "tokens": a.tokens, "repeat": a.repeat,
-                "readers": a.readers, "cold_start": cold, "notes": notes, "rows": rows})
+            serde_json::json!({"model": path, "isa": base.isa.name(), "act": act, "kv": kv,
+                "tokens_per_arm": a.tokens, "repeat": a.repeat, "readers": readers,
+                "cold_start": cold, "notes": notes, "rows": rows})
         )?;
         return Ok(());
     }
@@ -234,7 +258,7 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
         file.cfg.n_experts,
         a.tokens,
         a.repeat,
-        a.readers,
+        readers,
         cold["method"].as_str().unwrap_or(""),
         cold["model_resident_pct"]
             .as_f64()
@@ -280,18 +304,24 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = "Example:\n  cflow-tui bench layout --d 4096 --threads 1 --iters 7")]
 pub struct LayoutArgs {
     /// Model width d (the paper uses 8192; dense hidden 4d, expert hidden d/2).
     #[arg(long, default_value_t = 4096)]
     pub d: usize,
+    /// Compute threads.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Kernel ISA.
+    #[arg(long, value_enum, default_value_t = crate::cli::IsaArg::Auto)]
+    pub isa: crate::cli::IsaArg,
     /// Timed iterations per shape and layout (median reported).
     #[arg(long, default_value_t = 7)]
     pub iters: usize,
     /// Run only one layout: tiled or rowmajor (for cachegrind).
     #[arg(long)]
     pub only: Option<String>,
+    /// Print one JSON object (see docs/JSON.md).
     #[arg(long)]
     pub json: bool,
 }
@@ -425,7 +455,7 @@ pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
             0.0
         };
         let same = !(run_tiled && run_rm) || y_tiled == ys;
-        let mib = ms.iter().map(|m| m.bytes()).sum::<usize>() as f64 / 1048576.0;
+        let mib = ms.iter().map(|m| m.bytes()).sum::<usize>() as f64 / crate::util::MIB;
         rows.push(serde_json::json!({"shape": name, "mib": mib, "tiled_ms": tiled,
             "rowmajor_ms": rm, "ratio": if tiled > 0.0 { rm / tiled } else { 0.0 }, "identical": same}));
     }
@@ -462,28 +492,38 @@ pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Example:\n  cflow-tui bench prefetch model.cflow --threads 1 --tokens 16 --repeat 5"
+)]
 pub struct PrefetchArgs {
     /// Model (default: the built-in demo model).
     pub model: Option<PathBuf>,
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
+    /// Tokens per run.
     #[arg(long, default_value_t = 16)]
     pub tokens: usize,
+    /// Runs per arm (off and on alternate).
     #[arg(long, default_value_t = 5)]
     pub repeat: usize,
+    /// Print one JSON object (see docs/JSON.md).
     #[arg(long)]
     pub json: bool,
+    /// `--threads` defaults to 1 here.
+    #[command(flatten)]
+    pub engine: crate::cli::EngineArgs,
 }
 
-pub fn prefetch(a: &PrefetchArgs, path: &Path, base: EngineOptions) -> Result<()> {
+pub fn prefetch(a: &PrefetchArgs, path: &Path) -> Result<()> {
+    let threads = a.engine.thread_count()?.unwrap_or(1);
+    let base = a.engine.with_threads(threads).options()?;
+    let (act, kv) = crate::cli::act_kv(&base);
     if a.tokens == 0 || a.repeat == 0 {
         bail!("--tokens and --repeat must be >= 1");
     }
-    let file = Arc::new(CflowFile::open(path)?);
+    let file = crate::cli::open_model(path)?;
     let mut e = Engine::new(
         file.clone(),
         EngineOptions {
-            threads: a.threads.max(1),
+            threads: threads.max(1),
             ..base
         },
     );
@@ -513,8 +553,8 @@ pub fn prefetch(a: &PrefetchArgs, path: &Path, base: EngineOptions) -> Result<()
     if a.json {
         outln!(
             "{}",
-            serde_json::json!({"model": path, "threads": a.threads, "tokens": a.tokens,
-            "repeat": a.repeat, "off_ms_tok": off, "on_ms_tok": on, "off_median": m_off,
+            serde_json::json!({"model": path, "threads": threads, "isa": base.isa.name(),
+            "act": act, "kv": kv, "tokens_per_run": a.tokens, "repeat": a.repeat, "off_ms_tok": off, "on_ms_tok": on, "off_median": m_off,
             "on_median": m_on, "on_over_off": m_on / m_off})
         )?;
         return Ok(());
@@ -522,7 +562,7 @@ pub fn prefetch(a: &PrefetchArgs, path: &Path, base: EngineOptions) -> Result<()
     outln!(
         "model: {}; threads {}; {} tokens × {} runs (alternating)",
         path.display(),
-        a.threads,
+        threads,
         a.tokens,
         a.repeat
     )?;

@@ -6,7 +6,7 @@ use crate::engine::forward::stream_bytes;
 use crate::format::CflowFile;
 use serde_json::{json, Value};
 
-const MIB: f64 = 1048576.0;
+use crate::util::MIB;
 
 pub fn report(f: &CflowFile) -> Value {
     let c = &f.cfg;

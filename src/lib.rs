@@ -25,6 +25,7 @@ pub mod kernels;
 pub mod model;
 pub mod output;
 pub mod quant;
+pub mod rng;
 pub mod stats;
 pub mod telemetry;
 pub mod tui;

@@ -1,4 +1,5 @@
-//! Small shared helpers: cache directory, human-readable sizes, bounded reads of text files.
+//! Small shared helpers: cache directory, human-readable sizes (the one `MIB`), the FNV-1a
+//! fingerprint, bounded reads of text files.
 
 use std::path::PathBuf;
 
@@ -19,9 +20,28 @@ pub fn cache_dir() -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// Bytes in a MiB (every MiB figure divides by this).
+pub const MIB: f64 = 1024.0 * 1024.0;
+
 /// Bytes → MiB.
 pub fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
+    bytes as f64 / MIB
+}
+
+/// 64-bit FNV-1a of `bytes`, continuing from `h` (start with [`FNV_OFFSET`]): a fast,
+/// non-cryptographic fingerprint (cache keys, model-file hashes).
+pub fn fnv1a_from(h: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(h, |h, &x| (h ^ x as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The FNV-1a offset basis.
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// 64-bit FNV-1a of `bytes`.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    fnv1a_from(FNV_OFFSET, bytes)
 }
 
 /// Reads a UTF-8 text file given on the command line: only a regular file (a FIFO or device such

@@ -103,3 +103,76 @@ fn bad_lines_and_template_errors_keep_the_conversation() {
         "context {pos} is not longer than a fresh conversation's {fresh_pos}: turns were lost"
     );
 }
+
+/// Issue 16 item 12: `/help` lists the commands, and each reply is followed by one summary line
+/// (tokens, prefill and decode speed, ms/token, total time, context use).
+#[test]
+fn help_lists_the_commands_and_each_reply_gets_a_stats_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = model(tmp.path());
+    let (ok, err) = chat(&m, b"/help\nhello\nagain\n/quit\n");
+    assert!(ok, "{err}");
+    // What each command does, as `/help` says it (the banner only names them).
+    for c in ["/reset ", "/system TEXT ", "/stats ", "/quit"] {
+        assert!(
+            err.lines()
+                .any(|l| l.trim_start().starts_with(c) && l.len() > c.len() + 8),
+            "/help does not explain {c}:\n{err}"
+        );
+    }
+    assert!(!err.contains("unknown command /help"), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" tok/s") && l.contains("ms/token"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one summary line per reply:\n{err}");
+    for l in &lines {
+        for part in [
+            "2 tokens", "prompt ", "prefill ", "decode ", "ms/token", "total ", "context ",
+        ] {
+            assert!(l.contains(part), "{part} missing in {l}");
+        }
+    }
+    // The second reply's context includes the first turn.
+    let ctx = |l: &str| last_context(l);
+    assert!(ctx(lines[1]) > ctx(lines[0]), "{lines:?}");
+}
+
+/// Issue 16 item 12: on a terminal (`script` gives `chat` a pseudo-terminal) the line goes
+/// through the line editor and is kept in the history file in the cache directory.
+#[test]
+fn on_a_terminal_lines_are_kept_in_the_history_file() {
+    if Command::new("script").arg("--version").output().is_err() {
+        println!("SKIP: util-linux `script` is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let m = model(tmp.path());
+    let cache = tmp.path().join("cache");
+    let cmd = format!("{BIN} chat -n 2 {}", m.display());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("CFLOW_CACHE", &cache)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        // Typed slowly enough for the editor to be reading (it switches the pty to raw mode).
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let _ = stdin.write_all(b"hello history\r");
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let _ = stdin.write_all(b"/quit\r");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hist = std::fs::read_to_string(cache.join("chat_history"))
+        .unwrap_or_else(|e| panic!("no history file ({e}); terminal output:\n{text}"));
+    assert!(hist.contains("hello history"), "{hist}");
+    assert!(hist.contains("/quit"), "{hist}");
+    assert!(text.contains("context "), "no reply summary:\n{text}");
+}

@@ -304,3 +304,233 @@ fn bench_overlap_leaves_other_files_in_the_page_cache() {
         .unwrap();
     assert!(String::from_utf8_lossy(&h.stdout).contains("--drop-caches"));
 }
+
+fn run_bin(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Issue 16 item 12: a directory, a missing file and a GGUF given as the model are refused in
+/// one line saying what to do, by the TUI's default command and by `run`.
+#[test]
+fn a_model_path_that_is_not_a_model_gives_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("SmolLM2-dir");
+    std::fs::create_dir(&sub).unwrap();
+    let gguf = dir.path().join("model.gguf");
+    // A GGUF v3 header: magic, version, zero tensors, zero metadata entries.
+    let mut h = b"GGUF".to_vec();
+    h.extend_from_slice(&3u32.to_le_bytes());
+    h.extend_from_slice(&[0u8; 16]);
+    std::fs::write(&gguf, &h).unwrap();
+    let missing = dir.path().join("missing.cflow");
+    let cases = [
+        (&sub, "is a directory"),
+        (&missing, "no such file"),
+        (&gguf, "import it first: cflow-tui import "),
+    ];
+    for (p, want) in cases {
+        let p = p.to_str().unwrap();
+        for args in [
+            vec![p, "--no-tui"],
+            vec!["run", p, "--tokens", "1"],
+            vec!["inspect", p],
+        ] {
+            let o = run_bin(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+            assert_eq!(
+                err.trim_end().lines().count(),
+                1,
+                "{args:?}: not one line:\n{err}"
+            );
+            assert!(err.contains(want) && err.contains(p), "{args:?}: {err}");
+            assert!(!err.contains("os error"), "{args:?}: {err}");
+        }
+    }
+}
+
+/// Issue 16 item 12: a `.vflow` is self-contained, so it opens wherever a model is expected.
+#[test]
+fn a_vflow_opens_like_a_cflow() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("tok.cflow");
+    let o = Command::new(BIN)
+        .args(&common::TINY_GEN_ARGS[..15])
+        .args(["--vocab", "50257", "-o"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = dir.path().join("other-name.vflow");
+    let o = run_bin(&["convert", m.to_str().unwrap(), "-o", v.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = v.to_str().unwrap();
+    for args in [
+        vec![v, "--no-tui", "--threads", "1"],
+        vec![
+            "run",
+            v,
+            "--tokens",
+            "1,2",
+            "-n",
+            "2",
+            "--json",
+            "--threads",
+            "1",
+        ],
+        vec!["inspect", v],
+    ] {
+        let o = run_bin(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{args:?}: {err}");
+        assert!(!o.stdout.is_empty(), "{args:?}: nothing on stdout; {err}");
+    }
+}
+
+/// Issue 16 item 12: an error whose message already carries the OS error does not print it a
+/// second time as its cause.
+#[test]
+fn the_os_error_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let m = missing.to_str().unwrap();
+    let out = dir.path().join("out.json");
+    for args in [
+        vec!["convert", m],
+        vec!["replay", m, "--summary"],
+        vec!["export", m, "--chrome", out.to_str().unwrap()],
+    ] {
+        let o = run_bin(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.matches("(os error 2)").count(), 1, "{args:?}: {err}");
+    }
+}
+
+/// The flag lines of a `-h` text: (flag spec, description). clap puts the description after
+/// two or more spaces, or (when a column is too wide) alone on the next, deeper-indented line.
+fn flag_lines(help: &str) -> Vec<(String, String)> {
+    let lines: Vec<&str> = help.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let s = l.trim_start();
+        if !(s.starts_with('-') || s.starts_with('[') || s.starts_with('<')) || indent(l) == 0 {
+            continue;
+        }
+        let what = match s.find("  ") {
+            Some(at) => s[at..].trim().to_string(),
+            None => match lines.get(i + 1) {
+                Some(n) if indent(n) > indent(l) && !n.trim_start().starts_with('-') => {
+                    n.trim().to_string()
+                }
+                _ => String::new(),
+            },
+        };
+        let flag = s.split("  ").next().unwrap_or(s).to_string();
+        out.push((flag, what));
+    }
+    out
+}
+
+/// Issue 16 item 12: each command's `--help` lists only the flags it uses (the engine flags only
+/// where the engine runs, under their own heading), describes every flag and shows an example.
+#[test]
+fn each_help_lists_its_own_flags_described_with_an_example() {
+    let engine: &[&[&str]] = &[
+        &[],
+        &["run"],
+        &["chat"],
+        &["perplexity"],
+        &["bench", "decode"],
+        &["bench", "overlap"],
+        &["bench", "prefetch"],
+    ];
+    let other: &[&[&str]] = &[
+        &["gen"],
+        &["inspect"],
+        &["import"],
+        &["pull"],
+        &["replay"],
+        &["export"],
+        &["convert"],
+        &["bench", "layout"],
+    ];
+    for (cmd, runs_engine) in engine
+        .iter()
+        .map(|c| (c, true))
+        .chain(other.iter().map(|c| (c, false)))
+    {
+        let o = run_bin(&[cmd.to_vec(), vec!["-h"]].concat());
+        assert!(o.status.success(), "{cmd:?}");
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(help.contains("Example"), "{cmd:?}: no example:\n{help}");
+        assert_eq!(
+            help.contains("--expert-tier"),
+            runs_engine,
+            "{cmd:?}: engine flags listed or missing:\n{help}"
+        );
+        if runs_engine {
+            let at = help
+                .find("\nEngine:\n")
+                .unwrap_or_else(|| panic!("{cmd:?}:\n{help}"));
+            assert!(help[at..].contains("--expert-tier"), "{cmd:?}:\n{help}");
+            assert!(!help[..at].contains("--kv-f16"), "{cmd:?}:\n{help}");
+        }
+        for (flag, what) in flag_lines(&help) {
+            assert!(
+                !what.is_empty() && !what.starts_with("[default"),
+                "{cmd:?}: {flag} has no description:\n{help}"
+            );
+        }
+    }
+}
+
+/// Issue 16 item 12: `bench overlap` shows its progress on stderr when that is a terminal (run
+/// under `script`, which gives it a pseudo-terminal), and nothing of it through a pipe.
+#[test]
+fn bench_overlap_shows_progress_on_a_terminal_only() {
+    if Command::new("script").arg("--version").output().is_err() {
+        return common::missing_oracle("SCRIPT", "util-linux `script` is not installed");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let args = format!(
+        "{BIN} bench overlap {} --threads 1 --tokens 4 --repeat 2 --readers 1",
+        m.display()
+    );
+    let o = Command::new("script")
+        .args(["-qec", &args, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let tty = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{tty}");
+    assert!(
+        tty.contains("bench overlap: 1 threads"),
+        "no progress on a terminal:\n{tty}"
+    );
+    let o = run_bin(&[
+        "bench",
+        "overlap",
+        m.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--tokens",
+        "4",
+        "--repeat",
+        "2",
+        "--readers",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        !err.contains("bench overlap:"),
+        "progress through a pipe:\n{err}"
+    );
+}

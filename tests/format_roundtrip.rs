@@ -45,7 +45,7 @@ fn roundtrip_every_quant_and_kind_byte_exact() {
             let f = CflowFile::open(&a).unwrap();
             assert_eq!(f.cfg, cfg);
             // Re-generate the layer data with the same seed and compare matrix by matrix.
-            let mut rng = cflow::convert::generate::Rng::new(spec.seed);
+            let mut rng = cflow::rng::Rng::new(spec.seed);
             for i in 0..cfg.n_layers {
                 let want = cflow::convert::generate::gen_layer(&mut rng, &cfg, q);
                 assert_eq!(f.layer_data(i), want, "{arch} {q} layer {i}");

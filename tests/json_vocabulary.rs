@@ -1,5 +1,6 @@
-//! One name, one number: the JSON keys that `run --json` and `inspect --json` share mean the
-//! same thing and carry the same values for the same model.
+//! One name, one number: the JSON keys that `run --json`, `replay --summary --json`,
+//! `inspect --json` and `bench decode --json` share mean the same thing and carry the same values
+//! for the same model; each output matches its schema in assets/schema/ (docs/JSON.md).
 
 mod common;
 
@@ -31,4 +32,128 @@ fn critical_path_is_the_same_object_in_run_and_inspect() {
     }
     // Payload excludes the block scales and tile headers, so it is strictly smaller.
     assert!(a["payload"]["naive"].as_f64() < a["with_scales"]["naive"].as_f64());
+}
+
+/// The schemas in assets/schema/, by output.
+const SCHEMAS: [(&str, &str); 4] = [
+    ("run", include_str!("../assets/schema/run.json")),
+    (
+        "replay-summary",
+        include_str!("../assets/schema/replay-summary.json"),
+    ),
+    ("inspect", include_str!("../assets/schema/inspect.json")),
+    (
+        "bench-decode",
+        include_str!("../assets/schema/bench-decode.json"),
+    ),
+];
+
+fn schema(name: &str) -> serde_json::Value {
+    let (_, text) = SCHEMAS.iter().find(|(n, _)| *n == name).unwrap();
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{name}.json: {e}"))
+}
+
+/// Validates `doc` against assets/schema/`name`.json; returns the errors.
+fn errors(name: &str, doc: &serde_json::Value) -> Vec<String> {
+    let v = jsonschema::validator_for(&schema(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    v.iter_errors(doc)
+        .map(|e| format!("{}: {e}", e.instance_path))
+        .collect()
+}
+
+fn assert_valid(name: &str, doc: &serde_json::Value) {
+    let e = errors(name, doc);
+    assert!(e.is_empty(), "{name}: {e:#?}\n{doc:#}");
+}
+
+/// Issue 16 (Structure): `run --json`, `replay --summary --json`, `inspect --json` and
+/// `bench decode --json` each match their schema, and share one vocabulary: `tokens` is the
+/// generated ids everywhere, `act` and `kv` the numerics used, `mib_per_token` the same stream
+/// names.
+#[test]
+fn every_json_output_matches_its_schema_with_one_vocabulary() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let trace = dir.path().join("t.trace.jsonl");
+    let m = m.to_str().unwrap();
+    let run = json(&[
+        "run",
+        m,
+        "--tokens",
+        "1,2",
+        "-n",
+        "3",
+        "--json",
+        "--threads",
+        "1",
+        "--kv-f16",
+        "--record",
+        trace.to_str().unwrap(),
+    ]);
+    assert_valid("run", &run);
+    let rep = json(&["replay", trace.to_str().unwrap(), "--summary", "--json"]);
+    assert_valid("replay-summary", &rep);
+    assert_valid("inspect", &json(&["inspect", m, "--json"]));
+    let bench = json(&[
+        "bench",
+        "decode",
+        m,
+        "--threads",
+        "1",
+        "--tokens",
+        "2",
+        "--repeat",
+        "1",
+        "--kv-f16",
+        "--json",
+    ]);
+    assert_valid("bench-decode", &bench);
+
+    assert_eq!(run["tokens"], rep["tokens"]);
+    assert_eq!(run["tokens"].as_array().unwrap().len(), 3);
+    for k in ["act", "kv"] {
+        assert_eq!(run[k], bench[k], "{k}");
+    }
+    assert_eq!(
+        (run["act"].as_str(), run["kv"].as_str()),
+        (Some("q8"), Some("f16"))
+    );
+    for s in ["attention", "dense", "experts", "vocab", "total"] {
+        let (a, b) = (&run["mib_per_token"][s], &rep["mib_per_token"][s]);
+        assert!(
+            (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-9,
+            "{s}: {a} vs {b}"
+        );
+    }
+    // The schemas can fail: the old names are refused.
+    let mut old = run.clone();
+    let ids = old.as_object_mut().unwrap().remove("tokens").unwrap();
+    old["token_ids"] = ids;
+    assert!(!errors("run", &old).is_empty());
+    let mut old = bench.clone();
+    old.as_object_mut().unwrap().remove("act");
+    assert!(!errors("bench-decode", &old).is_empty());
+}
+
+/// A definition shared by several schemas (`$defs`) is the same text in each: one vocabulary.
+#[test]
+fn shared_schema_definitions_are_identical() {
+    let mut seen: std::collections::BTreeMap<String, (String, serde_json::Value)> =
+        Default::default();
+    for (name, _) in SCHEMAS {
+        let s = schema(name);
+        jsonschema::meta::validate(&s).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for (k, v) in s["$defs"].as_object().into_iter().flatten() {
+            match seen.get(k) {
+                Some((first, w)) => assert_eq!(v, w, "$defs/{k} differs in {name} and {first}"),
+                None => {
+                    seen.insert(k.clone(), (name.to_string(), v.clone()));
+                }
+            }
+        }
+    }
+    assert!(
+        seen.contains_key("tokens") && seen.contains_key("act"),
+        "{seen:?}"
+    );
 }

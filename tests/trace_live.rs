@@ -62,14 +62,14 @@ fn live_record_replays_to_the_same_tokens_text_and_bytes() {
         String::from_utf8_lossy(&rep.stderr)
     );
     let sum: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
-    assert_eq!(sum["token_ids"], live["tokens"]);
+    assert_eq!(sum["tokens"], live["tokens"]);
     assert_eq!(sum["text"], live["text"]);
     // Per-stream bytes: the replay's per-token averages equal the live run's.
     for (a, b) in [
-        ("attn", "attention"),
+        ("attention", "attention"),
         ("dense", "dense"),
         ("experts", "experts"),
-        ("lm_head", "vocab"),
+        ("vocab", "vocab"),
     ] {
         let x = sum["mib_per_token"][a].as_f64().unwrap();
         let y = live["mib_per_token"][b].as_f64().unwrap();

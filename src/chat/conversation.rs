@@ -1,10 +1,41 @@
 //! A chat conversation and its context policy: the system prompt plus user/assistant turns,
 //! rendered with the model's chat template (ChatML fallback). When the rendered prompt plus the
 //! reply budget would overflow the context, the oldest turns are dropped (the system prompt is
-//! kept) and the caller is told how many.
+//! kept) and the caller is told how many. [`Conversation::prepare_turn`] is the one way a user
+//! message becomes prompt tokens (the chat REPL, `run --chat` and the TUI's worker use it).
 
 use super::template::{ChatMessage, ChatTemplate, TemplateError};
+use super::tokenizer::TokenizerWrap;
 use crate::model::ModelConfig;
+
+/// Why a user message could not become a prompt (the conversation is left as it was).
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error("chat template: {0}")]
+    Template(TemplateError),
+    #[error("cannot tokenize the chat prompt: {0}")]
+    Tokenizer(String),
+}
+
+/// A user message made ready to send: the whole rendered prompt's tokens, and how many old
+/// messages were dropped to fit it.
+#[derive(Debug)]
+pub struct PreparedTurn {
+    pub ids: Vec<u32>,
+    pub dropped: usize,
+}
+
+/// The BOS and EOS token strings chat templates refer to (empty when unknown).
+pub fn special_strings(tok: Option<&TokenizerWrap>) -> (String, String) {
+    let name = |id: Option<u32>| {
+        id.and_then(|i| tok.and_then(|t| t.id_to_token(i)))
+            .unwrap_or_default()
+    };
+    (
+        name(tok.and_then(|t| t.bos_id())),
+        name(tok.and_then(|t| t.eos_id())),
+    )
+}
 
 pub struct Conversation {
     pub template: ChatTemplate,
@@ -24,6 +55,45 @@ impl Conversation {
             system: None,
             turns: Vec::new(),
         })
+    }
+
+    /// [`Conversation::for_model`] with the BOS/EOS strings of the model's tokenizer.
+    pub fn for_tokenizer(
+        cfg: &ModelConfig,
+        tok: Option<&TokenizerWrap>,
+    ) -> Result<Conversation, TemplateError> {
+        let (bos, eos) = special_strings(tok);
+        Conversation::for_model(cfg, &bos, &eos)
+    }
+
+    /// Adds the user message `text`, drops the oldest turns until the prompt plus `reserve`
+    /// tokens fits in `max_ctx` ([`Conversation::fit`]), renders and tokenizes the prompt. On a
+    /// template or tokenizer error the conversation is restored as it was (including turns
+    /// `fit` had dropped) and the message is not added.
+    pub fn prepare_turn(
+        &mut self,
+        text: &str,
+        tok: &TokenizerWrap,
+        max_ctx: usize,
+        reserve: usize,
+    ) -> Result<PreparedTurn, TurnError> {
+        let kept = self.turns.clone();
+        self.turns.push(ChatMessage::new("user", text));
+        let count = |s: &str| tok.encode(s, false).map_or(s.len(), |v| v.len());
+        let r = self
+            .fit(max_ctx, reserve, &count)
+            .and_then(|dropped| Ok((dropped, self.render()?)))
+            .map_err(TurnError::Template)
+            .and_then(|(dropped, prompt)| {
+                let ids = tok
+                    .encode(&prompt, false)
+                    .map_err(|e| TurnError::Tokenizer(e.to_string()))?;
+                Ok(PreparedTurn { ids, dropped })
+            });
+        if r.is_err() {
+            self.turns = kept;
+        }
+        r
     }
 
     pub fn messages(&self) -> Vec<ChatMessage> {
@@ -66,5 +136,46 @@ impl Conversation {
 
     pub fn clear(&mut self) {
         self.turns.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conv(template: &str) -> (Conversation, TokenizerWrap) {
+        let tok =
+            TokenizerWrap::from_json(crate::chat::bundled_gpt2_tokenizer().unwrap(), None).unwrap();
+        let c = Conversation {
+            template: ChatTemplate::from_optional(Some(template), "", "").unwrap(),
+            system: None,
+            turns: Vec::new(),
+        };
+        (c, tok)
+    }
+
+    #[test]
+    fn prepare_turn_adds_the_message_and_restores_the_conversation_on_error() {
+        let (mut c, tok) = conv(
+            "{% for m in messages %}{% if 'boom' in m.content %}{{ raise_exception('no boom') }}\
+             {% endif %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}<|assistant|>",
+        );
+        let p = c.prepare_turn("hello there", &tok, 4096, 16).unwrap();
+        assert_eq!(p.dropped, 0);
+        assert_eq!(
+            tok.encode("<|user|>hello there\n<|assistant|>", false)
+                .unwrap(),
+            p.ids
+        );
+        c.turns.push(ChatMessage::new("assistant", "hi"));
+        let before = c.turns.len();
+        let e = c.prepare_turn("a boom", &tok, 4096, 16).unwrap_err();
+        assert!(matches!(e, TurnError::Template(_)), "{e}");
+        assert!(e.to_string().contains("no boom"), "{e}");
+        assert_eq!(c.turns.len(), before);
+        // A context that holds only the newest turn drops the older pair.
+        let p = c.prepare_turn("again", &tok, 12, 4).unwrap();
+        assert_eq!(p.dropped, 2);
+        assert_eq!(c.turns.len(), 1);
     }
 }

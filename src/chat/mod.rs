@@ -4,6 +4,7 @@
 pub mod conversation;
 pub mod detok;
 pub mod guard;
+pub mod pretokenizer;
 pub mod template;
 pub mod template_bounds;
 pub mod template_compile;

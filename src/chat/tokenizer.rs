@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use crate::convert::gguf_tokenizer::SpecialTokens;
+pub use crate::model::special::SpecialTokens;
 
 /// Tokenizer errors.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +69,7 @@ fn has_type(v: &Value, ty: &str) -> bool {
 /// Qwen2, GPT-4o, ...; they behave on any input in bounded chunks), or a pattern simple enough
 /// that it cannot backtrack badly ([`check_regex`]).
 pub fn regex_allowed(pattern: &str) -> Result<bool, String> {
-    if crate::convert::gguf_tokenizer::known_pre_tokenizer_regexes().contains(&pattern) {
+    if crate::chat::pretokenizer::known_pre_tokenizer_regexes().contains(&pattern) {
         return Ok(true);
     }
     check_regex(pattern).map(|_| false)
@@ -450,13 +450,6 @@ impl TokenizerWrap {
         })
     }
 
-    /// Wrap a tokenizer built from GGUF metadata.
-    pub fn from_gguf(
-        t: &crate::convert::gguf_tokenizer::GgufTokenizer,
-    ) -> Result<Self, TokenizerError> {
-        Self::from_json(&t.json, Some(t.special.clone()))
-    }
-
     /// Encode `text`; special tokens in the text (e.g. `<|im_start|>`) are always recognised.
     /// `add_special` adds BOS/EOS as the model's policy says.
     ///
@@ -561,7 +554,7 @@ fn infer_special(tok: &tokenizers::Tokenizer, doc: &Value) -> SpecialTokens {
             .is_some_and(|t| pp.contains(&format!("\"id\":{}", serde_json::Value::from(t))))
     };
     let mut eog: Vec<u32> = [eos, eot].into_iter().flatten().collect();
-    for n in crate::convert::gguf_tokenizer::EOG_NAMES {
+    for n in crate::chat::pretokenizer::EOG_NAMES {
         if let Some(id) = tok.token_to_id(n) {
             eog.push(id);
         }
@@ -646,7 +639,7 @@ mod tests {
         }
         // The table's patterns (two repetitions per alternative, e.g. `\s*[\r\n]+`) are
         // allowed by name, not by shape.
-        let known = crate::convert::gguf_tokenizer::known_pre_tokenizer_regexes();
+        let known = crate::chat::pretokenizer::known_pre_tokenizer_regexes();
         assert!(known.len() >= 8, "{}", known.len());
         for r in &known {
             assert_eq!(regex_allowed(r), Ok(true), "{r}");
@@ -708,7 +701,7 @@ mod tests {
     fn eleven_megabytes_of_spaces_encode() {
         // The Llama 3 regex (with `\s*[\r\n]+` first) on one long run of spaces made onig
         // panic (`retry-limit-in-match over`); in chunks it is bounded.
-        let llama3 = crate::convert::gguf_tokenizer::pre_tokenizer_for("llama-bpe")
+        let llama3 = crate::chat::pretokenizer::pre_tokenizer_for("llama-bpe")
             .unwrap()
             .0;
         let t = TokenizerWrap::from_json(&with_split_regex(&llama3.join("|")), None).unwrap();

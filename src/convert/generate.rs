@@ -5,6 +5,7 @@
 use crate::format::{CflowWriter, ExpertData, FormatError, LayerData, MatrixData, VocabData};
 use crate::model::{CombineStyle, ModelConfig, ModelMeta, RopeStyle, FLAG_TIED_EMBED};
 use crate::quant::QuantType;
+use crate::rng::Rng;
 use std::path::Path;
 
 /// The architectures `gen` knows.
@@ -158,31 +159,6 @@ impl GenSpec {
             final_logit_softcap: 0.0,
             meta,
         })
-    }
-}
-
-/// SplitMix64: a tiny, well-mixed deterministic generator.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    pub fn uniform(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 23) as f32) - 1.0
-    }
-    /// `n` values uniform with standard deviation `std`.
-    pub fn fill(&mut self, n: usize, std: f32) -> Vec<f32> {
-        let a = std * 3f32.sqrt();
-        (0..n).map(|_| self.uniform() * a).collect()
     }
 }
 

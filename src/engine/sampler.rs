@@ -1,7 +1,7 @@
 //! Token sampling: greedy, temperature, top-k, top-p and repetition penalty, seeded and
 //! reproducible (same seed and logits → same token).
 
-use crate::convert::generate::Rng;
+use crate::rng::Rng;
 use crate::telemetry::SamplingParams;
 
 pub struct Sampler {

@@ -7,7 +7,7 @@ use super::kv_budget::{available_memory, KvTooLarge};
 use super::sampler::Sampler;
 use crate::chat::detok::Detok;
 use crate::chat::tokenizer::TokenizerWrap;
-use crate::convert::gguf_tokenizer::SpecialTokens;
+use crate::model::special::SpecialTokens;
 use crate::telemetry::{Event, ModelSummary, SamplingParams, StopReason, TokenStats};
 use std::time::Instant;
 

@@ -246,19 +246,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                     message: format!("PMU: {reason}"),
                 });
             }
-            let bos = session
-                .tok
-                .as_ref()
-                .and_then(|t| t.bos_id())
-                .and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b)))
-                .unwrap_or_default();
-            let eos = session
-                .tok
-                .as_ref()
-                .and_then(|t| t.eos_id())
-                .and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b)))
-                .unwrap_or_default();
-            let mut conv = Conversation::for_model(&session.engine.cfg, &bos, &eos).ok();
+            let mut conv = Conversation::for_tokenizer(&session.engine.cfg, session.tok.as_ref()).ok();
             let deferred: Arc<Mutex<Vec<Ctl>>> = Arc::new(Mutex::new(Vec::new()));
             // Toggles that arrive mid-generation apply at the next token boundary.
             {
@@ -390,58 +378,32 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                 });
                                 return false;
                             };
-                            // On a template or tokenizer error the conversation is restored
-                            // as it was (`fit` may have dropped old turns before failing).
-                            let kept = c.turns.clone();
-                            c.turns.push(crate::chat::template::ChatMessage::new(
-                                "user",
-                                text.clone(),
-                            ));
                             let max_ctx = session.engine.cfg.max_ctx;
-                            let tok = session.tok.as_ref();
-                            let count = |s: &str| {
-                                tok.and_then(|t| t.encode(s, false).ok())
-                                    .map_or(s.len(), |v| v.len())
+                            let Some(tok) = session.tok.as_ref() else {
+                                out.emit(Event::Error {
+                                    message: "cannot tokenize the chat prompt: this model has no tokenizer".into(),
+                                    fatal: false,
+                                });
+                                return false;
                             };
-                            match c.fit(max_ctx, max_tokens as usize, &count) {
-                                Ok(0) => {}
-                                Ok(n) => out.emit(Event::Notice {
-                                    message: format!(
-                                        "context full: dropped the {n} oldest messages"
-                                    ),
-                                }),
+                            // On an error the conversation is restored as it was.
+                            let ids = match c.prepare_turn(&text, tok, max_ctx, max_tokens as usize) {
+                                Ok(t) => {
+                                    if t.dropped > 0 {
+                                        out.emit(Event::Notice {
+                                            message: format!(
+                                                "context full: dropped the {} oldest messages",
+                                                t.dropped
+                                            ),
+                                        });
+                                    }
+                                    t.ids
+                                }
                                 Err(e) => {
                                     out.emit(Event::Error {
-                                        message: format!("chat template: {e}"),
+                                        message: e.to_string(),
                                         fatal: false,
                                     });
-                                    c.turns = kept;
-                                    return false;
-                                }
-                            }
-                            let prompt = match c.render() {
-                                Ok(p) => p,
-                                Err(e) => {
-                                    out.emit(Event::Error {
-                                        message: format!("chat template: {e}"),
-                                        fatal: false,
-                                    });
-                                    c.turns = kept;
-                                    return false;
-                                }
-                            };
-                            let ids = match tok.map(|t| t.encode(&prompt, false)) {
-                                Some(Ok(i)) => i,
-                                r => {
-                                    let why = match r {
-                                        Some(Err(e)) => format!(": {e}"),
-                                        _ => String::new(),
-                                    };
-                                    out.emit(Event::Error {
-                                        message: format!("cannot tokenize the chat prompt{why}"),
-                                        fatal: false,
-                                    });
-                                    c.turns = kept;
                                     return false;
                                 }
                             };

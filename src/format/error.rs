@@ -5,12 +5,10 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum FormatError {
-    #[error("{file}: cannot open: {source}")]
-    Io {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    // The I/O error is printed in the message and deliberately not a `#[source]` (nor a field
+    // named `source`): `{:#}` chains would print it twice.
+    #[error("{file}: cannot open: {err}")]
+    Io { file: PathBuf, err: std::io::Error },
     #[error("{file}: {kind}, not a regular file: give the path of a model file")]
     NotRegular { file: PathBuf, kind: &'static str },
     /// The file changed while it was mapped (truncated, rewritten in place): what was computed
@@ -74,12 +72,9 @@ pub enum FormatError {
     BadMetadata { file: PathBuf, why: String },
     #[error("{file}: size arithmetic overflows for {what}")]
     Overflow { file: PathBuf, what: String },
-    #[error("{file}: write failed: {source}")]
-    Write {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Printed like `Io` (the cause in the message, not a source).
+    #[error("{file}: write failed: {err}")]
+    Write { file: PathBuf, err: std::io::Error },
     #[error(transparent)]
     Output(#[from] crate::output::OutputError),
     #[error("invalid model data: {0}")]

@@ -82,7 +82,7 @@ impl ModelMap {
     pub fn open(path: &Path) -> Result<ModelMap, FormatError> {
         let io = |e| FormatError::Io {
             file: path.into(),
-            source: e,
+            err: e,
         };
         let (file, meta) = open_nonblocking(path).map_err(io)?;
         if let Some(kind) = non_regular_kind(&meta) {

@@ -33,13 +33,8 @@ pub fn file_hash(f: &CflowFile) -> String {
 /// `format::content`).
 pub fn file_hash_u64(f: &CflowFile) -> u64 {
     let b = f.bytes();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |s: &[u8]| {
-        for &x in s {
-            h ^= x as u64;
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
+    let mut h: u64 = crate::util::FNV_OFFSET;
+    let mut eat = |s: &[u8]| h = crate::util::fnv1a_from(h, s);
     let n = f.cfg.n_layers;
     eat(&b[..(128 + (n + 1) * 16).min(b.len())]);
     for l in &f.layers {

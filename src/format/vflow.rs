@@ -780,7 +780,7 @@ impl TmpWriter {
         let path = self.path.clone();
         let werr = |e| FormatError::Write {
             file: path.clone(),
-            source: e,
+            err: e,
         };
         let f = self
             .out

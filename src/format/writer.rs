@@ -502,7 +502,7 @@ impl CflowWriter {
             .file_mut();
         f.write_all(b).map_err(|e| FormatError::Write {
             file: self.path.clone(),
-            source: e,
+            err: e,
         })?;
         if let Some(h) = self.content.as_mut() {
             h.update(b);
@@ -574,7 +574,7 @@ impl CflowWriter {
         let path = self.path.clone();
         let werr = |e| FormatError::Write {
             file: path.clone(),
-            source: e,
+            err: e,
         };
         // Unfinished (error or abandoned): dropping `out` removes the temporary file.
         let mut out = self.out.take().expect("finish once");

@@ -3,5 +3,6 @@
 
 pub mod config;
 pub mod kv;
+pub mod special;
 
 pub use config::*;

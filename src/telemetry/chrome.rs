@@ -149,7 +149,7 @@ impl Builder {
         self.out
             .push(json!({"name": name, "ph": "i", "s": "t", "pid": PID,
             "tid": TID_COMPUTE, "ts": us(end), "args": args}));
-        const MIB: f64 = 1024.0 * 1024.0;
+        use crate::util::MIB;
         let (mut a, mut d, mut e) = (0u64, 0u64, 0u64);
         for l in &st.layers {
             a += l.bytes.attn;

@@ -125,7 +125,7 @@ impl MachineProfile {
         let dir = crate::util::cache_dir().ok()?;
         Some(dir.join(format!(
             "machine-{:016x}.json",
-            fnv1a(self.cache_key().as_bytes())
+            crate::util::fnv1a(self.cache_key().as_bytes())
         )))
     }
 }
@@ -134,12 +134,6 @@ impl MachineProfile {
 struct CachedProbe {
     key: String,
     bandwidth: Bandwidth,
-}
-
-fn fnv1a(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
-        (h ^ x as u64).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// Default probe buffer: 128 MiB (4× a 32 MiB L3). 256 MiB would be closer to STREAM practice,

@@ -259,9 +259,12 @@ impl<'a> IntoIterator for &'a Replay {
 /// Mean modelled MiB read per token, by stream.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct StreamMib {
+    /// JSON names as in `run --json` and `inspect --json` (docs/JSON.md).
+    #[serde(rename = "attention")]
     pub attn: f64,
     pub dense: f64,
     pub experts: f64,
+    #[serde(rename = "vocab")]
     pub lm_head: f64,
     pub total: f64,
 }
@@ -292,6 +295,8 @@ pub struct PmuTotals {
 /// Condensed view of a trace.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct ReplaySummary {
+    /// The model's name (`name`, as in `inspect --json`; `model` is a file path elsewhere).
+    #[serde(rename = "name")]
     pub model: String,
     pub synthetic: bool,
     pub created: String,
@@ -301,6 +306,8 @@ pub struct ReplaySummary {
     pub event_counts: BTreeMap<String, u64>,
     pub skipped_unknown: BTreeMap<String, u64>,
     pub warnings: Vec<String>,
+    /// The generated token ids (`tokens` in every JSON output, docs/JSON.md).
+    #[serde(rename = "tokens")]
     pub token_ids: Vec<u32>,
     pub text: String,
     pub n_stats: u32,
@@ -337,7 +344,7 @@ fn config_diff(a: &EngineConfigInfo, b: &EngineConfigInfo) -> Vec<String> {
 
 /// Summarize a replay.
 pub fn summary(r: &Replay) -> ReplaySummary {
-    const MIB: f64 = 1024.0 * 1024.0;
+    use crate::util::MIB;
     let mut s = ReplaySummary {
         model: r.header.model.name.clone(),
         synthetic: r.header.model.synthetic,

@@ -23,7 +23,7 @@ pub const MESSAGE_TICKS: u64 = 120;
 pub const MAX_WHATIF_DELAY: u32 = 8;
 /// Layout cycle order.
 pub const LAYOUTS: [&str; 3] = ["cflow", "vflow", "rowmajor"];
-const MIB: f64 = 1024.0 * 1024.0;
+use crate::util::MIB;
 
 /// The panes, in focus (Tab) order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -8,7 +8,7 @@ use ratatui::widgets::{Block, BorderType, Borders};
 
 use super::app::{App, PaneId};
 
-pub const MIB: f64 = 1024.0 * 1024.0;
+pub use crate::util::MIB;
 
 /// The bordered block of a pane: title, focus highlight, FROZEN badge on metric panes.
 pub fn pane_block<'a>(app: &App, pane: PaneId, title: Vec<Span<'a>>) -> Block<'a> {

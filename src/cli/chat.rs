@@ -1,0 +1,281 @@
+//! `chat`: the line-oriented chat REPL (no TUI). On a terminal the line is edited with
+//! rustyline (arrows, Ctrl-R, ...) and kept in a history file in the cache directory; from a
+//! pipe, lines are read as bytes (a line that is not UTF-8 is refused, not the end). `/help`
+//! lists the commands; a one-line summary follows each reply (like `ollama run --verbose`).
+
+use super::args::ChatArgs;
+use super::model::{build_session, install_sigint};
+use super::run::RecordTap;
+use crate::chat::conversation::Conversation;
+use crate::engine::session::GenOutcome;
+use crate::telemetry::Event;
+use crate::{err, errln, outln};
+use anyhow::{bail, Result};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What `/help` prints.
+pub const HELP: &str = "commands:
+  /help          this list
+  /reset         clear the conversation (the system prompt stays)
+  /system TEXT   set the system prompt (/system alone clears it)
+  /stats         the last reply's figures and the context use
+  /quit, /exit   leave (or Ctrl-D)
+Ctrl-C stops a reply; on a terminal the arrow keys edit the line and walk the history.";
+
+/// The line printed after each reply: tokens, prefill and decode speed, ms/token, total time
+/// and the context use.
+pub fn reply_summary(o: &GenOutcome, pos: usize, max_ctx: usize) -> String {
+    let ms_tok = if o.tokens.is_empty() {
+        0.0
+    } else {
+        o.decode_ns as f64 / 1e6 / o.tokens.len() as f64
+    };
+    format!(
+        "[{} tokens · prompt {} tokens, prefill {:.1} tok/s · decode {:.1} tok/s, {:.2} ms/token · total {:.2} s · context {pos}/{max_ctx}]",
+        o.tokens.len(),
+        o.prompt_tokens,
+        o.prefill_tok_s(),
+        o.decode_tok_s(),
+        ms_tok,
+        (o.prefill_ns + o.decode_ns) as f64 / 1e9,
+    )
+}
+
+/// One read from the user.
+enum Input {
+    Line(String),
+    /// Nothing to act on (an abandoned line, or one refused and already reported).
+    Nothing,
+    Eof,
+}
+
+/// Where the REPL's lines come from.
+enum Lines {
+    /// A terminal: rustyline, with the history file (when the cache directory is usable).
+    Edited(Box<rustyline::DefaultEditor>, Option<PathBuf>),
+    /// A pipe or file: bytes up to each newline.
+    Piped(std::io::Stdin),
+}
+
+impl Lines {
+    fn open() -> Lines {
+        use std::io::IsTerminal;
+        let stdin = std::io::stdin();
+        if !(stdin.is_terminal() && std::io::stderr().is_terminal()) {
+            return Lines::Piped(stdin);
+        }
+        match rustyline::DefaultEditor::new() {
+            Ok(mut ed) => {
+                let history = crate::util::cache_dir()
+                    .ok()
+                    .map(|d| d.join("chat_history"));
+                if let Some(h) = &history {
+                    let _ = ed.load_history(h); // absent on first use
+                }
+                Lines::Edited(Box::new(ed), history)
+            }
+            Err(_) => Lines::Piped(stdin),
+        }
+    }
+
+    fn read(&mut self) -> Result<Input> {
+        use rustyline::error::ReadlineError;
+        match self {
+            Lines::Edited(ed, _) => match ed.readline("> ") {
+                Ok(l) => Ok(Input::Line(l)),
+                Err(ReadlineError::Interrupted) => Ok(Input::Nothing),
+                Err(ReadlineError::Eof) => Ok(Input::Eof),
+                Err(e) => Err(e.into()),
+            },
+            Lines::Piped(stdin) => {
+                use std::io::BufRead;
+                err!("\n> ");
+                // Read bytes: a line that is not UTF-8 is refused, not the end of the
+                // conversation.
+                let mut raw = Vec::new();
+                if stdin.lock().read_until(b'\n', &mut raw)? == 0 {
+                    return Ok(Input::Eof);
+                }
+                match String::from_utf8(raw) {
+                    Ok(l) => Ok(Input::Line(l.trim_end_matches(['\n', '\r']).to_string())),
+                    Err(e) => {
+                        errln!(
+                            "(input ignored: not valid UTF-8 at byte {}; the conversation is kept)",
+                            e.utf8_error().valid_up_to()
+                        );
+                        Ok(Input::Nothing)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps `line` in the history (and its file) on a terminal.
+    fn remember(&mut self, line: &str) {
+        if let Lines::Edited(ed, history) = self {
+            let _ = ed.add_history_entry(line);
+            if let Some(h) = history {
+                if let Err(e) = ed.save_history(h) {
+                    errln!(
+                        "warning: cannot save the chat history to {}: {e}",
+                        h.display()
+                    );
+                    *history = None;
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
+    let eng = &a.engine;
+    let model = match a.model.clone() {
+        Some(m) => Some(m),
+        None => crate::convert::pull::smollm2_cflow(),
+    };
+    let mut sess = build_session(model, eng, a.sampling.params()?, true)?;
+    let Some(tok) = sess.tok.clone() else {
+        bail!("this model has no tokenizer; chat needs one");
+    };
+    let mut conv = Conversation::for_tokenizer(&sess.engine.cfg, Some(&tok))
+        .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
+    conv.system = a.system.clone();
+    let mut tap = match &a.record {
+        Some(p) => Some(RecordTap::start(p, &sess)?),
+        None => None,
+    };
+    // Ctrl-C stops the current reply (not the REPL): the handler sets the engine's stop flag.
+    let stop = sess.engine.stop.clone();
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    install_sigint(stop.clone(), interrupted.clone());
+    let name = sess.engine.cfg.meta.name.clone();
+    errln!(
+        "chatting with {name}{}. /help lists the commands. Ctrl-C stops a reply; Ctrl-D quits.",
+        if conv.template.is_fallback() {
+            " (no template in the model: ChatML)"
+        } else {
+            ""
+        }
+    );
+    if sess.engine.cfg.meta.synthetic {
+        errln!("note: synthetic model (random weights): replies are noise. `cflow-tui pull smollm2` gets a real model.");
+    }
+    let mut lines = Lines::open();
+    let mut last: Option<GenOutcome> = None;
+    loop {
+        let line = match lines.read()? {
+            Input::Line(l) => l,
+            Input::Nothing => continue,
+            Input::Eof => {
+                errln!();
+                break;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        lines.remember(&line);
+        if line == "/quit" || line == "/exit" {
+            break;
+        }
+        if line == "/help" {
+            errln!("{HELP}");
+            continue;
+        }
+        if line == "/reset" {
+            conv.clear();
+            sess.reset();
+            errln!("(context cleared)");
+            continue;
+        }
+        if let Some(sys) = line.strip_prefix("/system") {
+            let sys = sys.trim();
+            conv.system = if sys.is_empty() {
+                None
+            } else {
+                Some(sys.to_string())
+            };
+            errln!(
+                "(system prompt {})",
+                if sys.is_empty() { "cleared" } else { "set" }
+            );
+            continue;
+        }
+        if line == "/stats" {
+            match &last {
+                Some(o) => errln!(
+                    "last reply: {} tokens, prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s; context {}/{}",
+                    o.tokens.len(), o.prefill_tok_s(), o.prompt_tokens, o.decode_tok_s(), sess.engine.pos(), sess.engine.cfg.max_ctx
+                ),
+                None => errln!("no reply yet; context {}/{}", sess.engine.pos(), sess.engine.cfg.max_ctx),
+            }
+            continue;
+        }
+        if line.starts_with('/') {
+            errln!("unknown command {line}; /help lists the commands");
+            continue;
+        }
+        // A template exception or limit, or a tokenizer error, refuses this message and keeps
+        // the conversation as it was (including turns `fit` would have dropped).
+        let max_ctx = sess.engine.cfg.max_ctx;
+        let turn = match conv.prepare_turn(&line, &tok, max_ctx, a.n.min(max_ctx / 2)) {
+            Ok(t) => t,
+            Err(e) => {
+                errln!("error: {e}\n(message not sent; the conversation is kept)");
+                continue;
+            }
+        };
+        if turn.dropped > 0 {
+            errln!(
+                "(context full: dropped the {} oldest messages)",
+                turn.dropped
+            );
+        }
+        let suffix = sess.sync_prompt(&turn.ids);
+        if let Some(t) = tap.as_mut() {
+            t.emit(Event::Prompt {
+                text: line.clone(),
+                tokens: suffix.clone(),
+                chat: true,
+            });
+        }
+        interrupted.store(false, std::sync::atomic::Ordering::Relaxed);
+        let room = max_ctx.saturating_sub(sess.engine.pos() + suffix.len());
+        let stdout = std::io::stdout();
+        let out = sess.generate(&suffix, a.n.min(room), true, &mut |e| {
+            if let Some(t) = tap.as_mut() {
+                t.emit(e.clone());
+            }
+            if let Event::Token { text, .. } = &e {
+                // Model-controlled text: control characters are shown escaped on a terminal.
+                let text = if std::io::IsTerminal::is_terminal(&stdout) {
+                    crate::console::escape(text)
+                } else {
+                    text.into()
+                };
+                let mut o = stdout.lock();
+                let _ = o.write_all(text.as_bytes());
+                let _ = o.flush();
+            }
+        });
+        outln!()?;
+        if out.reason == Some(crate::telemetry::StopReason::Stopped) {
+            errln!("(stopped)");
+        }
+        if let Some(e) = &out.error {
+            errln!("error: {e}");
+        }
+        errln!(
+            "{}",
+            reply_summary(&out, sess.engine.pos(), sess.engine.cfg.max_ctx)
+        );
+        conv.turns.push(crate::chat::template::ChatMessage::new(
+            "assistant",
+            out.text.clone(),
+        ));
+        last = Some(out);
+    }
+    Ok(())
+}

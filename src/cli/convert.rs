@@ -1,0 +1,158 @@
+//! Commands that make model files: `gen`, `import`, `pull` and `convert`.
+
+use super::args::{ConvertArgs, GenArgs, ImportArgs, PullArgs};
+use super::model::{gpt2_tokenizer_json, progress_bar, MAX_CTX};
+use crate::convert::generate::{generate, GenSpec};
+use crate::format::CflowFile;
+use crate::util::mib;
+use crate::{errln, outln};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+pub(super) fn cmd_convert(a: ConvertArgs) -> Result<()> {
+    let src = CflowFile::open(&a.file)?;
+    let out = a.out.unwrap_or_else(|| a.file.with_extension("vflow"));
+    // `convert` refuses an `out` that is the source (any spelling, link or hard link).
+    crate::format::vflow::convert(&src, &out, a.group_size)?;
+    if !output_is_file(&out) {
+        errln!("wrote {} (a device or FIFO, not reopened)", out.display());
+        return Ok(());
+    }
+    let v = crate::format::vflow::VflowFile::open(&out)?;
+    errln!(
+        "wrote {} ({:.1} MiB, {} groups of {} layers, {} experts in the bank)",
+        out.display(),
+        mib(std::fs::metadata(&out)
+            .with_context(|| format!("{}: cannot inspect", out.display()))?
+            .len()),
+        v.header.n_groups,
+        v.header.group_size,
+        v.header.n_layers as usize * v.header.n_experts as usize
+    );
+    Ok(())
+}
+
+/// Whether a just-written output is a regular file (not a device or FIFO, which must not be
+/// reopened to report on what was written).
+fn output_is_file(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file())
+}
+
+/// `--ctx` for gen/import: reject what the reader would refuse to open later.
+fn check_ctx(ctx: Option<usize>) -> Result<()> {
+    match ctx {
+        Some(c) if c == 0 || c > MAX_CTX => bail!("--ctx {c}: must be between 1 and {MAX_CTX}"),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn cmd_gen(a: GenArgs) -> Result<()> {
+    check_ctx(a.ctx)?;
+    let quant = a.quant.quant();
+    let mut spec = GenSpec::new(&a.arch);
+    spec.seed = a.seed;
+    spec.layers = a.layers;
+    spec.hidden = a.hidden;
+    spec.heads = a.heads;
+    spec.kv_heads = a.kv_heads;
+    spec.ffn = a.ffn;
+    spec.experts = a.experts;
+    spec.top_k = a.top_k;
+    spec.expert_ffn = a.expert_ffn;
+    spec.vocab = a.vocab;
+    spec.ctx = a.ctx;
+    spec.quant = quant;
+    spec.tied = a.tied;
+    if spec.vocab.unwrap_or(50257) == 50257 {
+        spec.tokenizer_json = gpt2_tokenizer_json();
+    }
+    let cfg = spec.config().map_err(anyhow::Error::msg)?;
+    let pb = progress_bar(cfg.n_layers as u64 + 1, &format!("gen {}", a.arch));
+    generate(&spec, &a.out, |d, _| pb.set_position(d as u64))?;
+    pb.finish_and_clear();
+    if output_is_file(&a.out) {
+        let size = std::fs::metadata(&a.out)
+            .with_context(|| format!("{}: cannot inspect", a.out.display()))?
+            .len();
+        errln!("wrote {} ({:.1} MiB)", a.out.display(), mib(size));
+    } else {
+        errln!("wrote {}", a.out.display());
+    }
+    Ok(())
+}
+
+pub(super) fn cmd_import(a: ImportArgs) -> Result<()> {
+    use crate::convert::import_gguf::{import_gguf, QuantTarget};
+    check_ctx(a.ctx)?;
+    let target = a.quant.target();
+    if a.src.is_dir() {
+        // HF safetensors directory; `keep` means f16 (HF weights are bf16/f16/f32 tensors).
+        let q = match target {
+            QuantTarget::Keep => crate::quant::QuantType::F16,
+            QuantTarget::To(q) => q,
+        };
+        let pb = progress_bar(0, "import");
+        let cfg = crate::convert::hf::import_hf(&a.src, &a.out, q, a.ctx, |d, t| {
+            pb.set_length(t as u64);
+            pb.set_position(d as u64);
+        })?;
+        pb.finish_and_clear();
+        errln!(
+            "imported {} → {} ({}, {} layers, d={}, vocab {}, {q})",
+            a.src.display(),
+            a.out.display(),
+            cfg.meta.arch,
+            cfg.n_layers,
+            cfg.d_model,
+            cfg.vocab
+        );
+        return Ok(());
+    }
+    let pb = progress_bar(0, "import");
+    let cfg = import_gguf(&a.src, &a.out, target, a.ctx, |d, t| {
+        pb.set_length(t as u64);
+        pb.set_position(d as u64);
+    })?;
+    pb.finish_and_clear();
+    errln!(
+        "imported {} → {} ({} layers, d={}, vocab {})",
+        a.src.display(),
+        a.out.display(),
+        cfg.n_layers,
+        cfg.d_model,
+        cfg.vocab
+    );
+    Ok(())
+}
+
+pub(super) fn cmd_pull(a: PullArgs) -> Result<()> {
+    use crate::convert::pull;
+    if !a.name.eq_ignore_ascii_case("smollm2") {
+        bail!(
+            "unknown model `{}`: `cflow-tui pull smollm2` is the one model this build knows",
+            a.name
+        );
+    }
+    // A cache entry: a concurrent pull waits for this one, then reuses its verified result.
+    let out = pull::pull_dir()?.join(pull::CFLOW_NAME);
+    crate::cache::ensure(
+        &out,
+        "the SmolLM2 import",
+        &mut |m| errln!("{m}"),
+        |out, log| {
+            let gguf = pull::fetch_gguf(log)?;
+            log(&format!(
+                "importing {} (blocks copied without re-quantizing)...",
+                gguf.display()
+            ));
+            cmd_import(ImportArgs {
+                src: gguf,
+                out: out.to_path_buf(),
+                quant: super::args::ImportQuant::Keep,
+                ctx: None,
+            })
+        },
+    )?;
+    outln!("{}", out.display())?;
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! The command line: clap definitions and dispatch to the subcommands. With no subcommand the
+//! TUI opens on the given model (or the built-in demo).
+
+mod args;
+mod bench;
+mod chat;
+mod convert;
+mod inspect;
+mod model;
+mod run;
+mod trace;
+mod tui_host;
+
+pub use args::*;
+pub use model::{
+    act_kv, demo_model_path, gpt2_tokenizer_json, open_model, progress_bar, resolve_model,
+};
+
+use crate::errln;
+use anyhow::Result;
+use bench::cmd_bench_decode;
+use chat::cmd_chat;
+use clap::Parser;
+use convert::{cmd_convert, cmd_gen, cmd_import, cmd_pull};
+use inspect::cmd_inspect;
+use run::{cmd_perplexity, cmd_run};
+use trace::{cmd_export, cmd_replay};
+use tui_host::default_command;
+
+/// Entry point of the binary; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(()) => 0,
+        // A closed stdout (`cflow-tui … | head -1`) is the reader's choice: end quietly.
+        Err(e) if crate::console::is_closed_pipe(&e) => 0,
+        Err(e) => {
+            errln!("error: {}", error_line(&e));
+            1
+        }
+    }
+}
+
+/// `e` and its causes on one line, `a: b: c`, leaving out a cause whose text the line already
+/// holds (an error that prints its source in its own message, as `thiserror`'s `{source}` does,
+/// would otherwise show the OS error twice).
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if line.contains(&s) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&s);
+    }
+    line
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
+    if cli.cmd.is_none() {
+        return default_command(&cli);
+    }
+    match cli.cmd {
+        None => default_command(&cli),
+        Some(Cmd::Run(a)) => {
+            let eng = a.engine.clone();
+            cmd_run(a, &eng)
+        }
+        Some(Cmd::Gen(a)) => cmd_gen(a),
+        Some(Cmd::Inspect(a)) => cmd_inspect(a),
+        Some(Cmd::Bench(BenchCmd::Decode(a))) => cmd_bench_decode(a),
+        Some(Cmd::Bench(BenchCmd::Overlap(a))) => crate::bench_io::overlap(&a),
+        Some(Cmd::Bench(BenchCmd::Layout(a))) => crate::bench_io::layout(&a, a.isa.resolve()?),
+        Some(Cmd::Bench(BenchCmd::Prefetch(a))) => {
+            let path = model::resolve_model(a.model.clone())?;
+            crate::bench_io::prefetch(&a, &path)
+        }
+        Some(Cmd::Perplexity(a)) => cmd_perplexity(a),
+        Some(Cmd::Import(a)) => cmd_import(a),
+        Some(Cmd::Pull(a)) => cmd_pull(a),
+        Some(Cmd::Chat(a)) => cmd_chat(a),
+        Some(Cmd::Replay(a)) => cmd_replay(a),
+        Some(Cmd::Export(a)) => cmd_export(a),
+        Some(Cmd::Convert(a)) => cmd_convert(a),
+    }
+}

@@ -1,0 +1,209 @@
+//! Opening models for the commands: the built-in demo, `--vflow` twins, engine and session
+//! construction, and the progress bar the long steps share.
+
+use super::args::EngineArgs;
+use crate::convert::generate::{generate, GenSpec};
+use crate::engine::forward::{Engine, EngineOptions, Layout};
+use crate::engine::session::Session;
+use crate::errln;
+use crate::format::CflowFile;
+use crate::telemetry::SamplingParams;
+use crate::util::cache_dir;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub fn progress_bar(len: u64, msg: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(len);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed}")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(msg.to_string());
+    pb
+}
+
+/// The GPT-2 tokenizer shipped with the demo model, when bundled.
+pub fn gpt2_tokenizer_json() -> Option<String> {
+    crate::chat::bundled_gpt2_tokenizer().map(|s| s.to_string())
+}
+
+/// Path of the built-in demo model, generating it on first use (a cache entry: locked while
+/// built, reused only while it matches its recorded sha256; see `crate::cache`).
+pub fn demo_model_path() -> Result<PathBuf> {
+    let path = cache_dir()?.join("demo-arch2_4_combined-v2.cflow");
+    crate::cache::ensure(
+        &path,
+        "the built-in demo model",
+        &mut |m| errln!("{m}"),
+        |path, _| {
+            errln!(
+                "generating the built-in demo model (synthetic arch2_4_combined) into {}",
+                path.display()
+            );
+            let mut spec = GenSpec::new("arch2_4_combined");
+            spec.tokenizer_json = gpt2_tokenizer_json();
+            let pb = progress_bar(7, "demo model");
+            generate(&spec, path, |d, _| pb.set_position(d as u64))?;
+            pb.finish_and_clear();
+            Ok(())
+        },
+    )
+}
+
+pub fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
+    match model {
+        Some(p) => Ok(p),
+        None => demo_model_path(),
+    }
+}
+
+/// The numerics an engine runs with, as the JSON outputs name them (docs/JSON.md): `act` is
+/// the activations fed to the quantized matvecs (`q8` or `f32`), `kv` the KV cache values
+/// (`f16`: rounded to f16, or `f32`).
+pub fn act_kv(o: &EngineOptions) -> (&'static str, &'static str) {
+    (
+        if o.int_act { "q8" } else { "f32" },
+        if o.kv_f16 { "f16" } else { "f32" },
+    )
+}
+
+/// Opens a model file: a `.cflow`, or a `.vflow` (self-contained: its views are an ordinary
+/// `CflowFile`). A directory, a GGUF or a missing file is refused in one line saying what to do.
+pub fn open_model(path: &Path) -> Result<Arc<CflowFile>> {
+    let file = match sniff_model(path)? {
+        ModelKind::Vflow => crate::format::vflow::open_views(path)?,
+        ModelKind::Cflow => CflowFile::open(path)?,
+    };
+    Ok(Arc::new(file))
+}
+
+/// What [`open_model`] opens a path as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    Cflow,
+    Vflow,
+}
+
+/// Classifies `path` by its first bytes (a `.vflow` by its magic), refusing, with what to do, a
+/// directory (import it), a GGUF file (import it) or a missing file. Anything else, including
+/// a device or a FIFO (not read here), goes to the `.cflow` reader, whose errors name the field.
+pub fn sniff_model(path: &Path) -> Result<ModelKind> {
+    use std::io::Read;
+    let shown = path.display();
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{shown}: no such file (give a .cflow or .vflow model; `cflow-tui pull smollm2` fetches one)")
+        }
+        Err(e) => bail!("{shown}: cannot open: {e}"),
+    };
+    if meta.is_dir() {
+        bail!(
+            "{shown}: is a directory, not a model file (a Hugging Face model directory? import it first: cflow-tui import {shown} -o MODEL.cflow)"
+        );
+    }
+    let mut magic = [0u8; 8];
+    let n = if meta.is_file() {
+        let mut f = std::fs::File::open(path).with_context(|| format!("{shown}: cannot open"))?;
+        f.read(&mut magic)
+            .with_context(|| format!("{shown}: cannot read"))?
+    } else {
+        0
+    };
+    let gguf_ext = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    if magic[..n.min(4)] == *b"GGUF" || (gguf_ext && n < 4) {
+        let out = path.with_extension("cflow");
+        bail!(
+            "{shown}: a GGUF file, not a .cflow model: import it first: cflow-tui import {shown} -o {}",
+            out.display()
+        );
+    }
+    if n == 8 && magic == crate::format::vflow::VFLOW_MAGIC {
+        return Ok(ModelKind::Vflow);
+    }
+    Ok(ModelKind::Cflow)
+}
+
+/// An engine over `file`, with its `.vflow` twin attached (`--vflow FILE`, or `MODEL.vflow` when
+/// it exists and matches) and `--layout vflow` applied.
+pub(super) fn new_engine(
+    path: &Path,
+    file: Arc<CflowFile>,
+    opts: EngineOptions,
+    eng: &EngineArgs,
+) -> Result<Engine> {
+    use crate::format::vflow::{check_twin, VflowFile};
+    let want = opts.layout;
+    let twin = eng.vflow.clone().or_else(|| {
+        let p = path.with_extension("vflow");
+        (p != path && p.exists()).then_some(p)
+    });
+    let mut engine = Engine::new(file, opts);
+    if let Some(vp) = twin {
+        let explicit = eng.vflow.is_some();
+        let attached = VflowFile::open(&vp)
+            .map_err(|e| e.to_string())
+            .and_then(|v| {
+                for (f, what) in [(&*engine.file, "model"), (&v.file, "twin")] {
+                    if !f.has_recorded_content_hash() {
+                        errln!(
+                            "cflow-tui: {} has no recorded content hash (written by an older \
+                             version): hashing the {what} to match the twin",
+                            f.path.display()
+                        );
+                    }
+                }
+                check_twin(&v, &engine.file).map(|()| v)
+            })
+            .and_then(|v| engine.attach_vflow(Arc::new(v.into_file())));
+        match attached {
+            Ok(()) => {}
+            Err(e) if explicit || want == Layout::Vflow => bail!("--vflow: {e}"),
+            Err(e) => errln!("cflow-tui: ignoring {}: {e}", vp.display()),
+        }
+    }
+    if want == Layout::Vflow {
+        engine
+            .set_layout(Layout::Vflow)
+            .map_err(anyhow::Error::msg)?;
+    }
+    eng.apply_max_ctx(&mut engine)?;
+    Ok(engine)
+}
+
+/// Largest context a `.cflow` file may declare (the reader's `max_ctx` bound).
+pub(super) const MAX_CTX: usize = 1 << 24;
+
+pub(super) fn build_session(
+    model: Option<PathBuf>,
+    eng: &EngineArgs,
+    sampling: SamplingParams,
+    chat: bool,
+) -> Result<Session> {
+    let path = resolve_model(model)?;
+    let file = open_model(&path)?;
+    let opts = if chat {
+        eng.chat_options()?
+    } else {
+        eng.options()?
+    };
+    let engine = new_engine(&path, file, opts, eng)?;
+    Session::new(engine, sampling).map_err(anyhow::Error::msg)
+}
+
+/// SIGINT sets `stop` (the engine stops within one layer) instead of killing the process.
+pub(super) fn install_sigint(
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    flag: Arc<std::sync::atomic::AtomicBool>,
+) {
+    // A watcher thread polls a process-wide flag set by the handler in `util`.
+    crate::io::signal::on_sigint(move || {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+}

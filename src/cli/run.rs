@@ -1,0 +1,286 @@
+//! Headless generation (`run`, with `--json` and `--dump-logits`), `perplexity`, and the trace
+//! recorder tap the headless commands share.
+
+use super::args::{EngineArgs, PplArgs, RunArgs};
+use super::model::{build_session, install_sigint};
+use crate::chat::conversation::Conversation;
+use crate::engine::forward::stream_bytes;
+use crate::engine::session::{GenOutcome, Session};
+use crate::telemetry::{Event, SamplingParams};
+use crate::util::{mib, MIB};
+use crate::{err, errln, outln};
+use anyhow::{bail, Context, Result};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
+    if a.n > 1_000_000 {
+        bail!("-n {}: too many tokens (max 1000000)", a.n);
+    }
+    let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?, a.chat)?;
+    let ids = match (&a.tokens, &a.prompt) {
+        (Some(t), _) => t.clone(),
+        (None, Some(p)) if a.chat => {
+            let tok = sess.tok.as_ref().context("this model has no tokenizer")?;
+            let mut conv = Conversation::for_tokenizer(&sess.engine.cfg, Some(tok))
+                .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
+            conv.prepare_turn(p, tok, sess.engine.cfg.max_ctx, 0)?.ids
+        }
+        (None, Some(p)) => sess.encode(p).map_err(anyhow::Error::msg)?,
+        (None, None) => bail!("give --prompt TEXT or --tokens ID,ID,..."),
+    };
+    if ids.is_empty() {
+        bail!("the prompt is empty after tokenization");
+    }
+    if let Some(v) = ids.iter().find(|&&t| t as usize >= sess.engine.cfg.vocab) {
+        bail!(
+            "token id {v} is out of range (vocab {})",
+            sess.engine.cfg.vocab
+        );
+    }
+    if let Some(path) = &a.dump_logits {
+        return dump_logits(&mut sess, &ids, a.top, path);
+    }
+    if sess.engine.cfg.meta.synthetic && !a.json {
+        errln!("note: synthetic model (random weights): the generated text is noise.");
+    }
+    let json = a.json;
+    let stdout = std::io::stdout();
+    // Generated text is model-controlled: on a terminal its control characters are shown
+    // escaped; a closed stdout (`| head -1`) stops generation and ends the run quietly.
+    let tty = std::io::IsTerminal::is_terminal(&stdout);
+    let stop = sess.engine.stop.clone();
+    let mut closed: Option<std::io::Error> = None;
+    let mut tap = match &a.record {
+        Some(p) => Some(RecordTap::start(p, &sess)?),
+        None => None,
+    };
+    if let Some(t) = tap.as_mut() {
+        t.emit(Event::Prompt {
+            text: a.prompt.clone().unwrap_or_default(),
+            tokens: ids.clone(),
+            chat: a.chat,
+        });
+    }
+    let mut emit = |e: Event| {
+        if let Some(t) = tap.as_mut() {
+            t.emit(e.clone());
+        }
+        if let Event::Token { text, .. } = &e {
+            if !json && closed.is_none() {
+                let text = if tty {
+                    crate::console::escape(text)
+                } else {
+                    text.into()
+                };
+                let mut o = stdout.lock();
+                if let Err(err) = o.write_all(text.as_bytes()).and_then(|_| o.flush()) {
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    closed = Some(err);
+                }
+            }
+        }
+    };
+    // Ctrl-C / SIGINT stops generation within one layer; the trace gets its Done event, the
+    // stats are printed and the process exits with 130 (also when SIGINT was inherited as
+    // ignored, e.g. under nohup or a background CI job).
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    install_sigint(sess.engine.stop.clone(), interrupted.clone());
+    let out = sess.generate(&ids, a.n, !a.ignore_eos, &mut emit);
+    if let Some(e) = closed {
+        return Err(e).context("writing the generated text to stdout");
+    }
+    if !json {
+        outln!()?;
+    }
+    if let Some(e) = &out.error {
+        errln!("error: {e}");
+    }
+    let report = run_report(&sess, &out);
+    if json {
+        outln!("{}", serde_json::to_string(&report)?)?;
+    } else {
+        err!("{}", render_run_report(&report));
+    }
+    if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+        errln!(
+            "interrupted (SIGINT): stopped after {} tokens",
+            out.tokens.len()
+        );
+        std::process::exit(130);
+    }
+    if out.error.is_some() {
+        bail!("generation failed");
+    }
+    Ok(())
+}
+
+/// Percentile of per-token nanoseconds (0 when there are none), from `crate::stats`.
+fn percentile(v: &[u64], p: f64) -> f64 {
+    crate::stats::percentile(v.iter().map(|&x| x as f64), p).unwrap_or(0.0)
+}
+
+fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
+    let f = &sess.engine.file;
+    let sb = stream_bytes(f);
+    let attn: u64 = sb.iter().map(|s| s.attn).sum();
+    let dense: u64 = sb.iter().map(|s| s.dense).sum();
+    // Expert bytes actually touched (average over measured tokens).
+    let n = out.stats.len().max(1) as f64;
+    let experts = out
+        .stats
+        .iter()
+        .map(|s| s.layers.iter().map(|l| l.bytes.experts).sum::<u64>())
+        .sum::<u64>() as f64
+        / n;
+    let vocab = f.lm_head().bytes() as f64;
+    let total = attn as f64 + dense as f64 + experts + vocab;
+    let ms_median = percentile(&out.token_ns, 0.5) / 1e6;
+    let ms_p90 = percentile(&out.token_ns, 0.9) / 1e6;
+    let gbs = if ms_median > 0.0 {
+        total / (ms_median / 1e3) / 1e9
+    } else {
+        0.0
+    };
+    let (act, kv) = super::model::act_kv(&sess.engine.opts);
+    serde_json::json!({
+        "model": f.path.display().to_string(),
+        "threads": sess.engine.threads(),
+        "isa": sess.engine.opts.isa.name(),
+        "act": act,
+        "kv": kv,
+        "prompt_tokens": out.prompt_tokens,
+        "generated_tokens": out.tokens.len(),
+        "prefill_tok_s": out.prefill_tok_s(),
+        "decode_tok_s": out.decode_tok_s(),
+        "ms_per_token": {"median": ms_median, "p90": ms_p90},
+        "mib_per_token": {
+            "attention": mib(attn), "dense": mib(dense), "experts": experts / MIB,
+            "vocab": vocab / MIB, "total": total / MIB
+        },
+        "effective_gb_s": gbs,
+        "critical_path_mib": crate::engine::critical::critical_path_both(f),
+        "stop_reason": out.reason,
+        "tokens": out.tokens,
+        "text": out.text,
+    })
+}
+
+fn render_run_report(r: &serde_json::Value) -> String {
+    let g = |p: &str| r.pointer(p).and_then(|v| v.as_f64()).unwrap_or(0.0);
+    format!(
+        "\n--- {} generated, {} prompt tokens, {} threads, {}\n\
+         prefill {:.1} tok/s · decode {:.1} tok/s · {:.2} ms/token (median), {:.2} ms (p90)\n\
+         MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2} · {:.2} GB/s effective\n\
+         {}\n",
+        r["generated_tokens"], r["prompt_tokens"], r["threads"], r["isa"].as_str().unwrap_or(""),
+        g("/prefill_tok_s"), g("/decode_tok_s"), g("/ms_per_token/median"), g("/ms_per_token/p90"),
+        g("/mib_per_token/attention"), g("/mib_per_token/dense"), g("/mib_per_token/experts"),
+        g("/mib_per_token/vocab"), g("/mib_per_token/total"), g("/effective_gb_s"),
+        crate::inspect::critical_path_line(&r["critical_path_mib"]),
+    )
+}
+
+fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Result<()> {
+    // Write errors name the path (`Output`); the file appears only when complete.
+    let out =
+        crate::output::Output::create(path, &sess.engine.input_files()).context("--dump-logits")?;
+    let mut w = std::io::BufWriter::new(out);
+    for (i, &id) in ids.iter().enumerate() {
+        let logits = sess.engine.step(id, true)?.context("logits")?;
+        let mut idx: Vec<usize> = (0..logits.len()).collect();
+        let k = top.min(logits.len()).max(1);
+        idx.select_nth_unstable_by(k - 1, |&a, &b| logits[b].total_cmp(&logits[a]));
+        idx.truncate(k);
+        idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        let topv: Vec<(usize, f32)> = idx.iter().map(|&j| (j, logits[j])).collect();
+        let lse = crate::engine::ops::logsumexp(logits);
+        writeln!(
+            w,
+            "{}",
+            serde_json::json!({"pos": i, "token": id, "top": topv, "logsumexp": lse})
+        )?;
+    }
+    w.into_inner().map_err(|e| e.into_error())?.commit()?;
+    errln!("wrote {} positions to {}", ids.len(), path.display());
+    Ok(())
+}
+
+/// Largest `perplexity --file` (64 MiB of text is ~16 M tokens, days of evaluation).
+const PPL_MAX_FILE: u64 = 64 << 20;
+
+pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
+    let eng = &a.engine;
+    let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default(), false)?;
+    let text = crate::util::read_text_file(&a.file, PPL_MAX_FILE).map_err(anyhow::Error::msg)?;
+    let ids = sess.encode(&text).map_err(anyhow::Error::msg)?;
+    let ctx = a.ctx.min(sess.engine.cfg.max_ctx).max(2);
+    if ids.len() < 2 {
+        bail!("{}: fewer than 2 tokens", a.file.display());
+    }
+    let (mut nll, mut count) = (0f64, 0usize);
+    for chunk in ids.chunks(ctx) {
+        sess.reset();
+        for (i, &id) in chunk.iter().enumerate() {
+            let last = i + 1 == chunk.len();
+            let logits = sess.engine.step(id, !last)?;
+            if let (Some(l), false) = (logits, last) {
+                let lse = crate::engine::ops::logsumexp(l) as f64;
+                nll += lse - l[chunk[i + 1] as usize] as f64;
+                count += 1;
+            }
+        }
+        err!(
+            "[{count}] ppl so far {:.4}\r",
+            (nll / count.max(1) as f64).exp()
+        );
+    }
+    errln!();
+    outln!(
+        "perplexity: {:.4} over {count} predictions (ctx {ctx})",
+        (nll / count as f64).exp()
+    )?;
+    Ok(())
+}
+
+/// Records a headless session's events to a trace file.
+pub(super) struct RecordTap {
+    rec: Option<crate::telemetry::recorder::Recorder>,
+    clock: crate::telemetry::recorder::SessionClock,
+}
+
+impl RecordTap {
+    pub(super) fn start(path: &Path, s: &Session) -> Result<RecordTap> {
+        use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
+        let machine = crate::telemetry::machine::MachineProfile::detect(s.engine.opts.isa.name());
+        let cfg = crate::engine::worker::config_info(s);
+        // The error names the path; the model (and twin) cannot be the trace.
+        let rec = Recorder::create_for(
+            path,
+            TraceHeader::new(s.summary(), cfg.clone(), Some(machine)),
+            &s.engine.input_files(),
+        )
+        .context("--record")?;
+        let mut t = RecordTap {
+            rec: Some(rec),
+            clock: SessionClock::start(),
+        };
+        t.emit(Event::Session {
+            model: Box::new(s.summary()),
+            config: cfg,
+        });
+        Ok(t)
+    }
+
+    pub(super) fn emit(&mut self, e: Event) {
+        if let Some(r) = self.rec.as_mut() {
+            if let Err(err) = r.record(&self.clock.stamp(e)) {
+                errln!(
+                    "warning: recording stopped: {err} (the trace keeps every line written so far)"
+                );
+                self.rec = None;
+            }
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Hosting the TUI: the default command (the TUI on a model, or the headless demo when stdout
+//! is not a terminal) and the TUI side of `replay`.
+
+use super::args::{Cli, RunArgs, SamplingArgs};
+use super::model::{new_engine, open_model, resolve_model};
+use super::run::cmd_run;
+use crate::engine::session::Session;
+use crate::errln;
+use crate::telemetry::SamplingParams;
+use anyhow::Result;
+use std::path::PathBuf;
+
+pub(super) fn default_command(cli: &Cli) -> Result<()> {
+    use std::io::IsTerminal;
+    let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
+    if let Some(p) = &cli.model {
+        // A directory, a GGUF or a missing file: one line, before anything else is printed.
+        super::model::sniff_model(p)?;
+    }
+    if cli.no_tui || !tty {
+        errln!("cflow-tui: stdout is not a terminal (or --no-tui): running the headless demo instead of the TUI.");
+        let a = RunArgs {
+            model: cli.model.clone(),
+            prompt: Some("Once upon a time".into()),
+            tokens: None,
+            n: 32,
+            sampling: SamplingArgs {
+                seed: 0,
+                temperature: 0.0,
+                top_k: 40,
+                top_p: 0.95,
+                repeat_penalty: 1.0,
+            },
+            json: false,
+            dump_logits: None,
+            top: 10,
+            ignore_eos: false,
+            chat: false,
+            record: cli.record.clone(),
+            engine: cli.engine.clone(),
+        };
+        return cmd_run(a, &cli.engine);
+    }
+    let path = resolve_model(cli.model.clone())?;
+    let file = open_model(&path)?;
+    // Chat models get exact f32 activations under --act auto (see EngineArgs::act).
+    let opts = if file.cfg.meta.chat_template.is_some() {
+        cli.engine.chat_options()?
+    } else {
+        cli.engine.options()?
+    };
+    let engine = new_engine(&path, file, opts, &cli.engine)?;
+    let session = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
+    let machine =
+        crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
+    let ceiling = machine.bandwidth.as_ref().map(|b| b.read_gbps_nt);
+    let worker = crate::engine::worker::spawn(
+        session,
+        crate::engine::worker::WorkerOptions {
+            record: cli.record.clone(),
+            machine: Some(machine),
+            pmu: !cli.no_pmu,
+        },
+    );
+    let opts = crate::tui::TuiOptions {
+        replay: false,
+        recording: cli.record.is_some(),
+        bandwidth_ceiling_gbs: ceiling,
+        max_tokens: cli.max_tokens,
+        mouse: true,
+        theme: crate::tui::Theme::from_env(),
+        ..Default::default()
+    };
+    let control = worker.control.clone();
+    let res = crate::tui::run(
+        opts,
+        worker.events.clone(),
+        worker.commands.clone(),
+        |r| match r {
+            crate::tui::UiRequest::StartRecording => {
+                // A new `cflow-<UTC date-time>[-N].trace.jsonl` in the working directory.
+                let _ = control.send(crate::engine::worker::Ctl::StartNewRecording(
+                    PathBuf::from("."),
+                ));
+            }
+            crate::tui::UiRequest::StopRecording => {
+                let _ = control.send(crate::engine::worker::Ctl::StopRecording);
+            }
+            _ => {}
+        },
+    );
+    let _ = worker.commands.send(crate::telemetry::Command::Quit);
+    worker.join();
+    res
+}
