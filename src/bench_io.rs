@@ -7,6 +7,7 @@ use crate::convert::generate::{generate, GenSpec};
 use crate::engine::forward::{Engine, EngineOptions};
 use crate::format::CflowFile;
 use crate::io::{ExpertTier, FetchMode};
+use crate::telemetry::overlap_model::{self, LayerTiming};
 use crate::{errln, outln};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -88,34 +89,58 @@ struct ArmResult {
     c_layer_ms: f64,
     io_layer_ms: f64,
     wait_layer_ms: f64,
+    /// Per layer, mean per token: (compute before the expert reads, injection compute, wait).
+    layers: Vec<LayerTiming>,
+    /// Mean per token of the time outside the layers (ns).
+    other_ns: f64,
 }
 
 fn run_arm(e: &mut Engine, tokens: usize) -> ArmResult {
     e.reset();
     let vocab = e.cfg.vocab as u32;
     let (mut c, mut io, mut w, mut n) = (0u64, 0u64, 0u64, 0u64);
+    let mut per = vec![LayerTiming::default(); e.cfg.n_layers];
+    let mut in_layers = 0.0f64;
+    let mut done = 0usize;
     let t0 = Instant::now();
     for i in 0..tokens {
         let tok = (i as u32 * 7919 + 13) % vocab;
         if e.step(tok, true).is_err() {
             break;
         }
-        for l in &e.stats.layers {
-            if let Some(x) = l.io {
+        done += 1;
+        for (l, st) in e.stats.layers.iter().enumerate() {
+            if let Some(x) = st.io {
                 c += x.compute_ns;
                 io += x.io_ns;
                 w += x.wait_ns;
                 n += 1;
+                if let Some(p) = per.get_mut(l) {
+                    let inject = st.ns_experts.min(x.compute_ns) as f64;
+                    p.pre_ns += x.compute_ns as f64 - inject;
+                    p.inject_ns += inject;
+                    p.io_ns += x.wait_ns as f64;
+                }
+                in_layers += (x.compute_ns + x.wait_ns) as f64;
             }
         }
     }
     let el = t0.elapsed().as_secs_f64() * 1e3;
+    let k = done.max(1) as f64;
+    for p in &mut per {
+        p.pre_ns /= k;
+        p.inject_ns /= k;
+        p.io_ns /= k;
+    }
     let n = n.max(1) as f64;
+    let ms_tok = el / tokens.max(1) as f64;
     ArmResult {
-        ms_tok: el / tokens.max(1) as f64,
+        ms_tok,
         c_layer_ms: c as f64 / n / 1e6,
         io_layer_ms: io as f64 / n / 1e6,
         wait_layer_ms: w as f64 / n / 1e6,
+        layers: per,
+        other_ns: (ms_tok * 1e6 - in_layers / k).max(0.0),
     }
 }
 
@@ -167,7 +192,19 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
         // IO_eff: the wall-clock I/O the compute thread sees per layer in the sync arm (its
         // blocked time), below the summed reader-busy time when readers run in parallel.
         let io_eff = w_sync;
-        let predicted = (c + io_eff) / c.max(io_eff).max(1e-9);
+        // The edge-term model (telemetry::overlap_model) from the sync arms' per-layer means.
+        let mut layers = vec![LayerTiming::default(); file.cfg.n_layers];
+        for r in &sy {
+            for (m, x) in layers.iter_mut().zip(&r.layers) {
+                m.pre_ns += x.pre_ns / sy.len() as f64;
+                m.inject_ns += x.inject_ns / sy.len() as f64;
+                m.io_ns += x.io_ns / sy.len() as f64;
+            }
+        }
+        let other = med(&sy, |r| r.other_ns);
+        let model = overlap_model::predict(&layers, file.cfg.expert_delay as usize);
+        let predicted = model.net(other);
+        let steady = model.steady_net;
         let net = sync_ms / staged_ms.max(1e-9);
         let hidden = if w_sync > 0.0 {
             (1.0 - w_staged / w_sync).max(0.0)
@@ -186,6 +223,7 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
             "wait_layer_ms_sync": w_sync,
             "wait_layer_ms_staged": w_staged,
             "predicted_net": predicted,
+            "predicted_net_steady_state": steady,
             "net_vs_predicted_pct": (net / predicted - 1.0) * 100.0,
         }));
     }
@@ -227,7 +265,7 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
         outln!("note: {n}")?;
     }
     outln!(
-        "{:>7} | {:>10} | {:>10} | {:>7} | {:>8} | {:>9} | {:>12} | {:>11} | {:>9} | {:>8}",
+        "{:>7} | {:>10} | {:>10} | {:>7} | {:>8} | {:>9} | {:>12} | {:>11} | {:>9} | {:>8} | {:>8}",
         "threads",
         "sync ms/t",
         "staged ms/t",
@@ -237,16 +275,19 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
         "IO busy/lay",
         "IO_eff/lay",
         "predicted",
-        "vs pred"
+        "vs pred",
+        "steady"
     )?;
     outln!(
         "(IO busy = summed reader-busy time per layer; IO_eff = compute blocked on experts per layer \
-         in sync; predicted = (C + IO_eff) / max(C, IO_eff))"
+         in sync; predicted = the per-layer replay of telemetry::overlap_model with fill and drain at \
+         the token's edges, from the sync arm's measurements only; steady = the paper's steady-state \
+         (C + IO_eff) / max(C, IO_eff))"
     )?;
     for r in &rows {
         let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
         outln!(
-            "{:>7} | {:>10.2} | {:>11.2} | {:>6.3}× | {:>8.1} | {:>6.2} ms | {:>9.2} ms | {:>8.2} ms | {:>8.3}× | {:>+7.1}%",
+            "{:>7} | {:>10.2} | {:>11.2} | {:>6.3}× | {:>8.1} | {:>6.2} ms | {:>9.2} ms | {:>8.2} ms | {:>8.3}× | {:>+7.1}% | {:>7.3}×",
             r["threads"],
             f("sync_ms_tok"),
             f("staged_ms_tok"),
@@ -256,7 +297,8 @@ pub fn overlap(a: &OverlapArgs, base: EngineOptions) -> Result<()> {
             f("io_layer_ms"),
             f("io_eff_layer_ms"),
             f("predicted_net"),
-            f("net_vs_predicted_pct")
+            f("net_vs_predicted_pct"),
+            f("predicted_net_steady_state")
         )?;
     }
     Ok(())

@@ -52,8 +52,10 @@ pub enum Arm {
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "Examples:\n  cflow-tui bench layout --baseline naive --shape dense-down --d 8192 --dff 32768\n  \
-    benches/cachegrind_layout.sh dense-down 8192 32768   # simulated D1 read misses, tiled vs naive")]
+#[command(
+    after_help = "Examples:\n  cflow-tui bench layout --baseline naive --shape dense-down --d 8192 --dff 32768\n  \
+    benches/cachegrind_layout.sh dense-down 8192 32768   # simulated D1 read misses, tiled vs naive"
+)]
 pub struct LayoutArgs {
     /// Model width d (the paper's geometry: 8192).
     #[arg(long, default_value_t = 4096)]
@@ -178,7 +180,10 @@ fn shape_mats(rng: &mut Rng, s: Shape, d: usize, dff: usize) -> (String, Vec<Mat
     let mut g = |rows, cols| random_matrix(rng, q, rows, cols);
     match s {
         Shape::DenseDown => (format!("dense-down {d}×{dff}"), vec![g(d, dff)]),
-        Shape::Qkv => (format!("attn Q/K/V 3×{d}×{d}"), vec![g(d, d), g(d, d), g(d, d)]),
+        Shape::Qkv => (
+            format!("attn Q/K/V 3×{d}×{d}"),
+            vec![g(d, d), g(d, d), g(d, d)],
+        ),
         Shape::GateUp => (format!("gate-up 2×{dff}×{d}"), vec![g(dff, d), g(dff, d)]),
         Shape::Expert => (
             format!("expert gate-up 2×{}×{d}", d / 2),
@@ -187,22 +192,39 @@ fn shape_mats(rng: &mut Rng, s: Shape, d: usize, dff: usize) -> (String, Vec<Mat
     }
 }
 
-/// Median, min and max of `iters` timed runs of `f` (ms) after `warmup` untimed ones.
-fn time(warmup: usize, iters: usize, f: &mut dyn FnMut()) -> Option<(f64, f64, f64)> {
-    // `--iters 0` sets up only: no warm-up either, so cachegrind can subtract it.
-    for _ in 0..if iters > 0 { warmup } else { 0 } {
-        f();
-    }
-    let mut v = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t = Instant::now();
-        f();
-        v.push(t.elapsed().as_secs_f64() * 1e3);
-    }
+/// Median, min and max (ms) of a sample; None when it is empty.
+fn summary(v: &[f64]) -> Option<(f64, f64, f64)> {
     let med = crate::stats::median(v.iter().copied())?;
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = v.iter().copied().fold(0.0, f64::max);
     Some((med, min, max))
+}
+
+/// Times the enabled arms alternately (A B A B …, `iters` rounds after `warmup` untimed ones),
+/// so drift in the machine's load lands on both arms alike. Returns each arm's (median, min,
+/// max) in ms, None for an arm that did not run.
+type Run<'a> = Option<&'a mut dyn FnMut()>;
+fn time_ab<'a>(
+    warmup: usize,
+    iters: usize,
+    mut a: Run<'a>,
+    mut b: Run<'a>,
+) -> [Option<(f64, f64, f64)>; 2] {
+    // `--iters 0` sets up only: no warm-up either, so cachegrind can subtract it.
+    let warm = if iters > 0 { warmup } else { 0 };
+    let mut v = [Vec::with_capacity(iters), Vec::with_capacity(iters)];
+    for round in 0..warm + iters {
+        for (i, f) in [&mut a, &mut b].into_iter().enumerate() {
+            if let Some(f) = f {
+                let t = Instant::now();
+                f();
+                if round >= warm {
+                    v[i].push(t.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+        }
+    }
+    [summary(&v[0]), summary(&v[1])]
 }
 
 pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
@@ -243,34 +265,32 @@ pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
             x: &x,
             q8: q8.then_some(&xq),
         };
-        let mut ys: Vec<Vec<f32>> = ms.iter().map(|m| vec![0.0; m.rows]).collect();
-        let tiled = if run_tiled {
-            time(a.warmup, a.iters, &mut || {
-                let mut outs: Vec<(&Matrix, &mut [f32])> = mats
-                    .iter()
-                    .zip(ys.iter_mut())
-                    .map(|(m, y)| (m, y.as_mut_slice()))
-                    .collect();
-                tiled_matvec(&pool, isa, &buf, &mut outs, &act);
-            })
-        } else {
-            None
+        let mut yt: Vec<Vec<f32>> = ms.iter().map(|m| vec![0.0; m.rows]).collect();
+        let mut yb = yt.clone();
+        let mut tiled_run = || {
+            let mut outs: Vec<(&Matrix, &mut [f32])> = mats
+                .iter()
+                .zip(yt.iter_mut())
+                .map(|(m, y)| (m, y.as_mut_slice()))
+                .collect();
+            tiled_matvec(&pool, isa, &buf, &mut outs, &act);
         };
-        let y_tiled = ys.clone();
-        let base = if run_base {
-            time(a.warmup, a.iters, &mut || {
-                for (m, y) in ms.iter().zip(ys.iter_mut()) {
-                    match a.baseline {
-                        Baseline::Naive => naive_matvec(&pool, isa, m, &x, y),
-                        Baseline::Blocked => rowmajor_matvec(&pool, isa, m, &act, y),
-                    }
+        let mut base_run = || {
+            for (m, y) in ms.iter().zip(yb.iter_mut()) {
+                match a.baseline {
+                    Baseline::Naive => naive_matvec(&pool, isa, m, &x, y),
+                    Baseline::Blocked => rowmajor_matvec(&pool, isa, m, &act, y),
                 }
-            })
-        } else {
-            None
+            }
         };
+        let [tiled, base] = time_ab(
+            a.warmup,
+            a.iters,
+            run_tiled.then_some(&mut tiled_run as &mut dyn FnMut()),
+            run_base.then_some(&mut base_run as &mut dyn FnMut()),
+        );
         // Only meaningful when both arms ran at least once.
-        let identical = (tiled.is_some() && base.is_some()).then(|| y_tiled == ys);
+        let identical = (tiled.is_some() && base.is_some()).then(|| yt == yb);
         let mib = ms.iter().map(|m| m.bytes()).sum::<usize>() as f64 / 1048576.0;
         let t3 = |t: Option<(f64, f64, f64)>| {
             t.map(|(m, lo, hi)| serde_json::json!({"median": m, "min": lo, "max": hi}))
@@ -279,9 +299,11 @@ pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
             (Some(t), Some(b)) if t.0 > 0.0 => Some(b.0 / t.0),
             _ => None,
         };
-        rows.push(serde_json::json!({"shape": name, "weights_mib_with_scales": mib,
+        rows.push(
+            serde_json::json!({"shape": name, "weights_mib_with_scales": mib,
             "tiled_ms": t3(tiled), "baseline_ms": t3(base), "baseline_over_tiled": ratio,
-            "identical": identical}));
+            "identical": identical}),
+        );
     }
     let act = if q8 { "q8" } else { "f32" };
     let base = match a.baseline {
@@ -298,7 +320,7 @@ pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
     }
     outln!(
         "d = {d}, dff = {dff}, Q4_0 weights, {act} activation on both arms, baseline {base}, \
-         threads {}, {} timed iterations (median [min–max]); paper §5.4: 1.12–1.36× wall clock, \
+         threads {}, {} timed iterations per arm, arms alternated (median [min–max]); paper §5.4: 1.12–1.36× wall clock, \
          7.29× fewer L1-d read misses (PMU) against its naive loop",
         a.threads, a.iters
     )?;
@@ -399,11 +421,15 @@ mod tests {
     }
 
     #[test]
-    fn zero_iterations_runs_nothing() {
-        let mut n = 0;
-        assert!(time(1, 0, &mut || n += 1).is_none());
-        assert_eq!(n, 0);
-        assert!(time(2, 3, &mut || n += 1).is_some());
-        assert_eq!(n, 5);
+    fn arms_alternate_and_zero_iterations_run_nothing() {
+        let log = std::cell::RefCell::new(Vec::new());
+        let (mut fa, mut fb) = (|| log.borrow_mut().push('A'), || log.borrow_mut().push('B'));
+        let r = time_ab(1, 0, Some(&mut fa), Some(&mut fb));
+        assert!(r[0].is_none() && r[1].is_none() && log.borrow().is_empty());
+        let r = time_ab(1, 2, Some(&mut fa), Some(&mut fb));
+        assert!(r[0].is_some() && r[1].is_some());
+        assert_eq!(log.borrow().iter().collect::<String>(), "ABABAB");
+        let r = time_ab(0, 2, None, Some(&mut fb));
+        assert!(r[0].is_none() && r[1].is_some());
     }
 }

@@ -146,7 +146,10 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
     let q = m.quant;
     // Column steps of one tile width, in the units each part of a row is stored in.
     let (sb, qb) = if q.is_blocked() {
-        (q.scale_bytes_per_block() * (TILE_COLS / QK), q.quant_bytes_per_block() * (TILE_COLS / QK))
+        (
+            q.scale_bytes_per_block() * (TILE_COLS / QK),
+            q.quant_bytes_per_block() * (TILE_COLS / QK),
+        )
     } else {
         (0, q.matrix_bytes(1, TILE_COLS))
     };
@@ -158,7 +161,10 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
         let yy = unsafe { std::slice::from_raw_parts_mut(o.0.add(r0), rows) };
         for (i, yr) in yy.iter_mut().enumerate() {
             let r = r0 + i;
-            let (rs, rq) = (&m.scales[r * rsb..(r + 1) * rsb], &m.qs[r * rqb..(r + 1) * rqb]);
+            let (rs, rq) = (
+                &m.scales[r * rsb..(r + 1) * rsb],
+                &m.qs[r * rqb..(r + 1) * rqb],
+            );
             *yr = 0.0;
             let mut c0 = 0;
             let mut k = 0;
