@@ -1,30 +1,12 @@
-//! The I/O and layout benchmarks: `bench overlap` (sync vs staged expert fetch on the direct tier,
-//! paper §5.14), `bench layout` (tiled vs row-major matvec, §5.4) and `bench prefetch` (decode
-//! with the PREFETCHT0 thread on vs off, §5.8).
+//! The I/O benchmarks: `bench overlap` (sync vs staged expert fetch on the direct tier,
+//! paper §5.14) and `bench prefetch` (decode with the PREFETCHT0 thread on vs off, §5.8).
 //!
-//! Cachegrind recipe for the layout claim (D1 read misses, tiled vs row-major):
-//!
-//! ```text
-//! cargo build --release
-//! valgrind --tool=cachegrind --cache-sim=yes --cachegrind-out-file=cg.tiled \
-//!     target/release/cflow-tui bench layout --d 1024 --iters 3 --only tiled --threads 1
-//! valgrind --tool=cachegrind --cache-sim=yes --cachegrind-out-file=cg.rowmajor \
-//!     target/release/cflow-tui bench layout --d 1024 --iters 3 --only rowmajor --threads 1
-//! cg_annotate cg.tiled | head -20; cg_annotate cg.rowmajor | head -20   # compare D1mr
-//! ```
-//! (Both runs include the identical quantization setup; subtract a `--iters 0` run to isolate the
-//! matvecs.)
+//! (`bench layout` lives in `bench_layout.rs`.)
 
 use crate::convert::generate::{generate, GenSpec};
 use crate::engine::forward::{Engine, EngineOptions};
-use crate::format::reader::Matrix;
-use crate::format::{EntryKind, MatrixData, TileHeader, TILE_COLS, TILE_ROWS};
 use crate::io::{ExpertTier, FetchMode};
-use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
-use crate::kernels::pool::ThreadPool;
-use crate::kernels::{Isa, Q8Act};
-use crate::quant::{QuantType, QK};
-use crate::rng::Rng;
+use crate::telemetry::overlap_model::{self, LayerTiming};
 use crate::{errln, outln};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -109,34 +91,58 @@ struct ArmResult {
     c_layer_ms: f64,
     io_layer_ms: f64,
     wait_layer_ms: f64,
+    /// Per layer, mean per token: (compute before the expert reads, injection compute, wait).
+    layers: Vec<LayerTiming>,
+    /// Mean per token of the time outside the layers (ns).
+    other_ns: f64,
 }
 
 fn run_arm(e: &mut Engine, tokens: usize) -> ArmResult {
     e.reset();
     let vocab = e.cfg.vocab as u32;
     let (mut c, mut io, mut w, mut n) = (0u64, 0u64, 0u64, 0u64);
+    let mut per = vec![LayerTiming::default(); e.cfg.n_layers];
+    let mut in_layers = 0.0f64;
+    let mut done = 0usize;
     let t0 = Instant::now();
     for i in 0..tokens {
         let tok = (i as u32 * 7919 + 13) % vocab;
         if e.step(tok, true).is_err() {
             break;
         }
-        for l in &e.stats.layers {
-            if let Some(x) = l.io {
+        done += 1;
+        for (l, st) in e.stats.layers.iter().enumerate() {
+            if let Some(x) = st.io {
                 c += x.compute_ns;
                 io += x.io_ns;
                 w += x.wait_ns;
                 n += 1;
+                if let Some(p) = per.get_mut(l) {
+                    let inject = st.ns_experts.min(x.compute_ns) as f64;
+                    p.pre_ns += x.compute_ns as f64 - inject;
+                    p.inject_ns += inject;
+                    p.io_ns += x.wait_ns as f64;
+                }
+                in_layers += (x.compute_ns + x.wait_ns) as f64;
             }
         }
     }
     let el = t0.elapsed().as_secs_f64() * 1e3;
+    let k = done.max(1) as f64;
+    for p in &mut per {
+        p.pre_ns /= k;
+        p.inject_ns /= k;
+        p.io_ns /= k;
+    }
     let n = n.max(1) as f64;
+    let ms_tok = el / tokens.max(1) as f64;
     ArmResult {
-        ms_tok: el / tokens.max(1) as f64,
+        ms_tok,
         c_layer_ms: c as f64 / n / 1e6,
         io_layer_ms: io as f64 / n / 1e6,
         wait_layer_ms: w as f64 / n / 1e6,
+        layers: per,
+        other_ns: (ms_tok * 1e6 - in_layers / k).max(0.0),
     }
 }
 
@@ -206,7 +212,19 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
         // IO_eff: the wall-clock I/O the compute thread sees per layer in the sync arm (its
         // blocked time), below the summed reader-busy time when readers run in parallel.
         let io_eff = w_sync;
-        let predicted = (c + io_eff) / c.max(io_eff).max(1e-9);
+        // The edge-term model (telemetry::overlap_model) from the sync arms' per-layer means.
+        let mut layers = vec![LayerTiming::default(); file.cfg.n_layers];
+        for r in &sy {
+            for (m, x) in layers.iter_mut().zip(&r.layers) {
+                m.pre_ns += x.pre_ns / sy.len() as f64;
+                m.inject_ns += x.inject_ns / sy.len() as f64;
+                m.io_ns += x.io_ns / sy.len() as f64;
+            }
+        }
+        let other = med(&sy, |r| r.other_ns);
+        let model = overlap_model::predict(&layers, file.cfg.expert_delay as usize);
+        let predicted = model.net(other);
+        let steady = model.steady_net;
         let net = sync_ms / staged_ms.max(1e-9);
         let hidden = if w_sync > 0.0 {
             (1.0 - w_staged / w_sync).max(0.0)
@@ -225,6 +243,7 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
             "wait_layer_ms_sync": w_sync,
             "wait_layer_ms_staged": w_staged,
             "predicted_net": predicted,
+            "predicted_net_steady_state": steady,
             "net_vs_predicted_pct": (net / predicted - 1.0) * 100.0,
         }));
     }
@@ -268,7 +287,7 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
         outln!("note: {n}")?;
     }
     outln!(
-        "{:>7} | {:>10} | {:>10} | {:>7} | {:>8} | {:>9} | {:>12} | {:>11} | {:>9} | {:>8}",
+        "{:>7} | {:>10} | {:>10} | {:>7} | {:>8} | {:>9} | {:>12} | {:>11} | {:>9} | {:>8} | {:>8}",
         "threads",
         "sync ms/t",
         "staged ms/t",
@@ -278,16 +297,19 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
         "IO busy/lay",
         "IO_eff/lay",
         "predicted",
-        "vs pred"
+        "vs pred",
+        "steady"
     )?;
     outln!(
         "(IO busy = summed reader-busy time per layer; IO_eff = compute blocked on experts per layer \
-         in sync; predicted = (C + IO_eff) / max(C, IO_eff))"
+         in sync; predicted = the per-layer replay of telemetry::overlap_model with fill and drain at \
+         the token's edges, from the sync arm's measurements only; steady = the paper's steady-state \
+         (C + IO_eff) / max(C, IO_eff))"
     )?;
     for r in &rows {
         let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
         outln!(
-            "{:>7} | {:>10.2} | {:>11.2} | {:>6.3}× | {:>8.1} | {:>6.2} ms | {:>9.2} ms | {:>8.2} ms | {:>8.3}× | {:>+7.1}%",
+            "{:>7} | {:>10.2} | {:>11.2} | {:>6.3}× | {:>8.1} | {:>6.2} ms | {:>9.2} ms | {:>8.2} ms | {:>8.3}× | {:>+7.1}% | {:>7.3}×",
             r["threads"],
             f("sync_ms_tok"),
             f("staged_ms_tok"),
@@ -297,195 +319,8 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
             f("io_layer_ms"),
             f("io_eff_layer_ms"),
             f("predicted_net"),
-            f("net_vs_predicted_pct")
-        )?;
-    }
-    Ok(())
-}
-
-#[derive(Args, Debug)]
-#[command(after_help = "Example:\n  cflow-tui bench layout --d 4096 --threads 1 --iters 7")]
-pub struct LayoutArgs {
-    /// Model width d (the paper uses 8192; dense hidden 4d, expert hidden d/2).
-    #[arg(long, default_value_t = 4096)]
-    pub d: usize,
-    /// Compute threads.
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
-    /// Kernel ISA.
-    #[arg(long, value_enum, default_value_t = crate::cli::IsaArg::Auto)]
-    pub isa: crate::cli::IsaArg,
-    /// Timed iterations per shape and layout (median reported).
-    #[arg(long, default_value_t = 7)]
-    pub iters: usize,
-    /// Run only one layout: tiled or rowmajor (for cachegrind).
-    #[arg(long)]
-    pub only: Option<String>,
-    /// Print one JSON object (see docs/JSON.md).
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Tiles `m` into a standalone buffer; returns the bytes and the matrix view.
-pub fn tile(m: &MatrixData, kind: EntryKind, buf: &mut Vec<u8>) -> Matrix {
-    let q = m.quant;
-    let (rsb, rqb) = (m.row_scale_bytes(), m.row_quant_bytes());
-    let mut mat = Matrix {
-        kind,
-        quant: q,
-        rows: m.rows,
-        cols: m.cols,
-        stripes: Vec::new(),
-    };
-    for s in 0..m.rows.div_ceil(TILE_ROWS) {
-        mat.stripes.push(buf.len());
-        let r0 = s * TILE_ROWS;
-        let rows = mat.stripe_rows(s);
-        for c in 0..mat.n_col_tiles() {
-            let cols = mat.tile_cols(c);
-            let c0 = c * TILE_COLS;
-            let th = TileHeader {
-                layer_id: 0,
-                matrix_id: kind as u8,
-                expert_id: 0xFF,
-                row_offset: r0 as u32,
-                col_offset: c0 as u16,
-                tile_rows: rows as u16,
-                tile_cols: cols as u16,
-                quant_group: q as u16,
-            };
-            buf.extend_from_slice(&th.encode());
-            let (sb, qb) = (
-                (cols / QK) * q.scale_bytes_per_block(),
-                (cols / QK) * q.quant_bytes_per_block(),
-            );
-            let (so, qo) = (
-                (c0 / QK) * q.scale_bytes_per_block(),
-                (c0 / QK) * q.quant_bytes_per_block(),
-            );
-            for r in r0..r0 + rows {
-                buf.extend_from_slice(&m.scales[r * rsb + so..r * rsb + so + sb]);
-            }
-            for r in r0..r0 + rows {
-                buf.extend_from_slice(&m.qs[r * rqb + qo..r * rqb + qo + qb]);
-            }
-        }
-    }
-    mat
-}
-
-pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
-    let d = a.d;
-    if d == 0 || !d.is_multiple_of(256) || d > 16384 {
-        bail!("--d must be a positive multiple of 256, at most 16384");
-    }
-    let pool = ThreadPool::new(a.threads.max(1));
-    let mut rng = Rng::new(1);
-    let q = QuantType::Q4_0;
-    let mut gen = |rows: usize, cols: usize| {
-        let w = rng.fill(rows * cols, 1.0 / (cols as f32).sqrt());
-        MatrixData::quantize(q, rows, cols, &w)
-    };
-    // (name, matrices sharing one input)
-    let shapes: Vec<(String, Vec<MatrixData>)> = vec![
-        (format!("dense-down {d}×{}", 4 * d), vec![gen(d, 4 * d)]),
-        (
-            format!("attn Q/K/V 3×{d}×{d}"),
-            vec![gen(d, d), gen(d, d), gen(d, d)],
-        ),
-        (
-            format!("gate-up 2×{}×{d}", 4 * d),
-            vec![gen(4 * d, d), gen(4 * d, d)],
-        ),
-        (
-            format!("expert gate-up 2×{}×{d}", d / 2),
-            vec![gen(d / 2, d), gen(d / 2, d)],
-        ),
-    ];
-    let run_tiled = a.only.as_deref() != Some("rowmajor");
-    let run_rm = a.only.as_deref() != Some("tiled");
-    let mut rows = Vec::new();
-    for (name, ms) in &shapes {
-        let mut buf = Vec::new();
-        let mats: Vec<Matrix> = ms
-            .iter()
-            .map(|m| tile(m, EntryKind::Gate, &mut buf))
-            .collect();
-        let cols = ms[0].cols;
-        let x: Vec<f32> = (0..cols)
-            .map(|i| ((i * 31 % 97) as f32 - 48.0) / 97.0)
-            .collect();
-        let mut xq = Q8Act::default();
-        xq.quantize_from(&x);
-        let act = Act {
-            x: &x,
-            q8: Some(&xq),
-        };
-        let mut ys: Vec<Vec<f32>> = ms.iter().map(|m| vec![0.0; m.rows]).collect();
-        let time = |f: &mut dyn FnMut()| -> f64 {
-            f();
-            let mut v = Vec::new();
-            for _ in 0..a.iters {
-                let t = Instant::now();
-                f();
-                v.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-            median(&v)
-        };
-        let tiled = if run_tiled {
-            time(&mut || {
-                let mut outs: Vec<(&Matrix, &mut [f32])> = mats
-                    .iter()
-                    .zip(ys.iter_mut())
-                    .map(|(m, y)| (m, y.as_mut_slice()))
-                    .collect();
-                tiled_matvec(&pool, isa, &buf, &mut outs, &act);
-            })
-        } else {
-            0.0
-        };
-        let y_tiled = ys.clone();
-        let rm = if run_rm {
-            time(&mut || {
-                for (m, y) in ms.iter().zip(ys.iter_mut()) {
-                    rowmajor_matvec(&pool, isa, m, &act, y);
-                }
-            })
-        } else {
-            0.0
-        };
-        let same = !(run_tiled && run_rm) || y_tiled == ys;
-        let mib = ms.iter().map(|m| m.bytes()).sum::<usize>() as f64 / crate::util::MIB;
-        rows.push(serde_json::json!({"shape": name, "mib": mib, "tiled_ms": tiled,
-            "rowmajor_ms": rm, "ratio": if tiled > 0.0 { rm / tiled } else { 0.0 }, "identical": same}));
-    }
-    if a.json {
-        outln!(
-            "{}",
-            serde_json::json!({"d": d, "threads": a.threads, "iters": a.iters, "rows": rows})
-        )?;
-        return Ok(());
-    }
-    outln!("d = {d}, threads {}, Q4_0, median of {} iterations (paper: 1.12–1.36× wall clock, 7.29× fewer L1D misses by PMU)", a.threads, a.iters)?;
-    outln!(
-        "{:<28} | {:>7} | {:>9} | {:>11} | {:>15} | {:>9}",
-        "shape",
-        "MiB",
-        "tiled ms",
-        "rowmajor ms",
-        "rowmajor/tiled",
-        "identical"
-    )?;
-    for r in &rows {
-        let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
-        outln!(
-            "{:<28} | {:>7.1} | {:>9.3} | {:>11.3} | {:>14.3}× | {:>9}",
-            r["shape"].as_str().unwrap_or(""),
-            f("mib"),
-            f("tiled_ms"),
-            f("rowmajor_ms"),
-            f("ratio"),
-            r["identical"]
+            f("net_vs_predicted_pct"),
+            f("predicted_net_steady_state")
         )?;
     }
     Ok(())

@@ -1,7 +1,9 @@
 //! `cflow-tui inspect`: a report of a model file (header, geometry, delays, per-layer regions,
 //! per-stream bytes per token, expert table, quant types, metadata keys), as JSON or text.
 
-use crate::engine::critical::{critical_path_both, payload_stream_bytes};
+use crate::engine::critical::{
+    critical_path_both, fixed_point_accounting, fixed_point_line, payload_stream_bytes,
+};
 use crate::engine::forward::stream_bytes;
 use crate::format::CflowFile;
 use serde_json::{json, Value};
@@ -93,6 +95,7 @@ pub fn report(f: &CflowFile) -> Value {
             "total": (sa + sd + se + lm.bytes() as u64) as f64 / MIB,
         },
         "critical_path_mib": critical_path_both(f),
+        "fixed_point_accounting": fixed_point_accounting(f),
         "layers": layers,
         "vocab": {"embedding_quant": f.vocab.embedding.quant.name(), "lm_head_quant": lm.quant.name(),
             "tied": c.tied_embeddings(), "region_bytes": f.vocab.len},
@@ -171,6 +174,9 @@ pub fn render(r: &Value) -> String {
     let _ = writeln!(o, "\nper token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2} MiB  (with scales: {:.2} MiB)",
         f(&p["attention"]), f(&p["dense"]), f(&p["experts_topk"]), f(&p["vocab"]), f(&p["total"]), f(&w["total"]));
     let _ = writeln!(o, "{}", critical_path_line(&r["critical_path_mib"]));
+    if !r["fixed_point_accounting"].is_null() {
+        let _ = writeln!(o, "{}", fixed_point_line(&r["fixed_point_accounting"]));
+    }
     let v = &r["vocab"];
     let _ = writeln!(
         o,

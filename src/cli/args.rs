@@ -588,7 +588,7 @@ pub enum BenchCmd {
     /// Sync vs staged expert fetch on the direct tier (overlap model, paper §5.14).
     Overlap(crate::bench_io::OverlapArgs),
     /// Tiled vs row-major matvec wall clock at large shapes (paper §5.4).
-    Layout(crate::bench_io::LayoutArgs),
+    Layout(crate::bench_layout::LayoutArgs),
     /// Decode ms/token with the PREFETCHT0 thread on vs off (paper §5.8).
     Prefetch(crate::bench_io::PrefetchArgs),
 }

@@ -47,6 +47,44 @@ pub fn critical_path_both(file: &crate::format::CflowFile) -> serde_json::Value 
     serde_json::json!({"payload": payload.mib_json(), "with_scales": stored.mib_json()})
 }
 
+/// arch5's two accountings (§4.3.6, issue: "9.00 vs 14.06"): eq. 4.23 sums, per pass, the
+/// largest stream (one pass = one iteration of one block); the paper's Table 4.1 figure counts
+/// every stream of every pass (iterations × the unique block bytes). Payload convention, MiB.
+/// None unless the model iterates its blocks (FixedPoint).
+pub fn fixed_point_accounting(file: &crate::format::CflowFile) -> Option<serde_json::Value> {
+    const MIB: f64 = 1048576.0;
+    let cfg = &file.cfg;
+    if cfg.combine_style != crate::model::CombineStyle::FixedPoint {
+        return None;
+    }
+    let passes = payload_stream_bytes(file);
+    let c = critical_path(&passes, cfg.dense_delay, cfg.expert_delay);
+    let iterations = cfg.meta.fixed_point_iterations.max(1) as usize;
+    Some(serde_json::json!({
+        "blocks": cfg.n_layers,
+        "iterations": iterations,
+        "passes": passes.len(),
+        "eq_4_23_mib": c.naive / MIB,
+        "all_streams_all_passes_mib": c.serial / MIB,
+        "unique_block_mib": c.serial / iterations as f64 / MIB,
+    }))
+}
+
+/// The one-line explanation of [`fixed_point_accounting`] (for `inspect`).
+pub fn fixed_point_line(v: &serde_json::Value) -> String {
+    let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    format!(
+        "arch5 accountings: eq. 4.23 = {:.2} MiB/token (the largest stream of each of {} passes); \
+         all streams of all passes = {} iterations × {:.2} MiB unique block payload = {:.2} MiB \
+         (the paper's Table 4.1 counts this way from its own unique-block figure: 3 × 4.69 = 14.06 MB)",
+        f("eq_4_23_mib"),
+        v["passes"],
+        v["iterations"],
+        f("unique_block_mib"),
+        f("all_streams_all_passes_mib")
+    )
+}
+
 /// Evaluates eq. 4.23 for per-layer stream bytes under delays (δd, δe).
 pub fn critical_path(layers: &[StreamBytes], dd: usize, de: usize) -> CriticalPath {
     let per_layer: Vec<(f64, f64)> = layers
@@ -138,5 +176,23 @@ mod tests {
         let c = critical_path(&l, 1, 2);
         assert_eq!(c.ratio(), 2.0);
         assert_eq!(mib(c.serial), 16.5);
+    }
+
+    /// arch5 at the paper's geometry (2 blocks × 3 iterations, d = 512): eq. 4.23 gives 6 × 1.50
+    /// = 9.00 MiB; every stream of every pass is 3 × (2 blocks × 2.75 MiB) = 16.50 MiB.
+    #[test]
+    fn arch5_both_accountings() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a5.cflow");
+        let mut s = crate::convert::generate::GenSpec::new("arch5");
+        s.vocab = Some(256);
+        crate::convert::generate::generate(&s, &p, |_, _| {}).unwrap();
+        let f = crate::format::CflowFile::open(&p).unwrap();
+        let v = fixed_point_accounting(&f).expect("arch5 iterates");
+        assert_eq!(v["passes"], 6);
+        assert_eq!(v["eq_4_23_mib"].as_f64(), Some(9.0));
+        assert_eq!(v["all_streams_all_passes_mib"].as_f64(), Some(16.5));
+        assert_eq!(v["unique_block_mib"].as_f64(), Some(5.5));
+        assert!(fixed_point_line(&v).contains("9.00 MiB"));
     }
 }

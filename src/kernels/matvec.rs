@@ -1,6 +1,9 @@
 //! Matvec drivers over the two weight layouts: `tiled_matvec` (fused multi-output over
 //! 128×256 tiles, parallel over output stripes) and `rowmajor_matvec` (the naive baseline: one
-//! contiguous row-major matrix, parallel over 128-row chunks). Both call the same tile kernels.
+//! contiguous row-major matrix, parallel over 128-row chunks, 4 rows per kernel call and the
+//! Q8 activation when given: a *blocked* row-major baseline) and `naive_matvec` (the paper's
+//! §5.4 naive loop: row by row, the f32 activation, dequantize and dot). All call the same tile
+//! kernels.
 
 use super::dot::{tile_matvec, Isa, Q8Act};
 use super::pool::ThreadPool;
@@ -124,6 +127,65 @@ pub fn rowmajor_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, act: &Act, y
             xq,
             yy,
         );
+    });
+}
+
+/// The paper's naive row-major loop (§5.4 "NaiveMatvec"): for each output row, walk the whole
+/// row and the whole f32 activation, dequantizing and dotting block by block. No activation
+/// quantization, no row blocking: once the activation is larger than L1-d it is re-read from L2
+/// for every row, which is the miss count the paper's 19.3 M decomposes into. Parallel over
+/// 128-row chunks; each row is computed in 256-column steps (one kernel call per tile width)
+/// so the arithmetic, and therefore the result, is bit-identical to [`tiled_matvec`] with an
+/// f32 activation (`Act { q8: None }`); only the order in which memory is touched differs.
+pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &mut [f32]) {
+    assert_eq!(y.len(), m.rows);
+    assert_eq!(x.len(), m.cols);
+    let chunks = m.rows.div_ceil(TILE_ROWS);
+    let out = OutPtr(y.as_mut_ptr(), y.len());
+    let (rsb, rqb) = (m.row_scale_bytes(), m.row_quant_bytes());
+    let q = m.quant;
+    // Column steps of one tile width, in the units each part of a row is stored in.
+    let (sb, qb) = if q.is_blocked() {
+        (
+            q.scale_bytes_per_block() * (TILE_COLS / QK),
+            q.quant_bytes_per_block() * (TILE_COLS / QK),
+        )
+    } else {
+        (0, q.matrix_bytes(1, TILE_COLS))
+    };
+    pool.run(chunks, &|t| {
+        let r0 = t * TILE_ROWS;
+        let rows = (m.rows - r0).min(TILE_ROWS);
+        let o = out;
+        // SAFETY: chunk t owns rows [r0, r0 + rows) of the output, inside its length.
+        let yy = unsafe { std::slice::from_raw_parts_mut(o.0.add(r0), rows) };
+        for (i, yr) in yy.iter_mut().enumerate() {
+            let r = r0 + i;
+            let (rs, rq) = (
+                &m.scales[r * rsb..(r + 1) * rsb],
+                &m.qs[r * rqb..(r + 1) * rqb],
+            );
+            *yr = 0.0;
+            let mut c0 = 0;
+            let mut k = 0;
+            while c0 < m.cols {
+                let cols = (m.cols - c0).min(TILE_COLS);
+                let (s0, q0) = (k * sb, k * qb);
+                tile_matvec(
+                    isa,
+                    q,
+                    1,
+                    cols,
+                    &rs[s0.min(rs.len())..],
+                    &rq[q0..],
+                    &x[c0..c0 + cols],
+                    None,
+                    std::slice::from_mut(yr),
+                );
+                c0 += cols;
+                k += 1;
+            }
+        }
     });
 }
 
