@@ -53,7 +53,7 @@ fn smollm2_ids_match_llama_cpp() {
     assert_eq!(t.special.bos, Some(1));
     assert_eq!(t.special.eos, Some(2));
     assert_eq!(t.special.eot, Some(2));
-    let w = TokenizerWrap::from_gguf(&t).unwrap();
+    let w = t.wrap().unwrap();
     assert_eq!(w.vocab_size(), 49152);
     let mut failures = Vec::new();
     for (name, text, ids) in goldens() {
@@ -73,7 +73,7 @@ fn smollm2_ids_match_llama_cpp() {
 #[test]
 fn smollm2_chunked_long_text_gives_the_same_ids() {
     let Some(t) = smollm2() else { return };
-    let w = TokenizerWrap::from_gguf(&t).unwrap();
+    let w = t.wrap().unwrap();
     let mut text = String::new();
     let g = goldens();
     let mut i = 0;
@@ -89,7 +89,7 @@ fn smollm2_chunked_long_text_gives_the_same_ids() {
 #[test]
 fn smollm2_roundtrip_and_incremental_detok() {
     let Some(t) = smollm2() else { return };
-    let w = TokenizerWrap::from_gguf(&t).unwrap();
+    let w = t.wrap().unwrap();
     let table = w.token_bytes();
     for (name, text, _) in goldens() {
         let ids = w.encode(&text, false).unwrap();
@@ -149,7 +149,7 @@ fn smollm2_chat_template() {
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
     );
     // The rendered prompt tokenizes with the specials as single ids.
-    let w = TokenizerWrap::from_gguf(&t).unwrap();
+    let w = t.wrap().unwrap();
     let ids = w.encode(&s, false).unwrap();
     assert_eq!(ids[0], 1);
     assert_eq!(ids.iter().filter(|&&i| i == 2).count(), 2);

@@ -69,6 +69,15 @@ pub struct GgufTokenizer {
     pub vocab_size: usize,
 }
 
+impl GgufTokenizer {
+    /// The runtime tokenizer over this one (what a `.cflow` imported from the GGUF loads).
+    pub fn wrap(
+        &self,
+    ) -> Result<crate::chat::tokenizer::TokenizerWrap, crate::chat::tokenizer::TokenizerError> {
+        crate::chat::tokenizer::TokenizerWrap::from_json(&self.json, Some(self.special.clone()))
+    }
+}
+
 impl std::fmt::Debug for GgufTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GgufTokenizer")
