@@ -7,6 +7,7 @@ use crate::engine::session::{GenOutcome, Session};
 use crate::format::CflowFile;
 use crate::kernels::Isa;
 use crate::quant::QuantType;
+pub use crate::chat::sampling::SamplingArgs;
 use crate::telemetry::{Event, SamplingParams};
 use crate::util::{cache_dir, mib};
 use crate::{err, errln, out, outln};
@@ -48,6 +49,8 @@ pub struct Cli {
     pub max_tokens: u32,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub chat: crate::chat::sampling::TuiChatArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -275,46 +278,6 @@ impl EngineArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct SamplingArgs {
-    /// Random seed for sampling.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Sampling temperature; 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Keep the K most likely tokens (0 = all).
-    #[arg(long, default_value_t = 40)]
-    pub top_k: u32,
-    /// Nucleus sampling threshold.
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    /// Repetition penalty (1 = off).
-    #[arg(long, default_value_t = 1.0)]
-    pub repeat_penalty: f32,
-}
-
-impl SamplingArgs {
-    pub fn params(&self) -> Result<SamplingParams> {
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            bail!("--temperature must be >= 0");
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            bail!("--top-p must be in (0, 1]");
-        }
-        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
-            bail!("--repeat-penalty must be > 0");
-        }
-        Ok(SamplingParams {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            repeat_penalty: self.repeat_penalty,
-            seed: self.seed,
-        })
-    }
-}
-
-#[derive(Args, Debug)]
 pub struct RunArgs {
     /// Model file (default: the built-in demo model).
     pub model: Option<PathBuf>,
@@ -497,13 +460,7 @@ fn default_command(cli: &Cli) -> Result<()> {
             prompt: Some("Once upon a time".into()),
             tokens: None,
             n: 32,
-            sampling: SamplingArgs {
-                seed: 0,
-                temperature: 0.0,
-                top_k: 40,
-                top_p: 0.95,
-                repeat_penalty: 1.0,
-            },
+            sampling: cli.chat.sampling.clone(),
             json: false,
             dump_logits: None,
             top: 10,
@@ -522,7 +479,13 @@ fn default_command(cli: &Cli) -> Result<()> {
         cli.engine.options()?
     };
     let engine = new_engine(&path, file, opts, &cli.engine)?;
-    let session = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
+    let chat = engine.cfg.meta.chat_template.is_some();
+    let sampling = match chat {
+        true => cli.chat.sampling.chat_params()?,
+        false => cli.chat.sampling.params()?,
+    };
+    let startup = crate::tui::transcript::startup_commands(&cli.chat)?;
+    let session = Session::new(engine, sampling).map_err(anyhow::Error::msg)?;
     let machine =
         crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
     let ceiling = machine.bandwidth.as_ref().map(|b| b.read_gbps_nt);
@@ -543,6 +506,9 @@ fn default_command(cli: &Cli) -> Result<()> {
         theme: crate::tui::Theme::from_env(),
         ..Default::default()
     };
+    for c in startup {
+        let _ = worker.commands.send(c);
+    }
     let control = worker.control.clone();
     let res = crate::tui::run(
         opts,
@@ -1245,7 +1211,7 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
         Some(m) => Some(m),
         None => crate::convert::pull::smollm2_cflow(),
     };
-    let mut sess = build_session(model, eng, a.sampling.params()?, true)?;
+    let mut sess = build_session(model, eng, a.sampling.chat_params()?, true)?;
     if sess.tok.is_none() {
         bail!("this model has no tokenizer; chat needs one");
     }

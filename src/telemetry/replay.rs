@@ -430,6 +430,8 @@ pub fn summary(r: &Replay) -> ReplaySummary {
             }
             Event::Reset => "reset",
             Event::Notice { .. } => "notice",
+            Event::Settings(_) => "settings",
+            Event::History { .. } => "history",
             Event::Error { message, fatal } => {
                 s.errors.push(if *fatal {
                     format!("fatal: {message}")

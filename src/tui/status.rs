@@ -52,6 +52,10 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         badges.push(Span::styled(" ", th.bar()));
         badges.push(Span::styled(" WHAT-IF ", th.badge()));
     }
+    if !app.mouse_captured && app.replay.is_none() {
+        badges.push(Span::styled(" ", th.bar()));
+        badges.push(Span::styled(" MOUSE OFF ", th.badge()));
+    }
     spans.extend(badges);
     match &v.model {
         Some(m) if compact => {
@@ -117,6 +121,7 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
             spans.push(Span::styled(format!("tier {}", c.expert_tier), th.bar()));
         }
     }
+    spans.extend(settings_spans(app, compact));
     let used = width(&spans);
     if used < area.width as usize {
         spans.push(Span::styled(
@@ -125,6 +130,32 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         ));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// Numerics and sampling: " │ act f32 · kv f32 │ temp 0.70 top-k 40 …" (compact: " │ f32/kv f32 │
+/// T0.70 k40 …").
+fn settings_spans<'a>(app: &App, compact: bool) -> Vec<Span<'a>> {
+    use crate::chat::sampling::{describe, describe_short};
+    let th = &app.theme;
+    let Some(g) = &app.settings else {
+        return Vec::new();
+    };
+    let sep = || Span::styled(" │ ", th.bar());
+    if compact {
+        vec![
+            sep(),
+            Span::styled(format!("{}/kv {}", g.act, g.kv), th.bar()),
+            sep(),
+            Span::styled(describe_short(&g.sampling), th.bar()),
+        ]
+    } else {
+        vec![
+            sep(),
+            Span::styled(format!("act {} · kv {}", g.act, g.kv), th.bar()),
+            sep(),
+            Span::styled(describe(&g.sampling), th.bar()),
+        ]
+    }
 }
 
 /// The metrics part of the footer.

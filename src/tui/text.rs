@@ -29,6 +29,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled("Text", th.title()),
         Span::styled(format!(" · {mode}"), th.dim()),
     ];
+    if let Some(s) = app.settings.as_ref().filter(|s| !s.system.is_empty()) {
+        title.push(Span::styled(
+            format!(" · system: {}", super::common::truncate(&s.system, 24)),
+            th.dim(),
+        ));
+    }
     if app.scroll > 0 {
         title.push(Span::styled(
             format!(" · ↑{} (End follows)", app.scroll),
@@ -69,7 +75,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         let hint = if app.replay.is_some() {
             "replay — Space pause, ←/→ step, +/- speed"
         } else {
-            "press i or Enter to type"
+            "press i or Enter to type · o settings"
         };
         input_lines.push(Line::from(vec![
             Span::styled("> ", th.dim()),
@@ -167,6 +173,7 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
             Role::Model => ("model", th.assistant(), th.text()),
             Role::System => ("·", th.dim(), th.dim()),
             Role::Error => ("error", th.bad(), th.bad()),
+            Role::Summary => ("", th.dim(), th.dim()),
         };
         let mut text = turn.text.clone();
         let streaming = turn.role == Role::Model && i + 1 == n && app.generating;
