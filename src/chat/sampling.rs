@@ -69,10 +69,14 @@ pub fn describe(p: &SamplingParams) -> String {
     )
 }
 
-/// The compact form for narrow headers: "T0.70 k40 p0.95 m0.05 r1.10 s0", or "greedy".
+/// The compact form for narrow headers: "T0.7 k40 p0.95 m0.05 r1.1 s0", or "greedy".
 pub fn describe_short(p: &SamplingParams) -> String {
+    let g = |x: f32| {
+        let t = format!("{x:.2}");
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
+    };
     let rep = if p.repeat_penalty != 1.0 {
-        format!(" r{:.2}", p.repeat_penalty)
+        format!(" r{}", g(p.repeat_penalty))
     } else {
         String::new()
     };
@@ -80,8 +84,12 @@ pub fn describe_short(p: &SamplingParams) -> String {
         return format!("greedy{rep}");
     }
     format!(
-        "T{:.2} k{} p{:.2} m{:.2}{rep} s{}",
-        p.temperature, p.top_k, p.top_p, p.min_p, p.seed
+        "T{} k{} p{} m{}{rep} s{}",
+        g(p.temperature),
+        p.top_k,
+        g(p.top_p),
+        g(p.min_p),
+        p.seed
     )
 }
 
@@ -216,6 +224,6 @@ mod tests {
             describe(&chat_defaults()),
             "temp 0.70 top-k 40 top-p 0.95 min-p 0.05 rep 1.10 seed 0"
         );
-        assert_eq!(describe_short(&chat_defaults()), "T0.70 k40 p0.95 m0.05 r1.10 s0");
+        assert_eq!(describe_short(&chat_defaults()), "T0.7 k40 p0.95 m0.05 r1.1 s0");
     }
 }

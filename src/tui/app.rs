@@ -455,8 +455,6 @@ pub enum Role {
     Model,
     System,
     Error,
-    /// The summary line of the model turn before it.
-    Summary,
 }
 
 /// One transcript entry.
@@ -614,6 +612,8 @@ pub struct App {
     pub editor: Option<super::settings::SettingsEditor>,
     /// Index in `transcript` where the conversation since the last context reset starts.
     pub conv_start: usize,
+    /// Summary lines of finished replies, by the index of their model turn in `transcript`.
+    pub summaries: std::collections::BTreeMap<usize, String>,
     /// The reply being measured (from `Prompt` and `Prefill`; finished by `Done`).
     pub reply: super::transcript::ReplyStats,
     /// Mouse captured by the UI (wheel scrollback); false = the terminal selects text.
@@ -661,6 +661,7 @@ impl App {
             settings: None,
             editor: None,
             conv_start: 0,
+            summaries: Default::default(),
             reply: Default::default(),
             mouse_captured: opts.mouse,
         }
@@ -781,6 +782,7 @@ impl App {
                 self.ab_auto = None;
                 self.settings = None;
                 self.conv_start = 0;
+                self.summaries.clear();
             }
             Event::Prompt { text, tokens, .. } => {
                 self.transcript.push(Turn {
@@ -879,11 +881,8 @@ impl App {
                 self.reply.tokens = n_tokens;
                 self.reply.decode_ns = decode_ns;
                 if n_tokens > 0 || self.reply.prefill_ns > 0 {
-                    self.transcript.push(Turn {
-                        role: Role::Summary,
-                        text: self.reply.line(),
-                        end: None,
-                    });
+                    let at = self.transcript.len() - 1;
+                    self.summaries.insert(at, self.reply.line());
                 }
                 self.reply = Default::default();
             }

@@ -205,12 +205,12 @@ mod tests {
     #[test]
     fn reply_summary_follows_each_reply() {
         let app = chat_app();
-        let s = app
-            .transcript
-            .iter()
-            .find(|t| t.role == Role::Summary)
-            .expect("a summary line");
-        assert!(s.text.contains("5 tok · decode 100.0 tok/s · 10.00 ms/tok"), "{}", s.text);
+        // dense_events: two prompts; the second reply (turn 3) ends with the Done above.
+        let s = app.summaries.get(&3).expect("a summary line");
+        assert_eq!(app.transcript[3].role, Role::Model);
+        assert!(s.contains("5 tok · decode 100.0 tok/s · 10.00 ms/tok"), "{s}");
+        let t = crate::tui::transcript::from_app(&app);
+        assert_eq!(t.messages[3].summary.as_deref(), Some(s.as_str()));
     }
 
     #[test]

@@ -240,6 +240,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 lines.push(Line::from(vec![l, Span::raw(" "), Span::styled(r.clone(), style)]));
             }
         } else {
+            let val = format!("{val:<8}");
             let hint_w = val_w.saturating_sub(val.chars().count() + 2);
             lines.push(Line::from(vec![
                 lead,

@@ -173,7 +173,6 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
             Role::Model => ("model", th.assistant(), th.text()),
             Role::System => ("·", th.dim(), th.dim()),
             Role::Error => ("error", th.bad(), th.bad()),
-            Role::Summary => ("", th.dim(), th.dim()),
         };
         let mut text = turn.text.clone();
         let streaming = turn.role == Role::Model && i + 1 == n && app.generating;
@@ -204,6 +203,14 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
                 Span::raw(" ".repeat(label_w)),
                 Span::styled(e, th.dim()),
             ]));
+        }
+        if let Some(sum) = app.summaries.get(&i) {
+            for r in wrap(sum, text_w) {
+                out.push(Line::from(vec![
+                    Span::raw(" ".repeat(label_w)),
+                    Span::styled(r, th.dim()),
+                ]));
+            }
         }
     }
     out

@@ -63,7 +63,7 @@ pub fn from_app(app: &App) -> Transcript {
         t.system = s.system.clone();
     }
     let start = app.conv_start.min(app.transcript.len());
-    for turn in &app.transcript[start..] {
+    for (i, turn) in app.transcript.iter().enumerate().skip(start) {
         match turn.role {
             Role::User => t.messages.push(Message {
                 role: "user".into(),
@@ -73,13 +73,8 @@ pub fn from_app(app: &App) -> Transcript {
             Role::Model => t.messages.push(Message {
                 role: "assistant".into(),
                 text: turn.text.clone(),
-                summary: None,
+                summary: app.summaries.get(&i).cloned(),
             }),
-            Role::Summary => {
-                if let Some(m) = t.messages.last_mut().filter(|m| m.role == "assistant") {
-                    m.summary = Some(turn.text.clone());
-                }
-            }
             Role::System | Role::Error => {}
         }
     }
