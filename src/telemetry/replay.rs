@@ -22,8 +22,9 @@ use std::path::Path;
 pub const MAX_LINE_BYTES: usize = 16 << 20;
 
 /// Event kinds known to this build (the `kind` tag of [`Event`]).
-pub const KNOWN_KINDS: [&str; 10] = [
+pub const KNOWN_KINDS: [&str; 12] = [
     "session", "prompt", "prefill", "token", "stats", "config", "done", "reset", "notice", "error",
+    "settings", "history",
 ];
 
 /// A loaded trace.
