@@ -1,13 +1,13 @@
 //! The command line: clap definitions and dispatch to the subcommands. With no subcommand the
 //! TUI opens on the given model (or the built-in demo).
 
+pub use crate::chat::sampling::SamplingArgs;
 use crate::convert::generate::{generate, GenSpec, ARCHS};
 use crate::engine::forward::{default_threads, stream_bytes, Engine, EngineOptions, Layout};
 use crate::engine::session::{GenOutcome, Session};
 use crate::format::CflowFile;
 use crate::kernels::Isa;
 use crate::quant::QuantType;
-pub use crate::chat::sampling::SamplingArgs;
 use crate::telemetry::{Event, SamplingParams};
 use crate::util::{cache_dir, mib};
 use crate::{err, errln, out, outln};

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,7 +56,7 @@ fn send(w: &cflow::engine::worker::Worker, cmds: Vec<Command>) {
     }
 }
 
-fn chat(path: &PathBuf, seed: &str) -> Conversation {
+fn chat(path: &Path, seed: &str) -> Conversation {
     let file = Arc::new(CflowFile::open(path).unwrap());
     let engine = Engine::new(
         file,
@@ -165,9 +165,16 @@ fn two_turn_chat_with_system_prompt_and_sampling_is_reproducible() {
     let b = chat(&path, "7");
     let c = chat(&path, "8");
     assert_eq!(a.replies.len(), 2, "{:?}", a.replies);
-    assert!(a.replies.iter().all(|r| !r.trim().is_empty()), "{:?}", a.replies);
+    assert!(
+        a.replies.iter().all(|r| !r.trim().is_empty()),
+        "{:?}",
+        a.replies
+    );
     assert_eq!(a.replies, b.replies, "same seed, same conversation");
-    assert_ne!(a.replies, c.replies, "another seed must change a sampled conversation");
+    assert_ne!(
+        a.replies, c.replies,
+        "another seed must change a sampled conversation"
+    );
     assert_eq!(a.settings.sampling.seed, 7);
     assert!((a.settings.sampling.temperature - 0.9).abs() < 1e-6);
     assert_eq!(a.settings.act, "f32");

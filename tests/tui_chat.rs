@@ -60,9 +60,16 @@ fn header_shows_numerics_and_sampling_and_replies_their_summary() {
         let app = chat(size);
         let s = screen(&app, size);
         let header = s.lines().next().unwrap();
-        let numerics = if size.0 < 120 { "f32/kv f32" } else { "act f32 kv f32" };
+        let numerics = if size.0 < 120 {
+            "f32/kv f32"
+        } else {
+            "act f32 kv f32"
+        };
         assert!(header.contains(numerics), "{size:?}: {header}");
-        assert!(header.contains("T0.7 k40 p0.95 m0.05"), "{size:?}: {header}");
+        assert!(
+            header.contains("T0.7 k40 p0.95 m0.05"),
+            "{size:?}: {header}"
+        );
         assert!(s.contains("ms/tok"), "{size:?}: no summary line\n{s}");
         assert!(s.contains("system: You are a"), "{size:?}\n{s}");
         insta::assert_snapshot!(format!("chat_screen_{}x{}", size.0, size.1), s);
@@ -104,7 +111,11 @@ fn zoomed_text_pane_keeps_its_input_box() {
 fn mouse_release_shows_a_badge() {
     let mut app = chat((160, 48));
     app.apply(Msg::Action(Action::ToggleMouse));
-    assert!(screen(&app, (160, 48)).lines().next().unwrap().contains("MOUSE OFF"));
+    assert!(screen(&app, (160, 48))
+        .lines()
+        .next()
+        .unwrap()
+        .contains("MOUSE OFF"));
     app.apply(Msg::Action(Action::ToggleMouse));
     assert!(!screen(&app, (160, 48)).contains("MOUSE OFF"));
 }

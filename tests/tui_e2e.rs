@@ -254,9 +254,13 @@ fn chat_settings_and_transcript_in_tmux() {
     t.keys(&["M"]);
     t.wait(10, "mouse released", |s| header(s).contains("MOUSE OFF"));
     t.keys(&["M"]);
-    t.wait(10, "mouse captured again", |s| !header(s).contains("MOUSE OFF"));
+    t.wait(10, "mouse captured again", |s| {
+        !header(s).contains("MOUSE OFF")
+    });
     t.keys(&["C-s"]);
-    t.wait(20, "the saved notice", |s| s.contains("transcript saved to"));
+    t.wait(20, "the saved notice", |s| {
+        s.contains("transcript saved to")
+    });
     t.keys(&["q"]);
     t.wait(30, "exit", |s| s.contains("EXITED 0"));
     drop(t);

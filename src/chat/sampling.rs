@@ -224,6 +224,9 @@ mod tests {
             describe(&chat_defaults()),
             "temp 0.70 top-k 40 top-p 0.95 min-p 0.05 rep 1.10 seed 0"
         );
-        assert_eq!(describe_short(&chat_defaults()), "T0.7 k40 p0.95 m0.05 r1.1 s0");
+        assert_eq!(
+            describe_short(&chat_defaults()),
+            "T0.7 k40 p0.95 m0.05 r1.1 s0"
+        );
     }
 }

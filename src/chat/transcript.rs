@@ -155,14 +155,20 @@ impl Transcript {
             } else if let Some(s) = sections.last_mut() {
                 s.3.push(unescape(l));
             } else if l.starts_with('#') {
-                return Err(bad(n, format!("unexpected heading `{l}` before the first section")));
+                return Err(bad(
+                    n,
+                    format!("unexpected heading `{l}` before the first section"),
+                ));
             } else if let Some(kv) = l.strip_prefix("- ") {
                 let Some((k, v)) = kv.split_once(": ") else {
                     return Err(bad(n, format!("expected `- key: value`, found `{l}`")));
                 };
                 t.meta.push((k.trim().to_string(), v.trim().to_string()));
             } else if !l.trim().is_empty() {
-                return Err(bad(n, format!("unexpected text before the first section: `{l}`")));
+                return Err(bad(
+                    n,
+                    format!("unexpected text before the first section: `{l}`"),
+                ));
             }
         }
         for (idx, (role, summary, n, mut body)) in sections.into_iter().enumerate() {
@@ -192,7 +198,10 @@ impl Transcript {
                 ));
             }
             if role == "user" && summary.is_some() {
-                return Err(bad(n, "a summary (` · …`) belongs on assistant headings only".into()));
+                return Err(bad(
+                    n,
+                    "a summary (` · …`) belongs on assistant headings only".into(),
+                ));
             }
             t.messages.push(Message {
                 role,
@@ -224,7 +233,8 @@ impl Transcript {
                 bytes: meta.len().max(buf.len() as u64),
             });
         }
-        let src = String::from_utf8(buf).map_err(|_| TranscriptError::NotText { path: name.clone() })?;
+        let src =
+            String::from_utf8(buf).map_err(|_| TranscriptError::NotText { path: name.clone() })?;
         Transcript::parse(&src, &name)
     }
 }
@@ -269,13 +279,34 @@ mod tests {
         let cases = [
             ("", "line 1: empty file"),
             ("hello\n", "line 1: not a cflow-tui transcript"),
-            ("# cflow-tui transcript\n\n## bot\n\nx\n", "line 3: unknown section `## bot`"),
-            ("# cflow-tui transcript\n## assistant\nx\n", "line 2: `## assistant` where `## user`"),
-            ("# cflow-tui transcript\n## user\na\n## user\nb\n", "line 4: `## user` where `## assistant`"),
-            ("# cflow-tui transcript\n## user\na\n## system\nb\n", "line 4: `## system` must be the first"),
-            ("# cflow-tui transcript\nstray words\n", "line 2: unexpected text"),
-            ("# cflow-tui transcript\n- novalue\n", "line 2: expected `- key: value`"),
-            ("# cflow-tui transcript\n## user · x\na\n", "line 2: a summary"),
+            (
+                "# cflow-tui transcript\n\n## bot\n\nx\n",
+                "line 3: unknown section `## bot`",
+            ),
+            (
+                "# cflow-tui transcript\n## assistant\nx\n",
+                "line 2: `## assistant` where `## user`",
+            ),
+            (
+                "# cflow-tui transcript\n## user\na\n## user\nb\n",
+                "line 4: `## user` where `## assistant`",
+            ),
+            (
+                "# cflow-tui transcript\n## user\na\n## system\nb\n",
+                "line 4: `## system` must be the first",
+            ),
+            (
+                "# cflow-tui transcript\nstray words\n",
+                "line 2: unexpected text",
+            ),
+            (
+                "# cflow-tui transcript\n- novalue\n",
+                "line 2: expected `- key: value`",
+            ),
+            (
+                "# cflow-tui transcript\n## user · x\na\n",
+                "line 2: a summary",
+            ),
         ];
         for (src, want) in cases {
             let e = Transcript::parse(src, "t.md").unwrap_err().to_string();
@@ -288,12 +319,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("bin.md");
         std::fs::write(&p, [0xffu8, 0xfe, 0x00]).unwrap();
-        assert!(matches!(Transcript::load(&p), Err(TranscriptError::NotText { .. })));
+        assert!(matches!(
+            Transcript::load(&p),
+            Err(TranscriptError::NotText { .. })
+        ));
         let big = dir.path().join("big.md");
         let f = std::fs::File::create(&big).unwrap();
         f.set_len(MAX_BYTES + 1).unwrap();
-        assert!(matches!(Transcript::load(&big), Err(TranscriptError::TooLarge { .. })));
-        let e = Transcript::load(&dir.path().join("none.md")).unwrap_err().to_string();
+        assert!(matches!(
+            Transcript::load(&big),
+            Err(TranscriptError::TooLarge { .. })
+        ));
+        let e = Transcript::load(&dir.path().join("none.md"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("none.md: cannot read the transcript"), "{e}");
         assert!(Transcript::load(dir.path()).is_err());
         let ok = dir.path().join("ok.md");

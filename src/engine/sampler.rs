@@ -171,7 +171,10 @@ mod tests {
         let d = s.distribution(&logits);
         assert_eq!(d.len(), 2, "{d:?}");
         assert_eq!((d[0].0, d[1].0), (0, 1));
-        assert!((d[0].1 - 0.7311).abs() < 1e-4 && (d[1].1 - 0.2689).abs() < 1e-4, "{d:?}");
+        assert!(
+            (d[0].1 - 0.7311).abs() < 1e-4 && (d[1].1 - 0.2689).abs() < 1e-4,
+            "{d:?}"
+        );
         s.p.temperature = 2.0;
         let d = s.distribution(&logits);
         assert_eq!(d.len(), 2, "{d:?}");

@@ -68,22 +68,19 @@ impl App {
                     self.editor = None;
                     return fx;
                 };
-                match e.apply(cur) {
-                    Ok(cmds) => {
-                        self.editor = None;
-                        if cmds.is_empty() {
-                            self.say("settings unchanged");
+                // On an error the overlay stays open and shows it.
+                if let Ok(cmds) = e.apply(cur) {
+                    self.editor = None;
+                    if cmds.is_empty() {
+                        self.say("settings unchanged");
+                    } else {
+                        self.say(if self.generating {
+                            "settings sent: they apply from the next reply"
                         } else {
-                            self.say(if self.generating {
-                                "settings sent: they apply from the next reply"
-                            } else {
-                                "settings sent (next reply)"
-                            });
-                        }
-                        fx.commands = cmds;
+                            "settings sent (next reply)"
+                        });
                     }
-                    // The overlay stays open and shows the error.
-                    Err(_) => {}
+                    fx.commands = cmds;
                 }
             }
             Action::SaveTranscript => {
@@ -181,7 +178,10 @@ mod tests {
             kv: "f32".into(),
         })));
         let m = app.status_message().unwrap();
-        assert!(m.contains("sampling → temp 0.75") && m.contains("system prompt set"), "{m}");
+        assert!(
+            m.contains("sampling → temp 0.75") && m.contains("system prompt set"),
+            "{m}"
+        );
         // Cancel drops a draft.
         act(&mut app, Action::OpenSettings);
         act(&mut app, Action::SettingsAdjust(1));
@@ -208,7 +208,10 @@ mod tests {
         // dense_events: two prompts; the second reply (turn 3) ends with the Done above.
         let s = app.summaries.get(&3).expect("a summary line");
         assert_eq!(app.transcript[3].role, Role::Model);
-        assert!(s.contains("5 tok · decode 100.0 tok/s · 10.00 ms/tok"), "{s}");
+        assert!(
+            s.contains("5 tok · decode 100.0 tok/s · 10.00 ms/tok"),
+            "{s}"
+        );
         let t = crate::tui::transcript::from_app(&app);
         assert_eq!(t.messages[3].summary.as_deref(), Some(s.as_str()));
     }

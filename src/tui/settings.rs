@@ -237,7 +237,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 } else {
                     Span::raw(" ".repeat(label_w + 1))
                 };
-                lines.push(Line::from(vec![l, Span::raw(" "), Span::styled(r.clone(), style)]));
+                lines.push(Line::from(vec![
+                    l,
+                    Span::raw(" "),
+                    Span::styled(r.clone(), style),
+                ]));
             }
         } else {
             let val = format!("{val:<8}");
@@ -255,7 +259,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     match &ed.error {
         Some(e) => lines.push(Line::from(Span::styled(truncate(e, inner_w), th.bad()))),
         None => lines.push(Line::from(Span::styled(
-            truncate("↑↓ field · ←→ step · type a value · Enter apply · Esc cancel", inner_w),
+            truncate(
+                "↑↓ field · ←→ step · type a value · Enter apply · Esc cancel",
+                inner_w,
+            ),
             th.dim(),
         ))),
     }

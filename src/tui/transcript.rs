@@ -59,7 +59,8 @@ pub fn from_app(app: &App) -> Transcript {
     }
     if let Some(s) = &app.settings {
         t.meta.push(("sampling".into(), describe(&s.sampling)));
-        t.meta.push(("numerics".into(), format!("act {} · kv {}", s.act, s.kv)));
+        t.meta
+            .push(("numerics".into(), format!("act {} · kv {}", s.act, s.kv)));
         t.system = s.system.clone();
     }
     let start = app.conv_start.min(app.transcript.len());
@@ -154,7 +155,11 @@ mod tests {
             "prompt 20 tok · prefill 500.0 tok/s · 50 tok · decode 100.0 tok/s · 10.00 ms/tok · total 0.54 s"
         );
         let none = ReplyStats::default();
-        assert!(none.line().contains("decode — tok/s · — ms/tok"), "{}", none.line());
+        assert!(
+            none.line().contains("decode — tok/s · — ms/tok"),
+            "{}",
+            none.line()
+        );
     }
 
     #[test]
@@ -214,6 +219,9 @@ mod tests {
         );
         std::fs::write(&p, "## user\nhi\n").unwrap();
         let e = startup_commands(&a).unwrap_err().to_string();
-        assert!(e.contains("t.md: line 1: not a cflow-tui transcript"), "{e}");
+        assert!(
+            e.contains("t.md: line 1: not a cflow-tui transcript"),
+            "{e}"
+        );
     }
 }
