@@ -212,3 +212,104 @@ fn tui_recordings_started_in_one_second_never_overwrite_each_other() {
         assert!(r.warnings.is_empty(), "{n}: {:?}", r.warnings);
     }
 }
+
+/// Issue 16, item 10: a sampling change through the settings overlay reaches the engine (the
+/// header shows the engine's answer, replacing `greedy`) and is recorded in the trace; Ctrl+S
+/// saves the conversation as a Markdown transcript that parses back; M releases the mouse;
+/// a malformed `--transcript` is refused with the line named, before the TUI starts.
+#[test]
+fn chat_settings_and_transcript_in_tmux() {
+    if !common::have_tmux() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_cflow-tui");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let trace = dir.path().join("chat.trace.jsonl");
+    let cmd = format!(
+        "cd {} && CFLOW_CACHE={} {bin} --record {} --max-tokens 12 --no-pmu; echo EXITED $?; sleep 60",
+        dir.path().display(),
+        cache.display(),
+        trace.display()
+    );
+    // Wide enough for the demo's whole header.
+    let t = Tmux::start("cflow-e2e-chat", &cmd, 200, 50);
+    let header = |s: &str| s.lines().next().unwrap_or("").to_string();
+    t.wait(90, "the TUI with the engine's settings", |s| {
+        s.contains("synthetic") && header(s).contains("greedy")
+    });
+    t.literal("Once upon a time");
+    t.keys(&["Enter"]);
+    t.wait(60, "the reply's summary line", |s| {
+        s.contains("ms/tok · total")
+    });
+    t.keys(&["Tab"]);
+    t.keys(&["o"]);
+    t.wait(10, "the settings overlay", |s| s.contains("Chat settings"));
+    t.keys(&["Right", "Right", "Enter"]);
+    let s = t.wait(20, "the header to show the new temperature", |s| {
+        header(s).contains("T0.1 k40") && !header(s).contains("greedy")
+    });
+    assert!(!s.contains("Chat settings"), "overlay still open:\n{s}");
+    t.keys(&["M"]);
+    t.wait(10, "mouse released", |s| header(s).contains("MOUSE OFF"));
+    t.keys(&["M"]);
+    t.wait(10, "mouse captured again", |s| {
+        !header(s).contains("MOUSE OFF")
+    });
+    t.keys(&["C-s"]);
+    t.wait(20, "the saved notice", |s| {
+        s.contains("transcript saved to")
+    });
+    t.keys(&["q"]);
+    t.wait(30, "exit", |s| s.contains("EXITED 0"));
+    drop(t);
+
+    let saved: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    let tr = cflow::chat::transcript::Transcript::load(&saved[0]).unwrap();
+    assert_eq!(tr.messages.len(), 2, "{tr:?}");
+    assert_eq!(tr.messages[0].text, "Once upon a time");
+    assert!(tr.messages[1]
+        .summary
+        .as_deref()
+        .is_some_and(|s| s.starts_with("prompt ") && s.contains("ms/tok")));
+    assert!(
+        tr.meta
+            .iter()
+            .any(|(k, v)| k == "sampling" && v.starts_with("temp 0.10")),
+        "{:?}",
+        tr.meta
+    );
+    // The change is in the trace, like the toggles.
+    let r = cflow::telemetry::replay::Replay::open(&trace).unwrap();
+    let temps: Vec<f32> = r
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            cflow::telemetry::Event::Settings(g) => Some(g.sampling.temperature),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(temps.first(), Some(&0.0), "{temps:?}");
+    assert!(temps.iter().any(|&t| (t - 0.1).abs() < 1e-6), "{temps:?}");
+
+    // A malformed transcript: one clear line, exit 1, no TUI.
+    let bad = dir.path().join("bad.md");
+    std::fs::write(&bad, "# cflow-tui transcript\n\n## bot\n\nhi\n").unwrap();
+    let cmd = format!(
+        "CFLOW_CACHE={} {bin} --transcript {}; echo EXITED $?; sleep 60",
+        cache.display(),
+        bad.display()
+    );
+    let t = Tmux::start("cflow-e2e-chat-bad", &cmd, 160, 20);
+    let s = t.wait(60, "the refusal", |s| s.contains("EXITED 1"));
+    assert!(
+        s.contains("bad.md: line 3: unknown section `## bot`"),
+        "{s}"
+    );
+}

@@ -8,7 +8,6 @@ use crate::engine::forward::{default_threads, Engine, EngineOptions, Layout};
 use crate::io::{ExpertTier, FetchMode};
 use crate::kernels::Isa;
 use crate::quant::QuantType;
-use crate::telemetry::SamplingParams;
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -50,6 +49,8 @@ pub struct Cli {
     pub max_tokens: u32,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub chat: crate::chat::sampling::TuiChatArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -432,45 +433,7 @@ impl EngineArgs {
     }
 }
 
-#[derive(Args, Debug)]
-pub struct SamplingArgs {
-    /// Random seed for sampling.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Sampling temperature; 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Keep the K most likely tokens (0 = all).
-    #[arg(long, default_value_t = 40)]
-    pub top_k: u32,
-    /// Nucleus sampling threshold.
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    /// Repetition penalty (1 = off).
-    #[arg(long, default_value_t = 1.0)]
-    pub repeat_penalty: f32,
-}
-
-impl SamplingArgs {
-    pub fn params(&self) -> Result<SamplingParams> {
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            bail!("--temperature must be >= 0");
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            bail!("--top-p must be in (0, 1]");
-        }
-        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
-            bail!("--repeat-penalty must be > 0");
-        }
-        Ok(SamplingParams {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            repeat_penalty: self.repeat_penalty,
-            seed: self.seed,
-        })
-    }
-}
+pub use crate::chat::sampling::SamplingArgs;
 
 #[derive(Args, Debug)]
 #[command(

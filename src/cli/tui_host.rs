@@ -1,12 +1,11 @@
 //! Hosting the TUI: the default command (the TUI on a model, or the headless demo when stdout
 //! is not a terminal) and the TUI side of `replay`.
 
-use super::args::{Cli, RunArgs, SamplingArgs};
+use super::args::{Cli, RunArgs};
 use super::model::{new_engine, open_model, resolve_model};
 use super::run::cmd_run;
 use crate::engine::session::Session;
 use crate::errln;
-use crate::telemetry::SamplingParams;
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -24,13 +23,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
             prompt: Some("Once upon a time".into()),
             tokens: None,
             n: 32,
-            sampling: SamplingArgs {
-                seed: 0,
-                temperature: 0.0,
-                top_k: 40,
-                top_p: 0.95,
-                repeat_penalty: 1.0,
-            },
+            sampling: cli.chat.sampling.clone(),
             json: false,
             dump_logits: None,
             top: 10,
@@ -50,7 +43,13 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         cli.engine.options()?
     };
     let engine = new_engine(&path, file, opts, &cli.engine)?;
-    let session = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
+    let chat = engine.cfg.meta.chat_template.is_some();
+    let sampling = match chat {
+        true => cli.chat.sampling.chat_params()?,
+        false => cli.chat.sampling.params()?,
+    };
+    let startup = crate::tui::transcript::startup_commands(&cli.chat)?;
+    let session = Session::new(engine, sampling).map_err(anyhow::Error::msg)?;
     let machine =
         crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
     let ceiling = machine.bandwidth.as_ref().map(|b| b.read_gbps_nt);
@@ -71,6 +70,9 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         theme: crate::tui::Theme::from_env(),
         ..Default::default()
     };
+    for c in startup {
+        let _ = worker.commands.send(c);
+    }
     let control = worker.control.clone();
     let res = crate::tui::run(
         opts,

@@ -1,5 +1,8 @@
-//! Token sampling: greedy, temperature, top-k, top-p and repetition penalty, seeded and
+//! Token sampling: greedy, temperature, top-k, min-p, top-p and repetition penalty, seeded and
 //! reproducible (same seed and logits → same token).
+//!
+//! Order: repetition penalty → top-k → min-p (on the untempered logits, as llama.cpp: keep
+//! tokens whose probability is ≥ min_p × the top token's) → temperature softmax → top-p.
 
 use crate::rng::Rng;
 use crate::telemetry::SamplingParams;
@@ -21,6 +24,25 @@ impl Sampler {
 
     /// Picks the next token from `logits` given the recent `history` (for the penalty).
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let l = self.penalized(logits, history);
+        if self.p.temperature <= 0.0 {
+            return argmax(&l) as u32;
+        }
+        let probs = self.distribution(&l);
+        let total: f64 = probs.iter().map(|&(_, p)| p).sum();
+        let r = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
+        let mut c = 0.0;
+        for &(i, p) in &probs {
+            c += p;
+            if r < c {
+                return i as u32;
+            }
+        }
+        probs.last().map_or(0, |&(i, _)| i as u32)
+    }
+
+    /// The logits after the repetition penalty over the last 64 distinct tokens of `history`.
+    fn penalized(&self, logits: &[f32], history: &[u32]) -> Vec<f32> {
         let mut l: Vec<f32> = logits.to_vec();
         if self.p.repeat_penalty != 1.0 && self.p.repeat_penalty > 0.0 {
             let mut seen = std::collections::HashSet::new();
@@ -36,8 +58,15 @@ impl Sampler {
                 }
             }
         }
-        if self.p.temperature <= 0.0 {
-            return argmax(&l) as u32;
+        l
+    }
+
+    /// The candidates a non-greedy draw picks from, best first: (token, probability) after
+    /// top-k, min-p, the temperature softmax and top-p (probabilities sum to 1 before top-p
+    /// cuts the tail; the draw renormalizes). Empty logits give no candidates.
+    pub fn distribution(&mut self, l: &[f32]) -> Vec<(usize, f64)> {
+        if l.is_empty() {
+            return Vec::new();
         }
         self.idx.clear();
         self.idx.extend(0..l.len());
@@ -53,8 +82,19 @@ impl Sampler {
         self.idx.truncate(k);
         self.idx
             .sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
-        let t = self.p.temperature;
         let m = l[self.idx[0]];
+        // min-p: p_i / p_max = exp(l_i - l_max) >= min_p, on the untempered logits.
+        if self.p.min_p > 0.0 && self.p.min_p <= 1.0 {
+            let floor = (self.p.min_p as f64).ln();
+            let keep = self
+                .idx
+                .iter()
+                .take_while(|&&i| (l[i] - m) as f64 >= floor)
+                .count()
+                .max(1);
+            self.idx.truncate(keep);
+        }
+        let t = self.p.temperature.max(f32::MIN_POSITIVE);
         let mut probs: Vec<f64> = self
             .idx
             .iter()
@@ -74,16 +114,7 @@ impl Sampler {
                 }
             }
         }
-        let total: f64 = probs[..keep].iter().sum();
-        let r = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
-        let mut c = 0.0;
-        for (i, p) in probs[..keep].iter().enumerate() {
-            c += p;
-            if r < c {
-                return self.idx[i] as u32;
-            }
-        }
-        self.idx[keep - 1] as u32
+        self.idx[..keep].iter().copied().zip(probs).collect()
     }
 }
 
@@ -121,6 +152,45 @@ mod tests {
         let sb: Vec<u32> = (0..50).map(|_| b.sample(&logits, &[])).collect();
         assert_eq!(sa, sb);
         assert!(sa.iter().collect::<std::collections::HashSet<_>>().len() > 1);
+    }
+
+    /// min-p by hand: logits [2, 1, 0, -1] → p/p_max = 1, e^-1 = 0.368, e^-2 = 0.135,
+    /// e^-3 = 0.050. min_p 0.3 keeps tokens 0 and 1; at T = 1 they get 1/(1+e^-1) = 0.7311 and
+    /// e^-1/(1+e^-1) = 0.2689. At T = 2 the cut is the same (untempered) and the weights are
+    /// 1/(1+e^-0.5) = 0.6225 and 0.3775.
+    #[test]
+    fn min_p_keeps_tokens_above_the_fraction_of_the_top_probability() {
+        let logits = [2.0f32, 1.0, 0.0, -1.0];
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.3,
+            ..Default::default()
+        });
+        let d = s.distribution(&logits);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!((d[0].0, d[1].0), (0, 1));
+        assert!(
+            (d[0].1 - 0.7311).abs() < 1e-4 && (d[1].1 - 0.2689).abs() < 1e-4,
+            "{d:?}"
+        );
+        s.p.temperature = 2.0;
+        let d = s.distribution(&logits);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!((d[0].1 - 0.6225).abs() < 1e-4, "{d:?}");
+        // 0.13 keeps the third (0.135 >= 0.13), not the fourth.
+        s.p.min_p = 0.13;
+        assert_eq!(s.distribution(&logits).len(), 3);
+        // Off: all four.
+        s.p.min_p = 0.0;
+        assert_eq!(s.distribution(&logits).len(), 4);
+        // Draws only ever pick a kept token.
+        s.p.min_p = 0.3;
+        s.p.temperature = 1.0;
+        let picks: std::collections::HashSet<u32> =
+            (0..200).map(|_| s.sample(&logits, &[])).collect();
+        assert_eq!(picks, [0u32, 1].into_iter().collect());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::chat::conversation::Conversation;
 use crate::io::fault::panic_message;
 use crate::telemetry::machine::MachineProfile;
 use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
-use crate::telemetry::{Command, EngineConfigInfo, Event, Stamped, StopReason};
+use crate::telemetry::{Command, EngineConfigInfo, Event, GenSettings, Stamped, StopReason};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +61,23 @@ impl Worker {
 /// The engine configuration as the UI shows it.
 pub fn config_info(s: &Session) -> EngineConfigInfo {
     s.engine.config_info()
+}
+
+/// The generation settings in force: sampling, system prompt, numerics.
+pub fn gen_settings(s: &Session, conv: Option<&Conversation>) -> GenSettings {
+    let o = &s.engine.opts;
+    GenSettings {
+        sampling: s.sampler.p.clone(),
+        system: conv.and_then(|c| c.system.clone()).unwrap_or_default(),
+        // The same condition the forward pass uses to quantize activations.
+        act: if o.int_act && o.isa != crate::kernels::Isa::Scalar {
+            "q8"
+        } else {
+            "f32"
+        }
+        .into(),
+        kv: if o.kv_f16 { "f16" } else { "f32" }.into(),
+    }
 }
 
 /// Applies an engine toggle; returns a notice when it could not be applied.
@@ -144,7 +161,16 @@ fn stop_recording(out: &Out) {
 fn apply_toggle(s: &mut Session, c: &Command) -> Vec<Event> {
     let mut out = Vec::new();
     match c {
-        Command::SetSampling(p) => s.sampler = Sampler::new(p.clone()),
+        Command::SetSampling(p) => {
+            match crate::chat::sampling::validate(p) {
+                Ok(()) => s.sampler = Sampler::new(p.clone()),
+                Err(e) => out.push(Event::Error {
+                    message: format!("sampling not changed: {e}"),
+                    fatal: false,
+                }),
+            }
+            return out;
+        }
         other => {
             if let Some(n) = toggle_engine(&mut s.engine, other) {
                 out.push(Event::Notice { message: n });
@@ -247,6 +273,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 });
             }
             let mut conv = Conversation::for_tokenizer(&session.engine.cfg, session.tok.as_ref()).ok();
+            out.emit(Event::Settings(gen_settings(&session, conv.as_ref())));
             let deferred: Arc<Mutex<Vec<Ctl>>> = Arc::new(Mutex::new(Vec::new()));
             // Toggles that arrive mid-generation apply at the next token boundary.
             {
@@ -349,6 +376,27 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                             if let Some(c) = conv.as_mut() {
                                 c.system = if s.is_empty() { None } else { Some(s) };
                             }
+                            out.emit(Event::Settings(gen_settings(&session, conv.as_ref())));
+                        }
+                        Ctl::Cmd(Command::LoadConversation { system, messages }) => {
+                            let Some(c) = conv.as_mut() else {
+                                out.emit(Event::Error {
+                                    message: "this model has no usable chat template: a saved \
+                                              conversation cannot continue on it"
+                                        .into(),
+                                    fatal: false,
+                                });
+                                return false;
+                            };
+                            c.system = (!system.is_empty()).then_some(system);
+                            c.turns = messages
+                                .iter()
+                                .map(|m| {
+                                    crate::chat::template::ChatMessage::new(&m.role, m.text.clone())
+                                })
+                                .collect();
+                            out.emit(Event::History { messages });
+                            out.emit(Event::Settings(gen_settings(&session, conv.as_ref())));
                         }
                         Ctl::Cmd(Command::Complete { text, max_tokens }) => {
                             session.engine.stop.store(false, Ordering::Relaxed);
@@ -426,6 +474,9 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                         Ctl::Cmd(c) if is_toggle(&c) => {
                             for e in apply_toggle(&mut session, &c) {
                                 out.emit(e);
+                            }
+                            if matches!(c, Command::SetSampling(_)) {
+                                out.emit(Event::Settings(gen_settings(&session, conv.as_ref())));
                             }
                         }
                         Ctl::Cmd(_) => {}

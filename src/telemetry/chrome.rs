@@ -259,7 +259,11 @@ pub fn chrome_events(r: &Replay) -> Vec<Value> {
             Event::Error { message, fatal } => {
                 b.global_instant("error", *t_ns, json!({"message": message, "fatal": fatal}))
             }
-            Event::Session { .. } | Event::Prompt { .. } | Event::Notice { .. } => {}
+            Event::Settings(g) => b.global_instant("settings", *t_ns, json!(g)),
+            Event::Session { .. }
+            | Event::Prompt { .. }
+            | Event::Notice { .. }
+            | Event::History { .. } => {}
         }
     }
     b.out

@@ -170,6 +170,32 @@ pub enum Event {
     Notice { message: String },
     /// An error; the engine stays usable unless `fatal`.
     Error { message: String, fatal: bool },
+    /// Generation settings that change the answers (sampling, system prompt, numerics): sent
+    /// after `Session` and after every change, so traces record them like the toggles.
+    Settings(GenSettings),
+    /// A saved conversation was loaded (`--transcript FILE`): the next chat turn continues it.
+    History { messages: Vec<HistoryMessage> },
+}
+
+/// What the engine answers with: sampling, system prompt and the numerics in use.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GenSettings {
+    pub sampling: SamplingParams,
+    /// The chat template's system message for the next turn ("" = none).
+    #[serde(default)]
+    pub system: String,
+    /// Activation numerics of the matvecs: "q8" (quantized, integer dots) or "f32".
+    pub act: String,
+    /// Element type of the KV cache.
+    pub kv: String,
+}
+
+/// One message of a loaded conversation.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct HistoryMessage {
+    /// "user" | "assistant".
+    pub role: String,
+    pub text: String,
 }
 
 /// A recorded event with its monotonic timestamp (ns since the session started).
@@ -187,6 +213,9 @@ pub struct SamplingParams {
     pub temperature: f32,
     pub top_k: u32,
     pub top_p: f32,
+    /// Keep tokens with probability ≥ min_p × the top token's (0 = off); absent in older traces.
+    #[serde(default)]
+    pub min_p: f32,
     pub repeat_penalty: f32,
     pub seed: u64,
 }
@@ -197,6 +226,7 @@ impl Default for SamplingParams {
             temperature: 0.0,
             top_k: 40,
             top_p: 0.95,
+            min_p: 0.0,
             repeat_penalty: 1.0,
             seed: 0,
         }
@@ -230,5 +260,11 @@ pub enum Command {
     SetLayout(String),
     SetSampling(SamplingParams),
     SetSystemPrompt(String),
+    /// Replace the conversation (system prompt and turns) with a loaded transcript; the next
+    /// chat turn renders and prefills it.
+    LoadConversation {
+        system: String,
+        messages: Vec<HistoryMessage>,
+    },
     Quit,
 }

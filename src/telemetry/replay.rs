@@ -22,8 +22,9 @@ use std::path::Path;
 pub const MAX_LINE_BYTES: usize = 16 << 20;
 
 /// Event kinds known to this build (the `kind` tag of [`Event`]).
-pub const KNOWN_KINDS: [&str; 10] = [
+pub const KNOWN_KINDS: [&str; 12] = [
     "session", "prompt", "prefill", "token", "stats", "config", "done", "reset", "notice", "error",
+    "settings", "history",
 ];
 
 /// A loaded trace.
@@ -437,6 +438,8 @@ pub fn summary(r: &Replay) -> ReplaySummary {
             }
             Event::Reset => "reset",
             Event::Notice { .. } => "notice",
+            Event::Settings(_) => "settings",
+            Event::History { .. } => "history",
             Event::Error { message, fatal } => {
                 s.errors.push(if *fatal {
                     format!("fatal: {message}")

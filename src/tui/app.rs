@@ -12,7 +12,8 @@ use std::collections::VecDeque;
 
 use crate::telemetry::ab::{AbBook, AutoAb, AutoStep, Setting, Toggle, AUTO_BLOCK};
 use crate::telemetry::event::{
-    Command, EngineConfigInfo, Event, ModelSummary, Stamped, StopReason, StreamBytes, TokenStats,
+    Command, EngineConfigInfo, Event, GenSettings, ModelSummary, Stamped, StopReason, StreamBytes,
+    TokenStats,
 };
 
 /// Tokens kept for windowed views (routing heatmap, per-layer times, overlap).
@@ -139,6 +140,26 @@ pub enum Action {
     Submit,
     HistoryPrev,
     HistoryNext,
+    // --- chat (settings overlay, transcript, clipboard, mouse) ---
+    /// Open the chat settings overlay (sampling, system prompt).
+    OpenSettings,
+    /// Overlay: previous / next field.
+    SettingsMove(i32),
+    /// Overlay: step the field down / up.
+    SettingsAdjust(i32),
+    /// Overlay: type into the field.
+    SettingsInsert(char),
+    SettingsBackspace,
+    /// Overlay: send the changes to the engine and close.
+    SettingsApply,
+    /// Overlay: close without changes.
+    SettingsCancel,
+    /// Save the conversation as Markdown.
+    SaveTranscript,
+    /// Copy the last reply to the clipboard (OSC 52).
+    CopyReply,
+    /// Release / re-capture the mouse (released: the terminal's own selection works).
+    ToggleMouse,
 }
 
 pub use crate::telemetry::player::ReplayControl;
@@ -152,6 +173,12 @@ pub enum UiRequest {
     /// Suspend the process (Ctrl+Z); `tui::run` handles it itself and does not forward it.
     Suspend,
     Quit,
+    /// Write [`crate::tui::transcript::from_app`] to a new file (`tui::run` does it).
+    SaveTranscript,
+    /// Put [`App::last_reply`] on the clipboard (`tui::run` does it).
+    CopyLastReply,
+    /// Enable / disable mouse capture (`tui::run` does it).
+    SetMouseCapture(bool),
 }
 
 /// Everything the app consumes.
@@ -579,6 +606,18 @@ pub struct App {
     pub ab_focus: Toggle,
     /// A/B auto in progress.
     pub ab_auto: Option<AutoAb>,
+    /// Sampling, system prompt and numerics in force (the engine's latest `Settings`).
+    pub settings: Option<GenSettings>,
+    /// The chat settings overlay, when open.
+    pub editor: Option<super::settings::SettingsEditor>,
+    /// Index in `transcript` where the conversation since the last context reset starts.
+    pub conv_start: usize,
+    /// Summary lines of finished replies, by the index of their model turn in `transcript`.
+    pub summaries: std::collections::BTreeMap<usize, String>,
+    /// The reply being measured (from `Prompt` and `Prefill`; finished by `Done`).
+    pub reply: super::transcript::ReplyStats,
+    /// Mouse captured by the UI (wheel scrollback); false = the terminal selects text.
+    pub mouse_captured: bool,
 }
 
 impl Default for App {
@@ -619,7 +658,22 @@ impl App {
             interrupt_armed: false,
             ab_focus: Toggle::Prefetch,
             ab_auto: None,
+            settings: None,
+            editor: None,
+            conv_start: 0,
+            summaries: Default::default(),
+            reply: Default::default(),
+            mouse_captured: opts.mouse,
         }
+    }
+
+    /// The text of the last model reply, if any.
+    pub fn last_reply(&self) -> Option<&str> {
+        self.transcript
+            .iter()
+            .rev()
+            .find(|t| t.role == Role::Model && !t.text.is_empty())
+            .map(|t| t.text.as_str())
     }
 
     /// The telemetry the metric panes draw: the frozen snapshot if any, else live.
@@ -643,7 +697,7 @@ impl App {
             .map(|(m, _)| m.as_str())
     }
 
-    fn say(&mut self, m: impl Into<String>) {
+    pub(super) fn say(&mut self, m: impl Into<String>) {
         self.message = Some((m.into(), self.ticks + MESSAGE_TICKS));
     }
 
@@ -726,6 +780,9 @@ impl App {
                 self.scroll = 0;
                 self.whatif = None;
                 self.ab_auto = None;
+                self.settings = None;
+                self.conv_start = 0;
+                self.summaries.clear();
             }
             Event::Prompt { text, tokens, .. } => {
                 self.transcript.push(Turn {
@@ -741,6 +798,10 @@ impl App {
                 self.generating = true;
                 self.interrupt_armed = false;
                 self.live.ctx_used += tokens.len() as u32;
+                self.reply = super::transcript::ReplyStats {
+                    prompt_tokens: tokens.len() as u32,
+                    ..Default::default()
+                };
                 self.live.gen_tokens = 0;
                 self.live.gen_ns = 0;
                 if self.scroll > 0 {
@@ -748,6 +809,8 @@ impl App {
                 }
             }
             Event::Prefill { n_tokens, ns } => {
+                self.reply.prompt_tokens = n_tokens;
+                self.reply.prefill_ns = ns;
                 if ns > 0 {
                     self.live.prefill_tps = Some(n_tokens as f64 * 1e9 / ns as f64);
                 }
@@ -815,12 +878,39 @@ impl App {
                     self.live.decode_tps = Some(n_tokens as f64 * 1e9 / decode_ns as f64);
                 }
                 self.model_turn().end = Some(reason);
+                self.reply.tokens = n_tokens;
+                self.reply.decode_ns = decode_ns;
+                if n_tokens > 0 || self.reply.prefill_ns > 0 {
+                    let at = self.transcript.len() - 1;
+                    self.summaries.insert(at, self.reply.line());
+                }
+                self.reply = Default::default();
             }
             Event::Reset => {
                 self.live.ctx_used = 0;
                 self.transcript.push(Turn {
                     role: Role::System,
                     text: "context reset".into(),
+                    end: None,
+                });
+                self.conv_start = self.transcript.len();
+            }
+            Event::Settings(g) => self.on_settings(g),
+            Event::History { messages } => {
+                let n = messages.len();
+                for m in messages {
+                    let user = m.role == "user";
+                    self.transcript.push(Turn {
+                        role: if user { Role::User } else { Role::Model },
+                        text: m.text,
+                        end: (!user).then_some(StopReason::Eos),
+                    });
+                }
+                self.transcript.push(Turn {
+                    role: Role::System,
+                    text: format!(
+                        "loaded {n} messages from the transcript; the next reply continues them"
+                    ),
                     end: None,
                 });
             }
@@ -851,7 +941,7 @@ impl App {
         }
     }
 
-    fn toggles_blocked(&mut self) -> bool {
+    pub(super) fn toggles_blocked(&mut self) -> bool {
         if self.replay.is_some() {
             self.say("replay: toggles were recorded, they cannot be changed");
             return true;
@@ -1055,6 +1145,16 @@ impl App {
             Action::HistoryPrev => self.input.history_prev(),
             Action::HistoryNext => self.input.history_next(),
             Action::Submit => return self.submit(),
+            Action::OpenSettings
+            | Action::SettingsMove(_)
+            | Action::SettingsAdjust(_)
+            | Action::SettingsInsert(_)
+            | Action::SettingsBackspace
+            | Action::SettingsApply
+            | Action::SettingsCancel
+            | Action::SaveTranscript
+            | Action::CopyReply
+            | Action::ToggleMouse => return self.on_chat_action(a),
         }
         Effects::default()
     }

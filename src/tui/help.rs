@@ -18,7 +18,14 @@ pub fn help_rows() -> Vec<(String, String)> {
         .filter(|b| b.ctx == Ctx::Global)
         .map(|b| b.action)
         .collect();
-    for ctx in [Ctx::Global, Ctx::Nav, Ctx::Input, Ctx::WhatIf, Ctx::Replay] {
+    for ctx in [
+        Ctx::Global,
+        Ctx::Nav,
+        Ctx::Input,
+        Ctx::WhatIf,
+        Ctx::Replay,
+        Ctx::Settings,
+    ] {
         let mut section = Vec::new();
         let mut editing = Vec::new();
         for b in BINDINGS.iter().filter(|b| b.ctx == ctx) {

@@ -25,6 +25,8 @@ pub enum Ctx {
     WhatIf,
     /// When replaying (and input not focused).
     Replay,
+    /// While the chat settings overlay is open (typing goes to the field).
+    Settings,
 }
 
 impl Ctx {
@@ -36,6 +38,7 @@ impl Ctx {
             Ctx::Nav => "panes (input not focused)",
             Ctx::WhatIf => "what-if mode",
             Ctx::Replay => "replay",
+            Ctx::Settings => "chat settings (o)",
         }
     }
 }
@@ -159,6 +162,10 @@ pub const BINDINGS: &[Binding] = &[
     b(&[k(KeyCode::BackTab)], Action::FocusPrev, Ctx::Global, "previous pane", None),
     b(&[k(KeyCode::PageUp)], Action::PageUp, Ctx::Global, "scroll transcript up", None),
     b(&[k(KeyCode::PageDown)], Action::PageDown, Ctx::Global, "scroll transcript down", None),
+    b(&[alt('o')], Action::OpenSettings, Ctx::Global, "chat settings: sampling, system prompt", None),
+    b(&[ctrl('s')], Action::SaveTranscript, Ctx::Global, "save the transcript (Markdown)", None),
+    b(&[alt('y')], Action::CopyReply, Ctx::Global, "copy the last reply (OSC 52)", None),
+    b(&[alt('m')], Action::ToggleMouse, Ctx::Global, "release/capture the mouse (terminal selection)", None),
     // --- input box ---
     b(&[k(KeyCode::Enter)], Action::Submit, Ctx::Input, "send", None),
     b(
@@ -195,6 +202,14 @@ pub const BINDINGS: &[Binding] = &[
     b(&[k(KeyCode::Left)], Action::ReplayStep(-1), Ctx::Replay, "step back one token", None),
     b(&[ch('+'), ch('=')], Action::ReplaySpeed(1), Ctx::Replay, "faster (×2)", None),
     b(&[ch('-')], Action::ReplaySpeed(-1), Ctx::Replay, "slower (÷2)", None),
+    // --- chat settings overlay ---
+    b(&[k(KeyCode::Up)], Action::SettingsMove(-1), Ctx::Settings, "previous field", None),
+    b(&[k(KeyCode::Down), k(KeyCode::Tab)], Action::SettingsMove(1), Ctx::Settings, "next field", None),
+    b(&[k(KeyCode::Left)], Action::SettingsAdjust(-1), Ctx::Settings, "step down", None),
+    b(&[k(KeyCode::Right)], Action::SettingsAdjust(1), Ctx::Settings, "step up", None),
+    b(&[k(KeyCode::Enter)], Action::SettingsApply, Ctx::Settings, "apply (next reply)", None),
+    b(&[k(KeyCode::Esc)], Action::SettingsCancel, Ctx::Settings, "cancel", None),
+    b(&[k(KeyCode::Backspace)], Action::SettingsBackspace, Ctx::Settings, "", None),
     // --- panes ---
     b(&[ch('?')], Action::Help, Ctx::Nav, "help overlay", None),
     b(&[ch('i'), k(KeyCode::Enter)], Action::FocusInput, Ctx::Nav, "type a prompt", None),
@@ -208,6 +223,9 @@ pub const BINDINGS: &[Binding] = &[
     b(&[ch('f')], Action::Freeze, Ctx::Nav, "freeze panes", None),
     b(&[ch('z')], Action::Maximize, Ctx::Nav, "maximize pane", None),
     b(&[ch('r')], Action::Record, Ctx::Nav, "record on/off", None),
+    b(&[ch('o')], Action::OpenSettings, Ctx::Nav, "chat settings", None),
+    b(&[ch('y')], Action::CopyReply, Ctx::Nav, "copy the last reply", None),
+    b(&[ch('M')], Action::ToggleMouse, Ctx::Nav, "release/capture the mouse", None),
     b(&[ch('q')], Action::Quit, Ctx::Nav, "quit", None),
     b(&[k(KeyCode::Up), ch('k')], Action::ScrollUp(1), Ctx::Nav, "scroll up", None),
     b(&[k(KeyCode::Down), ch('j')], Action::ScrollDown(1), Ctx::Nav, "scroll down", None),
@@ -221,6 +239,8 @@ pub struct KeyState {
     pub replay: bool,
     pub whatif: bool,
     pub help_open: bool,
+    /// The chat settings overlay is open.
+    pub settings_open: bool,
 }
 
 impl KeyState {
@@ -230,6 +250,7 @@ impl KeyState {
             replay: app.replay.is_some(),
             whatif: app.whatif.is_some(),
             help_open: app.show_help,
+            settings_open: app.editor.is_some(),
         }
     }
 }
@@ -275,6 +296,21 @@ pub fn resolve(key: &KeyEvent, st: KeyState) -> Option<Action> {
         )
     {
         return Some(Action::Escape);
+    }
+    if st.settings_open {
+        if let Some(a) = lookup(key, Ctx::Settings).or_else(|| lookup(key, Ctx::Global)) {
+            return Some(a);
+        }
+        return match key.code {
+            KeyCode::Char(c)
+                if !key
+                    .mods
+                    .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT) =>
+            {
+                Some(Action::SettingsInsert(c))
+            }
+            _ => None,
+        };
     }
     if let Some(a) = lookup(key, Ctx::Global) {
         return Some(a);
@@ -375,12 +411,14 @@ mod tests {
         replay: false,
         whatif: false,
         help_open: false,
+        settings_open: false,
     };
     const NAV: KeyState = KeyState {
         input_focused: false,
         replay: false,
         whatif: false,
         help_open: false,
+        settings_open: false,
     };
 
     #[test]
@@ -475,6 +513,52 @@ mod tests {
         assert_eq!(
             resolve(&key(KeyCode::Esc, KeyModifiers::NONE), help),
             Some(Action::Escape)
+        );
+    }
+
+    #[test]
+    fn settings_overlay_takes_the_keys_while_open() {
+        let st = KeyState {
+            settings_open: true,
+            ..TYPING
+        };
+        assert_eq!(
+            resolve(&key(KeyCode::Char('p'), KeyModifiers::NONE), st),
+            Some(Action::SettingsInsert('p'))
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Enter, KeyModifiers::NONE), st),
+            Some(Action::SettingsApply)
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Esc, KeyModifiers::NONE), st),
+            Some(Action::SettingsCancel)
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Right, KeyModifiers::NONE), st),
+            Some(Action::SettingsAdjust(1))
+        );
+        // Global keys still work (Ctrl+C stops / quits).
+        assert_eq!(
+            resolve(&key(KeyCode::Char('c'), KeyModifiers::CONTROL), st),
+            Some(Action::Interrupt)
+        );
+        // Closed: o opens it from the panes, Alt+o also while typing; Ctrl+S saves.
+        assert_eq!(
+            resolve(&key(KeyCode::Char('o'), KeyModifiers::NONE), NAV),
+            Some(Action::OpenSettings)
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Char('o'), KeyModifiers::ALT), TYPING),
+            Some(Action::OpenSettings)
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Char('s'), KeyModifiers::CONTROL), TYPING),
+            Some(Action::SaveTranscript)
+        );
+        assert_eq!(
+            resolve(&key(KeyCode::Char('M'), KeyModifiers::SHIFT), NAV),
+            Some(Action::ToggleMouse)
         );
     }
 

@@ -8,10 +8,13 @@
 //!
 //! Files: `app` (state), `keymap`, `theme`, `terminal` (guard), `screen` (layout), `common`
 //! (helpers), one file per pane: `text`, `streams`, `critical`, `routing`, `pmu`, `overlap`, `ab`,
-//! `status` (status bar + footer), `help` (overlay).
+//! `status` (status bar + footer), `help` (overlay); the chat features: `chat` (actions),
+//! `settings` (overlay), `transcript` (summary line, save/continue), `clipboard` (OSC 52).
 
 pub mod ab;
 pub mod app;
+pub mod chat;
+pub mod clipboard;
 pub mod common;
 pub mod critical;
 pub mod fixture;
@@ -21,11 +24,13 @@ pub mod overlap;
 pub mod pmu;
 pub mod routing;
 pub mod screen;
+pub mod settings;
 pub mod status;
 pub mod streams;
 pub mod terminal;
 pub mod text;
 pub mod theme;
+pub mod transcript;
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +47,66 @@ use crate::telemetry::event::{Command, Stamped};
 pub const FRAME: Duration = Duration::from_millis(100);
 /// Longest time spent draining events before drawing a frame.
 const DRAIN_BUDGET: Duration = Duration::from_millis(20);
+
+/// Performs the requests that need the app and the terminal (save the transcript, copy the
+/// last reply, mouse capture) and reports their outcome to the app; returns the others.
+fn local_requests(
+    mut fx: Effects,
+    app: &mut App,
+    guard: &mut terminal::TerminalGuard,
+) -> anyhow::Result<Effects> {
+    use crate::telemetry::event::Event;
+    let mut rest = Vec::new();
+    for r in std::mem::take(&mut fx.requests) {
+        let outcome = match r {
+            UiRequest::SaveTranscript => {
+                let t = transcript::from_app(app);
+                Some(match transcript::save_in(std::path::Path::new("."), &t) {
+                    Ok(p) => Event::Notice {
+                        message: format!(
+                            "transcript saved to {} (continue it: cflow-tui MODEL --transcript {})",
+                            p.display(),
+                            p.display()
+                        ),
+                    },
+                    Err(e) => Event::Error {
+                        message: format!("cannot save the transcript: {e}"),
+                        fatal: false,
+                    },
+                })
+            }
+            UiRequest::CopyLastReply => {
+                let text = app.last_reply().unwrap_or_default().to_string();
+                match clipboard::copy(&mut std::io::stdout(), &text) {
+                    Ok(n) if n < text.len() => Some(Event::Notice {
+                        message: format!(
+                            "copied the first {n} of {} bytes (OSC 52 limit)",
+                            text.len()
+                        ),
+                    }),
+                    Ok(_) => None,
+                    Err(e) => Some(Event::Error {
+                        message: format!("cannot copy: {e}"),
+                        fatal: false,
+                    }),
+                }
+            }
+            UiRequest::SetMouseCapture(on) => {
+                guard.set_mouse(on)?;
+                None
+            }
+            other => {
+                rest.push(other);
+                None
+            }
+        };
+        if let Some(e) = outcome {
+            app.apply(Msg::Event(e));
+        }
+    }
+    fx.requests = rest;
+    Ok(fx)
+}
 
 /// Run the TUI until the user quits (or the event source closes and the user quits).
 ///
@@ -142,6 +207,7 @@ pub fn run(
                 };
                 if let Some(msg) = msg {
                     let fx = app.apply(msg);
+                    let fx = local_requests(fx, &mut app, &mut guard)?;
                     dispatch(fx, &mut guard, &mut on_request)?;
                     dirty = true;
                     // Key presses redraw immediately.

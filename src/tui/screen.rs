@@ -84,6 +84,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
         critical::render(frame, c, app);
         overlap::render(frame, o, app);
     }
+    if app.editor.is_some() {
+        super::settings::render(frame, area, app);
+    }
     if app.show_help {
         help::render(frame, area, app);
     }

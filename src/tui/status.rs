@@ -52,6 +52,10 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         badges.push(Span::styled(" ", th.bar()));
         badges.push(Span::styled(" WHAT-IF ", th.badge()));
     }
+    if !app.mouse_captured && app.replay.is_none() {
+        badges.push(Span::styled(" ", th.bar()));
+        badges.push(Span::styled(" MOUSE OFF ", th.badge()));
+    }
     spans.extend(badges);
     match &v.model {
         Some(m) if compact => {
@@ -83,6 +87,12 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
             }
         }
         None => spans.push(Span::styled(" · no session", th.bar())),
+    }
+    // A chat model's numerics and sampling come before the engine toggles (they change the
+    // answers; the toggles only the speed), so they survive truncation.
+    let chat_first = app.chat_mode();
+    if chat_first {
+        spans.extend(settings_spans(app, compact));
     }
     if let Some(c) = &v.config {
         let onoff = if c.prefetch { "ON" } else { "OFF" };
@@ -117,6 +127,9 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
             spans.push(Span::styled(format!("tier {}", c.expert_tier), th.bar()));
         }
     }
+    if !chat_first {
+        spans.extend(settings_spans(app, compact));
+    }
     let used = width(&spans);
     if used < area.width as usize {
         spans.push(Span::styled(
@@ -125,6 +138,28 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         ));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// Numerics and sampling: " │ act f32 kv f32 │ T0.7 k40 p0.95 m0.05 r1.1 s0" (compact: " │ f32/kv
+/// f32 │ …"); the settings overlay (`o`) spells the fields out.
+fn settings_spans<'a>(app: &App, compact: bool) -> Vec<Span<'a>> {
+    use crate::chat::sampling::describe_short;
+    let th = &app.theme;
+    let Some(g) = &app.settings else {
+        return Vec::new();
+    };
+    let sep = || Span::styled(" │ ", th.bar());
+    let numerics = if compact {
+        format!("{}/kv {}", g.act, g.kv)
+    } else {
+        format!("act {} kv {}", g.act, g.kv)
+    };
+    vec![
+        sep(),
+        Span::styled(numerics, th.bar()),
+        sep(),
+        Span::styled(describe_short(&g.sampling), th.bar()),
+    ]
 }
 
 /// The metrics part of the footer.

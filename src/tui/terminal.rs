@@ -90,6 +90,25 @@ impl TerminalGuard {
         self.terminal.clear()
     }
 
+    /// Captures (wheel scrollback) or releases the mouse (the terminal's own selection works);
+    /// restored on exit either way.
+    pub fn set_mouse(&mut self, on: bool) -> io::Result<()> {
+        if on {
+            MOUSE_HOOK.call_once(|| {
+                let prev = std::panic::take_hook();
+                std::panic::set_hook(Box::new(move |info| {
+                    let _ = execute!(stdout(), DisableMouseCapture);
+                    prev(info);
+                }));
+            });
+            execute!(stdout(), EnableMouseCapture)?;
+        } else {
+            execute!(stdout(), DisableMouseCapture)?;
+        }
+        self.mouse = on;
+        Ok(())
+    }
+
     /// Ctrl+Z: give the terminal back, stop the process (the shell's `fg` resumes it), re-enter.
     pub fn suspend(&mut self) -> io::Result<()> {
         self.leave();

@@ -29,6 +29,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled("Text", th.title()),
         Span::styled(format!(" · {mode}"), th.dim()),
     ];
+    if let Some(s) = app.settings.as_ref().filter(|s| !s.system.is_empty()) {
+        title.push(Span::styled(
+            format!(" · system: {}", super::common::truncate(&s.system, 24)),
+            th.dim(),
+        ));
+    }
     if app.scroll > 0 {
         title.push(Span::styled(
             format!(" · ↑{} (End follows)", app.scroll),
@@ -69,7 +75,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         let hint = if app.replay.is_some() {
             "replay — Space pause, ←/→ step, +/- speed"
         } else {
-            "press i or Enter to type"
+            "press i or Enter to type · o settings"
         };
         input_lines.push(Line::from(vec![
             Span::styled("> ", th.dim()),
@@ -197,6 +203,14 @@ pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
                 Span::raw(" ".repeat(label_w)),
                 Span::styled(e, th.dim()),
             ]));
+        }
+        if let Some(sum) = app.summaries.get(&i) {
+            for r in wrap(sum, text_w) {
+                out.push(Line::from(vec![
+                    Span::raw(" ".repeat(label_w)),
+                    Span::styled(r, th.dim()),
+                ]));
+            }
         }
     }
     out

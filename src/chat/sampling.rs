@@ -1,0 +1,232 @@
+//! Sampling settings: their defaults (greedy for scripted runs, llama.cpp-like for chat), their
+//! validation, the one-line description the header and transcripts show, and the command-line
+//! flags (`SamplingArgs`, flattened into the TUI's top level, `run` and `chat`).
+
+use crate::telemetry::SamplingParams;
+use clap::Args;
+
+/// A sampling setting outside its range; the message names the flag / field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidSampling(pub String);
+
+/// Defaults for scripted runs (`run`): greedy, so outputs are reproducible without a seed.
+pub fn scripted_defaults() -> SamplingParams {
+    SamplingParams::default()
+}
+
+/// Defaults for chatting (TUI on a chat model, `chat`): greedy decoding makes small models loop,
+/// so sample like llama.cpp (temperature 0.7, top-k 40, top-p 0.95, min-p 0.05) with a mild
+/// repetition penalty; the seed is fixed, so a conversation replays identically.
+pub fn chat_defaults() -> SamplingParams {
+    SamplingParams {
+        temperature: 0.7,
+        top_k: 40,
+        top_p: 0.95,
+        min_p: 0.05,
+        repeat_penalty: 1.1,
+        seed: 0,
+    }
+}
+
+/// Checks every field's range.
+pub fn validate(p: &SamplingParams) -> Result<(), InvalidSampling> {
+    let bad = |m: &str| Err(InvalidSampling(m.to_string()));
+    if !(p.temperature >= 0.0 && p.temperature.is_finite()) {
+        return bad("--temperature must be >= 0");
+    }
+    if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+        return bad("--top-p must be in (0, 1]");
+    }
+    if !(0.0..=1.0).contains(&p.min_p) {
+        return bad("--min-p must be in [0, 1]");
+    }
+    if !(p.repeat_penalty > 0.0 && p.repeat_penalty.is_finite()) {
+        return bad("--repeat-penalty must be > 0");
+    }
+    Ok(())
+}
+
+/// "temp 0.70 top-k 40 top-p 0.95 min-p 0.05 rep 1.10 seed 0", or "greedy" (plus the penalty
+/// when it is on, since it changes greedy answers too).
+pub fn describe(p: &SamplingParams) -> String {
+    let rep = if p.repeat_penalty != 1.0 {
+        format!(" rep {:.2}", p.repeat_penalty)
+    } else {
+        String::new()
+    };
+    if p.temperature <= 0.0 {
+        return format!("greedy{rep}");
+    }
+    let k = if p.top_k == 0 {
+        "off".to_string()
+    } else {
+        p.top_k.to_string()
+    };
+    format!(
+        "temp {:.2} top-k {k} top-p {:.2} min-p {:.2}{rep} seed {}",
+        p.temperature, p.top_p, p.min_p, p.seed
+    )
+}
+
+/// The compact form for narrow headers: "T0.7 k40 p0.95 m0.05 r1.1 s0", or "greedy".
+pub fn describe_short(p: &SamplingParams) -> String {
+    let g = |x: f32| {
+        let t = format!("{x:.2}");
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
+    };
+    let rep = if p.repeat_penalty != 1.0 {
+        format!(" r{}", g(p.repeat_penalty))
+    } else {
+        String::new()
+    };
+    if p.temperature <= 0.0 {
+        return format!("greedy{rep}");
+    }
+    format!(
+        "T{} k{} p{} m{}{rep} s{}",
+        g(p.temperature),
+        p.top_k,
+        g(p.top_p),
+        g(p.min_p),
+        p.seed
+    )
+}
+
+/// The sampling flags. Unset flags take the defaults of the context ([`scripted_defaults`] for
+/// `run`, [`chat_defaults`] for the TUI on a chat model and `chat`).
+#[derive(Args, Debug, Clone, Default, PartialEq)]
+#[command(next_help_heading = "Sampling")]
+pub struct SamplingArgs {
+    /// Random seed for sampling [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Sampling temperature; 0 = greedy [default: 0 for `run`; 0.7 for chat: the TUI on a chat
+    /// model and `chat`].
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// Keep the K most likely tokens (0 = all) [default: 40].
+    #[arg(long)]
+    pub top_k: Option<u32>,
+    /// Nucleus sampling: keep the smallest set of tokens whose probability reaches P
+    /// [default: 0.95].
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// Keep tokens at least P times as likely as the most likely one (0 = off) [default: 0 for
+    /// `run`; 0.05 for chat].
+    #[arg(long)]
+    pub min_p: Option<f32>,
+    /// Repetition penalty over the last 64 tokens (1 = off) [default: 1 for `run`; 1.1 for
+    /// chat].
+    #[arg(long)]
+    pub repeat_penalty: Option<f32>,
+}
+
+impl SamplingArgs {
+    /// The flags over [`scripted_defaults`].
+    pub fn params(&self) -> Result<SamplingParams, InvalidSampling> {
+        self.over(scripted_defaults())
+    }
+
+    /// The flags over [`chat_defaults`].
+    pub fn chat_params(&self) -> Result<SamplingParams, InvalidSampling> {
+        self.over(chat_defaults())
+    }
+
+    /// The flags that are set, over `base`, validated.
+    pub fn over(&self, base: SamplingParams) -> Result<SamplingParams, InvalidSampling> {
+        let p = SamplingParams {
+            temperature: self.temperature.unwrap_or(base.temperature),
+            top_k: self.top_k.unwrap_or(base.top_k),
+            top_p: self.top_p.unwrap_or(base.top_p),
+            min_p: self.min_p.unwrap_or(base.min_p),
+            repeat_penalty: self.repeat_penalty.unwrap_or(base.repeat_penalty),
+            seed: self.seed.unwrap_or(base.seed),
+        };
+        validate(&p)?;
+        Ok(p)
+    }
+}
+
+/// The TUI's chat flags besides sampling.
+#[derive(Args, Debug, Clone, Default, PartialEq)]
+#[command(next_help_heading = "Chat")]
+pub struct TuiChatArgs {
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// System prompt for the chat template (editable in the TUI: o, then the `system` row).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Continue a conversation saved with Ctrl+S (a Markdown transcript).
+    #[arg(long, value_name = "FILE")]
+    pub transcript: Option<std::path::PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unset_flags_take_the_context_defaults() {
+        let none = SamplingArgs::default();
+        assert_eq!(none.params().unwrap(), scripted_defaults());
+        assert_eq!(none.chat_params().unwrap(), chat_defaults());
+        let some = SamplingArgs {
+            temperature: Some(0.0),
+            seed: Some(9),
+            ..Default::default()
+        };
+        let p = some.chat_params().unwrap();
+        assert_eq!((p.temperature, p.seed, p.min_p), (0.0, 9, 0.05));
+    }
+
+    #[test]
+    fn ranges_are_checked_and_named() {
+        for (a, flag) in [
+            (
+                SamplingArgs {
+                    temperature: Some(-1.0),
+                    ..Default::default()
+                },
+                "--temperature",
+            ),
+            (
+                SamplingArgs {
+                    top_p: Some(0.0),
+                    ..Default::default()
+                },
+                "--top-p",
+            ),
+            (
+                SamplingArgs {
+                    min_p: Some(1.5),
+                    ..Default::default()
+                },
+                "--min-p",
+            ),
+            (
+                SamplingArgs {
+                    repeat_penalty: Some(f32::NAN),
+                    ..Default::default()
+                },
+                "--repeat-penalty",
+            ),
+        ] {
+            let e = a.params().unwrap_err();
+            assert!(e.0.contains(flag), "{e}");
+        }
+    }
+
+    #[test]
+    fn description() {
+        assert_eq!(describe(&scripted_defaults()), "greedy");
+        assert_eq!(
+            describe(&chat_defaults()),
+            "temp 0.70 top-k 40 top-p 0.95 min-p 0.05 rep 1.10 seed 0"
+        );
+        assert_eq!(
+            describe_short(&chat_defaults()),
+            "T0.7 k40 p0.95 m0.05 r1.1 s0"
+        );
+    }
+}

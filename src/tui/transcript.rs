@@ -1,0 +1,227 @@
+//! The TUI side of chat transcripts: the per-reply summary line (like `ollama run --verbose`,
+//! from the engine-measured `Prompt`/`Prefill`/`Done` events), the conversation on screen as a
+//! [`Transcript`], saving it (Ctrl+S) under a new name through `output.rs`, and the startup
+//! commands that continue a saved one (`--transcript FILE`, `--system TEXT`).
+
+use std::path::{Path, PathBuf};
+
+use super::app::{App, Role};
+use crate::chat::sampling::{describe, TuiChatArgs};
+use crate::chat::transcript::{Message, Transcript, TranscriptError};
+use crate::output::Output;
+use crate::telemetry::event::{Command, HistoryMessage};
+
+/// What one reply cost, as the engine measured it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReplyStats {
+    /// Tokens fed for this turn (the new part of the rendered chat prompt).
+    pub prompt_tokens: u32,
+    pub prefill_ns: u64,
+    /// Tokens generated.
+    pub tokens: u32,
+    pub decode_ns: u64,
+}
+
+fn rate(n: u32, ns: u64) -> String {
+    if ns == 0 {
+        "—".into()
+    } else {
+        format!("{:.1}", n as f64 * 1e9 / ns as f64)
+    }
+}
+
+impl ReplyStats {
+    /// "prompt 23 tok · prefill 610.2 tok/s · 48 tok · decode 85.1 tok/s · 11.75 ms/tok ·
+    /// total 0.60 s" (total = prefill + decode).
+    pub fn line(&self) -> String {
+        let ms_tok = if self.tokens > 0 {
+            format!("{:.2}", self.decode_ns as f64 / self.tokens as f64 / 1e6)
+        } else {
+            "—".into()
+        };
+        format!(
+            "prompt {} tok · prefill {} tok/s · {} tok · decode {} tok/s · {ms_tok} ms/tok · total {:.2} s",
+            self.prompt_tokens,
+            rate(self.prompt_tokens, self.prefill_ns),
+            self.tokens,
+            rate(self.tokens, self.decode_ns),
+            (self.prefill_ns + self.decode_ns) as f64 / 1e9
+        )
+    }
+}
+
+/// The conversation since the last context reset, as the model sees it: user and model turns
+/// (with their summary lines), the system prompt and the sampling in force.
+pub fn from_app(app: &App) -> Transcript {
+    let mut t = Transcript::default();
+    if let Some(m) = &app.live.model {
+        t.meta.push(("model".into(), m.name.clone()));
+    }
+    if let Some(s) = &app.settings {
+        t.meta.push(("sampling".into(), describe(&s.sampling)));
+        t.meta
+            .push(("numerics".into(), format!("act {} · kv {}", s.act, s.kv)));
+        t.system = s.system.clone();
+    }
+    let start = app.conv_start.min(app.transcript.len());
+    for (i, turn) in app.transcript.iter().enumerate().skip(start) {
+        match turn.role {
+            Role::User => t.messages.push(Message {
+                role: "user".into(),
+                text: turn.text.clone(),
+                summary: None,
+            }),
+            Role::Model => t.messages.push(Message {
+                role: "assistant".into(),
+                text: turn.text.clone(),
+                summary: app.summaries.get(&i).cloned(),
+            }),
+            Role::System | Role::Error => {}
+        }
+    }
+    t
+}
+
+/// Writes the transcript to a new `cflow-chat-YYYYMMDDTHHMMSSZ[-N].md` in `dir`: the name is
+/// reserved with O_EXCL (nothing is ever replaced), then the content is written to a temporary
+/// file and renamed over it, so the file is never seen half-written.
+pub fn save_in(dir: &Path, t: &Transcript) -> Result<PathBuf, String> {
+    use std::io::Write;
+    let stamp = crate::telemetry::recorder::basic_utc(std::time::SystemTime::now());
+    for n in 1u32..10_000 {
+        let name = if n == 1 {
+            format!("cflow-chat-{stamp}.md")
+        } else {
+            format!("cflow-chat-{stamp}-{n}.md")
+        };
+        let path = dir.join(name);
+        match Output::create_new(&path) {
+            Ok(reserved) => {
+                reserved.commit().map_err(|e| e.to_string())?;
+                let mut out = Output::create(&path, &[]).map_err(|e| e.to_string())?;
+                out.write_all(t.to_markdown().as_bytes())
+                    .map_err(|e| e.to_string())?;
+                out.commit().map_err(|e| e.to_string())?;
+                return Ok(path);
+            }
+            Err(e) if e.io_kind() == Some(std::io::ErrorKind::AlreadyExists) => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err(format!(
+        "{}: every name for this second is taken",
+        dir.join(format!("cflow-chat-{stamp}-*.md")).display()
+    ))
+}
+
+/// The commands the TUI sends before the first prompt: the loaded transcript (system prompt and
+/// messages), then `--system` (which wins over the transcript's).
+pub fn startup_commands(a: &TuiChatArgs) -> Result<Vec<Command>, TranscriptError> {
+    let mut out = Vec::new();
+    if let Some(p) = &a.transcript {
+        let t = Transcript::load(p)?;
+        out.push(Command::LoadConversation {
+            system: t.system,
+            messages: t
+                .messages
+                .into_iter()
+                .map(|m| HistoryMessage {
+                    role: m.role,
+                    text: m.text,
+                })
+                .collect(),
+        });
+    }
+    if let Some(s) = &a.system {
+        out.push(Command::SetSystemPrompt(s.clone()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_line_by_hand() {
+        let s = ReplyStats {
+            prompt_tokens: 20,
+            prefill_ns: 40_000_000,
+            tokens: 50,
+            decode_ns: 500_000_000,
+        };
+        assert_eq!(
+            s.line(),
+            "prompt 20 tok · prefill 500.0 tok/s · 50 tok · decode 100.0 tok/s · 10.00 ms/tok · total 0.54 s"
+        );
+        let none = ReplyStats::default();
+        assert!(
+            none.line().contains("decode — tok/s · — ms/tok"),
+            "{}",
+            none.line()
+        );
+    }
+
+    #[test]
+    fn save_never_replaces_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Transcript {
+            system: "sys".into(),
+            messages: vec![Message {
+                role: "user".into(),
+                text: "hi".into(),
+                summary: None,
+            }],
+            ..Default::default()
+        };
+        let a = save_in(dir.path(), &t).unwrap();
+        let b = save_in(dir.path(), &t).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(Transcript::load(&a).unwrap(), t);
+        assert_eq!(Transcript::load(&b).unwrap(), t);
+        let e = save_in(&dir.path().join("missing"), &t).unwrap_err();
+        assert!(e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn startup_loads_then_applies_the_system_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.md");
+        std::fs::write(
+            &p,
+            "# cflow-tui transcript\n\n## system\n\nold\n\n## user\n\nhi\n\n## assistant · x\n\nyo\n",
+        )
+        .unwrap();
+        let a = TuiChatArgs {
+            transcript: Some(p.clone()),
+            system: Some("new".into()),
+            ..Default::default()
+        };
+        let c = startup_commands(&a).unwrap();
+        assert_eq!(
+            c,
+            vec![
+                Command::LoadConversation {
+                    system: "old".into(),
+                    messages: vec![
+                        HistoryMessage {
+                            role: "user".into(),
+                            text: "hi".into()
+                        },
+                        HistoryMessage {
+                            role: "assistant".into(),
+                            text: "yo".into()
+                        }
+                    ]
+                },
+                Command::SetSystemPrompt("new".into())
+            ]
+        );
+        std::fs::write(&p, "## user\nhi\n").unwrap();
+        let e = startup_commands(&a).unwrap_err().to_string();
+        assert!(
+            e.contains("t.md: line 1: not a cflow-tui transcript"),
+            "{e}"
+        );
+    }
+}

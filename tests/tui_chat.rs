@@ -1,0 +1,121 @@
+//! The TUI's chat features on screen (issue 16, item 10), with `TestBackend` snapshots at
+//! 80×24, 100×30 and 160×48: the header's numerics and sampling, the system prompt in the Text
+//! pane's title, the per-reply summary line, the settings overlay, and the zoomed Text pane
+//! with its input box.
+
+use cflow::chat::sampling::chat_defaults;
+use cflow::telemetry::event::{Event, GenSettings, StopReason};
+use cflow::tui::app::{Action, App, Msg, PaneId, TuiOptions};
+use cflow::tui::fixture::dense_events;
+use cflow::tui::screen;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+const SIZES: [(u16, u16); 3] = [(80, 24), (100, 30), (160, 48)];
+
+fn settings() -> GenSettings {
+    GenSettings {
+        sampling: chat_defaults(),
+        system: "You are a concise assistant.".into(),
+        act: "f32".into(),
+        kv: "f32".into(),
+    }
+}
+
+/// The dense chat fixture with the engine's `Settings` and the second reply finished.
+fn chat((w, h): (u16, u16)) -> App {
+    let mut app = App::new(&TuiOptions::default());
+    app.apply(Msg::Resize(w, h));
+    let mut evs = dense_events();
+    // Settings right after the session, as the worker sends them.
+    let first = evs.remove(0);
+    app.apply(Msg::Stamped(first));
+    app.apply(Msg::Event(Event::Settings(settings())));
+    for e in evs {
+        app.apply(Msg::Stamped(e));
+    }
+    app.apply(Msg::Event(Event::Token {
+        index: 5,
+        id: 1,
+        text: " Rome.".into(),
+    }));
+    app.apply(Msg::Event(Event::Done {
+        reason: StopReason::Eos,
+        n_tokens: 6,
+        decode_ns: 60_000_000,
+        pos: Some(68),
+    }));
+    app
+}
+
+fn screen(app: &App, (w, h): (u16, u16)) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| screen::draw(f, app)).unwrap();
+    term.backend().to_string()
+}
+
+#[test]
+fn header_shows_numerics_and_sampling_and_replies_their_summary() {
+    for size in SIZES {
+        let app = chat(size);
+        let s = screen(&app, size);
+        let header = s.lines().next().unwrap();
+        let numerics = if size.0 < 120 {
+            "f32/kv f32"
+        } else {
+            "act f32 kv f32"
+        };
+        assert!(header.contains(numerics), "{size:?}: {header}");
+        assert!(
+            header.contains("T0.7 k40 p0.95 m0.05"),
+            "{size:?}: {header}"
+        );
+        assert!(s.contains("ms/tok"), "{size:?}: no summary line\n{s}");
+        assert!(s.contains("system: You are a"), "{size:?}\n{s}");
+        insta::assert_snapshot!(format!("chat_screen_{}x{}", size.0, size.1), s);
+    }
+}
+
+#[test]
+fn settings_overlay() {
+    for size in SIZES {
+        let mut app = chat(size);
+        app.apply(Msg::Action(Action::OpenSettings));
+        app.apply(Msg::Action(Action::SettingsAdjust(1)));
+        app.apply(Msg::Action(Action::SettingsMove(-1)));
+        let s = screen(&app, size);
+        assert!(s.contains("Chat settings"), "{s}");
+        assert!(s.contains("0.75"), "the draft shows: {s}");
+        assert!(s.contains("You are a concise assistant.▌"), "{s}");
+        insta::assert_snapshot!(format!("chat_settings_{}x{}", size.0, size.1), s);
+    }
+}
+
+#[test]
+fn zoomed_text_pane_keeps_its_input_box() {
+    for size in SIZES {
+        let mut app = chat(size);
+        assert_eq!(app.focus, PaneId::Text);
+        for c in "Tell me more".chars() {
+            app.apply(Msg::Action(Action::Insert(c)));
+        }
+        app.apply(Msg::Action(Action::Maximize));
+        let s = screen(&app, size);
+        assert!(s.contains("> Tell me more"), "{size:?}\n{s}");
+        assert!(!s.contains("Streams"), "{size:?}: not zoomed\n{s}");
+        insta::assert_snapshot!(format!("chat_zoomed_text_{}x{}", size.0, size.1), s);
+    }
+}
+
+#[test]
+fn mouse_release_shows_a_badge() {
+    let mut app = chat((160, 48));
+    app.apply(Msg::Action(Action::ToggleMouse));
+    assert!(screen(&app, (160, 48))
+        .lines()
+        .next()
+        .unwrap()
+        .contains("MOUSE OFF"));
+    app.apply(Msg::Action(Action::ToggleMouse));
+    assert!(!screen(&app, (160, 48)).contains("MOUSE OFF"));
+}
