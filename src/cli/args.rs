@@ -550,6 +550,9 @@ pub enum BenchCmd {
     Decode(BenchDecodeArgs),
     /// Sync vs staged expert fetch on the direct tier (overlap model, paper §5.14).
     Overlap(crate::bench_io::OverlapArgs),
+    /// The overlap model alone, on figures you give it (e.g. the paper's Table 5.6): steady
+    /// state vs the per-layer replay with fill and drain. Measures nothing.
+    OverlapModel(crate::telemetry::overlap_model::ModelArgs),
     /// Tiled vs row-major matvec wall clock at large shapes (paper §5.4).
     Layout(crate::bench_layout::LayoutArgs),
     /// Decode ms/token with the PREFETCHT0 thread on vs off (paper §5.8).

@@ -73,6 +73,10 @@ fn dispatch(cli: Cli) -> Result<()> {
         Some(Cmd::Inspect(a)) => cmd_inspect(a),
         Some(Cmd::Bench(BenchCmd::Decode(a))) => cmd_bench_decode(a),
         Some(Cmd::Bench(BenchCmd::Overlap(a))) => crate::bench_io::overlap(&a),
+        Some(Cmd::Bench(BenchCmd::OverlapModel(a))) => {
+            crate::outln!("{}", crate::telemetry::overlap_model::report(&a)?)?;
+            Ok(())
+        }
         Some(Cmd::Bench(BenchCmd::Layout(a))) => crate::bench_layout::layout(&a, a.isa.resolve()?),
         Some(Cmd::Bench(BenchCmd::Prefetch(a))) => {
             let path = model::resolve_model(a.model.clone())?;
