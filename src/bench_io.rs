@@ -16,7 +16,7 @@
 //! matvecs.)
 
 use crate::convert::generate::{generate, GenSpec, Rng};
-use crate::engine::forward::{Engine, EngineOptions};
+use crate::engine::{Engine, EngineOptions};
 use crate::format::reader::Matrix;
 use crate::format::{CflowFile, EntryKind, MatrixData, TileHeader, TILE_COLS, TILE_ROWS};
 use crate::io::{ExpertTier, FetchMode};
@@ -109,7 +109,7 @@ struct ArmResult {
 
 fn run_arm(e: &mut Engine, tokens: usize) -> ArmResult {
     e.reset();
-    let vocab = e.cfg.vocab as u32;
+    let vocab = e.cfg().vocab as u32;
     let (mut c, mut io, mut w, mut n) = (0u64, 0u64, 0u64, 0u64);
     let t0 = Instant::now();
     for i in 0..tokens {
@@ -117,7 +117,7 @@ fn run_arm(e: &mut Engine, tokens: usize) -> ArmResult {
         if e.step(tok, true).is_err() {
             break;
         }
-        for l in &e.stats.layers {
+        for l in &e.stats().layers {
             if let Some(x) = l.io {
                 c += x.compute_ns;
                 io += x.io_ns;
@@ -487,7 +487,7 @@ pub fn prefetch(a: &PrefetchArgs, path: &Path, base: EngineOptions) -> Result<()
             ..base
         },
     );
-    let vocab = e.cfg.vocab as u32;
+    let vocab = e.cfg().vocab as u32;
     let run = |e: &mut Engine| -> f64 {
         e.reset();
         let t0 = Instant::now();

@@ -2,8 +2,8 @@
 //! TUI opens on the given model (or the built-in demo).
 
 use crate::convert::generate::{generate, GenSpec, ARCHS};
-use crate::engine::forward::{default_threads, stream_bytes, Engine, EngineOptions, Layout};
 use crate::engine::session::{GenOutcome, Session};
+use crate::engine::{default_threads, stream_bytes, Engine, EngineOptions, Layout};
 use crate::format::CflowFile;
 use crate::kernels::Isa;
 use crate::quant::QuantType;
@@ -524,7 +524,7 @@ fn default_command(cli: &Cli) -> Result<()> {
     let engine = new_engine(&path, file, opts, &cli.engine)?;
     let session = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
     let machine =
-        crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
+        crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts().isa.name());
     let ceiling = machine.bandwidth.as_ref().map(|b| b.read_gbps_nt);
     let worker = crate::engine::worker::spawn(
         session,
@@ -637,7 +637,7 @@ fn new_engine(
         let attached = VflowFile::open(&vp)
             .map_err(|e| e.to_string())
             .and_then(|v| {
-                for (f, what) in [(&*engine.file, "model"), (&v.file, "twin")] {
+                for (f, what) in [(&**engine.file(), "model"), (&v.file, "twin")] {
                     if !f.has_recorded_content_hash() {
                         errln!(
                             "cflow-tui: {} has no recorded content hash (written by an older \
@@ -646,7 +646,7 @@ fn new_engine(
                         );
                     }
                 }
-                check_twin(&v, &engine.file).map(|()| v)
+                check_twin(&v, engine.file()).map(|()| v)
             })
             .and_then(|v| engine.attach_vflow(Arc::new(v.into_file())));
         match attached {
@@ -781,7 +781,7 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         (None, Some(p)) if a.chat => {
             let (bos, eos) = special_strings(&sess);
             let mut conv =
-                crate::chat::conversation::Conversation::for_model(&sess.engine.cfg, &bos, &eos)
+                crate::chat::conversation::Conversation::for_model(&sess.engine.cfg(), &bos, &eos)
                     .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
             conv.turns
                 .push(crate::chat::template::ChatMessage::new("user", p.clone()));
@@ -800,16 +800,16 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     if ids.is_empty() {
         bail!("the prompt is empty after tokenization");
     }
-    if let Some(v) = ids.iter().find(|&&t| t as usize >= sess.engine.cfg.vocab) {
+    if let Some(v) = ids.iter().find(|&&t| t as usize >= sess.engine.cfg().vocab) {
         bail!(
             "token id {v} is out of range (vocab {})",
-            sess.engine.cfg.vocab
+            sess.engine.cfg().vocab
         );
     }
     if let Some(path) = &a.dump_logits {
         return dump_logits(&mut sess, &ids, a.top, path);
     }
-    if sess.engine.cfg.meta.synthetic && !a.json {
+    if sess.engine.cfg().meta.synthetic && !a.json {
         errln!("note: synthetic model (random weights): the generated text is noise.");
     }
     let json = a.json;
@@ -817,7 +817,7 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     // Generated text is model-controlled: on a terminal its control characters are shown
     // escaped; a closed stdout (`| head -1`) stops generation and ends the run quietly.
     let tty = std::io::IsTerminal::is_terminal(&stdout);
-    let stop = sess.engine.stop.clone();
+    let stop = sess.engine.stop_flag().clone();
     let mut closed: Option<std::io::Error> = None;
     let mut tap = match &a.record {
         Some(p) => Some(RecordTap::start(p, &sess)?),
@@ -853,7 +853,7 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     // stats are printed and the process exits with 130 (also when SIGINT was inherited as
     // ignored, e.g. under nohup or a background CI job).
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    install_sigint(sess.engine.stop.clone(), interrupted.clone());
+    install_sigint(sess.engine.stop_flag().clone(), interrupted.clone());
     let out = sess.generate(&ids, a.n, !a.ignore_eos, &mut emit);
     if let Some(e) = closed {
         return Err(e).context("writing the generated text to stdout");
@@ -889,7 +889,7 @@ fn percentile(v: &[u64], p: f64) -> f64 {
 }
 
 fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
-    let f = &sess.engine.file;
+    let f = sess.engine.file();
     let sb = stream_bytes(f);
     let attn: u64 = sb.iter().map(|s| s.attn).sum();
     let dense: u64 = sb.iter().map(|s| s.dense).sum();
@@ -913,7 +913,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
     serde_json::json!({
         "model": f.path.display().to_string(),
         "threads": sess.engine.threads(),
-        "isa": sess.engine.opts.isa.name(),
+        "isa": sess.engine.opts().isa.name(),
         "prompt_tokens": out.prompt_tokens,
         "generated_tokens": out.tokens.len(),
         "prefill_tok_s": out.prefill_tok_s(),
@@ -993,12 +993,12 @@ fn cmd_bench_decode(a: BenchDecodeArgs, eng: &EngineArgs) -> Result<()> {
         let mut engine = Engine::new(file.clone(), opts);
         e.apply_max_ctx(&mut engine)?;
         if a.pmu {
-            engine.pmu = crate::telemetry::pmu::Pmu::new();
+            engine.set_pmu(crate::telemetry::pmu::Pmu::new());
         }
         let mut sess =
             Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
         let prompt: Vec<u32> = (0..a.prompt_len as u32)
-            .map(|i| (i * 7919 + 13) % sess.engine.cfg.vocab as u32)
+            .map(|i| (i * 7919 + 13) % sess.engine.cfg().vocab as u32)
             .collect();
         let (mut dec, mut pre) = (Vec::new(), Vec::new());
         let mut mib_tok = 0.0;
@@ -1075,7 +1075,7 @@ fn cmd_perplexity(a: PplArgs, eng: &EngineArgs) -> Result<()> {
     let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default(), false)?;
     let text = crate::util::read_text_file(&a.file, PPL_MAX_FILE).map_err(anyhow::Error::msg)?;
     let ids = sess.encode(&text).map_err(anyhow::Error::msg)?;
-    let ctx = a.ctx.min(sess.engine.cfg.max_ctx).max(2);
+    let ctx = a.ctx.min(sess.engine.cfg().max_ctx).max(2);
     if ids.len() < 2 {
         bail!("{}: fewer than 2 tokens", a.file.display());
     }
@@ -1207,7 +1207,7 @@ struct RecordTap {
 impl RecordTap {
     fn start(path: &Path, s: &Session) -> Result<RecordTap> {
         use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
-        let machine = crate::telemetry::machine::MachineProfile::detect(s.engine.opts.isa.name());
+        let machine = crate::telemetry::machine::MachineProfile::detect(s.engine.opts().isa.name());
         let cfg = crate::engine::worker::config_info(s);
         // The error names the path; the model (and twin) cannot be the trace.
         let rec = Recorder::create_for(
@@ -1250,23 +1250,24 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
         bail!("this model has no tokenizer; chat needs one");
     }
     let (bos, eos) = special_strings(&sess);
-    let mut conv = crate::chat::conversation::Conversation::for_model(&sess.engine.cfg, &bos, &eos)
-        .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
+    let mut conv =
+        crate::chat::conversation::Conversation::for_model(&sess.engine.cfg(), &bos, &eos)
+            .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
     conv.system = a.system.clone();
     let mut tap = match &a.record {
         Some(p) => Some(RecordTap::start(p, &sess)?),
         None => None,
     };
     // Ctrl-C stops the current reply (not the REPL): the handler sets the engine's stop flag.
-    let stop = sess.engine.stop.clone();
+    let stop = sess.engine.stop_flag().clone();
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     install_sigint(stop.clone(), interrupted.clone());
-    let name = sess.engine.cfg.meta.name.clone();
+    let name = sess.engine.cfg().meta.name.clone();
     errln!(
         "chatting with {name}{}. Commands: /reset, /system TEXT, /stats, /quit. Ctrl-C stops a reply; Ctrl-D quits.",
         if conv.template.is_fallback() { " (no template in the model: ChatML)" } else { "" }
     );
-    if sess.engine.cfg.meta.synthetic {
+    if sess.engine.cfg().meta.synthetic {
         errln!("note: synthetic model (random weights): replies are noise. `cflow-tui pull smollm2` gets a real model.");
     }
     let stdin = std::io::stdin();
@@ -1319,9 +1320,9 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
             match &last {
                 Some(o) => errln!(
                     "last reply: {} tokens, prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s; context {}/{}",
-                    o.tokens.len(), o.prefill_tok_s(), o.prompt_tokens, o.decode_tok_s(), sess.engine.pos(), sess.engine.cfg.max_ctx
+                    o.tokens.len(), o.prefill_tok_s(), o.prompt_tokens, o.decode_tok_s(), sess.engine.pos(), sess.engine.cfg().max_ctx
                 ),
-                None => errln!("no reply yet; context {}/{}", sess.engine.pos(), sess.engine.cfg.max_ctx),
+                None => errln!("no reply yet; context {}/{}", sess.engine.pos(), sess.engine.cfg().max_ctx),
             }
             continue;
         }
@@ -1336,7 +1337,7 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
             "user",
             line.clone(),
         ));
-        let max_ctx = sess.engine.cfg.max_ctx;
+        let max_ctx = sess.engine.cfg().max_ctx;
         let prepared = (|| -> Result<(usize, Vec<u32>), String> {
             let tok = sess.tok.as_ref().ok_or("no tokenizer")?;
             let count = |s: &str| tok.encode(s, false).map_or(s.len(), |v| v.len());

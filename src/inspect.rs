@@ -2,7 +2,7 @@
 //! per-stream bytes per token, expert table, quant types, metadata keys), as JSON or text.
 
 use crate::engine::critical::{critical_path_both, payload_stream_bytes};
-use crate::engine::forward::stream_bytes;
+use crate::engine::stream_bytes;
 use crate::format::CflowFile;
 use serde_json::{json, Value};
 

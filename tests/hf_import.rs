@@ -690,7 +690,7 @@ enum Read {
 fn read_log(f: &CflowFile, e: &Engine) -> Vec<Read> {
     let c = &f.cfg;
     let le = c.effective_layers();
-    let st = &e.stats;
+    let st = &e.stats();
     let mut log = Vec::new();
     for l in 0..le {
         let lv = &f.layers[c.physical_layer(l)];

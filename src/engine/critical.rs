@@ -43,7 +43,7 @@ impl CriticalPath {
 pub fn critical_path_both(file: &crate::format::CflowFile) -> serde_json::Value {
     let (dd, de) = (file.cfg.dense_delay, file.cfg.expert_delay);
     let payload = critical_path(&payload_stream_bytes(file), dd, de);
-    let stored = critical_path(&crate::engine::forward::stream_bytes(file), dd, de);
+    let stored = critical_path(&crate::engine::stream_bytes(file), dd, de);
     serde_json::json!({"payload": payload.mib_json(), "with_scales": stored.mib_json()})
 }
 
@@ -72,20 +72,26 @@ pub fn critical_path(layers: &[StreamBytes], dd: usize, de: usize) -> CriticalPa
     }
 }
 
-/// Paper-convention stream bytes (payload only: Q4 at 0.5 byte/param, no scales or headers).
+/// Paper-convention stream bytes (payload only: Q4 at 0.5 byte/param, no scales or headers);
+/// a dense FFN whose input is known to be zero (ℓ < δd) reads nothing, as in the engine.
 pub fn payload_stream_bytes(file: &crate::format::CflowFile) -> Vec<StreamBytes> {
     let cfg = &file.cfg;
-    (0..cfg.effective_layers())
-        .map(|l| {
-            let lv = &file.layers[cfg.physical_layer(l)];
+    crate::engine::styles::steps(cfg)
+        .map(|st| {
+            let lv = &file.layers[st.block];
             let attn = lv.q.payload_bytes()
                 + lv.k.payload_bytes()
                 + lv.v.payload_bytes()
                 + lv.o.payload_bytes();
-            let dense: f64 = [&lv.gate, &lv.up, &lv.down]
-                .iter()
-                .map(|m| m.as_ref().map_or(0.0, |m| m.payload_bytes()))
-                .sum();
+            let dense: f64 = if crate::engine::schedule::dense_input_is_zero(st.l, cfg.dense_delay)
+            {
+                0.0
+            } else {
+                [&lv.gate, &lv.up, &lv.down]
+                    .iter()
+                    .map(|m| m.as_ref().map_or(0.0, |m| m.payload_bytes()))
+                    .sum()
+            };
             let experts = lv.experts.first().map_or(0.0, |e| {
                 (e.gate.payload_bytes() + e.up.payload_bytes() + e.down.payload_bytes())
                     * cfg.top_k as f64

@@ -4,9 +4,9 @@
 //! recorder. A small pump thread sets the stop flag the moment `Stop` arrives, so generation
 //! stops within one layer; toggles queued during generation apply at the next token boundary.
 
-use super::forward::Layout;
 use super::sampler::Sampler;
 use super::session::Session;
+use super::Layout;
 use crate::chat::conversation::Conversation;
 use crate::io::fault::panic_message;
 use crate::telemetry::machine::MachineProfile;
@@ -64,7 +64,7 @@ pub fn config_info(s: &Session) -> EngineConfigInfo {
 }
 
 /// Applies an engine toggle; returns a notice when it could not be applied.
-fn toggle_engine(engine: &mut super::forward::Engine, c: &Command) -> Option<String> {
+fn toggle_engine(engine: &mut super::Engine, c: &Command) -> Option<String> {
     use crate::io::{ExpertTier, FetchMode};
     match c {
         Command::SetLayout(l) => match l.as_str() {
@@ -171,7 +171,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
     let (cmd_tx, cmd_rx) = unbounded::<Command>();
     let (ctl_tx, ctl_rx) = unbounded::<Ctl>();
     let (ev_tx, ev_rx) = bounded::<Stamped>(8192);
-    let stop = session.engine.stop.clone();
+    let stop = session.engine.stop_flag().clone();
     let stop_p = stop.clone();
     let ctl_fwd = ctl_tx.clone();
     let pump = std::thread::Builder::new()
@@ -201,7 +201,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
         .name("cflow-engine".into())
         .spawn(move || {
             if pmu {
-                session.engine.pmu = crate::telemetry::pmu::Pmu::new();
+                session.engine.set_pmu(crate::telemetry::pmu::Pmu::new());
             }
             let out = Out {
                 clock: SessionClock::start(),
@@ -241,7 +241,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 model: Box::new(summary),
                 config: config_info(&session),
             });
-            if let (true, Some(reason)) = (pmu, session.engine.pmu.unavailable()) {
+            if let (true, Some(reason)) = (pmu, session.engine.pmu().unavailable()) {
                 out.emit(Event::Notice {
                     message: format!("PMU: {reason}"),
                 });
@@ -258,7 +258,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 .and_then(|t| t.eos_id())
                 .and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b)))
                 .unwrap_or_default();
-            let mut conv = Conversation::for_model(&session.engine.cfg, &bos, &eos).ok();
+            let mut conv = Conversation::for_model(&session.engine.cfg(), &bos, &eos).ok();
             let deferred: Arc<Mutex<Vec<Ctl>>> = Arc::new(Mutex::new(Vec::new()));
             // Toggles that arrive mid-generation apply at the next token boundary.
             {
@@ -348,7 +348,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                         Ctl::StopRecording => stop_recording(&out),
                         Ctl::Cmd(Command::Quit) => return true,
                         Ctl::Cmd(Command::Stop) => {
-                            session.engine.stop.store(false, Ordering::Relaxed)
+                            session.engine.stop_flag().store(false, Ordering::Relaxed)
                         }
                         Ctl::Cmd(Command::Reset) => {
                             session.reset();
@@ -363,7 +363,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                             }
                         }
                         Ctl::Cmd(Command::Complete { text, max_tokens }) => {
-                            session.engine.stop.store(false, Ordering::Relaxed);
+                            session.engine.stop_flag().store(false, Ordering::Relaxed);
                             let ids = match session.encode(&text) {
                                 Ok(i) => i,
                                 Err(e) => {
@@ -382,7 +382,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                             session.generate(&ids, max_tokens as usize, true, &mut |e| out.emit(e));
                         }
                         Ctl::Cmd(Command::Chat { text, max_tokens }) => {
-                            session.engine.stop.store(false, Ordering::Relaxed);
+                            session.engine.stop_flag().store(false, Ordering::Relaxed);
                             let Some(c) = conv.as_mut() else {
                                 out.emit(Event::Error {
                                     message: "this model has no usable chat template".into(),
@@ -397,7 +397,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                 "user",
                                 text.clone(),
                             ));
-                            let max_ctx = session.engine.cfg.max_ctx;
+                            let max_ctx = session.engine.cfg().max_ctx;
                             let tok = session.tok.as_ref();
                             let count = |s: &str| {
                                 tok.and_then(|t| t.encode(s, false).ok())
