@@ -192,6 +192,12 @@ pub struct EngineArgs {
     /// Reader threads for the direct tier.
     #[arg(long, global = true, default_value_t = 2)]
     pub readers: usize,
+    /// Stream placement: sequential; vertical (the dense/expert streams of the layers whose
+    /// input is ready δd/δe layers early run on a second core while attention runs on the
+    /// first; same tokens); or auto: the faster of the two on this model, measured over the
+    /// first decode steps.
+    #[arg(long, global = true, value_enum, default_value_t = crate::engine::Schedule::Auto)]
+    pub schedule: crate::engine::Schedule,
     /// Run with at most N context positions (default: the model's context). A model whose KV
     /// cache for its context does not fit in available memory is refused at open; this lowers
     /// the context so it fits.
@@ -269,6 +275,7 @@ impl EngineArgs {
                 "off" => false,
                 other => bail!("--prefetch {other}: expected on or off"),
             },
+            schedule: self.schedule,
             ..Default::default()
         })
     }
@@ -405,6 +412,9 @@ pub enum BenchCmd {
     Layout(crate::bench_io::LayoutArgs),
     /// Decode ms/token with the PREFETCHT0 thread on vs off (paper §5.8).
     Prefetch(crate::bench_io::PrefetchArgs),
+    /// Decode ms/token under the sequential vs the vertical schedule, with eq. 4.23's
+    /// prediction from the measured per-stream bandwidth (paper §4.4, Claim 8).
+    Schedule(crate::bench_schedule::ScheduleArgs),
 }
 
 #[derive(Args, Debug)]
@@ -477,6 +487,11 @@ fn dispatch(cli: Cli) -> Result<()> {
             let path = resolve_model(a.model.clone())?;
             crate::bench_io::prefetch(&a, &path, cli.engine.options()?)
         }
+        Some(Cmd::Bench(BenchCmd::Schedule(a))) => crate::bench_schedule::bench(
+            &a,
+            &resolve_model(a.model.clone())?,
+            cli.engine.options()?,
+        ),
         Some(Cmd::Perplexity(a)) => cmd_perplexity(a, &cli.engine),
         Some(Cmd::Import(a)) => cmd_import(a),
         Some(Cmd::Pull(a)) => cmd_pull(a),

@@ -9,6 +9,7 @@
 #![deny(unsafe_code)]
 
 pub mod bench_io;
+pub mod bench_schedule;
 pub mod cache;
 pub mod chat;
 pub mod cli;

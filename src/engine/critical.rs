@@ -47,16 +47,19 @@ pub fn critical_path_both(file: &crate::format::CflowFile) -> serde_json::Value 
     serde_json::json!({"payload": payload.mib_json(), "with_scales": stored.mib_json()})
 }
 
+/// One layer's term of eq. 4.23: max(a, d/(δd+1), e/(δe+1)), for stream amounts (a, d, e)
+/// in any unit (bytes, or the time each stream takes alone).
+pub fn layer_term(a: f64, d: f64, e: f64, dd: usize, de: usize) -> f64 {
+    a.max(d / (dd + 1) as f64).max(e / (de + 1) as f64)
+}
+
 /// Evaluates eq. 4.23 for per-layer stream bytes under delays (δd, δe).
 pub fn critical_path(layers: &[StreamBytes], dd: usize, de: usize) -> CriticalPath {
     let per_layer: Vec<(f64, f64)> = layers
         .iter()
         .map(|b| {
             let (a, dn, e) = (b.attn as f64, b.dense as f64, b.experts as f64);
-            (
-                a.max(dn).max(e),
-                a.max(dn / (dd + 1) as f64).max(e / (de + 1) as f64),
-            )
+            (layer_term(a, dn, e, 0, 0), layer_term(a, dn, e, dd, de))
         })
         .collect();
     CriticalPath {
@@ -70,6 +73,49 @@ pub fn critical_path(layers: &[StreamBytes], dd: usize, de: usize) -> CriticalPa
             .sum(),
         per_layer,
     }
+}
+
+/// Bandwidth reached by each stream, in bytes per ns (= GB/s).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct StreamRates {
+    pub attn: f64,
+    pub dense: f64,
+    pub experts: f64,
+}
+
+/// Seconds-per-byte view of `layers` under `r`: ns each stream takes per layer (0 when a
+/// stream reads nothing or was not measured).
+fn stream_ns(b: &StreamBytes, r: StreamRates) -> (f64, f64, f64) {
+    let t = |bytes: u64, rate: f64| if rate > 0.0 { bytes as f64 / rate } else { 0.0 };
+    (
+        t(b.attn, r.attn),
+        t(b.dense, r.dense),
+        t(b.experts, r.experts),
+    )
+}
+
+/// Eq. 4.23 as time: Σ_ℓ max(t_attn, t_dense/(δd+1), t_expert/(δe+1)) ns per token, each
+/// stream's time from its bytes at rate `r` (the vertical schedule's critical path).
+pub fn critical_ns(layers: &[StreamBytes], dd: usize, de: usize, r: StreamRates) -> f64 {
+    layers
+        .iter()
+        .map(|b| {
+            let (a, d, e) = stream_ns(b, r);
+            layer_term(a, d, e, dd, de)
+        })
+        .sum()
+}
+
+/// The fully serial time Σ_ℓ (t_attn + t_dense + t_expert) ns per token (the sequential
+/// schedule).
+pub fn serial_ns(layers: &[StreamBytes], r: StreamRates) -> f64 {
+    layers
+        .iter()
+        .map(|b| {
+            let (a, d, e) = stream_ns(b, r);
+            a + d + e
+        })
+        .sum()
 }
 
 /// Paper-convention stream bytes (payload only: Q4 at 0.5 byte/param, no scales or headers);
@@ -144,5 +190,22 @@ mod tests {
         let c = critical_path(&l, 1, 2);
         assert_eq!(c.ratio(), 2.0);
         assert_eq!(mib(c.serial), 16.5);
+    }
+
+    #[test]
+    fn time_prediction_divides_each_stream_by_its_rate() {
+        let l = demo_layers();
+        // 1 byte/ns for attention, 2 for dense, 0.5 for experts.
+        let r = StreamRates {
+            attn: 1.0,
+            dense: 2.0,
+            experts: 0.5,
+        };
+        let (a, d, e) = (MIB as f64 / 2.0, 0.75 * MIB as f64, 1.5 * MIB as f64);
+        assert_eq!(serial_ns(&l, r), 6.0 * (a + d + e));
+        // δd = 1, δe = 2: max(a, d/2, e/3) = a per layer.
+        assert_eq!(critical_ns(&l, 1, 2, r), 6.0 * a);
+        assert_eq!(critical_ns(&l, 0, 0, r), 6.0 * e);
+        assert_eq!(critical_ns(&l, 1, 2, StreamRates::default()), 0.0);
     }
 }

@@ -36,6 +36,8 @@ struct Token<'a, 'w> {
     pos: usize,
     timings: bool,
     read_known_zero: bool,
+    /// Vertical: the experts run on the second core (else here, after attention).
+    experts_aside: bool,
 }
 
 impl Engine {
@@ -71,6 +73,7 @@ impl Engine {
             fetcher,
             prefetcher,
             cores,
+            experts_aside,
             ..
         } = self;
         let active = match (opts.layout, &*vflow) {
@@ -125,6 +128,7 @@ impl Engine {
             pos,
             timings: opts.timings,
             read_known_zero: opts.read_known_zero,
+            experts_aside: *experts_aside,
         };
         match cores.as_mut().filter(|_| schedule == Schedule::Vertical) {
             // The attention stream here on `main`, the dense/expert streams on `side`.
@@ -132,7 +136,9 @@ impl Engine {
                 let wm = w.with_pool(&c.main);
                 let sh = Shared::of(&w);
                 with_second_core(sh, &mut c.side, &mut c.dense, &mut c.experts, |lane| {
-                    t.layers(&wm, Some(lane))
+                    let r = t.layers(&wm, Some(lane));
+                    c.jobs += lane.submitted;
+                    r
                 })?;
             }
             None => t.layers(&w, None)?,
@@ -232,7 +238,8 @@ impl Token<'_, '_> {
                 let (act, sel) = route(cfg, lv, rule.read(self.s, rule.route_in));
                 st.routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
                 let tickets = self.io.routed(lv, &sel);
-                let later = self.sched.inject_step(l) > l && !self.io.fetching();
+                let later =
+                    self.experts_aside && self.sched.inject_step(l) > l && !self.io.fetching();
                 let offloaded = match lane.as_deref_mut() {
                     Some(lane) if later => {
                         let (act, sel) = (act.clone(), sel.clone());

@@ -118,6 +118,8 @@ pub struct Engine {
     /// The two cores of the vertical schedule (created on first use).
     cores: Option<vertical::Cores>,
     auto: AutoPick,
+    /// Vertical schedule: the experts go to the second core ([`vertical::experts_aside`]).
+    experts_aside: bool,
     /// Sticky notes about degraded modes (shown in `EngineConfigInfo.notes`).
     notes: Vec<String>,
 }
@@ -144,9 +146,11 @@ impl Engine {
             prefetcher: None,
             cores: None,
             auto: AutoPick::default(),
+            experts_aside: false,
             notes: Vec::new(),
             opts,
         };
+        e.experts_aside = vertical::experts_aside(&stream_bytes(&e.file), e.cfg.dense_delay);
         e.rel_experts = relative_experts(&e.file);
         if e.opts.layout == Layout::RowMajor {
             e.build_rowmajor();
@@ -260,6 +264,11 @@ impl Engine {
             (Schedule::Auto, Some(c)) => Some(format!("schedule auto → {} (measured)", c.name())),
             (s, _) => Some(format!("schedule {}", s.name())),
         }
+    }
+
+    /// Jobs the second core of the vertical schedule ran over this engine's life.
+    pub fn vertical_jobs(&self) -> u64 {
+        self.cores.as_ref().map_or(0, |c| c.jobs)
     }
 
     /// The schedule the options ask for and the one the next token runs under.

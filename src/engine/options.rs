@@ -36,7 +36,7 @@ impl Layout {
 }
 
 /// How the streams of a token are placed on the cores (paper §4.4, Claim 8).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Schedule {
     /// Layer after layer; every matvec is split over all threads.
     Sequential,

@@ -22,6 +22,18 @@ use crate::model::ModelConfig;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
+/// Whether the vertical schedule places the experts on the second core: the engine thread
+/// always runs the attention stream, the second core the delayed dense stream (δd ≥ 1; with
+/// δd = 0 the dense FFN needs this layer's attention and stays with it); the experts (δe ≥ 1)
+/// go to the core with fewer bytes per token so far, to balance the two.
+pub fn experts_aside(layers: &[crate::telemetry::StreamBytes], dense_delay: usize) -> bool {
+    let (a, d) = layers
+        .iter()
+        .fold((0u64, 0u64), |(a, d), b| (a + b.attn, d + b.dense));
+    let (main, side) = if dense_delay >= 1 { (a, d) } else { (a + d, 0) };
+    side < main
+}
+
 /// The pools and buffers of the two cores.
 pub struct Cores {
     /// The engine thread's pool for the attention stream.
@@ -30,6 +42,8 @@ pub struct Cores {
     pub side: ThreadPool,
     pub dense: DenseScratch,
     pub experts: ExpertScratch,
+    /// Jobs the second core ran over the engine's life.
+    pub jobs: u64,
 }
 
 impl Cores {
@@ -40,6 +54,7 @@ impl Cores {
             side: ThreadPool::new(side),
             dense: DenseScratch::new(cfg),
             experts: ExpertScratch::new(cfg),
+            jobs: 0,
         }
     }
 }
@@ -86,6 +101,8 @@ pub struct Lane {
     done: Receiver<Done>,
     /// Results that arrived before they were asked for.
     early: Vec<Done>,
+    /// Jobs submitted so far.
+    pub submitted: u64,
 }
 
 /// How long a waiting side spins before it blocks (a handoff per layer; blocking costs a
@@ -111,7 +128,8 @@ fn recv_spin<T>(rx: &Receiver<T>) -> Option<T> {
 }
 
 impl Lane {
-    pub fn submit(&self, job: Job) {
+    pub fn submit(&mut self, job: Job) {
+        self.submitted += 1;
         // The second core outlives the lane (scoped thread); a send fails only if it panicked,
         // which `wait` then reports.
         let _ = self.jobs.send(job);
@@ -177,6 +195,7 @@ pub fn with_second_core<R>(
             jobs: jtx,
             done: drx,
             early: Vec::new(),
+            submitted: 0,
         };
         let r = body(&mut lane);
         drop(lane); // closes the job channel: the second core returns and the scope joins it

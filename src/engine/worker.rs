@@ -82,6 +82,10 @@ fn toggle_engine(engine: &mut super::Engine, c: &Command) -> Option<String> {
             Some(m) => engine.set_expert_tier(m),
             None => return Some(format!("unknown expert tier `{t}`")),
         },
+        Command::SetSchedule(s) => match super::Schedule::parse(s) {
+            Some(s) => engine.set_schedule(s),
+            None => return Some(format!("unknown schedule `{s}`")),
+        },
         _ => {}
     }
     None
@@ -162,6 +166,7 @@ fn is_toggle(c: &Command) -> bool {
             | Command::SetPrefetch(_)
             | Command::SetFetch(_)
             | Command::SetExpertTier(_)
+            | Command::SetSchedule(_)
             | Command::SetSampling(_)
     )
 }

@@ -228,6 +228,8 @@ pub enum Command {
     SetExpertTier(String),
     /// "cflow" | "vflow" | "rowmajor"
     SetLayout(String),
+    /// "sequential" | "vertical" | "auto"
+    SetSchedule(String),
     SetSampling(SamplingParams),
     SetSystemPrompt(String),
     Quit,
