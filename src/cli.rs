@@ -796,7 +796,7 @@ fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         (None, Some(p)) if a.chat => {
             let (bos, eos) = special_strings(&sess);
             let mut conv =
-                crate::chat::conversation::Conversation::for_model(&sess.engine.cfg(), &bos, &eos)
+                crate::chat::conversation::Conversation::for_model(sess.engine.cfg(), &bos, &eos)
                     .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
             conv.turns
                 .push(crate::chat::template::ChatMessage::new("user", p.clone()));
@@ -1266,7 +1266,7 @@ fn cmd_chat(a: ChatArgs, eng: &EngineArgs) -> Result<()> {
     }
     let (bos, eos) = special_strings(&sess);
     let mut conv =
-        crate::chat::conversation::Conversation::for_model(&sess.engine.cfg(), &bos, &eos)
+        crate::chat::conversation::Conversation::for_model(sess.engine.cfg(), &bos, &eos)
             .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
     conv.system = a.system.clone();
     let mut tap = match &a.record {

@@ -69,7 +69,7 @@ impl Session {
     /// Opens a session over `engine`; refuses a model whose KV cache for its full context
     /// (`engine.cfg().max_ctx`) does not fit in available memory (`engine::kv_budget`).
     pub fn new(engine: Engine, sampling: SamplingParams) -> Result<Session, SessionError> {
-        super::kv_budget::check(&engine.cfg(), available_memory())?;
+        super::kv_budget::check(engine.cfg(), available_memory())?;
         let m = &engine.cfg().meta;
         let tok = match &m.tokenizer_json {
             Some(j) => {

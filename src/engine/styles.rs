@@ -190,8 +190,8 @@ impl StyleRule {
                 super::ops::add_into(&mut s.sf, &s.dense.out);
             }
             Combine::Anchored => {
-                for i in 0..s.x.len() {
-                    s.x[i] = s.base[i] + s.attn_out[i] + f[i];
+                for (i, x) in s.x.iter_mut().enumerate() {
+                    *x = s.base[i] + s.attn_out[i] + f[i];
                 }
             }
         }

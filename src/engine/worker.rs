@@ -263,7 +263,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 .and_then(|t| t.eos_id())
                 .and_then(|b| session.tok.as_ref().and_then(|t| t.id_to_token(b)))
                 .unwrap_or_default();
-            let mut conv = Conversation::for_model(&session.engine.cfg(), &bos, &eos).ok();
+            let mut conv = Conversation::for_model(session.engine.cfg(), &bos, &eos).ok();
             let deferred: Arc<Mutex<Vec<Ctl>>> = Arc::new(Mutex::new(Vec::new()));
             // Toggles that arrive mid-generation apply at the next token boundary.
             {
