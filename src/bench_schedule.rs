@@ -77,6 +77,13 @@ impl Acc {
         }
     }
 
+    /// ms per token spent in each stream (attention, dense, experts, LM head).
+    fn ms_json(&self) -> serde_json::Value {
+        let per = |ns: u64| ns as f64 / self.tokens.max(1) as f64 / 1e6;
+        serde_json::json!({"attn": per(self.ns[0]), "dense": per(self.ns[1]),
+            "experts": per(self.ns[2]), "lm_head": per(self.lm_ns)})
+    }
+
     fn lm_ms(&self) -> f64 {
         self.lm_ns as f64 / self.tokens.max(1) as f64 / 1e6
     }
@@ -161,6 +168,7 @@ pub fn bench(a: &ScheduleArgs, path: &Path, base: EngineOptions) -> Result<()> {
                 "concurrent": {"attn": conc.attn, "dense": conc.dense, "experts": conc.experts},
             },
             "eq_4_23_prediction": pred,
+            "stream_ms_tok": {"sequential": acc[0].ms_json(), "vertical": acc[1].ms_json()},
         }));
     }
     let out = serde_json::json!({
@@ -223,6 +231,17 @@ pub fn bench(a: &ScheduleArgs, path: &Path, base: EngineOptions) -> Result<()> {
                 g(k, "attn"),
                 g(k, "dense"),
                 g(k, "experts")
+            )?;
+        }
+        for k in ["sequential", "vertical"] {
+            let m = |s: &str| r["stream_ms_tok"][k][s].as_f64().unwrap_or(0.0);
+            outln!(
+                "  {:>10} ms/token in attn {:.3} · dense {:.3} · experts {:.3} · LM head {:.3}",
+                k,
+                m("attn"),
+                m("dense"),
+                m("experts"),
+                m("lm_head")
             )?;
         }
         outln!(
