@@ -4,7 +4,7 @@
 //! (`bench layout` lives in `bench_layout.rs`.)
 
 use crate::convert::generate::{generate, GenSpec};
-use crate::engine::forward::{Engine, EngineOptions};
+use crate::engine::{Engine, EngineOptions};
 use crate::io::{ExpertTier, FetchMode};
 use crate::telemetry::overlap_model::{self, LayerTiming};
 use crate::{errln, outln};
@@ -99,9 +99,9 @@ struct ArmResult {
 
 fn run_arm(e: &mut Engine, tokens: usize) -> ArmResult {
     e.reset();
-    let vocab = e.cfg.vocab as u32;
+    let vocab = e.cfg().vocab as u32;
     let (mut c, mut io, mut w, mut n) = (0u64, 0u64, 0u64, 0u64);
-    let mut per = vec![LayerTiming::default(); e.cfg.n_layers];
+    let mut per = vec![LayerTiming::default(); e.cfg().n_layers];
     let mut in_layers = 0.0f64;
     let mut done = 0usize;
     let t0 = Instant::now();
@@ -111,7 +111,7 @@ fn run_arm(e: &mut Engine, tokens: usize) -> ArmResult {
             break;
         }
         done += 1;
-        for (l, st) in e.stats.layers.iter().enumerate() {
+        for (l, st) in e.stats().layers.iter().enumerate() {
             if let Some(x) = st.io {
                 c += x.compute_ns;
                 io += x.io_ns;
@@ -362,7 +362,7 @@ pub fn prefetch(a: &PrefetchArgs, path: &Path) -> Result<()> {
             ..base
         },
     );
-    let vocab = e.cfg.vocab as u32;
+    let vocab = e.cfg().vocab as u32;
     let run = |e: &mut Engine| -> f64 {
         e.reset();
         let t0 = Instant::now();

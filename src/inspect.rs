@@ -4,7 +4,7 @@
 use crate::engine::critical::{
     critical_path_both, fixed_point_accounting, fixed_point_line, payload_stream_bytes,
 };
-use crate::engine::forward::stream_bytes;
+use crate::engine::stream_bytes;
 use crate::format::CflowFile;
 use serde_json::{json, Value};
 

@@ -10,6 +10,7 @@
 
 pub mod bench_io;
 pub mod bench_layout;
+pub mod bench_schedule;
 pub mod cache;
 pub mod chat;
 pub mod cli;

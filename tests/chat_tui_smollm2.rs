@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cflow::engine::forward::{Engine, EngineOptions};
 use cflow::engine::session::Session;
 use cflow::engine::worker::{spawn, WorkerOptions};
+use cflow::engine::{Engine, EngineOptions};
 use cflow::format::CflowFile;
 use cflow::telemetry::{Command, Event, GenSettings};
 use cflow::tui::app::{Action, App, Msg, Role, TuiOptions};

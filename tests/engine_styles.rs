@@ -508,7 +508,7 @@ fn only_selected_experts_are_touched() {
             .iter()
             .map(|x| (x.gate.bytes() + x.up.bytes() + x.down.bytes()) as u64)
             .sum();
-        let st = &e.stats;
+        let st = &e.stats();
         // Each layer routes k experts; with δe = 2 the injections of layers 3..5 clamp to layer 5.
         let routed: usize = st.layers.iter().map(|l| l.routing.len()).sum();
         assert_eq!(routed, c.n_layers * c.top_k, "token {i}");

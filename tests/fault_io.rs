@@ -13,9 +13,9 @@
 //! Every scenario runs under a watchdog, so a hang fails the test instead of blocking the suite.
 
 use cflow::convert::generate::{generate, GenSpec};
-use cflow::engine::forward::ForwardError;
 use cflow::engine::session::Session;
 use cflow::engine::worker::{spawn, WorkerOptions};
+use cflow::engine::ForwardError;
 use cflow::engine::{Engine, EngineOptions};
 use cflow::format::CflowFile;
 use cflow::io::{ExpertTier, FaultKind, FaultPlan, FetchHooks, FetchMode};

@@ -117,7 +117,7 @@ fn prompt_longer_than_context_is_refused_with_a_message() {
     let path = dir.path().join("m.cflow");
     tiny(&path);
     let mut s = session(&path);
-    let max = s.engine.cfg.max_ctx;
+    let max = s.engine.cfg().max_ctx;
     let prompt: Vec<u32> = (0..max as u32 + 5).map(|i| i % 130).collect();
     let mut events = Vec::new();
     let out = s.generate(&prompt, 4, false, &mut |e| events.push(e));

@@ -690,10 +690,11 @@ enum Read {
 fn read_log(f: &CflowFile, e: &Engine) -> Vec<Read> {
     let c = &f.cfg;
     let le = c.effective_layers();
-    let st = &e.stats;
+    let st = &e.stats();
     let mut log = Vec::new();
+    let block: Vec<usize> = cflow::engine::styles::steps(c).map(|s| s.block).collect();
     for l in 0..le {
-        let lv = &f.layers[c.physical_layer(l)];
+        let lv = &f.layers[block[l]];
         let s = &st.layers[l];
         let attn = lv.q.bytes() + lv.k.bytes() + lv.v.bytes() + lv.o.bytes();
         assert_eq!(
@@ -702,7 +703,10 @@ fn read_log(f: &CflowFile, e: &Engine) -> Vec<Read> {
         );
         log.push(Read::Stream(lv.q.stripes[0]));
         log.push(Read::Stream(lv.o.stripes[0]));
-        if let (Some(g), Some(dn)) = (&lv.gate, &lv.down) {
+        if l < c.dense_delay {
+            // The first δd layers' FFN reads the zero vector: skipped, nothing read.
+            assert_eq!(s.bytes.dense, 0, "layer {l}: zero-input dense is skipped");
+        } else if let (Some(g), Some(dn)) = (&lv.gate, &lv.down) {
             let up = lv.up.as_ref().unwrap();
             // The delay changes the dense *input* only: layer l reads layer l's dense tiles.
             assert_eq!(
@@ -714,11 +718,11 @@ fn read_log(f: &CflowFile, e: &Engine) -> Vec<Read> {
             log.push(Read::Stream(dn.stripes[0]));
         }
         let mut eb = 0u64;
-        for r in 0..le {
+        for (r, &rb) in block.iter().enumerate() {
             if (r + c.expert_delay).min(le - 1) != l {
                 continue;
             }
-            let rv = &f.layers[c.physical_layer(r)];
+            let rv = &f.layers[rb];
             for &(ex, _) in &st.layers[r].routing {
                 let x = &rv.experts[ex as usize];
                 eb += (x.gate.bytes() + x.up.bytes() + x.down.bytes()) as u64;

@@ -112,7 +112,7 @@ fn check_all_combinations(path: &Path, expect_direct: Option<bool>) {
                         assert_eq!(c.failed, 0, "{what}");
                         assert_eq!(c.reuse_violations, 0, "{what}");
                         let info = e.config_info();
-                        let st = &e.stats;
+                        let st = &e.stats();
                         assert!(st.layers.iter().all(|l| l.io.is_some()), "{what}");
                         let bytes: u64 = st.layers.iter().map(|l| l.io.unwrap().bytes).sum();
                         let ebytes: u64 = st.layers.iter().map(|l| l.bytes.experts).sum();
@@ -124,7 +124,7 @@ fn check_all_combinations(path: &Path, expect_direct: Option<bool>) {
                             assert_eq!(!fallback, d, "{what}: {:?}", info.notes);
                         }
                     } else {
-                        assert!(e.stats.layers.iter().all(|l| l.io.is_none()));
+                        assert!(e.stats().layers.iter().all(|l| l.io.is_none()));
                     }
                     if pf {
                         let (cmds, _, _) = e.prefetch_counters().expect("prefetcher");
@@ -211,14 +211,14 @@ fn slow_reader_loses_nothing() {
         assert_eq!(c.submitted, c.completed);
         assert_eq!((c.failed, c.reuse_violations), (0, 0));
         // The slow reader forces waits at the injection layers.
-        let wait: u64 = e.stats.layers.iter().map(|l| l.io.unwrap().wait_ns).sum();
+        let wait: u64 = e.stats().layers.iter().map(|l| l.io.unwrap().wait_ns).sum();
         assert!(wait > 0);
         // In flight at once: at most (δe + 1) routings × top_k experts.
         assert!(e.fetch_slots() <= 3 * 2, "{} slots", e.fetch_slots());
     }
     // Interrupted tokens leave reads in flight; the next token must drain them, not lose them.
     let mut e = engine(&f, ExpertTier::Direct, FetchMode::Staged, false, h);
-    let stop = e.stop.clone();
+    let stop = e.stop_flag().clone();
     let th = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(5));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -231,7 +231,8 @@ fn slow_reader_loses_nothing() {
         }
     }
     th.join().unwrap();
-    e.stop.store(false, std::sync::atomic::Ordering::Relaxed);
+    e.stop_flag()
+        .store(false, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(stopped, 1);
     let (t, l) = decode(&mut e, 6);
     assert_eq!(t, toks);

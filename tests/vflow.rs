@@ -3,7 +3,7 @@
 //! combination, and live switching between tokens), and typed errors on corrupted files.
 
 use cflow::convert::generate::{generate, GenSpec};
-use cflow::engine::forward::Layout;
+use cflow::engine::Layout;
 use cflow::engine::{Engine, EngineOptions};
 use cflow::format::vflow::{convert, is_twin_of, VflowFile, VflowHeader, GROUP_ENTRY_SIZE};
 use cflow::format::{CflowFile, FormatError};

@@ -4,7 +4,7 @@
 use super::model::MAX_CTX;
 use crate::convert::generate::ARCHS;
 use crate::convert::import_gguf::QuantTarget;
-use crate::engine::forward::{default_threads, Engine, EngineOptions, Layout};
+use crate::engine::{default_threads, Engine, EngineOptions, Layout};
 use crate::io::{ExpertTier, FetchMode};
 use crate::kernels::Isa;
 use crate::quant::QuantType;
@@ -227,6 +227,12 @@ pub struct EngineArgs {
     /// Reader threads for the direct tier.
     #[arg(long, default_value_t = 2)]
     pub readers: usize,
+    /// Stream placement: sequential; vertical (the dense/expert streams of the layers whose
+    /// input is ready δd/δe layers early run on a second core while attention runs on the
+    /// first; same tokens); or auto: the faster of the two on this model, measured over the
+    /// first decode steps.
+    #[arg(long, value_enum, default_value_t = crate::engine::Schedule::Auto)]
+    pub schedule: crate::engine::Schedule,
     /// Run with at most N context positions (default: the model's context). A model whose KV
     /// cache for its context does not fit in available memory is refused at open; this lowers
     /// the context so it fits.
@@ -428,6 +434,7 @@ impl EngineArgs {
                 n => bail!("--readers {n}: must be between 1 and 64"),
             },
             prefetch: self.prefetch == OnOff::On,
+            schedule: self.schedule,
             ..Default::default()
         })
     }
@@ -557,6 +564,9 @@ pub enum BenchCmd {
     Layout(crate::bench_layout::LayoutArgs),
     /// Decode ms/token with the PREFETCHT0 thread on vs off (paper §5.8).
     Prefetch(crate::bench_io::PrefetchArgs),
+    /// Decode ms/token under the sequential vs the vertical schedule, with eq. 4.23's
+    /// prediction from the measured per-stream bandwidth (paper §4.4, Claim 8).
+    Schedule(crate::bench_schedule::ScheduleArgs),
 }
 
 #[derive(Args, Debug)]

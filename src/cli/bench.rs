@@ -2,8 +2,8 @@
 
 use super::args::BenchDecodeArgs;
 use super::model::{open_model, resolve_model};
-use crate::engine::forward::Engine;
 use crate::engine::session::Session;
+use crate::engine::Engine;
 use crate::telemetry::SamplingParams;
 use crate::{errln, outln};
 use anyhow::{bail, Result};
@@ -38,12 +38,12 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         let mut engine = Engine::new(file.clone(), opts);
         e.apply_max_ctx(&mut engine)?;
         if a.pmu {
-            engine.pmu = crate::telemetry::pmu::Pmu::new();
+            engine.set_pmu(crate::telemetry::pmu::Pmu::new());
         }
         let mut sess =
             Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
         let prompt: Vec<u32> = (0..a.prompt_len as u32)
-            .map(|i| (i * 7919 + 13) % sess.engine.cfg.vocab as u32)
+            .map(|i| (i * 7919 + 13) % sess.engine.cfg().vocab as u32)
             .collect();
         let (mut dec, mut pre) = (Vec::new(), Vec::new());
         let mut mib_tok = 0.0;

@@ -139,7 +139,7 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
     let Some(tok) = sess.tok.clone() else {
         bail!("this model has no tokenizer; chat needs one");
     };
-    let mut conv = Conversation::for_tokenizer(&sess.engine.cfg, Some(&tok))
+    let mut conv = Conversation::for_tokenizer(sess.engine.cfg(), Some(&tok))
         .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
     conv.system = a.system.clone();
     let mut tap = match &a.record {
@@ -147,10 +147,10 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         None => None,
     };
     // Ctrl-C stops the current reply (not the REPL): the handler sets the engine's stop flag.
-    let stop = sess.engine.stop.clone();
+    let stop = sess.engine.stop_flag().clone();
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     install_sigint(stop.clone(), interrupted.clone());
-    let name = sess.engine.cfg.meta.name.clone();
+    let name = sess.engine.cfg().meta.name.clone();
     errln!(
         "chatting with {name}{}. /help lists the commands. Ctrl-C stops a reply; Ctrl-D quits.",
         if conv.template.is_fallback() {
@@ -159,7 +159,7 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             ""
         }
     );
-    if sess.engine.cfg.meta.synthetic {
+    if sess.engine.cfg().meta.synthetic {
         errln!("note: synthetic model (random weights): replies are noise. `cflow-tui pull smollm2` gets a real model.");
     }
     let mut lines = Lines::open();
@@ -207,9 +207,9 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             match &last {
                 Some(o) => errln!(
                     "last reply: {} tokens, prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s; context {}/{}",
-                    o.tokens.len(), o.prefill_tok_s(), o.prompt_tokens, o.decode_tok_s(), sess.engine.pos(), sess.engine.cfg.max_ctx
+                    o.tokens.len(), o.prefill_tok_s(), o.prompt_tokens, o.decode_tok_s(), sess.engine.pos(), sess.engine.cfg().max_ctx
                 ),
-                None => errln!("no reply yet; context {}/{}", sess.engine.pos(), sess.engine.cfg.max_ctx),
+                None => errln!("no reply yet; context {}/{}", sess.engine.pos(), sess.engine.cfg().max_ctx),
             }
             continue;
         }
@@ -219,7 +219,7 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         }
         // A template exception or limit, or a tokenizer error, refuses this message and keeps
         // the conversation as it was (including turns `fit` would have dropped).
-        let max_ctx = sess.engine.cfg.max_ctx;
+        let max_ctx = sess.engine.cfg().max_ctx;
         let turn = match conv.prepare_turn(&line, &tok, max_ctx, a.n.min(max_ctx / 2)) {
             Ok(t) => t,
             Err(e) => {
@@ -269,7 +269,7 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         }
         errln!(
             "{}",
-            reply_summary(&out, sess.engine.pos(), sess.engine.cfg.max_ctx)
+            reply_summary(&out, sess.engine.pos(), sess.engine.cfg().max_ctx)
         );
         conv.turns.push(crate::chat::template::ChatMessage::new(
             "assistant",

@@ -82,6 +82,10 @@ fn dispatch(cli: Cli) -> Result<()> {
             let path = model::resolve_model(a.model.clone())?;
             crate::bench_io::prefetch(&a, &path)
         }
+        Some(Cmd::Bench(BenchCmd::Schedule(a))) => {
+            let path = model::resolve_model(a.model.clone())?;
+            crate::bench_schedule::bench(&a, &path)
+        }
         Some(Cmd::Perplexity(a)) => cmd_perplexity(a),
         Some(Cmd::Import(a)) => cmd_import(a),
         Some(Cmd::Pull(a)) => cmd_pull(a),

@@ -3,8 +3,8 @@
 
 use super::args::EngineArgs;
 use crate::convert::generate::{generate, GenSpec};
-use crate::engine::forward::{Engine, EngineOptions, Layout};
 use crate::engine::session::Session;
+use crate::engine::{Engine, EngineOptions, Layout};
 use crate::errln;
 use crate::format::CflowFile;
 use crate::telemetry::SamplingParams;
@@ -149,7 +149,7 @@ pub(super) fn new_engine(
         let attached = VflowFile::open(&vp)
             .map_err(|e| e.to_string())
             .and_then(|v| {
-                for (f, what) in [(&*engine.file, "model"), (&v.file, "twin")] {
+                for (f, what) in [(&**engine.file(), "model"), (&v.file, "twin")] {
                     if !f.has_recorded_content_hash() {
                         errln!(
                             "cflow-tui: {} has no recorded content hash (written by an older \
@@ -158,7 +158,7 @@ pub(super) fn new_engine(
                         );
                     }
                 }
-                check_twin(&v, &engine.file).map(|()| v)
+                check_twin(&v, engine.file()).map(|()| v)
             })
             .and_then(|v| engine.attach_vflow(Arc::new(v.into_file())));
         match attached {

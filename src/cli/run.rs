@@ -4,8 +4,8 @@
 use super::args::{EngineArgs, PplArgs, RunArgs};
 use super::model::{build_session, install_sigint};
 use crate::chat::conversation::Conversation;
-use crate::engine::forward::stream_bytes;
 use crate::engine::session::{GenOutcome, Session};
+use crate::engine::stream_bytes;
 use crate::telemetry::{Event, SamplingParams};
 use crate::util::{mib, MIB};
 use crate::{err, errln, outln};
@@ -23,9 +23,9 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         (Some(t), _) => t.clone(),
         (None, Some(p)) if a.chat => {
             let tok = sess.tok.as_ref().context("this model has no tokenizer")?;
-            let mut conv = Conversation::for_tokenizer(&sess.engine.cfg, Some(tok))
+            let mut conv = Conversation::for_tokenizer(sess.engine.cfg(), Some(tok))
                 .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
-            conv.prepare_turn(p, tok, sess.engine.cfg.max_ctx, 0)?.ids
+            conv.prepare_turn(p, tok, sess.engine.cfg().max_ctx, 0)?.ids
         }
         (None, Some(p)) => sess.encode(p).map_err(anyhow::Error::msg)?,
         (None, None) => bail!("give --prompt TEXT or --tokens ID,ID,..."),
@@ -33,16 +33,16 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     if ids.is_empty() {
         bail!("the prompt is empty after tokenization");
     }
-    if let Some(v) = ids.iter().find(|&&t| t as usize >= sess.engine.cfg.vocab) {
+    if let Some(v) = ids.iter().find(|&&t| t as usize >= sess.engine.cfg().vocab) {
         bail!(
             "token id {v} is out of range (vocab {})",
-            sess.engine.cfg.vocab
+            sess.engine.cfg().vocab
         );
     }
     if let Some(path) = &a.dump_logits {
         return dump_logits(&mut sess, &ids, a.top, path);
     }
-    if sess.engine.cfg.meta.synthetic && !a.json {
+    if sess.engine.cfg().meta.synthetic && !a.json {
         errln!("note: synthetic model (random weights): the generated text is noise.");
     }
     let json = a.json;
@@ -50,7 +50,7 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     // Generated text is model-controlled: on a terminal its control characters are shown
     // escaped; a closed stdout (`| head -1`) stops generation and ends the run quietly.
     let tty = std::io::IsTerminal::is_terminal(&stdout);
-    let stop = sess.engine.stop.clone();
+    let stop = sess.engine.stop_flag().clone();
     let mut closed: Option<std::io::Error> = None;
     let mut tap = match &a.record {
         Some(p) => Some(RecordTap::start(p, &sess)?),
@@ -86,7 +86,7 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     // stats are printed and the process exits with 130 (also when SIGINT was inherited as
     // ignored, e.g. under nohup or a background CI job).
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    install_sigint(sess.engine.stop.clone(), interrupted.clone());
+    install_sigint(sess.engine.stop_flag().clone(), interrupted.clone());
     let out = sess.generate(&ids, a.n, !a.ignore_eos, &mut emit);
     if let Some(e) = closed {
         return Err(e).context("writing the generated text to stdout");
@@ -122,7 +122,7 @@ fn percentile(v: &[u64], p: f64) -> f64 {
 }
 
 fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
-    let f = &sess.engine.file;
+    let f = sess.engine.file();
     let sb = stream_bytes(f);
     let attn: u64 = sb.iter().map(|s| s.attn).sum();
     let dense: u64 = sb.iter().map(|s| s.dense).sum();
@@ -143,11 +143,11 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
     } else {
         0.0
     };
-    let (act, kv) = super::model::act_kv(&sess.engine.opts);
+    let (act, kv) = super::model::act_kv(sess.engine.opts());
     serde_json::json!({
         "model": f.path.display().to_string(),
         "threads": sess.engine.threads(),
-        "isa": sess.engine.opts.isa.name(),
+        "isa": sess.engine.opts().isa.name(),
         "act": act,
         "kv": kv,
         "prompt_tokens": out.prompt_tokens,
@@ -215,7 +215,7 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
     let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default(), false)?;
     let text = crate::util::read_text_file(&a.file, PPL_MAX_FILE).map_err(anyhow::Error::msg)?;
     let ids = sess.encode(&text).map_err(anyhow::Error::msg)?;
-    let ctx = a.ctx.min(sess.engine.cfg.max_ctx).max(2);
+    let ctx = a.ctx.min(sess.engine.cfg().max_ctx).max(2);
     if ids.len() < 2 {
         bail!("{}: fewer than 2 tokens", a.file.display());
     }
@@ -253,7 +253,7 @@ pub(super) struct RecordTap {
 impl RecordTap {
     pub(super) fn start(path: &Path, s: &Session) -> Result<RecordTap> {
         use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
-        let machine = crate::telemetry::machine::MachineProfile::detect(s.engine.opts.isa.name());
+        let machine = crate::telemetry::machine::MachineProfile::detect(s.engine.opts().isa.name());
         let cfg = crate::engine::worker::config_info(s);
         // The error names the path; the model (and twin) cannot be the trace.
         let rec = Recorder::create_for(

@@ -43,7 +43,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         cli.engine.options()?
     };
     let engine = new_engine(&path, file, opts, &cli.engine)?;
-    let chat = engine.cfg.meta.chat_template.is_some();
+    let chat = engine.cfg().meta.chat_template.is_some();
     let sampling = match chat {
         true => cli.chat.sampling.chat_params()?,
         false => cli.chat.sampling.params()?,
@@ -51,7 +51,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
     let startup = crate::tui::transcript::startup_commands(&cli.chat)?;
     let session = Session::new(engine, sampling).map_err(anyhow::Error::msg)?;
     let machine =
-        crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
+        crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts().isa.name());
     let ceiling = machine.bandwidth.as_ref().map(|b| b.read_gbps_nt);
     let worker = crate::engine::worker::spawn(
         session,

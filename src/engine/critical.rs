@@ -43,7 +43,7 @@ impl CriticalPath {
 pub fn critical_path_both(file: &crate::format::CflowFile) -> serde_json::Value {
     let (dd, de) = (file.cfg.dense_delay, file.cfg.expert_delay);
     let payload = critical_path(&payload_stream_bytes(file), dd, de);
-    let stored = critical_path(&crate::engine::forward::stream_bytes(file), dd, de);
+    let stored = critical_path(&crate::engine::stream_bytes(file), dd, de);
     serde_json::json!({"payload": payload.mib_json(), "with_scales": stored.mib_json()})
 }
 
@@ -85,16 +85,19 @@ pub fn fixed_point_line(v: &serde_json::Value) -> String {
     )
 }
 
+/// One layer's term of eq. 4.23: max(a, d/(δd+1), e/(δe+1)), for stream amounts (a, d, e)
+/// in any unit (bytes, or the time each stream takes alone).
+pub fn layer_term(a: f64, d: f64, e: f64, dd: usize, de: usize) -> f64 {
+    a.max(d / (dd + 1) as f64).max(e / (de + 1) as f64)
+}
+
 /// Evaluates eq. 4.23 for per-layer stream bytes under delays (δd, δe).
 pub fn critical_path(layers: &[StreamBytes], dd: usize, de: usize) -> CriticalPath {
     let per_layer: Vec<(f64, f64)> = layers
         .iter()
         .map(|b| {
             let (a, dn, e) = (b.attn as f64, b.dense as f64, b.experts as f64);
-            (
-                a.max(dn).max(e),
-                a.max(dn / (dd + 1) as f64).max(e / (de + 1) as f64),
-            )
+            (layer_term(a, dn, e, 0, 0), layer_term(a, dn, e, dd, de))
         })
         .collect();
     CriticalPath {
@@ -110,20 +113,69 @@ pub fn critical_path(layers: &[StreamBytes], dd: usize, de: usize) -> CriticalPa
     }
 }
 
-/// Paper-convention stream bytes (payload only: Q4 at 0.5 byte/param, no scales or headers).
+/// Bandwidth reached by each stream, in bytes per ns (= GB/s).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct StreamRates {
+    pub attn: f64,
+    pub dense: f64,
+    pub experts: f64,
+}
+
+/// Seconds-per-byte view of `layers` under `r`: ns each stream takes per layer (0 when a
+/// stream reads nothing or was not measured).
+fn stream_ns(b: &StreamBytes, r: StreamRates) -> (f64, f64, f64) {
+    let t = |bytes: u64, rate: f64| if rate > 0.0 { bytes as f64 / rate } else { 0.0 };
+    (
+        t(b.attn, r.attn),
+        t(b.dense, r.dense),
+        t(b.experts, r.experts),
+    )
+}
+
+/// Eq. 4.23 as time: Σ_ℓ max(t_attn, t_dense/(δd+1), t_expert/(δe+1)) ns per token, each
+/// stream's time from its bytes at rate `r` (the vertical schedule's critical path).
+pub fn critical_ns(layers: &[StreamBytes], dd: usize, de: usize, r: StreamRates) -> f64 {
+    layers
+        .iter()
+        .map(|b| {
+            let (a, d, e) = stream_ns(b, r);
+            layer_term(a, d, e, dd, de)
+        })
+        .sum()
+}
+
+/// The fully serial time Σ_ℓ (t_attn + t_dense + t_expert) ns per token (the sequential
+/// schedule).
+pub fn serial_ns(layers: &[StreamBytes], r: StreamRates) -> f64 {
+    layers
+        .iter()
+        .map(|b| {
+            let (a, d, e) = stream_ns(b, r);
+            a + d + e
+        })
+        .sum()
+}
+
+/// Paper-convention stream bytes (payload only: Q4 at 0.5 byte/param, no scales or headers);
+/// a dense FFN whose input is known to be zero (ℓ < δd) reads nothing, as in the engine.
 pub fn payload_stream_bytes(file: &crate::format::CflowFile) -> Vec<StreamBytes> {
     let cfg = &file.cfg;
-    (0..cfg.effective_layers())
-        .map(|l| {
-            let lv = &file.layers[cfg.physical_layer(l)];
+    crate::engine::styles::steps(cfg)
+        .map(|st| {
+            let lv = &file.layers[st.block];
             let attn = lv.q.payload_bytes()
                 + lv.k.payload_bytes()
                 + lv.v.payload_bytes()
                 + lv.o.payload_bytes();
-            let dense: f64 = [&lv.gate, &lv.up, &lv.down]
-                .iter()
-                .map(|m| m.as_ref().map_or(0.0, |m| m.payload_bytes()))
-                .sum();
+            let dense: f64 = if crate::engine::schedule::dense_input_is_zero(st.l, cfg.dense_delay)
+            {
+                0.0
+            } else {
+                [&lv.gate, &lv.up, &lv.down]
+                    .iter()
+                    .map(|m| m.as_ref().map_or(0.0, |m| m.payload_bytes()))
+                    .sum()
+            };
             let experts = lv.experts.first().map_or(0.0, |e| {
                 (e.gate.payload_bytes() + e.up.payload_bytes() + e.down.payload_bytes())
                     * cfg.top_k as f64
@@ -194,5 +246,22 @@ mod tests {
         assert_eq!(v["all_streams_all_passes_mib"].as_f64(), Some(16.5));
         assert_eq!(v["unique_block_mib"].as_f64(), Some(5.5));
         assert!(fixed_point_line(&v).contains("9.00 MiB"));
+    }
+
+    #[test]
+    fn time_prediction_divides_each_stream_by_its_rate() {
+        let l = demo_layers();
+        // 1 byte/ns for attention, 2 for dense, 0.5 for experts.
+        let r = StreamRates {
+            attn: 1.0,
+            dense: 2.0,
+            experts: 0.5,
+        };
+        let (a, d, e) = (MIB as f64 / 2.0, 0.75 * MIB as f64, 1.5 * MIB as f64);
+        assert_eq!(serial_ns(&l, r), 6.0 * (a + d + e));
+        // δd = 1, δe = 2: max(a, d/2, e/3) = a per layer.
+        assert_eq!(critical_ns(&l, 1, 2, r), 6.0 * a);
+        assert_eq!(critical_ns(&l, 0, 0, r), 6.0 * e);
+        assert_eq!(critical_ns(&l, 1, 2, StreamRates::default()), 0.0);
     }
 }

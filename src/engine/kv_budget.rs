@@ -11,7 +11,7 @@
 //! The context can be lowered at run time ([`cap_context`], `--max-ctx N`) to open a model
 //! whose declared context does not fit.
 
-use super::forward::Engine;
+use super::Engine;
 use crate::model::ModelConfig;
 
 /// Bytes of one cached value (keys and values are stored as f32).
@@ -85,9 +85,7 @@ pub fn check(cfg: &ModelConfig, avail: Option<Available>) -> Result<(), KvTooLar
 
 /// Lowers the context the engine will run to at most `n` positions (`n` ≥ 1).
 pub fn cap_context(engine: &mut Engine, n: usize) {
-    let n = n.max(1).min(engine.cfg.max_ctx);
-    engine.cfg.max_ctx = n;
-    engine.kv.max_ctx = n;
+    engine.cap_context(n);
 }
 
 /// `MemAvailable`, or the room under the cgroup v2 limit when smaller; `None` when neither can

@@ -2,9 +2,9 @@
 //! the `Event` stream (prompt, tokens, per-token stats, done). Shared by `run`, `chat`, `bench`
 //! and the engine thread behind the TUI.
 
-use super::forward::{stream_bytes, Engine, ForwardError};
 use super::kv_budget::{available_memory, KvTooLarge};
 use super::sampler::Sampler;
+use super::{stream_bytes, Engine, ForwardError};
 use crate::chat::detok::Detok;
 use crate::chat::tokenizer::TokenizerWrap;
 use crate::model::special::SpecialTokens;
@@ -67,10 +67,10 @@ pub struct Session {
 
 impl Session {
     /// Opens a session over `engine`; refuses a model whose KV cache for its full context
-    /// (`engine.cfg.max_ctx`) does not fit in available memory (`engine::kv_budget`).
+    /// (`engine.cfg().max_ctx`) does not fit in available memory (`engine::kv_budget`).
     pub fn new(engine: Engine, sampling: SamplingParams) -> Result<Session, SessionError> {
-        super::kv_budget::check(&engine.cfg, available_memory())?;
-        let m = &engine.cfg.meta;
+        super::kv_budget::check(engine.cfg(), available_memory())?;
+        let m = &engine.cfg().meta;
         let tok = match &m.tokenizer_json {
             Some(j) => {
                 let special = SpecialTokens {
@@ -97,8 +97,8 @@ impl Session {
     }
 
     pub fn summary(&self) -> ModelSummary {
-        let f = &self.engine.file;
-        let c = &self.engine.cfg;
+        let f = &self.engine.file();
+        let c = &self.engine.cfg();
         let mut quants: Vec<String> = Vec::new();
         let mut add = |q: crate::quant::QuantType| {
             if !quants.iter().any(|s| s == q.name()) {
@@ -150,7 +150,7 @@ impl Session {
             .as_ref()
             .ok_or("this model has no tokenizer; use --tokens")?;
         let mut ids = tok.encode(text, false).map_err(|e| e.to_string())?;
-        let m = &self.engine.cfg.meta;
+        let m = &self.engine.cfg().meta;
         if m.add_bos && self.context.is_empty() {
             if let Some(b) = m.bos_id {
                 ids.insert(0, b);
@@ -160,7 +160,7 @@ impl Session {
     }
 
     pub fn is_eos(&self, id: u32) -> bool {
-        self.engine.cfg.meta.eos_ids.contains(&id)
+        self.engine.cfg().meta.eos_ids.contains(&id)
     }
 
     /// Feeds `prompt` (continuing the context) and generates up to `max_new` tokens.
@@ -178,13 +178,13 @@ impl Session {
         self.engine
             .stop
             .store(false, std::sync::atomic::Ordering::Relaxed);
-        let room = self.engine.cfg.max_ctx.saturating_sub(self.engine.pos());
+        let room = self.engine.cfg().max_ctx.saturating_sub(self.engine.pos());
         if prompt.len() > room {
             let msg = format!(
                 "prompt of {} tokens does not fit: {} of {} context positions left",
                 prompt.len(),
                 room,
-                self.engine.cfg.max_ctx
+                self.engine.cfg().max_ctx
             );
             return self.fail_msg(out, StopReason::ContextFull, Some(msg), emit);
         }
@@ -250,7 +250,7 @@ impl Session {
             }
             self.context.push(next);
             out.token_ns.push(ts.elapsed().as_nanos() as u64);
-            let mut st = self.engine.stats.clone();
+            let mut st = self.engine.stats().clone();
             st.index = index as u32;
             emit(Event::Stats(st.clone()));
             out.stats.push(st);
@@ -358,7 +358,7 @@ impl Session {
             common -= 1;
         }
         self.context.truncate(common);
-        self.engine.kv.truncate(common);
+        self.engine.truncate_context(common);
         ids[common..].to_vec()
     }
 }

@@ -4,9 +4,9 @@
 //! recorder. A small pump thread sets the stop flag the moment `Stop` arrives, so generation
 //! stops within one layer; toggles queued during generation apply at the next token boundary.
 
-use super::forward::Layout;
 use super::sampler::Sampler;
 use super::session::Session;
+use super::Layout;
 use crate::chat::conversation::Conversation;
 use crate::io::fault::panic_message;
 use crate::telemetry::machine::MachineProfile;
@@ -81,7 +81,7 @@ pub fn gen_settings(s: &Session, conv: Option<&Conversation>) -> GenSettings {
 }
 
 /// Applies an engine toggle; returns a notice when it could not be applied.
-fn toggle_engine(engine: &mut super::forward::Engine, c: &Command) -> Option<String> {
+fn toggle_engine(engine: &mut super::Engine, c: &Command) -> Option<String> {
     use crate::io::{ExpertTier, FetchMode};
     match c {
         Command::SetLayout(l) => match l.as_str() {
@@ -98,6 +98,10 @@ fn toggle_engine(engine: &mut super::forward::Engine, c: &Command) -> Option<Str
         Command::SetExpertTier(t) => match ExpertTier::parse(t) {
             Some(m) => engine.set_expert_tier(m),
             None => return Some(format!("unknown expert tier `{t}`")),
+        },
+        Command::SetSchedule(s) => match super::Schedule::parse(s) {
+            Some(s) => engine.set_schedule(s),
+            None => return Some(format!("unknown schedule `{s}`")),
         },
         _ => {}
     }
@@ -188,6 +192,7 @@ fn is_toggle(c: &Command) -> bool {
             | Command::SetPrefetch(_)
             | Command::SetFetch(_)
             | Command::SetExpertTier(_)
+            | Command::SetSchedule(_)
             | Command::SetSampling(_)
     )
 }
@@ -197,7 +202,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
     let (cmd_tx, cmd_rx) = unbounded::<Command>();
     let (ctl_tx, ctl_rx) = unbounded::<Ctl>();
     let (ev_tx, ev_rx) = bounded::<Stamped>(8192);
-    let stop = session.engine.stop.clone();
+    let stop = session.engine.stop_flag().clone();
     let stop_p = stop.clone();
     let ctl_fwd = ctl_tx.clone();
     let pump = std::thread::Builder::new()
@@ -227,7 +232,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
         .name("cflow-engine".into())
         .spawn(move || {
             if pmu {
-                session.engine.pmu = crate::telemetry::pmu::Pmu::new();
+                session.engine.set_pmu(crate::telemetry::pmu::Pmu::new());
             }
             let out = Out {
                 clock: SessionClock::start(),
@@ -267,7 +272,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 model: Box::new(summary),
                 config: config_info(&session),
             });
-            if let (true, Some(reason)) = (pmu, session.engine.pmu.unavailable()) {
+            if let (true, Some(reason)) = (pmu, session.engine.pmu().unavailable()) {
                 out.emit(Event::Notice {
                     message: format!("PMU: {reason}"),
                 });
@@ -363,7 +368,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                         Ctl::StopRecording => stop_recording(&out),
                         Ctl::Cmd(Command::Quit) => return true,
                         Ctl::Cmd(Command::Stop) => {
-                            session.engine.stop.store(false, Ordering::Relaxed)
+                            session.engine.stop_flag().store(false, Ordering::Relaxed)
                         }
                         Ctl::Cmd(Command::Reset) => {
                             session.reset();
@@ -399,7 +404,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                             out.emit(Event::Settings(gen_settings(&session, conv.as_ref())));
                         }
                         Ctl::Cmd(Command::Complete { text, max_tokens }) => {
-                            session.engine.stop.store(false, Ordering::Relaxed);
+                            session.engine.stop_flag().store(false, Ordering::Relaxed);
                             let ids = match session.encode(&text) {
                                 Ok(i) => i,
                                 Err(e) => {
@@ -418,7 +423,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                             session.generate(&ids, max_tokens as usize, true, &mut |e| out.emit(e));
                         }
                         Ctl::Cmd(Command::Chat { text, max_tokens }) => {
-                            session.engine.stop.store(false, Ordering::Relaxed);
+                            session.engine.stop_flag().store(false, Ordering::Relaxed);
                             let Some(c) = conv.as_mut() else {
                                 out.emit(Event::Error {
                                     message: "this model has no usable chat template".into(),

@@ -217,14 +217,6 @@ impl ModelConfig {
             self.n_layers
         }
     }
-    /// Physical layer executed at effective step `i`.
-    pub fn physical_layer(&self, i: usize) -> usize {
-        if self.combine_style == CombineStyle::FixedPoint {
-            i / self.meta.fixed_point_iterations.max(1) as usize
-        } else {
-            i
-        }
-    }
     pub fn rope_dims(&self) -> usize {
         if self.meta.rope_dims == 0 {
             self.head_dim

@@ -258,6 +258,8 @@ pub enum Command {
     SetExpertTier(String),
     /// "cflow" | "vflow" | "rowmajor"
     SetLayout(String),
+    /// "sequential" | "vertical" | "auto"
+    SetSchedule(String),
     SetSampling(SamplingParams),
     SetSystemPrompt(String),
     /// Replace the conversation (system prompt and turns) with a loaded transcript; the next

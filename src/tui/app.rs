@@ -95,6 +95,8 @@ pub enum Action {
     ToggleFetch,
     CycleLayout,
     ToggleTier,
+    /// Switch the schedule sequential ↔ vertical (paper §4.4).
+    ToggleSchedule,
     /// Start / stop A/B auto on the focused toggle (the one last switched).
     AbAuto,
     /// Enter / leave what-if mode in the critical-path pane.
@@ -604,6 +606,8 @@ pub struct App {
     interrupt_armed: bool,
     /// The toggle A/B auto works on: the one last switched (prefetch at first).
     pub ab_focus: Toggle,
+    /// The schedule last asked for with `v` (None: the engine's default, auto).
+    schedule: Option<&'static str>,
     /// A/B auto in progress.
     pub ab_auto: Option<AutoAb>,
     /// Sampling, system prompt and numerics in force (the engine's latest `Settings`).
@@ -657,6 +661,7 @@ impl App {
             source_closed: false,
             interrupt_armed: false,
             ab_focus: Toggle::Prefetch,
+            schedule: None,
             ab_auto: None,
             settings: None,
             editor: None,
@@ -1012,6 +1017,19 @@ impl App {
                 };
                 self.say(format!("fetch → {next} (next token)"));
                 return Effects::cmd(Command::SetFetch(next.into()));
+            }
+            Action::ToggleSchedule => {
+                if self.toggles_blocked() {
+                    return Effects::default();
+                }
+                let next = if self.schedule == Some("vertical") {
+                    "sequential"
+                } else {
+                    "vertical"
+                };
+                self.schedule = Some(next);
+                self.say(format!("schedule → {next} (next token)"));
+                return Effects::cmd(Command::SetSchedule(next.into()));
             }
             Action::ToggleTier => {
                 if self.toggles_blocked() {
@@ -1430,6 +1448,15 @@ mod tests {
             act(&mut app, Action::ToggleTier).commands,
             vec![Command::SetExpertTier("mmap".into())]
         );
+    }
+
+    #[test]
+    fn v_switches_the_schedule_both_ways() {
+        let mut app = app_with(demo_events(4, true));
+        for want in ["vertical", "sequential", "vertical"] {
+            let fx = act(&mut app, Action::ToggleSchedule);
+            assert_eq!(fx.commands, vec![Command::SetSchedule(want.into())]);
+        }
     }
 
     #[test]

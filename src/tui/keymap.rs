@@ -218,6 +218,7 @@ pub const BINDINGS: &[Binding] = &[
     b(&[ch('s')], Action::ToggleFetch, Ctx::Nav, "fetch staged/sync", None),
     b(&[ch('l')], Action::CycleLayout, Ctx::Nav, "cycle layout", None),
     b(&[ch('t')], Action::ToggleTier, Ctx::Nav, "expert tier mmap/direct", None),
+    b(&[ch('v')], Action::ToggleSchedule, Ctx::Nav, "schedule sequential/vertical", None),
     b(&[ch('a')], Action::AbAuto, Ctx::Nav, "A/B auto on/off (last toggle)", None),
     b(&[ch('w')], Action::WhatIf, Ctx::Nav, "what-if mode", None),
     b(&[ch('f')], Action::Freeze, Ctx::Nav, "freeze panes", None),

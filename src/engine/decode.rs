@@ -1,0 +1,350 @@
+//! One decode step: the token loop of paper §4.4, read top to bottom. For every execution step
+//! (each block once; FixedPoint blocks `iterations` times): snapshot the residual → attention →
+//! dense FFN (on its delayed input) → route (the experts are queued for step ℓ+δe) → combine →
+//! inject the experts due now. What each style reads and writes comes from its
+//! [`StyleRule`]; when and on which core the delayed work runs from the [`DelaySchedule`] and
+//! the [`Lane`] of the vertical schedule.
+
+use super::expert_io::TokenIo;
+use super::layer::{attention, attn_bytes, dense, dense_bytes, lm_head};
+use super::moe::{route, run_pending};
+use super::ops::add_into;
+use super::schedule::{DelayInput, DelaySchedule, Pending};
+use super::scratch::Scratch;
+use super::styles::{steps, Step, StyleRule};
+use super::vertical::{with_second_core, Job, Key, Lane, Shared};
+use super::weights::{embed, use_q8, Weights};
+use super::{Engine, ForwardError, Layout, Schedule};
+use crate::format::reader::ExpertView;
+use crate::model::kv::KvCache;
+use crate::telemetry::pmu::Pmu;
+use crate::telemetry::{LayerStat, TokenStats};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Everything the layers of one token touch.
+struct Token<'a, 'w> {
+    rule: StyleRule,
+    sched: &'a mut DelaySchedule,
+    s: &'a mut Scratch,
+    kv: &'a mut KvCache,
+    io: &'a mut TokenIo<'w>,
+    stats: &'a mut TokenStats,
+    rel: &'a [Vec<ExpertView>],
+    stop: &'a AtomicBool,
+    pmu: &'a mut Pmu,
+    pos: usize,
+    timings: bool,
+    read_known_zero: bool,
+    /// Vertical: the experts run on the second core (else here, after attention).
+    experts_aside: bool,
+}
+
+impl Engine {
+    pub(super) fn forward(
+        &mut self,
+        token: u32,
+        pos: usize,
+        want_logits: bool,
+    ) -> Result<(), ForwardError> {
+        let t_start = Instant::now();
+        self.ensure_io();
+        let fetching = self.fetching() && self.fetcher.is_some();
+        // Reads left in flight by an interrupted token complete here; every slot is free after.
+        self.quiesce();
+        let schedule = self.schedule_now();
+        if schedule == Schedule::Vertical && self.cores.is_none() {
+            self.cores = Some(super::vertical::Cores::new(self.opts.threads, &self.cfg));
+        }
+        let Engine {
+            file,
+            vflow,
+            cfg,
+            opts,
+            pool,
+            kv,
+            rowmajor,
+            s,
+            rule,
+            sched,
+            stop,
+            pmu,
+            rel_experts,
+            fetcher,
+            prefetcher,
+            cores,
+            experts_aside,
+            ..
+        } = self;
+        let active = match (opts.layout, &*vflow) {
+            (Layout::Vflow, Some(v)) => v,
+            _ => &*file,
+        };
+        let w = Weights {
+            file: active,
+            cfg,
+            pool,
+            isa: opts.isa,
+            q8: use_q8(opts.int_act, opts.force_int, opts.isa),
+            rowmajor: rowmajor
+                .as_ref()
+                .filter(|_| opts.layout == Layout::RowMajor),
+            kv_f16: opts.kv_f16,
+        };
+        let prefetch = prefetcher
+            .as_ref()
+            .filter(|_| opts.prefetch && opts.layout != Layout::RowMajor);
+        let le = cfg.effective_layers();
+        let mut io = TokenIo::new(
+            active,
+            fetcher.as_mut().filter(|_| fetching),
+            prefetch,
+            opts.fetch,
+            le,
+        );
+        let mut stats = TokenStats {
+            pos: pos as u32,
+            layers: vec![LayerStat::default(); le],
+            ..Default::default()
+        };
+        if pmu.is_enabled() {
+            pmu.begin_token();
+        }
+        embed(active, token, &mut s.x);
+        if cfg.embed_scale() {
+            let k = (cfg.d_model as f32).sqrt();
+            s.x.iter_mut().for_each(|v| *v *= k);
+        }
+        let mut t = Token {
+            rule: *rule,
+            sched,
+            s: &mut *s,
+            kv,
+            io: &mut io,
+            stats: &mut stats,
+            rel: rel_experts,
+            stop,
+            pmu: &mut *pmu,
+            pos,
+            timings: opts.timings,
+            read_known_zero: opts.read_known_zero,
+            experts_aside: *experts_aside,
+        };
+        match cores.as_mut().filter(|_| schedule == Schedule::Vertical) {
+            // The attention stream here on `main`, the dense/expert streams on `side`.
+            Some(c) => {
+                let wm = w.with_pool(&c.main);
+                let sh = Shared::of(&w);
+                with_second_core(sh, &mut c.side, &mut c.dense, &mut c.experts, |lane| {
+                    let r = t.layers(&wm, Some(lane));
+                    c.jobs += lane.submitted;
+                    r
+                })?;
+            }
+            None => t.layers(&w, None)?,
+        }
+        io.finish(&mut stats);
+        if want_logits {
+            let t4 = Instant::now();
+            stats.vocab_bytes = lm_head(&w, s);
+            stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
+            if pmu.is_enabled() {
+                pmu.phase("lm_head");
+            }
+        }
+        if pmu.is_enabled() {
+            stats.pmu = Some(pmu.end_token());
+        }
+        stats.ns_total = t_start.elapsed().as_nanos() as u64;
+        self.auto_record(schedule, stats.ns_total);
+        self.stats = stats;
+        Ok(())
+    }
+}
+
+impl Token<'_, '_> {
+    /// The layers of one token. `lane`: the second core (vertical schedule), else everything
+    /// runs here.
+    fn layers(&mut self, w: &Weights, mut lane: Option<&mut Lane>) -> Result<(), ForwardError> {
+        let rule = self.rule;
+        let cfg = w.cfg;
+        let pmu_on = self.pmu.is_enabled();
+        self.sched.begin_token();
+        if rule.two_streams() {
+            // Both streams (registers) start at the embedding.
+            self.s.sf.copy_from_slice(&self.s.x);
+        }
+        for Step { l, block: p, first } in steps(cfg) {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(ForwardError::Stopped);
+            }
+            if w.file.changed() {
+                return Err(ForwardError::ModelChanged(w.file.changed_error()));
+            }
+            let lv = &w.file.layers[p];
+            let t_layer = Instant::now();
+            let next = (l + 1 < cfg.effective_layers()).then(|| rule.block_of(l + 1));
+            self.io.layer_start(next.map(|b| &w.file.layers[b]));
+
+            // §4.4: snapshot the residual entering the layer (the one a delayed FFN reads).
+            self.sched.snapshot(l, rule.snapshot_source(self.s));
+            if first {
+                rule.enter_block(self.s);
+            }
+            // Vertical: the FFN whose input just became known starts on the second core.
+            if let (Some(lane), Some(ahead)) =
+                (lane.as_deref_mut(), self.sched.dense_ready_after(l))
+            {
+                let block = rule.block_of(ahead);
+                if w.file.layers[block].gate.is_some() {
+                    let input = rule.snapshot_source(self.s).to_vec();
+                    lane.submit(Job::Dense {
+                        l: ahead,
+                        block,
+                        input,
+                    });
+                }
+            }
+
+            // Attention: a = Attn(Norm(x)); x_mid = x + a.
+            let t0 = Instant::now();
+            attention(w, lv, l, p, self.pos, self.kv, self.s);
+            let st = &mut self.stats.layers[l];
+            st.bytes.attn = attn_bytes(lv);
+            if self.timings {
+                st.ns_attn = t0.elapsed().as_nanos() as u64;
+            }
+            if pmu_on {
+                self.pmu.phase("attention");
+            }
+            self.s.xa.copy_from_slice(&self.s.x);
+            add_into(&mut self.s.xa, &self.s.attn_out);
+
+            // Dense FFN: f = FFN(Norm(input)), the input delayed by δd (eq. 4.11).
+            let t1 = Instant::now();
+            let (bytes, side_ns) = self.dense_ffn(w, l, p, lane.as_deref_mut());
+            let st = &mut self.stats.layers[l];
+            st.bytes.dense = bytes;
+            if self.timings {
+                st.ns_dense = side_ns.unwrap_or_else(|| t1.elapsed().as_nanos() as u64);
+            }
+            if pmu_on && lv.gate.is_some() {
+                self.pmu.phase("dense");
+            }
+
+            // Route: the selection is queued for injection at step ℓ+δe (eq. 4.16).
+            if cfg.has_experts() && !lv.experts.is_empty() {
+                let t2 = Instant::now();
+                let (act, sel) = route(cfg, lv, rule.read(self.s, rule.route_in));
+                st.routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
+                let tickets = self.io.routed(lv, &sel);
+                let later =
+                    self.experts_aside && self.sched.inject_step(l) > l && !self.io.fetching();
+                let offloaded = match lane.as_deref_mut() {
+                    Some(lane) if later => {
+                        let (act, sel) = (act.clone(), sel.clone());
+                        lane.submit(Job::Experts {
+                            from: l,
+                            block: p,
+                            act,
+                            sel,
+                        });
+                        true
+                    }
+                    _ => false,
+                };
+                self.sched.defer(Pending {
+                    block: p,
+                    from: l,
+                    act,
+                    sel,
+                    scale: rule.scale,
+                    tickets,
+                    offloaded,
+                });
+                if self.timings {
+                    st.ns_router = t2.elapsed().as_nanos() as u64;
+                }
+            }
+
+            // Combine the layer's outputs into the next residual.
+            rule.combine(self.s);
+
+            // Inject the expert outputs due at the end of this layer.
+            // Time: here, waits and compute of the experts run here; the second core's compute.
+            let (mut ebytes, mut here_ns, mut side_ns) = (0u64, 0u64, 0u64);
+            for pe in self.sched.due(l) {
+                let t3 = Instant::now();
+                self.io.before_experts(&pe)?;
+                if pe.offloaded {
+                    let lane = lane
+                        .as_deref_mut()
+                        .expect("offloaded without a second core");
+                    let done = lane.wait(Key::Experts(pe.from));
+                    self.s.experts.acc.copy_from_slice(&done.out);
+                    (ebytes, side_ns) = (ebytes + done.bytes, side_ns + done.ns);
+                } else {
+                    let staged = self.io.staged(&pe);
+                    let (lvb, rel) = (&w.file.layers[pe.block], &self.rel[pe.block]);
+                    ebytes += run_pending(w, lvb, rel, &pe, &staged, &mut self.s.experts);
+                }
+                self.io.after_experts(&pe);
+                rule.inject(self.s, pe.scale);
+                if !pe.offloaded {
+                    here_ns += t3.elapsed().as_nanos() as u64;
+                }
+            }
+            let st = &mut self.stats.layers[l];
+            st.bytes.experts = ebytes;
+            if pmu_on {
+                self.pmu.phase(if ebytes > 0 { "experts" } else { "other" });
+            }
+            if self.timings && ebytes > 0 {
+                st.ns_experts = here_ns + side_ns;
+            }
+            self.io.layer_end(st, t_layer.elapsed().as_nanos() as u64);
+
+            // DecoupledStreams: merge the two streams every merge_interval layers.
+            rule.merge(self.s, l);
+        }
+        rule.finish(self.s);
+        Ok(())
+    }
+
+    /// `s.dense.out` = the dense FFN of step `l` (block `p`) on the input the schedule names:
+    /// zero without reading a weight when that input is known to be zero, collected from the
+    /// second core when it ran there. Returns the bytes read and the second core's time.
+    fn dense_ffn(
+        &mut self,
+        w: &Weights,
+        l: usize,
+        p: usize,
+        lane: Option<&mut Lane>,
+    ) -> (u64, Option<u64>) {
+        let rule = self.rule;
+        let lv = &w.file.layers[p];
+        let s = &mut *self.s;
+        if lv.gate.is_none() {
+            s.dense.out.fill(0.0);
+            return (0, None);
+        }
+        let src = match self.sched.dense_input(l) {
+            DelayInput::Zero if !self.read_known_zero => {
+                s.dense.out.fill(0.0);
+                return (0, None);
+            }
+            DelayInput::Zero => vec![0.0; w.cfg.d_model],
+            DelayInput::Delayed(x) => match lane {
+                Some(lane) => {
+                    let done = lane.wait(Key::Dense(l));
+                    s.dense.out.copy_from_slice(&done.out);
+                    return (done.bytes, Some(done.ns));
+                }
+                None => x.to_vec(),
+            },
+            DelayInput::Current => rule.read(s, rule.dense_in).to_vec(),
+        };
+        dense(w, lv, p, &src, &mut s.dense);
+        (dense_bytes(lv), None)
+    }
+}

@@ -1,0 +1,182 @@
+//! The per-layer computations shared by decode and prefill: attention of one position, the
+//! gated dense FFN, and the LM head (paper §3.7; numerics in `docs/SEMANTICS.md`).
+
+use super::ops::*;
+use super::scratch::{DenseScratch, Scratch};
+use super::weights::Weights;
+use crate::format::reader::LayerView;
+use crate::model::kv::KvCache;
+use crate::model::FfnAct;
+
+/// Biases, whole-projection Q/K norms, clipping, RoPE, V-norm and (optionally) f16 rounding of
+/// one token's Q/K/V at block `p`.
+pub fn qkv_post(
+    w: &Weights,
+    lv: &LayerView,
+    p: usize,
+    pos: usize,
+    q: &mut [f32],
+    k: &mut [f32],
+    v: &mut [f32],
+) {
+    let cfg = w.cfg;
+    let hd = cfg.head_dim;
+    if let Some(b) = &lv.q_bias {
+        add_into(q, b);
+    }
+    if let Some(b) = &lv.k_bias {
+        add_into(k, b);
+    }
+    if let Some(b) = &lv.v_bias {
+        add_into(v, b);
+    }
+    // OLMoE: RMSNorm over the whole projection (all heads at once), before the split into heads.
+    for (x, nw) in [(&mut *q, &lv.q_norm), (&mut *k, &lv.k_norm)] {
+        if let Some(nw) = nw {
+            let src = x.to_vec();
+            rmsnorm(x, &src, Some(&nw[..]), cfg.rms_eps);
+        }
+    }
+    let clip = cfg.meta.clip_qkv;
+    if clip > 0.0 {
+        for x in q.iter_mut().chain(k.iter_mut()).chain(v.iter_mut()) {
+            *x = x.clamp(-clip, clip);
+        }
+    }
+    let rot = cfg.rope_dims();
+    let theta = cfg.rope_theta_for(p);
+    let style = cfg.meta.rope_style;
+    for h in q.chunks_exact_mut(hd) {
+        rope(h, pos, rot, theta, style);
+    }
+    for h in k.chunks_exact_mut(hd) {
+        rope(h, pos, rot, theta, style);
+    }
+    if cfg.v_norm() {
+        for h in v.chunks_exact_mut(hd) {
+            let src = h.to_vec();
+            rmsnorm(h, &src, None, cfg.rms_eps);
+        }
+    }
+    if w.kv_f16 {
+        // Emulate an f16 KV cache (llama.cpp's default) by rounding what is stored.
+        for x in k.iter_mut().chain(v.iter_mut()) {
+            *x = half::f16::from_f32(*x).to_f32();
+        }
+    }
+}
+
+/// Multi-head attention of one query (position `pos`) over the cached K/V of step `l`
+/// (block `p`).
+pub fn attend(
+    w: &Weights,
+    l: usize,
+    p: usize,
+    pos: usize,
+    kv: &KvCache,
+    q: &[f32],
+    att: &mut [f32],
+) {
+    let cfg = w.cfg;
+    let win = cfg.sliding_window_for(p);
+    let sh = crate::kernels::attention::AttnShape {
+        n_heads: cfg.n_heads,
+        group: cfg.n_heads / cfg.n_kv_heads,
+        head_dim: cfg.head_dim,
+        kv_dim: cfg.kv_dim(),
+        start: if win > 0 && pos + 1 > win {
+            pos + 1 - win
+        } else {
+            0
+        },
+        pos,
+        scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+        cap: cfg.meta.attn_logit_softcap,
+    };
+    crate::kernels::attention::attend(w.pool, &sh, q, &kv.k[l], &kv.v[l], att);
+}
+
+/// `s.attn_out = Attn_p(Norm(s.x))` at step `l`; stores this position's K/V.
+pub fn attention(
+    w: &Weights,
+    lv: &LayerView,
+    l: usize,
+    p: usize,
+    pos: usize,
+    kv: &mut KvCache,
+    s: &mut Scratch,
+) {
+    rmsnorm(&mut s.xb, &s.x, Some(&lv.attn_norm), w.cfg.rms_eps);
+    w.mv(
+        p,
+        0xFF,
+        &mut s.xq,
+        &s.xb,
+        &mut [(&lv.q, &mut s.q), (&lv.k, &mut s.k), (&lv.v, &mut s.v)],
+    );
+    qkv_post(w, lv, p, pos, &mut s.q, &mut s.k, &mut s.v);
+    kv.store(l, pos, &s.k, &s.v);
+    attend(w, l, p, pos, kv, &s.q, &mut s.att);
+    w.mv(p, 0xFF, &mut s.xq, &s.att, &mut [(&lv.o, &mut s.attn_out)]);
+}
+
+/// g ← act(g) · u.
+pub fn gated(act: FfnAct, g: &mut [f32], u: &[f32]) {
+    match act {
+        FfnAct::Swiglu => g.iter_mut().zip(u).for_each(|(g, u)| *g = silu(*g) * u),
+        FfnAct::Geglu => g.iter_mut().zip(u).for_each(|(g, u)| *g = gelu(*g) * u),
+    }
+}
+
+/// `ds.out = FFN_p(Norm(src))`, the gated dense FFN of block `p`.
+pub fn dense(w: &Weights, lv: &LayerView, p: usize, src: &[f32], ds: &mut DenseScratch) {
+    rmsnorm(&mut ds.xb, src, lv.ffn_norm.as_deref(), w.cfg.rms_eps);
+    let (g, u, dn) = (
+        lv.gate.as_ref().expect("dense"),
+        lv.up.as_ref().expect("dense"),
+        lv.down.as_ref().expect("dense"),
+    );
+    w.mv(
+        p,
+        0xFF,
+        &mut ds.xq,
+        &ds.xb,
+        &mut [(g, &mut ds.hb), (u, &mut ds.hb2)],
+    );
+    gated(w.cfg.meta.ffn_act, &mut ds.hb, &ds.hb2);
+    w.mv(p, 0xFF, &mut ds.xq, &ds.hb, &mut [(dn, &mut ds.out)]);
+}
+
+/// Bytes of a block's attention weights.
+pub fn attn_bytes(lv: &LayerView) -> u64 {
+    (lv.q.bytes() + lv.k.bytes() + lv.v.bytes() + lv.o.bytes()) as u64
+}
+
+/// Bytes of a block's dense FFN weights (0 without one).
+pub fn dense_bytes(lv: &LayerView) -> u64 {
+    [&lv.gate, &lv.up, &lv.down]
+        .iter()
+        .map(|m| m.as_ref().map_or(0, |m| m.bytes()))
+        .sum::<usize>() as u64
+}
+
+/// `s.logits = softcap(LMHead(Norm(s.x)))`; returns the bytes read.
+pub fn lm_head(w: &Weights, s: &mut Scratch) -> u64 {
+    let (cfg, file) = (w.cfg, w.file);
+    rmsnorm(&mut s.xb, &s.x, Some(&file.vocab.final_norm), cfg.rms_eps);
+    let lm = file.lm_head();
+    w.mv(
+        usize::MAX,
+        0xFF,
+        &mut s.xq,
+        &s.xb,
+        &mut [(lm, &mut s.logits)],
+    );
+    let cap = cfg.final_logit_softcap;
+    if cap > 0.0 {
+        s.logits
+            .iter_mut()
+            .for_each(|v| *v = cap * (*v / cap).tanh());
+    }
+    lm.bytes() as u64
+}

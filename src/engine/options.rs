@@ -1,0 +1,132 @@
+//! Engine options: everything a caller can choose about how a token is computed (threads, ISA,
+//! activations, layout, expert tier, schedule), with the `CFLOW_*` environment knobs read once,
+//! here, when the options are built — never inside a token.
+//!
+//! Environment knobs (documented in the README, "Environment"):
+//! - `CFLOW_FORCE_INT=1`: Q8 activations and integer dot products also with `--isa scalar`
+//!   ([`EngineOptions::force_int`]).
+//! - `CFLOW_NO_BATCH_PREFILL=1`: prefill token by token even where batching is possible
+//!   ([`EngineOptions::batch_prefill`]).
+//! - `CFLOW_ISA` (kernels, read by `Isa::detect`) and `CFLOW_SPIN_US` (thread pool, read when a
+//!   pool is built) are read by their own modules, also once.
+
+use crate::io::{ExpertTier, FetchHooks, FetchMode};
+use crate::kernels::Isa;
+
+/// Weight layout the matvecs read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Tiles in consumption order, straight from the mapped `.cflow` file.
+    Cflow,
+    /// The same tiles from the `.vflow` twin (vertical groups + expert bank, §3.4); available
+    /// once a twin is attached with [`super::Engine::attach_vflow`].
+    Vflow,
+    /// The naive baseline: an in-memory row-major copy of the same quantized weights.
+    RowMajor,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Cflow => "cflow",
+            Layout::Vflow => "vflow",
+            Layout::RowMajor => "rowmajor",
+        }
+    }
+}
+
+/// How the streams of a token are placed on the cores (paper §4.4, Claim 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Schedule {
+    /// Layer after layer; every matvec is split over all threads.
+    Sequential,
+    /// Stage-major: the dense FFN of layer ℓ+δd (input ready δd layers early) and the experts
+    /// routed at ℓ (needed δe layers later) run on a second core while the attention of the
+    /// next layers runs on the first. Tokens are bit-identical to `Sequential`.
+    Vertical,
+    /// The faster of the two on the model at hand, as measured: the first decode steps alternate
+    /// the schedules (outputs are identical, so this is invisible) and the faster is kept.
+    #[default]
+    Auto,
+}
+
+impl Schedule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Sequential => "sequential",
+            Schedule::Vertical => "vertical",
+            Schedule::Auto => "auto",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Schedule> {
+        Some(match s {
+            "sequential" => Schedule::Sequential,
+            "vertical" => Schedule::Vertical,
+            "auto" => Schedule::Auto,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub threads: usize,
+    pub isa: Isa,
+    /// Quantize activations to Q8 and use integer dot products for block types.
+    pub int_act: bool,
+    /// Use Q8 activations even on the scalar ISA (`CFLOW_FORCE_INT`).
+    pub force_int: bool,
+    pub layout: Layout,
+    /// Collect per-layer timings (bytes are always counted).
+    pub timings: bool,
+    /// Round cached keys/values to f16 (llama.cpp's default KV type) instead of keeping f32.
+    pub kv_f16: bool,
+    /// When expert bytes are read on the direct tier (sync at routing, staged until injection).
+    pub fetch: FetchMode,
+    /// Expert weights from the memory map or read (O_DIRECT) into staging slots.
+    pub expert_tier: ExpertTier,
+    /// Reader threads of the expert fetcher.
+    pub readers: usize,
+    /// Run the PREFETCHT0 prefetch thread.
+    pub prefetch: bool,
+    /// Test hooks of the expert fetcher (force buffered reads, slow readers).
+    pub fetch_hooks: FetchHooks,
+    /// Batch the prompt where the model allows it (off with `CFLOW_NO_BATCH_PREFILL`).
+    pub batch_prefill: bool,
+    /// Placement of the streams on the cores.
+    pub schedule: Schedule,
+    /// Read the weights of FFNs whose input is known to be zero (the first δd layers under a
+    /// dense delay; a gated FFN of zero is zero). Off: they are skipped. On only to measure
+    /// the saving; the tokens are the same.
+    pub read_known_zero: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            threads: default_threads(),
+            isa: Isa::detect(),
+            int_act: true,
+            force_int: std::env::var_os("CFLOW_FORCE_INT").is_some(),
+            layout: Layout::Cflow,
+            timings: true,
+            kv_f16: false,
+            fetch: FetchMode::Staged,
+            expert_tier: ExpertTier::Mmap,
+            readers: 2,
+            prefetch: false,
+            fetch_hooks: FetchHooks::default(),
+            batch_prefill: std::env::var_os("CFLOW_NO_BATCH_PREFILL").is_none(),
+            schedule: Schedule::Auto,
+            read_known_zero: false,
+        }
+    }
+}
+
+/// Physical cores (falls back to logical CPUs).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}

@@ -1,0 +1,242 @@
+//! Prompt prefill: batches of up to 32 tokens with each weight read once per batch, for the
+//! models whose layers have no cross-token delays (standard pre-norm, dense, δd = 0, tiled
+//! layout); other models are fed token by token through the decode step. The batch path uses
+//! the same per-token functions as decode (`qkv_post`, `attend`, `gated`, `lm_head`) around
+//! batched matvecs.
+
+use super::layer::{attend, attn_bytes, dense_bytes, gated, lm_head, qkv_post};
+use super::ops::*;
+use super::weights::{embed, use_q8, Weights};
+use super::{Engine, ForwardError, Layout};
+use crate::kernels::matvec::tiled_matvec_batch;
+use crate::kernels::{Isa, Q8Act};
+use crate::model::CombineStyle;
+use crate::telemetry::{LayerStat, TokenStats};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+impl Engine {
+    /// Whether prompts can be prefilled in batches: standard pre-norm dense models on the tiled
+    /// layout (pipeline-native styles, MoE and the row-major baseline go token by token).
+    pub fn can_batch_prefill(&self) -> bool {
+        let c = &self.cfg;
+        c.combine_style == CombineStyle::Sequential
+            && !c.has_experts()
+            && c.dense_delay == 0
+            && c.has_dense()
+            && self.opts.layout == Layout::Cflow
+            && self.opts.batch_prefill
+    }
+
+    /// Feeds `tokens` at the current position; afterwards `logits()` holds the prediction after
+    /// the last one. Batched (weights read once per batch of up to 32 tokens) when the model
+    /// allows it, otherwise token by token; the results are the same up to float rounding order.
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<(), ForwardError> {
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let pos = self.kv.len;
+        if pos + tokens.len() > self.cfg.max_ctx {
+            return Err(ForwardError::ContextFull {
+                pos: pos + tokens.len() - 1,
+                max: self.cfg.max_ctx,
+            });
+        }
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            return Err(ForwardError::BadToken {
+                id,
+                vocab: self.cfg.vocab,
+            });
+        }
+        if !self.can_batch_prefill() || tokens.len() == 1 {
+            for (i, &t) in tokens.iter().enumerate() {
+                self.step(t, i + 1 == tokens.len())?;
+            }
+            return Ok(());
+        }
+        const B: usize = 32;
+        let n_chunks = tokens.len().div_ceil(B);
+        for (ci, chunk) in tokens.chunks(B).enumerate() {
+            let p0 = self.kv.len;
+            self.files_intact()?;
+            self.forward_batch(chunk, p0, ci + 1 == n_chunks)?;
+            self.files_intact()?;
+            self.kv.len = p0 + chunk.len();
+        }
+        Ok(())
+    }
+
+    fn forward_batch(
+        &mut self,
+        toks: &[u32],
+        pos0: usize,
+        want_logits: bool,
+    ) -> Result<(), ForwardError> {
+        let t_start = Instant::now();
+        let ctx = Weights {
+            file: &self.file,
+            cfg: &self.cfg,
+            pool: &self.pool,
+            isa: self.opts.isa,
+            q8: use_q8(self.opts.int_act, self.opts.force_int, self.opts.isa),
+            rowmajor: None,
+            kv_f16: self.opts.kv_f16,
+        };
+        let cfg = ctx.cfg;
+        let n = toks.len();
+        let (d, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
+        let bytes = ctx.file.bytes();
+        // Batched matvecs have integer kernels on every ISA but scalar.
+        let use_q8 = self.opts.int_act && ctx.isa != Isa::Scalar;
+        let quant = |xs: &[f32], width: usize| -> Option<Vec<Q8Act>> {
+            if !use_q8 || !width.is_multiple_of(32) {
+                return None;
+            }
+            Some(
+                xs.chunks_exact(width)
+                    .map(|x| {
+                        let mut q = Q8Act::default();
+                        q.quantize_from(x);
+                        q
+                    })
+                    .collect(),
+            )
+        };
+        let mut x = vec![0f32; n * d];
+        for (b, &t) in toks.iter().enumerate() {
+            embed(ctx.file, t, &mut x[b * d..(b + 1) * d]);
+            if cfg.embed_scale() {
+                let k = (d as f32).sqrt();
+                x[b * d..(b + 1) * d].iter_mut().for_each(|v| *v *= k);
+            }
+        }
+        let mut xb = vec![0f32; n * d];
+        let (mut q, mut k, mut v) = (vec![0f32; n * qd], vec![0f32; n * kvd], vec![0f32; n * kvd]);
+        let mut att = vec![0f32; n * qd];
+        let mut o = vec![0f32; n * d];
+        let (mut g, mut u) = (vec![0f32; n * ff], vec![0f32; n * ff]);
+
+        let mut stats = TokenStats {
+            pos: pos0 as u32,
+            layers: vec![LayerStat::default(); cfg.n_layers],
+            ..Default::default()
+        };
+        for l in 0..cfg.n_layers {
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(ForwardError::Stopped);
+            }
+            if ctx.file.changed() {
+                return Err(ForwardError::ModelChanged(ctx.file.changed_error()));
+            }
+            let lv = &ctx.file.layers[l];
+            let t0 = Instant::now();
+            for b in 0..n {
+                rmsnorm(
+                    &mut xb[b * d..(b + 1) * d],
+                    &x[b * d..(b + 1) * d],
+                    Some(&lv.attn_norm),
+                    cfg.rms_eps,
+                );
+            }
+            let q8 = quant(&xb, d);
+            tiled_matvec_batch(
+                ctx.pool,
+                ctx.isa,
+                bytes,
+                &mut [(&lv.q, &mut q), (&lv.k, &mut k), (&lv.v, &mut v)],
+                &xb,
+                q8.as_deref(),
+                n,
+            );
+            for b in 0..n {
+                let pos = pos0 + b;
+                let (qb, kb, vb) = (
+                    &mut q[b * qd..(b + 1) * qd],
+                    &mut k[b * kvd..(b + 1) * kvd],
+                    &mut v[b * kvd..(b + 1) * kvd],
+                );
+                qkv_post(&ctx, lv, l, pos, qb, kb, vb);
+                self.kv.store(l, pos, kb, vb);
+            }
+            for b in 0..n {
+                attend(
+                    &ctx,
+                    l,
+                    l,
+                    pos0 + b,
+                    &self.kv,
+                    &q[b * qd..(b + 1) * qd],
+                    &mut att[b * qd..(b + 1) * qd],
+                );
+            }
+            let q8 = quant(&att, qd);
+            tiled_matvec_batch(
+                ctx.pool,
+                ctx.isa,
+                bytes,
+                &mut [(&lv.o, &mut o)],
+                &att,
+                q8.as_deref(),
+                n,
+            );
+            add_into(&mut x, &o);
+            let st = &mut stats.layers[l];
+            st.bytes.attn = attn_bytes(lv);
+            st.ns_attn = t0.elapsed().as_nanos() as u64;
+            let t1 = Instant::now();
+            let (gm, um, dm) = (
+                lv.gate.as_ref().expect("dense"),
+                lv.up.as_ref().expect("dense"),
+                lv.down.as_ref().expect("dense"),
+            );
+            for b in 0..n {
+                rmsnorm(
+                    &mut xb[b * d..(b + 1) * d],
+                    &x[b * d..(b + 1) * d],
+                    lv.ffn_norm.as_deref(),
+                    cfg.rms_eps,
+                );
+            }
+            let q8 = quant(&xb, d);
+            tiled_matvec_batch(
+                ctx.pool,
+                ctx.isa,
+                bytes,
+                &mut [(gm, &mut g), (um, &mut u)],
+                &xb,
+                q8.as_deref(),
+                n,
+            );
+            for b in 0..n {
+                gated(
+                    cfg.meta.ffn_act,
+                    &mut g[b * ff..(b + 1) * ff],
+                    &u[b * ff..(b + 1) * ff],
+                );
+            }
+            let q8 = quant(&g, ff);
+            tiled_matvec_batch(
+                ctx.pool,
+                ctx.isa,
+                bytes,
+                &mut [(dm, &mut o)],
+                &g,
+                q8.as_deref(),
+                n,
+            );
+            add_into(&mut x, &o);
+            st.bytes.dense = dense_bytes(lv);
+            st.ns_dense = t1.elapsed().as_nanos() as u64;
+        }
+        let s = &mut self.s;
+        s.x.copy_from_slice(&x[(n - 1) * d..]);
+        if want_logits {
+            let t4 = Instant::now();
+            stats.vocab_bytes = lm_head(&ctx, s);
+            stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
+        }
+        stats.ns_total = t_start.elapsed().as_nanos() as u64;
+        self.stats = stats;
+        Ok(())
+    }
+}

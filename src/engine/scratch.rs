@@ -1,0 +1,120 @@
+//! The per-token working memory of the decode loop, allocated once per engine. Shapes are in
+//! model dimensions: d = `d_model`, q = `q_dim`, kv = `kv_dim`, ff = `d_ff`, eff = `expert_ffn`,
+//! V = `vocab`. The dense FFN and the experts keep their buffers in their own structs so that
+//! the vertical schedule can hand a second set to the core that runs them.
+
+use crate::kernels::Q8Act;
+use crate::model::ModelConfig;
+
+/// Buffers of the attention and the residual streams (main core).
+#[derive(Default)]
+pub struct Scratch {
+    /// [d] the residual stream x (DecoupledStreams: s_attn; PipelineRegisters: attn_reg).
+    pub x: Vec<f32>,
+    /// [d] x_mid = x + Attn(Norm(x)), the post-attention residual.
+    pub xa: Vec<f32>,
+    /// [d] the normalized input of the attention and of the LM head.
+    pub xb: Vec<f32>,
+    /// [q] queries after RoPE.
+    pub q: Vec<f32>,
+    /// [kv] this position's key (stored into the KV cache).
+    pub k: Vec<f32>,
+    /// [kv] this position's value.
+    pub v: Vec<f32>,
+    /// [q] attention output per head, before the output projection.
+    pub att: Vec<f32>,
+    /// [d] Attn(Norm(x)) after the output projection.
+    pub attn_out: Vec<f32>,
+    /// [d] the second stream: DecoupledStreams `s_ffn` (eq. 4.18), PipelineRegisters `xfm_reg`
+    /// (eq. 4.21).
+    pub sf: Vec<f32>,
+    /// [d] FixedPoint `x_block`: the input of the current block, fixed across its iterations
+    /// (eq. 4.22).
+    pub base: Vec<f32>,
+    /// [V] logits of the last step.
+    pub logits: Vec<f32>,
+    /// Q8 copy of the current matvec input.
+    pub xq: Q8Act,
+    /// The dense FFN's buffers (main core under the sequential schedule).
+    pub dense: DenseScratch,
+    /// The experts' buffers (main core under the sequential schedule).
+    pub experts: ExpertScratch,
+}
+
+/// Buffers of one dense FFN evaluation.
+#[derive(Default)]
+pub struct DenseScratch {
+    /// [d] Norm(input).
+    pub xb: Vec<f32>,
+    /// [ff] gate projection, then act(gate) · up.
+    pub hb: Vec<f32>,
+    /// [ff] up projection.
+    pub hb2: Vec<f32>,
+    /// [d] the FFN output f_ℓ.
+    pub out: Vec<f32>,
+    /// Q8 copy of the current matvec input.
+    pub xq: Q8Act,
+}
+
+/// Buffers of one routed expert evaluation.
+#[derive(Default)]
+pub struct ExpertScratch {
+    /// [eff] gate projection, then act(gate) · up.
+    pub eh: Vec<f32>,
+    /// [eff] up projection.
+    pub eh2: Vec<f32>,
+    /// [d] one expert's output.
+    pub eo: Vec<f32>,
+    /// [d] Σ_k w_k · expert_k, the routed output e_ℓ.
+    pub acc: Vec<f32>,
+    /// Q8 copy of the current matvec input.
+    pub xq: Q8Act,
+}
+
+impl DenseScratch {
+    pub fn new(cfg: &ModelConfig) -> DenseScratch {
+        let d = cfg.d_model;
+        DenseScratch {
+            xb: vec![0.0; d],
+            hb: vec![0.0; cfg.d_ff],
+            hb2: vec![0.0; cfg.d_ff],
+            out: vec![0.0; d],
+            xq: Q8Act::default(),
+        }
+    }
+}
+
+impl ExpertScratch {
+    pub fn new(cfg: &ModelConfig) -> ExpertScratch {
+        let d = cfg.d_model;
+        ExpertScratch {
+            eh: vec![0.0; cfg.expert_ffn],
+            eh2: vec![0.0; cfg.expert_ffn],
+            eo: vec![0.0; d],
+            acc: vec![0.0; d],
+            xq: Q8Act::default(),
+        }
+    }
+}
+
+impl Scratch {
+    pub fn new(cfg: &ModelConfig) -> Scratch {
+        let d = cfg.d_model;
+        Scratch {
+            x: vec![0.0; d],
+            xa: vec![0.0; d],
+            xb: vec![0.0; d],
+            q: vec![0.0; cfg.q_dim()],
+            k: vec![0.0; cfg.kv_dim()],
+            v: vec![0.0; cfg.kv_dim()],
+            att: vec![0.0; cfg.q_dim()],
+            attn_out: vec![0.0; d],
+            sf: vec![0.0; d],
+            base: vec![0.0; d],
+            logits: vec![0.0; cfg.vocab],
+            xq: Q8Act::default(),
+            dense: DenseScratch::new(cfg),
+            experts: ExpertScratch::new(cfg),
+        }
+    }
+}

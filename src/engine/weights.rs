@@ -1,0 +1,187 @@
+//! Where a token's weights come from: the active mapped file (`.cflow` or its `.vflow` twin) or
+//! the in-memory row-major baseline copy, and the matvec over them ([`Weights::mv`]). Also the
+//! embedding lookup, expert views relative to their region (for staging slots), and the byte
+//! spans handed to the prefetch thread.
+
+use crate::format::reader::{ExpertView, Matrix};
+use crate::format::{CflowFile, MatrixData};
+use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
+use crate::kernels::pool::ThreadPool;
+use crate::kernels::{Isa, Q8Act};
+use crate::model::ModelConfig;
+use std::collections::HashMap;
+
+/// Row-major copies of every matrix, keyed by (layer, kind, expert); the LM head is layer
+/// `usize::MAX`, dense matrices expert `0xFF`.
+pub type RowMajorWeights = HashMap<(usize, u8, u8), MatrixData>;
+
+/// The weights and kernels one stream of a token uses. `Sync` parts are shared between the
+/// streams of the vertical schedule; each stream brings its own `pool`.
+pub struct Weights<'a> {
+    pub file: &'a CflowFile,
+    pub cfg: &'a ModelConfig,
+    pub pool: &'a ThreadPool,
+    pub isa: Isa,
+    /// Quantize activations to Q8 for blocked weight types.
+    pub q8: bool,
+    pub rowmajor: Option<&'a RowMajorWeights>,
+    pub kv_f16: bool,
+}
+
+impl Weights<'_> {
+    /// `outs[i].1 = outs[i].0 · x` for matrices of one layer sharing one input.
+    pub fn mv(
+        &self,
+        layer: usize,
+        expert: u8,
+        xq: &mut Q8Act,
+        x: &[f32],
+        outs: &mut [(&Matrix, &mut [f32])],
+    ) {
+        self.mv_in(self.file.bytes(), layer, expert, xq, x, outs)
+    }
+
+    /// As `mv`, with the tiles read from `bytes` (the mapping, or a staging slot holding one
+    /// expert region with region-relative stripe offsets).
+    pub fn mv_in(
+        &self,
+        bytes: &[u8],
+        layer: usize,
+        expert: u8,
+        xq: &mut Q8Act,
+        x: &[f32],
+        outs: &mut [(&Matrix, &mut [f32])],
+    ) {
+        let blocked = outs.iter().any(|(m, _)| m.quant.is_blocked());
+        let use_q8 = self.q8 && blocked && x.len().is_multiple_of(32);
+        if use_q8 {
+            xq.quantize_from(x);
+        }
+        let act = Act {
+            x,
+            q8: if use_q8 { Some(&*xq) } else { None },
+        };
+        match self.rowmajor {
+            Some(rm) => {
+                for (m, y) in outs.iter_mut() {
+                    let md = &rm[&(layer, m.kind as u8, expert)];
+                    rowmajor_matvec(self.pool, self.isa, md, &act, y);
+                }
+            }
+            None => tiled_matvec(self.pool, self.isa, bytes, outs, &act),
+        }
+    }
+
+    /// The same weights with the matvecs split over `pool`.
+    pub fn with_pool<'b>(&'b self, pool: &'b ThreadPool) -> Weights<'b> {
+        Weights {
+            file: self.file,
+            cfg: self.cfg,
+            pool,
+            isa: self.isa,
+            q8: self.q8,
+            rowmajor: self.rowmajor,
+            kv_f16: self.kv_f16,
+        }
+    }
+}
+
+/// Whether matvecs use Q8 activations: requested, and an integer kernel exists (any ISA but
+/// scalar, or forced with `CFLOW_FORCE_INT`).
+pub fn use_q8(int_act: bool, force_int: bool, isa: Isa) -> bool {
+    int_act && (isa != Isa::Scalar || force_int)
+}
+
+/// Dequantizes embedding row `token` into `out`.
+pub fn embed(file: &CflowFile, token: u32, out: &mut [f32]) {
+    let m = &file.vocab.embedding;
+    let t = token as usize;
+    let s = t / crate::format::TILE_ROWS;
+    let r = t % crate::format::TILE_ROWS;
+    for c in 0..m.n_col_tiles() {
+        let tile = file.tile(m, s, c);
+        let q = m.quant;
+        let c0 = c * crate::format::TILE_COLS;
+        let (sb, qb) = if q.is_blocked() {
+            (
+                (tile.cols / 32) * q.scale_bytes_per_block(),
+                (tile.cols / 32) * q.quant_bytes_per_block(),
+            )
+        } else {
+            (0, q.matrix_bytes(1, tile.cols))
+        };
+        crate::quant::dequantize_row(
+            q,
+            &tile.scales[r * sb..(r + 1) * sb],
+            &tile.qs[r * qb..(r + 1) * qb],
+            &mut out[c0..c0 + tile.cols],
+        );
+    }
+}
+
+/// Row-major copies of every matrix of `f` (the naive baseline layout).
+pub fn build_rowmajor(f: &CflowFile) -> RowMajorWeights {
+    let mut rm = HashMap::new();
+    for (li, l) in f.layers.iter().enumerate() {
+        for m in [
+            Some(&l.q),
+            Some(&l.k),
+            Some(&l.v),
+            Some(&l.o),
+            l.gate.as_ref(),
+            l.up.as_ref(),
+            l.down.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            rm.insert((li, m.kind as u8, 0xFF), f.matrix_data(m));
+        }
+        for (ei, e) in l.experts.iter().enumerate() {
+            for m in [&e.gate, &e.up, &e.down] {
+                rm.insert((li, m.kind as u8, ei as u8), f.matrix_data(m));
+            }
+        }
+    }
+    let lm = f.lm_head();
+    rm.insert((usize::MAX, lm.kind as u8, 0xFF), f.matrix_data(lm));
+    rm
+}
+
+/// `e` with every stripe offset made relative to the start of its region.
+fn relative_expert(e: &ExpertView) -> ExpertView {
+    let rel = |m: &Matrix| Matrix {
+        stripes: m.stripes.iter().map(|&o| o - e.offset as usize).collect(),
+        ..m.clone()
+    };
+    ExpertView {
+        offset: 0,
+        len: e.len,
+        gate: rel(&e.gate),
+        up: rel(&e.up),
+        down: rel(&e.down),
+    }
+}
+
+/// Expert views with stripe offsets relative to their region start, per physical layer.
+pub fn relative_experts(f: &CflowFile) -> Vec<Vec<ExpertView>> {
+    f.layers
+        .iter()
+        .map(|l| l.experts.iter().map(relative_expert).collect())
+        .collect()
+}
+
+/// Byte span [start, end) covering the tiles of `ms`.
+pub fn span(ms: &[Option<&Matrix>]) -> Option<(usize, usize)> {
+    let mut r: Option<(usize, usize)> = None;
+    for m in ms.iter().flatten() {
+        for (s, &o) in m.stripes.iter().enumerate() {
+            let e = o + m.stripe_bytes(s);
+            r = Some(match r {
+                None => (o, e),
+                Some((a, b)) => (a.min(o), b.max(e)),
+            });
+        }
+    }
+    r
+}
