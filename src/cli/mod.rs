@@ -36,8 +36,24 @@ pub fn main() -> i32 {
         Err(e) if crate::console::is_closed_pipe(&e) => 0,
         Err(e) => {
             errln!("error: {}", error_line(&e));
+            wait_for_sigxfsz(&e);
             1
         }
+    }
+}
+
+/// A write past `ulimit -f` fails with EFBIG and raises SIGXFSZ at the same time. Unless that
+/// signal is ignored, the output module's watcher (its handler) removes the temporary files and
+/// lets it kill the process: wait for it rather than race it to a plain exit status of 1.
+fn wait_for_sigxfsz(e: &anyhow::Error) {
+    let efbig = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            == Some(libc::EFBIG)
+            || c.to_string().contains("File too large")
+    });
+    if efbig && !crate::io::signal::is_ignored(libc::SIGXFSZ) {
+        std::thread::sleep(std::time::Duration::from_secs(5));
     }
 }
 

@@ -29,3 +29,12 @@ pub fn has_default_action(sig: libc::c_int) -> bool {
         libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL
     }
 }
+
+/// Whether `sig` is ignored (`SIG_IGN`, e.g. inherited from `nohup` or a parent).
+pub fn is_ignored(sig: libc::c_int) -> bool {
+    // SAFETY: as in `has_default_action`: sigaction only reads the disposition into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
