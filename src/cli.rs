@@ -525,7 +525,7 @@ fn default_command(cli: &Cli) -> Result<()> {
     let session = Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
     let machine =
         crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts.isa.name());
-    let ceiling = machine.bandwidth.as_ref().map(|b| b.read_gbps_nt);
+    let bandwidth = machine.bandwidth.clone();
     let worker = crate::engine::worker::spawn(
         session,
         crate::engine::worker::WorkerOptions {
@@ -537,7 +537,7 @@ fn default_command(cli: &Cli) -> Result<()> {
     let opts = crate::tui::TuiOptions {
         replay: false,
         recording: cli.record.is_some(),
-        bandwidth_ceiling_gbs: ceiling,
+        bandwidth,
         max_tokens: cli.max_tokens,
         mouse: true,
         theme: crate::tui::Theme::from_env(),
@@ -1450,6 +1450,7 @@ fn cmd_replay(a: ReplayArgs) -> Result<()> {
     let opts = crate::tui::TuiOptions {
         replay: true,
         replay_speed: speed0,
+        bandwidth: r.header.machine.as_ref().and_then(|m| m.bandwidth.clone()),
         theme: crate::tui::Theme::from_env(),
         ..Default::default()
     };

@@ -43,6 +43,7 @@ fn model() -> ModelSummary {
         ],
         vocab_bytes: 14 << 20,
         file_hash: "00ff".into(),
+        ..Default::default()
     }
 }
 
@@ -79,6 +80,7 @@ fn header() -> TraceHeader {
             init_ms: 120.5,
             passes: 4,
             measured: "2026-11-29T11:44:04.123Z".into(),
+            ..Default::default()
         }),
     };
     TraceHeader::new(model(), config(false), Some(machine))

@@ -114,7 +114,7 @@ fn screen_states() {
         demo_events(40, true),
         TuiOptions {
             recording: true,
-            bandwidth_ceiling_gbs: Some(20.3),
+            bandwidth: Some(cflow::tui::fixture::demo_bandwidth()),
             ..TuiOptions::default()
         },
         size,

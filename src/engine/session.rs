@@ -140,6 +140,11 @@ impl Session {
             layer_bytes: stream_bytes(f),
             layer_payload_bytes: crate::engine::critical::payload_stream_bytes(f),
             vocab_bytes: f.lm_head().bytes() as u64,
+            kv_dim: c.kv_dim() as u32,
+            kv_elem_bytes: std::mem::size_of::<f32>() as u32,
+            kv_window: (0..c.effective_layers())
+                .map(|l| c.sliding_window_for(c.physical_layer(l)) as u32)
+                .collect(),
             file_hash: crate::format::file_hash(f),
         }
     }

@@ -429,6 +429,7 @@ pub fn summary(r: &Replay) -> ReplaySummary {
                 "done"
             }
             Event::Reset => "reset",
+            Event::Snapshot { .. } => "snapshot",
             Event::Notice { .. } => "notice",
             Event::Error { message, fatal } => {
                 s.errors.push(if *fatal {

@@ -6,7 +6,8 @@
 //! the single table in [`keymap`]; actions may produce engine [`Command`]s and [`UiRequest`]s for
 //! the host (recording, replay control, quit).
 //!
-//! Files: `app` (state), `keymap`, `theme`, `terminal` (guard), `screen` (layout), `common`
+//! Files: `app` (state and its mutation), `telemetry` (the engine-derived state the panes draw),
+//! `io_totals` and `critical_model` (the statistics behind Overlap and Critical path), `keymap`, `theme`, `terminal` (guard), `screen` (layout), `common`
 //! (helpers), one file per pane: `text`, `streams`, `critical`, `routing`, `pmu`, `overlap`, `ab`,
 //! `status` (status bar + footer), `help` (overlay).
 
@@ -14,8 +15,10 @@ pub mod ab;
 pub mod app;
 pub mod common;
 pub mod critical;
+pub mod critical_model;
 pub mod fixture;
 pub mod help;
+pub mod io_totals;
 pub mod keymap;
 pub mod overlap;
 pub mod pmu;
@@ -23,6 +26,7 @@ pub mod routing;
 pub mod screen;
 pub mod status;
 pub mod streams;
+pub mod telemetry;
 pub mod terminal;
 pub mod text;
 pub mod theme;
