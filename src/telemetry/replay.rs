@@ -22,8 +22,9 @@ use std::path::Path;
 pub const MAX_LINE_BYTES: usize = 16 << 20;
 
 /// Event kinds known to this build (the `kind` tag of [`Event`]).
-pub const KNOWN_KINDS: [&str; 10] = [
-    "session", "prompt", "prefill", "token", "stats", "config", "done", "reset", "notice", "error",
+pub const KNOWN_KINDS: [&str; 11] = [
+    "session", "prompt", "prefill", "token", "stats", "config", "done", "reset", "snapshot",
+    "notice", "error",
 ];
 
 /// A loaded trace.
