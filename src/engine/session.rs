@@ -145,6 +145,7 @@ impl Session {
             kv_window: (0..c.effective_layers())
                 .map(|l| c.sliding_window_for(c.physical_layer(l)) as u32)
                 .collect(),
+            inspect: Some(crate::inspect::report(f)),
             file_hash: crate::format::file_hash(f),
         }
     }

@@ -45,6 +45,10 @@ pub struct ModelSummary {
     /// Sliding-window size per effective layer (0 or absent = full attention).
     #[serde(default)]
     pub kv_window: Vec<u32>,
+    /// The `inspect --json` report of the model file (`crate::inspect::report`), for the TUI's
+    /// model-info overlay; absent in older traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inspect: Option<serde_json::Value>,
     /// Hash of header + directory, hex.
     pub file_hash: String,
 }

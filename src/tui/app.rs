@@ -79,6 +79,10 @@ impl PaneId {
 pub enum Action {
     /// Toggle the help overlay.
     Help,
+    /// Toggle the model-info overlay.
+    ModelInfo,
+    /// Show / hide the ms/token timeline.
+    Timeline,
     FocusNext,
     FocusPrev,
     /// Maximize / restore the focused pane.
@@ -373,6 +377,12 @@ pub struct App {
     pub compact_pane: PaneId,
     pub maximized: bool,
     pub show_help: bool,
+    /// Lines the help overlay is scrolled down (when it does not fit).
+    pub help_scroll: u16,
+    /// The model-info overlay is shown.
+    pub show_info: bool,
+    /// The ms/token timeline is shown in the Text column.
+    pub show_timeline: bool,
     pub recording: bool,
     pub replay: Option<ReplayState>,
     /// Hypothetical (δd, δe) while in what-if mode.
@@ -416,6 +426,9 @@ impl App {
             compact_pane: PaneId::Streams,
             maximized: false,
             show_help: false,
+            help_scroll: 0,
+            show_info: false,
+            show_timeline: true,
             recording: opts.recording,
             replay: opts.replay.then_some(ReplayState {
                 paused: false,
@@ -564,6 +577,7 @@ impl App {
                 }
             }
             Event::Prefill { n_tokens, ns } => {
+                self.live.mark(super::telemetry::Mark::Prefill(n_tokens));
                 if ns > 0 {
                     self.live.prefill_tps = Some(n_tokens as f64 * 1e9 / ns as f64);
                 }
@@ -596,6 +610,9 @@ impl App {
                     }
                     let new_notes: Vec<&String> =
                         c.notes.iter().filter(|n| !old.notes.contains(n)).collect();
+                    for c in &changes {
+                        self.live.mark(super::telemetry::Mark::Toggle(c.clone()));
+                    }
                     let mut m = changes.join(", ");
                     for n in new_notes {
                         if !m.is_empty() {
@@ -641,6 +658,8 @@ impl App {
                     end: None,
                 });
             }
+            // The PMU pane shows why hardware counters are missing; said once, there.
+            Event::Notice { message } if message.starts_with("PMU: ") => {}
             Event::Notice { message } => {
                 self.say(message.clone());
                 self.transcript.push(Turn {
@@ -684,8 +703,33 @@ impl App {
         if a != Action::Interrupt {
             self.interrupt_armed = false;
         }
+        if self.show_help || self.show_info {
+            let page = self.page();
+            let s = &mut self.help_scroll;
+            match a {
+                Action::ScrollUp(n) => *s = s.saturating_sub(n),
+                Action::ScrollDown(n) => *s = s.saturating_add(n),
+                Action::PageUp => *s = s.saturating_sub(page),
+                Action::PageDown => *s = s.saturating_add(page),
+                _ => {}
+            }
+            if matches!(
+                a,
+                Action::ScrollUp(_) | Action::ScrollDown(_) | Action::PageUp | Action::PageDown
+            ) {
+                return Effects::default();
+            }
+        }
         match a {
-            Action::Help => self.show_help = !self.show_help,
+            Action::Help => {
+                self.show_help = !self.show_help;
+                self.help_scroll = 0;
+            }
+            Action::ModelInfo => {
+                self.show_info = !self.show_info;
+                self.help_scroll = 0;
+            }
+            Action::Timeline => self.show_timeline = !self.show_timeline,
             Action::FocusNext | Action::FocusPrev => {
                 self.input_focused = false;
                 self.focus = if a == Action::FocusNext {
@@ -799,6 +843,8 @@ impl App {
             Action::Escape => {
                 if self.show_help {
                     self.show_help = false;
+                } else if self.show_info {
+                    self.show_info = false;
                 } else if self.input_focused {
                     self.input_focused = false;
                     if self.generating && self.replay.is_none() {

@@ -73,6 +73,7 @@ pub fn demo_model() -> ModelSummary {
         kv_dim: 512,
         kv_elem_bytes: 4,
         kv_window: Vec::new(),
+        inspect: None,
         file_hash: "3f1c9a0d".into(),
     }
 }
@@ -144,6 +145,7 @@ pub fn dense_model() -> ModelSummary {
         kv_dim: 192,
         kv_elem_bytes: 4,
         kv_window: Vec::new(),
+        inspect: None,
         file_hash: "a81b22e4".into(),
     }
 }
@@ -249,6 +251,12 @@ pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStat
         .map(|l| l.ns_attn + l.ns_dense + l.ns_router + l.ns_experts)
         .sum();
     let ns_lm_head = 1_900_000;
+    let phase_ns = [
+        layers.iter().map(|l| l.ns_attn).sum::<u64>(),
+        layers.iter().map(|l| l.ns_dense).sum::<u64>(),
+        layers.iter().map(|l| l.ns_router + l.ns_experts).sum::<u64>(),
+        ns_lm_head,
+    ];
     TokenStats {
         index,
         pos,
@@ -260,7 +268,22 @@ pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStat
             unavailable: Some(
                 "perf_event_open: hardware events not supported (KVM guest without vPMU)".into(),
             ),
-            phases: vec![],
+            // Per phase, the software counters (what the engine records without a PMU).
+            phases: ["attention", "dense", "experts", "lm_head"]
+                .iter()
+                .zip(phase_ns)
+                .enumerate()
+                .map(|(i, (p, ns))| {
+                    (
+                        p.to_string(),
+                        vec![
+                            ("task-clock".into(), ns - 10_000),
+                            ("page-faults".into(), [2, 3, 7, 0][i]),
+                            ("context-switches".into(), [0, 1, 2, 0][i]),
+                        ],
+                    )
+                })
+                .collect(),
             software: vec![
                 ("task-clock".into(), layer_ns + ns_lm_head - 40_000),
                 ("page-faults".into(), 12 + rng.below(4) as u64),

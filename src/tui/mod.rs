@@ -9,7 +9,7 @@
 //! Files: `app` (state and its mutation), `telemetry` (the engine-derived state the panes draw),
 //! `io_totals` and `critical_model` (the statistics behind Overlap and Critical path), `keymap`, `theme`, `terminal` (guard), `screen` (layout), `common`
 //! (helpers), one file per pane: `text`, `streams`, `critical`, `routing`, `pmu`, `overlap`, `ab`,
-//! `status` (status bar + footer), `help` (overlay).
+//! `status` (status bar + footer), `timeline` (ms/token sparkline), `help` and `info` (overlays).
 
 pub mod ab;
 pub mod app;
@@ -18,6 +18,7 @@ pub mod critical;
 pub mod critical_model;
 pub mod fixture;
 pub mod help;
+pub mod info;
 pub mod io_totals;
 pub mod keymap;
 pub mod overlap;
@@ -30,6 +31,7 @@ pub mod telemetry;
 pub mod terminal;
 pub mod text;
 pub mod theme;
+pub mod timeline;
 
 use std::time::{Duration, Instant};
 

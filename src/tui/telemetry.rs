@@ -10,6 +10,17 @@ use crate::telemetry::event::{EngineConfigInfo, ModelSummary, TokenStats};
 
 /// Tokens kept for windowed views (routing heatmap, per-layer times, overlap).
 pub const WINDOW: usize = 64;
+/// Tokens kept for the ms/token timeline (wider than any terminal).
+pub const TIMELINE: usize = 512;
+
+/// An event marked on the timeline, before the token with that sequence number.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mark {
+    /// A prompt was prefilled (its token count).
+    Prefill(u32),
+    /// A toggle took effect ("prefetch ON", "fetch sync", …).
+    Toggle(String),
+}
 
 /// Engine-derived state (what freezing snapshots).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -33,6 +44,10 @@ pub struct Telemetry {
     pub ctx_used: u32,
     /// Stats events seen since the session started.
     pub tokens_seen: u64,
+    /// ms of the last [`TIMELINE`] tokens, with their sequence number (`tokens_seen` before them).
+    pub timeline: VecDeque<(u64, f64)>,
+    /// Marks at token sequence numbers (oldest first, pruned with the timeline).
+    pub marks: VecDeque<(u64, Mark)>,
     /// Expert-I/O totals of recent tokens, tagged with the fetch mode in force (oldest first).
     pub io_window: VecDeque<(String, IoTotals)>,
 }
@@ -68,11 +83,27 @@ impl Telemetry {
         }
         // The engine position of the token just computed: the KV length is one more.
         self.ctx_used = s.pos + 1;
+        if self.timeline.len() == TIMELINE {
+            self.timeline.pop_front();
+        }
+        self.timeline
+            .push_back((self.tokens_seen, s.ns_total as f64 / 1e6));
+        let oldest = self.timeline.front().map_or(0, |t| t.0);
+        while self.marks.front().is_some_and(|m| m.0 < oldest) {
+            self.marks.pop_front();
+        }
         self.tokens_seen += 1;
         if self.recent.len() == WINDOW {
             self.recent.pop_front();
         }
         self.recent.push_back(s.clone());
         self.last = Some(s);
+    }
+}
+
+impl Telemetry {
+    /// Marks `m` before the next token.
+    pub(crate) fn mark(&mut self, m: Mark) {
+        self.marks.push_back((self.tokens_seen, m));
     }
 }
