@@ -151,9 +151,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     if let Some(p) = &cp.payload {
         lines.push(total("payload", p));
     }
-    let mut ws = total("with scales", &cp.with_scales);
-    ws.spans.push(Span::styled(" (model)", th.model()));
-    lines.push(ws);
+    lines.push(total("with scales", &cp.with_scales));
     if app.whatif.is_some() {
         lines.push(dim_line(
             app,

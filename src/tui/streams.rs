@@ -172,9 +172,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled(format!("{gbs:.1} GB/s"), th.measured()),
         Span::styled(
             if kv.is_some() {
-                " effective (KV included)"
+                " effective, KV incl."
             } else {
-                " effective (weights only: no KV size in this session)"
+                " effective (no KV size in this trace)"
             },
             th.dim(),
         ),
