@@ -112,10 +112,10 @@ pub fn draw(frame: &mut Frame, app: &App) {
         ab::render(frame, a, app);
         let [s, ro] = Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(mid);
         streams::render(frame, s, app);
-        dense_line(frame, ro, app, PaneId::Routing, "no experts, nothing routed");
+        dense_line(frame, ro, app, PaneId::Routing, "no experts");
         let [c, o] = Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(right);
         critical::render(frame, c, app);
-        dense_line(frame, o, app, PaneId::Overlap, "no expert I/O to overlap");
+        dense_line(frame, o, app, PaneId::Overlap, "no expert I/O");
     } else {
         let [left, mid, right] = Layout::horizontal([
             Constraint::Percentage(40),
