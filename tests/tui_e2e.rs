@@ -176,9 +176,12 @@ fn record_mid_session_then_replay_it_and_ab_auto_gives_an_interval_in_tmux() {
     t.keys(&["p"]);
     t.wait(10, "prefetch ON", |s| s.contains("prefetch ON"));
     t.keys(&["r"]);
-    t.wait(10, "the REC badge", |s| s.contains("● REC"));
+    t.wait(10, "the REC badge and the engine's notice", |s| {
+        s.contains("● REC") && s.contains("recording to")
+    });
     t.keys(&["a"]);
-    t.wait(10, "A/B auto armed", |s| s.contains("A/B auto: prefetch"));
+    // The A/B pane's auto line (a state that was not on screen before).
+    t.wait(10, "A/B auto armed", |s| s.contains("A/B auto "));
     t.keys(&["i"]);
     t.literal(" and then");
     t.keys(&["Enter"]);
@@ -214,14 +217,23 @@ fn record_mid_session_then_replay_it_and_ab_auto_gives_an_interval_in_tmux() {
     assert!(s.contains("prefetch ON"), "toggle state lost:\n{s}");
     t.wait(60, "replayed tokens", |s| s.contains("token #"));
     t.keys(&["Space"]);
-    let before = t.wait(10, "paused", |s| s.contains("token #"));
     let tok = |s: &str| {
         s.split("token #")
             .nth(1)
             .and_then(|r| r.split_whitespace().next())
             .and_then(|n| n.parse::<u32>().ok())
     };
-    let n0 = tok(&before).unwrap();
+    t.wait(10, "paused", |s| s.contains("REPLAY ⏸"));
+    // Paused: the token number stops moving.
+    let mut n0 = tok(&t.screen()).unwrap();
+    loop {
+        std::thread::sleep(Duration::from_millis(700));
+        let n = tok(&t.screen()).unwrap();
+        if n == n0 {
+            break;
+        }
+        n0 = n;
+    }
     t.keys(&["Left"]);
     t.wait(10, "one token back", |s| tok(s).is_some_and(|n| n + 1 == n0 || (n0 == 0 && n == 0)));
     t.keys(&["q"]);
