@@ -199,7 +199,10 @@ fn ab_auto_stops_on_a_again_follows_the_last_toggle_and_is_off_in_replay() {
     let cmds = drive(&mut app, AUTO_BLOCK, 1.0);
     assert_eq!(
         cmds,
-        vec![(AUTO_BLOCK - 1, Command::SetFetch(cflow::telemetry::FetchArm::Sync))]
+        vec![(
+            AUTO_BLOCK - 1,
+            Command::SetFetch(cflow::telemetry::FetchArm::Sync)
+        )]
     );
     app.apply(Msg::Action(Action::AbAuto));
     assert!(app.ab_auto.is_none());

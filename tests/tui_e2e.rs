@@ -109,11 +109,18 @@ fn demo_session_and_replay_in_tmux() {
     assert!(s.contains("you   Once upon a time"), "{s}");
     // Leave the input box, then toggles.
     t.keys(&["Tab"]);
-    assert!(s.contains("prefetch OFF") && s.contains("fetch STAGED"), "{s}");
+    assert!(
+        s.contains("prefetch OFF") && s.contains("fetch STAGED"),
+        "{s}"
+    );
     t.keys(&["p"]);
-    t.wait(10, "prefetch ON in the status bar", |s| s.contains("prefetch ON"));
+    t.wait(10, "prefetch ON in the status bar", |s| {
+        s.contains("prefetch ON")
+    });
     t.keys(&["s"]);
-    t.wait(10, "fetch SYNC in the status bar", |s| s.contains("fetch SYNC"));
+    t.wait(10, "fetch SYNC in the status bar", |s| {
+        s.contains("fetch SYNC")
+    });
     t.keys(&["l"]);
     t.wait(10, "layout rowmajor", |s| s.contains("layout rowmajor"));
     t.keys(&["?"]);
@@ -190,7 +197,9 @@ fn record_mid_session_then_replay_it_and_ab_auto_gives_an_interval_in_tmux() {
             .any(|l| (l.contains("on/off") || l.contains("off/on")) && l.contains("× ["))
     });
     assert!(s.contains("A/B"), "{s}");
-    t.wait(120, "the second reply to finish", |s| !s.contains("generating"));
+    t.wait(120, "the second reply to finish", |s| {
+        !s.contains("generating")
+    });
     t.keys(&["Escape"]);
     t.keys(&["r"]);
     t.wait(10, "recording saved", |s| !s.contains("● REC"));
@@ -235,7 +244,9 @@ fn record_mid_session_then_replay_it_and_ab_auto_gives_an_interval_in_tmux() {
         n0 = n;
     }
     t.keys(&["Left"]);
-    t.wait(10, "one token back", |s| tok(s).is_some_and(|n| n + 1 == n0 || (n0 == 0 && n == 0)));
+    t.wait(10, "one token back", |s| {
+        tok(s).is_some_and(|n| n + 1 == n0 || (n0 == 0 && n == 0))
+    });
     t.keys(&["q"]);
     t.wait(30, "replay exit", |s| s.contains("EXITED 0"));
 }

@@ -132,7 +132,10 @@ fn a_recording_started_mid_session_replays_like_one_from_the_start() {
     // `r` mid-session, one more turn, `r` again.
     let trace = dir.path().join("mid.trace.jsonl");
     w.control.send(Ctl::StartRecording(trace.clone())).unwrap();
-    wait_for(&w.events, |e| matches!(e, Event::Notice { message } if message.starts_with("recording to")));
+    wait_for(
+        &w.events,
+        |e| matches!(e, Event::Notice { message } if message.starts_with("recording to")),
+    );
     w.commands
         .send(Cmd::Complete {
             text: " there was".into(),
@@ -140,11 +143,18 @@ fn a_recording_started_mid_session_replays_like_one_from_the_start() {
         })
         .unwrap();
     let live = wait_for(&w.events, done);
-    let Some(Event::Done { pos: Some(live_pos), .. }) = live.last() else {
+    let Some(Event::Done {
+        pos: Some(live_pos),
+        ..
+    }) = live.last()
+    else {
         panic!("no Done with a position: {live:?}");
     };
     w.control.send(Ctl::StopRecording).unwrap();
-    wait_for(&w.events, |e| matches!(e, Event::Notice { message } if message.starts_with("recording saved")));
+    wait_for(
+        &w.events,
+        |e| matches!(e, Event::Notice { message } if message.starts_with("recording saved")),
+    );
     w.commands.send(Cmd::Quit).unwrap();
     w.join();
 
@@ -170,14 +180,31 @@ fn a_recording_started_mid_session_replays_like_one_from_the_start() {
     }
     let v = app.view();
     assert!(v.model.as_ref().is_some_and(|m| m.n_experts == 4));
-    assert!(v.config.as_ref().is_some_and(|c| c.prefetch), "toggle state lost");
+    assert!(
+        v.config.as_ref().is_some_and(|c| c.prefetch),
+        "toggle state lost"
+    );
     // The first turn (Once upon a time + 5 tokens) is already in the context.
     let before = v.ctx_used;
-    assert!(before >= 5, "context position lost: {before} {:?}", &r.events[..first_prompt_at.min(4)].iter().map(|e| format!("{:?}", e.event).chars().take(80).collect::<String>()).collect::<Vec<_>>());
+    assert!(
+        before >= 5,
+        "context position lost: {before} {:?}",
+        &r.events[..first_prompt_at.min(4)]
+            .iter()
+            .map(|e| format!("{:?}", e.event)
+                .chars()
+                .take(80)
+                .collect::<String>())
+            .collect::<Vec<_>>()
+    );
     for e in r.events[first_prompt_at..].iter().cloned() {
         app.apply(Msg::Stamped(e));
     }
-    assert_eq!(app.view().ctx_used, *live_pos, "gauge after the recorded turn");
+    assert_eq!(
+        app.view().ctx_used,
+        *live_pos,
+        "gauge after the recorded turn"
+    );
     assert!(app.view().ctx_used <= app.view().model.as_ref().unwrap().max_ctx);
     // The panes that waited for a session draw it.
     let screen = render(&app);
@@ -209,7 +236,11 @@ fn a_recording_started_mid_session_replays_like_one_from_the_start() {
     let v = again.view();
     assert!(v.model.as_ref().is_some_and(|m| m.n_experts == 4));
     assert!(v.config.as_ref().is_some_and(|c| c.prefetch));
-    assert_eq!(v.ctx_used, at3 - 1, "← must land one token back, not at ctx 0");
+    assert_eq!(
+        v.ctx_used,
+        at3 - 1,
+        "← must land one token back, not at ctx 0"
+    );
     drop(ctl_tx);
     let _ = t.join();
     let _ = PaneId::Critical;

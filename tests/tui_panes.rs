@@ -193,7 +193,9 @@ fn no_color_renders_same_text() {
                 for x in 0..w {
                     let c = &buf[(x, y)];
                     assert!(
-                        c.fg == Color::Reset && c.bg == Color::Reset && c.underline_color == Color::Reset,
+                        c.fg == Color::Reset
+                            && c.bg == Color::Reset
+                            && c.underline_color == Color::Reset,
                         "cell ({x}, {y}) {:?} has a colour at {w}x{h} ({overlay:?})",
                         c.symbol()
                     );
@@ -210,7 +212,10 @@ fn no_color_renders_same_text() {
 fn critical_pane_labels_both_accountings() {
     let s = render_pane(&demo((160, 48)), PaneId::Critical, (160, 48));
     let payload = s.lines().find(|l| l.contains("payload")).expect(&s);
-    assert!(payload.contains("9.00 → 4.50 MiB/token, 2.00×"), "{payload}");
+    assert!(
+        payload.contains("9.00 → 4.50 MiB/token, 2.00×"),
+        "{payload}"
+    );
     let scales = s.lines().find(|l| l.contains("with scales ")).expect(&s);
     assert!(scales.contains("10.13 → 5.07 MiB/token, 2.00×"), "{scales}");
     // The bars use the with-scales bytes (as Streams does): L0 is 0.84 of 1.69 MiB as stored.
@@ -241,10 +246,19 @@ fn streams_counts_kv_reads_and_uses_the_ceiling_of_the_threads_in_use() {
         .map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts)
         .sum();
     let gbs = (layers + kv + last.vocab_bytes) as f64 / last.ns_total as f64;
-    assert!(s.contains(&format!("{gbs:.1} GB/s effective, KV incl.")), "{gbs}\n{s}");
+    assert!(
+        s.contains(&format!("{gbs:.1} GB/s effective, KV incl.")),
+        "{gbs}\n{s}"
+    );
     // The demo engine runs 2 threads: the 2-thread ceiling, with the probe's method.
-    assert!(s.contains("of the 33.3 GB/s read ceiling (2 threads)"), "{s}");
-    assert!(s.contains("ceiling: read Σu64 over a 1024 MiB buffer, best of 5"), "{s}");
+    assert!(
+        s.contains("of the 33.3 GB/s read ceiling (2 threads)"),
+        "{s}"
+    );
+    assert!(
+        s.contains("ceiling: read Σu64 over a 1024 MiB buffer, best of 5"),
+        "{s}"
+    );
     // Per-layer attention / dense / expert ms beside the bytes.
     let l0 = &last.layers[0];
     let times = format!(
@@ -317,7 +331,10 @@ fn dense_model_shrinks_routing_and_overlap_to_one_line() {
     assert!(s.contains("Timeline"), "{s}");
     // The MoE demo keeps both panes.
     let m = render_screen(&demo((160, 48)), (160, 48));
-    assert!(m.contains("Expert routing") && m.contains("Overlap · staged vs sync"), "{m}");
+    assert!(
+        m.contains("Expert routing") && m.contains("Overlap · staged vs sync"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -368,7 +385,10 @@ fn model_info_overlay_is_the_inspect_report() {
     assert_eq!(cflow::tui::info::info_lines(&app), want);
     let s = render_screen(&app, (160, 48));
     assert!(s.contains("Model info"), "{s}");
-    assert!(s.contains(&cflow::inspect::critical_path_line(&report["critical_path_mib"])[..60]), "{s}");
+    assert!(
+        s.contains(&cflow::inspect::critical_path_line(&report["critical_path_mib"])[..60]),
+        "{s}"
+    );
     app.apply(Msg::Action(Action::Escape));
     assert!(!app.show_info);
 }

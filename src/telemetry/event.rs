@@ -370,7 +370,10 @@ mod tests {
     fn arm_names_round_trip_and_match_the_config_strings() {
         for a in FetchArm::ALL {
             assert_eq!(FetchArm::parse(a.name()), Some(*a));
-            assert_eq!(serde_json::to_string(a).unwrap(), format!("\"{}\"", a.name()));
+            assert_eq!(
+                serde_json::to_string(a).unwrap(),
+                format!("\"{}\"", a.name())
+            );
         }
         for a in TierArm::ALL {
             assert_eq!(TierArm::parse(a.name()), Some(*a));

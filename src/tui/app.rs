@@ -11,9 +11,7 @@
 pub use super::io_totals::IoTotals;
 pub use super::telemetry::{Telemetry, WINDOW};
 use crate::telemetry::ab::{AutoAb, AutoStep, Setting, Toggle, AUTO_BLOCK};
-use crate::telemetry::event::{
-    Command, Event, FetchArm, LayoutArm, Stamped, StopReason, TierArm,
-};
+use crate::telemetry::event::{Command, Event, FetchArm, LayoutArm, Stamped, StopReason, TierArm};
 
 /// Ticks a status message stays visible (the run loop ticks at ~30 Hz).
 pub const MESSAGE_TICKS: u64 = 120;
@@ -1040,7 +1038,10 @@ impl App {
         let Some(cfg) = self.live.config.as_ref() else {
             return Effects::default();
         };
-        let cur = LAYOUTS.iter().position(|l| l.name() == cfg.layout).unwrap_or(0);
+        let cur = LAYOUTS
+            .iter()
+            .position(|l| l.name() == cfg.layout)
+            .unwrap_or(0);
         let mut skipped = Vec::new();
         for i in 1..LAYOUTS.len() {
             let cand = LAYOUTS[(cur + i) % LAYOUTS.len()];

@@ -12,9 +12,9 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::app::{App, PaneId};
+use super::common::{cells, dim_line, mib, ms, pane_block, times};
 use super::critical_model::{accounts, mib_pair};
 use crate::engine::critical::Bound;
-use super::common::{cells, dim_line, mib, ms, pane_block, times};
 
 /// Mean measured ns per layer over the recent window (attn + dense + router + experts).
 pub fn measured_layer_ns(app: &App) -> Vec<f64> {

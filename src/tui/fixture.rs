@@ -254,7 +254,10 @@ pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStat
     let phase_ns = [
         layers.iter().map(|l| l.ns_attn).sum::<u64>(),
         layers.iter().map(|l| l.ns_dense).sum::<u64>(),
-        layers.iter().map(|l| l.ns_router + l.ns_experts).sum::<u64>(),
+        layers
+            .iter()
+            .map(|l| l.ns_router + l.ns_experts)
+            .sum::<u64>(),
         ns_lm_head,
     ];
     TokenStats {

@@ -111,7 +111,10 @@ pub fn layout(rows: &[(String, String)], avail_w: usize, avail_h: usize) -> Help
         .max()
         .unwrap_or(0)
         .min(KEY_W_MAX);
-    let long_keys = rows.iter().filter(|(k, _)| k.chars().count() > key_w).count();
+    let long_keys = rows
+        .iter()
+        .filter(|(k, _)| k.chars().count() > key_w)
+        .count();
     let desc_max = rows
         .iter()
         .filter(|(k, _)| !k.is_empty())
@@ -145,7 +148,9 @@ pub fn layout(rows: &[(String, String)], avail_w: usize, avail_h: usize) -> Help
 /// heading always has its first entry under it), descriptions wrap under themselves.
 fn columns<'a>(app: &App, rows: &[(String, String)], l: &HelpLayout) -> Vec<Vec<Line<'a>>> {
     let th = &app.theme;
-    let desc_w = l.col_w.saturating_sub(l.key_w + 3 + usize::from(l.ncols > 1) * 2);
+    let desc_w = l
+        .col_w
+        .saturating_sub(l.key_w + 3 + usize::from(l.ncols > 1) * 2);
     let per_col = if l.ncols == 1 {
         usize::MAX
     } else {
@@ -231,7 +236,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         .title(Line::from(title));
     let inner = block.inner(popup);
     frame.render_widget(block, popup);
-    let cw = if l.ncols == 1 { inner.width as usize } else { l.col_w };
+    let cw = if l.ncols == 1 {
+        inner.width as usize
+    } else {
+        l.col_w
+    };
     for (c, chunk) in cols.into_iter().enumerate() {
         let x = inner.x + (c * cw) as u16;
         if x >= inner.x + inner.width {

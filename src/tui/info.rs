@@ -16,7 +16,10 @@ pub fn info_lines(app: &App) -> Vec<String> {
         return vec!["no session yet".into()];
     };
     match &m.inspect {
-        Some(r) => crate::inspect::render(r).lines().map(str::to_string).collect(),
+        Some(r) => crate::inspect::render(r)
+            .lines()
+            .map(str::to_string)
+            .collect(),
         None => vec![
             format!("model     {} · arch {}", m.name, m.arch),
             format!(

@@ -132,7 +132,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 o => o.chars().take(8).collect(),
             };
             let mut head = vec![Span::styled(format!("{:<10}", "phase"), th.dim())];
-            head.extend(names.iter().map(|n| Span::styled(format!("{:>9}", short(n)), th.dim())));
+            head.extend(
+                names
+                    .iter()
+                    .map(|n| Span::styled(format!("{:>9}", short(n)), th.dim())),
+            );
             lines.push(Line::from(head));
             for (phase, raw) in &pmu.phases {
                 let mut row = vec![Span::raw(format!("{phase:<10}"))];

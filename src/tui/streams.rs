@@ -88,7 +88,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     Span::styled(head, th.measured()),
                 ]));
             } else {
-                first.spans.push(Span::raw(" ".repeat(w - used - head.len())));
+                first
+                    .spans
+                    .push(Span::raw(" ".repeat(w - used - head.len())));
                 first.spans.push(Span::styled(head, th.measured()));
             }
         }
@@ -180,7 +182,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         ),
     ]));
     let threads = v.config.as_ref().map_or(1, |c| c.threads);
-    match app.bandwidth.as_ref().and_then(|b| b.ceiling_for(threads).map(|c| (b, c))) {
+    match app
+        .bandwidth
+        .as_ref()
+        .and_then(|b| b.ceiling_for(threads).map(|c| (b, c)))
+    {
         Some((b, c)) if c.read_gbps > 0.0 => {
             lines.push(Line::from(vec![
                 Span::styled(format!("{:.0}%", 100.0 * gbs / c.read_gbps), th.strong()),

@@ -17,9 +17,9 @@ pub fn series(app: &App, width: usize) -> (String, String, f64, f64) {
     let v = app.view();
     let n = v.timeline.len().min(width);
     let pts: Vec<&(u64, f64)> = v.timeline.iter().skip(v.timeline.len() - n).collect();
-    let (lo, hi) = pts
-        .iter()
-        .fold((f64::INFINITY, 0.0f64), |(a, b), p| (a.min(p.1), b.max(p.1)));
+    let (lo, hi) = pts.iter().fold((f64::INFINITY, 0.0f64), |(a, b), p| {
+        (a.min(p.1), b.max(p.1))
+    });
     let bars: String = pts
         .iter()
         .map(|p| {
