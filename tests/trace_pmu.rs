@@ -152,8 +152,10 @@ fn bandwidth_probe_and_cache() {
         bw.passes
     );
     assert!(bw.read_gbps_1t > 0.5 && bw.read_gbps_nt > 0.5);
-    // Budget is 300 ms; allow slack for a loaded shared machine.
-    assert!(bw.probe_ms < 1500.0, "{}", bw.probe_ms);
+    // ≥ 1 GiB, best of N, every thread count (a few seconds once per machine).
+    assert!(bw.buffer_bytes >= 1 << 30, "{bw:?}");
+    assert_eq!(bw.per_threads.len() as u32, p.logical_cores);
+    assert!(!bw.method.is_empty());
     let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(files.len(), 1);
     let t = std::time::Instant::now();
@@ -165,7 +167,7 @@ fn bandwidth_probe_and_cache() {
 #[test]
 fn tiny_probe_is_sane() {
     // L2-sized buffer: must be far above DRAM speed and never zero.
-    let bw = probe_bandwidth(256 << 10, 1, Duration::from_millis(5));
+    let bw = probe_bandwidth(256 << 10, 1, 2, 64 << 20);
     assert!(bw.read_gbps_1t > 1.0, "{bw:?}");
 }
 
@@ -190,9 +192,10 @@ fn process_stats_reports_rss() {
 fn bandwidth_report() {
     for _ in 0..5 {
         let bw = probe_bandwidth(
-            cflow::telemetry::machine::PROBE_BYTES,
+            cflow::telemetry::membw::BUFFER_BYTES,
             std::thread::available_parallelism().map_or(1, |n| n.get()),
-            cflow::telemetry::machine::PROBE_BUDGET,
+            cflow::telemetry::membw::SAMPLES,
+            cflow::telemetry::membw::SAMPLE_BYTES,
         );
         println!(
             "1t {:.2} GB/s  {}t {:.2} GB/s  total {:.0} ms  init {:.0} ms  passes {}",

@@ -43,6 +43,7 @@ fn model() -> ModelSummary {
         ],
         vocab_bytes: 14 << 20,
         file_hash: "00ff".into(),
+        ..Default::default()
     }
 }
 
@@ -79,6 +80,7 @@ fn header() -> TraceHeader {
             init_ms: 120.5,
             passes: 4,
             measured: "2026-11-29T11:44:04.123Z".into(),
+            ..Default::default()
         }),
     };
     TraceHeader::new(model(), config(false), Some(machine))
@@ -853,4 +855,40 @@ fn schema_rejects_drift() {
     let mut h = serde_json::to_value(header()).unwrap();
     h.as_object_mut().unwrap().remove("model");
     assert!(schema.check_def("header", &h).is_err());
+}
+
+/// The toggle commands carry typed arms now; the trace format did not change (`config` events
+/// keep their strings). Every committed trace, recorded before the change, still replays, and
+/// the toggles its state implies come out as typed commands.
+#[test]
+fn old_traces_replay_and_their_toggles_become_typed_commands() {
+    use cflow::telemetry::{Command, FetchArm, LayoutArm, TierArm};
+    use cflow::tui::app::{Action, App, Msg};
+    for file in [
+        "traces/demo-toggles.trace.jsonl",
+        "traces/smollm2-chat.trace.jsonl",
+    ] {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + file;
+        let r = cflow::telemetry::replay::Replay::open(&path).unwrap();
+        assert!(r.skipped.is_empty(), "{file}: {:?}", r.skipped);
+        let mut app = App::default();
+        for e in r.events.iter().cloned() {
+            app.apply(Msg::Stamped(e));
+        }
+        let cfg = app.live.config.clone().expect(file);
+        let fetch = FetchArm::parse(&cfg.fetch).expect(&cfg.fetch);
+        let tier = TierArm::parse(&cfg.expert_tier).expect(&cfg.expert_tier);
+        assert!(LayoutArm::parse(&cfg.layout).is_some(), "{}", cfg.layout);
+        app.generating = false;
+        let fx = app.apply(Msg::Action(Action::ToggleFetch));
+        let other = FetchArm::ALL
+            .iter()
+            .find(|a| **a != fetch)
+            .copied()
+            .unwrap();
+        assert_eq!(fx.commands, vec![Command::SetFetch(other)], "{file}");
+        let fx = app.apply(Msg::Action(Action::ToggleTier));
+        let other = TierArm::ALL.iter().find(|a| **a != tier).copied().unwrap();
+        assert_eq!(fx.commands, vec![Command::SetExpertTier(other)], "{file}");
+    }
 }

@@ -131,7 +131,7 @@ fn drive(app: &mut App, tokens: u32, on_factor: f64) -> Vec<(u32, Command)> {
         for (_, c) in pending.iter().filter(|(at, _)| *at == i) {
             match c {
                 Command::SetPrefetch(on) => cfg.prefetch = *on,
-                Command::SetFetch(f) => cfg.fetch = f.clone(),
+                Command::SetFetch(f) => cfg.fetch = f.name().to_string(),
                 other => panic!("unexpected {other:?}"),
             }
             app.apply(Msg::Event(Event::Config(cfg.clone())));
@@ -199,7 +199,10 @@ fn ab_auto_stops_on_a_again_follows_the_last_toggle_and_is_off_in_replay() {
     let cmds = drive(&mut app, AUTO_BLOCK, 1.0);
     assert_eq!(
         cmds,
-        vec![(AUTO_BLOCK - 1, Command::SetFetch("sync".into()))]
+        vec![(
+            AUTO_BLOCK - 1,
+            Command::SetFetch(cflow::telemetry::FetchArm::Sync)
+        )]
     );
     app.apply(Msg::Action(Action::AbAuto));
     assert!(app.ab_auto.is_none());

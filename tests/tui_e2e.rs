@@ -109,22 +109,22 @@ fn demo_session_and_replay_in_tmux() {
     assert!(s.contains("you   Once upon a time"), "{s}");
     // Leave the input box, then toggles.
     t.keys(&["Tab"]);
+    assert!(
+        s.contains("prefetch OFF") && s.contains("fetch STAGED"),
+        "{s}"
+    );
     t.keys(&["p"]);
-    t.wait(10, "prefetch toggle", |s| {
-        s.to_lowercase().contains("prefetch")
+    t.wait(10, "prefetch ON in the status bar", |s| {
+        s.contains("prefetch ON")
     });
     t.keys(&["s"]);
-    t.wait(10, "fetch toggle", |s| {
-        s.contains("fetch") || s.contains("staged")
+    t.wait(10, "fetch SYNC in the status bar", |s| {
+        s.contains("fetch SYNC")
     });
     t.keys(&["l"]);
-    t.wait(10, "layout toggle", |s| {
-        s.contains("rowmajor") || s.contains("layout")
-    });
+    t.wait(10, "layout rowmajor", |s| s.contains("layout rowmajor"));
     t.keys(&["?"]);
-    t.wait(10, "help overlay", |s| {
-        s.to_lowercase().contains("help") && s.contains("quit")
-    });
+    t.wait(10, "help overlay", |s| s.contains("Esc or ? closes"));
     t.keys(&["Escape"]);
     std::thread::sleep(Duration::from_millis(300));
     t.keys(&["z"]);
@@ -149,6 +149,104 @@ fn demo_session_and_replay_in_tmux() {
         s.contains("Once upon a time")
     });
     t.keys(&["Space"]);
+    t.keys(&["q"]);
+    t.wait(30, "replay exit", |s| s.contains("EXITED 0"));
+}
+
+/// Issue 16 item 2 and A/B auto: `r` pressed mid-session records a trace that replays alone
+/// (session, toggles and context position restored), and A/B auto on prefetch produces a ratio
+/// with its interval.
+#[test]
+fn record_mid_session_then_replay_it_and_ab_auto_gives_an_interval_in_tmux() {
+    if !common::have_tmux() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_cflow-tui");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cmd = format!(
+        "cd {} && CFLOW_CACHE={} {bin} --max-tokens 400 --no-pmu; echo EXITED $?; sleep 60",
+        dir.path().display(),
+        cache.display()
+    );
+    let t = Tmux::start("cflow-e2e-mid", &cmd, 160, 48);
+    t.wait(120, "the TUI with the demo model", |s| {
+        s.contains("synthetic") && s.contains("prefetch OFF")
+    });
+    t.literal("Once upon a time");
+    t.keys(&["Enter"]);
+    t.wait(90, "the first reply to finish", |s| {
+        s.contains("token #") && !s.contains("generating")
+    });
+    // Mid-session: toggle prefetch, start recording, A/B auto on prefetch, a second prompt.
+    t.keys(&["Tab"]);
+    t.keys(&["p"]);
+    t.wait(10, "prefetch ON", |s| s.contains("prefetch ON"));
+    t.keys(&["r"]);
+    t.wait(10, "the REC badge and the engine's notice", |s| {
+        s.contains("● REC") && s.contains("recording to")
+    });
+    t.keys(&["a"]);
+    // The A/B pane's auto line (a state that was not on screen before).
+    t.wait(10, "A/B auto armed", |s| s.contains("A/B auto "));
+    t.keys(&["i"]);
+    t.literal(" and then");
+    t.keys(&["Enter"]);
+    let s = t.wait(120, "an A/B interval for prefetch", |s| {
+        s.lines()
+            .any(|l| (l.contains("on/off") || l.contains("off/on")) && l.contains("× ["))
+    });
+    assert!(s.contains("A/B"), "{s}");
+    t.wait(120, "the second reply to finish", |s| {
+        !s.contains("generating")
+    });
+    t.keys(&["Escape"]);
+    t.keys(&["r"]);
+    t.wait(10, "recording saved", |s| !s.contains("● REC"));
+    t.keys(&["q"]);
+    t.wait(30, "exit", |s| s.contains("EXITED 0"));
+    drop(t);
+    let trace = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".trace.jsonl"))
+        .expect("the `r` recording");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let second = text.lines().nth(1).unwrap_or("");
+    assert!(second.contains("\"kind\":\"session\""), "{second}");
+
+    // Its replay knows the session: the MoE panes draw, the gauge has its maximum, and ← works.
+    let cmd = format!("{bin} replay {}; echo EXITED $?; sleep 60", trace.display());
+    let t = Tmux::start("cflow-e2e-mid-replay", &cmd, 160, 48);
+    let s = t.wait(30, "the replayed session", |s| {
+        s.contains("REPLAY") && s.contains("payload") && s.contains("/2048")
+    });
+    assert!(!s.contains("waiting for a session"), "{s}");
+    assert!(!s.contains("dense model"), "{s}");
+    assert!(s.contains("prefetch ON"), "toggle state lost:\n{s}");
+    t.wait(60, "replayed tokens", |s| s.contains("token #"));
+    t.keys(&["Space"]);
+    let tok = |s: &str| {
+        s.split("token #")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse::<u32>().ok())
+    };
+    t.wait(10, "paused", |s| s.contains("REPLAY ⏸"));
+    // Paused: the token number stops moving.
+    let mut n0 = tok(&t.screen()).unwrap();
+    loop {
+        std::thread::sleep(Duration::from_millis(700));
+        let n = tok(&t.screen()).unwrap();
+        if n == n0 {
+            break;
+        }
+        n0 = n;
+    }
+    t.keys(&["Left"]);
+    t.wait(10, "one token back", |s| {
+        tok(s).is_some_and(|n| n + 1 == n0 || (n0 == 0 && n == 0))
+    });
     t.keys(&["q"]);
     t.wait(30, "replay exit", |s| s.contains("EXITED 0"));
 }

@@ -59,3 +59,204 @@ fn a_prompt_refused_for_context_ends_the_turn_and_keeps_the_gauge_in_range() {
     assert!(v.ctx_used <= max, "ctx {}/{max}", v.ctx_used);
     assert_eq!(v.ctx_used, 0);
 }
+
+/// Waits for the worker's next event matching `f` (panics after 60 s), returning every event
+/// seen on the way.
+fn wait_for(
+    rx: &crossbeam_channel::Receiver<cflow::telemetry::Stamped>,
+    f: impl Fn(&Event) -> bool,
+) -> Vec<Event> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let e = rx.recv_timeout(left).expect("worker event").event;
+        let hit = f(&e);
+        seen.push(e);
+        if hit {
+            return seen;
+        }
+    }
+}
+
+#[test]
+fn a_recording_started_mid_session_replays_like_one_from_the_start() {
+    use cflow::convert::generate::{generate, GenSpec};
+    use cflow::engine::session::Session;
+    use cflow::engine::worker::{spawn, Ctl, WorkerOptions};
+    use cflow::engine::{Engine, EngineOptions};
+    use cflow::format::CflowFile;
+    use cflow::telemetry::{Command as Cmd, SamplingParams};
+    use cflow::tui::app::{PaneId, TuiOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.cflow");
+    let mut spec = GenSpec::new("arch2_4_combined");
+    spec.layers = Some(2);
+    spec.hidden = Some(64);
+    spec.heads = Some(4);
+    spec.ffn = Some(128);
+    spec.experts = Some(4);
+    spec.expert_ffn = Some(64);
+    spec.tokenizer_json = cflow::chat::bundled_gpt2_tokenizer().map(str::to_string);
+    generate(&spec, &model, |_, _| {}).unwrap();
+    let file = std::sync::Arc::new(CflowFile::open(&model).unwrap());
+    let engine = Engine::new(
+        file,
+        EngineOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    );
+    let session = Session::new(engine, SamplingParams::default()).unwrap();
+    let w = spawn(
+        session,
+        WorkerOptions {
+            record: None,
+            machine: None,
+            pmu: false,
+        },
+    );
+    let done = |e: &Event| matches!(e, Event::Done { .. });
+    wait_for(&w.events, |e| matches!(e, Event::Session { .. }));
+    // A first turn and a toggle, before the recording starts.
+    w.commands
+        .send(Cmd::Complete {
+            text: "Once upon a time".into(),
+            max_tokens: 5,
+        })
+        .unwrap();
+    wait_for(&w.events, done);
+    w.commands.send(Cmd::SetPrefetch(true)).unwrap();
+    wait_for(&w.events, |e| matches!(e, Event::Config(c) if c.prefetch));
+    // `r` mid-session, one more turn, `r` again.
+    let trace = dir.path().join("mid.trace.jsonl");
+    w.control.send(Ctl::StartRecording(trace.clone())).unwrap();
+    wait_for(
+        &w.events,
+        |e| matches!(e, Event::Notice { message } if message.starts_with("recording to")),
+    );
+    w.commands
+        .send(Cmd::Complete {
+            text: " there was".into(),
+            max_tokens: 4,
+        })
+        .unwrap();
+    let live = wait_for(&w.events, done);
+    let Some(Event::Done {
+        pos: Some(live_pos),
+        ..
+    }) = live.last()
+    else {
+        panic!("no Done with a position: {live:?}");
+    };
+    w.control.send(Ctl::StopRecording).unwrap();
+    wait_for(
+        &w.events,
+        |e| matches!(e, Event::Notice { message } if message.starts_with("recording saved")),
+    );
+    w.commands.send(Cmd::Quit).unwrap();
+    w.join();
+
+    // Replayed alone, the trace knows its session: model (MoE), toggles, context position.
+    let r = Replay::open(&trace).unwrap();
+    assert!(
+        matches!(r.events[0].event, Event::Session { .. }),
+        "{:?}",
+        r.events[0]
+    );
+    let mut app = App::new(&TuiOptions {
+        replay: true,
+        ..TuiOptions::default()
+    });
+    app.apply(Msg::Resize(160, 48));
+    let first_prompt_at = r
+        .events
+        .iter()
+        .position(|e| matches!(e.event, Event::Prompt { .. }))
+        .unwrap();
+    for e in r.events[..first_prompt_at].iter().cloned() {
+        app.apply(Msg::Stamped(e));
+    }
+    let v = app.view();
+    assert!(v.model.as_ref().is_some_and(|m| m.n_experts == 4));
+    assert!(
+        v.config.as_ref().is_some_and(|c| c.prefetch),
+        "toggle state lost"
+    );
+    // The first turn (Once upon a time + 5 tokens) is already in the context.
+    let before = v.ctx_used;
+    assert!(
+        before >= 5,
+        "context position lost: {before} {:?}",
+        &r.events[..first_prompt_at.min(4)]
+            .iter()
+            .map(|e| format!("{:?}", e.event)
+                .chars()
+                .take(80)
+                .collect::<String>())
+            .collect::<Vec<_>>()
+    );
+    for e in r.events[first_prompt_at..].iter().cloned() {
+        app.apply(Msg::Stamped(e));
+    }
+    assert_eq!(
+        app.view().ctx_used,
+        *live_pos,
+        "gauge after the recorded turn"
+    );
+    assert!(app.view().ctx_used <= app.view().model.as_ref().unwrap().max_ctx);
+    // The panes that waited for a session draw it.
+    let screen = render(&app);
+    assert!(!screen.contains("waiting for a session"), "{screen}");
+    assert!(!screen.contains("dense model"), "{screen}");
+    // ← (a backward step) re-sends the trace from its start: the Session resets the app and
+    // the snapshot restores the context position.
+    use cflow::telemetry::player::{play, ReplayControl};
+    let mut again = App::new(&TuiOptions {
+        replay: true,
+        ..TuiOptions::default()
+    });
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+    ctl_tx.send(ReplayControl::SetPaused(true)).unwrap();
+    ctl_tx.send(ReplayControl::Step(3)).unwrap();
+    let events = r.events.clone();
+    let t = std::thread::spawn(move || play(events, tx, ctl_rx, 1.0));
+    let drain = |app: &mut App| {
+        while let Ok(e) = rx.recv_timeout(std::time::Duration::from_millis(500)) {
+            app.apply(Msg::Stamped(e));
+        }
+    };
+    drain(&mut again);
+    let at3 = again.view().ctx_used;
+    assert!(at3 > before, "{at3} {before}");
+    ctl_tx.send(ReplayControl::Step(-1)).unwrap();
+    drain(&mut again);
+    let v = again.view();
+    assert!(v.model.as_ref().is_some_and(|m| m.n_experts == 4));
+    assert!(v.config.as_ref().is_some_and(|c| c.prefetch));
+    assert_eq!(
+        v.ctx_used,
+        at3 - 1,
+        "← must land one token back, not at ctx 0"
+    );
+    drop(ctl_tx);
+    let _ = t.join();
+    let _ = PaneId::Critical;
+}
+
+fn render(app: &App) -> String {
+    let backend = ratatui::backend::TestBackend::new(app.size.0, app.size.1);
+    let mut term = ratatui::Terminal::new(backend).unwrap();
+    term.draw(|f| cflow::tui::screen::draw(f, app)).unwrap();
+    let buf = term.backend().buffer().clone();
+    let mut s = String::new();
+    for y in 0..buf.area.height {
+        for x in 0..buf.area.width {
+            s.push_str(buf[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    s
+}

@@ -7,9 +7,10 @@ use cflow::tui::app::{Action, App, Msg, PaneId, TuiOptions};
 use cflow::tui::fixture::{demo_events, dense_events};
 use cflow::tui::screen;
 use ratatui::backend::TestBackend;
+use ratatui::style::Color;
 use ratatui::Terminal;
 
-const SIZES: [(u16, u16); 2] = [(80, 24), (160, 48)];
+const SIZES: [(u16, u16); 3] = [(80, 24), (100, 30), (160, 48)];
 
 fn app_from(events: Vec<Stamped>, opts: TuiOptions, size: (u16, u16)) -> App {
     let mut app = App::new(&opts);
@@ -114,7 +115,7 @@ fn screen_states() {
         demo_events(40, true),
         TuiOptions {
             recording: true,
-            bandwidth_ceiling_gbs: Some(20.3),
+            bandwidth: Some(cflow::tui::fixture::demo_bandwidth()),
             ..TuiOptions::default()
         },
         size,
@@ -168,6 +169,228 @@ fn no_color_renders_same_text() {
         size,
     );
     assert_eq!(color, mono);
+    // Under NO_COLOR no cell carries a colour (foreground, background or underline), with every
+    // overlay open too.
+    let mut app = app_from(
+        demo_events(24, false),
+        TuiOptions {
+            theme: cflow::tui::Theme::mono(),
+            bandwidth: Some(cflow::tui::fixture::demo_bandwidth()),
+            recording: true,
+            ..TuiOptions::default()
+        },
+        size,
+    );
+    for overlay in [None, Some(Action::Help), Some(Action::ModelInfo)] {
+        if let Some(a) = overlay {
+            app.apply(Msg::Action(a));
+        }
+        for (w, h) in SIZES {
+            let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+            term.draw(|f| screen::draw(f, &app)).unwrap();
+            let buf = term.backend().buffer();
+            for y in 0..h {
+                for x in 0..w {
+                    let c = &buf[(x, y)];
+                    assert!(
+                        c.fg == Color::Reset
+                            && c.bg == Color::Reset
+                            && c.underline_color == Color::Reset,
+                        "cell ({x}, {y}) {:?} has a colour at {w}x{h} ({overlay:?})",
+                        c.symbol()
+                    );
+                }
+            }
+        }
+        if let Some(a) = overlay {
+            app.apply(Msg::Action(a));
+        }
+    }
+}
+
+#[test]
+fn critical_pane_labels_both_accountings() {
+    let s = render_pane(&demo((160, 48)), PaneId::Critical, (160, 48));
+    let payload = s.lines().find(|l| l.contains("payload")).expect(&s);
+    assert!(
+        payload.contains("9.00 → 4.50 MiB/token, 2.00×"),
+        "{payload}"
+    );
+    let scales = s.lines().find(|l| l.contains("with scales ")).expect(&s);
+    assert!(scales.contains("10.13 → 5.07 MiB/token, 2.00×"), "{scales}");
+    // The bars use the with-scales bytes (as Streams does): L0 is 0.84 of 1.69 MiB as stored.
+    assert!(s.contains("undelayed (with scales)"), "{s}");
+    assert!(s.contains("0.84/1.69"), "{s}");
+}
+
+#[test]
+fn streams_counts_kv_reads_and_uses_the_ceiling_of_the_threads_in_use() {
+    let app = app_from(
+        demo_events(20, true),
+        TuiOptions {
+            bandwidth: Some(cflow::tui::fixture::demo_bandwidth()),
+            ..TuiOptions::default()
+        },
+        (160, 48),
+    );
+    let last = app.view().last.clone().unwrap();
+    // By hand: 6 layers × K and V × 512 dims × 4 B × (pos + 1) positions.
+    let kv = 6 * 2 * 512 * 4 * (last.pos as u64 + 1);
+    let s = render_pane(&app, PaneId::Streams, (160, 48));
+    let want = format!("kv {:.2} (ctx {})", kv as f64 / 1048576.0, last.pos + 1);
+    assert!(s.contains(&want), "{want}\n{s}");
+    // Effective GB/s includes the KV bytes.
+    let layers: u64 = last
+        .layers
+        .iter()
+        .map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts)
+        .sum();
+    let gbs = (layers + kv + last.vocab_bytes) as f64 / last.ns_total as f64;
+    assert!(
+        s.contains(&format!("{gbs:.1} GB/s effective, KV incl.")),
+        "{gbs}\n{s}"
+    );
+    // The demo engine runs 2 threads: the 2-thread ceiling, with the probe's method.
+    assert!(
+        s.contains("of the 33.3 GB/s read ceiling (2 threads)"),
+        "{s}"
+    );
+    assert!(
+        s.contains("ceiling: read Σu64 over a 1024 MiB buffer, best of 5"),
+        "{s}"
+    );
+    // Per-layer attention / dense / expert ms beside the bytes.
+    let l0 = &last.layers[0];
+    let times = format!(
+        "{:.2} {:.2} {:.2}",
+        l0.ns_attn as f64 / 1e6,
+        l0.ns_dense as f64 / 1e6,
+        (l0.ns_router + l0.ns_experts) as f64 / 1e6
+    );
+    let row = s.lines().find(|l| l.contains("L0 ")).unwrap();
+    assert!(row.contains(&times), "{times}\n{row}");
+}
+
+#[test]
+fn help_overlay_has_every_entry_whole_at_160x48_and_80x24() {
+    use cflow::tui::help::help_rows;
+    let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    // 160×48: everything at once.
+    let mut app = demo((160, 48));
+    app.apply(Msg::Action(Action::Help));
+    let screen = norm(&render_screen(&app, (160, 48)));
+    for (k, d) in help_rows() {
+        assert!(screen.contains(&norm(&d)), "cut at 160x48: {k} {d}");
+    }
+    // 80×24: scrolling through shows every entry whole (descriptions wrap, never cut).
+    let mut app = demo((80, 24));
+    app.apply(Msg::Action(Action::Help));
+    let mut seen = String::new();
+    for _ in 0..40 {
+        seen.push_str(&render_screen(&app, (80, 24)));
+        app.apply(Msg::Action(Action::ScrollDown(3)));
+    }
+    // Joined wrapped lines: a description may continue on the next line.
+    let joined = norm(
+        &seen
+            .lines()
+            .map(|l| l.trim_matches(|c| c == '│' || c == '"' || c == ' '))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    for (k, d) in help_rows() {
+        assert!(joined.contains(&norm(&d)), "cut at 80x24: {k} {d}");
+    }
+    assert!(app.show_help, "scrolling keeps the overlay open");
+}
+
+#[test]
+fn overlays_at_every_size() {
+    for size in SIZES {
+        let mut app = demo(size);
+        app.apply(Msg::Action(Action::Help));
+        insta::assert_snapshot!(
+            format!("overlay_help_{}x{}", size.0, size.1),
+            render_screen(&app, size)
+        );
+        app.apply(Msg::Action(Action::Help));
+        app.apply(Msg::Action(Action::ModelInfo));
+        insta::assert_snapshot!(
+            format!("overlay_info_{}x{}", size.0, size.1),
+            render_screen(&app, size)
+        );
+    }
+}
+
+#[test]
+fn dense_model_shrinks_routing_and_overlap_to_one_line() {
+    let s = render_screen(&dense((160, 48)), (160, 48));
+    assert!(s.contains("Routing · dense model: no experts"), "{s}");
+    assert!(s.contains("Overlap · dense model: no expert I/O"), "{s}");
+    assert!(!s.contains("Expert routing"), "{s}");
+    assert!(s.contains("Timeline"), "{s}");
+    // The MoE demo keeps both panes.
+    let m = render_screen(&demo((160, 48)), (160, 48));
+    assert!(
+        m.contains("Expert routing") && m.contains("Overlap · staged vs sync"),
+        "{m}"
+    );
+}
+
+#[test]
+fn pmu_pane_shows_per_phase_software_counters_and_the_reason_once() {
+    use cflow::telemetry::event::Event;
+    let mut app = demo((160, 48));
+    // The engine's one-off notice about the missing PMU is not repeated elsewhere.
+    app.apply(Msg::Event(Event::Notice {
+        message: "PMU: perf_event_open: hardware events not supported (KVM guest without vPMU)"
+            .into(),
+    }));
+    let s = render_screen(&app, (160, 48));
+    assert_eq!(s.matches("hardware events not").count(), 1, "{s}");
+    let p = render_pane(&app, PaneId::Pmu, (160, 48));
+    for phase in ["attention", "dense", "experts", "lm_head"] {
+        let row = p.lines().find(|l| l.contains(phase)).expect(phase);
+        assert!(row.chars().any(|c| c.is_ascii_digit()), "{row}");
+    }
+    assert!(p.contains("task ms") && p.contains("faults"), "{p}");
+}
+
+#[test]
+fn model_info_overlay_is_the_inspect_report() {
+    use cflow::convert::generate::{generate, GenSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.cflow");
+    let mut spec = GenSpec::new("arch2_4_combined");
+    spec.layers = Some(2);
+    spec.hidden = Some(64);
+    spec.heads = Some(4);
+    spec.ffn = Some(128);
+    spec.experts = Some(4);
+    spec.expert_ffn = Some(64);
+    spec.vocab = Some(130);
+    generate(&spec, &path, |_, _| {}).unwrap();
+    let f = cflow::format::CflowFile::open(&path).unwrap();
+    let report = cflow::inspect::report(&f);
+    let mut events = demo_events(2, true);
+    if let cflow::telemetry::event::Event::Session { model, .. } = &mut events[0].event {
+        model.inspect = Some(report.clone());
+    }
+    let mut app = app_from(events, TuiOptions::default(), (160, 48));
+    app.apply(Msg::Action(Action::ModelInfo));
+    let want: Vec<String> = cflow::inspect::render(&report)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(cflow::tui::info::info_lines(&app), want);
+    let s = render_screen(&app, (160, 48));
+    assert!(s.contains("Model info"), "{s}");
+    assert!(
+        s.contains(&cflow::inspect::critical_path_line(&report["critical_path_mib"])[..60]),
+        "{s}"
+    );
+    app.apply(Msg::Action(Action::Escape));
+    assert!(!app.show_info);
 }
 
 #[test]

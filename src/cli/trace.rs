@@ -39,6 +39,7 @@ pub(super) fn cmd_replay(a: ReplayArgs) -> Result<()> {
     let opts = crate::tui::TuiOptions {
         replay: true,
         replay_speed: speed0,
+        bandwidth: r.header.machine.as_ref().and_then(|m| m.bandwidth.clone()),
         theme: crate::tui::Theme::from_env(),
         ..Default::default()
     };

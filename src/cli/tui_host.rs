@@ -52,7 +52,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
     let session = Session::new(engine, sampling).map_err(anyhow::Error::msg)?;
     let machine =
         crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts().isa.name());
-    let ceiling = machine.bandwidth.as_ref().map(|b| b.read_gbps_nt);
+    let bandwidth = machine.bandwidth.clone();
     let worker = crate::engine::worker::spawn(
         session,
         crate::engine::worker::WorkerOptions {
@@ -64,7 +64,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
     let opts = crate::tui::TuiOptions {
         replay: false,
         recording: cli.record.is_some(),
-        bandwidth_ceiling_gbs: ceiling,
+        bandwidth,
         max_tokens: cli.max_tokens,
         mouse: true,
         theme: crate::tui::Theme::from_env(),

@@ -91,14 +91,42 @@ pub fn layer_term(a: f64, d: f64, e: f64, dd: usize, de: usize) -> f64 {
     a.max(d / (dd + 1) as f64).max(e / (de + 1) as f64)
 }
 
+/// The stream that bounds a layer's critical path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bound {
+    Attn,
+    Dense,
+    Experts,
+}
+
+/// One layer's terms of eq. 4.23: (B_attn, B_dense/(δd+1), B_expert/(δe+1)).
+pub fn layer_terms(b: &StreamBytes, dd: usize, de: usize) -> [f64; 3] {
+    [
+        b.attn as f64,
+        b.dense as f64 / (dd + 1) as f64,
+        b.experts as f64 / (de + 1) as f64,
+    ]
+}
+
+/// Which term of [`layer_terms`] is the largest (attention wins ties, then dense).
+pub fn layer_bound(b: &StreamBytes, dd: usize, de: usize) -> Bound {
+    let [a, d, e] = layer_terms(b, dd, de);
+    if a >= d && a >= e {
+        Bound::Attn
+    } else if d >= e {
+        Bound::Dense
+    } else {
+        Bound::Experts
+    }
+}
+
 /// Evaluates eq. 4.23 for per-layer stream bytes under delays (δd, δe).
 pub fn critical_path(layers: &[StreamBytes], dd: usize, de: usize) -> CriticalPath {
+    let max3 = |t: [f64; 3]| t[0].max(t[1]).max(t[2]);
     let per_layer: Vec<(f64, f64)> = layers
         .iter()
-        .map(|b| {
-            let (a, dn, e) = (b.attn as f64, b.dense as f64, b.experts as f64);
-            (layer_term(a, dn, e, 0, 0), layer_term(a, dn, e, dd, de))
-        })
+        .map(|b| (max3(layer_terms(b, 0, 0)), max3(layer_terms(b, dd, de))))
         .collect();
     CriticalPath {
         dense_delay: dd,

@@ -140,6 +140,12 @@ impl Session {
             layer_bytes: stream_bytes(f),
             layer_payload_bytes: crate::engine::critical::payload_stream_bytes(f),
             vocab_bytes: f.lm_head().bytes() as u64,
+            kv_dim: c.kv_dim() as u32,
+            kv_elem_bytes: std::mem::size_of::<f32>() as u32,
+            kv_window: super::styles::steps(c)
+                .map(|st| c.sliding_window_for(st.block) as u32)
+                .collect(),
+            inspect: Some(crate::inspect::report(f)),
             file_hash: crate::format::file_hash(f),
         }
     }

@@ -84,21 +84,24 @@ pub fn gen_settings(s: &Session, conv: Option<&Conversation>) -> GenSettings {
 fn toggle_engine(engine: &mut super::Engine, c: &Command) -> Option<String> {
     use crate::io::{ExpertTier, FetchMode};
     match c {
-        Command::SetLayout(l) => match l.as_str() {
-            "cflow" => return engine.set_layout(Layout::Cflow).err(),
-            "vflow" => return engine.set_layout(Layout::Vflow).err(),
-            "rowmajor" => return engine.set_layout(Layout::RowMajor).err(),
-            other => return Some(format!("layout `{other}` is not available for this model")),
-        },
+        Command::SetLayout(l) => {
+            return engine
+                .set_layout(match l {
+                    crate::telemetry::LayoutArm::Cflow => Layout::Cflow,
+                    crate::telemetry::LayoutArm::Vflow => Layout::Vflow,
+                    crate::telemetry::LayoutArm::RowMajor => Layout::RowMajor,
+                })
+                .err()
+        }
         Command::SetPrefetch(on) => engine.set_prefetch(*on),
-        Command::SetFetch(f) => match FetchMode::parse(f) {
-            Some(m) => engine.set_fetch(m),
-            None => return Some(format!("unknown fetch mode `{f}`")),
-        },
-        Command::SetExpertTier(t) => match ExpertTier::parse(t) {
-            Some(m) => engine.set_expert_tier(m),
-            None => return Some(format!("unknown expert tier `{t}`")),
-        },
+        Command::SetFetch(f) => engine.set_fetch(match f {
+            crate::telemetry::FetchArm::Sync => FetchMode::Sync,
+            crate::telemetry::FetchArm::Staged => FetchMode::Staged,
+        }),
+        Command::SetExpertTier(t) => engine.set_expert_tier(match t {
+            crate::telemetry::TierArm::Mmap => ExpertTier::Mmap,
+            crate::telemetry::TierArm::Direct => ExpertTier::Direct,
+        }),
         Command::SetSchedule(s) => match super::Schedule::parse(s) {
             Some(s) => engine.set_schedule(s),
             None => return Some(format!("unknown schedule `{s}`")),
@@ -241,7 +244,10 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 rec_error: Arc::new(Mutex::new(None)),
             };
             let summary = session.summary();
-            let start_recording = |ctl: &Ctl, s: &Session, out: &Out| {
+            // `mid`: the session has already begun (the TUI's `r`), so the trace gets the
+            // session's opening state (model, configuration with its toggles, context
+            // position) and replays alone, like one recorded from the start.
+            let start_recording = |ctl: &Ctl, s: &Session, out: &Out, mid: bool| {
                 let header = TraceHeader::new(s.summary(), config_info(s), machine.clone());
                 let r = match ctl {
                     Ctl::StartNewRecording(dir) => Recorder::create_unique_in(dir, header),
@@ -250,6 +256,18 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                     }
                     _ => return,
                 };
+                let r = r.and_then(|mut r| {
+                    if mid {
+                        r.record(&out.clock.stamp(Event::Session {
+                            model: Box::new(s.summary()),
+                            config: config_info(s),
+                        }))?;
+                        r.record(&out.clock.stamp(Event::Snapshot {
+                            ctx_pos: s.engine.pos() as u32,
+                        }))?;
+                    }
+                    Ok(r)
+                });
                 match r {
                     Ok(r) => {
                         let message = format!("recording to {}", r.path().display());
@@ -266,7 +284,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 }
             };
             if let Some(p) = &record {
-                start_recording(&Ctl::StartRecording(p.clone()), &session, &out);
+                start_recording(&Ctl::StartRecording(p.clone()), &session, &out, false);
             }
             out.emit(Event::Session {
                 model: Box::new(summary),
@@ -351,7 +369,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                             }
                         }
                         c @ (Ctl::StartRecording(_) | Ctl::StartNewRecording(_)) => {
-                            start_recording(&c, &session, &out)
+                            start_recording(&c, &session, &out, true)
                         }
                         Ctl::StopRecording => stop_recording(&out),
                     }
@@ -363,7 +381,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> bool {
                     match next {
                         c @ (Ctl::StartRecording(_) | Ctl::StartNewRecording(_)) => {
-                            start_recording(&c, &session, &out)
+                            start_recording(&c, &session, &out, true)
                         }
                         Ctl::StopRecording => stop_recording(&out),
                         Ctl::Cmd(Command::Quit) => return true,

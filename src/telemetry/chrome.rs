@@ -246,6 +246,9 @@ pub fn chrome_events(r: &Replay) -> Vec<Value> {
             }
             Event::Config(c) => b.global_instant("config", *t_ns, json!(c)),
             Event::Reset => b.global_instant("reset", *t_ns, json!({})),
+            Event::Snapshot { ctx_pos } => {
+                b.global_instant("snapshot", *t_ns, json!({ "ctx_pos": ctx_pos }))
+            }
             Event::Done {
                 reason,
                 n_tokens,

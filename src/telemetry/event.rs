@@ -35,11 +35,51 @@ pub struct ModelSummary {
     pub layer_payload_bytes: Vec<StreamBytes>,
     /// Bytes of the vocabulary (LM head) stream per token.
     pub vocab_bytes: u64,
+    /// K (and V) width per position of one layer's KV cache (n_kv_heads × head_dim); 0 when
+    /// unknown (traces recorded before the KV stream was counted).
+    #[serde(default)]
+    pub kv_dim: u32,
+    /// Bytes of one cached K or V element (4 for the f32 cache); 0 when unknown.
+    #[serde(default)]
+    pub kv_elem_bytes: u32,
+    /// Sliding-window size per effective layer (0 or absent = full attention).
+    #[serde(default)]
+    pub kv_window: Vec<u32>,
+    /// The `inspect --json` report of the model file (`crate::inspect::report`), for the TUI's
+    /// model-info overlay; absent in older traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inspect: Option<serde_json::Value>,
     /// Hash of header + directory, hex.
     pub file_hash: String,
 }
 
 impl ModelSummary {
+    /// Bytes of KV cache a token at context position `pos` reads: per effective layer, K and V
+    /// over every attended position (pos + 1, or the layer's sliding window when smaller).
+    /// None when the session did not describe its KV cache.
+    pub fn kv_read_bytes(&self, pos: u32) -> Option<u64> {
+        if self.kv_dim == 0 || self.kv_elem_bytes == 0 {
+            return None;
+        }
+        (0..self.n_layers)
+            .map(|l| self.kv_layer_read_bytes(l, pos))
+            .sum()
+    }
+
+    /// [`kv_read_bytes`](Self::kv_read_bytes) of effective layer `layer` alone.
+    pub fn kv_layer_read_bytes(&self, layer: u32, pos: u32) -> Option<u64> {
+        if self.kv_dim == 0 || self.kv_elem_bytes == 0 {
+            return None;
+        }
+        let per_pos = 2 * self.kv_dim as u64 * self.kv_elem_bytes as u64;
+        let all = pos as u64 + 1;
+        let attended = match self.kv_window.get(layer as usize).copied().unwrap_or(0) {
+            0 => all,
+            w => all.min(w as u64),
+        };
+        Some(per_pos * attended)
+    }
+
     /// Stream bytes for the critical-path model: the paper's payload convention when known.
     pub fn critical_bytes(&self) -> &[StreamBytes] {
         if self.layer_payload_bytes.is_empty() {
@@ -166,6 +206,9 @@ pub enum Event {
     },
     /// Context was reset (KV cleared).
     Reset,
+    /// State a recording begun mid-session needs beyond its `Session` event (which it follows):
+    /// the context position (KV length) at that moment.
+    Snapshot { ctx_pos: u32 },
     /// A non-fatal message for the user (e.g. "dropped 2 oldest turns").
     Notice { message: String },
     /// An error; the engine stays usable unless `fatal`.
@@ -252,12 +295,9 @@ pub enum Command {
     /// Clear the context.
     Reset,
     SetPrefetch(bool),
-    /// "sync" | "staged"
-    SetFetch(String),
-    /// "mmap" | "direct"
-    SetExpertTier(String),
-    /// "cflow" | "vflow" | "rowmajor"
-    SetLayout(String),
+    SetFetch(FetchArm),
+    SetExpertTier(TierArm),
+    SetLayout(LayoutArm),
     /// "sequential" | "vertical" | "auto"
     SetSchedule(String),
     SetSampling(SamplingParams),
@@ -269,4 +309,124 @@ pub enum Command {
         messages: Vec<HistoryMessage>,
     },
     Quit,
+}
+
+/// Defines a toggle arm enum whose wire names are the strings `EngineConfigInfo` reports (so the
+/// trace format is unchanged: `Config` events keep plain strings, commands carry the enum).
+macro_rules! arm_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $($(#[$vm])* #[serde(rename = $s)] $v),+
+        }
+
+        impl $name {
+            /// Every arm, in toggle order.
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+
+            /// The wire / display name (as in `EngineConfigInfo`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$v => $s),+
+                }
+            }
+
+            /// The arm with this name.
+            pub fn parse(s: &str) -> Option<$name> {
+                match s {
+                    $($s => Some($name::$v),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+arm_enum! {
+    /// When the selected experts' bytes are read (`Command::SetFetch`).
+    FetchArm {
+        /// Blocking read at the routing layer.
+        Sync => "sync",
+        /// Submitted at the routing layer, awaited at the injection layer.
+        Staged => "staged",
+    }
+}
+
+arm_enum! {
+    /// Where expert weights are read from (`Command::SetExpertTier`).
+    TierArm {
+        /// The memory map (page cache).
+        Mmap => "mmap",
+        /// O_DIRECT reads into staging slots.
+        Direct => "direct",
+    }
+}
+
+arm_enum! {
+    /// Which weight layout the forward pass reads (`Command::SetLayout`).
+    LayoutArm {
+        Cflow => "cflow",
+        Vflow => "vflow",
+        RowMajor => "rowmajor",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_read_bytes_by_hand() {
+        // SmolLM2-135M: 30 layers, 3 KV heads × 64 = 192, f32 cache. At ctx 1554 (pos 1553):
+        // 2 (K, V) × 192 × 4 B × 1554 positions × 30 layers = 71,608,320 bytes.
+        let mut m = ModelSummary {
+            n_layers: 30,
+            kv_dim: 192,
+            kv_elem_bytes: 4,
+            ..ModelSummary::default()
+        };
+        assert_eq!(m.kv_read_bytes(1553), Some(71_608_320));
+        assert_eq!(m.kv_read_bytes(0), Some(2 * 192 * 4 * 30));
+        // Sliding windows of 512 on every other layer (Gemma-style).
+        m.kv_window = (0..30).map(|l| if l % 2 == 0 { 512 } else { 0 }).collect();
+        assert_eq!(
+            m.kv_read_bytes(1553),
+            Some(2 * 192 * 4 * (15 * 1554 + 15 * 512))
+        );
+        // Unknown (old trace): no KV stream rather than a made-up one.
+        assert_eq!(ModelSummary::default().kv_read_bytes(10), None);
+    }
+
+    #[test]
+    fn arm_names_round_trip_and_match_the_config_strings() {
+        for a in FetchArm::ALL {
+            assert_eq!(FetchArm::parse(a.name()), Some(*a));
+            assert_eq!(
+                serde_json::to_string(a).unwrap(),
+                format!("\"{}\"", a.name())
+            );
+        }
+        for a in TierArm::ALL {
+            assert_eq!(TierArm::parse(a.name()), Some(*a));
+        }
+        for a in LayoutArm::ALL {
+            assert_eq!(LayoutArm::parse(a.name()), Some(*a));
+            assert_eq!(
+                serde_json::from_str::<LayoutArm>(&format!("\"{}\"", a.name())).unwrap(),
+                *a
+            );
+        }
+        assert_eq!(LayoutArm::parse("row-major"), None);
+        assert_eq!(
+            LayoutArm::ALL.iter().map(|l| l.name()).collect::<Vec<_>>(),
+            ["cflow", "vflow", "rowmajor"]
+        );
+    }
 }

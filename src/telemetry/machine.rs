@@ -1,15 +1,15 @@
 //! The machine profile: CPU model, cores, ISA, RAM, cache sizes and a measured DRAM read
-//! bandwidth ceiling; plus cheap process statistics (RSS, CPU%) for the status line.
+//! bandwidth ceiling per thread count; plus cheap process statistics (RSS, CPU%) for the status
+//! line.
 //!
-//! The bandwidth probe sums a 128 MiB `u64` buffer (4× the L3 here; see [`PROBE_BYTES`]) with 1 thread and
-//! with N threads (N = logical cores), best of a few passes inside a ≤ 300 ms budget including
-//! the allocation. It is cached per machine (key = CPU model + logical cores + RAM) as JSON in
-//! [`crate::util::cache_dir`], so only the first launch pays for it.
+//! The bandwidth probe ([`super::membw`]: ≥ 1 GiB, best of N, every thread count) is cached per
+//! machine (key = CPU model + logical cores + RAM + probe method version) as JSON in
+//! [`crate::util::cache_dir`], so only the first launch pays for it (a few seconds).
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use std::sync::{Barrier, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 /// Static description of the machine a trace was recorded on.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -28,23 +28,7 @@ pub struct MachineProfile {
     pub bandwidth: Option<Bandwidth>,
 }
 
-/// Result of the read-bandwidth probe. GB = 1e9 bytes.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct Bandwidth {
-    pub read_gbps_1t: f64,
-    pub read_gbps_nt: f64,
-    /// Thread count of the `read_gbps_nt` measurement.
-    pub threads: u32,
-    pub buffer_bytes: u64,
-    /// Wall time of the whole probe (allocation included), ms.
-    pub probe_ms: f64,
-    /// Of which: allocating and first-touching the buffer, ms.
-    pub init_ms: f64,
-    /// Timed passes per thread count (best one reported).
-    pub passes: u32,
-    /// RFC 3339 time of the measurement.
-    pub measured: String,
-}
+pub use super::membw::{probe_bandwidth, Bandwidth, ThreadCeiling};
 
 impl MachineProfile {
     /// Detect everything except bandwidth (fast: a few sysfs/procfs reads).
@@ -80,45 +64,61 @@ impl MachineProfile {
     }
 
     /// [`detect`](Self::detect) plus the bandwidth ceiling, from the per-machine cache when
-    /// present, else probed (≤ 300 ms) and cached. Cache errors are ignored (probe again).
+    /// present, else probed (a few seconds, once) and cached. Cache errors are ignored.
     pub fn load_or_probe(isa: &str) -> MachineProfile {
         let mut p = Self::detect(isa);
         let path = p.cache_path();
-        if let Some(bw) = path
-            .as_ref()
-            .and_then(|f| std::fs::read(f).ok())
-            .and_then(|b| serde_json::from_slice::<CachedProbe>(&b).ok())
-            .filter(|c| c.key == p.cache_key())
-        {
-            p.bandwidth = Some(bw.bandwidth);
+        if let Some(bw) = path.as_deref().and_then(|f| p.cached_bandwidth(f)) {
+            p.bandwidth = Some(bw);
             return p;
         }
-        let bw = probe_bandwidth(PROBE_BYTES, p.logical_cores as usize, PROBE_BUDGET);
+        let bw = probe_bandwidth(
+            super::membw::BUFFER_BYTES,
+            p.logical_cores as usize,
+            super::membw::SAMPLES,
+            super::membw::SAMPLE_BYTES,
+        );
         if let Some(path) = path {
-            let c = CachedProbe {
-                key: p.cache_key(),
-                bandwidth: bw.clone(),
-            };
-            if let Ok(s) = serde_json::to_vec_pretty(&c) {
-                // Atomic replace: a concurrent launch never reads a half-written profile.
-                let _ = crate::output::Output::create(&path, &[]).and_then(|mut o| {
-                    std::io::Write::write_all(&mut o, &s).map_err(|e| o.error("write", e))?;
-                    o.commit().map(drop)
-                });
-            }
+            // Cache errors are ignored: the next launch probes again.
+            let _ = p.save_bandwidth(&path, &bw);
         }
         p.bandwidth = Some(bw);
         p
     }
 
-    /// The cache key: CPU model, logical cores and RAM (GiB, rounded).
+    /// The cache key: CPU model, logical cores, RAM (GiB, rounded) and the probe's method
+    /// version (a profile measured by an older, weaker probe is measured again).
     pub fn cache_key(&self) -> String {
         format!(
-            "{} | {} cpus | {} GiB",
+            "{} | {} cpus | {} GiB | {}",
             self.cpu_model,
             self.logical_cores,
-            (self.ram_bytes + (1 << 29)) >> 30
+            (self.ram_bytes + (1 << 29)) >> 30,
+            super::membw::METHOD_VERSION
         )
+    }
+
+    /// Reads the cached profile at `path` (None when absent, unreadable, or for another key).
+    pub fn cached_bandwidth(&self, path: &std::path::Path) -> Option<Bandwidth> {
+        std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<CachedProbe>(&b).ok())
+            .filter(|c| c.key == self.cache_key())
+            .map(|c| c.bandwidth)
+    }
+
+    /// Saves `bw` as the cached profile at `path` (atomic replace).
+    pub fn save_bandwidth(&self, path: &std::path::Path, bw: &Bandwidth) -> anyhow::Result<()> {
+        let c = CachedProbe {
+            key: self.cache_key(),
+            bandwidth: bw.clone(),
+        };
+        let s = serde_json::to_vec_pretty(&c)?;
+        // Atomic replace: a concurrent launch never reads a half-written profile.
+        let mut o = crate::output::Output::create(path, &[])?;
+        std::io::Write::write_all(&mut o, &s).map_err(|e| o.error("write", e))?;
+        o.commit()?;
+        Ok(())
     }
 
     fn cache_path(&self) -> Option<PathBuf> {
@@ -135,13 +135,6 @@ struct CachedProbe {
     key: String,
     bandwidth: Bandwidth,
 }
-
-/// Default probe buffer: 128 MiB (4× a 32 MiB L3). 256 MiB would be closer to STREAM practice,
-/// but first-touching it alone takes ~300 ms on the 2-core KVM guest (4 KiB pages; THP is
-/// `madvise`-only and `madvise` needs `unsafe`, which telemetry does not use).
-pub const PROBE_BYTES: usize = 128 << 20;
-/// Default probe budget (allocation + all passes).
-pub const PROBE_BUDGET: Duration = Duration::from_millis(300);
 
 /// L1d / L2 / L3 sizes of cpu0 from `/sys/devices/system/cpu/cpu0/cache/index*/`.
 pub fn cache_sizes() -> (Option<u64>, Option<u64>, Option<u64>) {
@@ -177,117 +170,6 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => (s, 1),
     };
     num.trim().parse::<u64>().ok().map(|n| n * mul)
-}
-
-/// Sum a slice with 8 independent accumulators (vectorizes to packed adds).
-#[inline(never)]
-fn sum_u64(s: &[u64]) -> u64 {
-    let mut acc = [0u64; 8];
-    let mut chunks = s.chunks_exact(8);
-    for c in &mut chunks {
-        for k in 0..8 {
-            acc[k] = acc[k].wrapping_add(c[k]);
-        }
-    }
-    let tail = chunks
-        .remainder()
-        .iter()
-        .fold(0u64, |a, &x| a.wrapping_add(x));
-    acc.iter().fold(tail, |a, &x| a.wrapping_add(x))
-}
-
-/// One timed read pass over `buf` split among `threads`. Each worker stamps its own start (after
-/// a common barrier) and end; the pass time is last end − first start, so a descheduled
-/// coordinating thread cannot shorten it.
-fn timed_pass(buf: &[u64], threads: usize) -> (Duration, u64) {
-    let threads = threads.max(1);
-    if threads == 1 {
-        let t0 = Instant::now();
-        let s = std::hint::black_box(sum_u64(std::hint::black_box(buf)));
-        return (t0.elapsed(), s);
-    }
-    let chunk = buf.len().div_ceil(threads);
-    let barrier = Barrier::new(threads);
-    let results: Vec<(Instant, Instant, u64)> = std::thread::scope(|sc| {
-        let hs: Vec<_> = buf
-            .chunks(chunk)
-            .map(|part| {
-                let b = &barrier;
-                sc.spawn(move || {
-                    b.wait();
-                    let t0 = Instant::now();
-                    let s = std::hint::black_box(sum_u64(std::hint::black_box(part)));
-                    (t0, Instant::now(), s)
-                })
-            })
-            .collect();
-        hs.into_iter().filter_map(|h| h.join().ok()).collect()
-    });
-    let (Some(start), Some(end)) = (
-        results.iter().map(|r| r.0).min(),
-        results.iter().map(|r| r.1).max(),
-    ) else {
-        return (Duration::MAX, 0);
-    };
-    let sum = results.iter().fold(0u64, |a, r| a.wrapping_add(r.2));
-    (end - start, sum)
-}
-
-/// Measure the read bandwidth ceiling: sum over `bytes` of `u64`s with 1 and `threads` threads,
-/// best pass of each, within roughly `budget` (allocation and first touch included; at least
-/// one pass of each kind always runs). GB/s with GB = 1e9 B.
-pub fn probe_bandwidth(bytes: usize, threads: usize, budget: Duration) -> Bandwidth {
-    let start = Instant::now();
-    let threads = threads.max(1);
-    let n = (bytes / 8).max(1024);
-    // Write every element (first touch, in parallel): a calloc'd buffer would map the shared
-    // zero page and measure the cache instead of DRAM.
-    let mut buf: Vec<u64> = vec![0; n];
-    let chunk = n.div_ceil(threads);
-    std::thread::scope(|sc| {
-        for (ci, part) in buf.chunks_mut(chunk).enumerate() {
-            sc.spawn(move || {
-                for (i, x) in part.iter_mut().enumerate() {
-                    *x = (ci * chunk + i) as u64;
-                }
-            });
-        }
-    });
-    let init = start.elapsed();
-    let expected = (n as u64).wrapping_mul(n as u64 - 1) / 2;
-    let bytes_read = (n * 8) as f64;
-    let mut best1 = Duration::MAX;
-    let mut bestn = Duration::MAX;
-    // Warm-up (TLB, THP) then alternate 1-thread and N-thread passes while the budget lasts.
-    let _ = timed_pass(&buf, threads);
-    let mut passes = 0u32;
-    loop {
-        let (d1, s1) = timed_pass(&buf, 1);
-        let (dn, sn) = timed_pass(&buf, threads);
-        debug_assert_eq!(s1, expected, "bandwidth probe sum mismatch");
-        debug_assert_eq!(sn, expected, "bandwidth probe sum mismatch");
-        best1 = best1.min(d1);
-        bestn = bestn.min(dn);
-        passes += 1;
-        let spent = start.elapsed();
-        let per_round = (spent - init) / (passes + 1); // +1: the warm-up pass
-        if passes >= 8 || (passes >= 2 && spent + per_round > budget) {
-            break;
-        }
-    }
-    drop(buf);
-    // Rounded: the noise is far above 0.01 GB/s, and short decimals round-trip exactly in JSON.
-    let round = |x: f64, q: f64| (x * q).round() / q;
-    Bandwidth {
-        read_gbps_1t: round(bytes_read / best1.as_secs_f64() / 1e9, 100.0),
-        read_gbps_nt: round(bytes_read / bestn.as_secs_f64() / 1e9, 100.0),
-        threads: threads as u32,
-        buffer_bytes: (n * 8) as u64,
-        probe_ms: round(start.elapsed().as_secs_f64() * 1e3, 10.0),
-        init_ms: round(init.as_secs_f64() * 1e3, 10.0),
-        passes,
-        measured: super::recorder::rfc3339(std::time::SystemTime::now()),
-    }
 }
 
 /// Resident set size and CPU usage of this process.
@@ -362,14 +244,33 @@ mod tests {
     }
 
     #[test]
-    fn sum_is_exact() {
-        let v: Vec<u64> = (0..1003).collect();
-        assert_eq!(sum_u64(&v), 1003 * 1002 / 2);
-    }
-
-    #[test]
-    fn small_probe_runs() {
-        let bw = probe_bandwidth(4 << 20, 2, Duration::from_millis(20));
-        assert!(bw.read_gbps_1t > 0.1 && bw.read_gbps_nt > 0.1, "{bw:?}");
+    fn profile_saves_and_loads_with_its_method() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("machine.json");
+        let p = MachineProfile {
+            cpu_model: "Test CPU".into(),
+            logical_cores: 2,
+            ram_bytes: 24 << 30,
+            ..MachineProfile::default()
+        };
+        let bw = probe_bandwidth(1 << 20, 2, 2, 16 << 20);
+        p.save_bandwidth(&path, &bw).unwrap();
+        let back = p.cached_bandwidth(&path).unwrap();
+        assert_eq!(back, bw);
+        assert_eq!(back.per_threads.len(), 2);
+        assert!(back.method.contains("best of 2"), "{}", back.method);
+        // Another machine (or an older probe version) does not reuse it.
+        let other = MachineProfile {
+            logical_cores: 4,
+            ..p.clone()
+        };
+        assert!(other.cached_bandwidth(&path).is_none());
+        // A profile cached by the old probe (no method version in its key) is measured again.
+        let old_key = format!("{} | {} cpus | {} GiB", p.cpu_model, p.logical_cores, 24);
+        let old = serde_json::json!({"key": old_key, "bandwidth": {
+            "read_gbps_1t": 8.5, "read_gbps_nt": 12.0, "threads": 2, "buffer_bytes": 134217728u64,
+            "probe_ms": 300.0, "init_ms": 100.0, "passes": 2, "measured": "2026-11-29T00:00:00Z"}});
+        std::fs::write(&path, old.to_string()).unwrap();
+        assert!(p.cached_bandwidth(&path).is_none());
     }
 }

@@ -1,11 +1,12 @@
 //! Telemetry: the `Event`/`Command` types shared by engine, UI, recorder and replay; PMU counters;
-//! the machine profile; trace recording, replay and Chrome-trace export; the controlled A/B
-//! statistics over recorded tokens; the staged-I/O overlap model.
+//! the machine profile and its memory-bandwidth probe; trace recording, replay and Chrome-trace
+//! export; the controlled A/B statistics over recorded tokens; the staged-I/O overlap model.
 
 pub mod ab;
 pub mod chrome;
 pub mod event;
 pub mod machine;
+pub mod membw;
 pub mod overlap_model;
 pub mod player;
 pub mod pmu;

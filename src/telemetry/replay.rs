@@ -22,9 +22,9 @@ use std::path::Path;
 pub const MAX_LINE_BYTES: usize = 16 << 20;
 
 /// Event kinds known to this build (the `kind` tag of [`Event`]).
-pub const KNOWN_KINDS: [&str; 12] = [
-    "session", "prompt", "prefill", "token", "stats", "config", "done", "reset", "notice", "error",
-    "settings", "history",
+pub const KNOWN_KINDS: [&str; 13] = [
+    "session", "prompt", "prefill", "token", "stats", "config", "done", "reset", "snapshot",
+    "notice", "error", "settings", "history",
 ];
 
 /// A loaded trace.
@@ -437,6 +437,7 @@ pub fn summary(r: &Replay) -> ReplaySummary {
                 "done"
             }
             Event::Reset => "reset",
+            Event::Snapshot { .. } => "snapshot",
             Event::Notice { .. } => "notice",
             Event::Settings(_) => "settings",
             Event::History { .. } => "history",

@@ -8,23 +8,18 @@
 //! Engine-derived data lives in [`Telemetry`], which is cloned when the user freezes the panes:
 //! the live copy keeps absorbing events while the frozen one is drawn.
 
-use std::collections::VecDeque;
+pub use super::io_totals::IoTotals;
+pub use super::telemetry::{Telemetry, WINDOW};
+use crate::telemetry::ab::{AutoAb, AutoStep, Setting, Toggle, AUTO_BLOCK};
+use crate::telemetry::event::{Command, Event, FetchArm, LayoutArm, Stamped, StopReason, TierArm};
 
-use crate::telemetry::ab::{AbBook, AutoAb, AutoStep, Setting, Toggle, AUTO_BLOCK};
-use crate::telemetry::event::{
-    Command, EngineConfigInfo, Event, GenSettings, ModelSummary, Stamped, StopReason, StreamBytes,
-    TokenStats,
-};
-
-/// Tokens kept for windowed views (routing heatmap, per-layer times, overlap).
-pub const WINDOW: usize = 64;
+use crate::telemetry::event::GenSettings;
 /// Ticks a status message stays visible (the run loop ticks at ~30 Hz).
 pub const MESSAGE_TICKS: u64 = 120;
 /// Largest hypothetical delay in what-if mode.
 pub const MAX_WHATIF_DELAY: u32 = 8;
 /// Layout cycle order.
-pub const LAYOUTS: [&str; 3] = ["cflow", "vflow", "rowmajor"];
-use crate::util::MIB;
+pub const LAYOUTS: &[LayoutArm] = LayoutArm::ALL;
 
 /// The panes, in focus (Tab) order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -83,6 +78,10 @@ impl PaneId {
 pub enum Action {
     /// Toggle the help overlay.
     Help,
+    /// Toggle the model-info overlay.
+    ModelInfo,
+    /// Show / hide the ms/token timeline.
+    Timeline,
     FocusNext,
     FocusPrev,
     /// Maximize / restore the focused pane.
@@ -245,8 +244,8 @@ pub struct TuiOptions {
     pub replay_speed: f64,
     /// Recording is already on (e.g. `--record FILE`).
     pub recording: bool,
-    /// Measured DRAM read ceiling in GB/s, if known.
-    pub bandwidth_ceiling_gbs: Option<f64>,
+    /// The machine's measured DRAM read ceilings (per thread count), if known.
+    pub bandwidth: Option<crate::telemetry::membw::Bandwidth>,
     /// `max_tokens` sent with every prompt.
     pub max_tokens: u32,
     /// Capture the mouse (wheel scrollback).
@@ -261,192 +260,11 @@ impl Default for TuiOptions {
             replay: false,
             replay_speed: 1.0,
             recording: false,
-            bandwidth_ceiling_gbs: None,
+            bandwidth: None,
             max_tokens: 256,
             mouse: true,
             theme: super::theme::Theme::default(),
         }
-    }
-}
-
-/// Per-token expert-I/O totals (summed over layers), tagged with the fetch mode in force.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct IoTotals {
-    pub compute_ns: u64,
-    pub io_ns: u64,
-    pub wait_ns: u64,
-    pub bytes: u64,
-    pub layers_with_io: u32,
-}
-
-impl IoTotals {
-    /// Sum the `LayerStat.io` entries of a token (None when no layer had I/O).
-    pub fn of(stats: &TokenStats) -> Option<IoTotals> {
-        let mut t = IoTotals::default();
-        for io in stats.layers.iter().filter_map(|l| l.io.as_ref()) {
-            t.compute_ns += io.compute_ns;
-            t.io_ns += io.io_ns;
-            t.wait_ns += io.wait_ns;
-            t.bytes += io.bytes;
-            t.layers_with_io += 1;
-        }
-        (t.layers_with_io > 0).then_some(t)
-    }
-
-    /// Fraction of I/O time hidden behind compute: 1 − wait / io.
-    pub fn hidden(&self) -> Option<f64> {
-        (self.io_ns > 0).then(|| (1.0 - self.wait_ns as f64 / self.io_ns as f64).clamp(0.0, 1.0))
-    }
-
-    /// Add another total.
-    pub fn add(&mut self, o: &IoTotals) {
-        self.compute_ns += o.compute_ns;
-        self.io_ns += o.io_ns;
-        self.wait_ns += o.wait_ns;
-        self.bytes += o.bytes;
-        self.layers_with_io += o.layers_with_io;
-    }
-
-    /// The overlap model's predicted speedup of staged over sync: (C + IO) / max(C, IO).
-    pub fn model_net(&self) -> Option<f64> {
-        let (c, io) = (self.compute_ns as f64, self.io_ns as f64);
-        let m = c.max(io);
-        (m > 0.0).then(|| (c + io) / m)
-    }
-}
-
-/// Modelled critical path of one layer (bytes).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct CriticalLayer {
-    /// max(B_attn, B_dense/(δd+1), B_expert/(δe+1)).
-    pub critical: f64,
-    /// The same with δd = δe = 0: max(B_attn, B_dense, B_expert).
-    pub undelayed: f64,
-    /// Which stream bounds the critical path: "attn" | "dense" | "experts".
-    pub bound: &'static str,
-}
-
-/// Modelled critical path of a model (eq. 4.23).
-#[derive(Clone, Debug, PartialEq)]
-pub struct CriticalPath {
-    pub layers: Vec<CriticalLayer>,
-    pub dense_delay: u32,
-    pub expert_delay: u32,
-}
-
-impl CriticalPath {
-    /// Σ critical, in MiB.
-    pub fn critical_mib(&self) -> f64 {
-        self.layers.iter().map(|l| l.critical).sum::<f64>() / MIB
-    }
-    /// Σ undelayed, in MiB.
-    pub fn undelayed_mib(&self) -> f64 {
-        self.layers.iter().map(|l| l.undelayed).sum::<f64>() / MIB
-    }
-    /// undelayed / critical.
-    pub fn speedup(&self) -> f64 {
-        let c = self.critical_mib();
-        if c > 0.0 {
-            self.undelayed_mib() / c
-        } else {
-            1.0
-        }
-    }
-}
-
-/// Σ_ℓ max(B_attn, B_dense/(δd+1), B_expert/(δe+1)) per layer, with the undelayed reference.
-pub fn critical_path(layers: &[StreamBytes], dense_delay: u32, expert_delay: u32) -> CriticalPath {
-    let layers = layers
-        .iter()
-        .map(|b| {
-            let a = b.attn as f64;
-            let d = b.dense as f64 / (dense_delay as f64 + 1.0);
-            let e = b.experts as f64 / (expert_delay as f64 + 1.0);
-            let (critical, bound) = if a >= d && a >= e {
-                (a, "attn")
-            } else if d >= e {
-                (d, "dense")
-            } else {
-                (e, "experts")
-            };
-            let undelayed = (b.attn.max(b.dense).max(b.experts)) as f64;
-            CriticalLayer {
-                critical,
-                undelayed,
-                bound,
-            }
-        })
-        .collect();
-    CriticalPath {
-        layers,
-        dense_delay,
-        expert_delay,
-    }
-}
-
-/// Engine-derived state (what freezing snapshots).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Telemetry {
-    pub model: Option<ModelSummary>,
-    pub config: Option<EngineConfigInfo>,
-    /// The latest token's stats.
-    pub last: Option<TokenStats>,
-    /// The last [`WINDOW`] tokens' stats (oldest first).
-    pub recent: VecDeque<TokenStats>,
-    /// Every token's ms, tagged with its setting and position; the controlled A/B verdicts.
-    pub ab: AbBook,
-    /// Prefill speed of the last prompt.
-    pub prefill_tps: Option<f64>,
-    /// Decode speed: live during a generation, final after `Done`.
-    pub decode_tps: Option<f64>,
-    /// Tokens and ns of the current generation (for the live decode rate).
-    pub gen_tokens: u32,
-    pub gen_ns: u64,
-    /// KV slots in use.
-    pub ctx_used: u32,
-    /// Stats events seen since the session started.
-    pub tokens_seen: u64,
-    /// Expert-I/O totals of recent tokens, tagged with the fetch mode in force (oldest first).
-    pub io_window: VecDeque<(String, IoTotals)>,
-}
-
-impl Telemetry {
-    /// The model's delays (0, 0 when unknown).
-    pub fn delays(&self) -> (u32, u32) {
-        self.model
-            .as_ref()
-            .map(|m| (m.dense_delay, m.expert_delay))
-            .unwrap_or((0, 0))
-    }
-
-    /// True when the model has experts.
-    pub fn has_experts(&self) -> bool {
-        self.model.as_ref().is_some_and(|m| m.n_experts > 0)
-    }
-
-    fn on_stats(&mut self, s: TokenStats) {
-        if let Some(cfg) = &self.config {
-            self.ab.record(cfg, s.pos, s.ns_total as f64 / 1e6);
-            if let Some(io) = IoTotals::of(&s) {
-                if self.io_window.len() == WINDOW {
-                    self.io_window.pop_front();
-                }
-                self.io_window.push_back((cfg.fetch.clone(), io));
-            }
-        }
-        self.gen_tokens += 1;
-        self.gen_ns += s.ns_total;
-        if self.gen_ns > 0 {
-            self.decode_tps = Some(self.gen_tokens as f64 * 1e9 / self.gen_ns as f64);
-        }
-        // The engine position of the token just computed: the KV length is one more.
-        self.ctx_used = s.pos + 1;
-        self.tokens_seen += 1;
-        if self.recent.len() == WINDOW {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(s.clone());
-        self.last = Some(s);
     }
 }
 
@@ -586,6 +404,12 @@ pub struct App {
     pub compact_pane: PaneId,
     pub maximized: bool,
     pub show_help: bool,
+    /// Lines the help overlay is scrolled down (when it does not fit).
+    pub help_scroll: u16,
+    /// The model-info overlay is shown.
+    pub show_info: bool,
+    /// The ms/token timeline is shown in the Text column.
+    pub show_timeline: bool,
     pub recording: bool,
     pub replay: Option<ReplayState>,
     /// Hypothetical (δd, δe) while in what-if mode.
@@ -596,7 +420,7 @@ pub struct App {
     pub message: Option<(String, u64)>,
     pub ticks: u64,
     pub size: (u16, u16),
-    pub bandwidth_ceiling_gbs: Option<f64>,
+    pub bandwidth: Option<crate::telemetry::membw::Bandwidth>,
     pub max_tokens: u32,
     pub theme: super::theme::Theme,
     pub quit: bool,
@@ -643,6 +467,9 @@ impl App {
             compact_pane: PaneId::Streams,
             maximized: false,
             show_help: false,
+            help_scroll: 0,
+            show_info: false,
+            show_timeline: true,
             recording: opts.recording,
             replay: opts.replay.then_some(ReplayState {
                 paused: false,
@@ -654,7 +481,7 @@ impl App {
             message: None,
             ticks: 0,
             size: (80, 24),
-            bandwidth_ceiling_gbs: opts.bandwidth_ceiling_gbs,
+            bandwidth: opts.bandwidth.clone(),
             max_tokens: opts.max_tokens,
             theme: opts.theme,
             quit: false,
@@ -816,6 +643,7 @@ impl App {
             Event::Prefill { n_tokens, ns } => {
                 self.reply.prompt_tokens = n_tokens;
                 self.reply.prefill_ns = ns;
+                self.live.mark(super::telemetry::Mark::Prefill(n_tokens));
                 if ns > 0 {
                     self.live.prefill_tps = Some(n_tokens as f64 * 1e9 / ns as f64);
                 }
@@ -848,6 +676,9 @@ impl App {
                     }
                     let new_notes: Vec<&String> =
                         c.notes.iter().filter(|n| !old.notes.contains(n)).collect();
+                    for c in &changes {
+                        self.live.mark(super::telemetry::Mark::Toggle(c.clone()));
+                    }
                     let mut m = changes.join(", ");
                     for n in new_notes {
                         if !m.is_empty() {
@@ -891,6 +722,7 @@ impl App {
                 }
                 self.reply = Default::default();
             }
+            Event::Snapshot { ctx_pos } => self.live.ctx_used = ctx_pos,
             Event::Reset => {
                 self.live.ctx_used = 0;
                 self.transcript.push(Turn {
@@ -919,6 +751,8 @@ impl App {
                     end: None,
                 });
             }
+            // The PMU pane shows why hardware counters are missing; said once, there.
+            Event::Notice { message } if message.starts_with("PMU: ") => {}
             Event::Notice { message } => {
                 self.say(message.clone());
                 self.transcript.push(Turn {
@@ -962,8 +796,33 @@ impl App {
         if a != Action::Interrupt {
             self.interrupt_armed = false;
         }
+        if self.show_help || self.show_info {
+            let page = self.page();
+            let s = &mut self.help_scroll;
+            match a {
+                Action::ScrollUp(n) => *s = s.saturating_sub(n),
+                Action::ScrollDown(n) => *s = s.saturating_add(n),
+                Action::PageUp => *s = s.saturating_sub(page),
+                Action::PageDown => *s = s.saturating_add(page),
+                _ => {}
+            }
+            if matches!(
+                a,
+                Action::ScrollUp(_) | Action::ScrollDown(_) | Action::PageUp | Action::PageDown
+            ) {
+                return Effects::default();
+            }
+        }
         match a {
-            Action::Help => self.show_help = !self.show_help,
+            Action::Help => {
+                self.show_help = !self.show_help;
+                self.help_scroll = 0;
+            }
+            Action::ModelInfo => {
+                self.show_info = !self.show_info;
+                self.help_scroll = 0;
+            }
+            Action::Timeline => self.show_timeline = !self.show_timeline,
             Action::FocusNext | Action::FocusPrev => {
                 self.input_focused = false;
                 self.focus = if a == Action::FocusNext {
@@ -1011,12 +870,12 @@ impl App {
                 self.ab_focus = Toggle::Fetch;
                 let cur = self.live.config.as_ref().map(|c| c.fetch.clone());
                 let next = if cur.as_deref() == Some("sync") {
-                    "staged"
+                    FetchArm::Staged
                 } else {
-                    "sync"
+                    FetchArm::Sync
                 };
                 self.say(format!("fetch → {next} (next token)"));
-                return Effects::cmd(Command::SetFetch(next.into()));
+                return Effects::cmd(Command::SetFetch(next));
             }
             Action::ToggleSchedule => {
                 if self.toggles_blocked() {
@@ -1038,12 +897,12 @@ impl App {
                 self.ab_focus = Toggle::Tier;
                 let cur = self.live.config.as_ref().map(|c| c.expert_tier.clone());
                 let next = if cur.as_deref() == Some("mmap") {
-                    "direct"
+                    TierArm::Direct
                 } else {
-                    "mmap"
+                    TierArm::Mmap
                 };
                 self.say(format!("expert tier → {next} (next token)"));
-                return Effects::cmd(Command::SetExpertTier(next.into()));
+                return Effects::cmd(Command::SetExpertTier(next));
             }
             Action::CycleLayout => {
                 if self.toggles_blocked() {
@@ -1090,6 +949,8 @@ impl App {
             Action::Escape => {
                 if self.show_help {
                     self.show_help = false;
+                } else if self.show_info {
+                    self.show_info = false;
                 } else if self.input_focused {
                     self.input_focused = false;
                     if self.generating && self.replay.is_none() {
@@ -1232,11 +1093,11 @@ impl App {
         let cur = Setting::of(cfg).arm(t).to_string();
         let other = match t {
             Toggle::Layout => {
-                let at = LAYOUTS.iter().position(|&l| l == cur).unwrap_or(0);
+                let at = LAYOUTS.iter().position(|l| l.name() == cur).unwrap_or(0);
                 (1..LAYOUTS.len())
                     .map(|i| LAYOUTS[(at + i) % LAYOUTS.len()])
-                    .find(|l| cfg.layouts_available.iter().any(|a| a == l))
-                    .map(str::to_string)
+                    .find(|l| cfg.layouts_available.iter().any(|a| a == l.name()))
+                    .map(|l| l.name().to_string())
             }
             _ => t.order().iter().find(|&&a| a != cur).map(|a| a.to_string()),
         };
@@ -1273,12 +1134,20 @@ impl App {
                     blocks + 1,
                     half.map_or(String::new(), |h| format!(", ±{:.1}%", 100.0 * h))
                 ));
-                Effects::cmd(match t {
-                    Toggle::Prefetch => Command::SetPrefetch(arm == "on"),
-                    Toggle::Fetch => Command::SetFetch(arm),
-                    Toggle::Layout => Command::SetLayout(arm),
-                    Toggle::Tier => Command::SetExpertTier(arm),
-                })
+                let cmd = match t {
+                    Toggle::Prefetch => Some(Command::SetPrefetch(arm == "on")),
+                    Toggle::Fetch => FetchArm::parse(&arm).map(Command::SetFetch),
+                    Toggle::Layout => LayoutArm::parse(&arm).map(Command::SetLayout),
+                    Toggle::Tier => TierArm::parse(&arm).map(Command::SetExpertTier),
+                };
+                match cmd {
+                    Some(c) => Effects::cmd(c),
+                    None => {
+                        self.ab_auto = None;
+                        self.say(format!("A/B auto: unknown {} arm `{arm}`", t.name()));
+                        Effects::default()
+                    }
+                }
             }
         }
     }
@@ -1287,19 +1156,22 @@ impl App {
         let Some(cfg) = self.live.config.as_ref() else {
             return Effects::default();
         };
-        let cur = LAYOUTS.iter().position(|&l| l == cfg.layout).unwrap_or(0);
+        let cur = LAYOUTS
+            .iter()
+            .position(|l| l.name() == cfg.layout)
+            .unwrap_or(0);
         let mut skipped = Vec::new();
         for i in 1..LAYOUTS.len() {
             let cand = LAYOUTS[(cur + i) % LAYOUTS.len()];
-            if cfg.layouts_available.iter().any(|l| l == cand) {
+            if cfg.layouts_available.iter().any(|l| l == cand.name()) {
                 let mut m = format!("layout → {cand} (next token)");
                 if !skipped.is_empty() {
                     m.push_str(&format!("; skipped {} (unavailable)", skipped.join(", ")));
                 }
                 self.say(m);
-                return Effects::cmd(Command::SetLayout(cand.into()));
+                return Effects::cmd(Command::SetLayout(cand));
             }
-            skipped.push(cand);
+            skipped.push(cand.name());
         }
         let m = format!(
             "no other layout available (current {}; {} unavailable)",
@@ -1321,7 +1193,7 @@ pub fn fmt_speed(s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tui::fixture::{demo_config, demo_events, demo_model, dense_events};
+    use crate::tui::fixture::{demo_config, demo_events, dense_events};
 
     fn app_with(events: Vec<Stamped>) -> App {
         let mut app = App::default();
@@ -1333,18 +1205,6 @@ mod tests {
 
     fn act(app: &mut App, a: Action) -> Effects {
         app.apply(Msg::Action(a))
-    }
-
-    #[test]
-    fn demo_critical_path_is_9_to_4_5() {
-        let m = demo_model();
-        let cp = critical_path(m.critical_bytes(), m.dense_delay, m.expert_delay);
-        assert_eq!(format!("{:.2}", cp.undelayed_mib()), "9.00");
-        assert_eq!(format!("{:.2}", cp.critical_mib()), "4.50");
-        assert_eq!(format!("{:.2}", cp.speedup()), "2.00");
-        assert!(cp.layers.iter().all(|l| l.bound == "dense"));
-        let cp0 = critical_path(m.critical_bytes(), 0, 0);
-        assert_eq!(cp0.critical_mib(), cp0.undelayed_mib());
     }
 
     #[test]
@@ -1442,11 +1302,11 @@ mod tests {
         // Config is now sync (fixture toggled mid-run).
         assert_eq!(
             act(&mut app, Action::ToggleFetch).commands,
-            vec![Command::SetFetch("staged".into())]
+            vec![Command::SetFetch(FetchArm::Staged)]
         );
         assert_eq!(
             act(&mut app, Action::ToggleTier).commands,
-            vec![Command::SetExpertTier("mmap".into())]
+            vec![Command::SetExpertTier(TierArm::Mmap)]
         );
     }
 
@@ -1463,7 +1323,7 @@ mod tests {
     fn layout_cycle_skips_unavailable() {
         let mut app = app_with(demo_events(2, true));
         let fx = act(&mut app, Action::CycleLayout);
-        assert_eq!(fx.commands, vec![Command::SetLayout("rowmajor".into())]);
+        assert_eq!(fx.commands, vec![Command::SetLayout(LayoutArm::RowMajor)]);
         assert!(app.status_message().unwrap().contains("skipped vflow"));
         let mut cfg = demo_config("staged");
         cfg.layouts_available = vec!["cflow".into()];
@@ -1673,18 +1533,5 @@ mod tests {
         app.apply(Msg::Event(Event::Config(cfg)));
         let m = app.status_message().unwrap();
         assert!(m.contains("prefetch ON") && m.contains("O_DIRECT"), "{m}");
-    }
-
-    #[test]
-    fn overlap_model_net() {
-        let t = IoTotals {
-            compute_ns: 3,
-            io_ns: 4,
-            wait_ns: 1,
-            bytes: 0,
-            layers_with_io: 1,
-        };
-        assert!((t.model_net().unwrap() - 7.0 / 4.0).abs() < 1e-12);
-        assert!((t.hidden().unwrap() - 0.75).abs() < 1e-12);
     }
 }

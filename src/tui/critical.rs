@@ -1,16 +1,20 @@
-//! Critical-path pane (eq. 4.23): per layer the modelled bytes on the critical path,
-//! max(B_attn, B_dense/(δd+1), B_expert/(δe+1)), drawn against the undelayed bar
-//! max(B_attn, B_dense, B_expert); totals "9.00 → 4.50 MiB/token, 2.00×"; the measured per-layer
-//! time (mean over the recent window) beside the modelled bytes; and a what-if mode where the
-//! delays are changed hypothetically (labelled "model").
+//! Critical-path pane (eq. 4.23, computed by `engine::critical` through `critical_model`): per
+//! layer the modelled bytes on the critical path, max(B_attn, B_dense/(δd+1), B_expert/(δe+1)),
+//! drawn against the undelayed bar max(B_attn, B_dense, B_expert), both in the with-scales
+//! accounting the Streams pane uses; totals in both accountings, labelled ("payload 9.00 → 4.50",
+//! "with scales 10.13 → 5.07"); the measured per-layer time (mean over the recent window) beside
+//! the modelled bytes; and a what-if mode where the delays are changed hypothetically (labelled
+//! "model").
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::app::{critical_path, App, PaneId};
+use super::app::{App, PaneId};
 use super::common::{cells, dim_line, mib, ms, pane_block, times};
+use super::critical_model::{accounts, mib_pair};
+use crate::engine::critical::Bound;
 
 /// Mean measured ns per layer over the recent window (attn + dense + router + experts).
 pub fn measured_layer_ns(app: &App) -> Vec<f64> {
@@ -67,12 +71,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let (dd, de) = app
         .whatif
         .unwrap_or((model.dense_delay, model.expert_delay));
-    let cp = critical_path(model.critical_bytes(), dd, de);
-    let actual = critical_path(
-        model.critical_bytes(),
-        model.dense_delay,
-        model.expert_delay,
-    );
+    let cp = accounts(model, dd, de);
+    let actual = accounts(model, model.dense_delay, model.expert_delay);
     let measured = measured_layer_ns(app);
     let has_measured = measured.iter().any(|&x| x > 0.0);
 
@@ -90,7 +90,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled("█", th.model()),
         Span::styled(" critical ", th.dim()),
         Span::styled("░", th.dim()),
-        Span::styled(" undelayed ", th.dim()),
+        Span::styled(" undelayed (with scales) ", th.dim()),
         Span::styled(format!("δd={dd} δe={de}"), th.strong()),
     ];
     if has_measured {
@@ -102,7 +102,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         }
     }
     lines.push(Line::from(head));
-    let footer = 3usize;
+    let footer = if cp.payload.is_some() { 4usize } else { 3 };
     let room = h.saturating_sub(1 + footer);
     let shown = if n > room { room.saturating_sub(1) } else { n };
     for (i, l) in cp.layers.iter().enumerate().take(shown) {
@@ -117,9 +117,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             0
         };
         let style = match l.bound {
-            "attn" => th.attn(),
-            "dense" => th.dense(),
-            _ => th.experts(),
+            Bound::Attn => th.attn(),
+            Bound::Dense => th.dense(),
+            Bound::Experts => th.experts(),
         };
         let mut spans = vec![
             Span::styled(format!("{:<label_w$}", format!("L{i}")), th.dim()),
@@ -137,36 +137,41 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     if shown < n {
         lines.push(dim_line(app, format!("… +{} layers", n - shown)));
     }
-    lines.push(Line::from(vec![
-        Span::styled(format!("{} → ", fmt2(cp.undelayed_mib())), th.dim()),
-        Span::styled(
-            format!("{} MiB/token", fmt2(cp.critical_mib())),
-            th.strong(),
-        ),
-        Span::raw(", "),
-        Span::styled(times(cp.speedup()), th.good()),
-        Span::styled(" (model)", th.model()),
-    ]));
+    // Both accountings, labelled (`run`/`inspect --json`: critical_path_mib.{payload,with_scales}).
+    let total = |label: &str, c: &crate::engine::critical::CriticalPath| {
+        let (n, d) = mib_pair(c);
+        Line::from(vec![
+            Span::styled(format!("{label:<12}"), th.dim()),
+            Span::styled(format!("{} → ", fmt2(n)), th.dim()),
+            Span::styled(format!("{} MiB/token", fmt2(d)), th.strong()),
+            Span::raw(", "),
+            Span::styled(times(c.ratio()), th.good()),
+        ])
+    };
+    if let Some(p) = &cp.payload {
+        lines.push(total("payload", p));
+    }
+    lines.push(total("with scales", &cp.with_scales));
     if app.whatif.is_some() {
         lines.push(dim_line(
             app,
             format!(
-                "actual δd={} δe={}: {} MiB/token",
+                "actual δd={} δe={}: {} MiB/token with scales",
                 model.dense_delay,
                 model.expert_delay,
-                fmt2(actual.critical_mib())
+                fmt2(mib_pair(&actual.with_scales).1)
             ),
         ));
         lines.push(dim_line(app, "d/D δd −/+ · e/E δe −/+ · w leave"));
     } else {
-        let bound = |b: &str| cp.layers.iter().filter(|l| l.bound == b).count();
+        let bound = |b: Bound| cp.layers.iter().filter(|l| l.bound == b).count();
         lines.push(dim_line(
             app,
             format!(
                 "bound: attn {} · dense {} · experts {}",
-                bound("attn"),
-                bound("dense"),
-                bound("experts")
+                bound(Bound::Attn),
+                bound(Bound::Dense),
+                bound(Bound::Experts)
             ),
         ));
         let sum_ms: f64 = measured.iter().sum::<f64>();

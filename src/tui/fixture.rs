@@ -51,8 +51,9 @@ pub fn demo_model() -> ModelSummary {
         combine_style: "DelayedSum".into(),
         quant_types: vec!["Q4_0".into()],
         has_chat_template: false,
-        layer_payload_bytes: Vec::new(),
-        layer_bytes: vec![
+        // Payload at 0.5 B/param (the paper's 9.00 → 4.50); as stored, a full Q4_0 tile is
+        // 18,448 bytes for 16,384 payload bytes (10.13 → 5.07).
+        layer_payload_bytes: vec![
             StreamBytes {
                 attn: 524_288,
                 dense: 1_572_864,
@@ -60,8 +61,46 @@ pub fn demo_model() -> ModelSummary {
             };
             6
         ],
+        layer_bytes: vec![
+            StreamBytes {
+                attn: 590_336,
+                dense: 1_771_008,
+                experts: 885_504,
+            };
+            6
+        ],
         vocab_bytes: 50257 * 512 / 32 * 18,
+        kv_dim: 512,
+        kv_elem_bytes: 4,
+        kv_window: Vec::new(),
+        inspect: None,
         file_hash: "3f1c9a0d".into(),
+    }
+}
+
+/// A machine profile's bandwidth as the probe reports it (2 threads).
+pub fn demo_bandwidth() -> crate::telemetry::membw::Bandwidth {
+    use crate::telemetry::membw::{Bandwidth, ThreadCeiling};
+    Bandwidth {
+        read_gbps_1t: 20.3,
+        read_gbps_nt: 33.3,
+        threads: 2,
+        buffer_bytes: 1 << 30,
+        probe_ms: 2600.0,
+        init_ms: 900.0,
+        passes: 5,
+        measured: "2026-12-01T11:00:00Z".into(),
+        per_threads: vec![
+            ThreadCeiling {
+                threads: 1,
+                read_gbps: 20.3,
+            },
+            ThreadCeiling {
+                threads: 2,
+                read_gbps: 33.3,
+            },
+        ],
+        method: "read Σu64 over a 1024 MiB buffer, best of 5 × 1024 MiB per thread count".into(),
     }
 }
 
@@ -86,7 +125,14 @@ pub fn dense_model() -> ModelSummary {
         combine_style: "Sequential".into(),
         quant_types: vec!["Q4_1".into(), "Q8_0".into(), "F32".into()],
         has_chat_template: true,
-        layer_payload_bytes: Vec::new(),
+        layer_payload_bytes: vec![
+            StreamBytes {
+                attn: 442_368,
+                dense: 1_327_104,
+                experts: 0,
+            };
+            30
+        ],
         layer_bytes: vec![
             StreamBytes {
                 attn: 552_960,
@@ -96,6 +142,10 @@ pub fn dense_model() -> ModelSummary {
             30
         ],
         vocab_bytes: 49152 * 576 / 32 * 34,
+        kv_dim: 192,
+        kv_elem_bytes: 4,
+        kv_window: Vec::new(),
+        inspect: None,
         file_hash: "a81b22e4".into(),
     }
 }
@@ -201,6 +251,15 @@ pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStat
         .map(|l| l.ns_attn + l.ns_dense + l.ns_router + l.ns_experts)
         .sum();
     let ns_lm_head = 1_900_000;
+    let phase_ns = [
+        layers.iter().map(|l| l.ns_attn).sum::<u64>(),
+        layers.iter().map(|l| l.ns_dense).sum::<u64>(),
+        layers
+            .iter()
+            .map(|l| l.ns_router + l.ns_experts)
+            .sum::<u64>(),
+        ns_lm_head,
+    ];
     TokenStats {
         index,
         pos,
@@ -212,7 +271,22 @@ pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStat
             unavailable: Some(
                 "perf_event_open: hardware events not supported (KVM guest without vPMU)".into(),
             ),
-            phases: vec![],
+            // Per phase, the software counters (what the engine records without a PMU).
+            phases: ["attention", "dense", "experts", "lm_head"]
+                .iter()
+                .zip(phase_ns)
+                .enumerate()
+                .map(|(i, (p, ns))| {
+                    (
+                        p.to_string(),
+                        vec![
+                            ("task-clock".into(), ns - 10_000),
+                            ("page-faults".into(), [2, 3, 7, 0][i]),
+                            ("context-switches".into(), [0, 1, 2, 0][i]),
+                        ],
+                    )
+                })
+                .collect(),
             software: vec![
                 ("task-clock".into(), layer_ns + ns_lm_head - 40_000),
                 ("page-faults".into(), 12 + rng.below(4) as u64),

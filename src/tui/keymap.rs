@@ -155,6 +155,8 @@ pub const BINDINGS: &[Binding] = &[
     b(&[f(8), alt('z')], Action::Maximize, Ctx::Global, "maximize focused pane", Some("zoom")),
     b(&[f(9), alt('r')], Action::Record, Ctx::Global, "start/stop recording", Some("rec")),
     b(&[f(10), alt('q')], Action::Quit, Ctx::Global, "quit", Some("quit")),
+    b(&[f(11), alt('m')], Action::ModelInfo, Ctx::Global, "model info (what inspect shows)", Some("info")),
+    b(&[f(12), alt('g')], Action::Timeline, Ctx::Global, "ms/token timeline on/off", None),
     b(&[ctrl('c')], Action::Interrupt, Ctx::Global, "stop generation, again to quit", None),
     b(&[ctrl('z')], Action::Suspend, Ctx::Global, "suspend (fg to resume)", None),
     b(&[ctrl('l'), alt('x')], Action::ResetContext, Ctx::Global, "reset context (clear KV)", None),
@@ -228,6 +230,8 @@ pub const BINDINGS: &[Binding] = &[
     b(&[ch('y')], Action::CopyReply, Ctx::Nav, "copy the last reply", None),
     b(&[ch('M')], Action::ToggleMouse, Ctx::Nav, "release/capture the mouse", None),
     b(&[ch('q')], Action::Quit, Ctx::Nav, "quit", None),
+    b(&[ch('m')], Action::ModelInfo, Ctx::Nav, "model info", None),
+    b(&[ch('g')], Action::Timeline, Ctx::Nav, "timeline", None),
     b(&[k(KeyCode::Up), ch('k')], Action::ScrollUp(1), Ctx::Nav, "scroll up", None),
     b(&[k(KeyCode::Down), ch('j')], Action::ScrollDown(1), Ctx::Nav, "scroll down", None),
     b(&[k(KeyCode::End), ch('G')], Action::ScrollEnd, Ctx::Nav, "follow the stream", None),
@@ -250,7 +254,7 @@ impl KeyState {
             input_focused: app.input_focused,
             replay: app.replay.is_some(),
             whatif: app.whatif.is_some(),
-            help_open: app.show_help,
+            help_open: app.show_help || app.show_info,
             settings_open: app.editor.is_some(),
         }
     }
@@ -293,7 +297,7 @@ pub fn resolve(key: &KeyEvent, st: KeyState) -> Option<Action> {
     if st.help_open
         && matches!(
             key.code,
-            KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('q')
+            KeyCode::Esc | KeyCode::Char('?') | KeyCode::Char('q') | KeyCode::Char('m')
         )
     {
         return Some(Action::Escape);
@@ -312,6 +316,16 @@ pub fn resolve(key: &KeyEvent, st: KeyState) -> Option<Action> {
             }
             _ => None,
         };
+    }
+    if st.help_open {
+        // The overlay scrolls when it is taller than the terminal (80×24).
+        match key.code {
+            KeyCode::Up | KeyCode::Char('k') => return Some(Action::ScrollUp(1)),
+            KeyCode::Down | KeyCode::Char('j') => return Some(Action::ScrollDown(1)),
+            KeyCode::PageUp => return Some(Action::PageUp),
+            KeyCode::PageDown | KeyCode::Char(' ') => return Some(Action::PageDown),
+            _ => {}
+        }
     }
     if let Some(a) = lookup(key, Ctx::Global) {
         return Some(a);

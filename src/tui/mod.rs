@@ -6,10 +6,12 @@
 //! the single table in [`keymap`]; actions may produce engine [`Command`]s and [`UiRequest`]s for
 //! the host (recording, replay control, quit).
 //!
-//! Files: `app` (state), `keymap`, `theme`, `terminal` (guard), `screen` (layout), `common`
+//! Files: `app` (state and its mutation), `telemetry` (the engine-derived state the panes draw),
+//! `io_totals` and `critical_model` (the statistics behind Overlap and Critical path), `keymap`, `theme`, `terminal` (guard), `screen` (layout), `common`
 //! (helpers), one file per pane: `text`, `streams`, `critical`, `routing`, `pmu`, `overlap`, `ab`,
-//! `status` (status bar + footer), `help` (overlay); the chat features: `chat` (actions),
-//! `settings` (overlay), `transcript` (summary line, save/continue), `clipboard` (OSC 52).
+//! `status` (status bar + footer), `timeline` (ms/token sparkline), `help` and `info` (overlays);
+//! the chat features: `chat` (actions), `settings` (overlay), `transcript` (summary line,
+//! save/continue), `clipboard` (OSC 52).
 
 pub mod ab;
 pub mod app;
@@ -17,8 +19,11 @@ pub mod chat;
 pub mod clipboard;
 pub mod common;
 pub mod critical;
+pub mod critical_model;
 pub mod fixture;
 pub mod help;
+pub mod info;
+pub mod io_totals;
 pub mod keymap;
 pub mod overlap;
 pub mod pmu;
@@ -27,9 +32,11 @@ pub mod screen;
 pub mod settings;
 pub mod status;
 pub mod streams;
+pub mod telemetry;
 pub mod terminal;
 pub mod text;
 pub mod theme;
+pub mod timeline;
 pub mod transcript;
 
 use std::time::{Duration, Instant};

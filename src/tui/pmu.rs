@@ -1,6 +1,7 @@
 //! PMU pane: per phase L1-d read accesses, misses, miss rate, instructions and IPC from the
 //! latest token's hardware counters — or, when hardware counters are unavailable (e.g. under KVM),
-//! the reason plus the software counters (task-clock, page faults, context switches).
+//! the per-phase software counters that were recorded (task-clock, page faults, context
+//! switches) and, once, the reason.
 //!
 //! Counter names are matched loosely so the pane works with perf-style names
 //! ("L1-dcache-loads", "L1-dcache-load-misses", "instructions", "cycles") and with snake-case
@@ -109,15 +110,51 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         return;
     };
     if let Some(reason) = &pmu.unavailable {
-        let mut lines = vec![Line::from(vec![
-            Span::styled("unavailable: ", th.warn()),
-            Span::raw(reason.clone()),
-        ])];
-        if pmu.software.is_empty() {
-            lines.push(dim_line(app, "no software counters either"));
+        // No hardware counters: the per-phase software counters that were recorded, then the
+        // reason (shown here only — not in the transcript or the status line).
+        let mut lines: Vec<Line> = Vec::new();
+        let names: Vec<&str> = pmu
+            .phases
+            .first()
+            .map(|(_, c)| c.iter().map(|(n, _)| n.as_str()).collect())
+            .unwrap_or_default();
+        if names.is_empty() {
+            lines.push(if pmu.software.is_empty() {
+                dim_line(app, "no software counters either")
+            } else {
+                software_line(app, &pmu.software)
+            });
         } else {
-            lines.push(software_line(app, &pmu.software));
+            let short = |n: &str| match n {
+                "task-clock" => "task ms".to_string(),
+                "page-faults" => "faults".to_string(),
+                "context-switches" => "ctx-sw".to_string(),
+                o => o.chars().take(8).collect(),
+            };
+            let mut head = vec![Span::styled(format!("{:<10}", "phase"), th.dim())];
+            head.extend(
+                names
+                    .iter()
+                    .map(|n| Span::styled(format!("{:>9}", short(n)), th.dim())),
+            );
+            lines.push(Line::from(head));
+            for (phase, raw) in &pmu.phases {
+                let mut row = vec![Span::raw(format!("{phase:<10}"))];
+                for (n, v) in raw {
+                    let val = if n.contains("clock") {
+                        format!("{:.2}", *v as f64 / 1e6)
+                    } else {
+                        count(*v)
+                    };
+                    row.push(Span::styled(format!("{val:>9}"), th.measured()));
+                }
+                lines.push(Line::from(row));
+            }
         }
+        lines.push(Line::from(vec![
+            Span::styled("no hardware PMU: ", th.warn()),
+            Span::styled(reason.clone(), th.dim()),
+        ]));
         lines.push(dim_line(
             app,
             "cache behaviour: valgrind --tool=cachegrind (simulated D1)",

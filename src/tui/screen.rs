@@ -1,12 +1,41 @@
-//! Screen composition: status bar, the pane grid (DESIGN §7 at 160×48), the compact layout for
-//! small terminals (text beside one pane chosen with Tab), the maximized pane, the footer and the
-//! help overlay.
+//! Screen composition: status bar, the pane grid (DESIGN §7 at 160×48) with the ms/token
+//! timeline under the Text pane, the compact layout for small terminals (text beside one pane
+//! chosen with Tab), the maximized pane, the footer and the help / model-info overlays. On a
+//! dense model (no experts) Routing and Overlap shrink to one line each saying why, and their
+//! space goes to the Text column and the timeline.
 
 use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::app::{App, PaneId};
-use super::{ab, critical, help, overlap, pmu, routing, status, streams, text};
+use super::{ab, critical, help, info, overlap, pmu, routing, status, streams, text, timeline};
+
+/// True when the session's model is known to have no experts.
+pub fn dense_model(app: &App) -> bool {
+    app.view().model.as_ref().is_some_and(|m| m.n_experts == 0)
+}
+
+/// The one line Routing or Overlap shrinks to on a dense model.
+fn dense_line(frame: &mut Frame, area: Rect, app: &App, pane: PaneId, why: &str) {
+    let th = &app.theme;
+    let focused = app.focus == pane && !app.input_focused;
+    frame.render_widget(
+        Paragraph::new(Line::from(vec![
+            Span::styled(
+                format!("{} {}", if focused { "▸" } else { "─" }, pane.name()),
+                if focused {
+                    th.border_focused()
+                } else {
+                    th.title()
+                },
+            ),
+            Span::styled(format!(" · dense model: {why}"), th.dim()),
+        ])),
+        area,
+    );
+}
 
 /// Below this width or height the compact layout is used.
 pub const WIDE_MIN: (u16, u16) = (120, 32);
@@ -59,6 +88,34 @@ pub fn draw(frame: &mut Frame, app: &App) {
             app.focus
         };
         render_pane(frame, r, app, right);
+    } else if dense_model(app) {
+        // No experts: Routing and Overlap are one line each; Text and the timeline get the room.
+        let [left, mid, right] = Layout::horizontal([
+            Constraint::Percentage(46),
+            Constraint::Percentage(27),
+            Constraint::Percentage(27),
+        ])
+        .areas(body);
+        let tl = if app.show_timeline { 7 } else { 0 };
+        let [t, g, p, a] = Layout::vertical([
+            Constraint::Min(8),
+            Constraint::Length(tl),
+            Constraint::Length(9),
+            Constraint::Length(8),
+        ])
+        .areas(left);
+        text::render(frame, t, app);
+        if app.show_timeline {
+            timeline::render(frame, g, app);
+        }
+        pmu::render(frame, p, app);
+        ab::render(frame, a, app);
+        let [s, ro] = Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(mid);
+        streams::render(frame, s, app);
+        dense_line(frame, ro, app, PaneId::Routing, "no experts");
+        let [c, o] = Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(right);
+        critical::render(frame, c, app);
+        dense_line(frame, o, app, PaneId::Overlap, "no expert I/O");
     } else {
         let [left, mid, right] = Layout::horizontal([
             Constraint::Percentage(40),
@@ -66,13 +123,18 @@ pub fn draw(frame: &mut Frame, app: &App) {
             Constraint::Percentage(30),
         ])
         .areas(body);
-        let [t, p, a] = Layout::vertical([
+        let tl = if app.show_timeline { 5 } else { 0 };
+        let [t, g, p, a] = Layout::vertical([
             Constraint::Min(8),
+            Constraint::Length(tl),
             Constraint::Length(9),
             Constraint::Length(8),
         ])
         .areas(left);
         text::render(frame, t, app);
+        if app.show_timeline {
+            timeline::render(frame, g, app);
+        }
         pmu::render(frame, p, app);
         ab::render(frame, a, app);
         let [s, ro] =
@@ -86,6 +148,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
     if app.editor.is_some() {
         super::settings::render(frame, area, app);
+    }
+    if app.show_info {
+        info::render(frame, area, app);
     }
     if app.show_help {
         help::render(frame, area, app);

@@ -1,6 +1,9 @@
 //! Streams pane: per-layer stacked bars of the bytes read for the latest token by stream
-//! (attention / dense / experts), the LM head, MiB/token, effective GB/s (bytes / ns_total) and
-//! the share of the bandwidth ceiling (when the host measured one).
+//! (attention / dense / experts as stored, i.e. with scales — the accounting of the Critical-path
+//! bars — and the KV-cache reads at this context position), each layer's measured attention /
+//! dense / expert time beside its bytes when there is room, the LM head (bytes and its own time),
+//! MiB/token, effective GB/s (all bytes, KV included, / ns_total) and the share of the measured
+//! read ceiling for the thread count in use, with the probe's method.
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -10,6 +13,9 @@ use ratatui::Frame;
 use super::app::{App, PaneId};
 use super::common::{dim_line, mib, pane_block, stacked_bar, MIB};
 
+/// Width of the per-layer time columns (" 0.14 0.36 0.71").
+const TIMES_W: usize = 15;
+
 /// Render the streams pane.
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
@@ -18,7 +24,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         PaneId::Streams,
         vec![
             Span::styled("Streams", th.title()),
-            Span::styled(" · MiB/token (measured)", th.dim()),
+            Span::styled(" · MiB/token with scales (measured)", th.dim()),
         ],
     );
     let inner = block.inner(area);
@@ -33,32 +39,64 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     };
     let w = inner.width as usize;
     let h = inner.height as usize;
+    // KV bytes this token read, per layer (None: the session did not describe its cache).
+    let kv: Option<Vec<u64>> = v.model.as_ref().and_then(|m| {
+        (0..last.layers.len() as u32)
+            .map(|l| m.kv_layer_read_bytes(l, last.pos))
+            .collect()
+    });
+    let kv_at = |i: usize| kv.as_ref().and_then(|k| k.get(i).copied()).unwrap_or(0);
     let mut lines: Vec<Line> = Vec::new();
-    lines.push(Line::from(vec![
+    let mut legend = vec![
         Span::styled(format!("token #{}  ", last.index), th.dim()),
         Span::styled("█", th.attn()),
         Span::styled(" attn  ", th.dim()),
         Span::styled("▓", th.dense()),
         Span::styled(" dense  ", th.dim()),
         Span::styled("▒", th.experts()),
-        Span::styled(" experts (at injection layer)", th.dim()),
-    ]));
+        Span::styled(" experts (at injection layer)  ", th.dim()),
+    ];
+    if kv.is_some() {
+        legend.push(Span::styled("░", th.kv()));
+        legend.push(Span::styled(" kv", th.dim()));
+    }
+    lines.push(Line::from(legend));
 
     let n = last.layers.len();
-    // Lines reserved below the bars: lm head, totals (2).
-    let footer = 4usize;
+    // Lines reserved below the bars: lm head, Σ, totals, ceiling, method.
+    let footer = 5usize;
     let room = h.saturating_sub(1 + footer);
-    let scale = last
-        .layers
-        .iter()
-        .map(|l| (l.bytes.attn + l.bytes.dense + l.bytes.experts) as f64)
-        .fold(0.0, f64::max);
+    let layer_total = |i: usize| {
+        let b = &last.layers[i].bytes;
+        b.attn + b.dense + b.experts + kv_at(i)
+    };
+    let scale = (0..n).map(|i| layer_total(i) as f64).fold(0.0, f64::max);
     let label_w = format!("L{}", n.saturating_sub(1)).len() + 1;
     let num_w = 6usize;
-    let bar_w = w.saturating_sub(label_w + num_w + 1) as u16;
+    // Per-layer times when the bar keeps at least 16 cells.
+    let times = w >= label_w + num_w + 1 + TIMES_W + 16;
+    let bar_w = w.saturating_sub(label_w + num_w + 1 + if times { TIMES_W } else { 0 }) as u16;
     let shown = if n > room { room.saturating_sub(1) } else { n };
+    if times && shown > 0 && lines.len() < h {
+        // Column heads over the time columns, right-aligned.
+        let head = "ms  attn dense  exp";
+        if let Some(first) = lines.first_mut() {
+            let used: usize = first.spans.iter().map(|s| s.content.chars().count()).sum();
+            if used + head.len() + 1 > w {
+                lines.push(Line::from(vec![
+                    Span::raw(" ".repeat(w.saturating_sub(head.len()))),
+                    Span::styled(head, th.measured()),
+                ]));
+            } else {
+                first
+                    .spans
+                    .push(Span::raw(" ".repeat(w - used - head.len())));
+                first.spans.push(Span::styled(head, th.measured()));
+            }
+        }
+    }
+    let shown = shown.min(h.saturating_sub(lines.len() + footer));
     for (i, l) in last.layers.iter().enumerate().take(shown) {
-        let tot = (l.bytes.attn + l.bytes.dense + l.bytes.experts) as f64;
         let mut spans = vec![Span::styled(
             format!("{:<label_w$}", format!("L{i}")),
             th.dim(),
@@ -68,37 +106,43 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 (l.bytes.attn as f64, '█', th.attn()),
                 (l.bytes.dense as f64, '▓', th.dense()),
                 (l.bytes.experts as f64, '▒', th.experts()),
+                (kv_at(i) as f64, '░', th.kv()),
             ],
             scale,
             bar_w,
             (' ', th.dim()),
         ));
-        spans.push(Span::raw(format!(" {:>5}", mib(tot))));
+        spans.push(Span::raw(format!(" {:>5}", mib(layer_total(i) as f64))));
+        if times {
+            let t = |ns: u64| format!(" {:>4.2}", ns as f64 / 1e6);
+            spans.push(Span::styled(
+                format!(
+                    "{}{}{}",
+                    t(l.ns_attn),
+                    t(l.ns_dense),
+                    t(l.ns_router + l.ns_experts)
+                ),
+                th.measured(),
+            ));
+        }
         lines.push(Line::from(spans));
     }
     if shown < n {
-        let rest: u64 = last.layers[shown..]
-            .iter()
-            .map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts)
-            .sum();
+        let rest: u64 = (shown..n).map(layer_total).sum();
         lines.push(dim_line(
             app,
             format!("… +{} layers, {} MiB", n - shown, mib(rest as f64)),
         ));
     }
 
-    let layer_bytes: u64 = last
-        .layers
-        .iter()
-        .map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts)
-        .sum();
-    let total = layer_bytes + last.vocab_bytes;
     let (mut a, mut d, mut e) = (0u64, 0u64, 0u64);
     for l in &last.layers {
         a += l.bytes.attn;
         d += l.bytes.dense;
         e += l.bytes.experts;
     }
+    let kv_total: u64 = kv.as_ref().map_or(0, |k| k.iter().sum());
+    let total = a + d + e + kv_total + last.vocab_bytes;
     lines.push(Line::from(vec![
         Span::styled("lm head ", th.dim()),
         Span::styled(format!("{} MiB", mib(last.vocab_bytes as f64)), th.vocab()),
@@ -107,11 +151,18 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             th.dim(),
         ),
     ]));
-    lines.push(Line::from(vec![
+    let mut sums = vec![
         Span::styled(format!("Σ attn {}", mib(a as f64)), th.attn()),
         Span::styled(format!(" · dense {}", mib(d as f64)), th.dense()),
         Span::styled(format!(" · exp {}", mib(e as f64)), th.experts()),
-    ]));
+    ];
+    if kv.is_some() {
+        sums.push(Span::styled(
+            format!(" · kv {} (ctx {})", mib(kv_total as f64), last.pos + 1),
+            th.kv(),
+        ));
+    }
+    lines.push(Line::from(sums));
     let gbs = if last.ns_total > 0 {
         total as f64 / last.ns_total as f64
     } else {
@@ -121,14 +172,42 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled(format!("{:.2} MiB/token", total as f64 / MIB), th.strong()),
         Span::raw(" · "),
         Span::styled(format!("{gbs:.1} GB/s"), th.measured()),
-        Span::styled(" effective", th.dim()),
+        Span::styled(
+            if kv.is_some() {
+                " effective, KV incl."
+            } else {
+                " effective (no KV size in this trace)"
+            },
+            th.dim(),
+        ),
     ]));
-    lines.push(match app.bandwidth_ceiling_gbs {
-        Some(c) if c > 0.0 => Line::from(vec![
-            Span::styled(format!("{:.0}%", 100.0 * gbs / c), th.strong()),
-            Span::styled(format!(" of the {c:.1} GB/s read ceiling"), th.dim()),
-        ]),
-        _ => dim_line(app, "ceiling unknown (no bandwidth probe)"),
-    });
+    let threads = v.config.as_ref().map_or(1, |c| c.threads);
+    match app
+        .bandwidth
+        .as_ref()
+        .and_then(|b| b.ceiling_for(threads).map(|c| (b, c)))
+    {
+        Some((b, c)) if c.read_gbps > 0.0 => {
+            lines.push(Line::from(vec![
+                Span::styled(format!("{:.0}%", 100.0 * gbs / c.read_gbps), th.strong()),
+                Span::styled(
+                    format!(
+                        " of the {:.1} GB/s read ceiling ({} thread{})",
+                        c.read_gbps,
+                        c.threads,
+                        if c.threads == 1 { "" } else { "s" }
+                    ),
+                    th.dim(),
+                ),
+            ]));
+            let method = if b.method.is_empty() {
+                "older probe: 1 and N threads only"
+            } else {
+                b.method.as_str()
+            };
+            lines.push(dim_line(app, format!("ceiling: {method}")));
+        }
+        _ => lines.push(dim_line(app, "ceiling unknown (no bandwidth probe)")),
+    }
     frame.render_widget(Paragraph::new(lines), inner);
 }

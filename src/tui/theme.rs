@@ -79,6 +79,10 @@ impl Theme {
     pub fn experts(&self) -> Style {
         self.fg(Color::Magenta)
     }
+    /// The KV-cache read stream.
+    pub fn kv(&self) -> Style {
+        self.fg(Color::LightRed)
+    }
     /// The vocabulary (LM head) stream.
     pub fn vocab(&self) -> Style {
         self.fg(Color::Yellow)

@@ -1,0 +1,68 @@
+//! Per-token expert-I/O totals (summed over layers) and the overlap model over them
+//! (net = (C + IO) / max(C, IO), DESIGN §3).
+
+use crate::telemetry::event::TokenStats;
+
+/// Per-token expert-I/O totals (summed over layers), tagged with the fetch mode in force.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IoTotals {
+    pub compute_ns: u64,
+    pub io_ns: u64,
+    pub wait_ns: u64,
+    pub bytes: u64,
+    pub layers_with_io: u32,
+}
+
+impl IoTotals {
+    /// Sum the `LayerStat.io` entries of a token (None when no layer had I/O).
+    pub fn of(stats: &TokenStats) -> Option<IoTotals> {
+        let mut t = IoTotals::default();
+        for io in stats.layers.iter().filter_map(|l| l.io.as_ref()) {
+            t.compute_ns += io.compute_ns;
+            t.io_ns += io.io_ns;
+            t.wait_ns += io.wait_ns;
+            t.bytes += io.bytes;
+            t.layers_with_io += 1;
+        }
+        (t.layers_with_io > 0).then_some(t)
+    }
+
+    /// Fraction of I/O time hidden behind compute: 1 − wait / io.
+    pub fn hidden(&self) -> Option<f64> {
+        (self.io_ns > 0).then(|| (1.0 - self.wait_ns as f64 / self.io_ns as f64).clamp(0.0, 1.0))
+    }
+
+    /// Add another total.
+    pub fn add(&mut self, o: &IoTotals) {
+        self.compute_ns += o.compute_ns;
+        self.io_ns += o.io_ns;
+        self.wait_ns += o.wait_ns;
+        self.bytes += o.bytes;
+        self.layers_with_io += o.layers_with_io;
+    }
+
+    /// The overlap model's predicted speedup of staged over sync: (C + IO) / max(C, IO).
+    pub fn model_net(&self) -> Option<f64> {
+        let (c, io) = (self.compute_ns as f64, self.io_ns as f64);
+        let m = c.max(io);
+        (m > 0.0).then(|| (c + io) / m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_model_net() {
+        let t = IoTotals {
+            compute_ns: 3,
+            io_ns: 4,
+            wait_ns: 1,
+            bytes: 0,
+            layers_with_io: 1,
+        };
+        assert!((t.model_net().unwrap() - 7.0 / 4.0).abs() < 1e-12);
+        assert!((t.hidden().unwrap() - 0.75).abs() < 1e-12);
+    }
+}
