@@ -105,7 +105,7 @@ impl App {
                 self.say(if self.mouse_captured {
                     "mouse captured: the wheel scrolls the transcript"
                 } else {
-                    "mouse released: select text with the terminal (M or Alt+m captures it again)"
+                    "mouse released: select text with the terminal (M or Alt+M captures it again)"
                 });
                 fx.requests
                     .push(UiRequest::SetMouseCapture(self.mouse_captured));

@@ -167,7 +167,7 @@ pub const BINDINGS: &[Binding] = &[
     b(&[alt('o')], Action::OpenSettings, Ctx::Global, "chat settings: sampling, system prompt", None),
     b(&[ctrl('s')], Action::SaveTranscript, Ctx::Global, "save the transcript (Markdown)", None),
     b(&[alt('y')], Action::CopyReply, Ctx::Global, "copy the last reply (OSC 52)", None),
-    b(&[alt('m')], Action::ToggleMouse, Ctx::Global, "release/capture the mouse (terminal selection)", None),
+    b(&[alt('M')], Action::ToggleMouse, Ctx::Global, "release/capture the mouse (terminal selection)", None),
     // --- input box ---
     b(&[k(KeyCode::Enter)], Action::Submit, Ctx::Input, "send", None),
     b(
