@@ -155,7 +155,12 @@ pub fn random_matrix(rng: &mut Rng, q: QuantType, rows: usize, cols: usize) -> M
             }
         }
     }
-    let n = q.matrix_bytes(rows, cols);
+    // Packed quants only: the block scales live in `scales` (split layout).
+    let n = if q.is_blocked() {
+        rows * nb * q.quant_bytes_per_block()
+    } else {
+        q.matrix_bytes(rows, cols)
+    };
     let mut qs = Vec::with_capacity(n);
     match q {
         QuantType::F32 => (0..rows * cols)
@@ -418,6 +423,9 @@ mod tests {
         let mut rng = Rng::new(1);
         let (_, m) = shape_mats(&mut rng, Shape::DenseDown, 256, 1024);
         assert_eq!((m[0].rows, m[0].cols), (256, 1024));
+        // Q4_0 with scales: 18 bytes per 32 weights, split into 2 of scale and 16 of quants.
+        assert_eq!(m[0].bytes(), 256 * 1024 / 32 * 18);
+        assert_eq!(m[0].qs.len(), 256 * m[0].row_quant_bytes());
         let (_, m) = shape_mats(&mut rng, Shape::GateUp, 256, 1024);
         assert_eq!(m.len(), 2);
         assert_eq!((m[0].rows, m[0].cols), (1024, 256));
