@@ -96,20 +96,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
             Constraint::Percentage(27),
         ])
         .areas(body);
-        let tl = if app.show_timeline { 7 } else { 0 };
-        let [t, g, p, a] = Layout::vertical([
-            Constraint::Min(8),
-            Constraint::Length(tl),
-            Constraint::Length(9),
-            Constraint::Length(8),
-        ])
-        .areas(left);
-        text::render(frame, t, app);
-        if app.show_timeline {
-            timeline::render(frame, g, app);
-        }
-        pmu::render(frame, p, app);
-        ab::render(frame, a, app);
+        left_column(frame, left, app, 7);
         let [s, ro] = Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(mid);
         streams::render(frame, s, app);
         dense_line(frame, ro, app, PaneId::Routing, "no experts");
@@ -123,20 +110,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
             Constraint::Percentage(30),
         ])
         .areas(body);
-        let tl = if app.show_timeline { 5 } else { 0 };
-        let [t, g, p, a] = Layout::vertical([
-            Constraint::Min(8),
-            Constraint::Length(tl),
-            Constraint::Length(9),
-            Constraint::Length(8),
-        ])
-        .areas(left);
-        text::render(frame, t, app);
-        if app.show_timeline {
-            timeline::render(frame, g, app);
-        }
-        pmu::render(frame, p, app);
-        ab::render(frame, a, app);
+        left_column(frame, left, app, 5);
         let [s, ro] =
             Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(mid);
         streams::render(frame, s, app);
@@ -155,4 +129,23 @@ pub fn draw(frame: &mut Frame, app: &App) {
     if app.show_help {
         help::render(frame, area, app);
     }
+}
+
+/// The left column of the wide layouts: Text, the timeline (`timeline_rows` tall when it is
+/// shown), PMU and A/B.
+fn left_column(frame: &mut Frame, area: Rect, app: &App, timeline_rows: u16) {
+    let tl = if app.show_timeline { timeline_rows } else { 0 };
+    let [t, g, p, a] = Layout::vertical([
+        Constraint::Min(8),
+        Constraint::Length(tl),
+        Constraint::Length(9),
+        Constraint::Length(8),
+    ])
+    .areas(area);
+    text::render(frame, t, app);
+    if app.show_timeline {
+        timeline::render(frame, g, app);
+    }
+    pmu::render(frame, p, app);
+    ab::render(frame, a, app);
 }
