@@ -23,6 +23,10 @@ dff=${3:-32768}
 baseline=${4:-naive}
 D1=${D1:-32768,8,64}
 BIN=${BIN:-target/release/cflow-tui}
+case "$shape" in dense-down | qkv | gate-up | expert) ;; *)
+    echo "unknown shape '$shape' (dense-down, qkv, gate-up or expert)" >&2; exit 2 ;; esac
+case "$baseline" in naive | blocked) ;; *)
+    echo "unknown baseline '$baseline' (naive or blocked)" >&2; exit 2 ;; esac
 command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install -y valgrind)" >&2; exit 1; }
 [ -x "$BIN" ] || cargo build --release
 work=$(mktemp -d)
@@ -44,8 +48,10 @@ echo "cachegrind D1=$D1 (size,assoc,line), shape $shape, d=$d dff=$dff, baseline
 declare -A miss reads
 for arm in tiled baseline; do
     t0=$(date +%s)
-    read -r m0 r0 < <(run "$arm" 0 0)
-    read -r m1 r1 < <(run "$arm" 1 0)
+    run "$arm" 0 0 >"$work/r0" || exit 1
+    run "$arm" 1 0 >"$work/r1" || exit 1
+    read -r m0 r0 <"$work/r0"
+    read -r m1 r1 <"$work/r1"
     miss[$arm]=$((m1 - m0))
     reads[$arm]=$((r1 - r0))
     echo "  $arm: D1 read misses ${miss[$arm]} of ${reads[$arm]} reads (matvec only; $(($(date +%s) - t0)) s under cachegrind)"
