@@ -105,18 +105,31 @@ pub fn report(f: &CflowFile) -> Value {
     })
 }
 
-/// The critical path in both accountings, labelled (the text form of `critical_path_mib`).
+/// The critical path in its three accountings, labelled (the text form of `critical_path_mib`).
 pub fn critical_path_line(c: &Value) -> String {
     let f = |v: &Value| v.as_f64().unwrap_or(0.0);
-    format!(
-        "critical path (eq. 4.23), MiB/token: payload {:.2} → {:.2} ({:.2}×) · with scales {:.2} → {:.2} ({:.2}×)",
-        f(&c["payload"]["naive"]),
-        f(&c["payload"]["delayed"]),
-        f(&c["payload"]["ratio"]),
-        f(&c["with_scales"]["naive"]),
-        f(&c["with_scales"]["delayed"]),
-        f(&c["with_scales"]["ratio"])
-    )
+    let part = |k: &str| {
+        format!(
+            "{:.2} → {:.2} ({:.2}×)",
+            f(&c[k]["naive"]),
+            f(&c[k]["delayed"]),
+            f(&c[k]["ratio"])
+        )
+    };
+    let mut s = format!(
+        "critical path (eq. 4.23), MiB/token: payload, every layer's weights (the paper's convention) {}",
+        part("payload")
+    );
+    if c["payload_read"].is_object() {
+        s.push_str(&format!(
+            "\n  as read (zero-input dense FFNs of ℓ < δd skipped): payload {} · with scales {}",
+            part("payload_read"),
+            part("with_scales")
+        ));
+    } else {
+        s.push_str(&format!(" · with scales {}", part("with_scales")));
+    }
+    s
 }
 
 pub fn render(r: &Value) -> String {
@@ -148,7 +161,7 @@ pub fn render(r: &Value) -> String {
         g["layers"], g["effective_layers"], g["d_model"], g["heads"], g["kv_heads"], g["head_dim"], g["d_ff"], g["experts"], g["top_k"], g["expert_ffn"], g["vocab"], g["max_ctx"]);
     let _ = writeln!(o, "semantics {} · δd={} δe={} · eps {} · rope θ={} {} · flags {:#x} (tied {}, embed-scale {}, v-norm {}) · final softcap {}",
         s["combine_style"].as_str().unwrap_or(""), s["dense_delay"], s["expert_delay"], s["rms_eps"], s["rope_theta"], s["rope_style"], s["feature_flags"].as_u64().unwrap_or(0), s["tied_embeddings"], s["embed_scale"], s["v_norm"], s["final_logit_softcap"]);
-    let _ = writeln!(o, "\nper-layer streams, MiB/token (payload at the nominal bits/weight; with scales + tile headers in parentheses)");
+    let _ = writeln!(o, "\nper-layer streams, MiB/token as read (payload at the nominal bits/weight; with scales + tile headers in parentheses; a dense FFN whose input is zero, ℓ < δd, reads 0)");
     let _ = writeln!(
         o,
         "{:>5} {:>8} {:>10}  {:>18} {:>18} {:>18}",

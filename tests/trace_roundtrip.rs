@@ -33,6 +33,7 @@ fn model() -> ModelSummary {
         quant_types: vec!["Q4_0".into(), "F32".into()],
         has_chat_template: false,
         layer_payload_bytes: Vec::new(),
+        layer_payload_bytes_all: Vec::new(),
         layer_bytes: vec![
             StreamBytes {
                 attn: 1 << 20,

@@ -211,16 +211,23 @@ fn no_color_renders_same_text() {
 #[test]
 fn critical_pane_labels_both_accountings() {
     let s = render_pane(&demo((160, 48)), PaneId::Critical, (160, 48));
-    let payload = s.lines().find(|l| l.contains("payload")).expect(&s);
+    let line = |key: &str| s.lines().find(|l| l.contains(key)).expect(&s).to_string();
+    // The paper's eq. 4.23 over every layer's weights (Table 4.1) ...
+    let payload = line("payload  ");
     assert!(
         payload.contains("9.00 → 4.50 MiB/token, 2.00×"),
         "{payload}"
     );
-    let scales = s.lines().find(|l| l.contains("with scales ")).expect(&s);
-    assert!(scales.contains("10.13 → 5.07 MiB/token, 2.00×"), "{scales}");
-    // The bars use the with-scales bytes (as Streams does): L0 is 0.84 of 1.69 MiB as stored.
+    // ... and what is read: layer 0's zero-input dense FFN (δd = 1) is skipped.
+    let read = line("payload read");
+    assert!(read.contains("8.25 → 4.25 MiB/token, 1.94×"), "{read}");
+    let scales = line("with scales ");
+    assert!(scales.contains("9.29 → 4.79 MiB/token, 1.94×"), "{scales}");
+    assert!(s.contains("ℓ<δd dense FFNs skipped"), "{s}");
+    // The bars use the with-scales bytes (as Streams does): L0 reads its attention and experts
+    // only (0.56 of 0.84 MiB), L1 0.84 of 1.69 MiB as stored.
     assert!(s.contains("undelayed (with scales)"), "{s}");
-    assert!(s.contains("0.84/1.69"), "{s}");
+    assert!(s.contains("0.56/0.84") && s.contains("0.84/1.69"), "{s}");
 }
 
 #[test]

@@ -36,15 +36,24 @@ impl CriticalPath {
     }
 }
 
-/// The critical path of a model file in both accountings, under the one JSON key every command
-/// uses (`critical_path_mib`): `payload` counts the weights at their nominal bits per weight (the
-/// paper's convention, eq. 4.23), `with_scales` the bytes as stored (block scales and tile
-/// headers included), which is what a token actually reads.
+/// The critical path of a model file under the one JSON key every command uses
+/// (`critical_path_mib`), in three labelled accountings:
+/// - `payload`: every layer's weights at their nominal bits per weight, the paper's own
+///   convention for eq. 4.23 (Table 4.1);
+/// - `payload_read`: the same bits, without the dense FFNs whose input is known to be zero
+///   (ℓ < δd), which the engine does not read;
+/// - `with_scales`: the bytes a token actually reads, as stored (block scales and tile headers
+///   included, zero-input FFNs skipped), the accounting of the Streams pane's bars.
 pub fn critical_path_both(file: &crate::format::CflowFile) -> serde_json::Value {
     let (dd, de) = (file.cfg.dense_delay, file.cfg.expert_delay);
-    let payload = critical_path(&payload_stream_bytes(file), dd, de);
+    let paper = critical_path(&payload_stream_bytes_all(file), dd, de);
+    let payload_read = critical_path(&payload_stream_bytes(file), dd, de);
     let stored = critical_path(&crate::engine::stream_bytes(file), dd, de);
-    serde_json::json!({"payload": payload.mib_json(), "with_scales": stored.mib_json()})
+    serde_json::json!({
+        "payload": paper.mib_json(),
+        "payload_read": payload_read.mib_json(),
+        "with_scales": stored.mib_json(),
+    })
 }
 
 /// arch5's two accountings (§4.3.6, issue: "9.00 vs 14.06"): eq. 4.23 sums, per pass, the
@@ -57,7 +66,7 @@ pub fn fixed_point_accounting(file: &crate::format::CflowFile) -> Option<serde_j
     if cfg.combine_style != crate::model::CombineStyle::FixedPoint {
         return None;
     }
-    let passes = payload_stream_bytes(file);
+    let passes = payload_stream_bytes_all(file);
     let c = critical_path(&passes, cfg.dense_delay, cfg.expert_delay);
     let iterations = cfg.meta.fixed_point_iterations.max(1) as usize;
     Some(serde_json::json!({
@@ -184,9 +193,19 @@ pub fn serial_ns(layers: &[StreamBytes], r: StreamRates) -> f64 {
         .sum()
 }
 
-/// Paper-convention stream bytes (payload only: Q4 at 0.5 byte/param, no scales or headers);
-/// a dense FFN whose input is known to be zero (ℓ < δd) reads nothing, as in the engine.
+/// Paper-convention stream bytes (payload only: Q4 at 0.5 byte/param, no scales or headers), as
+/// the engine reads them: a dense FFN whose input is known to be zero (ℓ < δd) reads nothing.
 pub fn payload_stream_bytes(file: &crate::format::CflowFile) -> Vec<StreamBytes> {
+    payload_bytes(file, true)
+}
+
+/// The same over every layer's stored weights, the zero-input dense FFNs included: the paper's
+/// own accounting of eq. 4.23 (Table 4.1's 9.00 → 4.50 for arch2_4_combined).
+pub fn payload_stream_bytes_all(file: &crate::format::CflowFile) -> Vec<StreamBytes> {
+    payload_bytes(file, false)
+}
+
+fn payload_bytes(file: &crate::format::CflowFile, skip_zero_input: bool) -> Vec<StreamBytes> {
     let cfg = &file.cfg;
     crate::engine::styles::steps(cfg)
         .map(|st| {
@@ -195,8 +214,9 @@ pub fn payload_stream_bytes(file: &crate::format::CflowFile) -> Vec<StreamBytes>
                 + lv.k.payload_bytes()
                 + lv.v.payload_bytes()
                 + lv.o.payload_bytes();
-            let dense: f64 = if crate::engine::schedule::dense_input_is_zero(st.l, cfg.dense_delay)
-            {
+            let skipped = skip_zero_input
+                && crate::engine::schedule::dense_input_is_zero(st.l, cfg.dense_delay);
+            let dense: f64 = if skipped {
                 0.0
             } else {
                 [&lv.gate, &lv.up, &lv.down]

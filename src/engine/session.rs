@@ -139,6 +139,7 @@ impl Session {
             has_chat_template: c.meta.chat_template.is_some(),
             layer_bytes: stream_bytes(f),
             layer_payload_bytes: crate::engine::critical::payload_stream_bytes(f),
+            layer_payload_bytes_all: crate::engine::critical::payload_stream_bytes_all(f),
             vocab_bytes: f.lm_head().bytes() as u64,
             kv_dim: c.kv_dim() as u32,
             kv_elem_bytes: std::mem::size_of::<f32>() as u32,

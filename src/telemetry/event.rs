@@ -29,10 +29,14 @@ pub struct ModelSummary {
     /// Per-layer modelled bytes per token by stream (attention, dense, top-k experts), as stored
     /// (scales and tile headers included).
     pub layer_bytes: Vec<StreamBytes>,
-    /// The same in the paper's convention (payload bits per weight only, e.g. Q4 = 0.5 B/param);
-    /// the critical-path pane uses it when present.
+    /// The same in payload bits per weight only (e.g. Q4 = 0.5 B/param), as read: the dense FFN
+    /// of a layer whose input is known to be zero (ℓ < δd) reads nothing.
     #[serde(default)]
     pub layer_payload_bytes: Vec<StreamBytes>,
+    /// Payload over every layer's weights, zero-input FFNs included: the paper's convention for
+    /// eq. 4.23 (Table 4.1). Absent in older traces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layer_payload_bytes_all: Vec<StreamBytes>,
     /// Bytes of the vocabulary (LM head) stream per token.
     pub vocab_bytes: u64,
     /// K (and V) width per position of one layer's KV cache (n_kv_heads × head_dim); 0 when
@@ -78,15 +82,6 @@ impl ModelSummary {
             w => all.min(w as u64),
         };
         Some(per_pos * attended)
-    }
-
-    /// Stream bytes for the critical-path model: the paper's payload convention when known.
-    pub fn critical_bytes(&self) -> &[StreamBytes] {
-        if self.layer_payload_bytes.is_empty() {
-            &self.layer_bytes
-        } else {
-            &self.layer_payload_bytes
-        }
     }
 }
 

@@ -137,11 +137,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     if shown < n {
         lines.push(dim_line(app, format!("… +{} layers", n - shown)));
     }
-    // Both accountings, labelled (`run`/`inspect --json`: critical_path_mib.{payload,with_scales}).
+    // The accountings, labelled as `run`/`inspect --json` name them (critical_path_mib.{payload,
+    // payload_read,with_scales}): every layer's payload (the paper's), and what is read.
     let total = |label: &str, c: &crate::engine::critical::CriticalPath| {
         let (n, d) = mib_pair(c);
         Line::from(vec![
-            Span::styled(format!("{label:<12}"), th.dim()),
+            Span::styled(format!("{label:<13}"), th.dim()),
             Span::styled(format!("{} → ", fmt2(n)), th.dim()),
             Span::styled(format!("{} MiB/token", fmt2(d)), th.strong()),
             Span::raw(", "),
@@ -151,7 +152,16 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     if let Some(p) = &cp.payload {
         lines.push(total("payload", p));
     }
+    // Older traces carry only the as-read payload: shown under its own name, with no note.
+    let skipped = matches!((&cp.payload, &cp.payload_read), (Some(p), Some(r)) if p != r);
+    let read_only = cp.payload.is_none() && cp.payload_read.is_some();
+    if let (true, Some(r)) = (skipped || read_only, &cp.payload_read) {
+        lines.push(total("payload read", r));
+    }
     lines.push(total("with scales", &cp.with_scales));
+    if skipped {
+        lines.push(dim_line(app, "read: ℓ<δd dense FFNs skipped (input 0)"));
+    }
     if app.whatif.is_some() {
         lines.push(dim_line(
             app,

@@ -30,6 +30,17 @@ impl Lcg {
     }
 }
 
+/// Six equal demo layers; with `skip`, layer 0 reads no dense bytes (its input is zero, δd = 1).
+fn demo_layers(attn: u64, dense: u64, experts: u64, skip: bool) -> Vec<StreamBytes> {
+    (0..6)
+        .map(|l| StreamBytes {
+            attn,
+            dense: if skip && l == 0 { 0 } else { dense },
+            experts,
+        })
+        .collect()
+}
+
 /// The built-in demo model's summary (paper geometry).
 pub fn demo_model() -> ModelSummary {
     ModelSummary {
@@ -51,24 +62,12 @@ pub fn demo_model() -> ModelSummary {
         combine_style: "DelayedSum".into(),
         quant_types: vec!["Q4_0".into()],
         has_chat_template: false,
-        // Payload at 0.5 B/param (the paper's 9.00 → 4.50); as stored, a full Q4_0 tile is
-        // 18,448 bytes for 16,384 payload bytes (10.13 → 5.07).
-        layer_payload_bytes: vec![
-            StreamBytes {
-                attn: 524_288,
-                dense: 1_572_864,
-                experts: 786_432,
-            };
-            6
-        ],
-        layer_bytes: vec![
-            StreamBytes {
-                attn: 590_336,
-                dense: 1_771_008,
-                experts: 885_504,
-            };
-            6
-        ],
+        // Payload at 0.5 B/param over every layer: the paper's 9.00 → 4.50. As read, layer 0's
+        // dense FFN (input zero, ℓ < δd = 1) is skipped: 8.25 → 4.25. As stored, a full Q4_0 tile
+        // is 18,448 bytes for 16,384 payload bytes.
+        layer_payload_bytes_all: demo_layers(524_288, 1_572_864, 786_432, false),
+        layer_payload_bytes: demo_layers(524_288, 1_572_864, 786_432, true),
+        layer_bytes: demo_layers(590_336, 1_771_008, 885_504, true),
         vocab_bytes: 50257 * 512 / 32 * 18,
         kv_dim: 512,
         kv_elem_bytes: 4,
@@ -126,6 +125,15 @@ pub fn dense_model() -> ModelSummary {
         quant_types: vec!["Q4_1".into(), "Q8_0".into(), "F32".into()],
         has_chat_template: true,
         layer_payload_bytes: vec![
+            StreamBytes {
+                attn: 442_368,
+                dense: 1_327_104,
+                experts: 0,
+            };
+            30
+        ],
+        // δd = 0: nothing is skipped, so every layer's payload is what is read.
+        layer_payload_bytes_all: vec![
             StreamBytes {
                 attn: 442_368,
                 dense: 1_327_104,
