@@ -3,8 +3,8 @@
 
 mod common;
 
-use cflow::convert::gguf::testutil::{str_array, TestGguf, TestTensor};
 use cflow::convert::gguf::{GgmlType, GgufError, GgufFile, GgufValue};
+use common::gguf_writer::{str_array, TestGguf, TestTensor};
 
 fn base() -> TestGguf {
     TestGguf::default()

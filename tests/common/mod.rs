@@ -3,6 +3,8 @@
 //! developer's machine, a failure under CI (`CI=true`) or when `CFLOW_REQUIRE_<NAME>=1`.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod gguf_writer;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
