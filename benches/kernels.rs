@@ -1,5 +1,6 @@
 //! Tile kernel throughput: `tile_matvec` over whole matrices stored as 128×256 tiles, per quant
-//! type and path (scalar / AVX2 / AVX-512 × f32 activation / Q8 integer activation). Throughput is
+//! type and path (scalar / AVX2 / AVX-512 × f32 activation / Q8 integer activation; Q8_K for the
+//! K-quants; Q5_0/Q5_1 and the f32 paths of the new types run their AVX2 kernels under AVX-512). Throughput is
 //! reported in weight bytes (scales + quants) per second. The integer paths include the one
 //! activation quantization per matvec, as the engine pays it.
 //!
@@ -9,7 +10,8 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use cflow::kernels::dot::{quantize_act, tile_matvec, Isa, Q8Act};
+use cflow::kernels::dot::kquant::tile_matvec_act;
+use cflow::kernels::dot::{quantize_act, Isa, Q8Act};
 use cflow::quant::{quantize_row, QuantType};
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 
@@ -68,12 +70,16 @@ fn build(q: QuantType, rows: usize, cols: usize) -> Matrix {
 fn matvec(isa: Isa, m: &Matrix, x: &[f32], xq: Option<&mut Q8Act>, y: &mut [f32]) {
     y.fill(0.0);
     let xq = xq.map(|a| {
-        quantize_act(isa, x, a);
+        // K-quants take the Q8_K form of the activation, the others Q8_0/Q8_1 blocks.
+        if m.q.is_k() {
+            a.k.quantize_from(x);
+        } else {
+            quantize_act(isa, x, a);
+        }
         &*a
     });
     for t in &m.tiles {
-        let xa = xq.map(|a| a.tile_slice(t.c0, t.cols));
-        tile_matvec(
+        tile_matvec_act(
             isa,
             m.q,
             t.rows,
@@ -81,7 +87,8 @@ fn matvec(isa: Isa, m: &Matrix, x: &[f32], xq: Option<&mut Q8Act>, y: &mut [f32]
             &t.scales,
             &t.qs,
             &x[t.c0..t.c0 + t.cols],
-            xa,
+            xq,
+            t.c0,
             &mut y[t.r0..t.r0 + t.rows],
         );
     }
@@ -140,6 +147,11 @@ fn kernels(c: &mut Criterion) {
             (QuantType::Q4_0, 2048, 2048),
             (QuantType::Q4_1, 2048, 2048),
             (QuantType::Q8_0, 2048, 2048),
+            (QuantType::Q5_0, 2048, 2048),
+            (QuantType::Q5_1, 2048, 2048),
+            (QuantType::Q4_K, 2048, 2048),
+            (QuantType::Q5_K, 2048, 2048),
+            (QuantType::Q6_K, 2048, 2048),
         ],
     );
 }
@@ -164,6 +176,11 @@ fn single_tile(c: &mut Criterion) {
             (QuantType::Q8_0, 128, 256),
             (QuantType::F16, 128, 256),
             (QuantType::F32, 128, 256),
+            (QuantType::Q5_0, 128, 256),
+            (QuantType::Q5_1, 128, 256),
+            (QuantType::Q4_K, 128, 256),
+            (QuantType::Q5_K, 128, 256),
+            (QuantType::Q6_K, 128, 256),
         ],
     );
 }
@@ -176,6 +193,11 @@ fn min_of_n() {
         (QuantType::Q4_0, 2048, 2048),
         (QuantType::Q4_1, 2048, 2048),
         (QuantType::Q8_0, 2048, 2048),
+        (QuantType::Q5_0, 2048, 2048),
+        (QuantType::Q5_1, 2048, 2048),
+        (QuantType::Q4_K, 2048, 2048),
+        (QuantType::Q5_K, 2048, 2048),
+        (QuantType::Q6_K, 2048, 2048),
         (QuantType::Q4_0, 128, 256),
         (QuantType::Q4_1, 128, 256),
         (QuantType::Q8_0, 128, 256),

@@ -141,7 +141,9 @@ def hf(root):
 # GGUF
 
 VOCAB = 512
-GGML_BLOCK = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34), 30: (1, 2)}  # type: (block, bytes)
+GGML_BLOCK = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+              12: (256, 144), 13: (256, 176), 14: (256, 210), 30: (1, 2)}  # type: (block, bytes)
+KQUANTS = [12, 13, 14, 6, 7]  # Q4_K, Q5_K, Q6_K, Q5_0, Q5_1
 SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
@@ -242,6 +244,28 @@ def gguf(path):
     open(os.path.join(out, "seed_smollm2_tiny_tensors"), "wb").write(b2)
     print(f"seed_smollm2_directory: {len(a)} bytes; seed_smollm2_tiny_tensors: {len(b2)} bytes "
           f"({len(infos)} tensors, {len(cut)} keys)")
+
+    # K-quant variants (issue 19): every 2-D tensor retyped to Q4_K/Q5_K/Q6_K/Q5_0/Q5_1 in turn,
+    # one super-block row of pseudo-random bytes each; and the same with the last tensor cut short
+    # (its super-blocks run past the end of the file).
+    kq, data, x = [], b"", 19
+    for i, (name, dims, ty, _) in enumerate(infos):
+        if len(dims) == 2:
+            ty = KQUANTS[i % len(KQUANTS)]
+        blk, nbytes = GGML_BLOCK[ty]
+        data += b"\0" * (-len(data) % align)
+        kq.append((name, [256 if blk > 1 else blk] + [1] * (len(dims) - 1), ty, len(data)))
+        n = nbytes * (256 // blk if blk > 1 else 1)
+        chunk = bytearray()
+        for _ in range(n):
+            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+            chunk.append((x >> 16) & 0xFF)
+        data += bytes(chunk)
+    b3 = build(kv2, kq, data)
+    open(os.path.join(out, "seed_kquant_tiny_tensors"), "wb").write(b3)
+    b4 = b3[: len(b3) - 100]
+    open(os.path.join(out, "seed_kquant_truncated"), "wb").write(b4)
+    print(f"seed_kquant_tiny_tensors: {len(b3)} bytes; seed_kquant_truncated: {len(b4)} bytes")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@
 //! entries shared between processes. The engine never imports `tui`.
 #![deny(unsafe_code)]
 
+// Lets `cflow::` paths resolve inside the crate: the unit tests include the shared test GGUF
+// writer (`tests/common/gguf_writer.rs`), which names the library as `cflow`.
+#[cfg(test)]
+extern crate self as cflow;
+
 pub mod bench_io;
 pub mod bench_layout;
 pub mod bench_schedule;

@@ -22,6 +22,12 @@ fn tiny(arch: &str, q: QuantType) -> GenSpec {
     s.vocab = Some(300); // 3 stripes: 128 + 128 + 44 rows
     s.quant = q;
     s.seed = 42;
+    if q.block_len() == 256 {
+        // K-quants: whole 256-weight super-blocks in every row (two column tiles in down).
+        s.hidden = Some(256);
+        s.ffn = Some(512);
+        s.expert_ffn = Some(256);
+    }
     s
 }
 

@@ -3,8 +3,8 @@
 
 mod common;
 
-use cflow::convert::gguf::testutil::{str_array, TestGguf, TestTensor};
 use cflow::convert::gguf::{GgmlType, GgufError, GgufFile, GgufValue};
+use common::gguf_writer::{str_array, TestGguf, TestTensor};
 
 fn base() -> TestGguf {
     TestGguf::default()
@@ -384,4 +384,61 @@ fn real_smollm2_opens() {
         *types.entry(t.ggml_type.name()).or_insert(0) += 1;
     }
     println!("tensor types: {types:?}; data_start {}", f.data_start());
+}
+
+/// K-quant tensors (issue 19): a row that is not a whole number of 256-weight super-blocks, a
+/// tensor whose super-blocks run past the end of the file, and one whose declared size overlaps
+/// the next tensor's blocks are typed errors naming the tensor.
+#[test]
+fn corrupted_kquant_tensors() {
+    let k = |name: &str, ty: GgmlType, dims: &[u64], blocks: usize| {
+        let n = blocks * ty.type_size() as usize;
+        TestTensor::new(name, dims, ty.id(), vec![0x11u8; n])
+    };
+    // Q4_K row of 384 weights: 1.5 super-blocks.
+    let g = base().tensor(k("q4k", GgmlType::Q4_K, &[384, 2], 3));
+    match parse(g.write().bytes) {
+        Err(GgufError::RowNotBlockMultiple {
+            tensor,
+            ggml_type,
+            block,
+            ..
+        }) => {
+            assert_eq!(
+                (tensor.as_str(), ggml_type, block),
+                ("q4k", GgmlType::Q4_K, 256)
+            );
+        }
+        r => panic!("expected RowNotBlockMultiple, got {r:?}"),
+    }
+    for ty in [
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+    ] {
+        // Truncated: 4 rows declared, the file holds 3 rows' blocks.
+        let per_row = 512 / ty.block_size() as usize;
+        let g = base().tensor(k("t", ty, &[512, 4], 3 * per_row));
+        match parse(g.write().bytes) {
+            Err(GgufError::TensorPastEof { tensor, size, .. }) => {
+                assert_eq!(tensor, "t");
+                assert_eq!(size, 4 * per_row as u64 * ty.type_size(), "{ty}");
+            }
+            r => panic!("{ty}: expected TensorPastEof, got {r:?}"),
+        }
+        // Overlap: the tensor's declared super-blocks run into the next tensor.
+        let g = base().tensor(k("a", ty, &[512, 4], per_row)).tensor(k(
+            "b",
+            ty,
+            &[512, 8],
+            8 * per_row,
+        ));
+        match parse(g.write().bytes) {
+            Err(GgufError::OverlappingTensors { first, second, .. }) => {
+                assert_eq!((first.as_str(), second.as_str()), ("a", "b"), "{ty}");
+            }
+            r => panic!("{ty}: expected OverlappingTensors, got {r:?}"),
+        }
+    }
 }

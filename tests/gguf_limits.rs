@@ -4,13 +4,16 @@
 //! multiple of 32 before writing; the GGUF is memory-mapped and its parsed metadata is bounded,
 //! so crafted or non-regular inputs (`/dev/zero`) are refused instead of eating all memory.
 
-use cflow::convert::gguf::testutil::{f32_array, str_array, TestGguf, TestTensor};
+#[path = "common/gguf_writer.rs"]
+mod gguf_writer;
+
 use cflow::convert::gguf::GgufValue;
 use cflow::convert::import_gguf::{import_gguf, QuantTarget};
 use cflow::engine::{Engine, EngineOptions};
 use cflow::format::CflowFile;
 use cflow::kernels::Isa;
 use cflow::quant::QuantType;
+use gguf_writer::{f32_array, str_array, TestGguf, TestTensor};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;

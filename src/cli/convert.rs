@@ -108,6 +108,13 @@ pub(super) fn cmd_import(a: ImportArgs) -> Result<()> {
         );
         return Ok(());
     }
+    if let QuantTarget::To(q) = target {
+        errln!(
+            "warning: --quant {} re-quantizes every tensor whose type differs, which loses \
+             precision against the GGUF's own blocks; --quant keep (the default) copies them",
+            q.name().to_lowercase()
+        );
+    }
     let pb = progress_bar(0, "import");
     let cfg = import_gguf(&a.src, &a.out, target, a.ctx, |d, t| {
         pb.set_length(t as u64);

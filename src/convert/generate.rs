@@ -112,6 +112,13 @@ impl GenSpec {
         if d_ff % 32 != 0 || expert_ffn % 32 != 0 {
             return Err("--ffn and --expert-ffn must be multiples of 32".into());
         }
+        let bl = self.quant.block_len();
+        if [d, d_ff, expert_ffn].iter().any(|n| !n.is_multiple_of(bl)) {
+            return Err(format!(
+                "--hidden, --ffn and --expert-ffn must be multiples of {bl} for {}",
+                self.quant
+            ));
+        }
         if top_k > experts || experts > 255 {
             return Err(format!(
                 "--top-k {top_k} must be <= --experts {experts} <= 255"

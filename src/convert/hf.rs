@@ -902,9 +902,10 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
             ("intermediate_size", d_ff),
             ("expert intermediate size", expert_ffn),
         ] {
-            if !n.is_multiple_of(32) {
+            if !n.is_multiple_of(q.block_len()) {
                 return Err(c.err(format!(
-                    "{what} = {n} is not a multiple of 32, which {q} needs; use --quant f16 or f32"
+                    "{what} = {n} is not a multiple of {}, which {q} needs; use --quant f16 or f32",
+                    q.block_len()
                 )));
             }
         }

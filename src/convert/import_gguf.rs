@@ -1,7 +1,8 @@
 //! GGUF → `.cflow` import for the llama family (llama, mistral, qwen2; Mixtral-style MoE with
-//! stacked expert tensors). `keep` copies Q4_0/Q4_1/Q8_0/F16/F32 blocks into tiles without
-//! re-quantizing (each GGUF block is split into its scale(s) and quants); other targets
-//! dequantize and re-quantize. The tokenizer and chat template travel in the metadata.
+//! stacked expert tensors). `keep` copies Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/F16/F32
+//! blocks into tiles without re-quantizing (Q4_0/Q4_1/Q8_0 blocks are split into their scale(s)
+//! and quants, the other block types copied byte for byte); other targets dequantize and
+//! re-quantize, which loses precision (the CLI warns). The tokenizer and chat template travel in the metadata.
 
 use super::gguf::{GgmlType, GgufError, GgufFile};
 use super::gguf_tokenizer::{tokenizer_from_gguf, TokenizerBuildError};
@@ -22,7 +23,7 @@ pub enum ImportError {
     Format(#[from] FormatError),
     #[error("{file}: unsupported architecture `{arch}` (supported: llama, mistral, qwen2)")]
     Arch { file: String, arch: String },
-    #[error("{file}: tensor `{tensor}` has type {ty}, which cannot be imported with --quant keep (importable: F32, F16, Q4_0, Q4_1, Q8_0); choose --quant q4_0|q8_0|f16|f32 — {why}")]
+    #[error("{file}: tensor `{tensor}` has type {ty}, which cannot be imported with --quant keep (importable: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) — {why}")]
     Type {
         file: String,
         tensor: String,
@@ -81,7 +82,12 @@ fn our_type(t: GgmlType) -> Option<QuantType> {
         GgmlType::F16 => Some(QuantType::F16),
         GgmlType::Q4_0 => Some(QuantType::Q4_0),
         GgmlType::Q4_1 => Some(QuantType::Q4_1),
+        GgmlType::Q5_0 => Some(QuantType::Q5_0),
+        GgmlType::Q5_1 => Some(QuantType::Q5_1),
         GgmlType::Q8_0 => Some(QuantType::Q8_0),
+        GgmlType::Q4_K => Some(QuantType::Q4_K),
+        GgmlType::Q5_K => Some(QuantType::Q5_K),
+        GgmlType::Q6_K => Some(QuantType::Q6_K),
         _ => None,
     }
 }
@@ -140,12 +146,17 @@ impl Imp<'_> {
             ty: ty.name().into(),
             why: "cannot dequantize this type".into(),
         })?;
-        if target.is_blocked() && !cols.is_multiple_of(32) {
-            return Err(ImportError::Shape {
-                file: self.file.clone(),
-                tensor: name.into(),
-                why: format!("{cols} columns is not a multiple of 32"),
-            });
+        for q in [src, target] {
+            if !cols.is_multiple_of(q.block_len()) {
+                return Err(ImportError::Shape {
+                    file: self.file.clone(),
+                    tensor: name.into(),
+                    why: format!(
+                        "{cols} columns is not a multiple of {} ({q} blocks)",
+                        q.block_len()
+                    ),
+                });
+            }
         }
         let row_bytes = src.matrix_bytes(1, cols);
         if data.len() != row_bytes * rows {
@@ -173,14 +184,7 @@ impl Imp<'_> {
             }
         } else {
             let mut row = vec![0f32; cols];
-            let (sb, qb) = if src.is_blocked() {
-                (
-                    (cols / 32) * src.scale_bytes_per_block(),
-                    (cols / 32) * src.quant_bytes_per_block(),
-                )
-            } else {
-                (0, row_bytes)
-            };
+            let (sb, qb) = (src.row_scale_bytes(cols), src.row_quant_bytes(cols));
             for r in 0..rows {
                 let (mut sc, mut qs) = (Vec::with_capacity(sb), Vec::with_capacity(qb));
                 split_blocks(
@@ -213,7 +217,7 @@ impl Imp<'_> {
             ty: t.ggml_type.name().into(),
             why: "vectors must be F32 or F16".into(),
         })?;
-        if src.is_blocked() && !n.is_multiple_of(32) {
+        if !n.is_multiple_of(src.block_len()) {
             return Err(ImportError::Shape {
                 file: self.file.clone(),
                 tensor: name.into(),

@@ -97,6 +97,7 @@ impl Engine {
                     .map(|x| {
                         let mut q = Q8Act::default();
                         q.quantize_from(x);
+                        q.quantize_k_from(x); // for K-quant weights (no-op unless 256 | width)
                         q
                     })
                     .collect(),

@@ -56,6 +56,9 @@ impl Weights<'_> {
         let use_q8 = self.q8 && blocked && x.len().is_multiple_of(32);
         if use_q8 {
             xq.quantize_from(x);
+            if outs.iter().any(|(m, _)| m.quant.is_k()) {
+                xq.quantize_k_from(x);
+            }
         }
         let act = Act {
             x,
@@ -102,14 +105,7 @@ pub fn embed(file: &CflowFile, token: u32, out: &mut [f32]) {
         let tile = file.tile(m, s, c);
         let q = m.quant;
         let c0 = c * crate::format::TILE_COLS;
-        let (sb, qb) = if q.is_blocked() {
-            (
-                (tile.cols / 32) * q.scale_bytes_per_block(),
-                (tile.cols / 32) * q.quant_bytes_per_block(),
-            )
-        } else {
-            (0, q.matrix_bytes(1, tile.cols))
-        };
+        let (sb, qb) = (q.row_scale_bytes(tile.cols), q.row_quant_bytes(tile.cols));
         crate::quant::dequantize_row(
             q,
             &tile.scales[r * sb..(r + 1) * sb],

@@ -382,8 +382,12 @@ fn new_matrix(
             format!("{}×{}", { e.rows }, { e.cols }),
         ));
     }
-    if quant.is_blocked() && !cols.is_multiple_of(QK) {
-        return Err(v.field("dir.cols", cols, &format!("{what}: not a multiple of 32")));
+    if !cols.is_multiple_of(quant.block_len()) {
+        return Err(v.field(
+            "dir.cols",
+            cols,
+            &format!("{what}: not a multiple of {} ({quant})", quant.block_len()),
+        ));
     }
     if cols > u16::MAX as usize {
         return Err(v.field("dir.cols", cols, "more than 65535 columns"));
@@ -1062,11 +1066,7 @@ pub fn tile_at<'a>(bytes: &'a [u8], m: &Matrix, s: usize, c: usize) -> MappedTil
     let cols = m.tile_cols(c);
     let header = TileHeader::decode(&bytes[off..off + TileHeader::SIZE]).expect("validated");
     let body = off + TileHeader::SIZE;
-    let sbytes = if m.quant.is_blocked() {
-        rows * (cols / QK) * m.quant.scale_bytes_per_block()
-    } else {
-        0
-    };
+    let sbytes = rows * m.quant.row_scale_bytes(cols);
     let total = m.quant.matrix_bytes(rows, cols);
     MappedTile {
         header,
@@ -1082,15 +1082,7 @@ impl CflowFile {
     /// quants), e.g. for the row-major baseline layout or for re-writing.
     pub fn matrix_data(&self, m: &Matrix) -> MatrixData {
         let q = m.quant;
-        let nb = m.cols / QK;
-        let (rsb, rqb) = if q.is_blocked() {
-            (
-                nb * q.scale_bytes_per_block(),
-                nb * q.quant_bytes_per_block(),
-            )
-        } else {
-            (0, q.matrix_bytes(1, m.cols))
-        };
+        let (rsb, rqb) = (q.row_scale_bytes(m.cols), q.row_quant_bytes(m.cols));
         let mut scales = vec![0u8; m.rows * rsb];
         let mut qs = vec![0u8; m.rows * rqb];
         for s in 0..m.n_stripes() {
@@ -1098,22 +1090,8 @@ impl CflowFile {
                 let t = self.tile(m, s, c);
                 let r0 = s * TILE_ROWS;
                 let c0 = c * TILE_COLS;
-                let (tsb, tqb) = if q.is_blocked() {
-                    (
-                        (t.cols / QK) * q.scale_bytes_per_block(),
-                        (t.cols / QK) * q.quant_bytes_per_block(),
-                    )
-                } else {
-                    (0, q.matrix_bytes(1, t.cols))
-                };
-                let (sc0, qc0) = if q.is_blocked() {
-                    (
-                        (c0 / QK) * q.scale_bytes_per_block(),
-                        (c0 / QK) * q.quant_bytes_per_block(),
-                    )
-                } else {
-                    (0, q.matrix_bytes(1, c0))
-                };
+                let (tsb, tqb) = (q.row_scale_bytes(t.cols), q.row_quant_bytes(t.cols));
+                let (sc0, qc0) = (q.row_scale_bytes(c0), q.row_quant_bytes(c0));
                 for r in 0..t.rows {
                     let dst = (r0 + r) * rsb + sc0;
                     scales[dst..dst + tsb].copy_from_slice(&t.scales[r * tsb..(r + 1) * tsb]);

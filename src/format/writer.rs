@@ -10,7 +10,7 @@ use super::header::*;
 use super::{TILE_COLS, TILE_ROWS};
 use crate::model::{ModelConfig, ModelMeta};
 use crate::output::Output;
-use crate::quant::{dequantize_row, quantize_row, QuantType, QK};
+use crate::quant::{dequantize_row, quantize_row, QuantType};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
@@ -35,10 +35,11 @@ impl MatrixData {
     pub fn quantize(quant: QuantType, rows: usize, cols: usize, w: &[f32]) -> MatrixData {
         assert_eq!(w.len(), rows * cols);
         assert!(
-            !quant.is_blocked() || cols.is_multiple_of(QK),
-            "cols must be a multiple of 32"
+            cols.is_multiple_of(quant.block_len()),
+            "cols must be a multiple of {}",
+            quant.block_len()
         );
-        let mut scales = Vec::with_capacity(rows * (cols / QK) * quant.scale_bytes_per_block());
+        let mut scales = Vec::with_capacity(rows * quant.row_scale_bytes(cols));
         let mut qs = Vec::with_capacity(quant.matrix_bytes(rows, cols));
         for r in 0..rows {
             quantize_row(quant, &w[r * cols..(r + 1) * cols], &mut scales, &mut qs);
@@ -53,10 +54,10 @@ impl MatrixData {
     }
 
     pub fn row_scale_bytes(&self) -> usize {
-        (self.cols / QK) * self.quant.scale_bytes_per_block()
+        self.quant.row_scale_bytes(self.cols)
     }
     pub fn row_quant_bytes(&self) -> usize {
-        self.quant.matrix_bytes(1, self.cols) - self.row_scale_bytes()
+        self.quant.row_quant_bytes(self.cols)
     }
     pub fn row_scales(&self, r: usize) -> &[u8] {
         let n = self.row_scale_bytes();
@@ -178,7 +179,7 @@ fn write_stripe(buf: &mut Vec<u8>, layer: u16, expert: u8, id: u8, m: &MatrixDat
         if q.is_blocked() {
             let sb = q.scale_bytes_per_block();
             let qb = q.quant_bytes_per_block();
-            let (b0, b1) = (c0 / QK, c1 / QK);
+            let (b0, b1) = (c0 / q.block_len(), c1 / q.block_len());
             for r in r0..r1 {
                 buf.extend_from_slice(&m.row_scales(r)[b0 * sb..b1 * sb]);
             }
@@ -593,9 +594,10 @@ fn want(what: &str, m: &MatrixData, rows: usize, cols: usize) -> Result<(), Form
             m.rows, m.cols
         )));
     }
-    if m.quant.is_blocked() && !cols.is_multiple_of(QK) {
+    if !cols.is_multiple_of(m.quant.block_len()) {
         return Err(FormatError::Invalid(format!(
-            "{what}: {cols} columns is not a multiple of 32 ({})",
+            "{what}: {cols} columns is not a multiple of {} ({})",
+            m.quant.block_len(),
             m.quant
         )));
     }

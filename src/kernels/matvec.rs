@@ -5,12 +5,12 @@
 //! §5.4 naive loop: row by row, the f32 activation, dequantize and dot). All call the same tile
 //! kernels.
 
+use super::dot::kquant::tile_matvec_act;
 use super::dot::{tile_matvec, Isa, Q8Act};
 use super::pool::ThreadPool;
 use crate::format::reader::{tile_at, Matrix};
 use crate::format::writer::MatrixData;
 use crate::format::{TILE_COLS, TILE_ROWS};
-use crate::quant::QK;
 
 /// Shares disjoint `&mut [f32]` output ranges with pool tasks.
 #[derive(Clone, Copy)]
@@ -27,15 +27,6 @@ pub struct Act<'a> {
     pub q8: Option<&'a Q8Act>,
 }
 
-impl<'a> Act<'a> {
-    fn q8_slice(&self, c0: usize, c1: usize) -> Option<(&'a [f32], &'a [f32], &'a [i8])> {
-        self.q8.map(|q| {
-            let (b0, b1) = (c0 / QK, c1 / QK);
-            (&q.d[b0..b1], &q.s[b0..b1], &q.qs[c0..c1])
-        })
-    }
-}
-
 /// Computes one stripe of `m` into `out` (length = stripe rows): out = W_stripe · x.
 #[inline]
 pub fn stripe_matvec(isa: Isa, bytes: &[u8], m: &Matrix, s: usize, act: &Act, out: &mut [f32]) {
@@ -44,12 +35,7 @@ pub fn stripe_matvec(isa: Isa, bytes: &[u8], m: &Matrix, s: usize, act: &Act, ou
         let t = tile_at(bytes, m, s, c);
         let c0 = c * TILE_COLS;
         let c1 = c0 + t.cols;
-        let xq = if m.quant.is_blocked() {
-            act.q8_slice(c0, c1)
-        } else {
-            None
-        };
-        tile_matvec(
+        tile_matvec_act(
             isa,
             m.quant,
             t.rows,
@@ -57,7 +43,8 @@ pub fn stripe_matvec(isa: Isa, bytes: &[u8], m: &Matrix, s: usize, act: &Act, ou
             t.scales,
             t.qs,
             &act.x[c0..c1],
-            xq,
+            act.q8,
+            c0,
             out,
         );
     }
@@ -111,12 +98,7 @@ pub fn rowmajor_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, act: &Act, y
         // SAFETY: chunk t owns rows [r0, r0 + rows) of the output, inside its length.
         let yy = unsafe { std::slice::from_raw_parts_mut(o.0.add(r0), rows) };
         yy.fill(0.0);
-        let xq = if m.quant.is_blocked() {
-            act.q8_slice(0, m.cols)
-        } else {
-            None
-        };
-        tile_matvec(
+        tile_matvec_act(
             isa,
             m.quant,
             rows,
@@ -124,7 +106,8 @@ pub fn rowmajor_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, act: &Act, y
             &m.scales[r0 * rsb..(r0 + rows) * rsb],
             &m.qs[r0 * rqb..(r0 + rows) * rqb],
             act.x,
-            xq,
+            act.q8,
+            0,
             yy,
         );
     });
@@ -145,14 +128,7 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
     let (rsb, rqb) = (m.row_scale_bytes(), m.row_quant_bytes());
     let q = m.quant;
     // Column steps of one tile width, in the units each part of a row is stored in.
-    let (sb, qb) = if q.is_blocked() {
-        (
-            q.scale_bytes_per_block() * (TILE_COLS / QK),
-            q.quant_bytes_per_block() * (TILE_COLS / QK),
-        )
-    } else {
-        (0, q.matrix_bytes(1, TILE_COLS))
-    };
+    let (sb, qb) = (q.row_scale_bytes(TILE_COLS), q.row_quant_bytes(TILE_COLS));
     pool.run(chunks, &|t| {
         let r0 = t * TILE_ROWS;
         let rows = (m.rows - r0).min(TILE_ROWS);
@@ -238,15 +214,7 @@ pub fn tiled_matvec_batch(
                 // SAFETY: as above.
                 let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(b * m.rows + r0), rows) };
                 let x = &xs[b * cols + c0..b * cols + c1];
-                let xq = match q8 {
-                    Some(q) if m.quant.is_blocked() => {
-                        let a = &q[b];
-                        let (b0, b1) = (c0 / QK, c1 / QK);
-                        Some((&a.d[b0..b1], &a.s[b0..b1], &a.qs[c0..c1]))
-                    }
-                    _ => None,
-                };
-                tile_matvec(
+                tile_matvec_act(
                     isa,
                     m.quant,
                     tile.rows,
@@ -254,7 +222,8 @@ pub fn tiled_matvec_batch(
                     tile.scales,
                     tile.qs,
                     x,
-                    xq,
+                    q8.map(|q| &q[b]),
+                    c0,
                     out,
                 );
             }

@@ -18,6 +18,7 @@ pub fn f16_at(b: &[u8], i: usize) -> f32 {
 /// packed quants to `qs`. For F16/F32 everything goes to `qs`.
 pub fn quantize_row(q: QuantType, src: &[f32], scales: &mut Vec<u8>, qs: &mut Vec<u8>) {
     match q {
+        _ if q.is_interleaved() => super::kquants::quantize_row(q, src, qs),
         QuantType::F32 => {
             for v in src {
                 qs.extend_from_slice(&v.to_le_bytes());
@@ -81,6 +82,7 @@ pub fn quantize_row(q: QuantType, src: &[f32], scales: &mut Vec<u8>, qs: &mut Ve
                 }
             }
         }
+        _ => unreachable!("interleaved types handled above"),
     }
 }
 
@@ -88,6 +90,7 @@ pub fn quantize_row(q: QuantType, src: &[f32], scales: &mut Vec<u8>, qs: &mut Ve
 pub fn dequantize_row(q: QuantType, scales: &[u8], qs: &[u8], out: &mut [f32]) {
     let n = out.len();
     match q {
+        _ if q.is_interleaved() => super::kquants::dequantize_row(q, qs, out),
         QuantType::F32 => {
             for (i, o) in out.iter_mut().enumerate() {
                 *o = f32::from_le_bytes([qs[4 * i], qs[4 * i + 1], qs[4 * i + 2], qs[4 * i + 3]]);
@@ -127,6 +130,7 @@ pub fn dequantize_row(q: QuantType, scales: &[u8], qs: &[u8], out: &mut [f32]) {
                 }
             }
         }
+        _ => unreachable!("interleaved types handled above"),
     }
 }
 
@@ -191,6 +195,13 @@ mod tests {
                 QuantType::Q8_0 => 1.0 / 127.0,
                 QuantType::Q4_0 => 1.0 / 7.0 * 0.51 + 1e-3,
                 QuantType::Q4_1 => 2.0 / 15.0 * 0.51 + 1e-3,
+                // ggml's d = max/−16 leaves the opposite end one step short.
+                QuantType::Q5_0 => 1.0 / 16.0 * 1.01 + 1e-3,
+                QuantType::Q5_1 => 2.0 / 31.0 * 0.51 + 1e-3,
+                // Sub-block scales are themselves quantized (6-bit / 8-bit): allow their step.
+                QuantType::Q4_K => 2.0 / 15.0 * 0.6 + 0.02,
+                QuantType::Q5_K => 2.0 / 31.0 * 0.6 + 0.02,
+                QuantType::Q6_K => 1.0 / 31.0 * 0.6 + 0.01,
             };
             for (a, b) in src.iter().zip(&out) {
                 assert!((a - b).abs() <= tol, "{q}: {a} vs {b}");
@@ -221,7 +232,7 @@ mod tests {
 
     #[test]
     fn split_join_roundtrip() {
-        let src = rng_row(96, 3);
+        let src = rng_row(512, 3);
         for q in QuantType::ALL {
             let (mut sc, mut qs) = (Vec::new(), Vec::new());
             quantize_row(q, &src, &mut sc, &mut qs);

@@ -3,6 +3,8 @@
 //! developer's machine, a failure under CI (`CI=true`) or when `CFLOW_REQUIRE_<NAME>=1`.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod gguf_writer;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -70,6 +72,27 @@ pub fn smollm2_gguf() -> Option<PathBuf> {
         );
     }
     p
+}
+
+/// SmolLM2 re-quantized by llama.cpp's `llama-quantize --allow-requantize` to `kind` ("Q4_K_M",
+/// "Q6_K"): `$CFLOW_SMOLLM2_<KIND>` or `/tmp/SmolLM2-135M-Instruct.<KIND>.gguf` (where
+/// tests/reference/requantize_smollm2.sh writes it), or `None` after [`missing_oracle`].
+pub fn smollm2_requantized_gguf(kind: &str) -> Option<PathBuf> {
+    let var = format!("CFLOW_SMOLLM2_{kind}");
+    let p = std::env::var_os(&var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(format!("/tmp/SmolLM2-135M-Instruct.{kind}.gguf")));
+    if p.is_file() {
+        return Some(p);
+    }
+    missing_oracle(
+        "SMOLLM2_KQUANT",
+        &format!(
+            "{} not found (set {var} or run tests/reference/requantize_smollm2.sh)",
+            p.display()
+        ),
+    );
+    None
 }
 
 /// True when tmux runs here; otherwise [`missing_oracle`] and false.

@@ -3,8 +3,13 @@
 //! tests of `import` and `pull` that must not need SmolLM2 or the network. Included with
 //! `#[path = "common/tiny_gguf.rs"] mod tiny_gguf;`.
 
-use cflow::convert::gguf::testutil::{i32_array, str_array, TestGguf, TestTensor};
+// Also loaded by `mod common` in tests that include both (two copies of test-only code).
+#[allow(clippy::duplicate_mod)]
+#[path = "gguf_writer.rs"]
+mod gguf_writer;
+
 use cflow::convert::gguf::GgufValue;
+use gguf_writer::{i32_array, str_array, TestGguf, TestTensor};
 use std::path::Path;
 
 /// GPT-2 byte-level alphabet character of a byte.

@@ -86,6 +86,8 @@ macro_rules! avx512_kernels {
                     (QuantType::Q4_0, false) => blocked::<K_Q4_0, false>(t, a),
                     (QuantType::Q4_1, false) => blocked::<K_Q4_1, false>(t, a),
                     (QuantType::Q8_0, false) => blocked::<K_Q8_0, false>(t, a),
+                    // Dispatched to `kquant` before this module is reached.
+                    _ => unreachable!("{q} is not a split type"),
                 }
             }
 

@@ -1,0 +1,465 @@
+//! Tile kernels of the interleaved GGUF types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; see `quant::kquants`)
+//! and the Q8_K activation the K-quants' integer path takes.
+//!
+//! Activation forms, quantized once per matvec like llama.cpp does: Q5_0 takes the Q8_0 blocks of
+//! [`Q8Act`] (`d`, `qs`), Q5_1 also their `s = d · Σq` (Q8_1); the K-quants take [`Q8K`]: per 256
+//! values one f32 scale `d = max/−127` (of the value of largest magnitude), 256 i8 quants and 16
+//! sums of 16 quants (`bsums`), bit-identical to ggml's `quantize_row_q8_K_ref`. Without an
+//! activation (`--act f32`) every type has an f32 path.
+//!
+//! Dispatch as in `dot`: [`tile_matvec`] asserts the slice lengths, then runs AVX-512 (BW, or
+//! VNNI `vpdpbusd`; K-quant integer paths only, the rest runs the AVX2 kernels) → AVX2 → scalar. [`tile_matvec_act`] is what the matvec drivers call: it hands each
+//! type the activation form its integer kernel takes.
+
+use super::{kquant_scalar as scalar, Isa, Q8Act, XqRef};
+use crate::quant::kquants::QK_K;
+use crate::quant::{QuantType, QK};
+
+/// An activation quantized to Q8_K blocks of 256 (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub struct Q8K {
+    pub d: Vec<f32>,
+    /// 16 per block: the sum of each 16 consecutive quants.
+    pub bsums: Vec<i16>,
+    pub qs: Vec<i8>,
+}
+
+/// Borrowed Q8_K blocks covering one tile's columns.
+#[derive(Clone, Copy, Debug)]
+pub struct Q8KRef<'a> {
+    pub d: &'a [f32],
+    pub bsums: &'a [i16],
+    pub qs: &'a [i8],
+}
+
+impl Q8K {
+    /// Quantizes `x` (length a multiple of 256) into `self`, reusing its buffers.
+    pub fn quantize_from(&mut self, x: &[f32]) {
+        scalar::quantize_q8k(x, self);
+    }
+
+    /// Empties the activation (no K-quant integer path until quantized again).
+    pub fn clear(&mut self) {
+        self.d.clear();
+        self.bsums.clear();
+        self.qs.clear();
+    }
+
+    /// The blocks covering columns `col..col + cols` (multiples of 256), or `None` when this
+    /// activation does not cover them (not quantized for this matvec).
+    pub fn slice(&self, col: usize, cols: usize) -> Option<Q8KRef<'_>> {
+        if !col.is_multiple_of(QK_K) || !cols.is_multiple_of(QK_K) || col + cols > self.qs.len() {
+            return None;
+        }
+        let (b0, nb) = (col / QK_K, cols / QK_K);
+        Some(Q8KRef {
+            d: &self.d[b0..b0 + nb],
+            bsums: &self.bsums[16 * b0..16 * (b0 + nb)],
+            qs: &self.qs[col..col + cols],
+        })
+    }
+}
+
+/// One tile of any type, with the activation of the whole matvec (`act`, quantized once; the
+/// tile covers its columns `c0..c0 + cols`) or none (f32 path). K-quant tiles use `act.k` when it
+/// was quantized ([`Q8Act::quantize_k_from`]), else their f32 path.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn tile_matvec_act(
+    isa: Isa,
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    scales: &[u8],
+    qs: &[u8],
+    x: &[f32],
+    act: Option<&Q8Act>,
+    c0: usize,
+    y: &mut [f32],
+) {
+    if q.is_k() {
+        let xk = act.and_then(|a| a.k.slice(c0, cols));
+        tile_matvec(isa, q, rows, cols, qs, x, None, xk, y);
+    } else {
+        let xq = act
+            .filter(|_| q.is_blocked())
+            .map(|a| a.tile_slice(c0, cols));
+        super::tile_matvec(isa, q, rows, cols, scales, qs, x, xq, y);
+    }
+}
+
+/// Checks the tile contract for an interleaved type; returns which integer path applies.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    qs: &[u8],
+    x: &[f32],
+    xq: XqRef,
+    xk: Option<Q8KRef>,
+    y: &[f32],
+) -> (bool, bool) {
+    assert!(q.is_interleaved(), "{q} is not an interleaved type");
+    assert!(
+        cols.is_multiple_of(q.block_len()),
+        "{q} tile cols {cols} not a multiple of {}",
+        q.block_len()
+    );
+    assert!(y.len() >= rows, "y too short: {} < {rows}", y.len());
+    assert!(qs.len() >= q.matrix_bytes(rows, cols), "qs too short");
+    let int8 = !q.is_k() && xq.is_some();
+    let intk = q.is_k() && xk.is_some();
+    if let (true, Some((d, s, xqs))) = (int8, xq) {
+        let nb = cols / QK;
+        assert!(
+            d.len() >= nb && s.len() >= nb && xqs.len() >= cols,
+            "xq too short"
+        );
+    }
+    if let (true, Some(k)) = (intk, xk) {
+        let nb = cols / QK_K;
+        assert!(
+            k.d.len() >= nb && k.bsums.len() >= 16 * nb && k.qs.len() >= cols,
+            "xk too short"
+        );
+    }
+    if !int8 && !intk {
+        assert!(x.len() >= cols, "x too short: {} < {cols}", x.len());
+    }
+    (int8, intk)
+}
+
+/// `y[r] += W_tile[r] · x` for one tile of an interleaved type (`qs` = the GGUF blocks of `rows`
+/// rows, row-major). Integer path with `xq` (Q5_0/Q5_1) or `xk` (K-quants), else f32 `x`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn tile_matvec(
+    isa: Isa,
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    qs: &[u8],
+    x: &[f32],
+    xq: XqRef,
+    xk: Option<Q8KRef>,
+    y: &mut [f32],
+) {
+    let (int8, intk) = check(q, rows, cols, qs, x, xq, xk, y);
+    let xq = if int8 { xq } else { None };
+    let xk = if intk { xk } else { None };
+    #[cfg(target_arch = "x86_64")]
+    match isa {
+        Isa::Avx512 if isa.available() => {
+            // SAFETY: AVX-512 F/BW (+ AVX2/FMA/F16C, VNNI when used) detected just above; slice
+            // lengths checked by `check`.
+            let vnni = isa.has_vnni();
+            unsafe { super::kquant_avx512::tile_matvec(q, rows, cols, qs, x, xq, xk, y, vnni) };
+            return;
+        }
+        Isa::Avx2 | Isa::Avx512 if Isa::Avx2.available() => {
+            // SAFETY: AVX2/FMA/F16C detected just above; slice lengths checked by `check`.
+            unsafe { super::kquant_avx2::tile_matvec(q, rows, cols, qs, x, xq, xk, y) };
+            return;
+        }
+        _ => {}
+    }
+    let _ = isa;
+    scalar::tile_matvec(q, rows, cols, qs, x, xq, xk, y)
+}
+
+/// Test support: random interleaved tiles and SIMD-vs-scalar checks.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use super::super::testutil::Rng;
+    use super::*;
+    use crate::quant::{dequantize_row, quantize_row};
+
+    /// Signature of an interleaved-type tile kernel under test ([`tile_matvec`] minus the ISA).
+    pub type Kernel<'a> =
+        &'a dyn Fn(QuantType, usize, usize, &[u8], &[f32], XqRef, Option<Q8KRef>, &mut [f32]);
+
+    /// The interleaved types.
+    pub const TYPES: [QuantType; 5] = [
+        QuantType::Q5_0,
+        QuantType::Q5_1,
+        QuantType::Q4_K,
+        QuantType::Q5_K,
+        QuantType::Q6_K,
+    ];
+
+    /// Random tile: GGUF blocks plus the dequantized weights (row-major).
+    pub fn random_tile(
+        rng: &mut Rng,
+        q: QuantType,
+        rows: usize,
+        cols: usize,
+    ) -> (Vec<u8>, Vec<f32>) {
+        let amp = [0.01f32, 0.5, 3.0][rng.below(3)];
+        let (mut sc, mut qs) = (Vec::new(), Vec::new());
+        let mut w = vec![0f32; rows * cols];
+        let mut src = vec![0f32; cols];
+        for r in 0..rows {
+            let bias = if rng.below(4) == 0 { amp } else { 0.0 };
+            for v in src.iter_mut() {
+                *v = rng.f() * amp + bias;
+            }
+            let q0 = qs.len();
+            quantize_row(q, &src, &mut sc, &mut qs);
+            dequantize_row(q, &[], &qs[q0..], &mut w[r * cols..(r + 1) * cols]);
+        }
+        assert!(sc.is_empty());
+        (qs, w)
+    }
+
+    /// The activation in every form.
+    pub fn acts(x: &[f32]) -> Q8Act {
+        let mut a = Q8Act::default();
+        super::super::scalar::quantize_act(x, &mut a);
+        if x.len().is_multiple_of(QK_K) {
+            scalar::quantize_q8k(x, &mut a.k);
+        }
+        a
+    }
+
+    fn norm(v: &[f32]) -> f32 {
+        v.iter().map(|a| a * a).sum::<f32>().sqrt()
+    }
+
+    /// `kern` against the scalar reference on one random tile, f32 and integer paths.
+    pub fn check_one(kern: Kernel, rng: &mut Rng, q: QuantType, rows: usize, cols: usize) {
+        let (qs, _) = random_tile(rng, q, rows, cols);
+        let x: Vec<f32> = (0..cols).map(|_| rng.f() * 2.0).collect();
+        let a = acts(&x);
+        let y0: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
+        for int in [false, true] {
+            let xq = (int && !q.is_k()).then(|| a.tile_slice(0, cols));
+            let xk = if int && q.is_k() {
+                a.k.slice(0, cols)
+            } else {
+                None
+            };
+            let mut yr = y0.clone();
+            scalar::tile_matvec(q, rows, cols, &qs, &x, xq, xk, &mut yr);
+            let mut ys = y0.clone();
+            kern(q, rows, cols, &qs, &x, xq, xk, &mut ys);
+            let prod: Vec<f32> = yr.iter().zip(&y0).map(|(a, b)| a - b).collect();
+            let tol = 1e-4 * norm(&prod) + 1e-6;
+            for r in 0..rows {
+                let d = (yr[r] - ys[r]).abs();
+                assert!(
+                    d <= tol,
+                    "{q} {rows}x{cols} int={int} row {r}: ref {} simd {} (diff {d}, tol {tol})",
+                    yr[r],
+                    ys[r]
+                );
+            }
+        }
+    }
+
+    /// 300 random tiles per type (rows 1..=40, cols 1..=4 blocks) plus edge shapes.
+    pub fn check_kernel(kern: Kernel, seed: u64) {
+        let mut rng = Rng(seed);
+        for q in TYPES {
+            let bl = q.block_len();
+            for _ in 0..300 {
+                let rows = 1 + rng.below(40);
+                let cols = bl * (1 + rng.below(if q.is_k() { 4 } else { 16 }));
+                check_one(kern, &mut rng, q, rows, cols);
+            }
+            for rows in [1, 2, 3, 4, 5, 7, 9, 128] {
+                for nb in [1, 2, 3, 8] {
+                    check_one(kern, &mut rng, q, rows, bl * nb);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::Rng;
+    use super::testutil::*;
+    use super::*;
+
+    /// The scalar reference against the dequantized weights dotted in f64: the f32 path to float
+    /// rounding, the integer paths within the bound of the activation's quantization error
+    /// (|x − x̂| ≤ d_x/2 per element, d_x the Q8_0 or Q8_K step of its block).
+    #[test]
+    fn scalar_reference_matches_dequantized_f64_dot() {
+        let mut rng = Rng(21);
+        for q in TYPES {
+            for _ in 0..60 {
+                let rows = 1 + rng.below(6);
+                let cols = q.block_len() * (1 + rng.below(if q.is_k() { 3 } else { 12 }));
+                let (qs, w) = random_tile(&mut rng, q, rows, cols);
+                let x: Vec<f32> = (0..cols).map(|_| rng.f() * 3.0).collect();
+                let a = acts(&x);
+                for r in 0..rows {
+                    let wr = &w[r * cols..(r + 1) * cols];
+                    let exact: f64 = wr.iter().zip(&x).map(|(&w, &x)| w as f64 * x as f64).sum();
+                    let l1: f64 = wr
+                        .iter()
+                        .zip(&x)
+                        .map(|(&w, &x)| (w as f64 * x as f64).abs())
+                        .sum();
+                    let row_qs =
+                        &qs[r * q.matrix_bytes(1, cols)..(r + 1) * q.matrix_bytes(1, cols)];
+                    let mut y = [0f32];
+                    scalar::tile_matvec(q, 1, cols, row_qs, &x, None, None, &mut y);
+                    assert!(
+                        (y[0] as f64 - exact).abs() <= 1e-5 * l1 + 1e-6,
+                        "{q} f32 path row {r}: {} vs {exact}",
+                        y[0]
+                    );
+                    // Integer path: bound from the activation's step per block.
+                    let (bound, xq, xk) = if q.is_k() {
+                        let b: f64 = wr
+                            .chunks_exact(QK_K)
+                            .zip(&a.k.d)
+                            .map(|(wb, d)| {
+                                (d.abs() as f64)
+                                    * 0.5
+                                    * wb.iter().map(|v| v.abs() as f64).sum::<f64>()
+                            })
+                            .sum();
+                        (b, None, a.k.slice(0, cols))
+                    } else {
+                        let b: f64 = wr
+                            .chunks_exact(QK)
+                            .zip(&a.d)
+                            .map(|(wb, d)| {
+                                (*d as f64) * 0.5 * wb.iter().map(|v| v.abs() as f64).sum::<f64>()
+                            })
+                            .sum();
+                        (b, Some(a.tile_slice(0, cols)), None)
+                    };
+                    let mut y = [0f32];
+                    scalar::tile_matvec(q, 1, cols, row_qs, &x, xq, xk, &mut y);
+                    assert!(
+                        (y[0] as f64 - exact).abs() <= bound * 1.001 + 1e-5 * l1 + 1e-6,
+                        "{q} int path row {r}: {} vs {exact} (bound {bound})",
+                        y[0]
+                    );
+                }
+            }
+        }
+    }
+
+    /// Q8_K quantization follows ggml's reference: d = max/−127, nearest (ties to even), clamp
+    /// at 127, bsums of 16.
+    #[test]
+    fn q8k_follows_ggml_reference() {
+        let mut x = vec![0f32; 256];
+        x[3] = -2.54; // largest magnitude, negative: iscale = −127/max = +50, d = 0.02
+        x[4] = 1.27; // 63.5 → 64 (ties to even)
+        x[5] = 0.01; // 0.5 → 0 (ties to even)
+        x[6] = 0.03; // 1.5 → 2
+        let mut k = Q8K::default();
+        k.quantize_from(&x);
+        assert_eq!(k.d, vec![1.0 / (-127.0 / -2.54f32)]);
+        assert_eq!(k.qs[3], -127);
+        assert_eq!(k.qs[4], 64);
+        assert_eq!(k.qs[5], 0);
+        assert_eq!(k.qs[6], 2);
+        assert_eq!(k.bsums[0], -127 + 64 + 2);
+        // A positive maximum: iscale < 0, the quants flip sign and the largest clamps at 127.
+        let mut x = vec![0f32; 256];
+        x[0] = 1.0;
+        x[1] = -1.0;
+        k.quantize_from(&x);
+        assert_eq!((k.qs[0], k.qs[1]), (-127, 127));
+        assert_eq!(k.d[0], 1.0 / (-127.0f32));
+        assert!(k.bsums[1..].iter().all(|&s| s == 0));
+        k.quantize_from(&[0.0; 256]);
+        assert_eq!((k.d[0], k.bsums[0]), (0.0, 0));
+    }
+
+    /// `tile_matvec_act` on a K tile without a quantized Q8_K part takes the f32 path; with it,
+    /// the integer path (different rounding, same value within the bound).
+    #[test]
+    fn act_dispatch_uses_q8k_when_present() {
+        let mut rng = Rng(5);
+        let (qs, _) = random_tile(&mut rng, QuantType::Q4_K, 3, 512);
+        let x: Vec<f32> = (0..512).map(|_| rng.f()).collect();
+        let mut a = Q8Act::default();
+        a.quantize_from(&x);
+        let run = |a: &Q8Act, isa| {
+            let mut y = vec![0f32; 3];
+            tile_matvec_act(
+                isa,
+                QuantType::Q4_K,
+                3,
+                256,
+                &[],
+                &qs_tile(&qs, 3, 512, 256),
+                &x[256..],
+                Some(a),
+                256,
+                &mut y,
+            );
+            y
+        };
+        let f32_path = {
+            let mut y = vec![0f32; 3];
+            scalar::tile_matvec(
+                QuantType::Q4_K,
+                3,
+                256,
+                &qs_tile(&qs, 3, 512, 256),
+                &x[256..],
+                None,
+                None,
+                &mut y,
+            );
+            y
+        };
+        assert_eq!(run(&a, Isa::Scalar), f32_path);
+        a.quantize_k_from(&x);
+        let int = run(&a, Isa::Scalar);
+        assert_ne!(int, f32_path);
+        let mut y = vec![0f32; 3];
+        let k = a.k.slice(256, 256).unwrap();
+        scalar::tile_matvec(
+            QuantType::Q4_K,
+            3,
+            256,
+            &qs_tile(&qs, 3, 512, 256),
+            &[],
+            None,
+            Some(k),
+            &mut y,
+        );
+        assert_eq!(int, y);
+        // A fresh Q8_0 quantization drops the stale Q8_K part.
+        a.quantize_from(&x);
+        assert_eq!(run(&a, Isa::Scalar), f32_path);
+    }
+
+    /// Columns `c0..c0 + w` of every row of an interleaved matrix, as a tile.
+    fn qs_tile(qs: &[u8], rows: usize, cols: usize, c0: usize) -> Vec<u8> {
+        let q = QuantType::Q4_K;
+        let rb = q.matrix_bytes(1, cols);
+        let (o, w) = (q.matrix_bytes(1, c0), q.matrix_bytes(1, cols - c0));
+        (0..rows)
+            .flat_map(|r| qs[r * rb + o..r * rb + o + w].to_vec())
+            .collect()
+    }
+
+    #[test]
+    #[should_panic(expected = "qs too short")]
+    fn short_tiles_are_rejected_before_simd() {
+        let mut y = [0f32; 2];
+        tile_matvec(
+            Isa::Avx2,
+            QuantType::Q6_K,
+            2,
+            256,
+            &[0; 419],
+            &[0.0; 256],
+            None,
+            None,
+            &mut y,
+        );
+    }
+}
