@@ -7,3 +7,4 @@ pub mod gguf_tokenizer;
 pub mod hf;
 pub mod import_gguf;
 pub mod pull;
+pub mod pull_gemma3;
