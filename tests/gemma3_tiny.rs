@@ -155,3 +155,34 @@ fn int8_activations_keep_every_top1() {
         assert_eq!(x, y, "position {i}");
     }
 }
+
+/// `inspect` shows the layer pattern with each kind's window and RoPE base (text and JSON).
+#[test]
+fn inspect_shows_the_layer_pattern() {
+    let d = tempfile::tempdir().unwrap();
+    let f = import(d.path());
+    let bin = env!("CARGO_BIN_EXE_cflow-tui");
+    let o = std::process::Command::new(bin)
+        .arg("inspect")
+        .arg(&f.path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(
+            "attention LLLLLGL (L = sliding window 4, θ=10000; G = full attention, θ=1000000) \
+             · Q/K norm per head · post-norms"
+        ),
+        "{text}"
+    );
+    let o = std::process::Command::new(bin)
+        .args(["inspect", "--json"])
+        .arg(&f.path)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["attention"]["pattern"], "LLLLLGL");
+    assert_eq!(v["attention"]["sliding_window"][5], 0);
+    assert_eq!(v["attention"]["rope_theta"][0], 10000.0);
+}
