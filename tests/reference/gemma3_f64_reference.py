@@ -19,8 +19,10 @@ the "true" output of the quantized model. What it implements, as llama.cpp does:
 
 Usage as a module: `forward(path, ids) -> np.ndarray [len(ids), vocab]` (float64).
 As a script: python gemma3_f64_reference.py MODEL.gguf IDS_JSON -o OUT.json [--top 10]
-  IDS_JSON: a JSON file {"prompts": [{"name": ..., "ids": [...]}, ...]}; writes per prompt the
-  top-k [id, logit] per position and the logsumexp.
+    [--positions 24] [--prompts capital,story,...]
+  IDS_JSON: a JSON file {"prompts": [{"name": ..., "ids": [...]}, ...]} (e.g. the llama.cpp
+  goldens, so both oracles see the same ids); writes per prompt the evaluated prefix `ids`, the
+  top-k [id, logit] per position (predicting position i+1) and the logsumexp.
 Needs numpy and gguf-py (pip install gguf, or PYTHONPATH=<llama.cpp>/gguf-py).
 """
 import argparse
@@ -169,19 +171,26 @@ def main():
     ap.add_argument("ids")
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--positions", type=int, default=0, help="first N ids only (0 = all)")
+    ap.add_argument("--prompts", default="", help="comma-separated names (default: all)")
     a = ap.parse_args()
     m = Gemma3(a.model)
     prompts = json.load(open(a.ids))["prompts"]
-    out = {"model": a.model.rsplit("/", 1)[-1], "prompts": []}
+    if a.prompts:
+        keep = a.prompts.split(",")
+        prompts = [p for p in prompts if p["name"] in keep]
+    out = {"model": a.model.rsplit("/", 1)[-1], "generator": "tests/reference/gemma3_f64_reference.py",
+           "prompts": []}
     for p in prompts:
-        lg = m.forward(p["ids"])
+        ids = p["ids"][: a.positions] if a.positions else p["ids"]
+        lg = m.forward(ids)
         top, lse = [], []
         for row in lg:
             idx = np.argsort(-row)[: a.top]
             top.append([[int(i), float(row[i])] for i in idx])
             mx = row.max()
             lse.append(float(mx + np.log(np.exp(row - mx).sum())))
-        out["prompts"].append({"name": p["name"], "ids": p["ids"], "top": top, "logsumexp": lse})
+        out["prompts"].append({"name": p["name"], "ids": ids, "top": top, "logsumexp": lse})
     with open(a.out, "w") as f:
         json.dump(out, f)
 
