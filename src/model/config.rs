@@ -272,7 +272,13 @@ impl ModelConfig {
     /// One letter per layer: `L` for a sliding-window (local) layer, `G` for full attention.
     pub fn layer_pattern(&self) -> String {
         (0..self.n_layers)
-            .map(|i| if self.sliding_window_for(i) > 0 { 'L' } else { 'G' })
+            .map(|i| {
+                if self.sliding_window_for(i) > 0 {
+                    'L'
+                } else {
+                    'G'
+                }
+            })
             .collect()
     }
 }
