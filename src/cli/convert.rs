@@ -7,7 +7,7 @@ use crate::format::CflowFile;
 use crate::util::mib;
 use crate::{errln, outln};
 use anyhow::{bail, Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub(super) fn cmd_convert(a: ConvertArgs) -> Result<()> {
     let src = CflowFile::open(&a.file)?;
@@ -133,33 +133,59 @@ pub(super) fn cmd_import(a: ImportArgs) -> Result<()> {
 }
 
 pub(super) fn cmd_pull(a: PullArgs) -> Result<()> {
-    use crate::convert::pull;
-    if !a.name.eq_ignore_ascii_case("smollm2") {
-        bail!(
-            "unknown model `{}`: `cflow-tui pull smollm2` is the one model this build knows",
+    use crate::convert::{pull, pull_gemma3};
+    let name = a.name.to_ascii_lowercase();
+    let (out, what): (PathBuf, &str) = match name.as_str() {
+        "smollm2" => (
+            pull::pull_dir()?.join(pull::CFLOW_NAME),
+            "the SmolLM2 import",
+        ),
+        "gemma3-270m" | "gemma3" => {
+            let terms = if std::env::var_os(pull_gemma3::ENV).is_some() {
+                pull_gemma3::TERMS_URL.to_string()
+            } else {
+                pull_gemma3::fetch_terms(&mut |m| errln!("{m}"))?
+                    .display()
+                    .to_string()
+            };
+            errln!(
+                "Gemma 3 270M is provided under the Gemma Terms of Use: {terms} (also {})",
+                pull_gemma3::TERMS_URL
+            );
+            if !a.accept_license {
+                bail!(
+                    "not downloading Gemma 3 without --accept-license: read the terms ({terms}), \
+                     then run `cflow-tui pull gemma3-270m --accept-license`"
+                );
+            }
+            (
+                pull_gemma3::pull_dir()?.join(pull_gemma3::CFLOW_NAME),
+                "the Gemma 3 import",
+            )
+        }
+        _ => bail!(
+            "unknown model `{}`: this build knows `smollm2` and `gemma3-270m`",
             a.name
-        );
-    }
+        ),
+    };
     // A cache entry: a concurrent pull waits for this one, then reuses its verified result.
-    let out = pull::pull_dir()?.join(pull::CFLOW_NAME);
-    crate::cache::ensure(
-        &out,
-        "the SmolLM2 import",
-        &mut |m| errln!("{m}"),
-        |out, log| {
-            let gguf = pull::fetch_gguf(log)?;
-            log(&format!(
-                "importing {} (blocks copied without re-quantizing)...",
-                gguf.display()
-            ));
-            cmd_import(ImportArgs {
-                src: gguf,
-                out: out.to_path_buf(),
-                quant: super::args::ImportQuant::Keep,
-                ctx: None,
-            })
-        },
-    )?;
+    crate::cache::ensure(&out, what, &mut |m| errln!("{m}"), |out, log| {
+        let gguf = if name == "smollm2" {
+            pull::fetch_gguf(log)?
+        } else {
+            pull_gemma3::fetch_gguf(log)?
+        };
+        log(&format!(
+            "importing {} (blocks copied without re-quantizing)...",
+            gguf.display()
+        ));
+        cmd_import(ImportArgs {
+            src: gguf,
+            out: out.to_path_buf(),
+            quant: super::args::ImportQuant::Keep,
+            ctx: None,
+        })
+    })?;
     outln!("{}", out.display())?;
     Ok(())
 }

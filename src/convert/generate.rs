@@ -212,6 +212,8 @@ pub fn gen_layer(rng: &mut Rng, c: &ModelConfig, q: QuantType) -> LayerData {
         v_bias: None,
         q_norm: None,
         k_norm: None,
+        post_attn_norm: None,
+        post_ffn_norm: None,
         gate,
         up,
         down,

@@ -1224,6 +1224,8 @@ pub fn import_hf(
             v_bias: bias("self_attn.v_proj.bias", kvd)?,
             q_norm: None,
             k_norm: None,
+            post_attn_norm: None,
+            post_ffn_norm: None,
             gate: None,
             up: None,
             down: None,

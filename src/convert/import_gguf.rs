@@ -1,14 +1,16 @@
 //! GGUF → `.cflow` import for the llama family (llama, mistral, qwen2; Mixtral-style MoE with
-//! stacked expert tensors). `keep` copies Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/F16/F32
-//! blocks into tiles without re-quantizing (Q4_0/Q4_1/Q8_0 blocks are split into their scale(s)
-//! and quants, the other block types copied byte for byte); other targets dequantize and
-//! re-quantize, which loses precision (the CLI warns). The tokenizer and chat template travel in the metadata.
+//! stacked expert tensors) and gemma3 (layer pattern in `gguf_gemma3`). `keep` copies
+//! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/F16/F32 blocks into tiles without re-quantizing
+//! (Q4_0/Q4_1/Q8_0 blocks are split into their scale(s) and quants, the other block types copied
+//! byte for byte); other targets dequantize and re-quantize, which loses precision (the CLI
+//! warns). The tokenizer and chat template travel in the metadata.
 
 use super::gguf::{GgmlType, GgufError, GgufFile};
 use super::gguf_tokenizer::{tokenizer_from_gguf, TokenizerBuildError};
 use crate::format::{CflowWriter, ExpertData, FormatError, LayerData, MatrixData, VocabData};
 use crate::model::{
-    CombineStyle, ModelConfig, ModelMeta, RopeStyle, FLAG_QKV_BIAS, FLAG_TIED_EMBED,
+    CombineStyle, FfnAct, ModelConfig, ModelMeta, RopeStyle, FLAG_EMBED_SCALE, FLAG_POST_NORMS,
+    FLAG_QKV_BIAS, FLAG_QK_NORM, FLAG_QK_NORM_PER_HEAD, FLAG_TIED_EMBED,
 };
 use crate::quant::{dequantize_row, split_blocks, QuantType};
 use std::path::Path;
@@ -21,7 +23,9 @@ pub enum ImportError {
     Tokenizer(#[from] TokenizerBuildError),
     #[error(transparent)]
     Format(#[from] FormatError),
-    #[error("{file}: unsupported architecture `{arch}` (supported: llama, mistral, qwen2)")]
+    #[error(
+        "{file}: unsupported architecture `{arch}` (supported: llama, mistral, qwen2, gemma3)"
+    )]
     Arch { file: String, arch: String },
     #[error("{file}: tensor `{tensor}` has type {ty}, which cannot be imported with --quant keep (importable: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) — {why}")]
     Type {
@@ -246,7 +250,7 @@ pub fn import_gguf(
     let (rope_style, qkv_bias) = match arch.as_str() {
         // llama.cpp's converter permutes Q/K rows for llama-style rope: pairs are adjacent.
         "llama" | "mistral" => (RopeStyle::Adjacent, false),
-        "qwen2" => (RopeStyle::SplitHalf, true),
+        "qwen2" | "gemma3" => (RopeStyle::SplitHalf, arch == "qwen2"),
         _ => return Err(ImportError::Arch { file, arch }),
     };
     let k = |s: &str| format!("{arch}.{s}");
@@ -267,18 +271,29 @@ pub fn import_gguf(
         tensor: "(header)".into(),
         why,
     };
+    let key_len = g.opt_u32(&k("attention.key_length"))?;
+    let val_len = g.opt_u32(&k("attention.value_length"))?;
     if n_layers == 0
         || d == 0
         || n_heads == 0
         || n_kv == 0
-        || !d.is_multiple_of(n_heads)
+        || (key_len.is_none() && !d.is_multiple_of(n_heads))
         || !n_heads.is_multiple_of(n_kv)
     {
         return Err(shape_err(format!(
             "inconsistent geometry: layers {n_layers}, d {d}, heads {n_heads}/{n_kv}"
         )));
     }
-    let head_dim = d / n_heads;
+    // Gemma 3: head_dim (key_length 256) is not d / heads (160).
+    let head_dim = key_len.map_or(d / n_heads, |v| v as usize);
+    if val_len.is_some_and(|v| v as usize != head_dim) {
+        return Err(bad_key_early(
+            &file,
+            k("attention.value_length"),
+            format!("{val_len:?}"),
+            format!("must equal the key length {head_dim}"),
+        ));
+    }
     let rope_dims = g
         .opt_u32(&k("rope.dimension_count"))?
         .unwrap_or(head_dim as u32);
@@ -309,7 +324,7 @@ pub fn import_gguf(
         ));
     }
     range("attention.head_count", n_heads as u64, 1, 4096)?;
-    if head_dim > 4096 || !head_dim.is_multiple_of(2) {
+    if head_dim == 0 || head_dim > 4096 || !head_dim.is_multiple_of(2) {
         return Err(bad_key(
             k("attention.head_count"),
             n_heads.to_string(),
@@ -367,6 +382,12 @@ pub fn import_gguf(
         )));
     }
     let tied = g.tensor("output.weight").is_err();
+    let gemma3 = arch == "gemma3";
+    let g3 = if gemma3 {
+        Some(super::gguf_gemma3::layers(&g, n_layers, d, n_heads, theta)?)
+    } else {
+        None
+    };
     let tok = tokenizer_from_gguf(&g)?;
     let moe = n_experts > 0;
     let expert_ffn = if moe {
@@ -411,6 +432,14 @@ pub fn import_gguf(
         } else {
             rope_dims
         },
+        rope_theta_per_layer: g3.as_ref().map_or(Vec::new(), |x| x.rope_theta.clone()),
+        sliding_window: g3.as_ref().map_or(Vec::new(), |x| x.sliding_window.clone()),
+        query_pre_attn_scalar: g3.as_ref().map_or(0.0, |x| x.query_pre_attn_scalar),
+        ffn_act: if gemma3 {
+            FfnAct::Geglu
+        } else {
+            FfnAct::Swiglu
+        },
         bos_id: tok.special.bos,
         eos_ids: tok.special.eog.clone(),
         add_bos: tok.special.add_bos,
@@ -442,8 +471,13 @@ pub fn import_gguf(
         expert_delay: 0,
         combine_style: CombineStyle::Sequential,
         feature_flags: if tied { FLAG_TIED_EMBED } else { 0 }
-            | if qkv_bias { FLAG_QKV_BIAS } else { 0 },
-        final_logit_softcap: 0.0,
+            | if qkv_bias { FLAG_QKV_BIAS } else { 0 }
+            | if gemma3 {
+                FLAG_EMBED_SCALE | FLAG_QK_NORM | FLAG_QK_NORM_PER_HEAD | FLAG_POST_NORMS
+            } else {
+                0
+            },
+        final_logit_softcap: g3.as_ref().map_or(0.0, |x| x.final_logit_softcap),
         meta,
     };
     let imp = Imp {
@@ -469,6 +503,8 @@ pub fn import_gguf(
             v_bias: imp.vector(&p("attn_v.bias"), kvd)?,
             q_norm: None,
             k_norm: None,
+            post_attn_norm: None,
+            post_ffn_norm: None,
             gate: None,
             up: None,
             down: None,
@@ -478,6 +514,12 @@ pub fn import_gguf(
             router: None,
             experts: Vec::new(),
         };
+        if gemma3 {
+            l.q_norm = Some(req(p("attn_q_norm.weight"), head_dim)?);
+            l.k_norm = Some(req(p("attn_k_norm.weight"), head_dim)?);
+            l.post_attn_norm = Some(req(p("post_attention_norm.weight"), d)?);
+            l.post_ffn_norm = Some(req(p("post_ffw_norm.weight"), d)?);
+        }
         let ffn_norm = req(p("ffn_norm.weight"), d)?;
         if moe {
             l.moe_norm = Some(ffn_norm);
@@ -541,6 +583,16 @@ pub fn import_gguf(
     )?;
     progress(total, total);
     Ok(cfg)
+}
+
+/// A bad metadata key found before the key-range helpers exist.
+fn bad_key_early(file: &str, key: String, value: String, why: String) -> ImportError {
+    ImportError::BadKey {
+        file: file.to_string(),
+        key,
+        value,
+        why,
+    }
 }
 
 /// Expert `e` of a stacked 3-D expert tensor (GGUF dims [cols, rows, n_experts]).

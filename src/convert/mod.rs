@@ -3,7 +3,9 @@
 
 pub mod generate;
 pub mod gguf;
+pub mod gguf_gemma3;
 pub mod gguf_tokenizer;
 pub mod hf;
 pub mod import_gguf;
 pub mod pull;
+pub mod pull_gemma3;

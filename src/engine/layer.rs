@@ -8,7 +8,7 @@ use crate::format::reader::LayerView;
 use crate::model::kv::KvCache;
 use crate::model::FfnAct;
 
-/// Biases, whole-projection Q/K norms, clipping, RoPE, V-norm and (optionally) f16 rounding of
+/// Biases, Q/K norms (whole projection, or per head), clipping, RoPE, V-norm and (optionally) f16 rounding of
 /// one token's Q/K/V at block `p`.
 pub fn qkv_post(
     w: &Weights,
@@ -30,11 +30,18 @@ pub fn qkv_post(
     if let Some(b) = &lv.v_bias {
         add_into(v, b);
     }
-    // OLMoE: RMSNorm over the whole projection (all heads at once), before the split into heads.
+    // OLMoE: RMSNorm over the whole projection (all heads at once), before the split into heads;
+    // Gemma 3 (FLAG_QK_NORM_PER_HEAD): over each head.
+    let per_head = cfg.qk_norm_per_head();
     for (x, nw) in [(&mut *q, &lv.q_norm), (&mut *k, &lv.k_norm)] {
         if let Some(nw) = nw {
-            let src = x.to_vec();
-            rmsnorm(x, &src, Some(&nw[..]), cfg.rms_eps);
+            if per_head {
+                for h in x.chunks_exact_mut(hd) {
+                    rmsnorm_in_place(h, Some(&nw[..]), cfg.rms_eps);
+                }
+            } else {
+                rmsnorm_in_place(x, Some(&nw[..]), cfg.rms_eps);
+            }
         }
     }
     let clip = cfg.meta.clip_qkv;
@@ -54,8 +61,7 @@ pub fn qkv_post(
     }
     if cfg.v_norm() {
         for h in v.chunks_exact_mut(hd) {
-            let src = h.to_vec();
-            rmsnorm(h, &src, None, cfg.rms_eps);
+            rmsnorm_in_place(h, None, cfg.rms_eps);
         }
     }
     if w.kv_f16 {
@@ -90,13 +96,14 @@ pub fn attend(
             0
         },
         pos,
-        scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+        scale: cfg.attn_scale(),
         cap: cfg.meta.attn_logit_softcap,
     };
     crate::kernels::attention::attend(w.pool, &sh, q, &kv.k[l], &kv.v[l], att);
 }
 
-/// `s.attn_out = Attn_p(Norm(s.x))` at step `l`; stores this position's K/V.
+/// `s.attn_out = PostNorm(Attn_p(Norm(s.x)))` at step `l` (PostNorm only with
+/// `FLAG_POST_NORMS`); stores this position's K/V.
 pub fn attention(
     w: &Weights,
     lv: &LayerView,
@@ -118,6 +125,9 @@ pub fn attention(
     kv.store(l, pos, &s.k, &s.v);
     attend(w, l, p, pos, kv, &s.q, &mut s.att);
     w.mv(p, 0xFF, &mut s.xq, &s.att, &mut [(&lv.o, &mut s.attn_out)]);
+    if let Some(nw) = &lv.post_attn_norm {
+        rmsnorm_in_place(&mut s.attn_out, Some(nw), w.cfg.rms_eps);
+    }
 }
 
 /// g ← act(g) · u.
@@ -128,7 +138,8 @@ pub fn gated(act: FfnAct, g: &mut [f32], u: &[f32]) {
     }
 }
 
-/// `ds.out = FFN_p(Norm(src))`, the gated dense FFN of block `p`.
+/// `ds.out = PostNorm(FFN_p(Norm(src)))`, the gated dense FFN of block `p` (PostNorm only with
+/// `FLAG_POST_NORMS`).
 pub fn dense(w: &Weights, lv: &LayerView, p: usize, src: &[f32], ds: &mut DenseScratch) {
     rmsnorm(&mut ds.xb, src, lv.ffn_norm.as_deref(), w.cfg.rms_eps);
     let (g, u, dn) = (
@@ -145,6 +156,9 @@ pub fn dense(w: &Weights, lv: &LayerView, p: usize, src: &[f32], ds: &mut DenseS
     );
     gated(w.cfg.meta.ffn_act, &mut ds.hb, &ds.hb2);
     w.mv(p, 0xFF, &mut ds.xq, &ds.hb, &mut [(dn, &mut ds.out)]);
+    if let Some(nw) = &lv.post_ffn_norm {
+        rmsnorm_in_place(&mut ds.out, Some(nw), w.cfg.rms_eps);
+    }
 }
 
 /// Bytes of a block's attention weights.

@@ -21,6 +21,16 @@ pub fn rmsnorm(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
     }
 }
 
+/// x ← x / rms(x) * w, in place (the same arithmetic as [`rmsnorm`]).
+pub fn rmsnorm_in_place(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
+    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let inv = 1.0 / (ss + eps).sqrt();
+    match w {
+        Some(w) => x.iter_mut().zip(w).for_each(|(v, wv)| *v = *v * inv * wv),
+        None => x.iter_mut().for_each(|v| *v *= inv),
+    }
+}
+
 /// Rotates one head vector in place for position `pos`.
 pub fn rope(head: &mut [f32], pos: usize, rot_dims: usize, theta: f32, style: RopeStyle) {
     let half = rot_dims / 2;

@@ -180,6 +180,11 @@ impl Engine {
                 q8.as_deref(),
                 n,
             );
+            if let Some(nw) = &lv.post_attn_norm {
+                for ob in o.chunks_exact_mut(d) {
+                    rmsnorm_in_place(ob, Some(nw), cfg.rms_eps);
+                }
+            }
             add_into(&mut x, &o);
             let st = &mut stats.layers[l];
             st.bytes.attn = attn_bytes(lv);
@@ -225,6 +230,11 @@ impl Engine {
                 q8.as_deref(),
                 n,
             );
+            if let Some(nw) = &lv.post_ffn_norm {
+                for ob in o.chunks_exact_mut(d) {
+                    rmsnorm_in_place(ob, Some(nw), cfg.rms_eps);
+                }
+            }
             add_into(&mut x, &o);
             st.bytes.dense = dense_bytes(lv);
             st.ns_dense = t1.elapsed().as_nanos() as u64;

@@ -108,12 +108,17 @@ pub enum EntryKind {
     QBias = 19,
     KBias = 20,
     VBias = 21,
-    /// RMSNorm weight over the whole Q projection output (`q_dim`), applied before RoPE (OLMoE).
+    /// RMSNorm weight over the whole Q projection output (`q_dim`), applied before RoPE (OLMoE);
+    /// with `FLAG_QK_NORM_PER_HEAD` over each head (`head_dim`, Gemma 3).
     QNorm = 22,
     /// RMSNorm weight over the whole K projection output (`kv_dim`), applied before RoPE.
     KNorm = 23,
     Router = 24,
     ExpertTable = 25,
+    /// RMSNorm weight on the attention output before the residual add (`FLAG_POST_NORMS`).
+    PostAttnNorm = 26,
+    /// RMSNorm weight on the FFN output before the residual add (`FLAG_POST_NORMS`).
+    PostFfnNorm = 27,
     Embedding = 32,
     LmHead = 33,
     FinalNorm = 34,
@@ -143,6 +148,8 @@ impl EntryKind {
             23 => KNorm,
             24 => Router,
             25 => ExpertTable,
+            26 => PostAttnNorm,
+            27 => PostFfnNorm,
             32 => Embedding,
             33 => LmHead,
             34 => FinalNorm,
@@ -170,7 +177,17 @@ impl EntryKind {
         use EntryKind::*;
         matches!(
             self,
-            AttnNorm | FfnNorm | MoeNorm | QBias | KBias | VBias | QNorm | KNorm | FinalNorm
+            AttnNorm
+                | FfnNorm
+                | MoeNorm
+                | QBias
+                | KBias
+                | VBias
+                | QNorm
+                | KNorm
+                | PostAttnNorm
+                | PostFfnNorm
+                | FinalNorm
         )
     }
 }

@@ -94,9 +94,12 @@ pub struct LayerView {
     pub q_bias: Option<Vec<f32>>,
     pub k_bias: Option<Vec<f32>>,
     pub v_bias: Option<Vec<f32>>,
-    /// Whole-projection Q / K RMSNorm weights (`FLAG_QK_NORM`).
+    /// Q / K RMSNorm weights (`FLAG_QK_NORM`; per head with `FLAG_QK_NORM_PER_HEAD`).
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+    /// RMSNorms of the attention and FFN outputs (`FLAG_POST_NORMS`).
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_ffn_norm: Option<Vec<f32>>,
     pub router: Option<Vec<f32>>,
     pub experts: Vec<ExpertView>,
 }
@@ -871,8 +874,9 @@ impl CflowFile {
         let q_bias = read_vector(v, &dir, EntryKind::QBias, c.q_dim(), &what)?;
         let k_bias = read_vector(v, &dir, EntryKind::KBias, c.kv_dim(), &what)?;
         let v_bias = read_vector(v, &dir, EntryKind::VBias, c.kv_dim(), &what)?;
-        let q_norm = read_vector(v, &dir, EntryKind::QNorm, c.q_dim(), &what)?;
-        let k_norm = read_vector(v, &dir, EntryKind::KNorm, c.kv_dim(), &what)?;
+        let (qn_len, kn_len) = c.qk_norm_lens();
+        let q_norm = read_vector(v, &dir, EntryKind::QNorm, qn_len, &what)?;
+        let k_norm = read_vector(v, &dir, EntryKind::KNorm, kn_len, &what)?;
         let qk_entries = (q_norm.is_some(), k_norm.is_some());
         if qk_entries != (c.qk_norm(), c.qk_norm()) {
             return Err(v.mismatch(
@@ -883,6 +887,20 @@ impl CflowFile {
                     "none (FLAG_QK_NORM clear)"
                 },
                 format!("QNorm {}, KNorm {}", qk_entries.0, qk_entries.1),
+            ));
+        }
+        let post_attn_norm = read_vector(v, &dir, EntryKind::PostAttnNorm, d, &what)?;
+        let post_ffn_norm = read_vector(v, &dir, EntryKind::PostFfnNorm, d, &what)?;
+        let post = (post_attn_norm.is_some(), post_ffn_norm.is_some());
+        if post != (c.post_norms(), c.post_norms()) {
+            return Err(v.mismatch(
+                format!("{what} post-norm entries"),
+                if c.post_norms() {
+                    "PostAttnNorm and PostFfnNorm (FLAG_POST_NORMS set)"
+                } else {
+                    "none (FLAG_POST_NORMS clear)"
+                },
+                format!("PostAttnNorm {}, PostFfnNorm {}", post.0, post.1),
             ));
         }
         let mut router = None;
@@ -986,6 +1004,8 @@ impl CflowFile {
             v_bias,
             q_norm,
             k_norm,
+            post_attn_norm,
+            post_ffn_norm,
             router,
             experts,
         })
@@ -1123,6 +1143,8 @@ impl CflowFile {
             v_bias: l.v_bias.clone(),
             q_norm: l.q_norm.clone(),
             k_norm: l.k_norm.clone(),
+            post_attn_norm: l.post_attn_norm.clone(),
+            post_ffn_norm: l.post_ffn_norm.clone(),
             gate: l.gate.as_ref().map(md),
             up: l.up.as_ref().map(md),
             down: l.down.as_ref().map(md),

@@ -543,6 +543,8 @@ fn build_group(
             &lv.v_bias,
             &lv.q_norm,
             &lv.k_norm,
+            &lv.post_attn_norm,
+            &lv.post_ffn_norm,
             &lv.ffn_norm,
             &lv.moe_norm,
         ]
@@ -600,6 +602,8 @@ fn build_group(
             (EntryKind::VBias, lv.v_bias.as_ref()),
             (EntryKind::QNorm, lv.q_norm.as_ref()),
             (EntryKind::KNorm, lv.k_norm.as_ref()),
+            (EntryKind::PostAttnNorm, lv.post_attn_norm.as_ref()),
+            (EntryKind::PostFfnNorm, lv.post_ffn_norm.as_ref()),
             (EntryKind::Router, lv.router.as_ref()),
         ];
         for (k, x) in vecs {

@@ -102,10 +102,14 @@ pub struct LayerData {
     pub q_bias: Option<Vec<f32>>,
     pub k_bias: Option<Vec<f32>>,
     pub v_bias: Option<Vec<f32>>,
-    /// RMSNorm weights over the whole Q / K projection outputs (`q_dim` / `kv_dim`); present
-    /// exactly when the config has `FLAG_QK_NORM`.
+    /// RMSNorm weights over the whole Q / K projection outputs (`q_dim` / `kv_dim`; `head_dim`
+    /// each with `FLAG_QK_NORM_PER_HEAD`); present exactly when the config has `FLAG_QK_NORM`.
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+    /// RMSNorm weights of the attention / FFN outputs (`d_model`); present exactly when the
+    /// config has `FLAG_POST_NORMS`.
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_ffn_norm: Option<Vec<f32>>,
     pub gate: Option<MatrixData>,
     pub up: Option<MatrixData>,
     pub down: Option<MatrixData>,
@@ -273,6 +277,7 @@ fn layer_entry_count(l: &LayerData) -> usize {
     let mut n = 4 + 1; // q k v o attn_norm
     n += l.q_bias.is_some() as usize + l.k_bias.is_some() as usize + l.v_bias.is_some() as usize;
     n += l.q_norm.is_some() as usize + l.k_norm.is_some() as usize;
+    n += l.post_attn_norm.is_some() as usize + l.post_ffn_norm.is_some() as usize;
     n += l.gate.is_some() as usize * 3 + l.ffn_norm.is_some() as usize;
     n += l.moe_norm.is_some() as usize + l.router.is_some() as usize;
     if !l.experts.is_empty() {
@@ -319,6 +324,12 @@ pub fn build_layer_region(base: u64, layer: u16, l: &LayerData) -> Vec<u8> {
     }
     if let Some(v) = &l.k_norm {
         rb.vector(EntryKind::KNorm, v);
+    }
+    if let Some(v) = &l.post_attn_norm {
+        rb.vector(EntryKind::PostAttnNorm, v);
+    }
+    if let Some(v) = &l.post_ffn_norm {
+        rb.vector(EntryKind::PostFfnNorm, v);
     }
     if let Some(r) = &l.router {
         rb.vector(EntryKind::Router, r);
@@ -656,19 +667,28 @@ fn check_layer(c: &ModelConfig, i: usize, l: &LayerData) -> Result<(), FormatErr
     match (&l.q_norm, &l.k_norm, c.qk_norm()) {
         (None, None, false) => {}
         (Some(qn), Some(kn), true) => {
-            if qn.len() != c.q_dim() || kn.len() != c.kv_dim() {
+            let (ql, kl) = c.qk_norm_lens();
+            if qn.len() != ql || kn.len() != kl {
                 return Err(FormatError::Invalid(p(&format!(
-                    "q_norm/k_norm lengths {}/{}, the config wants {}/{}",
+                    "q_norm/k_norm lengths {}/{}, the config wants {ql}/{kl}",
                     qn.len(),
                     kn.len(),
-                    c.q_dim(),
-                    c.kv_dim()
                 ))));
             }
         }
         _ => {
             return Err(FormatError::Invalid(p(
                 "q_norm and k_norm must both be present exactly when FLAG_QK_NORM is set",
+            )))
+        }
+    }
+    match (&l.post_attn_norm, &l.post_ffn_norm, c.post_norms()) {
+        (None, None, false) => {}
+        (Some(a), Some(f), true) if a.len() == d && f.len() == d => {}
+        _ => {
+            return Err(FormatError::Invalid(p(
+                "post_attn_norm and post_ffn_norm (d_model each) must both be present exactly \
+                 when FLAG_POST_NORMS is set",
             )))
         }
     }

@@ -83,6 +83,12 @@ pub const FLAG_QKV_BIAS: u32 = 1 << 3;
 /// Our extension: learned RMSNorms over the whole Q and K projection outputs (before the split
 /// into heads and RoPE; OLMoE's `q_norm`/`k_norm`). Every layer then has `QNorm`/`KNorm` entries.
 pub const FLAG_QK_NORM: u32 = 1 << 4;
+/// Our extension: with `FLAG_QK_NORM`, the `QNorm`/`KNorm` weights have `head_dim` entries and
+/// normalize each head on its own, after the split into heads (Gemma 3's `q_norm`/`k_norm`).
+pub const FLAG_QK_NORM_PER_HEAD: u32 = 1 << 5;
+/// Our extension: every layer has `PostAttnNorm` and `PostFfnNorm` RMSNorms, applied to the
+/// attention and FFN outputs before they are added to the residual (Gemma 2/3 "sandwich" norms).
+pub const FLAG_POST_NORMS: u32 = 1 << 6;
 
 fn is_off(v: &f32) -> bool {
     *v == 0.0
@@ -112,6 +118,10 @@ pub struct ModelMeta {
     /// it are byte-identical to those written before the field existed.
     #[serde(skip_serializing_if = "is_off")]
     pub clip_qkv: f32,
+    /// Attention logits are scaled by 1/√(this) (Gemma's `query_pre_attn_scalar`; 0 = head_dim).
+    /// Omitted from the JSON when 0.
+    #[serde(skip_serializing_if = "is_off")]
+    pub query_pre_attn_scalar: f32,
     pub ffn_act: FfnAct,
     pub router_norm: RouterNorm,
     /// DecoupledStreams: merge the two residual streams every this many layers.
@@ -140,6 +150,7 @@ impl Default for ModelMeta {
             sliding_window: Vec::new(),
             attn_logit_softcap: 0.0,
             clip_qkv: 0.0,
+            query_pre_attn_scalar: 0.0,
             ffn_act: FfnAct::Swiglu,
             router_norm: RouterNorm::SoftmaxTopk,
             merge_interval: 3,
@@ -209,6 +220,30 @@ impl ModelConfig {
     pub fn qk_norm(&self) -> bool {
         self.feature_flags & FLAG_QK_NORM != 0
     }
+    pub fn qk_norm_per_head(&self) -> bool {
+        self.feature_flags & FLAG_QK_NORM_PER_HEAD != 0
+    }
+    pub fn post_norms(&self) -> bool {
+        self.feature_flags & FLAG_POST_NORMS != 0
+    }
+    /// Lengths of the Q and K norm weights (whole projection, or one head with
+    /// `FLAG_QK_NORM_PER_HEAD`).
+    pub fn qk_norm_lens(&self) -> (usize, usize) {
+        if self.qk_norm_per_head() {
+            (self.head_dim, self.head_dim)
+        } else {
+            (self.q_dim(), self.kv_dim())
+        }
+    }
+    /// The attention logit scale: 1/√(query_pre_attn_scalar), default 1/√head_dim.
+    pub fn attn_scale(&self) -> f32 {
+        let s = self.meta.query_pre_attn_scalar;
+        if s > 0.0 {
+            1.0 / s.sqrt()
+        } else {
+            1.0 / (self.head_dim as f32).sqrt()
+        }
+    }
     /// Number of layer *executions* per token (FixedPoint repeats each block).
     pub fn effective_layers(&self) -> usize {
         if self.combine_style == CombineStyle::FixedPoint {
@@ -233,6 +268,18 @@ impl ModelConfig {
     }
     pub fn sliding_window_for(&self, layer: usize) -> usize {
         self.meta.sliding_window.get(layer).copied().unwrap_or(0) as usize
+    }
+    /// One letter per layer: `L` for a sliding-window (local) layer, `G` for full attention.
+    pub fn layer_pattern(&self) -> String {
+        (0..self.n_layers)
+            .map(|i| {
+                if self.sliding_window_for(i) > 0 {
+                    'L'
+                } else {
+                    'G'
+                }
+            })
+            .collect()
     }
 }
 
@@ -285,6 +332,14 @@ impl ModelConfig {
                 "attn_logit_softcap",
                 cap.to_string(),
                 "must be >= 0 (0 = off)".into(),
+            );
+        }
+        let qs = m.query_pre_attn_scalar;
+        if !(qs.is_finite() && qs >= 0.0) {
+            return bad(
+                "query_pre_attn_scalar",
+                qs.to_string(),
+                "must be >= 0 (0 = head_dim)".into(),
             );
         }
         if self.combine_style == CombineStyle::FixedPoint {

@@ -95,6 +95,19 @@ pub fn smollm2_requantized_gguf(kind: &str) -> Option<PathBuf> {
     None
 }
 
+/// The Gemma 3 270M GGUF (`$CFLOW_GEMMA3` or the pull cache), or `None` after
+/// [`missing_oracle`].
+pub fn gemma3_gguf() -> Option<PathBuf> {
+    let p = cflow::convert::pull_gemma3::gemma3_gguf();
+    if p.is_none() {
+        missing_oracle(
+            "GEMMA3",
+            "Gemma 3 GGUF not found (set CFLOW_GEMMA3 or run `cflow-tui pull gemma3-270m --accept-license`)",
+        );
+    }
+    p
+}
+
 /// True when tmux runs here; otherwise [`missing_oracle`] and false.
 pub fn have_tmux() -> bool {
     let ok = Command::new("tmux")

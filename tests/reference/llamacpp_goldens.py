@@ -5,6 +5,8 @@ Usage:
     python llamacpp_goldens.py MODEL.gguf -o goldens.json [--threads 2] [--top-k 10] [--n-greedy 32]
     python llamacpp_goldens.py MODEL.gguf --flash-attn off -o goldens/smollm2_llamacpp_fa_off.json \
         --compare-with goldens/smollm2_llamacpp.json     # llama.cpp's own noise floor
+    python llamacpp_goldens.py --set gemma3 GEMMA3.gguf -o goldens/gemma3_llamacpp.json
+        # Gemma 3 270M (a base model): five completion prompts and a >= 500-token English text
 
 Runs llama.cpp (through llama-cpp-python's low-level ctypes API) on a fixed set of prompts and
 writes, per prompt:
@@ -89,6 +91,30 @@ PROMPTS = [
      "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
      "<|im_start|>assistant\n"),
     ("long_english", LONG_TEXT),
+]
+
+# Original text for the Gemma 3 set: with LONG_TEXT, more than 500 Gemma tokens of English.
+LONG_TEXT_2 = (
+    " The same patience shows up in other trades that nobody notices until they fail. A bridge "
+    "inspector walks the underside of a span with a hammer, tapping rivets and listening for the "
+    "dull note that means rust has eaten the metal from inside. A water engineer reads pressure "
+    "charts every morning, looking for the slow drift that warns of a leak long before a street "
+    "floods. A librarian repairs the spine of a book that a hundred students have opened, so that "
+    "the next hundred can open it too. None of them expects applause. Their work is judged by what "
+    "does not happen: the bridge that does not fall, the pipe that does not burst, the page that "
+    "does not tear. Perhaps that is why the old keepers wrote so carefully in their logbooks, "
+    "recording small facts about wind and oil. The entries were a way of saying that someone had "
+    "been there, awake, paying attention, and that the quiet morning was not an accident."
+)
+
+# Gemma 3 270M is a base model: completion prompts, no chat template.
+GEMMA3_PROMPTS = [
+    ("capital", "The capital of France is"),
+    ("story", "Once upon a time, in a small village at the edge of a forest, there lived"),
+    ("code_python", "def is_prime(n):\n    \"\"\"Return True if n is a prime number.\"\"\"\n"),
+    ("list", "Three reasons to learn a second language:\n1."),
+    ("science", "Photosynthesis is the process by which plants"),
+    ("long_english", LONG_TEXT + LONG_TEXT_2),
 ]
 
 
@@ -231,7 +257,10 @@ def main():
                          "flash-attention-on run) with full logits: top-1 agreement and max |dlogit| "
                          "over their top-k; written to the header as `agreement_with`")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--set", choices=["smollm2", "gemma3"], default="smollm2",
+                    help="prompt set (gemma3: completion prompts for the base model)")
     a = ap.parse_args()
+    prompts = GEMMA3_PROMPTS if a.set == "gemma3" else PROMPTS
 
     if not a.verbose:
         L.llama_log_set(_quiet, ctypes.c_void_p())
@@ -272,6 +301,7 @@ def main():
         "n_ctx": a.n_ctx,
         "top_k": a.top_k,
         "n_greedy": a.n_greedy,
+        "prompt_set": a.set,
         "logit_decimals": a.decimals,
         "system_info": L.llama_print_system_info().decode().strip(),
         "notes": "top[i] predicts position i+1; greedy stops at and includes the first EOG token; "
@@ -284,7 +314,7 @@ def main():
         other = {p["name"]: p for p in json.load(open(a.compare_with, encoding="utf-8"))["prompts"]}
     agree = total = 0
     max_dl = 0.0
-    for name, text in PROMPTS:
+    for name, text in prompts:
         ids = tokenize(vocab, text)
         if len(ids) + a.n_greedy > a.n_ctx:
             sys.exit(f"{name}: {len(ids)} tokens do not fit n_ctx {a.n_ctx}")
