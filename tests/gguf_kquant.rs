@@ -188,9 +188,10 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn kept_blocks_decode_like_the_dequantized_twin() {
     let dir = tempfile::tempdir().unwrap();
-    let keep = Arc::new(CflowFile::open(import(dir.path(), QuantTarget::Keep, "k.cflow")).unwrap());
+    let keep =
+        Arc::new(CflowFile::open(&import(dir.path(), QuantTarget::Keep, "k.cflow")).unwrap());
     let f32m = Arc::new(
-        CflowFile::open(import(
+        CflowFile::open(&import(
             dir.path(),
             QuantTarget::To(QuantType::F32),
             "f.cflow",

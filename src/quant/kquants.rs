@@ -225,18 +225,18 @@ fn quantize_k4(five: bool, x: &[f32], out: &mut Vec<u8>) {
     let dmin = f16_up(max_min / 63.0);
     let mut lm = [0u8; 8];
     let mut scale = [0f32; 8];
-    for j in 0..8 {
+    for (j, (l, s)) in lm.iter_mut().zip(scale.iter_mut()).enumerate() {
         if dmin.to_f32() > 0.0 {
-            lm[j] = (mins[j] / dmin.to_f32()).ceil().min(63.0) as u8;
+            *l = (mins[j] / dmin.to_f32()).ceil().min(63.0) as u8;
         }
-        scale[j] = (maxs[j] + dmin.to_f32() * lm[j] as f32) / nmax;
+        *s = (maxs[j] + dmin.to_f32() * *l as f32) / nmax;
     }
     let max_scale = scale.iter().fold(0f32, |m, &v| m.max(v));
     let d = f16_up(max_scale / 63.0);
     let mut ls = [0u8; 8];
-    for j in 0..8 {
-        if d.to_f32() > 0.0 {
-            ls[j] = (scale[j] / d.to_f32()).ceil().min(63.0) as u8;
+    if d.to_f32() > 0.0 {
+        for (l, s) in ls.iter_mut().zip(&scale) {
+            *l = (s / d.to_f32()).ceil().min(63.0) as u8;
         }
     }
     let mut sc = [0u8; 12];

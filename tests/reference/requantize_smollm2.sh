@@ -17,7 +17,8 @@ src="${CFLOW_SMOLLM2:-$HOME/.cache/cflow-tui/smollm2/SmolLM2-135M-Instruct.Q4_1.
 for kind in Q4_K_M Q6_K; do
     dst="$out/SmolLM2-135M-Instruct.$kind.gguf"
     LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        "$bin/llama-quantize" --allow-requantize "$src" "$dst" "$kind" 1 >/dev/null
+        "$bin/llama-quantize" --allow-requantize "$src" "$dst" "$kind" 1 >"$dst.log" 2>&1 ||
+        { echo "llama-quantize failed, see $dst.log" >&2; exit 1; }
     echo "$dst: $(sha256sum "$dst" | cut -c1-16)…"
     if [ "${GOLDENS:-0}" = 1 ]; then
         g="$here/goldens/smollm2_${kind,,}_llamacpp"

@@ -179,10 +179,11 @@ unsafe fn q6k_q8k(row: &[u8], k: Q8KRef) -> f32 {
         let sc = &blk[192..208];
         let bs = &k.bsums[16 * b..16 * b + 16];
         let yq = &k.qs[b * QK_K..(b + 1) * QK_K];
-        let mut corr = 0i32;
-        for g in 0..16 {
-            corr += (sc[g] as i8) as i32 * bs[g] as i32;
-        }
+        let corr: i32 = sc
+            .iter()
+            .zip(bs)
+            .map(|(&s, &b)| (s as i8) as i32 * b as i32)
+            .sum();
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
             // SAFETY: `blk` has 210 bytes (ql 0..128, qh 128..192); `yq` 256.
