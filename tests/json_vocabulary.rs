@@ -35,7 +35,7 @@ fn critical_path_is_the_same_object_in_run_and_inspect() {
 }
 
 /// The schemas in assets/schema/, by output.
-const SCHEMAS: [(&str, &str); 4] = [
+const SCHEMAS: [(&str, &str); 5] = [
     ("run", include_str!("../assets/schema/run.json")),
     (
         "replay-summary",
@@ -46,6 +46,7 @@ const SCHEMAS: [(&str, &str); 4] = [
         "bench-decode",
         include_str!("../assets/schema/bench-decode.json"),
     ),
+    ("perplexity", include_str!("../assets/schema/perplexity.json")),
 ];
 
 fn schema(name: &str) -> serde_json::Value {
@@ -156,4 +157,30 @@ fn shared_schema_definitions_are_identical() {
         seen.contains_key("tokens") && seen.contains_key("act"),
         "{seen:?}"
     );
+}
+
+/// Issue 18: `act` is what runs. On the scalar ISA there is no integer kernel, so the forward
+/// pass keeps f32 activations and `run --json` / `bench decode --json` say `f32` (they said `q8`,
+/// the request, while the trace's settings said `f32`).
+#[test]
+fn act_reports_the_numerics_that_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let m = m.to_str().unwrap();
+    for (isa, act) in [("scalar", "f32"), ("auto", "q8")] {
+        let base = ["--threads", "1", "--isa", isa, "--act", "q8"];
+        let run = json(&[&["run", m, "--tokens", "1,2", "-n", "2", "--json"][..], &base].concat());
+        let bench = json(
+            &[
+                &["bench", "decode", m, "--tokens", "2", "--repeat", "1", "--json"][..],
+                &base,
+            ]
+            .concat(),
+        );
+        if isa == "auto" && run["isa"] == "scalar" {
+            continue; // no SIMD on this CPU: q8 never runs
+        }
+        assert_eq!(run["act"], act, "run --isa {isa}");
+        assert_eq!(bench["act"], act, "bench decode --isa {isa}");
+    }
 }

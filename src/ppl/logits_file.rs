@@ -514,4 +514,83 @@ mod tests {
         ));
         assert!(!path.exists());
     }
+
+    /// A valid 2-row file (vocab 5, ctx 3, tokens 0 1 2) as bytes.
+    fn valid_bytes(dir: &Path) -> Vec<u8> {
+        let path = dir.join("ok.logits");
+        let h = LogitsHeader {
+            n_vocab: 5,
+            n_ctx: 3,
+            label: "lab".into(),
+            tokens: vec![0, 1, 2],
+        };
+        let mut w = LogitsWriter::create(&path, &[], &h).unwrap();
+        let mut lp = vec![0.0; 5];
+        crate::ppl::kld::log_softmax(&[0.0, 1.0, 2.0, 3.0, 4.0], &mut lp);
+        w.push(&lp, 1).unwrap();
+        w.push(&lp, 2).unwrap();
+        w.finish().unwrap();
+        std::fs::read(&path).unwrap()
+    }
+
+    fn open_bytes(dir: &Path, b: &[u8]) -> Result<LogitsReader, LogitsFileError> {
+        let p = dir.join("bad.logits");
+        std::fs::write(&p, b).unwrap();
+        LogitsReader::open(&p)
+    }
+
+    fn read_all(dir: &Path, b: &[u8]) -> Result<(), LogitsFileError> {
+        let mut r = open_bytes(dir, b)?;
+        let mut lp = vec![0.0; r.header.n_vocab];
+        for _ in 0..r.header.n_positions() {
+            r.next_row(&mut lp)?;
+        }
+        Ok(())
+    }
+
+    fn set_u32(b: &mut [u8], at: usize, v: u32) {
+        b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Every corruption of the header, the tokens, the length or a row is a typed error naming
+    /// the file and the field; none panics.
+    #[test]
+    fn corrupt_files_give_typed_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = valid_bytes(dir.path());
+        read_all(dir.path(), &ok).unwrap();
+        // Rows start after the 32-byte header, the 3-byte label and 3 tokens.
+        let row0 = 32 + 3 + 12;
+        type Check = fn(&LogitsFileError) -> bool;
+        let cases: Vec<(&str, Vec<u8>, Check)> = vec![
+            ("magic", { let mut b = ok.clone(); b[0] = b'X'; b }, |e| matches!(e, LogitsFileError::Magic { .. })),
+            ("version", { let mut b = ok.clone(); set_u32(&mut b, 8, 2); b }, |e| matches!(e, LogitsFileError::Version { found: 2, .. })),
+            ("n_vocab 0", { let mut b = ok.clone(); set_u32(&mut b, 12, 0); b }, |e| matches!(e, LogitsFileError::Field { field: "n_vocab", .. })),
+            ("n_vocab huge", { let mut b = ok.clone(); set_u32(&mut b, 12, u32::MAX); b }, |e| matches!(e, LogitsFileError::Field { field: "n_vocab", .. })),
+            ("n_vocab other", { let mut b = ok.clone(); set_u32(&mut b, 12, 6); b }, |e| matches!(e, LogitsFileError::Size { .. })),
+            ("n_ctx", { let mut b = ok.clone(); set_u32(&mut b, 16, 1); b }, |e| matches!(e, LogitsFileError::Field { field: "n_ctx", .. })),
+            ("n_tokens", { let mut b = ok.clone(); set_u32(&mut b, 20, u32::MAX); b }, |e| matches!(e, LogitsFileError::Field { field: "n_tokens", .. })),
+            ("n_positions", { let mut b = ok.clone(); set_u32(&mut b, 24, 3); b }, |e| matches!(e, LogitsFileError::Field { field: "n_positions", .. })),
+            ("label_len", { let mut b = ok.clone(); set_u32(&mut b, 28, 5000); b }, |e| matches!(e, LogitsFileError::Field { field: "label_len", .. })),
+            ("label utf-8", { let mut b = ok.clone(); b[32] = 0xff; b }, |e| matches!(e, LogitsFileError::Label { .. })),
+            ("token id", { let mut b = ok.clone(); set_u32(&mut b, 35 + 4, 5); b }, |e| matches!(e, LogitsFileError::Token { index: 1, id: 5, .. })),
+            ("truncated", ok[..ok.len() - 1].to_vec(), |e| matches!(e, LogitsFileError::Size { .. })),
+            ("trailing", { let mut b = ok.clone(); b.push(0); b }, |e| matches!(e, LogitsFileError::Size { .. })),
+            ("header only", ok[..20].to_vec(), |e| matches!(e, LogitsFileError::Size { .. })),
+            ("lo NaN", { let mut b = ok.clone(); b[row0..row0 + 4].copy_from_slice(&f32::NAN.to_le_bytes()); b }, |e| matches!(e, LogitsFileError::Row { row: 0, field: "lo", .. })),
+            ("scale < 0", { let mut b = ok.clone(); b[row0 + 4..row0 + 8].copy_from_slice(&(-1f32).to_le_bytes()); b }, |e| matches!(e, LogitsFileError::Row { field: "scale", .. })),
+            ("scale huge", { let mut b = ok.clone(); b[row0 + 4..row0 + 8].copy_from_slice(&1f32.to_le_bytes()); b }, |e| matches!(e, LogitsFileError::Row { field: "scale", .. })),
+            ("target_lp > 0", { let mut b = ok.clone(); let r1 = row0 + row_bytes(5); b[r1 + 8..r1 + 12].copy_from_slice(&3f32.to_le_bytes()); b }, |e| matches!(e, LogitsFileError::Row { row: 1, field: "target_lp", .. })),
+        ];
+        for (what, bytes, check) in cases {
+            let e = read_all(dir.path(), &bytes).expect_err(what);
+            assert!(check(&e), "{what}: {e:?}");
+            assert!(e.to_string().contains("bad.logits"), "{what}: {e}");
+        }
+        // Not a file at all.
+        let e = LogitsReader::open(dir.path()).err().unwrap();
+        assert!(matches!(e, LogitsFileError::Field { field: "file type", .. }), "{e:?}");
+        let e = LogitsReader::open(&dir.path().join("missing")).err().unwrap();
+        assert!(matches!(e, LogitsFileError::Io { what: "open", .. }), "{e:?}");
+    }
 }
