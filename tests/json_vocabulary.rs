@@ -184,3 +184,21 @@ fn act_reports_the_numerics_that_run() {
         assert_eq!(bench["act"], act, "bench decode --isa {isa}");
     }
 }
+
+/// Issue 18 §1: q8 is the default everywhere, chat included (`run --chat` ran f32 under
+/// `--act auto`); `--act f32` still selects the exact path.
+#[test]
+fn q8_is_the_default_for_chat_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let m = m.to_str().unwrap();
+    let base = ["run", m, "--tokens", "1,2", "-n", "2", "--json", "--threads", "1"];
+    let chat = json(&[&base[..], &["--chat"]].concat());
+    if chat["isa"] == "scalar" {
+        return; // no integer kernel on this CPU: f32 whatever the default
+    }
+    assert_eq!(chat["act"], "q8", "run --chat");
+    assert_eq!(json(&base)["act"], "q8", "run");
+    let exact = json(&[&base[..], &["--chat", "--act", "f32"]].concat());
+    assert_eq!(exact["act"], "f32");
+}

@@ -206,7 +206,8 @@ pub struct EngineArgs {
     pub vflow: Option<PathBuf>,
     /// Activations fed to the quantized matvecs: q8 (quantized once per matvec, integer dot
     /// products: fastest, llama.cpp's numerics), f32 (exact: matches a float64 forward to 1e-4),
-    /// or auto (f32 for chat, q8 otherwise). On SmolLM2 the Q8 noise changes chat answers.
+    /// or auto: q8 everywhere (chat, the TUI, run, bench, perplexity), the default chosen by
+    /// KL divergence against the exact path (docs/PERFORMANCE.md, issue 18).
     #[arg(long, value_enum, default_value_t = ActArg::Auto)]
     pub act: ActArg,
     /// Shorthand for --act f32.
@@ -399,16 +400,8 @@ impl EngineArgs {
         Ok(())
     }
 
-    /// Engine options for a chat workload (auto activations = exact f32).
-    pub fn chat_options(&self) -> Result<EngineOptions> {
-        let mut o = self.options()?;
-        if self.act == ActArg::Auto && !self.f32_act {
-            o.int_act = false;
-        }
-        Ok(o)
-    }
-
     pub fn options(&self) -> Result<EngineOptions> {
+        // The one home of the default numerics: `--act auto` is q8 (issue 18 §1).
         let int_act = !self.f32_act && self.act != ActArg::F32;
         let threads = self.thread_count()?.unwrap_or_else(default_threads);
         if threads == 0 || threads > 256 {

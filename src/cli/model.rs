@@ -173,15 +173,10 @@ pub(super) fn build_session(
     model: Option<PathBuf>,
     eng: &EngineArgs,
     sampling: SamplingParams,
-    chat: bool,
 ) -> Result<Session> {
     let path = resolve_model(model)?;
     let file = open_model(&path)?;
-    let opts = if chat {
-        eng.chat_options()?
-    } else {
-        eng.options()?
-    };
+    let opts = eng.options()?;
     let engine = new_engine(&path, file, opts, eng)?;
     Session::new(engine, sampling).map_err(anyhow::Error::msg)
 }

@@ -35,7 +35,6 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
             Some(m.clone()),
             &a.engine,
             SamplingParams::default(),
-            false,
         )?)),
         (None, Some(p)) => Source::File(LogitsReader::open(p).context("--logits")?),
         (None, None) => bail!("give MODEL, or --logits FILE with --kl-divergence"),

@@ -18,7 +18,7 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     if a.n > 1_000_000 {
         bail!("-n {}: too many tokens (max 1000000)", a.n);
     }
-    let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?, a.chat)?;
+    let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?)?;
     let ids = match (&a.tokens, &a.prompt) {
         (Some(t), _) => t.clone(),
         (None, Some(p)) if a.chat => {

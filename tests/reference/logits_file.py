@@ -90,3 +90,38 @@ class Writer:
 def chunks(tokens, n_ctx, max_chunks=None):
     out = [tokens[i:i + n_ctx] for i in range(0, len(tokens), n_ctx)]
     return out if max_chunks is None else out[:max_chunks]
+
+
+def truncate(src, dst, chunks=None):
+    """Writes DST: the first CHUNKS whole chunks of SRC (default: as many as SRC holds complete
+    rows for; SRC may be the temporary file of a run still in progress). Returns the chunk count."""
+    h = read_header(src)
+    n_ctx, n_vocab, toks = h["n_ctx"], h["n_vocab"], h["tokens"]
+    row = 12 + 2 * n_vocab
+    start = 32 + len(h["label"].encode("utf-8")) + 4 * len(toks)
+    have = (os.path.getsize(src) - start) // row
+    k = have // (n_ctx - 1)
+    k = min(k, len(toks) // n_ctx) if chunks is None else chunks
+    if k * (n_ctx - 1) > have:
+        raise ValueError(f"{src}: holds {have} rows, fewer than {k} chunks")
+    tokens = toks[:k * n_ctx]
+    w = Writer(dst, n_vocab, n_ctx, tokens, h["label"])
+    with open(src, "rb") as f:
+        f.seek(start)
+        for _ in range(w.expected):
+            w.f.write(f.read(row))
+            w.written += 1
+    w.finish()
+    return k
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="truncate SRC DST [--chunks K]: a prefix of whole chunks")
+    ap.add_argument("cmd", choices=["truncate"])
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    ap.add_argument("--chunks", type=int, default=None)
+    a = ap.parse_args()
+    print(f"{a.dst}: {truncate(a.src, a.dst, a.chunks)} chunks")
