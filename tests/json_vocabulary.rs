@@ -46,7 +46,10 @@ const SCHEMAS: [(&str, &str); 5] = [
         "bench-decode",
         include_str!("../assets/schema/bench-decode.json"),
     ),
-    ("perplexity", include_str!("../assets/schema/perplexity.json")),
+    (
+        "perplexity",
+        include_str!("../assets/schema/perplexity.json"),
+    ),
 ];
 
 fn schema(name: &str) -> serde_json::Value {
@@ -169,10 +172,18 @@ fn act_reports_the_numerics_that_run() {
     let m = m.to_str().unwrap();
     for (isa, act) in [("scalar", "f32"), ("auto", "q8")] {
         let base = ["--threads", "1", "--isa", isa, "--act", "q8"];
-        let run = json(&[&["run", m, "--tokens", "1,2", "-n", "2", "--json"][..], &base].concat());
+        let run = json(
+            &[
+                &["run", m, "--tokens", "1,2", "-n", "2", "--json"][..],
+                &base,
+            ]
+            .concat(),
+        );
         let bench = json(
             &[
-                &["bench", "decode", m, "--tokens", "2", "--repeat", "1", "--json"][..],
+                &[
+                    "bench", "decode", m, "--tokens", "2", "--repeat", "1", "--json",
+                ][..],
                 &base,
             ]
             .concat(),
@@ -192,7 +203,17 @@ fn q8_is_the_default_for_chat_too() {
     let dir = tempfile::tempdir().unwrap();
     let m = tiny_model(dir.path(), "2048");
     let m = m.to_str().unwrap();
-    let base = ["run", m, "--tokens", "1,2", "-n", "2", "--json", "--threads", "1"];
+    let base = [
+        "run",
+        m,
+        "--tokens",
+        "1,2",
+        "-n",
+        "2",
+        "--json",
+        "--threads",
+        "1",
+    ];
     let chat = json(&[&base[..], &["--chat"]].concat());
     if chat["isa"] == "scalar" {
         return; // no integer kernel on this CPU: f32 whatever the default

@@ -28,7 +28,9 @@ fn crafted_ref(dir: &Path, name: &str, vocab: usize, n: usize, ctx: usize) -> Pa
     let mut w = LogitsWriter::create(&path, &[], &h).unwrap();
     let mut lp = vec![0.0; vocab];
     for k in 0..positions(n, ctx) {
-        let logits: Vec<f32> = (0..vocab).map(|j| ((j * 7 + k) % 11) as f32 * 0.3).collect();
+        let logits: Vec<f32> = (0..vocab)
+            .map(|j| ((j * 7 + k) % 11) as f32 * 0.3)
+            .collect();
         log_softmax(&logits, &mut lp);
         w.push(&lp, (k * 3) % vocab).unwrap();
     }
@@ -66,7 +68,15 @@ fn own_distributions_give_zero_kld_and_q8_a_small_one() {
     let (r, own_s) = (r.to_str().unwrap(), own.to_str().unwrap());
     // f32 against the crafted rows, saving its own.
     let first = json_ok(&[
-        m, "--kl-divergence", r, "--act", "f32", "--threads", "1", "--save-logits", own_s,
+        m,
+        "--kl-divergence",
+        r,
+        "--act",
+        "f32",
+        "--threads",
+        "1",
+        "--save-logits",
+        own_s,
         "--json",
     ]);
     assert_eq!(first["predictions"], 31 + 31 + 5);
@@ -74,7 +84,16 @@ fn own_distributions_give_zero_kld_and_q8_a_small_one() {
     assert_eq!(first["reference"]["label"], "crafted");
     assert!(first["kl_divergence"]["kld"]["mean"].as_f64().unwrap() > 0.01);
     // f32 against its own saved distributions: zero up to the 16-bit rounding.
-    let same = json_ok(&[m, "--kl-divergence", own_s, "--act", "f32", "--threads", "1", "--json"]);
+    let same = json_ok(&[
+        m,
+        "--kl-divergence",
+        own_s,
+        "--act",
+        "f32",
+        "--threads",
+        "1",
+        "--json",
+    ]);
     let k = &same["kl_divergence"];
     assert!(k["kld"]["mean"].as_f64().unwrap().abs() < 1e-6, "{k}");
     assert!(k["kld_max"].as_f64().unwrap().abs() < 1e-5, "{k}");
@@ -87,7 +106,16 @@ fn own_distributions_give_zero_kld_and_q8_a_small_one() {
     assert_eq!(files["model"], serde_json::Value::Null);
     assert_eq!(files["ppl"], same["ppl"]);
     // The Q8 path differs a little.
-    let q8 = json_ok(&[m, "--kl-divergence", own_s, "--act", "q8", "--threads", "1", "--json"]);
+    let q8 = json_ok(&[
+        m,
+        "--kl-divergence",
+        own_s,
+        "--act",
+        "q8",
+        "--threads",
+        "1",
+        "--json",
+    ]);
     let kq = q8["kl_divergence"]["kld"]["mean"].as_f64().unwrap();
     assert!(q8["act"] == "q8" && kq > 1e-7 && kq < 0.1, "{q8}");
 }
@@ -100,7 +128,13 @@ fn a_reference_that_does_not_fit_is_refused_and_writes_nothing() {
     let out = dir.path().join("out.logits");
     let out_s = out.to_str().unwrap();
     let check = |r: &Path, want: &[&str]| {
-        let o = ppl(&[m, "--kl-divergence", r.to_str().unwrap(), "--save-logits", out_s]);
+        let o = ppl(&[
+            m,
+            "--kl-divergence",
+            r.to_str().unwrap(),
+            "--save-logits",
+            out_s,
+        ]);
         let e = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{e}");
         assert!(!e.contains("panicked"), "{e}");
@@ -135,5 +169,8 @@ fn a_reference_that_does_not_fit_is_refused_and_writes_nothing() {
         other.to_str().unwrap(),
     ]);
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("c5.logits") && e.contains("tokens"), "{e}");
+    assert!(
+        !o.status.success() && e.contains("c5.logits") && e.contains("tokens"),
+        "{e}"
+    );
 }

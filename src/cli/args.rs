@@ -620,7 +620,7 @@ pub struct PplArgs {
     #[arg(long, value_name = "REF")]
     pub kl_divergence: Option<PathBuf>,
     /// Take the evaluated distributions from FILE (e.g. llama.cpp's, written by
-    /// benches/llamacpp_logits.py) instead of running a model.
+    /// tests/reference/llamacpp_logits.py) instead of running a model.
     #[arg(long, value_name = "FILE", requires = "kl_divergence")]
     pub logits: Option<PathBuf>,
     /// Print one JSON object on stdout (assets/schema/perplexity.json).

@@ -13,9 +13,7 @@ mod trace;
 mod tui_host;
 
 pub use args::*;
-pub use model::{
-    demo_model_path, gpt2_tokenizer_json, open_model, progress_bar, resolve_model,
-};
+pub use model::{demo_model_path, gpt2_tokenizer_json, open_model, progress_bar, resolve_model};
 
 use crate::errln;
 use anyhow::Result;

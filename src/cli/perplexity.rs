@@ -105,7 +105,9 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
         }
     }
     if let Source::File(f) = &src {
-        let r = reference.as_ref().expect("--logits requires --kl-divergence");
+        let r = reference
+            .as_ref()
+            .expect("--logits requires --kl-divergence");
         if f.header.tokens != r.header.tokens || f.header.n_ctx != r.header.n_ctx {
             return Err(f
                 .mismatch(

@@ -239,6 +239,10 @@ mod tests {
         assert!(s.ln_ppl_ratio.mean.abs() < 1e-15);
         assert!((s.ln_ppl_ratio.stderr - 1.0).abs() < 1e-12);
         // Var(mt) = 0, Var(mr) = 2/2 = 1, Cov = 0: sd(Δ) = e²·1.
-        assert!((s.delta_ppl.stderr - 2f64.exp()).abs() < 1e-9, "{:?}", s.delta_ppl);
+        assert!(
+            (s.delta_ppl.stderr - 2f64.exp()).abs() < 1e-9,
+            "{:?}",
+            s.delta_ppl
+        );
     }
 }

@@ -273,10 +273,12 @@ pub struct Row {
 impl LogitsReader {
     pub fn open(path: &Path) -> Result<LogitsReader, LogitsFileError> {
         let p = || path.to_path_buf();
-        let io = |what| move |err| LogitsFileError::Io {
-            path: path.to_path_buf(),
-            what,
-            err,
+        let io = |what| {
+            move |err| LogitsFileError::Io {
+                path: path.to_path_buf(),
+                what,
+                err,
+            }
         };
         let f = File::open(path).map_err(io("open"))?;
         let meta = f.metadata().map_err(io("stat"))?;
@@ -459,7 +461,9 @@ mod tests {
 
     #[test]
     fn rows_round_trip_within_the_quantization_step() {
-        let logits: Vec<f32> = (0..300).map(|i| ((i * 37) % 101) as f32 * 0.13 - 5.0).collect();
+        let logits: Vec<f32> = (0..300)
+            .map(|i| ((i * 37) % 101) as f32 * 0.13 - 5.0)
+            .collect();
         let mut lp = vec![0.0; 300];
         crate::ppl::kld::log_softmax(&logits, &mut lp);
         let mut row = vec![0u8; row_bytes(300)];
@@ -563,24 +567,224 @@ mod tests {
         let row0 = 32 + 3 + 12;
         type Check = fn(&LogitsFileError) -> bool;
         let cases: Vec<(&str, Vec<u8>, Check)> = vec![
-            ("magic", { let mut b = ok.clone(); b[0] = b'X'; b }, |e| matches!(e, LogitsFileError::Magic { .. })),
-            ("version", { let mut b = ok.clone(); set_u32(&mut b, 8, 2); b }, |e| matches!(e, LogitsFileError::Version { found: 2, .. })),
-            ("n_vocab 0", { let mut b = ok.clone(); set_u32(&mut b, 12, 0); b }, |e| matches!(e, LogitsFileError::Field { field: "n_vocab", .. })),
-            ("n_vocab huge", { let mut b = ok.clone(); set_u32(&mut b, 12, u32::MAX); b }, |e| matches!(e, LogitsFileError::Field { field: "n_vocab", .. })),
-            ("n_vocab other", { let mut b = ok.clone(); set_u32(&mut b, 12, 6); b }, |e| matches!(e, LogitsFileError::Size { .. })),
-            ("n_ctx", { let mut b = ok.clone(); set_u32(&mut b, 16, 1); b }, |e| matches!(e, LogitsFileError::Field { field: "n_ctx", .. })),
-            ("n_tokens", { let mut b = ok.clone(); set_u32(&mut b, 20, u32::MAX); b }, |e| matches!(e, LogitsFileError::Field { field: "n_tokens", .. })),
-            ("n_positions", { let mut b = ok.clone(); set_u32(&mut b, 24, 3); b }, |e| matches!(e, LogitsFileError::Field { field: "n_positions", .. })),
-            ("label_len", { let mut b = ok.clone(); set_u32(&mut b, 28, 5000); b }, |e| matches!(e, LogitsFileError::Field { field: "label_len", .. })),
-            ("label utf-8", { let mut b = ok.clone(); b[32] = 0xff; b }, |e| matches!(e, LogitsFileError::Label { .. })),
-            ("token id", { let mut b = ok.clone(); set_u32(&mut b, 35 + 4, 5); b }, |e| matches!(e, LogitsFileError::Token { index: 1, id: 5, .. })),
-            ("truncated", ok[..ok.len() - 1].to_vec(), |e| matches!(e, LogitsFileError::Size { .. })),
-            ("trailing", { let mut b = ok.clone(); b.push(0); b }, |e| matches!(e, LogitsFileError::Size { .. })),
-            ("header only", ok[..20].to_vec(), |e| matches!(e, LogitsFileError::Size { .. })),
-            ("lo NaN", { let mut b = ok.clone(); b[row0..row0 + 4].copy_from_slice(&f32::NAN.to_le_bytes()); b }, |e| matches!(e, LogitsFileError::Row { row: 0, field: "lo", .. })),
-            ("scale < 0", { let mut b = ok.clone(); b[row0 + 4..row0 + 8].copy_from_slice(&(-1f32).to_le_bytes()); b }, |e| matches!(e, LogitsFileError::Row { field: "scale", .. })),
-            ("scale huge", { let mut b = ok.clone(); b[row0 + 4..row0 + 8].copy_from_slice(&1f32.to_le_bytes()); b }, |e| matches!(e, LogitsFileError::Row { field: "scale", .. })),
-            ("target_lp > 0", { let mut b = ok.clone(); let r1 = row0 + row_bytes(5); b[r1 + 8..r1 + 12].copy_from_slice(&3f32.to_le_bytes()); b }, |e| matches!(e, LogitsFileError::Row { row: 1, field: "target_lp", .. })),
+            (
+                "magic",
+                {
+                    let mut b = ok.clone();
+                    b[0] = b'X';
+                    b
+                },
+                |e| matches!(e, LogitsFileError::Magic { .. }),
+            ),
+            (
+                "version",
+                {
+                    let mut b = ok.clone();
+                    set_u32(&mut b, 8, 2);
+                    b
+                },
+                |e| matches!(e, LogitsFileError::Version { found: 2, .. }),
+            ),
+            (
+                "n_vocab 0",
+                {
+                    let mut b = ok.clone();
+                    set_u32(&mut b, 12, 0);
+                    b
+                },
+                |e| {
+                    matches!(
+                        e,
+                        LogitsFileError::Field {
+                            field: "n_vocab",
+                            ..
+                        }
+                    )
+                },
+            ),
+            (
+                "n_vocab huge",
+                {
+                    let mut b = ok.clone();
+                    set_u32(&mut b, 12, u32::MAX);
+                    b
+                },
+                |e| {
+                    matches!(
+                        e,
+                        LogitsFileError::Field {
+                            field: "n_vocab",
+                            ..
+                        }
+                    )
+                },
+            ),
+            (
+                "n_vocab other",
+                {
+                    let mut b = ok.clone();
+                    set_u32(&mut b, 12, 6);
+                    b
+                },
+                |e| matches!(e, LogitsFileError::Size { .. }),
+            ),
+            (
+                "n_ctx",
+                {
+                    let mut b = ok.clone();
+                    set_u32(&mut b, 16, 1);
+                    b
+                },
+                |e| matches!(e, LogitsFileError::Field { field: "n_ctx", .. }),
+            ),
+            (
+                "n_tokens",
+                {
+                    let mut b = ok.clone();
+                    set_u32(&mut b, 20, u32::MAX);
+                    b
+                },
+                |e| {
+                    matches!(
+                        e,
+                        LogitsFileError::Field {
+                            field: "n_tokens",
+                            ..
+                        }
+                    )
+                },
+            ),
+            (
+                "n_positions",
+                {
+                    let mut b = ok.clone();
+                    set_u32(&mut b, 24, 3);
+                    b
+                },
+                |e| {
+                    matches!(
+                        e,
+                        LogitsFileError::Field {
+                            field: "n_positions",
+                            ..
+                        }
+                    )
+                },
+            ),
+            (
+                "label_len",
+                {
+                    let mut b = ok.clone();
+                    set_u32(&mut b, 28, 5000);
+                    b
+                },
+                |e| {
+                    matches!(
+                        e,
+                        LogitsFileError::Field {
+                            field: "label_len",
+                            ..
+                        }
+                    )
+                },
+            ),
+            (
+                "label utf-8",
+                {
+                    let mut b = ok.clone();
+                    b[32] = 0xff;
+                    b
+                },
+                |e| matches!(e, LogitsFileError::Label { .. }),
+            ),
+            (
+                "token id",
+                {
+                    let mut b = ok.clone();
+                    set_u32(&mut b, 35 + 4, 5);
+                    b
+                },
+                |e| {
+                    matches!(
+                        e,
+                        LogitsFileError::Token {
+                            index: 1,
+                            id: 5,
+                            ..
+                        }
+                    )
+                },
+            ),
+            ("truncated", ok[..ok.len() - 1].to_vec(), |e| {
+                matches!(e, LogitsFileError::Size { .. })
+            }),
+            (
+                "trailing",
+                {
+                    let mut b = ok.clone();
+                    b.push(0);
+                    b
+                },
+                |e| matches!(e, LogitsFileError::Size { .. }),
+            ),
+            ("header only", ok[..20].to_vec(), |e| {
+                matches!(e, LogitsFileError::Size { .. })
+            }),
+            (
+                "lo NaN",
+                {
+                    let mut b = ok.clone();
+                    b[row0..row0 + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+                    b
+                },
+                |e| {
+                    matches!(
+                        e,
+                        LogitsFileError::Row {
+                            row: 0,
+                            field: "lo",
+                            ..
+                        }
+                    )
+                },
+            ),
+            (
+                "scale < 0",
+                {
+                    let mut b = ok.clone();
+                    b[row0 + 4..row0 + 8].copy_from_slice(&(-1f32).to_le_bytes());
+                    b
+                },
+                |e| matches!(e, LogitsFileError::Row { field: "scale", .. }),
+            ),
+            (
+                "scale huge",
+                {
+                    let mut b = ok.clone();
+                    b[row0 + 4..row0 + 8].copy_from_slice(&1f32.to_le_bytes());
+                    b
+                },
+                |e| matches!(e, LogitsFileError::Row { field: "scale", .. }),
+            ),
+            (
+                "target_lp > 0",
+                {
+                    let mut b = ok.clone();
+                    let r1 = row0 + row_bytes(5);
+                    b[r1 + 8..r1 + 12].copy_from_slice(&3f32.to_le_bytes());
+                    b
+                },
+                |e| {
+                    matches!(
+                        e,
+                        LogitsFileError::Row {
+                            row: 1,
+                            field: "target_lp",
+                            ..
+                        }
+                    )
+                },
+            ),
         ];
         for (what, bytes, check) in cases {
             let e = read_all(dir.path(), &bytes).expect_err(what);
@@ -589,8 +793,22 @@ mod tests {
         }
         // Not a file at all.
         let e = LogitsReader::open(dir.path()).err().unwrap();
-        assert!(matches!(e, LogitsFileError::Field { field: "file type", .. }), "{e:?}");
-        let e = LogitsReader::open(&dir.path().join("missing")).err().unwrap();
-        assert!(matches!(e, LogitsFileError::Io { what: "open", .. }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                LogitsFileError::Field {
+                    field: "file type",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = LogitsReader::open(&dir.path().join("missing"))
+            .err()
+            .unwrap();
+        assert!(
+            matches!(e, LogitsFileError::Io { what: "open", .. }),
+            "{e:?}"
+        );
     }
 }

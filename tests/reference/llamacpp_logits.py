@@ -29,14 +29,17 @@ def main():
     ap.add_argument("--tokens-from", required=True)
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--chunks", type=int, default=None, help="only the first N chunks")
+    ap.add_argument("--chunks", type=int, default=None, help="only N chunks")
+    ap.add_argument("--skip", type=int, default=0,
+                    help="start at chunk SKIP (chunks are independent; `logits_file.py concat` joins the parts)")
     a = ap.parse_args()
 
     import llama_cpp as L
 
     h = lf.read_header(a.tokens_from)
     n_ctx = h["n_ctx"]
-    chunks = lf.chunks(h["tokens"], n_ctx, a.chunks)
+    chunks = lf.chunks(h["tokens"], n_ctx)[a.skip:]
+    chunks = chunks if a.chunks is None else chunks[:a.chunks]
     tokens = [t for c in chunks for t in c]
 
     @L.llama_log_callback

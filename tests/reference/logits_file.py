@@ -115,13 +115,36 @@ def truncate(src, dst, chunks=None):
     return k
 
 
+def concat(srcs, dst):
+    """Writes DST: the chunks of each SRC in turn (all of whole chunks, same n_vocab and n_ctx;
+    the label of the first)."""
+    hs = [read_header(s) for s in srcs]
+    n_ctx, n_vocab = hs[0]["n_ctx"], hs[0]["n_vocab"]
+    for s, h in zip(srcs, hs):
+        if (h["n_ctx"], h["n_vocab"]) != (n_ctx, n_vocab) or len(h["tokens"]) % n_ctx:
+            raise ValueError(f"{s}: other geometry, or not whole chunks")
+    w = Writer(dst, n_vocab, n_ctx, [t for h in hs for t in h["tokens"]], hs[0]["label"])
+    row = 12 + 2 * n_vocab
+    for s, h in zip(srcs, hs):
+        with open(s, "rb") as f:
+            f.seek(32 + len(h["label"].encode("utf-8")) + 4 * len(h["tokens"]))
+            for _ in range(positions(len(h["tokens"]), n_ctx)):
+                w.f.write(f.read(row))
+                w.written += 1
+    w.finish()
+    return w.written
+
+
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(description="truncate SRC DST [--chunks K]: a prefix of whole chunks")
-    ap.add_argument("cmd", choices=["truncate"])
-    ap.add_argument("src")
-    ap.add_argument("dst")
+    ap = argparse.ArgumentParser(description="truncate SRC DST [--chunks K] | concat DST SRC...")
+    ap.add_argument("cmd", choices=["truncate", "concat"])
+    ap.add_argument("paths", nargs="+")
     ap.add_argument("--chunks", type=int, default=None)
     a = ap.parse_args()
-    print(f"{a.dst}: {truncate(a.src, a.dst, a.chunks)} chunks")
+    if a.cmd == "truncate":
+        src, dst = a.paths
+        print(f"{dst}: {truncate(src, dst, a.chunks)} chunks")
+    else:
+        print(f"{a.paths[0]}: {concat(a.paths[1:], a.paths[0])} positions")
