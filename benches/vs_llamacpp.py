@@ -1,32 +1,30 @@
 #!/usr/bin/env python3
-"""Side-by-side decode benchmark: llama.cpp (llama-cpp-python) vs cflow-tui on the same model.
+"""Side-by-side benchmark: llama.cpp (llama-bench) vs cflow-tui on the same model (issue 18 §4).
 
 Normally called by benches/vs_llamacpp.sh. Subcommands:
 
   compare GGUF [--cflow FILE.cflow] [--threads 1,2] [--repeats 5] [--tokens 128] ...
-      The harness. For each thread count T and each repeat it runs, alternating A B A B:
-        A  a fresh llama.cpp process (`llama-worker`, below)
-        B  fresh cflow-tui processes:
-             target/release/cflow-tui bench decode FILE.cflow --threads T --tokens 128
-                 --prompt-len 8 --repeat 1 --json                    (decode tok/s)
-             ... --tokens 1 --prompt-len 256 --repeat 1 --json      (prefill tok/s)
-      and prints decode tok/s median (min-max) per engine, the cflow/llama.cpp ratio of each
-      A-B pair, prefill tok/s for a 256-token prompt, bytes/token (from the GGUF tensor sizes),
-      effective GB/s and % of the DRAM read ceiling. If the .cflow file or the binary is missing
-      the cflow side is skipped with a message (llama.cpp is still measured).
+      The harness. For each round and each thread count T it runs, alternating, one process each:
+        membw      OMP_NUM_THREADS=T MEMBW 1024 5 ("read best" GB/s: the roofline, same run)
+        llama-bench -m GGUF -t T -p 256 -n 128 -r 1 -o json          (tg128 and pp256)
+        [llama-cpp-python worker, with --llama-python]
+        cflow-tui bench decode FILE.cflow --threads T --act M --tokens 128 --prompt-len 8
+            --repeat 1 --json                    (decode tok/s), and --tokens 1 --prompt-len 256
+            (prefill tok/s), for M = the default numerics (the `act` that `bench decode --json`
+            reports without --act) and then the other mode.
+      It prints one table: per thread count and engine, decode and prefill tok/s median
+      (min-max) over the rounds, the median of the per-round ratios to llama-bench, effective
+      GB/s (weight bytes/token from the GGUF tensor sizes) and % of the roofline.
   llama-worker GGUF --threads T [--tokens 128] [--prompt-len 8] [--prefill-len 256]
-      One llama.cpp sample, printed as one JSON line. One untimed warm-up round, then:
-      prefill = one llama_decode of a 256-token batch (logits for the last token only), timed by
-      wall clock and by llama_perf_context; decode = an 8-token prompt batch, then 128 single-token
-      llama_decode calls, greedy argmax, EOS ignored; tok/s = n_eval / t_eval from
-      llama_perf_context (time inside llama.cpp, as in shared/bench/RESULTS.md) and by wall clock.
-      Prompt ids are (i*7919 + 13) % n_vocab, the same synthetic prompt `cflow-tui bench decode` uses.
+      One llama.cpp sample through llama-cpp-python, printed as one JSON line. One untimed
+      warm-up round, then: prefill = one llama_decode of a 256-token batch; decode = an 8-token
+      prompt batch, then 128 single-token llama_decode calls, greedy argmax, EOS ignored; tok/s =
+      n_eval / t_eval from llama_perf_context, and by wall clock. Prompt ids are
+      (i*7919 + 13) % n_vocab, the synthetic prompt `cflow-tui bench decode` uses.
   bytes GGUF
       Weight bytes read per decoded token: every tensor except token_embd, plus token_embd read
       in full when it is tied (no output.weight: it is the LM head) or one row (get_rows) when not.
 
-Bandwidth ceiling: `OMP_NUM_THREADS=T OMP_PROC_BIND=close OMP_PLACES=cores MEMBW 1024 5`
-(shared/bench/membw.c, "read best" GB/s), unless --dram-gbs 1=20.3,2=33.3 is given.
 Every sample records the 1-minute load average: the machine is shared, numbers are noisy.
 """
 import argparse
@@ -177,23 +175,48 @@ def sample_llama(a, t):
     return res
 
 
-def run_cflow_json(a, t, tokens, prompt_len):
+def run_cflow_json(a, t, tokens, prompt_len, act=None):
     cmd = [a.cflow_bin, "bench", "decode", a.cflow, "--threads", str(t), "--tokens", str(tokens),
            "--prompt-len", str(prompt_len), "--repeat", "1", "--json"]
+    if act:
+        cmd += ["--act", act]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.sample_timeout)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr[-2000:]}")
-    arr = json.loads(r.stdout.strip().splitlines()[-1])
-    return next(x for x in arr if x["threads"] == t)
+    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    row = next(x for x in rep["rows"] if x["threads"] == t)
+    return rep, row
 
 
-def sample_cflow(a, t):
+def default_act(a):
+    """The activation mode `bench decode` uses when --act is not given (its `act` field)."""
+    rep, _ = run_cflow_json(a, 1, 1, 1)
+    return rep["act"], rep["kv"]
+
+
+def sample_cflow(a, t, act):
     load = load1()
-    dec = run_cflow_json(a, t, a.tokens, a.prompt_len)
-    pre = run_cflow_json(a, t, 1, a.prefill_len)
-    return dict(engine="cflow", threads=t, tokens=a.tokens, load1=load,
+    rep, dec = run_cflow_json(a, t, a.tokens, a.prompt_len, act)
+    _, pre = run_cflow_json(a, t, 1, a.prefill_len, act)
+    return dict(engine=f"cflow {act}", act=rep["act"], kv=rep["kv"], threads=t, tokens=a.tokens, load1=load,
                 decode_tok_s=dec["decode_tok_s"]["median"], prefill_tok_s=pre["prefill_tok_s"]["median"],
                 prefill_len=a.prefill_len, mib_per_token=dec.get("mib_per_token"))
+
+
+def sample_llama_bench(a, t):
+    """One llama-bench process: tg{tokens} and pp{prefill_len}, one repetition each."""
+    load = load1()
+    cmd = [a.llama_bench, "-m", a.gguf, "-t", str(t), "-p", str(a.prefill_len), "-n", str(a.tokens),
+           "-r", "1", "-o", "json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.sample_timeout,
+                       env=dict(os.environ, **LLAMA_ENV))
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr[-2000:]}")
+    res = json.loads(r.stdout)
+    tg = next(x["avg_ts"] for x in res if x["n_gen"] == a.tokens and x["n_prompt"] == 0)
+    pp = next(x["avg_ts"] for x in res if x["n_prompt"] == a.prefill_len and x["n_gen"] == 0)
+    return dict(engine="llama-bench", threads=t, load1=load, decode_tok_s=tg, prefill_tok_s=pp,
+                build=res[0].get("build_commit"), cpu=res[0].get("cpu_info"))
 
 
 def mmm(xs):
@@ -223,74 +246,103 @@ def compare(a):
     elif not os.access(a.cflow_bin, os.X_OK):
         print(f"[cflow side skipped: binary {a.cflow_bin} not found; run `cargo build --release`]")
         cflow_ok = False
+    lb_ok = bool(a.llama_bench) and os.access(a.llama_bench, os.X_OK)
+    if not lb_ok:
+        print(f"[llama-bench side skipped: {a.llama_bench} not found; build it with shared/bench/setup.sh]")
+    modes = []
+    if cflow_ok:
+        dflt, kv = default_act(a)
+        modes = [dflt] + [m for m in ("q8", "f32") if m != dflt]
+        print(f"cflow default numerics: act={dflt} kv={kv} (from `bench decode --json`); other mode: {modes[1]}")
 
-    ceiling = {}
+    results = dict(gguf=a.gguf, cflow=a.cflow if cflow_ok else None, bytes=bpt, dram_read_gbs={},
+                   modes=modes, date=time.strftime("%Y-%m-%d %H:%M:%S"), runs=[])
+    ceiling = results["dram_read_gbs"]
     if a.dram_gbs:
-        for kv in a.dram_gbs.split(","):
-            k, v = kv.split("=")
+        for kv_ in a.dram_gbs.split(","):
+            k, v = kv_.split("=")
             ceiling[int(k)] = float(v)
-    for t in threads:
-        if t in ceiling:
-            continue
-        if a.membw and os.access(a.membw, os.X_OK):
-            load = load1()
-            ceiling[t] = run_membw(a.membw, t)
-            print(f"membw {t} thread(s): DRAM read best {ceiling[t]:.1f} GB/s (load1 {load})")
-        else:
-            print(f"[no membw binary and no --dram-gbs for {t} thread(s): % of ceiling not reported]")
 
     print(f"model {a.gguf}: {w:,} weight B/token ({w / 1e6:.2f} MB; tied embedding={bpt['tied_embedding']}, "
           f"embedding part {bpt['embedding_bytes_read']:,} B) + ~{kv_avg / 1e6:.2f} MB avg KV (F16)")
-    print(f"workload: {a.prompt_len}-token prompt + {a.tokens} greedy decode steps (EOS ignored); "
-          f"prefill = one {a.prefill_len}-token prompt; {a.repeats} alternating A/B repeats per thread count")
+    print(f"workload: decode = {a.prompt_len}-token prompt + {a.tokens} greedy steps (llama-bench tg{a.tokens}: "
+          f"{a.tokens} steps from an empty context); prefill = one {a.prefill_len}-token prompt (pp{a.prefill_len}); "
+          f"{a.repeats} alternating rounds per thread count")
 
-    results = dict(gguf=a.gguf, cflow=a.cflow if cflow_ok else None, bytes=bpt, dram_read_gbs=ceiling,
-                   date=time.strftime("%Y-%m-%d %H:%M:%S"), runs=[])
-    for t in threads:
-        for r in range(a.repeats):
-            s = sample_llama(a, t)
-            results["runs"].append(s)
-            line = (f"t={t} rep {r + 1}/{a.repeats}  A llama.cpp decode {s['decode_tok_s']:7.1f} tok/s "
-                    f"(wall {s['decode_wall_tok_s']:.1f}), prefill {s['prefill_tok_s']:7.1f} tok/s  [load {s['load1']}]")
-            if cflow_ok:
-                c = sample_cflow(a, t)
-                c["pair_ratio"] = c["decode_tok_s"] / s["decode_tok_s"]
+    membw_ok = a.membw and os.access(a.membw, os.X_OK)
+    membw_samples = {t: [] for t in threads}
+    for r in range(a.repeats):
+        for t in threads:
+            # One round: membw, llama-bench, [llama-cpp-python], then each cflow mode.
+            if membw_ok and t not in ceiling:
+                membw_samples[t].append(run_membw(a.membw, t))
+            line = f"t={t} round {r + 1}/{a.repeats}  [load {load1()}]"
+            if membw_samples[t]:
+                line += f" membw {membw_samples[t][-1]:.1f} GB/s"
+            if lb_ok:
+                s = sample_llama_bench(a, t)
+                results["runs"].append(s)
+                line += f" | llama-bench tg {s['decode_tok_s']:.1f} pp {s['prefill_tok_s']:.1f}"
+            if a.llama_python:
+                s = sample_llama(a, t)
+                results["runs"].append(s)
+                line += f" | llama.cpp(py) tg {s['decode_tok_s']:.1f} pp {s['prefill_tok_s']:.1f}"
+            for m in modes:
+                c = sample_cflow(a, t, m)
                 results["runs"].append(c)
-                line += (f" | B cflow decode {c['decode_tok_s']:7.1f}, prefill {c['prefill_tok_s']:7.1f}  "
-                         f"ratio {c['pair_ratio']:.2f} [load {c['load1']}]")
+                line += f" | cflow {m} tg {c['decode_tok_s']:.1f} pp {c['prefill_tok_s']:.1f}"
             print(line, flush=True)
+    for t in threads:
+        if membw_samples[t]:
+            ceiling[t] = max(membw_samples[t])  # "read best", as membw itself reports
+    results["membw_samples"] = membw_samples
+
+    base = "llama-bench" if lb_ok else ("llama.cpp" if a.llama_python else None)
+
+    def pair_ratios(eng, key, t):
+        """Ratio to the baseline of the same round, for each round."""
+        rs = [x for x in results["runs"] if x["threads"] == t]
+        mine = [x[key] for x in rs if x["engine"] == eng]
+        theirs = [x[key] for x in rs if x["engine"] == base]
+        return [m / b for m, b in zip(mine, theirs) if m and b]
 
     print()
-    hdr = (f"{'thr':>3} {'engine':9} | {'decode tok/s med (min-max)':>28} | {'prefill' + str(a.prefill_len) + ' tok/s med (min-max)':>32} "
-           f"| {'GB/s eff (+KV)':>15} | {'% DRAM':>7} | load1")
+    hdr = (f"{'thr':>3} {'engine':12} | {'decode tok/s med (min-max)':>26} | {'x base':>6} | "
+           f"{'pp' + str(a.prefill_len) + ' tok/s med (min-max)':>26} | {'x base':>6} | {'GB/s':>6} | "
+           f"{'roofline':>8} | load1")
     print(hdr)
     print("-" * len(hdr))
     summary = []
+    engines = ([base] if base else []) + (["llama.cpp"] if a.llama_python and base != "llama.cpp" else []) + \
+        [f"cflow {m}" for m in modes]
     for t in threads:
-        for eng in (["llama.cpp", "cflow"] if cflow_ok else ["llama.cpp"]):
+        for eng in engines:
             rs = [x for x in results["runs"] if x["threads"] == t and x["engine"] == eng]
+            if not rs:
+                continue
             dec, pre = mmm([x["decode_tok_s"] for x in rs]), mmm([x["prefill_tok_s"] for x in rs])
             gbs = dec["median"] * w / 1e9
-            gbs_kv = dec["median"] * (w + kv_avg) / 1e9
-            pct = f"{100 * gbs / ceiling[t]:.0f} %" if t in ceiling else "n/a"
+            pct = 100 * gbs / ceiling[t] if t in ceiling else None
+            rd = pair_ratios(eng, "decode_tok_s", t) if eng != base else []
+            rp = pair_ratios(eng, "prefill_tok_s", t) if eng != base else []
+            rd_m = statistics.median(rd) if rd else None
+            rp_m = statistics.median(rp) if rp else None
             loads = [x["load1"] for x in rs]
-            print(f"{t:>3} {eng:9} | {fmt(dec):>28} | {fmt(pre):>32} | {gbs:6.2f} ({gbs_kv:5.2f}) | {pct:>7} | "
+            print(f"{t:>3} {eng:12} | {fmt(dec):>26} | {rd_m and f'{rd_m:.2f}' or '':>6} | {fmt(pre):>26} | "
+                  f"{rp_m and f'{rp_m:.2f}' or '':>6} | {gbs:6.2f} | {pct and f'{pct:.0f} %' or 'n/a':>8} | "
                   f"{min(loads):.1f}-{max(loads):.1f}")
             summary.append(dict(threads=t, engine=eng, decode_tok_s=dec, prefill_tok_s=pre, eff_gbs=gbs,
-                                eff_gbs_kv=gbs_kv, pct_dram=(100 * gbs / ceiling[t]) if t in ceiling else None))
-        if cflow_ok:
-            ratios = [x["pair_ratio"] for x in results["runs"] if x["threads"] == t and x["engine"] == "cflow"]
-            print(f"{t:>3} ratio cflow/llama.cpp per pair: {', '.join(f'{x:.2f}' for x in ratios)} "
-                  f"-> median {statistics.median(ratios):.2f}")
-            summary.append(dict(threads=t, pair_ratios=ratios, ratio_median=statistics.median(ratios)))
+                                pct_roofline=pct, decode_ratios=rd, prefill_ratios=rp,
+                                decode_ratio_median=rd_m, prefill_ratio_median=rp_m))
     if cflow_ok:
-        mibs = [x["mib_per_token"] for x in results["runs"] if x["engine"] == "cflow" and x.get("mib_per_token")]
+        mibs = [x["mib_per_token"] for x in results["runs"] if x["engine"].startswith("cflow") and x.get("mib_per_token")]
         if mibs:
             print(f"cflow reports {statistics.median(mibs):.2f} MiB/token ({statistics.median(mibs) * 1048576 / 1e6:.2f} MB) "
-                  f"vs {w / 1e6:.2f} MB from the GGUF tensor sizes (GB/s above use the GGUF figure for both)")
+                  f"vs {w / 1e6:.2f} MB from the GGUF tensor sizes (GB/s and roofline use the GGUF figure for all)")
     if ceiling:
-        print("roofline at the DRAM read ceiling: " + ", ".join(
-            f"{tt} thread(s) {ceiling[tt] * 1e9 / w:.0f} tok/s" for tt in threads if tt in ceiling))
+        print("roofline = decode tok/s x weight bytes/token / membw read best GB/s (same run): " + ", ".join(
+            f"{tt} thread(s) {ceiling[tt]:.1f} GB/s -> {ceiling[tt] * 1e9 / w:.0f} tok/s" for tt in threads if tt in ceiling))
+    print(f"x base = median over rounds of (engine / {base} in the same round)")
     results["summary"] = summary
     if a.json:
         with open(a.json, "w") as f:
@@ -315,6 +367,9 @@ def main():
     c.add_argument("--membw", default="/tmp/anchor/membw")
     c.add_argument("--dram-gbs", default=None, help="skip membw: e.g. 1=20.3,2=33.3")
     c.add_argument("--json", default=None, help="write raw samples + summary here")
+    c.add_argument("--llama-bench", default="/tmp/anchor/llcpp-build/bin/llama-bench")
+    c.add_argument("--llama-python", action="store_true",
+                   help="also time llama.cpp through llama-cpp-python (the llama-worker below)")
     c.add_argument("--sample-timeout", type=float, default=900,
                    help="seconds per engine process; a timed-out sample aborts the run (overloaded machine)")
 

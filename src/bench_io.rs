@@ -156,7 +156,7 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
     }
     let base = a.engine.with_threads(threads[0]).options()?;
     let readers = base.readers;
-    let (act, kv) = crate::cli::act_kv(&base);
+    let (act, kv) = base.numerics();
     let path = match &a.model {
         Some(p) => p.clone(),
         None => overlap_model()?,
@@ -350,7 +350,7 @@ pub struct PrefetchArgs {
 pub fn prefetch(a: &PrefetchArgs, path: &Path) -> Result<()> {
     let threads = a.engine.thread_count()?.unwrap_or(1);
     let base = a.engine.with_threads(threads).options()?;
-    let (act, kv) = crate::cli::act_kv(&base);
+    let (act, kv) = base.numerics();
     if a.tokens == 0 || a.repeat == 0 {
         bail!("--tokens and --repeat must be >= 1");
     }

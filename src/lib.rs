@@ -31,6 +31,7 @@ pub mod io;
 pub mod kernels;
 pub mod model;
 pub mod output;
+pub mod ppl;
 pub mod quant;
 pub mod rng;
 pub mod stats;

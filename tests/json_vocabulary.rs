@@ -64,7 +64,7 @@ fn critical_path_payload_is_table_4_1_and_payload_read_skips_the_zero_input_ffn(
 }
 
 /// The schemas in assets/schema/, by output.
-const SCHEMAS: [(&str, &str); 4] = [
+const SCHEMAS: [(&str, &str); 5] = [
     ("run", include_str!("../assets/schema/run.json")),
     (
         "replay-summary",
@@ -74,6 +74,10 @@ const SCHEMAS: [(&str, &str); 4] = [
     (
         "bench-decode",
         include_str!("../assets/schema/bench-decode.json"),
+    ),
+    (
+        "perplexity",
+        include_str!("../assets/schema/perplexity.json"),
     ),
 ];
 
@@ -185,4 +189,66 @@ fn shared_schema_definitions_are_identical() {
         seen.contains_key("tokens") && seen.contains_key("act"),
         "{seen:?}"
     );
+}
+
+/// Issue 18: `act` is what runs. On the scalar ISA there is no integer kernel, so the forward
+/// pass keeps f32 activations and `run --json` / `bench decode --json` say `f32` (they said `q8`,
+/// the request, while the trace's settings said `f32`).
+#[test]
+fn act_reports_the_numerics_that_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let m = m.to_str().unwrap();
+    for (isa, act) in [("scalar", "f32"), ("auto", "q8")] {
+        let base = ["--threads", "1", "--isa", isa, "--act", "q8"];
+        let run = json(
+            &[
+                &["run", m, "--tokens", "1,2", "-n", "2", "--json"][..],
+                &base,
+            ]
+            .concat(),
+        );
+        let bench = json(
+            &[
+                &[
+                    "bench", "decode", m, "--tokens", "2", "--repeat", "1", "--json",
+                ][..],
+                &base,
+            ]
+            .concat(),
+        );
+        if isa == "auto" && run["isa"] == "scalar" {
+            continue; // no SIMD on this CPU: q8 never runs
+        }
+        assert_eq!(run["act"], act, "run --isa {isa}");
+        assert_eq!(bench["act"], act, "bench decode --isa {isa}");
+    }
+}
+
+/// Issue 18 §1: q8 is the default everywhere, chat included (`run --chat` ran f32 under
+/// `--act auto`); `--act f32` still selects the exact path.
+#[test]
+fn q8_is_the_default_for_chat_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let m = m.to_str().unwrap();
+    let base = [
+        "run",
+        m,
+        "--tokens",
+        "1,2",
+        "-n",
+        "2",
+        "--json",
+        "--threads",
+        "1",
+    ];
+    let chat = json(&[&base[..], &["--chat"]].concat());
+    if chat["isa"] == "scalar" {
+        return; // no integer kernel on this CPU: f32 whatever the default
+    }
+    assert_eq!(chat["act"], "q8", "run --chat");
+    assert_eq!(json(&base)["act"], "q8", "run");
+    let exact = json(&[&base[..], &["--chat", "--act", "f32"]].concat());
+    assert_eq!(exact["act"], "f32");
 }

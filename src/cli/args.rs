@@ -212,7 +212,8 @@ pub struct EngineArgs {
     pub vflow: Option<PathBuf>,
     /// Activations fed to the quantized matvecs: q8 (quantized once per matvec, integer dot
     /// products: fastest, llama.cpp's numerics), f32 (exact: matches a float64 forward to 1e-4),
-    /// or auto (f32 for chat, q8 otherwise). On SmolLM2 the Q8 noise changes chat answers.
+    /// or auto: q8 everywhere (chat, the TUI, run, bench, perplexity), the default chosen by
+    /// KL divergence against the exact path (docs/PERFORMANCE.md, issue 18).
     #[arg(long, value_enum, default_value_t = ActArg::Auto)]
     pub act: ActArg,
     /// Shorthand for --act f32.
@@ -405,16 +406,8 @@ impl EngineArgs {
         Ok(())
     }
 
-    /// Engine options for a chat workload (auto activations = exact f32).
-    pub fn chat_options(&self) -> Result<EngineOptions> {
-        let mut o = self.options()?;
-        if self.act == ActArg::Auto && !self.f32_act {
-            o.int_act = false;
-        }
-        Ok(o)
-    }
-
     pub fn options(&self) -> Result<EngineOptions> {
+        // The one home of the default numerics: `--act auto` is q8 (issue 18 §1).
         let int_act = !self.f32_act && self.act != ActArg::F32;
         let threads = self.thread_count()?.unwrap_or_else(default_threads);
         if threads == 0 || threads > 256 {
@@ -607,17 +600,38 @@ pub struct BenchDecodeArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Example:\n  cflow-tui perplexity model.cflow --file wiki.test.raw --ctx 512"
+    after_help = "Examples:\n  cflow-tui perplexity model.cflow --file wiki.test.raw --ctx 512\n  \
+cflow-tui perplexity model.cflow --file text.txt --act f32 --save-logits ref.logits\n  \
+cflow-tui perplexity model.cflow --kl-divergence ref.logits --act q8 --json\n  \
+cflow-tui perplexity --kl-divergence ref.logits --logits other.logits   # two files, no model\n\n\
+A reference-logits file (docs/FORMAT.md) holds the tokens, the chunk length and every \
+position's full distribution; --kl-divergence takes its tokens and chunking from it."
 )]
 pub struct PplArgs {
-    /// Model file.
-    pub model: PathBuf,
-    /// Text file to evaluate.
+    /// Model file (not with --logits).
+    #[arg(required_unless_present = "logits", conflicts_with = "logits")]
+    pub model: Option<PathBuf>,
+    /// Text file to evaluate (with --kl-divergence optional: the tokens come from REF, and the
+    /// text, when given, must tokenize to them).
+    #[arg(long, required_unless_present = "kl_divergence")]
+    pub file: Option<PathBuf>,
+    /// Context (chunk) length [default: 512, or REF's].
     #[arg(long)]
-    pub file: PathBuf,
-    /// Context (chunk) length.
-    #[arg(long, default_value_t = 512)]
-    pub ctx: usize,
+    pub ctx: Option<usize>,
+    /// Write every position's distribution to FILE, a reference for --kl-divergence.
+    #[arg(long, value_name = "FILE", conflicts_with = "logits")]
+    pub save_logits: Option<PathBuf>,
+    /// Compare against the reference-logits file REF: mean and 99th-percentile KL divergence,
+    /// top-1 agreement and the perplexity difference.
+    #[arg(long, value_name = "REF")]
+    pub kl_divergence: Option<PathBuf>,
+    /// Take the evaluated distributions from FILE (e.g. llama.cpp's, written by
+    /// tests/reference/llamacpp_logits.py) instead of running a model.
+    #[arg(long, value_name = "FILE", requires = "kl_divergence")]
+    pub logits: Option<PathBuf>,
+    /// Print one JSON object on stdout (assets/schema/perplexity.json).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

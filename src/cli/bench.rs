@@ -85,7 +85,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         }));
     }
     if a.json {
-        let (act, kv) = super::model::act_kv(&eng.with_threads(1).options()?);
+        let (act, kv) = eng.with_threads(1).options()?.numerics();
         let report = serde_json::json!({
             "model": path.display().to_string(),
             "isa": eng.isa.resolve()?.name(),

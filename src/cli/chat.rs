@@ -135,7 +135,7 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         Some(m) => Some(m),
         None => crate::convert::pull::smollm2_cflow(),
     };
-    let mut sess = build_session(model, eng, a.sampling.chat_params()?, true)?;
+    let mut sess = build_session(model, eng, a.sampling.chat_params()?)?;
     let Some(tok) = sess.tok.clone() else {
         bail!("this model has no tokenizer; chat needs one");
     };

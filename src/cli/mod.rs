@@ -7,14 +7,13 @@ mod chat;
 mod convert;
 mod inspect;
 mod model;
+mod perplexity;
 mod run;
 mod trace;
 mod tui_host;
 
 pub use args::*;
-pub use model::{
-    act_kv, demo_model_path, gpt2_tokenizer_json, open_model, progress_bar, resolve_model,
-};
+pub use model::{demo_model_path, gpt2_tokenizer_json, open_model, progress_bar, resolve_model};
 
 use crate::errln;
 use anyhow::Result;
@@ -23,7 +22,8 @@ use chat::cmd_chat;
 use clap::Parser;
 use convert::{cmd_convert, cmd_gen, cmd_import, cmd_pull};
 use inspect::cmd_inspect;
-use run::{cmd_perplexity, cmd_run};
+use perplexity::cmd_perplexity;
+use run::cmd_run;
 use trace::{cmd_export, cmd_replay};
 use tui_host::default_command;
 

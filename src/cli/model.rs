@@ -60,16 +60,6 @@ pub fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
     }
 }
 
-/// The numerics an engine runs with, as the JSON outputs name them (docs/JSON.md): `act` is
-/// the activations fed to the quantized matvecs (`q8` or `f32`), `kv` the KV cache values
-/// (`f16`: rounded to f16, or `f32`).
-pub fn act_kv(o: &EngineOptions) -> (&'static str, &'static str) {
-    (
-        if o.int_act { "q8" } else { "f32" },
-        if o.kv_f16 { "f16" } else { "f32" },
-    )
-}
-
 /// Opens a model file: a `.cflow`, or a `.vflow` (self-contained: its views are an ordinary
 /// `CflowFile`). A directory, a GGUF or a missing file is refused in one line saying what to do.
 pub fn open_model(path: &Path) -> Result<Arc<CflowFile>> {
@@ -183,15 +173,10 @@ pub(super) fn build_session(
     model: Option<PathBuf>,
     eng: &EngineArgs,
     sampling: SamplingParams,
-    chat: bool,
 ) -> Result<Session> {
     let path = resolve_model(model)?;
     let file = open_model(&path)?;
-    let opts = if chat {
-        eng.chat_options()?
-    } else {
-        eng.options()?
-    };
+    let opts = eng.options()?;
     let engine = new_engine(&path, file, opts, eng)?;
     Session::new(engine, sampling).map_err(anyhow::Error::msg)
 }

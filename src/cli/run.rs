@@ -1,12 +1,12 @@
-//! Headless generation (`run`, with `--json` and `--dump-logits`), `perplexity`, and the trace
-//! recorder tap the headless commands share.
+//! Headless generation (`run`, with `--json` and `--dump-logits`), and the trace recorder tap
+//! the headless commands share.
 
-use super::args::{EngineArgs, PplArgs, RunArgs};
+use super::args::{EngineArgs, RunArgs};
 use super::model::{build_session, install_sigint};
 use crate::chat::conversation::Conversation;
 use crate::engine::session::{GenOutcome, Session};
 use crate::engine::stream_bytes;
-use crate::telemetry::{Event, SamplingParams};
+use crate::telemetry::Event;
 use crate::util::{mib, MIB};
 use crate::{err, errln, outln};
 use anyhow::{bail, Context, Result};
@@ -18,7 +18,7 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     if a.n > 1_000_000 {
         bail!("-n {}: too many tokens (max 1000000)", a.n);
     }
-    let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?, a.chat)?;
+    let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?)?;
     let ids = match (&a.tokens, &a.prompt) {
         (Some(t), _) => t.clone(),
         (None, Some(p)) if a.chat => {
@@ -143,7 +143,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
     } else {
         0.0
     };
-    let (act, kv) = super::model::act_kv(sess.engine.opts());
+    let (act, kv) = sess.engine.opts().numerics();
     serde_json::json!({
         "model": f.path.display().to_string(),
         "threads": sess.engine.threads(),
@@ -204,43 +204,6 @@ fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Resu
     }
     w.into_inner().map_err(|e| e.into_error())?.commit()?;
     errln!("wrote {} positions to {}", ids.len(), path.display());
-    Ok(())
-}
-
-/// Largest `perplexity --file` (64 MiB of text is ~16 M tokens, days of evaluation).
-const PPL_MAX_FILE: u64 = 64 << 20;
-
-pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
-    let eng = &a.engine;
-    let mut sess = build_session(Some(a.model.clone()), eng, SamplingParams::default(), false)?;
-    let text = crate::util::read_text_file(&a.file, PPL_MAX_FILE).map_err(anyhow::Error::msg)?;
-    let ids = sess.encode(&text).map_err(anyhow::Error::msg)?;
-    let ctx = a.ctx.min(sess.engine.cfg().max_ctx).max(2);
-    if ids.len() < 2 {
-        bail!("{}: fewer than 2 tokens", a.file.display());
-    }
-    let (mut nll, mut count) = (0f64, 0usize);
-    for chunk in ids.chunks(ctx) {
-        sess.reset();
-        for (i, &id) in chunk.iter().enumerate() {
-            let last = i + 1 == chunk.len();
-            let logits = sess.engine.step(id, !last)?;
-            if let (Some(l), false) = (logits, last) {
-                let lse = crate::engine::ops::logsumexp(l) as f64;
-                nll += lse - l[chunk[i + 1] as usize] as f64;
-                count += 1;
-            }
-        }
-        err!(
-            "[{count}] ppl so far {:.4}\r",
-            (nll / count.max(1) as f64).exp()
-        );
-    }
-    errln!();
-    outln!(
-        "perplexity: {:.4} over {count} predictions (ctx {ctx})",
-        (nll / count as f64).exp()
-    )?;
     Ok(())
 }
 

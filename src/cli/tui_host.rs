@@ -36,12 +36,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
     }
     let path = resolve_model(cli.model.clone())?;
     let file = open_model(&path)?;
-    // Chat models get exact f32 activations under --act auto (see EngineArgs::act).
-    let opts = if file.cfg.meta.chat_template.is_some() {
-        cli.engine.chat_options()?
-    } else {
-        cli.engine.options()?
-    };
+    let opts = cli.engine.options()?;
     let engine = new_engine(&path, file, opts, &cli.engine)?;
     let chat = engine.cfg().meta.chat_template.is_some();
     let sampling = match chat {

@@ -102,6 +102,23 @@ pub struct EngineOptions {
     pub read_known_zero: bool,
 }
 
+impl EngineOptions {
+    /// The numerics these options actually run with, as `run --json`, `bench --json` and the
+    /// trace's settings name them (docs/JSON.md): `act` is the activations fed to the quantized
+    /// matvecs (`q8` only where an integer kernel exists: see [`super::weights::use_q8`]), `kv`
+    /// the KV cache values (`f16`: rounded to f16, or `f32`).
+    pub fn numerics(&self) -> (&'static str, &'static str) {
+        (
+            if super::weights::use_q8(self.int_act, self.force_int, self.isa) {
+                "q8"
+            } else {
+                "f32"
+            },
+            if self.kv_f16 { "f16" } else { "f32" },
+        )
+    }
+}
+
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {

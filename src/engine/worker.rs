@@ -65,18 +65,12 @@ pub fn config_info(s: &Session) -> EngineConfigInfo {
 
 /// The generation settings in force: sampling, system prompt, numerics.
 pub fn gen_settings(s: &Session, conv: Option<&Conversation>) -> GenSettings {
-    let o = &s.engine.opts;
+    let (act, kv) = s.engine.opts.numerics();
     GenSettings {
         sampling: s.sampler.p.clone(),
         system: conv.and_then(|c| c.system.clone()).unwrap_or_default(),
-        // The same condition the forward pass uses to quantize activations.
-        act: if o.int_act && o.isa != crate::kernels::Isa::Scalar {
-            "q8"
-        } else {
-            "f32"
-        }
-        .into(),
-        kv: if o.kv_f16 { "f16" } else { "f32" }.into(),
+        act: act.into(),
+        kv: kv.into(),
     }
 }
 
