@@ -91,58 +91,44 @@ struct ArmResult {
     c_layer_ms: f64,
     io_layer_ms: f64,
     wait_layer_ms: f64,
-    /// Per layer, mean per token: (compute before the expert reads, injection compute, wait).
-    layers: Vec<LayerTiming>,
-    /// Mean per token of the time outside the layers (ns).
-    other_ns: f64,
+    /// Mean reader-busy ms of one expert read.
+    read_ms: f64,
+    /// Every token's stats (the overlap model's input for sync arms).
+    tokens: Vec<crate::telemetry::TokenStats>,
 }
 
 fn run_arm(e: &mut Engine, tokens: usize) -> ArmResult {
     e.reset();
     let vocab = e.cfg().vocab as u32;
     let (mut c, mut io, mut w, mut n) = (0u64, 0u64, 0u64, 0u64);
-    let mut per = vec![LayerTiming::default(); e.cfg().n_layers];
-    let mut in_layers = 0.0f64;
-    let mut done = 0usize;
+    let mut reads = 0usize;
+    let mut kept = Vec::with_capacity(tokens);
     let t0 = Instant::now();
     for i in 0..tokens {
         let tok = (i as u32 * 7919 + 13) % vocab;
         if e.step(tok, true).is_err() {
             break;
         }
-        done += 1;
-        for (l, st) in e.stats().layers.iter().enumerate() {
+        for st in &e.stats().layers {
             if let Some(x) = st.io {
                 c += x.compute_ns;
                 io += x.io_ns;
                 w += x.wait_ns;
                 n += 1;
-                if let Some(p) = per.get_mut(l) {
-                    let inject = st.ns_experts.min(x.compute_ns) as f64;
-                    p.pre_ns += x.compute_ns as f64 - inject;
-                    p.inject_ns += inject;
-                    p.io_ns += x.wait_ns as f64;
-                }
-                in_layers += (x.compute_ns + x.wait_ns) as f64;
+                reads += st.routing.len();
             }
         }
+        kept.push(e.stats().clone());
     }
     let el = t0.elapsed().as_secs_f64() * 1e3;
-    let k = done.max(1) as f64;
-    for p in &mut per {
-        p.pre_ns /= k;
-        p.inject_ns /= k;
-        p.io_ns /= k;
-    }
     let n = n.max(1) as f64;
-    let ms_tok = el / tokens.max(1) as f64;
     ArmResult {
-        ms_tok,
+        ms_tok: el / tokens.max(1) as f64,
         c_layer_ms: c as f64 / n / 1e6,
         io_layer_ms: io as f64 / n / 1e6,
         wait_layer_ms: w as f64 / n / 1e6,
-        layers: per,
-        other_ns: (ms_tok * 1e6 - in_layers / k).max(0.0),
+        read_ms: io as f64 / reads.max(1) as f64 / 1e6,
+        tokens: kept,
     }
 }
 
@@ -212,18 +198,24 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
         // IO_eff: the wall-clock I/O the compute thread sees per layer in the sync arm (its
         // blocked time), below the summed reader-busy time when readers run in parallel.
         let io_eff = w_sync;
-        // The edge-term model (telemetry::overlap_model) from the sync arms' per-layer means.
-        let mut layers = vec![LayerTiming::default(); file.cfg.n_layers];
-        for r in &sy {
-            for (m, x) in layers.iter_mut().zip(&r.layers) {
-                m.pre_ns += x.pre_ns / sy.len() as f64;
-                m.inject_ns += x.inject_ns / sy.len() as f64;
-                m.io_ns += x.io_ns / sy.len() as f64;
-            }
-        }
-        let other = med(&sy, |r| r.other_ns);
-        let model = overlap_model::predict(&layers, file.cfg.expert_delay as usize);
+        // The model (telemetry::overlap_model: edges + reader pool) from the sync arms' tokens
+        // only; the time outside the layers from the sync arms' wall clock.
+        let (layers, _) =
+            overlap_model::sync_layers(sy.iter().flat_map(|r| &r.tokens)).unwrap_or_default();
+        let in_layers: f64 = layers
+            .iter()
+            .map(|l| l.pre_ns + l.inject_ns + l.io_ns)
+            .sum();
+        let other = (sync_ms * 1e6 - in_layers).max(0.0);
+        let model = overlap_model::predict(&layers, file.cfg.expert_delay as usize, readers);
         let predicted = model.net(other);
+        // The previous one-channel model (each layer's IO_eff as one block), for comparison.
+        let one_channel: Vec<LayerTiming> = layers
+            .iter()
+            .map(|l| LayerTiming { reads: 0, ..*l })
+            .collect();
+        let predicted_one_channel =
+            overlap_model::predict(&one_channel, file.cfg.expert_delay as usize, 1).net(other);
         let steady = model.steady_net;
         let net = sync_ms / staged_ms.max(1e-9);
         let hidden = if w_sync > 0.0 {
@@ -243,6 +235,10 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
             "wait_layer_ms_sync": w_sync,
             "wait_layer_ms_staged": w_staged,
             "predicted_net": predicted,
+            "predicted_net_one_channel": predicted_one_channel,
+            "read_ms_sync": med(&sy, |r| r.read_ms),
+            "read_ms_staged": med(&stg, |r| r.read_ms),
+            "c_layer_ms_staged": med(&stg, |r| r.c_layer_ms),
             "predicted_net_steady_state": steady,
             "net_vs_predicted_pct": (net / predicted - 1.0) * 100.0,
         }));
@@ -287,40 +283,49 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
         outln!("note: {n}")?;
     }
     outln!(
-        "{:>7} | {:>10} | {:>10} | {:>7} | {:>8} | {:>9} | {:>12} | {:>11} | {:>9} | {:>8} | {:>8}",
+        "{:>7} | {:>10} | {:>10} | {:>7} | {:>8} | {:>9} | {:>11} | {:>11} | {:>9} | {:>8} | {:>9} | {:>8} | {:>13} | {:>9}",
         "threads",
         "sync ms/t",
         "staged ms/t",
         "net",
         "hidden %",
         "C/layer",
-        "IO busy/lay",
         "IO_eff/lay",
+        "read ms",
         "predicted",
         "vs pred",
-        "steady"
+        "1-channel",
+        "steady",
+        "staged: read",
+        "C/layer"
     )?;
     outln!(
-        "(IO busy = summed reader-busy time per layer; IO_eff = compute blocked on experts per layer \
-         in sync; predicted = the per-layer replay of telemetry::overlap_model with fill and drain at \
-         the token's edges, from the sync arm's measurements only; steady = the paper's steady-state \
-         (C + IO_eff) / max(C, IO_eff))"
+        "(C = compute per layer; IO_eff = compute blocked on experts per layer in sync; read ms = \
+         reader-busy time of one expert read in sync; predicted = the per-layer replay of \
+         telemetry::overlap_model (fill and drain at the token's edges, the reads on the reader \
+         pool), from the sync arm's measurements only; 1-channel = the same replay with each \
+         layer's IO_eff as one block on one channel (the previous model); steady = the paper's \
+         (C + IO_eff) / max(C, IO_eff); the last two columns are the staged arm's own read and \
+         compute times, which the model does not see)"
     )?;
     for r in &rows {
         let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
         outln!(
-            "{:>7} | {:>10.2} | {:>11.2} | {:>6.3}× | {:>8.1} | {:>6.2} ms | {:>9.2} ms | {:>8.2} ms | {:>8.3}× | {:>+7.1}% | {:>7.3}×",
+            "{:>7} | {:>10.2} | {:>11.2} | {:>6.3}× | {:>8.1} | {:>6.2} ms | {:>8.2} ms | {:>8.2} ms | {:>8.3}× | {:>+7.1}% | {:>8.3}× | {:>7.3}× | {:>10.2} ms | {:>6.2} ms",
             r["threads"],
             f("sync_ms_tok"),
             f("staged_ms_tok"),
             f("net_speedup"),
             f("hidden_pct"),
             f("c_layer_ms"),
-            f("io_layer_ms"),
             f("io_eff_layer_ms"),
+            f("read_ms_sync"),
             f("predicted_net"),
             f("net_vs_predicted_pct"),
-            f("predicted_net_steady_state")
+            f("predicted_net_one_channel"),
+            f("predicted_net_steady_state"),
+            f("read_ms_staged"),
+            f("c_layer_ms_staged")
         )?;
     }
     Ok(())

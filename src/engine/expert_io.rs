@@ -1,6 +1,7 @@
 //! Expert I/O and prefetch for one token, behind the named points the decode loop calls:
 //! [`TokenIo::layer_start`] (hint the next layer's tiles), [`TokenIo::routed`] (submit the
-//! selected experts' reads, or hint them), [`TokenIo::before_experts`] (wait for the reads;
+//! selected experts' reads, or hint the tiles of the same expert ids at the next layer — the
+//! paper's §3.9.2 prediction — and check the previous step's prediction against this routing), [`TokenIo::before_experts`] (wait for the reads;
 //! fails on a bad read), [`TokenIo::after_experts`] (free the slots) and [`TokenIo::finish`]
 //! (per-layer I/O accounting). With the mmap tier and no prefetch thread every point is a
 //! no-op.
@@ -11,7 +12,7 @@ use super::ForwardError;
 use crate::format::reader::LayerView;
 use crate::format::CflowFile;
 use crate::io::{ExpertFetcher, FetchMode, PrefetchCmd, Prefetcher, Ticket};
-use crate::telemetry::{LayerIo, TokenStats};
+use crate::telemetry::{LayerIo, PrefetchStat, TokenStats};
 use std::sync::Arc;
 
 pub struct TokenIo<'a> {
@@ -23,6 +24,12 @@ pub struct TokenIo<'a> {
     io_acc: Vec<(u64, u64)>,
     /// Wait ns of the current step.
     wait_ns: u64,
+    /// Steps started so far (the current step is `step - 1`).
+    step: usize,
+    /// The expert ids hinted for the next routed layer: (the step they are for, ids).
+    predicted: Option<(usize, Vec<usize>)>,
+    /// This token's hint counts.
+    pf: PrefetchStat,
 }
 
 impl<'a> TokenIo<'a> {
@@ -42,6 +49,9 @@ impl<'a> TokenIo<'a> {
             mode,
             io_acc: vec![(0, 0); steps],
             wait_ns: 0,
+            step: 0,
+            predicted: None,
+            pf: PrefetchStat::default(),
         }
     }
 
@@ -53,6 +63,7 @@ impl<'a> TokenIo<'a> {
     /// Start of a step: hints the attention and dense tiles of the next block (`next`).
     pub fn layer_start(&mut self, next: Option<&LayerView>) {
         self.wait_ns = 0;
+        self.step += 1;
         let (Some(pf), Some(nv)) = (self.prefetch, next) else {
             return;
         };
@@ -61,18 +72,33 @@ impl<'a> TokenIo<'a> {
             span(&[nv.gate.as_ref(), nv.up.as_ref(), nv.down.as_ref()]),
         ];
         for (a, b) in spans.into_iter().flatten() {
-            pf.send(PrefetchCmd::LinearRange {
+            let sent = pf.send(PrefetchCmd::LinearRange {
                 file: self.file.clone(),
                 offset: a,
                 len: b - a,
             });
+            self.count(sent);
+        }
+    }
+
+    fn count(&mut self, sent: bool) {
+        if sent {
+            self.pf.sent += 1;
+        } else {
+            self.pf.dropped += 1;
         }
     }
 
     /// After routing at block `lv`: submits the reads of the selected experts (waiting for them
-    /// at once under sync fetch) or hints their tiles; returns the tickets (empty on the mmap
-    /// tier).
-    pub fn routed(&mut self, lv: &LayerView, sel: &[(usize, f32)]) -> Vec<Ticket> {
+    /// at once under sync fetch) and returns the tickets (empty on the mmap tier). With the
+    /// prefetch thread on the mmap tier instead: checks the previous step's prediction against
+    /// `sel`, then hints the tiles of the same expert ids in `next` (the next step's block).
+    pub fn routed(
+        &mut self,
+        lv: &LayerView,
+        sel: &[(usize, f32)],
+        next: Option<&LayerView>,
+    ) -> Vec<Ticket> {
         let mut tickets = Vec::new();
         if let Some(f) = self.fetcher.as_deref_mut() {
             for &(e, _) in sel {
@@ -85,13 +111,33 @@ impl<'a> TokenIo<'a> {
                 }
             }
         } else if let Some(pf) = self.prefetch {
-            pf.send(PrefetchCmd::ExpertTiles {
-                file: self.file.clone(),
-                regions: sel
+            let now = self.step.saturating_sub(1);
+            if let Some((_, ids)) = self.predicted.take().filter(|(at, _)| *at == now) {
+                self.pf.predicted += ids.len() as u32;
+                self.pf.hits += ids
                     .iter()
-                    .map(|&(e, _)| (lv.experts[e].offset as usize, lv.experts[e].len as usize))
+                    .filter(|e| sel.iter().any(|(s, _)| s == *e))
+                    .count() as u32;
+            }
+            let Some(nv) = next.filter(|nv| !nv.experts.is_empty()) else {
+                return tickets;
+            };
+            let ids: Vec<usize> = sel
+                .iter()
+                .map(|&(e, _)| e)
+                .filter(|&e| e < nv.experts.len())
+                .collect();
+            let sent = pf.send(PrefetchCmd::ExpertTiles {
+                file: self.file.clone(),
+                regions: ids
+                    .iter()
+                    .map(|&e| (nv.experts[e].offset as usize, nv.experts[e].len as usize))
                     .collect(),
             });
+            self.count(sent);
+            if sent {
+                self.predicted = Some((now + 1, ids));
+            }
         }
         tickets
     }
@@ -159,6 +205,9 @@ impl<'a> TokenIo<'a> {
 
     /// End of the token: reader-busy time and bytes of the reads issued at each step.
     pub fn finish(self, stats: &mut TokenStats) {
+        if self.prefetch.is_some() {
+            stats.prefetch = Some(self.pf);
+        }
         for (st, (busy, b)) in stats.layers.iter_mut().zip(&self.io_acc) {
             if let Some(io) = st.io.as_mut() {
                 io.io_ns = *busy;
