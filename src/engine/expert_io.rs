@@ -216,3 +216,96 @@ impl<'a> TokenIo<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(dir: &std::path::Path) -> Arc<CflowFile> {
+        let p = dir.join("m.cflow");
+        let mut s = crate::convert::generate::GenSpec::new("arch2_4_combined");
+        (s.vocab, s.hidden, s.ffn, s.expert_ffn) = (Some(64), Some(64), Some(64), Some(32));
+        crate::convert::generate::generate(&s, &p, |_, _| {}).unwrap();
+        Arc::new(CflowFile::open(&p).unwrap())
+    }
+
+    /// The routing at ℓ hints the same expert ids at ℓ+1 (their tiles in ℓ+1's block), and the
+    /// next routing scores it: {1, 3} predicted, {3, 5} routed → 2 predicted, 1 hit; then
+    /// {3, 5} predicted, {5, 3} routed → 2 more, 2 hits. By hand: predicted 4, hits 3.
+    #[test]
+    fn next_layer_prediction_hit_rate() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = model(dir.path());
+        let (pf, rx) = Prefetcher::stalled(64);
+        let mut io = TokenIo::new(&file, None, Some(&pf), FetchMode::Sync, 3);
+        let l = &file.layers;
+        io.layer_start(Some(&l[1]));
+        io.routed(&l[0], &[(1, 0.6), (3, 0.4)], Some(&l[1]));
+        io.layer_start(Some(&l[2]));
+        io.routed(&l[1], &[(3, 0.7), (5, 0.3)], Some(&l[2]));
+        io.layer_start(None);
+        io.routed(&l[2], &[(5, 0.5), (3, 0.5)], None);
+        // Commands in order: ranges of ℓ1, tiles of ℓ1's experts 1 and 3, ranges of ℓ2, ...
+        let cmds: Vec<PrefetchCmd> = rx.try_iter().collect();
+        let tiles: Vec<Vec<(usize, usize)>> = cmds
+            .iter()
+            .filter_map(|c| match c {
+                PrefetchCmd::ExpertTiles { regions, .. } => Some(regions.clone()),
+                _ => None,
+            })
+            .collect();
+        let region = |b: usize, e: usize| {
+            (
+                l[b].experts[e].offset as usize,
+                l[b].experts[e].len as usize,
+            )
+        };
+        assert_eq!(
+            tiles,
+            vec![
+                vec![region(1, 1), region(1, 3)],
+                vec![region(2, 3), region(2, 5)]
+            ]
+        );
+        let mut stats = TokenStats {
+            layers: vec![Default::default(); 3],
+            ..Default::default()
+        };
+        io.finish(&mut stats);
+        let p = stats.prefetch.unwrap();
+        assert_eq!((p.predicted, p.hits, p.dropped), (4, 3, 0));
+        assert_eq!(p.sent as usize, cmds.len());
+        assert_eq!(p.hit_rate(), Some(0.75));
+    }
+
+    /// A dropped expert hint is counted and predicts nothing (no prefetch happened).
+    #[test]
+    fn dropped_hints_are_counted_and_not_scored() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = model(dir.path());
+        let (pf, _rx) = Prefetcher::stalled(1);
+        let mut io = TokenIo::new(&file, None, Some(&pf), FetchMode::Sync, 2);
+        let l = &file.layers;
+        io.layer_start(Some(&l[1])); // attention range queued, dense range dropped
+        io.routed(&l[0], &[(1, 0.6), (3, 0.4)], Some(&l[1])); // dropped
+        io.layer_start(None);
+        io.routed(&l[1], &[(1, 0.6), (3, 0.4)], None);
+        let mut stats = TokenStats {
+            layers: vec![Default::default(); 2],
+            ..Default::default()
+        };
+        io.finish(&mut stats);
+        let p = stats.prefetch.unwrap();
+        assert_eq!((p.sent, p.dropped, p.predicted, p.hits), (1, 2, 0, 0));
+        assert_eq!(
+            pf.counters
+                .dropped
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
+        // Without the prefetch thread the token carries no prefetch stat.
+        let mut stats = TokenStats::default();
+        TokenIo::new(&file, None, None, FetchMode::Sync, 0).finish(&mut stats);
+        assert!(stats.prefetch.is_none());
+    }
+}

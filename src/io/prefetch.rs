@@ -195,6 +195,23 @@ impl Prefetcher {
     }
 }
 
+impl Prefetcher {
+    /// A prefetcher whose thread never takes a command (tests): the channel fills after
+    /// `depth` sends and the caller holds the receiving end.
+    #[cfg(test)]
+    pub(crate) fn stalled(depth: usize) -> (Prefetcher, crossbeam_channel::Receiver<PrefetchCmd>) {
+        let (tx, rx) = bounded(depth);
+        let p = Prefetcher {
+            tx: Some(tx),
+            handle: None,
+            counters: Arc::new(PrefetchCounters::default()),
+            fault: None,
+            depth,
+        };
+        (p, rx)
+    }
+}
+
 impl Drop for Prefetcher {
     fn drop(&mut self) {
         self.tx = None;
@@ -206,7 +223,32 @@ impl Drop for Prefetcher {
 
 #[cfg(test)]
 mod tests {
-    use super::walk;
+    use super::*;
+
+    /// A full channel drops the command, counts it and says so; a free slot queues it.
+    #[test]
+    fn full_channel_counts_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.cflow");
+        let mut s = crate::convert::generate::GenSpec::new("arch2_4_combined");
+        (s.vocab, s.hidden, s.ffn, s.expert_ffn) = (Some(64), Some(64), Some(64), Some(32));
+        crate::convert::generate::generate(&s, &p, |_, _| {}).unwrap();
+        let file = Arc::new(CflowFile::open(&p).unwrap());
+        let (pf, rx) = Prefetcher::stalled(3);
+        let cmd = || PrefetchCmd::LinearRange {
+            file: file.clone(),
+            offset: 0,
+            len: 64,
+        };
+        let sent: Vec<bool> = (0..5).map(|_| pf.send(cmd())).collect();
+        assert_eq!(sent, [true, true, true, false, false]);
+        assert_eq!(pf.counters.dropped.load(Ordering::Relaxed), 2);
+        rx.recv().unwrap();
+        assert!(pf.send(cmd()));
+        assert_eq!(pf.counters.dropped.load(Ordering::Relaxed), 2);
+        assert_eq!(depth_for_steps(6), 18);
+        assert_eq!(depth_for_steps(1), DEFAULT_DEPTH);
+    }
 
     #[test]
     fn walk_clamps() {

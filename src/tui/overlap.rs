@@ -33,21 +33,26 @@ fn model_line(app: &App) -> Line<'static> {
     let (_, de) = v.delays();
     let readers = v.config.as_ref().map_or(0, |c| c.readers) as usize;
     match overlap_model::sync_layers(&v.sync_io) {
-        Some((layers, other)) => {
-            let p = overlap_model::predict(&layers, de as usize, readers.max(1));
-            let who = if readers == 0 {
-                "1 reader?".to_string()
-            } else {
-                format!("{readers} reader{}", if readers == 1 { "" } else { "s" })
+        Some((mut layers, other)) => {
+            // A trace that did not record the reader count: each layer's IO_eff as one block
+            // (the model without the pool) rather than a guessed pool.
+            let who = match readers {
+                0 => {
+                    layers.iter_mut().for_each(|l| l.reads = 0);
+                    "readers ? (IO_eff blocks)".to_string()
+                }
+                1 => "1 reader".to_string(),
+                n => format!("{n} readers"),
             };
+            let p = overlap_model::predict(&layers, de as usize, readers.max(1));
             Line::from(vec![
                 Span::styled("model net ", th.dim()),
                 Span::styled(times(p.net(other)), th.model()),
                 Span::styled(
                     format!(
-                        " (edges, {who}; n={} sync) · steady {}",
-                        v.sync_io.len(),
-                        times(p.steady_net)
+                        " steady {} · {who}, n={} sync",
+                        times(p.steady_net),
+                        v.sync_io.len()
                     ),
                     th.dim(),
                 ),
