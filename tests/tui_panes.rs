@@ -546,11 +546,11 @@ fn routing_pane_shows_prefetch_hit_rate_and_drops() {
         let app = app_from(events.clone(), TuiOptions::default(), size);
         let s = render_pane(&app, PaneId::Routing, size);
         // 24 tokens: 96 of 240 predictions hit; 6 of 24 tokens dropped one of 18 commands.
-        assert!(s.contains("prefetch hit 40% of 240 · dropped 6/414 hints"), "{s}");
-        insta::assert_snapshot!(
-            format!("routing_prefetch_{}x{}", size.0, size.1),
-            s
+        assert!(
+            s.contains("prefetch hit 40% of 240 · dropped 6/414 hints"),
+            "{s}"
         );
+        insta::assert_snapshot!(format!("routing_prefetch_{}x{}", size.0, size.1), s);
     }
     let s = render_pane(&demo((80, 24)), PaneId::Routing, (80, 24));
     assert!(s.contains("prefetch hit — (prefetch off)"), "{s}");

@@ -124,6 +124,22 @@ pub fn predict(layers: &[LayerTiming], expert_delay: usize, readers: usize) -> O
 pub fn sync_layers<'a>(
     tokens: impl IntoIterator<Item = &'a TokenStats>,
 ) -> Option<(Vec<LayerTiming>, f64)> {
+    layer_means(tokens, false)
+}
+
+/// The same means over staged-arm tokens, for a consistency check only (never a prediction):
+/// there the waits happen inside the expert phase, so `inject` = expert phase − wait. Replaying
+/// these tests the model's structure on the staged arm's own compute and read times.
+pub fn staged_layers<'a>(
+    tokens: impl IntoIterator<Item = &'a TokenStats>,
+) -> Option<(Vec<LayerTiming>, f64)> {
+    layer_means(tokens, true)
+}
+
+fn layer_means<'a>(
+    tokens: impl IntoIterator<Item = &'a TokenStats>,
+    waits_in_experts: bool,
+) -> Option<(Vec<LayerTiming>, f64)> {
     let mut per: Vec<LayerTiming> = Vec::new();
     let mut busy_n: Vec<(f64, usize)> = Vec::new(); // (Σ read ns, Σ reads) per layer
     let (mut n, mut other) = (0usize, 0.0f64);
@@ -139,7 +155,12 @@ pub fn sync_layers<'a>(
         let mut in_layers = 0.0;
         for (l, st) in tok.layers.iter().enumerate() {
             let Some(x) = st.io else { continue };
-            let inject = st.ns_experts.min(x.compute_ns) as f64;
+            let phase = if waits_in_experts {
+                st.ns_experts.saturating_sub(x.wait_ns)
+            } else {
+                st.ns_experts
+            };
+            let inject = phase.min(x.compute_ns) as f64;
             per[l].pre_ns += x.compute_ns as f64 - inject;
             per[l].inject_ns += inject;
             per[l].io_ns += x.wait_ns as f64;
