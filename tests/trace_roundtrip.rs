@@ -53,6 +53,7 @@ fn config(prefetch: bool) -> EngineConfigInfo {
         threads: 2,
         isa: "avx2+fma".into(),
         prefetch,
+        readers: 1,
         fetch: "staged".into(),
         expert_tier: "mmap".into(),
         layout: "cflow".into(),
@@ -116,6 +117,13 @@ fn stats(index: u32) -> TokenStats {
         ns_lm_head: 80_000,
         vocab_bytes: 14 << 20,
         layers: vec![layer(0), layer(1)],
+        // Odd tokens ran with the prefetch thread (the field is absent from the others' lines).
+        prefetch: (index % 2 == 1).then_some(cflow::telemetry::PrefetchStat {
+            sent: 5,
+            dropped: 1,
+            predicted: 2,
+            hits: 1,
+        }),
         pmu: Some(PmuSample {
             unavailable: Some("no hardware PMU: perf_event_open(L1-dcache-loads) failed".into()),
             phases: vec![

@@ -529,3 +529,36 @@ fn ab_pane_controlled_experiment() {
         insta::assert_snapshot!(format!("{name}_screen"), render_screen(&app, size));
     }
 }
+
+/// The Routing pane's prefetch line: the measured hit rate over the window (hinted next-layer
+/// experts that layer routed) and the dropped hint commands, next to ℓ→ℓ+1 overlap.
+#[test]
+fn routing_pane_shows_prefetch_hit_rate_and_drops() {
+    use cflow::telemetry::event::{Event, PrefetchStat};
+    let events: Vec<Stamped> = demo_events(24, false)
+        .into_iter()
+        .map(|mut e| {
+            if let Event::Stats(s) = &mut e.event {
+                s.prefetch = Some(PrefetchStat {
+                    sent: 17,
+                    dropped: (s.index % 4 == 0) as u32,
+                    predicted: 10,
+                    hits: 4,
+                });
+            }
+            e
+        })
+        .collect();
+    for size in SIZES {
+        let app = app_from(events.clone(), TuiOptions::default(), size);
+        let s = render_pane(&app, PaneId::Routing, size);
+        // 24 tokens: 96 of 240 predictions hit; 6 of 24 tokens dropped one of 18 commands.
+        assert!(
+            s.contains("prefetch hit 40% of 240 · dropped 6/414 hints"),
+            "{s}"
+        );
+        insta::assert_snapshot!(format!("routing_prefetch_{}x{}", size.0, size.1), s);
+    }
+    let s = render_pane(&demo((80, 24)), PaneId::Routing, (80, 24));
+    assert!(s.contains("prefetch hit — (prefetch off)"), "{s}");
+}

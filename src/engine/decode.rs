@@ -237,7 +237,7 @@ impl Token<'_, '_> {
                 let t2 = Instant::now();
                 let (act, sel) = route(cfg, lv, rule.read(self.s, rule.route_in));
                 st.routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
-                let tickets = self.io.routed(lv, &sel);
+                let tickets = self.io.routed(lv, &sel, next.map(|b| &w.file.layers[b]));
                 let later =
                     self.experts_aside && self.sched.inject_step(l) > l && !self.io.fetching();
                 let offloaded = match lane.as_deref_mut() {

@@ -1,6 +1,7 @@
 //! Expert I/O and prefetch for one token, behind the named points the decode loop calls:
 //! [`TokenIo::layer_start`] (hint the next layer's tiles), [`TokenIo::routed`] (submit the
-//! selected experts' reads, or hint them), [`TokenIo::before_experts`] (wait for the reads;
+//! selected experts' reads, or hint the tiles of the same expert ids at the next layer — the
+//! paper's §3.9.2 prediction — and check the previous step's prediction against this routing), [`TokenIo::before_experts`] (wait for the reads;
 //! fails on a bad read), [`TokenIo::after_experts`] (free the slots) and [`TokenIo::finish`]
 //! (per-layer I/O accounting). With the mmap tier and no prefetch thread every point is a
 //! no-op.
@@ -11,7 +12,7 @@ use super::ForwardError;
 use crate::format::reader::LayerView;
 use crate::format::CflowFile;
 use crate::io::{ExpertFetcher, FetchMode, PrefetchCmd, Prefetcher, Ticket};
-use crate::telemetry::{LayerIo, TokenStats};
+use crate::telemetry::{LayerIo, PrefetchStat, TokenStats};
 use std::sync::Arc;
 
 pub struct TokenIo<'a> {
@@ -23,6 +24,12 @@ pub struct TokenIo<'a> {
     io_acc: Vec<(u64, u64)>,
     /// Wait ns of the current step.
     wait_ns: u64,
+    /// Steps started so far (the current step is `step - 1`).
+    step: usize,
+    /// The expert ids hinted for the next routed layer: (the step they are for, ids).
+    predicted: Option<(usize, Vec<usize>)>,
+    /// This token's hint counts.
+    pf: PrefetchStat,
 }
 
 impl<'a> TokenIo<'a> {
@@ -42,6 +49,9 @@ impl<'a> TokenIo<'a> {
             mode,
             io_acc: vec![(0, 0); steps],
             wait_ns: 0,
+            step: 0,
+            predicted: None,
+            pf: PrefetchStat::default(),
         }
     }
 
@@ -53,6 +63,7 @@ impl<'a> TokenIo<'a> {
     /// Start of a step: hints the attention and dense tiles of the next block (`next`).
     pub fn layer_start(&mut self, next: Option<&LayerView>) {
         self.wait_ns = 0;
+        self.step += 1;
         let (Some(pf), Some(nv)) = (self.prefetch, next) else {
             return;
         };
@@ -61,18 +72,33 @@ impl<'a> TokenIo<'a> {
             span(&[nv.gate.as_ref(), nv.up.as_ref(), nv.down.as_ref()]),
         ];
         for (a, b) in spans.into_iter().flatten() {
-            pf.send(PrefetchCmd::LinearRange {
+            let sent = pf.send(PrefetchCmd::LinearRange {
                 file: self.file.clone(),
                 offset: a,
                 len: b - a,
             });
+            self.count(sent);
+        }
+    }
+
+    fn count(&mut self, sent: bool) {
+        if sent {
+            self.pf.sent += 1;
+        } else {
+            self.pf.dropped += 1;
         }
     }
 
     /// After routing at block `lv`: submits the reads of the selected experts (waiting for them
-    /// at once under sync fetch) or hints their tiles; returns the tickets (empty on the mmap
-    /// tier).
-    pub fn routed(&mut self, lv: &LayerView, sel: &[(usize, f32)]) -> Vec<Ticket> {
+    /// at once under sync fetch) and returns the tickets (empty on the mmap tier). With the
+    /// prefetch thread on the mmap tier instead: checks the previous step's prediction against
+    /// `sel`, then hints the tiles of the same expert ids in `next` (the next step's block).
+    pub fn routed(
+        &mut self,
+        lv: &LayerView,
+        sel: &[(usize, f32)],
+        next: Option<&LayerView>,
+    ) -> Vec<Ticket> {
         let mut tickets = Vec::new();
         if let Some(f) = self.fetcher.as_deref_mut() {
             for &(e, _) in sel {
@@ -85,13 +111,33 @@ impl<'a> TokenIo<'a> {
                 }
             }
         } else if let Some(pf) = self.prefetch {
-            pf.send(PrefetchCmd::ExpertTiles {
-                file: self.file.clone(),
-                regions: sel
+            let now = self.step.saturating_sub(1);
+            if let Some((_, ids)) = self.predicted.take().filter(|(at, _)| *at == now) {
+                self.pf.predicted += ids.len() as u32;
+                self.pf.hits += ids
                     .iter()
-                    .map(|&(e, _)| (lv.experts[e].offset as usize, lv.experts[e].len as usize))
+                    .filter(|e| sel.iter().any(|(s, _)| s == *e))
+                    .count() as u32;
+            }
+            let Some(nv) = next.filter(|nv| !nv.experts.is_empty()) else {
+                return tickets;
+            };
+            let ids: Vec<usize> = sel
+                .iter()
+                .map(|&(e, _)| e)
+                .filter(|&e| e < nv.experts.len())
+                .collect();
+            let sent = pf.send(PrefetchCmd::ExpertTiles {
+                file: self.file.clone(),
+                regions: ids
+                    .iter()
+                    .map(|&e| (nv.experts[e].offset as usize, nv.experts[e].len as usize))
                     .collect(),
             });
+            self.count(sent);
+            if sent {
+                self.predicted = Some((now + 1, ids));
+            }
         }
         tickets
     }
@@ -159,11 +205,107 @@ impl<'a> TokenIo<'a> {
 
     /// End of the token: reader-busy time and bytes of the reads issued at each step.
     pub fn finish(self, stats: &mut TokenStats) {
+        if self.prefetch.is_some() {
+            stats.prefetch = Some(self.pf);
+        }
         for (st, (busy, b)) in stats.layers.iter_mut().zip(&self.io_acc) {
             if let Some(io) = st.io.as_mut() {
                 io.io_ns = *busy;
                 io.bytes = *b;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(dir: &std::path::Path) -> Arc<CflowFile> {
+        let p = dir.join("m.cflow");
+        let mut s = crate::convert::generate::GenSpec::new("arch2_4_combined");
+        (s.vocab, s.hidden, s.ffn, s.expert_ffn) = (Some(64), Some(64), Some(64), Some(32));
+        crate::convert::generate::generate(&s, &p, |_, _| {}).unwrap();
+        Arc::new(CflowFile::open(&p).unwrap())
+    }
+
+    /// The routing at ℓ hints the same expert ids at ℓ+1 (their tiles in ℓ+1's block), and the
+    /// next routing scores it: {1, 3} predicted, {3, 5} routed → 2 predicted, 1 hit; then
+    /// {3, 5} predicted, {5, 3} routed → 2 more, 2 hits. By hand: predicted 4, hits 3.
+    #[test]
+    fn next_layer_prediction_hit_rate() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = model(dir.path());
+        let (pf, rx) = Prefetcher::stalled(64);
+        let mut io = TokenIo::new(&file, None, Some(&pf), FetchMode::Sync, 3);
+        let l = &file.layers;
+        io.layer_start(Some(&l[1]));
+        io.routed(&l[0], &[(1, 0.6), (3, 0.4)], Some(&l[1]));
+        io.layer_start(Some(&l[2]));
+        io.routed(&l[1], &[(3, 0.7), (5, 0.3)], Some(&l[2]));
+        io.layer_start(None);
+        io.routed(&l[2], &[(5, 0.5), (3, 0.5)], None);
+        // Commands in order: ranges of ℓ1, tiles of ℓ1's experts 1 and 3, ranges of ℓ2, ...
+        let cmds: Vec<PrefetchCmd> = rx.try_iter().collect();
+        let tiles: Vec<Vec<(usize, usize)>> = cmds
+            .iter()
+            .filter_map(|c| match c {
+                PrefetchCmd::ExpertTiles { regions, .. } => Some(regions.clone()),
+                _ => None,
+            })
+            .collect();
+        let region = |b: usize, e: usize| {
+            (
+                l[b].experts[e].offset as usize,
+                l[b].experts[e].len as usize,
+            )
+        };
+        assert_eq!(
+            tiles,
+            vec![
+                vec![region(1, 1), region(1, 3)],
+                vec![region(2, 3), region(2, 5)]
+            ]
+        );
+        let mut stats = TokenStats {
+            layers: vec![Default::default(); 3],
+            ..Default::default()
+        };
+        io.finish(&mut stats);
+        let p = stats.prefetch.unwrap();
+        assert_eq!((p.predicted, p.hits, p.dropped), (4, 3, 0));
+        assert_eq!(p.sent as usize, cmds.len());
+        assert_eq!(p.hit_rate(), Some(0.75));
+    }
+
+    /// A dropped expert hint is counted and predicts nothing (no prefetch happened).
+    #[test]
+    fn dropped_hints_are_counted_and_not_scored() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = model(dir.path());
+        let (pf, _rx) = Prefetcher::stalled(1);
+        let mut io = TokenIo::new(&file, None, Some(&pf), FetchMode::Sync, 2);
+        let l = &file.layers;
+        io.layer_start(Some(&l[1])); // attention range queued, dense range dropped
+        io.routed(&l[0], &[(1, 0.6), (3, 0.4)], Some(&l[1])); // dropped
+        io.layer_start(None);
+        io.routed(&l[1], &[(1, 0.6), (3, 0.4)], None);
+        let mut stats = TokenStats {
+            layers: vec![Default::default(); 2],
+            ..Default::default()
+        };
+        io.finish(&mut stats);
+        let p = stats.prefetch.unwrap();
+        assert_eq!((p.sent, p.dropped, p.predicted, p.hits), (1, 2, 0, 0));
+        assert_eq!(
+            pf.counters
+                .dropped
+                .load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
+        // Without the prefetch thread the token carries no prefetch stat.
+        let mut stats = TokenStats::default();
+        TokenIo::new(&file, None, None, FetchMode::Sync, 0).finish(&mut stats);
+        assert!(stats.prefetch.is_none());
     }
 }

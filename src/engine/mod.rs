@@ -419,7 +419,8 @@ impl Engine {
             }
         }
         if self.opts.prefetch && self.prefetcher.is_none() {
-            match Prefetcher::with_fault(self.opts.fetch_hooks.fault) {
+            let depth = crate::io::prefetch::depth_for_steps(self.cfg().effective_layers());
+            match Prefetcher::with_depth(depth, self.opts.fetch_hooks.fault) {
                 Ok(p) => self.prefetcher = Some(p),
                 Err(e) => self.note(format!("prefetch thread unavailable: {e}")),
             }
@@ -456,6 +457,7 @@ impl Engine {
             threads: self.pool.threads() as u32,
             isa: format!("{:?}", self.opts.isa).to_lowercase(),
             prefetch: self.opts.prefetch,
+            readers: self.opts.readers as u32,
             fetch: self.opts.fetch.name().into(),
             expert_tier: self.opts.expert_tier.name().into(),
             layout: self.opts.layout.name().into(),

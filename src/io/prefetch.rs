@@ -24,7 +24,8 @@ pub enum PrefetchCmd {
         offset: usize,
         len: usize,
     },
-    /// The expert regions the current routing selected.
+    /// Expert regions: the tiles of the experts the current routing predicts for the next
+    /// layer (§3.9.2: the same expert ids at ℓ+1).
     ExpertTiles {
         file: Arc<CflowFile>,
         regions: Vec<(usize, usize)>,
@@ -44,10 +45,19 @@ pub struct Prefetcher {
     handle: Option<JoinHandle<()>>,
     pub counters: Arc<PrefetchCounters>,
     fault: Option<FaultPlan>,
+    depth: usize,
 }
 
-/// Channel depth: a few layers ahead at most; older hints are worthless.
-const DEPTH: usize = 8;
+/// The default channel depth (tests and callers that do not size it).
+pub const DEFAULT_DEPTH: usize = 8;
+
+/// The depth that holds one token's hints: the compute thread sends at most 3 commands per step
+/// (attention range, dense range, next-layer expert tiles), so with this depth a command is only
+/// dropped when the thread is a whole token behind — when walking a token's hints takes longer
+/// than computing the token, and then no finite depth stops drops in the steady state.
+pub fn depth_for_steps(steps: usize) -> usize {
+    (3 * steps).clamp(DEFAULT_DEPTH, 4096)
+}
 
 #[inline(always)]
 fn hint(p: *const u8) {
@@ -84,8 +94,12 @@ fn walk(bytes: &[u8], offset: usize, len: usize) -> u64 {
 type Spawned = (Sender<PrefetchCmd>, JoinHandle<()>);
 
 /// Starts the thread over `c`; it panics at command number `fault.at` for a `PrefetchPanic` plan.
-fn spawn(c: Arc<PrefetchCounters>, fault: Option<FaultPlan>) -> std::io::Result<Spawned> {
-    let (tx, rx) = bounded::<PrefetchCmd>(DEPTH);
+fn spawn(
+    c: Arc<PrefetchCounters>,
+    fault: Option<FaultPlan>,
+    depth: usize,
+) -> std::io::Result<Spawned> {
+    let (tx, rx) = bounded::<PrefetchCmd>(depth.max(1));
     let panic_at = fault
         .filter(|f| f.kind == FaultKind::PrefetchPanic)
         .map(|f| f.at);
@@ -118,14 +132,25 @@ impl Prefetcher {
 
     /// As [`start`](Self::start), with an injected fault (tests).
     pub fn with_fault(fault: Option<FaultPlan>) -> std::io::Result<Prefetcher> {
+        Prefetcher::with_depth(DEFAULT_DEPTH, fault)
+    }
+
+    /// A thread whose channel holds `depth` commands (see [`depth_for_steps`]).
+    pub fn with_depth(depth: usize, fault: Option<FaultPlan>) -> std::io::Result<Prefetcher> {
         let counters = Arc::new(PrefetchCounters::default());
-        let (tx, handle) = spawn(counters.clone(), fault)?;
+        let (tx, handle) = spawn(counters.clone(), fault, depth)?;
         Ok(Prefetcher {
             tx: Some(tx),
             handle: Some(handle),
             counters,
             fault,
+            depth,
         })
+    }
+
+    /// The channel's depth in commands.
+    pub fn depth(&self) -> usize {
+        self.depth
     }
 
     /// If the thread has died (it only ends early by panicking), joins it, starts a fresh one
@@ -139,7 +164,7 @@ impl Prefetcher {
             _ => "exited".into(),
         };
         self.tx = None;
-        match spawn(self.counters.clone(), self.fault) {
+        match spawn(self.counters.clone(), self.fault, self.depth) {
             Ok((tx, h)) => {
                 self.tx = Some(tx);
                 self.handle = Some(h);
@@ -153,16 +178,37 @@ impl Prefetcher {
         }
     }
 
-    /// Queues a command; drops it (and counts it) when the thread is behind.
-    pub fn send(&self, cmd: PrefetchCmd) {
-        if let Some(tx) = &self.tx {
-            match tx.try_send(cmd) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                }
+    /// Queues a command; drops it (and counts it) when the channel is full or the thread is
+    /// gone. Returns true when it was queued.
+    pub fn send(&self, cmd: PrefetchCmd) -> bool {
+        let Some(tx) = &self.tx else {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        };
+        match tx.try_send(cmd) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                false
             }
         }
+    }
+}
+
+impl Prefetcher {
+    /// A prefetcher whose thread never takes a command (tests): the channel fills after
+    /// `depth` sends and the caller holds the receiving end.
+    #[cfg(test)]
+    pub(crate) fn stalled(depth: usize) -> (Prefetcher, crossbeam_channel::Receiver<PrefetchCmd>) {
+        let (tx, rx) = bounded(depth);
+        let p = Prefetcher {
+            tx: Some(tx),
+            handle: None,
+            counters: Arc::new(PrefetchCounters::default()),
+            fault: None,
+            depth,
+        };
+        (p, rx)
     }
 }
 
@@ -177,7 +223,32 @@ impl Drop for Prefetcher {
 
 #[cfg(test)]
 mod tests {
-    use super::walk;
+    use super::*;
+
+    /// A full channel drops the command, counts it and says so; a free slot queues it.
+    #[test]
+    fn full_channel_counts_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.cflow");
+        let mut s = crate::convert::generate::GenSpec::new("arch2_4_combined");
+        (s.vocab, s.hidden, s.ffn, s.expert_ffn) = (Some(64), Some(64), Some(64), Some(32));
+        crate::convert::generate::generate(&s, &p, |_, _| {}).unwrap();
+        let file = Arc::new(CflowFile::open(&p).unwrap());
+        let (pf, rx) = Prefetcher::stalled(3);
+        let cmd = || PrefetchCmd::LinearRange {
+            file: file.clone(),
+            offset: 0,
+            len: 64,
+        };
+        let sent: Vec<bool> = (0..5).map(|_| pf.send(cmd())).collect();
+        assert_eq!(sent, [true, true, true, false, false]);
+        assert_eq!(pf.counters.dropped.load(Ordering::Relaxed), 2);
+        rx.recv().unwrap();
+        assert!(pf.send(cmd()));
+        assert_eq!(pf.counters.dropped.load(Ordering::Relaxed), 2);
+        assert_eq!(depth_for_steps(6), 18);
+        assert_eq!(depth_for_steps(1), DEFAULT_DEPTH);
+    }
 
     #[test]
     fn walk_clamps() {

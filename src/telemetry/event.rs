@@ -99,6 +99,9 @@ pub struct EngineConfigInfo {
     pub threads: u32,
     pub isa: String,
     pub prefetch: bool,
+    /// Reader threads of the direct tier (0 in traces recorded before it was recorded).
+    #[serde(default)]
+    pub readers: u32,
     pub fetch: String,
     pub expert_tier: String,
     pub layout: String,
@@ -153,6 +156,42 @@ pub struct TokenStats {
     pub vocab_bytes: u64,
     pub layers: Vec<LayerStat>,
     pub pmu: Option<PmuSample>,
+    /// The prefetch thread's hints for this token (None when it is off; absent in old traces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<PrefetchStat>,
+}
+
+/// The prefetch hints of one token (paper §3.9.2). `predicted` counts the expert ids whose
+/// tiles were hinted for the next routed layer (the current routing's ids, sent on the channel),
+/// `hits` those of them that layer then actually routed; `sent` / `dropped` count every hint
+/// command (attention and dense ranges, expert tiles) queued / dropped on a full channel.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PrefetchStat {
+    pub sent: u32,
+    pub dropped: u32,
+    pub predicted: u32,
+    pub hits: u32,
+}
+
+impl PrefetchStat {
+    /// Add another token's counts.
+    pub fn add(&mut self, o: &PrefetchStat) {
+        self.sent += o.sent;
+        self.dropped += o.dropped;
+        self.predicted += o.predicted;
+        self.hits += o.hits;
+    }
+
+    /// hits / predicted (None before any prediction was checked).
+    pub fn hit_rate(&self) -> Option<f64> {
+        (self.predicted > 0).then(|| self.hits as f64 / self.predicted as f64)
+    }
+
+    /// dropped / (sent + dropped) (None before any command).
+    pub fn drop_rate(&self) -> Option<f64> {
+        let n = self.sent + self.dropped;
+        (n > 0).then(|| self.dropped as f64 / n as f64)
+    }
 }
 
 /// Why a generation ended.

@@ -335,6 +335,7 @@ mod tests {
                 threads: 1,
                 isa: "scalar".into(),
                 prefetch: false,
+                readers: 1,
                 fetch: "mmap".into(),
                 expert_tier: "mmap".into(),
                 layout: "cflow".into(),

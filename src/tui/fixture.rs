@@ -164,6 +164,7 @@ pub fn demo_config(fetch: &str) -> EngineConfigInfo {
         threads: 2,
         isa: "AVX2".into(),
         prefetch: false,
+        readers: 2,
         fetch: fetch.into(),
         expert_tier: "direct".into(),
         layout: "cflow".into(),
@@ -178,6 +179,7 @@ pub fn dense_config() -> EngineConfigInfo {
         threads: 2,
         isa: "AVX2".into(),
         prefetch: false,
+        readers: 1,
         fetch: "staged".into(),
         expert_tier: "mmap".into(),
         layout: "cflow".into(),
@@ -275,6 +277,7 @@ pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStat
         ns_lm_head,
         vocab_bytes: model.vocab_bytes,
         layers,
+        prefetch: None,
         pmu: Some(PmuSample {
             unavailable: Some(
                 "perf_event_open: hardware events not supported (KVM guest without vPMU)".into(),
@@ -413,6 +416,7 @@ pub fn dense_stats(index: u32, pos: u32, rng: &mut Lcg) -> TokenStats {
         ns_lm_head,
         vocab_bytes: model.vocab_bytes,
         layers,
+        prefetch: None,
         pmu: Some(PmuSample {
             unavailable: None,
             phases: vec![
@@ -527,6 +531,7 @@ pub fn ab_events(on_factor: f64, n: u32) -> Vec<Stamped> {
     };
     let cfg = |on: bool| EngineConfigInfo {
         prefetch: on,
+        readers: 1,
         ..demo_config("staged")
     };
     push(

@@ -1,5 +1,5 @@
-//! Per-token expert-I/O totals (summed over layers) and the overlap model over them
-//! (net = (C + IO) / max(C, IO), DESIGN §3).
+//! Per-token expert-I/O totals (summed over layers). The overlap model's prediction lives in
+//! `telemetry::overlap_model`.
 
 use crate::telemetry::event::TokenStats;
 
@@ -40,13 +40,6 @@ impl IoTotals {
         self.bytes += o.bytes;
         self.layers_with_io += o.layers_with_io;
     }
-
-    /// The overlap model's predicted speedup of staged over sync: (C + IO) / max(C, IO).
-    pub fn model_net(&self) -> Option<f64> {
-        let (c, io) = (self.compute_ns as f64, self.io_ns as f64);
-        let m = c.max(io);
-        (m > 0.0).then(|| (c + io) / m)
-    }
 }
 
 #[cfg(test)]
@@ -54,7 +47,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn overlap_model_net() {
+    fn hidden_share() {
         let t = IoTotals {
             compute_ns: 3,
             io_ns: 4,
@@ -62,7 +55,6 @@ mod tests {
             bytes: 0,
             layers_with_io: 1,
         };
-        assert!((t.model_net().unwrap() - 7.0 / 4.0).abs() < 1e-12);
         assert!((t.hidden().unwrap() - 0.75).abs() < 1e-12);
     }
 }

@@ -2,7 +2,8 @@
 //! wait (from `LayerStat.io`); over the recent window the hidden share of I/O (1 − wait/io);
 //! the controlled sync/staged comparison of the A/B book (medians at equal other toggles,
 //! corrected for context position, with its 95% interval), next to the overlap model's
-//! prediction net = (C + IO) / max(C, IO).
+//! prediction (`telemetry::overlap_model`: the token replayed with fill, drain and the reader
+//! pool, from the recent sync tokens' per-layer figures — the same model as `bench overlap`).
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -12,6 +13,7 @@ use ratatui::Frame;
 use super::app::{App, IoTotals, PaneId};
 use super::common::{dim_line, ms, pane_block, stacked_bar, times};
 use crate::telemetry::ab::Toggle;
+use crate::telemetry::overlap_model;
 
 /// I/O totals summed over the recent window for one fetch mode (None = all modes).
 pub fn window_io(app: &App, mode: Option<&str>) -> Option<IoTotals> {
@@ -22,6 +24,42 @@ pub fn window_io(app: &App, mode: Option<&str>) -> Option<IoTotals> {
         }
     }
     acc
+}
+
+/// The overlap model's net from the recent sync tokens (the same replay as `bench overlap`).
+fn model_line(app: &App) -> Line<'static> {
+    let th = &app.theme;
+    let v = app.view();
+    let (_, de) = v.delays();
+    let readers = v.config.as_ref().map_or(0, |c| c.readers) as usize;
+    match overlap_model::sync_layers(&v.sync_io) {
+        Some((mut layers, other)) => {
+            // A trace that did not record the reader count: each layer's IO_eff as one block
+            // (the model without the pool) rather than a guessed pool.
+            let who = match readers {
+                0 => {
+                    layers.iter_mut().for_each(|l| l.reads = 0);
+                    "readers ? (IO_eff blocks)".to_string()
+                }
+                1 => "1 reader".to_string(),
+                n => format!("{n} readers"),
+            };
+            let p = overlap_model::predict(&layers, de as usize, readers.max(1));
+            Line::from(vec![
+                Span::styled("model net ", th.dim()),
+                Span::styled(times(p.net(other)), th.model()),
+                Span::styled(
+                    format!(
+                        " steady {} · {who}, n={} sync",
+                        times(p.steady_net),
+                        v.sync_io.len()
+                    ),
+                    th.dim(),
+                ),
+            ])
+        }
+        None => dim_line(app, "model net — (from sync tokens: press s)"),
+    }
 }
 
 /// Render the overlap pane.
@@ -131,7 +169,6 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     // Window summary. "hidden" is the share of expert I/O not waited for: over the recent
     // window of staged tokens, and (labelled apart) for this token alone.
     let staged = window_io(app, Some("staged"));
-    let any = window_io(app, None);
     let pct = |x: Option<f64>| x.map_or("—".into(), |x| format!("{:.0}%", 100.0 * x));
     let mut s1 = vec![Span::styled("hidden ", th.dim())];
     s1.push(Span::styled(
@@ -158,12 +195,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Span::styled("net measured ", th.dim()),
         Span::styled(measured.unwrap_or_else(|| hint.into()), th.measured()),
     ]));
-    if let Some(m) = staged.or(any).and_then(|x| x.model_net()) {
-        lines.push(Line::from(vec![
-            Span::styled("model net (C+IO)/max(C,IO) ", th.dim()),
-            Span::styled(times(m), th.model()),
-        ]));
-    }
+    lines.push(model_line(app));
     let arm = |label: &str, m: Option<(f64, usize)>| {
         m.map_or(format!("{label} —"), |(m, n)| {
             format!("{label} {m:.2} (n={n})")

@@ -1,7 +1,9 @@
 //! Expert-routing pane: a layer × expert heatmap of how often each expert was chosen over the
 //! recent token window, the current token's top-k (expert:weight) per layer, expert load balance
 //! and layer-to-layer overlap — how often an expert chosen at ℓ is chosen again at ℓ+1, the
-//! prefetch predictability of §3.9.2. Dense models say "no experts".
+//! prefetch predictability of §3.9.2 — next to the prefetch thread's measured hit rate (hinted
+//! next-layer experts that layer then routed) and its dropped hint commands. Dense models say
+//! "no experts".
 
 use std::collections::VecDeque;
 
@@ -12,7 +14,7 @@ use ratatui::Frame;
 
 use super::app::{App, PaneId};
 use super::common::{dim_line, pane_block, truncate};
-use crate::telemetry::event::TokenStats;
+use crate::telemetry::event::{PrefetchStat, TokenStats};
 
 /// Routing statistics over a token window.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +29,8 @@ pub struct RoutingStats {
     pub overlap: Option<f64>,
     /// Load balance: max expert share / mean expert share (1.0 = perfectly even).
     pub imbalance: Option<f64>,
+    /// The prefetch thread's hints summed over the window's tokens that had it on.
+    pub prefetch: Option<PrefetchStat>,
 }
 
 /// Compute routing statistics over `window` for a model with `n_experts` experts.
@@ -36,7 +40,11 @@ pub fn routing_stats(window: &VecDeque<TokenStats>, n_experts: usize) -> Routing
     let mut layer_tokens = vec![0u32; n_layers];
     let mut tokens = 0;
     let (mut ov_sum, mut ov_n) = (0.0f64, 0u64);
+    let mut prefetch: Option<PrefetchStat> = None;
     for t in window {
+        if let Some(p) = &t.prefetch {
+            prefetch.get_or_insert_with(PrefetchStat::default).add(p);
+        }
         let mut any = false;
         for (li, l) in t.layers.iter().enumerate() {
             if l.routing.is_empty() {
@@ -83,7 +91,25 @@ pub fn routing_stats(window: &VecDeque<TokenStats>, n_experts: usize) -> Routing
         layer_tokens,
         overlap: (ov_n > 0).then(|| ov_sum / ov_n as f64),
         imbalance,
+        prefetch,
     }
+}
+
+/// "prefetch hit H% · dropped D/N": the measured counterpart of the overlap line.
+fn prefetch_line(app: &App, p: Option<PrefetchStat>) -> Line<'static> {
+    let th = &app.theme;
+    let Some(p) = p else {
+        return dim_line(app, "prefetch hit — (prefetch off)");
+    };
+    let pct = |x: Option<f64>| x.map_or("—".into(), |x| format!("{:.0}%", 100.0 * x));
+    let drop_style = if p.dropped > 0 { th.bad() } else { th.strong() };
+    Line::from(vec![
+        Span::styled("prefetch hit ", th.dim()),
+        Span::styled(pct(p.hit_rate()), th.strong()),
+        Span::styled(format!(" of {} · dropped ", p.predicted), th.dim()),
+        Span::styled(format!("{}", p.dropped), drop_style),
+        Span::styled(format!("/{} hints", p.sent + p.dropped), th.dim()),
+    ])
 }
 
 /// Render the routing pane.
@@ -141,6 +167,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             ),
             Span::styled(format!(" (chance {:.0}%)", 100.0 * chance), th.dim()),
         ]),
+        prefetch_line(app, st.prefetch),
         Line::from(vec![
             Span::styled("balance max/mean ", th.dim()),
             Span::styled(

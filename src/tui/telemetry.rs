@@ -50,6 +50,8 @@ pub struct Telemetry {
     pub marks: VecDeque<(u64, Mark)>,
     /// Expert-I/O totals of recent tokens, tagged with the fetch mode in force (oldest first).
     pub io_window: VecDeque<(String, IoTotals)>,
+    /// The last [`WINDOW`] tokens with expert I/O run under sync fetch: the overlap model's input.
+    pub sync_io: VecDeque<TokenStats>,
 }
 
 impl Telemetry {
@@ -74,6 +76,12 @@ impl Telemetry {
                     self.io_window.pop_front();
                 }
                 self.io_window.push_back((cfg.fetch.clone(), io));
+                if cfg.fetch == "sync" {
+                    if self.sync_io.len() == WINDOW {
+                        self.sync_io.pop_front();
+                    }
+                    self.sync_io.push_back(s.clone());
+                }
             }
         }
         self.gen_tokens += 1;
