@@ -118,12 +118,14 @@ fn local_requests(
 /// Run the TUI until the user quits (or the event source closes and the user quits).
 ///
 /// `events` is the live engine stream or a replay feeder; `commands` goes to the engine (a replay
-/// host may simply drop them); `on_request` receives recording / replay-control / quit requests.
-/// Ctrl+Z suspend is handled here.
+/// host may simply drop them); `probe` brings the result of a background bandwidth probe (first
+/// launch); `on_request` receives recording / replay-control / quit requests. Ctrl+Z suspend is
+/// handled here.
 pub fn run(
     opts: TuiOptions,
     events: Receiver<Stamped>,
     commands: Sender<Command>,
+    mut probe: Option<Receiver<crate::telemetry::membw::Bandwidth>>,
     mut on_request: impl FnMut(UiRequest),
 ) -> anyhow::Result<()> {
     let mut guard = terminal::TerminalGuard::new(opts.mouse)?;
@@ -174,6 +176,19 @@ pub fn run(
                         break;
                     }
                 }
+            }
+        }
+
+        if let Some(rx) = &probe {
+            let got = match rx.try_recv() {
+                Ok(b) => Some(Some(b)),
+                Err(TryRecvError::Disconnected) => Some(None),
+                Err(TryRecvError::Empty) => None,
+            };
+            if let Some(b) = got {
+                app.apply(Msg::Bandwidth(b));
+                probe = None;
+                dirty = true;
             }
         }
 

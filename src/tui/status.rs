@@ -1,4 +1,5 @@
-//! Status bar (top: model, quant, threads, ISA, toggles, REC / REPLAY / FROZEN badges) and the
+//! Status bar (top: REC / REPLAY / FROZEN badges, model, quant, numerics, sampling, context
+//! size, threads, ISA, toggles, fitted to the width by priority) and the
 //! footer (decode / prefill tok/s, context gauge, a one-line A/B summary or the latest message,
 //! and key hints generated from the keymap).
 
@@ -16,17 +17,74 @@ fn width(spans: &[Span]) -> usize {
     spans.iter().map(|s| s.content.chars().count()).sum()
 }
 
-/// Render the one-line status bar.
+/// One part of the status bar: its forms from the longest to the shortest; a `droppable` part
+/// may vanish when even its shortest form does not fit.
+struct Part {
+    forms: Vec<String>,
+    droppable: bool,
+}
+
+impl Part {
+    fn new(forms: Vec<String>, droppable: bool) -> Self {
+        Part { forms, droppable }
+    }
+}
+
+fn cells(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// Picks a form for every part (None = dropped) so that the parts fit in `avail` cells, given
+/// `prio`, the parts' indices from the most to the least important: shorten the least important
+/// parts first, then drop them (least important first), then give the room left back, most
+/// important first. Parts that cannot fit are left at their shortest (the line is cut).
+fn fit(parts: &[Part], prio: &[usize], avail: usize) -> Vec<Option<usize>> {
+    let mut pick: Vec<Option<usize>> = parts.iter().map(|_| Some(0)).collect();
+    let width = |pick: &[Option<usize>]| -> usize {
+        parts
+            .iter()
+            .zip(pick)
+            .map(|(p, k)| k.map_or(0, |k| cells(&p.forms[k])))
+            .sum()
+    };
+    for &i in prio.iter().rev() {
+        while width(&pick) > avail {
+            match pick[i] {
+                Some(k) if k + 1 < parts[i].forms.len() => pick[i] = Some(k + 1),
+                _ => break,
+            }
+        }
+    }
+    for &i in prio.iter().rev() {
+        if width(&pick) > avail && parts[i].droppable {
+            pick[i] = None;
+        }
+    }
+    for &i in prio {
+        while let Some(k) = pick[i].filter(|&k| k > 0) {
+            let mut t = pick.clone();
+            t[i] = Some(k - 1);
+            if width(&t) > avail {
+                break;
+            }
+            pick = t;
+        }
+    }
+    pick
+}
+
+/// Render the one-line status bar: the badges, then the model, the numerics and sampling, the
+/// context size, threads and ISA, and the engine toggles, fitted to the width by priority (a
+/// chat model: model, act, kv, sampling, ctx, then the rest; otherwise model, toggles, threads,
+/// numerics, sampling).
 pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
     let v = &app.live;
-    let sep = || Span::styled(" │ ", th.bar());
-    let compact = (area.width as usize) < 120;
     let mut spans = vec![Span::styled(
         " cflow-tui",
         th.bar().add_modifier(ratatui::style::Modifier::BOLD),
     )];
-    // Badges come first so they survive truncation on narrow terminals.
+    // Badges come first and are never dropped.
     let mut badges: Vec<Span> = Vec::new();
     if app.recording {
         badges.push(Span::styled(" ", th.bar()));
@@ -36,7 +94,7 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         badges.push(Span::styled(" ", th.bar()));
         badges.push(Span::styled(
             format!(
-                " REPLAY {} {} t={:.1}s ",
+                " REPLAY {} {} t={:.3}s ",
                 if r.paused { "⏸" } else { "▶" },
                 fmt_speed(r.speed),
                 r.t_ns as f64 / 1e9
@@ -57,78 +115,111 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         badges.push(Span::styled(" MOUSE OFF ", th.badge()));
     }
     spans.extend(badges);
-    match &v.model {
-        Some(m) if compact => {
-            spans.push(Span::styled(
-                format!(" · {}", truncate(&m.name, 16)),
-                th.bar(),
-            ));
-            if m.synthetic {
-                spans.push(Span::styled(" (synthetic)", th.bar()));
-            }
-            if let Some(q) = m.quant_types.first() {
-                spans.push(Span::styled(format!(" · {q}"), th.bar()));
-            }
-        }
+
+    let empty = || Part::new(vec![String::new()], true);
+    let model = match &v.model {
         Some(m) => {
-            let mut name = format!(" · {}", m.name);
+            let (syn_long, syn_short) = if m.synthetic {
+                (" (synthetic weights)", " (synthetic)")
+            } else {
+                ("", "")
+            };
+            let mut full = format!(" · {}", m.name);
             if !m.arch.is_empty() && m.arch != m.name {
-                name.push_str(&format!(" {}", m.arch));
+                full.push_str(&format!(" {}", m.arch));
             }
-            spans.push(Span::styled(name, th.bar()));
-            if m.synthetic {
-                spans.push(Span::styled(" (synthetic weights)", th.bar()));
-            }
+            full.push_str(syn_long);
             if !m.quant_types.is_empty() {
-                spans.push(Span::styled(
-                    format!(" · {}", m.quant_types.join("/")),
-                    th.bar(),
-                ));
+                full.push_str(&format!(" · {}", m.quant_types.join("/")));
+            }
+            let q1 = m
+                .quant_types
+                .first()
+                .map_or(String::new(), |q| format!(" · {q}"));
+            let short = truncate(&m.name, 16);
+            Part::new(
+                vec![
+                    full,
+                    format!(" · {}{syn_short}{q1}", m.name),
+                    format!(" · {short}{syn_short}{q1}"),
+                    format!(" · {short}{syn_short}"),
+                ],
+                false,
+            )
+        }
+        None => Part::new(vec![" · no session".into()], false),
+    };
+    let (numerics, sampling) = match &app.settings {
+        Some(g) => (
+            Part::new(
+                vec![
+                    format!(" │ act {} kv {}", g.act, g.kv),
+                    format!(" │ {}/kv {}", g.act, g.kv),
+                ],
+                true,
+            ),
+            Part::new(
+                vec![format!(
+                    " │ {}",
+                    crate::chat::sampling::describe_short(&g.sampling)
+                )],
+                true,
+            ),
+        ),
+        None => (empty(), empty()),
+    };
+    let ctx = match &v.model {
+        Some(m) if app.chat_mode() && m.max_ctx > 0 => {
+            Part::new(vec![format!(" │ ctx {}", m.max_ctx)], true)
+        }
+        _ => empty(),
+    };
+    let (machine, toggles) = match &v.config {
+        Some(c) => {
+            let onoff = if c.prefetch { "ON" } else { "OFF" };
+            (
+                Part::new(
+                    vec![
+                        format!(" · {} thr · {}", c.threads, c.isa),
+                        format!(" · {}t {}", c.threads, c.isa),
+                    ],
+                    true,
+                ),
+                Part::new(
+                    vec![
+                        format!(
+                            " │ prefetch {onoff} │ fetch {} │ layout {} │ tier {}",
+                            c.fetch.to_uppercase(),
+                            c.layout,
+                            c.expert_tier
+                        ),
+                        format!(
+                            " │ pf {onoff} · {} · {} · {}",
+                            c.fetch, c.layout, c.expert_tier
+                        ),
+                    ],
+                    true,
+                ),
+            )
+        }
+        None => (empty(), empty()),
+    };
+    // Display order and priority. A chat model's numerics and sampling come before the engine
+    // toggles (they change the answers; the toggles only the speed).
+    let parts = [model, numerics, sampling, ctx, machine, toggles];
+    let (order, prio): (&[usize], &[usize]) = if app.chat_mode() {
+        (&[0, 1, 2, 3, 4, 5], &[0, 1, 2, 3, 4, 5])
+    } else {
+        (&[0, 4, 5, 1, 2, 3], &[0, 5, 4, 1, 2, 3])
+    };
+    let avail = (area.width as usize).saturating_sub(width(&spans));
+    let pick = fit(&parts, prio, avail);
+    for &i in order {
+        if let Some(k) = pick[i] {
+            if !parts[i].forms[k].is_empty() {
+                spans.push(Span::styled(parts[i].forms[k].clone(), th.bar()));
             }
         }
-        None => spans.push(Span::styled(" · no session", th.bar())),
-    }
-    // A chat model's numerics and sampling come before the engine toggles (they change the
-    // answers; the toggles only the speed), so they survive truncation.
-    let chat_first = app.chat_mode();
-    if chat_first {
-        spans.extend(settings_spans(app, compact));
-    }
-    if let Some(c) = &v.config {
-        let onoff = if c.prefetch { "ON" } else { "OFF" };
-        if compact {
-            spans.push(Span::styled(
-                format!(" · {}t {}", c.threads, c.isa),
-                th.bar(),
-            ));
-            spans.push(sep());
-            spans.push(Span::styled(
-                format!(
-                    "pf {onoff} · {} · {} · {}",
-                    c.fetch, c.layout, c.expert_tier
-                ),
-                th.bar(),
-            ));
-        } else {
-            spans.push(Span::styled(
-                format!(" · {} thr · {}", c.threads, c.isa),
-                th.bar(),
-            ));
-            spans.push(sep());
-            spans.push(Span::styled(format!("prefetch {onoff}"), th.bar()));
-            spans.push(sep());
-            spans.push(Span::styled(
-                format!("fetch {}", c.fetch.to_uppercase()),
-                th.bar(),
-            ));
-            spans.push(sep());
-            spans.push(Span::styled(format!("layout {}", c.layout), th.bar()));
-            spans.push(sep());
-            spans.push(Span::styled(format!("tier {}", c.expert_tier), th.bar()));
-        }
-    }
-    if !chat_first {
-        spans.extend(settings_spans(app, compact));
     }
     let used = width(&spans);
     if used < area.width as usize {
@@ -138,28 +229,6 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         ));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
-}
-
-/// Numerics and sampling: " │ act f32 kv f32 │ T0.7 k40 p0.95 m0.05 r1.1 s0" (compact: " │ f32/kv
-/// f32 │ …"); the settings overlay (`o`) spells the fields out.
-fn settings_spans<'a>(app: &App, compact: bool) -> Vec<Span<'a>> {
-    use crate::chat::sampling::describe_short;
-    let th = &app.theme;
-    let Some(g) = &app.settings else {
-        return Vec::new();
-    };
-    let sep = || Span::styled(" │ ", th.bar());
-    let numerics = if compact {
-        format!("{}/kv {}", g.act, g.kv)
-    } else {
-        format!("act {} kv {}", g.act, g.kv)
-    };
-    vec![
-        sep(),
-        Span::styled(numerics, th.bar()),
-        sep(),
-        Span::styled(describe_short(&g.sampling), th.bar()),
-    ]
 }
 
 /// The metrics part of the footer.
