@@ -95,19 +95,26 @@ fn the_chat_header_fits_by_priority() {
         ),
         (
             100,
-            &["SmolLM2-135M-In", "f32", "kv f32", "T0.7 k40 p0.95 m0.05 r1.1 s0", "ctx 2048"],
-            &[],
+            &[
+                "SmolLM2-135M-Instruct · Q4_1",
+                "f32",
+                "kv f32",
+                "T0.7 k40 p0.95 m0.05 r1.1 s0",
+                "ctx 2048",
+            ],
+            &["prefetch"],
         ),
         (
             80,
-            &["SmolLM2-135M-In", "f32", "kv f32", "T0.7 k40 p0.95 m0.05 r1.1 s0"],
+            &["SmolLM2-135M-Instruct", "f32", "kv f32", "T0.7 k40 p0.95 m0.05 r1.1 s0"],
             &["prefetch"],
         ),
     ];
     for (w, must, must_not) in want {
         let size = (w, 24);
         let s = screen(&chat(size), size);
-        let header = s.lines().next().unwrap().trim_end().to_string();
+        // TestBackend quotes each row.
+        let header = s.lines().next().unwrap().trim_matches('"').trim_end().to_string();
         for m in must {
             assert!(header.contains(m), "{w}: no {m:?} in {header:?}");
         }

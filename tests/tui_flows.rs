@@ -327,3 +327,37 @@ fn replay_steps_move_the_clock_and_the_first_step_after_a_pause_works() {
     drop(ctl_tx);
     let _ = t.join();
 }
+
+/// A/B auto in the live TUI: the toggle command it asks for after a measured token must reach
+/// the engine. The event drain of `tui::run` dropped the effects of events, so A/B auto
+/// counted blocks but never switched the arm (found in the new-user A/B capture: 599 tokens,
+/// all "off").
+#[test]
+fn a_b_auto_commands_from_events_are_not_dropped_by_the_drain() {
+    use cflow::telemetry::Command;
+    use cflow::tui::app::{Action, TuiOptions};
+    let mut app = App::new(&TuiOptions::default());
+    let evs = cflow::tui::fixture::demo_events(200, false);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    // The session first, then arm A/B auto on the focused toggle (prefetch).
+    tx.send(evs[0].clone()).unwrap();
+    let _ = cflow::tui::drain(&mut app, &rx, std::time::Instant::now() + std::time::Duration::from_secs(5));
+    app.apply(Msg::Action(Action::AbAuto));
+    assert!(app.ab_auto.is_some());
+    for e in &evs[1..] {
+        tx.send(e.clone()).unwrap();
+    }
+    let (fx, got, closed) = cflow::tui::drain(
+        &mut app,
+        &rx,
+        std::time::Instant::now() + std::time::Duration::from_secs(5),
+    );
+    assert!(got && !closed);
+    assert!(
+        fx.commands
+            .iter()
+            .any(|c| matches!(c, Command::SetPrefetch(true))),
+        "{:?}",
+        fx.commands
+    );
+}

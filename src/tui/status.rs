@@ -37,7 +37,8 @@ fn cells(s: &str) -> usize {
 /// Picks a form for every part (None = dropped) so that the parts fit in `avail` cells, given
 /// `prio`, the parts' indices from the most to the least important: shorten the least important
 /// parts first, then drop them (least important first), then give the room left back, most
-/// important first. Parts that cannot fit are left at their shortest (the line is cut).
+/// important first (dropped parts come back before any part grows). Parts that cannot fit are
+/// left at their shortest (the line is cut).
 fn fit(parts: &[Part], prio: &[usize], avail: usize) -> Vec<Option<usize>> {
     let mut pick: Vec<Option<usize>> = parts.iter().map(|_| Some(0)).collect();
     let width = |pick: &[Option<usize>]| -> usize {
@@ -60,6 +61,17 @@ fn fit(parts: &[Part], prio: &[usize], avail: usize) -> Vec<Option<usize>> {
             pick[i] = None;
         }
     }
+    // Give the room back, most important first: dropped parts come back at their shortest
+    // (being there counts more than being long), then parts grow.
+    for &i in prio {
+        if pick[i].is_none() {
+            let mut t = pick.clone();
+            t[i] = Some(parts[i].forms.len() - 1);
+            if width(&t) <= avail {
+                pick = t;
+            }
+        }
+    }
     for &i in prio {
         while let Some(k) = pick[i].filter(|&k| k > 0) {
             let mut t = pick.clone();
@@ -75,8 +87,8 @@ fn fit(parts: &[Part], prio: &[usize], avail: usize) -> Vec<Option<usize>> {
 
 /// Render the one-line status bar: the badges, then the model, the numerics and sampling, the
 /// context size, threads and ISA, and the engine toggles, fitted to the width by priority (a
-/// chat model: model, act, kv, sampling, ctx, then the rest; otherwise model, toggles, threads,
-/// numerics, sampling).
+/// chat model: model, act, kv, sampling, ctx, quant types, then toggles and threads; otherwise
+/// model, toggles, quant types, threads, numerics, sampling).
 pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
     let v = &app.live;
@@ -117,37 +129,43 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
     spans.extend(badges);
 
     let empty = || Part::new(vec![String::new()], true);
-    let model = match &v.model {
+    // The model's name (and whether its weights are synthetic), then its quant types.
+    let (model, quant) = match &v.model {
         Some(m) => {
             let (syn_long, syn_short) = if m.synthetic {
                 (" (synthetic weights)", " (synthetic)")
             } else {
                 ("", "")
             };
-            let mut full = format!(" · {}", m.name);
-            if !m.arch.is_empty() && m.arch != m.name {
-                full.push_str(&format!(" {}", m.arch));
-            }
-            full.push_str(syn_long);
-            if !m.quant_types.is_empty() {
-                full.push_str(&format!(" · {}", m.quant_types.join("/")));
-            }
-            let q1 = m
-                .quant_types
-                .first()
-                .map_or(String::new(), |q| format!(" · {q}"));
+            let arch = if !m.arch.is_empty() && m.arch != m.name {
+                format!(" {}", m.arch)
+            } else {
+                String::new()
+            };
             let short = truncate(&m.name, 16);
-            Part::new(
-                vec![
-                    full,
-                    format!(" · {}{syn_short}{q1}", m.name),
-                    format!(" · {short}{syn_short}{q1}"),
-                    format!(" · {short}{syn_short}"),
-                ],
-                false,
+            let quant = match m.quant_types.first() {
+                Some(q) => Part::new(
+                    vec![
+                        format!(" · {}", m.quant_types.join("/")),
+                        format!(" · {q}"),
+                    ],
+                    true,
+                ),
+                None => empty(),
+            };
+            (
+                Part::new(
+                    vec![
+                        format!(" · {}{arch}{syn_long}", m.name),
+                        format!(" · {}{syn_short}", m.name),
+                        format!(" · {short}{syn_short}"),
+                    ],
+                    false,
+                ),
+                quant,
             )
         }
-        None => Part::new(vec![" · no session".into()], false),
+        None => (Part::new(vec![" · no session".into()], false), empty()),
     };
     let (numerics, sampling) = match &app.settings {
         Some(g) => (
@@ -197,6 +215,7 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
                             " │ pf {onoff} · {} · {} · {}",
                             c.fetch, c.layout, c.expert_tier
                         ),
+                        format!(" │ pf {onoff} · {}", c.fetch),
                     ],
                     true,
                 ),
@@ -206,11 +225,11 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
     };
     // Display order and priority. A chat model's numerics and sampling come before the engine
     // toggles (they change the answers; the toggles only the speed).
-    let parts = [model, numerics, sampling, ctx, machine, toggles];
+    let parts = [model, quant, numerics, sampling, ctx, machine, toggles];
     let (order, prio): (&[usize], &[usize]) = if app.chat_mode() {
-        (&[0, 1, 2, 3, 4, 5], &[0, 1, 2, 3, 4, 5])
+        (&[0, 1, 2, 3, 4, 5, 6], &[0, 2, 3, 4, 1, 6, 5])
     } else {
-        (&[0, 4, 5, 1, 2, 3], &[0, 5, 4, 1, 2, 3])
+        (&[0, 1, 5, 6, 2, 3, 4], &[0, 6, 1, 5, 2, 3, 4])
     };
     let avail = (area.width as usize).saturating_sub(width(&spans));
     let pick = fit(&parts, prio, avail);
@@ -339,4 +358,45 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         top.extend(tail);
     }
     frame.render_widget(Paragraph::new(Line::from(top)), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(forms: &[&str], droppable: bool) -> Part {
+        Part::new(forms.iter().map(|s| s.to_string()).collect(), droppable)
+    }
+
+    #[test]
+    fn fit_shortens_then_drops_the_least_important_first_then_gives_room_back() {
+        let parts = [
+            part(&["AAAAAAAA", "AAA"], false),
+            part(&["BBBBBB", "BB"], true),
+            part(&["CCCC", "C"], true),
+        ];
+        let prio = [0, 1, 2];
+        // Everything fits.
+        assert_eq!(fit(&parts, &prio, 18), vec![Some(0), Some(0), Some(0)]);
+        // One cell short: the least important part shortens, nothing else.
+        assert_eq!(fit(&parts, &prio, 17), vec![Some(0), Some(0), Some(1)]);
+        // All shortest is 6; at 9 the room goes to the first part, by priority, that can
+        // grow into it (A and B cannot).
+        assert_eq!(fit(&parts, &prio, 9), vec![Some(1), Some(1), Some(0)]);
+        // At 11: shortening C then B is enough; A keeps its long form.
+        assert_eq!(fit(&parts, &prio, 11), vec![Some(0), Some(1), Some(1)]);
+        // At 4: the droppable parts go, least important first, the rest is its shortest.
+        assert_eq!(fit(&parts, &prio, 4), vec![Some(1), None, Some(1)]);
+        assert_eq!(fit(&parts, &prio, 3), vec![Some(1), None, None]);
+        // Not even the shortest undroppable part fits: it stays (the line is cut).
+        assert_eq!(fit(&parts, &prio, 1), vec![Some(1), None, None]);
+        // Being there counts more than being long: a dropped part comes back before a more
+        // important one grows into its room.
+        let parts = [
+            part(&["AAAAA", "A"], false),
+            part(&["BBBBBBBB"], true),
+            part(&["CCC"], true),
+        ];
+        assert_eq!(fit(&parts, &prio, 5), vec![Some(1), None, Some(0)]);
+    }
 }

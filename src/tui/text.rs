@@ -275,8 +275,11 @@ pub fn transcript_tail(app: &App, width: usize, rows: usize) -> Vec<Line<'static
         }
         let turn = &app.transcript[i];
         let streaming = i + 1 == n && app.generating;
+        // Only the rows still needed are copied out (a long finished reply has thousands).
+        let need = rows - have;
+        let tail = |v: &[Line<'static>]| v[v.len().saturating_sub(need)..].to_vec();
         let lines = if streaming {
-            turn_lines(app, i, width)
+            tail(&turn_lines(app, i, width))
         } else {
             let key = (
                 turn.text.len(),
@@ -286,19 +289,14 @@ pub fn transcript_tail(app: &App, width: usize, rows: usize) -> Vec<Line<'static
             let hit = cache
                 .get(&(app.transcript_epoch, i, width))
                 .filter(|c| c.key == key)
-                .map(|c| c.lines.clone());
+                .map(|c| tail(&c.lines));
             match hit {
                 Some(lines) => lines,
                 None => {
                     let lines = turn_lines(app, i, width);
-                    cache.insert(
-                        (app.transcript_epoch, i, width),
-                        CachedTurn {
-                            key,
-                            lines: lines.clone(),
-                        },
-                    );
-                    lines
+                    let t = tail(&lines);
+                    cache.insert((app.transcript_epoch, i, width), CachedTurn { key, lines });
+                    t
                 }
             }
         };
