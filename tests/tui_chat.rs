@@ -106,7 +106,13 @@ fn the_chat_header_fits_by_priority() {
         ),
         (
             80,
-            &["SmolLM2-135M-Instruct", "f32", "kv f32", "T0.7 k40 p0.95 m0.05 r1.1 s0"],
+            &[
+                "SmolLM2-135M-In",
+                "Q4_1",
+                "f32",
+                "kv f32",
+                "T0.7 k40 p0.95 m0.05 r1.1 s0",
+            ],
             &["prefetch"],
         ),
     ];
@@ -114,7 +120,13 @@ fn the_chat_header_fits_by_priority() {
         let size = (w, 24);
         let s = screen(&chat(size), size);
         // TestBackend quotes each row.
-        let header = s.lines().next().unwrap().trim_matches('"').trim_end().to_string();
+        let header = s
+            .lines()
+            .next()
+            .unwrap()
+            .trim_matches('"')
+            .trim_end()
+            .to_string();
         for m in must {
             assert!(header.contains(m), "{w}: no {m:?} in {header:?}");
         }

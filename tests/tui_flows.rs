@@ -341,7 +341,11 @@ fn a_b_auto_commands_from_events_are_not_dropped_by_the_drain() {
     let (tx, rx) = crossbeam_channel::unbounded();
     // The session first, then arm A/B auto on the focused toggle (prefetch).
     tx.send(evs[0].clone()).unwrap();
-    let _ = cflow::tui::drain(&mut app, &rx, std::time::Instant::now() + std::time::Duration::from_secs(5));
+    let _ = cflow::tui::drain(
+        &mut app,
+        &rx,
+        std::time::Instant::now() + std::time::Duration::from_secs(5),
+    );
     app.apply(Msg::Action(Action::AbAuto));
     assert!(app.ab_auto.is_some());
     for e in &evs[1..] {

@@ -83,7 +83,11 @@ fn cached_rows_are_the_uncached_rows() {
     let check = |app: &App, w: usize, rows: usize| {
         let fresh = transcript_lines(&app.clone(), w);
         let want = &fresh[fresh.len().saturating_sub(rows)..];
-        assert_eq!(transcript_tail(app, w, rows), want, "width {w}, {rows} rows");
+        assert_eq!(
+            transcript_tail(app, w, rows),
+            want,
+            "width {w}, {rows} rows"
+        );
     };
     for (i, e) in evs.into_iter().enumerate() {
         let session = matches!(e.event, Event::Session { .. });

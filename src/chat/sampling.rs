@@ -246,9 +246,15 @@ mod tests {
             seed: 12345678901,
         };
         assert_eq!(parse_spec(&spec(&p)).unwrap(), p);
-        assert_eq!(parse_spec(&spec(&chat_defaults())).unwrap(), chat_defaults());
+        assert_eq!(
+            parse_spec(&spec(&chat_defaults())).unwrap(),
+            chat_defaults()
+        );
         // What older transcripts hold (describe).
-        assert_eq!(parse_spec(&describe(&chat_defaults())).unwrap(), chat_defaults());
+        assert_eq!(
+            parse_spec(&describe(&chat_defaults())).unwrap(),
+            chat_defaults()
+        );
         let g = parse_spec("greedy rep 1.10").unwrap();
         assert_eq!((g.temperature, g.repeat_penalty), (0.0, 1.1));
         assert_eq!(parse_spec("temp 1 top-k off").unwrap().top_k, 0);

@@ -274,7 +274,9 @@ impl RecordTap {
             model: Box::new(s.summary()),
             config: cfg,
         });
-        t.emit(Event::Settings(crate::engine::worker::gen_settings(s, conv)));
+        t.emit(Event::Settings(crate::engine::worker::gen_settings(
+            s, conv,
+        )));
         Ok(t)
     }
 

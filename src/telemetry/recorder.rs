@@ -434,13 +434,19 @@ mod tests {
         tap.emit(Event::Reset);
         assert!(!tap.recording());
         let e = tap.take_error().unwrap();
-        assert!(e.contains("recording stopped") && e.contains("full.jsonl"), "{e}");
+        assert!(
+            e.contains("recording stopped") && e.contains("full.jsonl"),
+            "{e}"
+        );
         assert_eq!(tap.take_error(), None);
         tap.emit(Event::Reset);
         assert_eq!(tap.take_error(), None);
         let text = String::from_utf8(got.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), 2, "{text}");
-        assert!(text.lines().nth(1).unwrap().contains("\"kind\":\"reset\""), "{text}");
+        assert!(
+            text.lines().nth(1).unwrap().contains("\"kind\":\"reset\""),
+            "{text}"
+        );
     }
 
     #[test]

@@ -117,7 +117,11 @@ fn local_requests(
 
 /// Applies every pending event (until `deadline`), returning what they asked for (A/B auto's
 /// toggle commands), whether any arrived, and whether the source closed.
-pub fn drain(app: &mut App, events: &Receiver<Stamped>, deadline: Instant) -> (Effects, bool, bool) {
+pub fn drain(
+    app: &mut App,
+    events: &Receiver<Stamped>,
+    deadline: Instant,
+) -> (Effects, bool, bool) {
     let mut fx = Effects::default();
     let mut got = false;
     loop {

@@ -145,10 +145,7 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
             let short = truncate(&m.name, 16);
             let quant = match m.quant_types.first() {
                 Some(q) => Part::new(
-                    vec![
-                        format!(" · {}", m.quant_types.join("/")),
-                        format!(" · {q}"),
-                    ],
+                    vec![format!(" · {}", m.quant_types.join("/")), format!(" · {q}")],
                     true,
                 ),
                 None => empty(),

@@ -230,7 +230,11 @@ mod tests {
             ..Default::default()
         };
         let c = startup_commands(&a).unwrap();
-        assert_eq!(c.get(1), Some(&Command::SetSampling(recorded.clone())), "{c:?}");
+        assert_eq!(
+            c.get(1),
+            Some(&Command::SetSampling(recorded.clone())),
+            "{c:?}"
+        );
         a.sampling.seed = Some(7);
         let c = startup_commands(&a).unwrap();
         let want = crate::telemetry::SamplingParams {
@@ -244,7 +248,10 @@ mod tests {
         )
         .unwrap();
         let e = startup_commands(&a).unwrap_err().to_string();
-        assert!(e.contains("t.md: `- sampling:`") && e.contains("not a number"), "{e}");
+        assert!(
+            e.contains("t.md: `- sampling:`") && e.contains("not a number"),
+            "{e}"
+        );
     }
 
     #[test]
