@@ -146,6 +146,8 @@ fn every_json_output_matches_its_schema_with_one_vocabulary() {
     assert_eq!(run["tokens"].as_array().unwrap().len(), 3);
     for k in ["act", "kv"] {
         assert_eq!(run[k], bench[k], "{k}");
+        // The replay summary reads them from the trace's settings event.
+        assert_eq!(run[k], rep[k], "replay summary {k}");
     }
     assert_eq!(
         (run["act"].as_str(), run["kv"].as_str()),

@@ -60,12 +60,10 @@ fn header_shows_numerics_and_sampling_and_replies_their_summary() {
         let app = chat(size);
         let s = screen(&app, size);
         let header = s.lines().next().unwrap();
-        let numerics = if size.0 < 120 {
-            "f32/kv f32"
-        } else {
-            "act f32 kv f32"
-        };
-        assert!(header.contains(numerics), "{size:?}: {header}");
+        assert!(
+            header.contains("act f32 kv f32") || header.contains("f32/kv f32"),
+            "{size:?}: {header}"
+        );
         assert!(
             header.contains("T0.7 k40 p0.95 m0.05"),
             "{size:?}: {header}"
@@ -73,6 +71,76 @@ fn header_shows_numerics_and_sampling_and_replies_their_summary() {
         assert!(s.contains("ms/tok"), "{size:?}: no summary line\n{s}");
         assert!(s.contains("system: You are a"), "{size:?}\n{s}");
         insta::assert_snapshot!(format!("chat_screen_{}x{}", size.0, size.1), s);
+    }
+}
+
+/// Issue 16 item 10 (the header shows act and kv): the SmolLM2 header is fitted by priority —
+/// model, act, kv, sampling, ctx, then threads and toggles — and never cut: at 160 columns it
+/// holds everything, at 100 and 80 the low-priority parts shorten or go, whole.
+#[test]
+fn the_chat_header_fits_by_priority() {
+    let want: [(u16, &[&str], &[&str]); 3] = [
+        (
+            160,
+            &[
+                "SmolLM2-135M-Instruct",
+                "act f32 kv f32",
+                "T0.7 k40 p0.95 m0.05 r1.1 s0",
+                "ctx 2048",
+                "AVX2",
+                "OFF",
+                "mmap",
+            ],
+            &[],
+        ),
+        (
+            100,
+            &[
+                "SmolLM2-135M-Instruct · Q4_1",
+                "f32",
+                "kv f32",
+                "T0.7 k40 p0.95 m0.05 r1.1 s0",
+                "ctx 2048",
+            ],
+            &["prefetch"],
+        ),
+        (
+            80,
+            &[
+                "SmolLM2-135M-In",
+                "Q4_1",
+                "f32",
+                "kv f32",
+                "T0.7 k40 p0.95 m0.05 r1.1 s0",
+            ],
+            &["prefetch"],
+        ),
+    ];
+    for (w, must, must_not) in want {
+        let size = (w, 24);
+        let s = screen(&chat(size), size);
+        // TestBackend quotes each row.
+        let header = s
+            .lines()
+            .next()
+            .unwrap()
+            .trim_matches('"')
+            .trim_end()
+            .to_string();
+        for m in must {
+            assert!(header.contains(m), "{w}: no {m:?} in {header:?}");
+        }
+        for m in must_not {
+            assert!(!header.contains(m), "{w}: {m:?} in {header:?}");
+        }
+        // Nothing cut: the line ends with a whole part, inside the width.
+        assert!(header.chars().count() <= w as usize, "{header}");
+        assert!(
+            ["s0", "ctx 2048", "AVX2", "mmap", "kv f32"]
+                .iter()
+                .any(|e| header.ends_with(e)),
+            "{w}: cut: {header:?}"
+        );
     }
 }
 

@@ -101,6 +101,27 @@ fn demo_session_and_replay_in_tmux() {
         assert!(s.contains(title), "missing pane {title}:\n{s}");
     }
     assert!(s.contains("synthetic"), "demo banner missing:\n{s}");
+    // Issue 16 item 8 / first launch: the bandwidth probe runs in the background once the UI is
+    // up (it used to hold the UI back for seconds), then lands in the saved machine profile.
+    t.wait(30, "the probe under way", |s| s.contains("measuring…"));
+    let profile = || {
+        std::fs::read_dir(&cache)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .any(|e| e.file_name().to_string_lossy().starts_with("machine-"))
+            })
+            .unwrap_or(false)
+    };
+    let t0 = Instant::now();
+    while !profile() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "no machine profile saved in {}",
+            cache.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    t.wait(30, "the probe's end", |s| !s.contains("measuring…"));
     t.literal("Once upon a time");
     t.keys(&["Enter"]);
     let s = t.wait(90, "tokens", |s| {
@@ -379,10 +400,25 @@ fn chat_settings_and_transcript_in_tmux() {
     assert!(
         tr.meta
             .iter()
-            .any(|(k, v)| k == "sampling" && v.starts_with("temp 0.10")),
+            .any(|(k, v)| k == "sampling" && v.starts_with("temp 0.1 ")),
         "{:?}",
         tr.meta
     );
+    // Loading it restores that sampling (the demo has no chat template, so the messages are
+    // refused, but the sampling is the transcript's, not the default greedy).
+    let cmd = format!(
+        "CFLOW_CACHE={} {bin} --transcript {} --no-pmu; echo EXITED $?; sleep 60",
+        cache.display(),
+        saved[0].display()
+    );
+    let t = Tmux::start("cflow-e2e-chat-load", &cmd, 200, 50);
+    t.wait(60, "the transcript's sampling in the header", |s| {
+        header(s).contains("T0.1 k40") && !header(s).contains("greedy")
+    });
+    t.keys(&["Tab"]);
+    t.keys(&["q"]);
+    t.wait(30, "exit", |s| s.contains("EXITED 0"));
+    drop(t);
     // The change is in the trace, like the toggles.
     let r = cflow::telemetry::replay::Replay::open(&trace).unwrap();
     let temps: Vec<f32> = r

@@ -260,3 +260,108 @@ fn render(app: &App) -> String {
     }
     s
 }
+
+/// Issue 16 item 4: in a replay, `t=` in the REPLAY badge moves with every ← / → step, and the
+/// first step after a pause is not lost (the app's requests go to the real player).
+#[test]
+fn replay_steps_move_the_clock_and_the_first_step_after_a_pause_works() {
+    use cflow::telemetry::player::play;
+    use cflow::tui::app::{Action, TuiOptions, UiRequest};
+    let events = cflow::tui::fixture::demo_events(8, true);
+    let mut app = App::new(&TuiOptions {
+        replay: true,
+        ..TuiOptions::default()
+    });
+    app.apply(Msg::Resize(160, 48));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+    // The fixture's tokens are milliseconds apart: at 1/1000 speed the replay crawls, so
+    // everything seen below comes from the steps.
+    let t = std::thread::spawn(move || play(events, tx, ctl_rx, 0.001));
+    let drain = |app: &mut App| {
+        while let Ok(e) = rx.recv_timeout(std::time::Duration::from_millis(400)) {
+            app.apply(Msg::Stamped(e));
+        }
+    };
+    let send = |app: &mut App, a: Action| {
+        for r in app.apply(Msg::Action(a)).requests {
+            if let UiRequest::Replay(c) = r {
+                ctl_tx.send(c).unwrap();
+            }
+        }
+    };
+    let clock = |app: &App| -> String {
+        let s = render(app);
+        let head = s.lines().next().unwrap_or("").to_string();
+        head.split("t=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no t= in {head}"))
+            .to_string()
+    };
+    let token = |app: &App| app.view().last.as_ref().map(|l| l.index);
+    drain(&mut app);
+    send(&mut app, Action::ReplayPause);
+    drain(&mut app);
+    let (t0, n0) = (app.replay.unwrap().t_ns, token(&app));
+    // The first → after the pause shows the next token, and the clock moves.
+    send(&mut app, Action::ReplayStep(1));
+    drain(&mut app);
+    let (t1, n1) = (app.replay.unwrap().t_ns, token(&app));
+    assert!(t1 > t0, "t= did not move on →: {t0} → {t1}");
+    assert_eq!(n1, Some(n0.map_or(0, |n| n + 1)), "{n0:?} → {n1:?}");
+    let c1 = clock(&app);
+    send(&mut app, Action::ReplayStep(1));
+    drain(&mut app);
+    let t2 = app.replay.unwrap().t_ns;
+    assert!(t2 > t1, "{t1} → {t2}");
+    // Tokens are milliseconds apart: the badge must show that step, not round it away.
+    assert_ne!(clock(&app), c1, "t= on screen did not move on →");
+    // ← goes back one token, and so does the clock.
+    send(&mut app, Action::ReplayStep(-1));
+    drain(&mut app);
+    let t3 = app.replay.unwrap().t_ns;
+    assert!(t3 < t2, "t= did not move back on ←: {t2} → {t3}");
+    assert_eq!(token(&app), n1);
+    assert_eq!(clock(&app), c1, "the badge shows the token's time again");
+    drop(ctl_tx);
+    let _ = t.join();
+}
+
+/// A/B auto in the live TUI: the toggle command it asks for after a measured token must reach
+/// the engine. The event drain of `tui::run` dropped the effects of events, so A/B auto
+/// counted blocks but never switched the arm (found in the new-user A/B capture: 599 tokens,
+/// all "off").
+#[test]
+fn a_b_auto_commands_from_events_are_not_dropped_by_the_drain() {
+    use cflow::telemetry::Command;
+    use cflow::tui::app::{Action, TuiOptions};
+    let mut app = App::new(&TuiOptions::default());
+    let evs = cflow::tui::fixture::demo_events(200, false);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    // The session first, then arm A/B auto on the focused toggle (prefetch).
+    tx.send(evs[0].clone()).unwrap();
+    let _ = cflow::tui::drain(
+        &mut app,
+        &rx,
+        std::time::Instant::now() + std::time::Duration::from_secs(5),
+    );
+    app.apply(Msg::Action(Action::AbAuto));
+    assert!(app.ab_auto.is_some());
+    for e in &evs[1..] {
+        tx.send(e.clone()).unwrap();
+    }
+    let (fx, got, closed) = cflow::tui::drain(
+        &mut app,
+        &rx,
+        std::time::Instant::now() + std::time::Duration::from_secs(5),
+    );
+    assert!(got && !closed);
+    assert!(
+        fx.commands
+            .iter()
+            .any(|c| matches!(c, Command::SetPrefetch(true))),
+        "{:?}",
+        fx.commands
+    );
+}

@@ -69,6 +69,61 @@ pub fn describe(p: &SamplingParams) -> String {
     )
 }
 
+/// The exact, machine-readable form transcripts record ("temp 0.7 top-k 40 top-p 0.95 min-p
+/// 0.05 rep 1.1 seed 0": every field, shortest decimal that reads back to the same f32), read
+/// back by [`parse_spec`].
+pub fn spec(p: &SamplingParams) -> String {
+    format!(
+        "temp {} top-k {} top-p {} min-p {} rep {} seed {}",
+        p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.seed
+    )
+}
+
+/// Reads a [`spec`] (also the [`describe`] form older transcripts hold: "greedy", "top-k off",
+/// fields in any order; missing fields take the [`scripted_defaults`]), validated.
+pub fn parse_spec(s: &str) -> Result<SamplingParams, InvalidSampling> {
+    let mut p = scripted_defaults();
+    let mut words = s.split_whitespace();
+    let bad = |m: String| Err(InvalidSampling(m));
+    while let Some(k) = words.next() {
+        if k == "greedy" {
+            p.temperature = 0.0;
+            continue;
+        }
+        let Some(v) = words.next() else {
+            return bad(format!("`{k}` has no value"));
+        };
+        let f = |v: &str| {
+            v.parse::<f32>()
+                .map_err(|_| InvalidSampling(format!("`{k} {v}`: not a number")))
+        };
+        match k {
+            "temp" => p.temperature = f(v)?,
+            "top-p" => p.top_p = f(v)?,
+            "min-p" => p.min_p = f(v)?,
+            "rep" => p.repeat_penalty = f(v)?,
+            "top-k" if v == "off" => p.top_k = 0,
+            "top-k" => {
+                p.top_k = v
+                    .parse()
+                    .map_err(|_| InvalidSampling(format!("`top-k {v}`: not a count")))?
+            }
+            "seed" => {
+                p.seed = v
+                    .parse()
+                    .map_err(|_| InvalidSampling(format!("`seed {v}`: not a seed")))?
+            }
+            _ => {
+                return bad(format!(
+                    "unknown field `{k}` (expected temp, top-k, top-p, min-p, rep, seed)"
+                ))
+            }
+        }
+    }
+    validate(&p)?;
+    Ok(p)
+}
+
 /// The compact form for narrow headers: "T0.7 k40 p0.95 m0.05 r1.1 s0", or "greedy".
 pub fn describe_short(p: &SamplingParams) -> String {
     let g = |x: f32| {
@@ -178,6 +233,41 @@ mod tests {
         };
         let p = some.chat_params().unwrap();
         assert_eq!((p.temperature, p.seed, p.min_p), (0.0, 9, 0.05));
+    }
+
+    #[test]
+    fn the_spec_reads_back_exactly_and_old_descriptions_read_too() {
+        let p = SamplingParams {
+            temperature: 0.725,
+            top_k: 7,
+            top_p: 0.9,
+            min_p: 0.033,
+            repeat_penalty: 1.15,
+            seed: 12345678901,
+        };
+        assert_eq!(parse_spec(&spec(&p)).unwrap(), p);
+        assert_eq!(
+            parse_spec(&spec(&chat_defaults())).unwrap(),
+            chat_defaults()
+        );
+        // What older transcripts hold (describe).
+        assert_eq!(
+            parse_spec(&describe(&chat_defaults())).unwrap(),
+            chat_defaults()
+        );
+        let g = parse_spec("greedy rep 1.10").unwrap();
+        assert_eq!((g.temperature, g.repeat_penalty), (0.0, 1.1));
+        assert_eq!(parse_spec("temp 1 top-k off").unwrap().top_k, 0);
+        for (bad, says) in [
+            ("temp", "`temp` has no value"),
+            ("temp hot", "not a number"),
+            ("top-k -1", "not a count"),
+            ("nucleus 0.9", "unknown field `nucleus`"),
+            ("top-p 1.5", "--top-p"),
+        ] {
+            let e = parse_spec(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

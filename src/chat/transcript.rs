@@ -5,7 +5,7 @@
 //! # cflow-tui transcript
 //!
 //! - model: SmolLM2-135M-Instruct
-//! - sampling: temp 0.70 top-k 40 top-p 0.95 min-p 0.05 rep 1.10 seed 0
+//! - sampling: temp 0.7 top-k 40 top-p 0.95 min-p 0.05 rep 1.1 seed 0
 //!
 //! ## system
 //!
@@ -62,6 +62,13 @@ pub enum TranscriptError {
     TooLarge { path: String, bytes: u64 },
     #[error("{path}: not UTF-8 text")]
     NotText { path: String },
+    /// A `- key: value` line of the preamble that cannot be used (e.g. `sampling`).
+    #[error("{path}: `- {key}:` {msg}")]
+    BadMeta {
+        path: String,
+        key: String,
+        msg: String,
+    },
     #[error("{path}: line {line}: {msg}")]
     Malformed {
         path: String,

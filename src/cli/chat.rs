@@ -143,7 +143,7 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
     conv.system = a.system.clone();
     let mut tap = match &a.record {
-        Some(p) => Some(RecordTap::start(p, &sess)?),
+        Some(p) => Some(RecordTap::start(p, &sess, Some(&conv))?),
         None => None,
     };
     // Ctrl-C stops the current reply (not the REPL): the handler sets the engine's stop flag.

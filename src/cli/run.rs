@@ -53,7 +53,7 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     let stop = sess.engine.stop_flag().clone();
     let mut closed: Option<std::io::Error> = None;
     let mut tap = match &a.record {
-        Some(p) => Some(RecordTap::start(p, &sess)?),
+        Some(p) => Some(RecordTap::start(p, &sess, None)?),
         None => None,
     };
     if let Some(t) = tap.as_mut() {
@@ -207,15 +207,21 @@ fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Resu
     Ok(())
 }
 
-/// Records a headless session's events to a trace file.
+/// Records a headless session's events to a trace file, through the shared recorder tap
+/// ([`crate::telemetry::recorder::Tap`]); a write error is reported once on stderr.
 pub(super) struct RecordTap {
-    rec: Option<crate::telemetry::recorder::Recorder>,
-    clock: crate::telemetry::recorder::SessionClock,
+    tap: crate::telemetry::recorder::Tap,
 }
 
 impl RecordTap {
-    pub(super) fn start(path: &Path, s: &Session) -> Result<RecordTap> {
-        use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
+    /// Starts recording to `path`: the header, the `Session` event, then the `Settings` in
+    /// force (sampling, the chat's system prompt from `conv`, numerics).
+    pub(super) fn start(
+        path: &Path,
+        s: &Session,
+        conv: Option<&Conversation>,
+    ) -> Result<RecordTap> {
+        use crate::telemetry::recorder::{Recorder, Tap, TraceHeader};
         let machine = crate::telemetry::machine::MachineProfile::detect(s.engine.opts().isa.name());
         let cfg = crate::engine::worker::config_info(s);
         // The error names the path; the model (and twin) cannot be the trace.
@@ -225,25 +231,22 @@ impl RecordTap {
             &s.engine.input_files(),
         )
         .context("--record")?;
-        let mut t = RecordTap {
-            rec: Some(rec),
-            clock: SessionClock::start(),
-        };
+        let mut t = RecordTap { tap: Tap::new() };
+        t.tap.start(rec);
         t.emit(Event::Session {
             model: Box::new(s.summary()),
             config: cfg,
         });
+        t.emit(Event::Settings(crate::engine::worker::gen_settings(
+            s, conv,
+        )));
         Ok(t)
     }
 
     pub(super) fn emit(&mut self, e: Event) {
-        if let Some(r) = self.rec.as_mut() {
-            if let Err(err) = r.record(&self.clock.stamp(e)) {
-                errln!(
-                    "warning: recording stopped: {err} (the trace keeps every line written so far)"
-                );
-                self.rec = None;
-            }
+        self.tap.emit(e);
+        if let Some(err) = self.tap.take_error() {
+            errln!("warning: {err}");
         }
     }
 }

@@ -44,7 +44,7 @@ pub(super) fn cmd_replay(a: ReplayArgs) -> Result<()> {
         ..Default::default()
     };
     let (cmd_tx, _cmd_rx) = crossbeam_channel::unbounded();
-    let res = crate::tui::run(opts, rx, cmd_tx, |req| {
+    let res = crate::tui::run(opts, rx, cmd_tx, None, |req| {
         if let crate::tui::UiRequest::Replay(c) = req {
             let _ = ctl_tx.send(c);
         }

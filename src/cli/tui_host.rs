@@ -45,9 +45,23 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
     };
     let startup = crate::tui::transcript::startup_commands(&cli.chat)?;
     let session = Session::new(engine, sampling).map_err(anyhow::Error::msg)?;
+    // The read ceiling comes from the saved machine profile; on the first launch the probe (a
+    // few seconds) runs in the background once the UI is up, and the UI says "measuring…".
     let machine =
-        crate::telemetry::machine::MachineProfile::load_or_probe(session.engine.opts().isa.name());
+        crate::telemetry::machine::MachineProfile::load_cached(session.engine.opts().isa.name());
     let bandwidth = machine.bandwidth.clone();
+    let probe = bandwidth.is_none().then(|| {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut m = machine.clone();
+        let _ = std::thread::Builder::new()
+            .name("cflow-membw".into())
+            .spawn(move || {
+                // Let the first frames draw before the probe takes the cores.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                let _ = tx.send(m.probe_and_cache());
+            });
+        rx
+    });
     let worker = crate::engine::worker::spawn(
         session,
         crate::engine::worker::WorkerOptions {
@@ -59,6 +73,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
     let opts = crate::tui::TuiOptions {
         replay: false,
         recording: cli.record.is_some(),
+        bandwidth_pending: probe.is_some(),
         bandwidth,
         max_tokens: cli.max_tokens,
         mouse: true,
@@ -73,6 +88,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         opts,
         worker.events.clone(),
         worker.commands.clone(),
+        probe,
         |r| match r {
             crate::tui::UiRequest::StartRecording => {
                 // A new `cflow-<UTC date-time>[-N].trace.jsonl` in the working directory.

@@ -10,7 +10,7 @@ use super::Layout;
 use crate::chat::conversation::Conversation;
 use crate::io::fault::panic_message;
 use crate::telemetry::machine::MachineProfile;
-use crate::telemetry::recorder::{Recorder, SessionClock, TraceHeader};
+use crate::telemetry::recorder::{Recorder, Tap, TraceHeader};
 use crate::telemetry::{Command, EngineConfigInfo, Event, GenSettings, Stamped, StopReason};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use std::path::PathBuf;
@@ -105,27 +105,27 @@ fn toggle_engine(engine: &mut super::Engine, c: &Command) -> Option<String> {
     None
 }
 
+/// The engine thread's output: the shared recorder tap, then the UI's channel.
 struct Out {
-    clock: SessionClock,
+    tap: Mutex<Tap>,
     tx: Sender<Stamped>,
-    rec: Arc<Mutex<Option<Recorder>>>,
-    rec_error: Arc<Mutex<Option<String>>>,
 }
 
 impl Out {
+    fn tap(&self) -> std::sync::MutexGuard<'_, Tap> {
+        self.tap.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stamp(&self, e: Event) -> Stamped {
+        self.tap().stamp(e)
+    }
+
     fn emit(&self, e: Event) {
-        let st = self.clock.stamp(e);
-        if let Ok(mut g) = self.rec.lock() {
-            if let Some(r) = g.as_mut() {
-                if let Err(err) = r.record(&st) {
-                    // Disk full or similar: stop recording, keep every complete line so far.
-                    *g = None;
-                    if let Ok(mut m) = self.rec_error.lock() {
-                        *m = Some(format!("recording stopped: {err}"));
-                    }
-                }
-            }
-        }
+        let (st, err) = {
+            let mut t = self.tap();
+            let st = t.emit(e);
+            (st, t.take_error())
+        };
         match &st.event {
             Event::Stats(_) => match self.tx.try_send(st) {
                 Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
@@ -134,10 +134,9 @@ impl Out {
                 let _ = self.tx.send(st);
             }
         }
-        let pending = self.rec_error.lock().ok().and_then(|mut m| m.take());
-        if let Some(msg) = pending {
-            let _ = self.tx.send(self.clock.stamp(Event::Error {
-                message: msg,
+        if let Some(message) = err {
+            let _ = self.tx.send(self.stamp(Event::Error {
+                message,
                 fatal: false,
             }));
         }
@@ -146,15 +145,13 @@ impl Out {
 
 /// Stops the recording (if any) and says where it was saved.
 fn stop_recording(out: &Out) {
-    if let Ok(mut g) = out.rec.lock() {
-        if let Some(r) = g.take() {
-            let path = r.path().display().to_string();
-            let _ = r.finish();
-            drop(g);
-            out.emit(Event::Notice {
-                message: format!("recording saved to {path}"),
-            });
-        }
+    let r = out.tap().stop();
+    if let Some(r) = r {
+        let path = r.path().display().to_string();
+        let _ = r.finish();
+        out.emit(Event::Notice {
+            message: format!("recording saved to {path}"),
+        });
     }
 }
 
@@ -232,17 +229,21 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 session.engine.set_pmu(crate::telemetry::pmu::Pmu::new());
             }
             let out = Out {
-                clock: SessionClock::start(),
+                tap: Mutex::new(Tap::new()),
                 tx: ev_tx,
-                rec: Arc::new(Mutex::new(None)),
-                rec_error: Arc::new(Mutex::new(None)),
             };
             let summary = session.summary();
             // `mid`: the session has already begun (the TUI's `r`), so the trace gets the
             // session's opening state (model, configuration with its toggles, context
             // position) and replays alone, like one recorded from the start.
             let start_recording = |ctl: &Ctl, s: &Session, out: &Out, mid: bool| {
-                let header = TraceHeader::new(s.summary(), config_info(s), machine.clone());
+                // A first launch probes the bandwidth in the background: a recording started
+                // after it finished takes the ceiling from the saved profile.
+                let mut m = machine.clone();
+                if let Some(m) = m.as_mut().filter(|m| m.bandwidth.is_none()) {
+                    m.bandwidth = m.cached();
+                }
+                let header = TraceHeader::new(s.summary(), config_info(s), m);
                 let r = match ctl {
                     Ctl::StartNewRecording(dir) => Recorder::create_unique_in(dir, header),
                     Ctl::StartRecording(path) => {
@@ -252,11 +253,11 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 };
                 let r = r.and_then(|mut r| {
                     if mid {
-                        r.record(&out.clock.stamp(Event::Session {
+                        r.record(&out.stamp(Event::Session {
                             model: Box::new(s.summary()),
                             config: config_info(s),
                         }))?;
-                        r.record(&out.clock.stamp(Event::Snapshot {
+                        r.record(&out.stamp(Event::Snapshot {
                             ctx_pos: s.engine.pos() as u32,
                         }))?;
                     }
@@ -265,9 +266,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                 match r {
                     Ok(r) => {
                         let message = format!("recording to {}", r.path().display());
-                        if let Ok(mut g) = out.rec.lock() {
-                            *g = Some(r);
-                        }
+                        out.tap().start(r);
                         out.emit(Event::Notice { message });
                     }
                     // The error names the path.
@@ -524,7 +523,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                     }
                 }
             }
-            let last = out.rec.lock().ok().and_then(|mut g| g.take());
+            let last = out.tap().stop();
             if let Some(r) = last {
                 let _ = r.finish();
             }

@@ -4,7 +4,8 @@
 //!
 //! The bandwidth probe ([`super::membw`]: ≥ 1 GiB, best of N, every thread count) is cached per
 //! machine (key = CPU model + logical cores + RAM + probe method version) as JSON in
-//! [`crate::util::cache_dir`], so only the first launch pays for it (a few seconds).
+//! [`crate::util::cache_dir`], so only the first launch pays for it (a few seconds; the TUI runs
+//! it in the background: [`MachineProfile::load_cached`], then [`MachineProfile::probe_and_cache`]).
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -66,24 +67,42 @@ impl MachineProfile {
     /// [`detect`](Self::detect) plus the bandwidth ceiling, from the per-machine cache when
     /// present, else probed (a few seconds, once) and cached. Cache errors are ignored.
     pub fn load_or_probe(isa: &str) -> MachineProfile {
-        let mut p = Self::detect(isa);
-        let path = p.cache_path();
-        if let Some(bw) = path.as_deref().and_then(|f| p.cached_bandwidth(f)) {
-            p.bandwidth = Some(bw);
-            return p;
+        let mut p = Self::load_cached(isa);
+        if p.bandwidth.is_none() {
+            p.probe_and_cache();
         }
+        p
+    }
+
+    /// [`detect`](Self::detect) plus the cached bandwidth ceiling, if this machine has one
+    /// (fast; `bandwidth` stays None otherwise: see [`Self::probe_and_cache`]).
+    pub fn load_cached(isa: &str) -> MachineProfile {
+        let mut p = Self::detect(isa);
+        p.bandwidth = p.cached();
+        p
+    }
+
+    /// The cached bandwidth ceiling of this machine, if any.
+    pub fn cached(&self) -> Option<Bandwidth> {
+        self.cache_path()
+            .as_deref()
+            .and_then(|f| self.cached_bandwidth(f))
+    }
+
+    /// Runs the bandwidth probe (≥ 1 GiB, every thread count: a few seconds), saves it in the
+    /// per-machine cache (errors ignored: the next launch probes again) and returns it.
+    pub fn probe_and_cache(&mut self) -> Bandwidth {
         let bw = probe_bandwidth(
             super::membw::BUFFER_BYTES,
-            p.logical_cores as usize,
+            self.logical_cores as usize,
             super::membw::SAMPLES,
             super::membw::SAMPLE_BYTES,
         );
-        if let Some(path) = path {
-            // Cache errors are ignored: the next launch probes again.
-            let _ = p.save_bandwidth(&path, &bw);
+        if let Some(path) = self.cache_path() {
+            let _ = self.save_bandwidth(&path, &bw);
         }
-        p.bandwidth = Some(bw);
-        p
+        self.bandwidth = Some(bw.clone());
+        bw
     }
 
     /// The cache key: CPU model, logical cores, RAM (GiB, rounded) and the probe's method

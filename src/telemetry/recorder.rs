@@ -263,6 +263,80 @@ impl SessionClock {
     }
 }
 
+/// The recorder tap every event source shares (the engine thread behind the TUI, and the
+/// headless `run` / `chat`): stamps each event with the session clock and, while a recording is
+/// on, appends it to the trace. A write error (disk full, closed pipe) stops the recording —
+/// every complete line so far stays — and is kept for the caller to report once
+/// ([`Tap::take_error`]).
+pub struct Tap<W: Write = File> {
+    clock: SessionClock,
+    rec: Option<Recorder<W>>,
+    error: Option<String>,
+}
+
+impl<W: Write> Tap<W> {
+    /// A tap whose session clock starts now, not recording.
+    pub fn new() -> Self {
+        Tap {
+            clock: SessionClock::start(),
+            rec: None,
+            error: None,
+        }
+    }
+
+    /// Stamps `event` with the session clock.
+    pub fn stamp(&self, event: super::event::Event) -> Stamped {
+        self.clock.stamp(event)
+    }
+
+    /// Starts recording into `r` (a recording in progress is finished first).
+    pub fn start(&mut self, r: Recorder<W>) {
+        if let Some(old) = self.rec.replace(r) {
+            let _ = old.finish();
+        }
+    }
+
+    /// A recording is on.
+    pub fn recording(&self) -> bool {
+        self.rec.is_some()
+    }
+
+    /// Stops the recording and returns its recorder (None when none was on).
+    pub fn stop(&mut self) -> Option<Recorder<W>> {
+        self.rec.take()
+    }
+
+    /// Records `st` when recording; a write error stops the recording (see the type's docs).
+    pub fn record(&mut self, st: &Stamped) {
+        if let Some(r) = self.rec.as_mut() {
+            if let Err(err) = r.record(st) {
+                self.rec = None;
+                self.error = Some(format!(
+                    "recording stopped: {err} (the trace keeps every line written so far)"
+                ));
+            }
+        }
+    }
+
+    /// Stamps and records `event`; returns it stamped.
+    pub fn emit(&mut self, event: super::event::Event) -> Stamped {
+        let st = self.stamp(event);
+        self.record(&st);
+        st
+    }
+
+    /// The write error that stopped the recording, once.
+    pub fn take_error(&mut self) -> Option<String> {
+        self.error.take()
+    }
+}
+
+impl<W: Write> Default for Tap<W> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 fn io_err(path: &Path, source: std::io::Error) -> TraceError {
     TraceError::Io {
         path: path.display().to_string(),
@@ -319,6 +393,61 @@ mod tests {
     use super::*;
     use crate::telemetry::{EngineConfigInfo, ModelSummary};
     use std::time::Duration;
+
+    /// Accepts `ok` writes, then fails every write like a full disk.
+    struct FullAfter {
+        ok: usize,
+        got: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    }
+
+    impl Write for FullAfter {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.ok == 0 {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.ok -= 1;
+            self.got.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_tap_stops_recording_on_a_write_error_and_reports_it_once() {
+        use crate::telemetry::event::Event;
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let w = FullAfter {
+            ok: 2,
+            got: got.clone(),
+        };
+        let mut tap: Tap<FullAfter> = Tap::new();
+        let before = tap.emit(Event::Reset);
+        assert!(!tap.recording());
+        tap.start(Recorder::from_writer(w, "full.jsonl", header()).unwrap());
+        assert!(tap.recording());
+        let a = tap.emit(Event::Reset);
+        assert!(a.t_ns >= before.t_ns);
+        assert_eq!(tap.take_error(), None);
+        // The next write fails: the recording stops, the error is reported once.
+        tap.emit(Event::Reset);
+        assert!(!tap.recording());
+        let e = tap.take_error().unwrap();
+        assert!(
+            e.contains("recording stopped") && e.contains("full.jsonl"),
+            "{e}"
+        );
+        assert_eq!(tap.take_error(), None);
+        tap.emit(Event::Reset);
+        assert_eq!(tap.take_error(), None);
+        let text = String::from_utf8(got.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(
+            text.lines().nth(1).unwrap().contains("\"kind\":\"reset\""),
+            "{text}"
+        );
+    }
 
     #[test]
     fn clock_is_monotonic() {

@@ -307,6 +307,10 @@ pub struct ReplaySummary {
     pub event_counts: BTreeMap<String, u64>,
     pub skipped_unknown: BTreeMap<String, u64>,
     pub warnings: Vec<String>,
+    /// Activations of the quantized matvecs (`q8` / `f32`) and the KV cache type (`f32` /
+    /// `f16`), from the trace's latest `Settings` event (None for traces without one).
+    pub act: Option<String>,
+    pub kv: Option<String>,
     /// The generated token ids (`tokens` in every JSON output, docs/JSON.md).
     #[serde(rename = "tokens")]
     pub token_ids: Vec<u32>,
@@ -439,7 +443,11 @@ pub fn summary(r: &Replay) -> ReplaySummary {
             Event::Reset => "reset",
             Event::Snapshot { .. } => "snapshot",
             Event::Notice { .. } => "notice",
-            Event::Settings(_) => "settings",
+            Event::Settings(g) => {
+                s.act = Some(g.act.clone());
+                s.kv = Some(g.kv.clone());
+                "settings"
+            }
             Event::History { .. } => "history",
             Event::Error { message, fatal } => {
                 s.errors.push(if *fatal {
@@ -509,6 +517,9 @@ impl fmt::Display for ReplaySummary {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         writeln!(f, "events  {} ({})", self.n_events, counts.join(", "))?;
+        if let (Some(a), Some(k)) = (&self.act, &self.kv) {
+            writeln!(f, "numerics act {a} · kv {k}")?;
+        }
         for (k, v) in &self.skipped_unknown {
             writeln!(f, "skipped {v} unknown {k:?} events")?;
         }

@@ -195,6 +195,8 @@ pub enum Msg {
     Resize(u16, u16),
     /// The event source closed (engine exited or the replay reached its end).
     SourceClosed,
+    /// The background bandwidth probe finished (None: it ended without a result).
+    Bandwidth(Option<crate::telemetry::membw::Bandwidth>),
 }
 
 impl From<Event> for Msg {
@@ -246,6 +248,8 @@ pub struct TuiOptions {
     pub recording: bool,
     /// The machine's measured DRAM read ceilings (per thread count), if known.
     pub bandwidth: Option<crate::telemetry::membw::Bandwidth>,
+    /// The bandwidth probe is running in the background (`Msg::Bandwidth` brings its result).
+    pub bandwidth_pending: bool,
     /// `max_tokens` sent with every prompt.
     pub max_tokens: u32,
     /// Capture the mouse (wheel scrollback).
@@ -261,6 +265,7 @@ impl Default for TuiOptions {
             replay_speed: 1.0,
             recording: false,
             bandwidth: None,
+            bandwidth_pending: false,
             max_tokens: 256,
             mouse: true,
             theme: super::theme::Theme::default(),
@@ -421,6 +426,8 @@ pub struct App {
     pub ticks: u64,
     pub size: (u16, u16),
     pub bandwidth: Option<crate::telemetry::membw::Bandwidth>,
+    /// The bandwidth probe is still running (the Streams pane says "measuring…").
+    pub bandwidth_pending: bool,
     pub max_tokens: u32,
     pub theme: super::theme::Theme,
     pub quit: bool,
@@ -446,6 +453,10 @@ pub struct App {
     pub reply: super::transcript::ReplyStats,
     /// Mouse captured by the UI (wheel scrollback); false = the terminal selects text.
     pub mouse_captured: bool,
+    /// Bumped whenever `transcript` is cleared (keys [`Self::wrapped`]).
+    pub transcript_epoch: u64,
+    /// The Text pane's wrapped rows of finished turns (drawing state, not UI state).
+    pub wrapped: super::text::WrapCache,
 }
 
 impl Default for App {
@@ -482,6 +493,7 @@ impl App {
             ticks: 0,
             size: (80, 24),
             bandwidth: opts.bandwidth.clone(),
+            bandwidth_pending: opts.bandwidth_pending && opts.bandwidth.is_none(),
             max_tokens: opts.max_tokens,
             theme: opts.theme,
             quit: false,
@@ -496,6 +508,8 @@ impl App {
             summaries: Default::default(),
             reply: Default::default(),
             mouse_captured: opts.mouse,
+            transcript_epoch: 0,
+            wrapped: Default::default(),
         }
     }
 
@@ -566,6 +580,25 @@ impl App {
                 self.size = (w, h);
                 Effects::default()
             }
+            Msg::Bandwidth(b) => {
+                self.bandwidth_pending = false;
+                match b {
+                    Some(b) => {
+                        let threads = self.live.config.as_ref().map_or(1, |c| c.threads);
+                        if let Some(c) = b.ceiling_for(threads) {
+                            self.say(format!(
+                                "read ceiling measured: {:.1} GB/s with {} thread{} (saved in the machine profile)",
+                                c.read_gbps,
+                                c.threads,
+                                if c.threads == 1 { "" } else { "s" }
+                            ));
+                        }
+                        self.bandwidth = Some(b);
+                    }
+                    None => self.say("the bandwidth probe ended without a result"),
+                }
+                Effects::default()
+            }
             Msg::SourceClosed => {
                 self.source_closed = true;
                 self.generating = false;
@@ -608,6 +641,7 @@ impl App {
                     ..Telemetry::default()
                 };
                 self.transcript.clear();
+                self.transcript_epoch += 1;
                 self.generating = false;
                 self.scroll = 0;
                 self.whatif = None;
@@ -1506,6 +1540,32 @@ mod tests {
         }
         assert!(act(&mut app, Action::TogglePrefetch).commands.is_empty());
         assert!(app.replay.unwrap().t_ns > 0);
+    }
+
+    /// First launch: the bandwidth probe runs in the background; its result replaces
+    /// "measuring…" and is announced once.
+    #[test]
+    fn the_background_probe_result_lands_in_the_app() {
+        let mut app = App::new(&TuiOptions {
+            bandwidth_pending: true,
+            ..TuiOptions::default()
+        });
+        assert!(app.bandwidth_pending && app.bandwidth.is_none());
+        app.apply(Msg::Bandwidth(Some(crate::tui::fixture::demo_bandwidth())));
+        assert!(!app.bandwidth_pending);
+        assert!(app.bandwidth.is_some());
+        assert!(
+            app.status_message()
+                .is_some_and(|m| m.starts_with("read ceiling measured:")),
+            "{:?}",
+            app.status_message()
+        );
+        let mut app = App::new(&TuiOptions {
+            bandwidth_pending: true,
+            ..TuiOptions::default()
+        });
+        app.apply(Msg::Bandwidth(None));
+        assert!(!app.bandwidth_pending && app.bandwidth.is_none());
     }
 
     #[test]

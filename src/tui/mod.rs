@@ -115,15 +115,46 @@ fn local_requests(
     Ok(fx)
 }
 
+/// Applies every pending event (until `deadline`), returning what they asked for (A/B auto's
+/// toggle commands), whether any arrived, and whether the source closed.
+pub fn drain(
+    app: &mut App,
+    events: &Receiver<Stamped>,
+    deadline: Instant,
+) -> (Effects, bool, bool) {
+    let mut fx = Effects::default();
+    let mut got = false;
+    loop {
+        match events.try_recv() {
+            Ok(ev) => {
+                let e = app.apply(Msg::Stamped(ev));
+                fx.commands.extend(e.commands);
+                fx.requests.extend(e.requests);
+                got = true;
+                if Instant::now() >= deadline {
+                    return (fx, got, false);
+                }
+            }
+            Err(TryRecvError::Empty) => return (fx, got, false),
+            Err(TryRecvError::Disconnected) => {
+                app.apply(Msg::SourceClosed);
+                return (fx, true, true);
+            }
+        }
+    }
+}
+
 /// Run the TUI until the user quits (or the event source closes and the user quits).
 ///
 /// `events` is the live engine stream or a replay feeder; `commands` goes to the engine (a replay
-/// host may simply drop them); `on_request` receives recording / replay-control / quit requests.
-/// Ctrl+Z suspend is handled here.
+/// host may simply drop them); `probe` brings the result of a background bandwidth probe (first
+/// launch); `on_request` receives recording / replay-control / quit requests. Ctrl+Z suspend is
+/// handled here.
 pub fn run(
     opts: TuiOptions,
     events: Receiver<Stamped>,
     commands: Sender<Command>,
+    mut probe: Option<Receiver<crate::telemetry::membw::Bandwidth>>,
     mut on_request: impl FnMut(UiRequest),
 ) -> anyhow::Result<()> {
     let mut guard = terminal::TerminalGuard::new(opts.mouse)?;
@@ -156,24 +187,26 @@ pub fn run(
     loop {
         // 1. Drain everything pending (bounded by a time budget so input stays responsive).
         if !closed {
-            let deadline = Instant::now() + DRAIN_BUDGET;
-            loop {
-                match events.try_recv() {
-                    Ok(ev) => {
-                        app.apply(Msg::Stamped(ev));
-                        dirty = true;
-                        if Instant::now() >= deadline {
-                            break;
-                        }
-                    }
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        closed = true;
-                        app.apply(Msg::SourceClosed);
-                        dirty = true;
-                        break;
-                    }
-                }
+            let (fx, got, end) = drain(&mut app, &events, Instant::now() + DRAIN_BUDGET);
+            dirty |= got;
+            closed = end;
+            // Events can ask for commands (A/B auto switches its arm after a measured token).
+            if !fx.is_empty() {
+                let fx = local_requests(fx, &mut app, &mut guard)?;
+                dispatch(fx, &mut guard, &mut on_request)?;
+            }
+        }
+
+        if let Some(rx) = &probe {
+            let got = match rx.try_recv() {
+                Ok(b) => Some(Some(b)),
+                Err(TryRecvError::Disconnected) => Some(None),
+                Err(TryRecvError::Empty) => None,
+            };
+            if let Some(b) = got {
+                app.apply(Msg::Bandwidth(b));
+                probe = None;
+                dirty = true;
             }
         }
 

@@ -1,4 +1,5 @@
-//! Status bar (top: model, quant, threads, ISA, toggles, REC / REPLAY / FROZEN badges) and the
+//! Status bar (top: REC / REPLAY / FROZEN badges, model, quant, numerics, sampling, context
+//! size, threads, ISA, toggles, fitted to the width by priority) and the
 //! footer (decode / prefill tok/s, context gauge, a one-line A/B summary or the latest message,
 //! and key hints generated from the keymap).
 
@@ -16,17 +17,86 @@ fn width(spans: &[Span]) -> usize {
     spans.iter().map(|s| s.content.chars().count()).sum()
 }
 
-/// Render the one-line status bar.
+/// One part of the status bar: its forms from the longest to the shortest; a `droppable` part
+/// may vanish when even its shortest form does not fit.
+struct Part {
+    forms: Vec<String>,
+    droppable: bool,
+}
+
+impl Part {
+    fn new(forms: Vec<String>, droppable: bool) -> Self {
+        Part { forms, droppable }
+    }
+}
+
+fn cells(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// Picks a form for every part (None = dropped) so that the parts fit in `avail` cells, given
+/// `prio`, the parts' indices from the most to the least important: shorten the least important
+/// parts first, then drop them (least important first), then give the room left back, most
+/// important first (dropped parts come back before any part grows). Parts that cannot fit are
+/// left at their shortest (the line is cut).
+fn fit(parts: &[Part], prio: &[usize], avail: usize) -> Vec<Option<usize>> {
+    let mut pick: Vec<Option<usize>> = parts.iter().map(|_| Some(0)).collect();
+    let width = |pick: &[Option<usize>]| -> usize {
+        parts
+            .iter()
+            .zip(pick)
+            .map(|(p, k)| k.map_or(0, |k| cells(&p.forms[k])))
+            .sum()
+    };
+    for &i in prio.iter().rev() {
+        while width(&pick) > avail {
+            match pick[i] {
+                Some(k) if k + 1 < parts[i].forms.len() => pick[i] = Some(k + 1),
+                _ => break,
+            }
+        }
+    }
+    for &i in prio.iter().rev() {
+        if width(&pick) > avail && parts[i].droppable {
+            pick[i] = None;
+        }
+    }
+    // Give the room back, most important first: dropped parts come back at their shortest
+    // (being there counts more than being long), then parts grow.
+    for &i in prio {
+        if pick[i].is_none() {
+            let mut t = pick.clone();
+            t[i] = Some(parts[i].forms.len() - 1);
+            if width(&t) <= avail {
+                pick = t;
+            }
+        }
+    }
+    for &i in prio {
+        while let Some(k) = pick[i].filter(|&k| k > 0) {
+            let mut t = pick.clone();
+            t[i] = Some(k - 1);
+            if width(&t) > avail {
+                break;
+            }
+            pick = t;
+        }
+    }
+    pick
+}
+
+/// Render the one-line status bar: the badges, then the model, the numerics and sampling, the
+/// context size, threads and ISA, and the engine toggles, fitted to the width by priority (a
+/// chat model: model, act, kv, sampling, ctx, quant types, then toggles and threads; otherwise
+/// model, toggles, quant types, threads, numerics, sampling).
 pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
     let v = &app.live;
-    let sep = || Span::styled(" │ ", th.bar());
-    let compact = (area.width as usize) < 120;
     let mut spans = vec![Span::styled(
         " cflow-tui",
         th.bar().add_modifier(ratatui::style::Modifier::BOLD),
     )];
-    // Badges come first so they survive truncation on narrow terminals.
+    // Badges come first and are never dropped.
     let mut badges: Vec<Span> = Vec::new();
     if app.recording {
         badges.push(Span::styled(" ", th.bar()));
@@ -36,7 +106,7 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         badges.push(Span::styled(" ", th.bar()));
         badges.push(Span::styled(
             format!(
-                " REPLAY {} {} t={:.1}s ",
+                " REPLAY {} {} t={:.3}s ",
                 if r.paused { "⏸" } else { "▶" },
                 fmt_speed(r.speed),
                 r.t_ns as f64 / 1e9
@@ -57,78 +127,115 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         badges.push(Span::styled(" MOUSE OFF ", th.badge()));
     }
     spans.extend(badges);
-    match &v.model {
-        Some(m) if compact => {
-            spans.push(Span::styled(
-                format!(" · {}", truncate(&m.name, 16)),
-                th.bar(),
-            ));
-            if m.synthetic {
-                spans.push(Span::styled(" (synthetic)", th.bar()));
-            }
-            if let Some(q) = m.quant_types.first() {
-                spans.push(Span::styled(format!(" · {q}"), th.bar()));
-            }
-        }
+
+    let empty = || Part::new(vec![String::new()], true);
+    // The model's name (and whether its weights are synthetic), then its quant types.
+    let (model, quant) = match &v.model {
         Some(m) => {
-            let mut name = format!(" · {}", m.name);
-            if !m.arch.is_empty() && m.arch != m.name {
-                name.push_str(&format!(" {}", m.arch));
-            }
-            spans.push(Span::styled(name, th.bar()));
-            if m.synthetic {
-                spans.push(Span::styled(" (synthetic weights)", th.bar()));
-            }
-            if !m.quant_types.is_empty() {
-                spans.push(Span::styled(
-                    format!(" · {}", m.quant_types.join("/")),
-                    th.bar(),
-                ));
-            }
-        }
-        None => spans.push(Span::styled(" · no session", th.bar())),
-    }
-    // A chat model's numerics and sampling come before the engine toggles (they change the
-    // answers; the toggles only the speed), so they survive truncation.
-    let chat_first = app.chat_mode();
-    if chat_first {
-        spans.extend(settings_spans(app, compact));
-    }
-    if let Some(c) = &v.config {
-        let onoff = if c.prefetch { "ON" } else { "OFF" };
-        if compact {
-            spans.push(Span::styled(
-                format!(" · {}t {}", c.threads, c.isa),
-                th.bar(),
-            ));
-            spans.push(sep());
-            spans.push(Span::styled(
-                format!(
-                    "pf {onoff} · {} · {} · {}",
-                    c.fetch, c.layout, c.expert_tier
+            let (syn_long, syn_short) = if m.synthetic {
+                (" (synthetic weights)", " (synthetic)")
+            } else {
+                ("", "")
+            };
+            let arch = if !m.arch.is_empty() && m.arch != m.name {
+                format!(" {}", m.arch)
+            } else {
+                String::new()
+            };
+            let short = truncate(&m.name, 16);
+            let quant = match m.quant_types.first() {
+                Some(q) => Part::new(
+                    vec![format!(" · {}", m.quant_types.join("/")), format!(" · {q}")],
+                    true,
                 ),
-                th.bar(),
-            ));
-        } else {
-            spans.push(Span::styled(
-                format!(" · {} thr · {}", c.threads, c.isa),
-                th.bar(),
-            ));
-            spans.push(sep());
-            spans.push(Span::styled(format!("prefetch {onoff}"), th.bar()));
-            spans.push(sep());
-            spans.push(Span::styled(
-                format!("fetch {}", c.fetch.to_uppercase()),
-                th.bar(),
-            ));
-            spans.push(sep());
-            spans.push(Span::styled(format!("layout {}", c.layout), th.bar()));
-            spans.push(sep());
-            spans.push(Span::styled(format!("tier {}", c.expert_tier), th.bar()));
+                None => empty(),
+            };
+            (
+                Part::new(
+                    vec![
+                        format!(" · {}{arch}{syn_long}", m.name),
+                        format!(" · {}{syn_short}", m.name),
+                        format!(" · {short}{syn_short}"),
+                    ],
+                    false,
+                ),
+                quant,
+            )
         }
-    }
-    if !chat_first {
-        spans.extend(settings_spans(app, compact));
+        None => (Part::new(vec![" · no session".into()], false), empty()),
+    };
+    let (numerics, sampling) = match &app.settings {
+        Some(g) => (
+            Part::new(
+                vec![
+                    format!(" │ act {} kv {}", g.act, g.kv),
+                    format!(" │ {}/kv {}", g.act, g.kv),
+                ],
+                true,
+            ),
+            Part::new(
+                vec![format!(
+                    " │ {}",
+                    crate::chat::sampling::describe_short(&g.sampling)
+                )],
+                true,
+            ),
+        ),
+        None => (empty(), empty()),
+    };
+    let ctx = match &v.model {
+        Some(m) if app.chat_mode() && m.max_ctx > 0 => {
+            Part::new(vec![format!(" │ ctx {}", m.max_ctx)], true)
+        }
+        _ => empty(),
+    };
+    let (machine, toggles) = match &v.config {
+        Some(c) => {
+            let onoff = if c.prefetch { "ON" } else { "OFF" };
+            (
+                Part::new(
+                    vec![
+                        format!(" · {} thr · {}", c.threads, c.isa),
+                        format!(" · {}t {}", c.threads, c.isa),
+                    ],
+                    true,
+                ),
+                Part::new(
+                    vec![
+                        format!(
+                            " │ prefetch {onoff} │ fetch {} │ layout {} │ tier {}",
+                            c.fetch.to_uppercase(),
+                            c.layout,
+                            c.expert_tier
+                        ),
+                        format!(
+                            " │ pf {onoff} · {} · {} · {}",
+                            c.fetch, c.layout, c.expert_tier
+                        ),
+                        format!(" │ pf {onoff} · {}", c.fetch),
+                    ],
+                    true,
+                ),
+            )
+        }
+        None => (empty(), empty()),
+    };
+    // Display order and priority. A chat model's numerics and sampling come before the engine
+    // toggles (they change the answers; the toggles only the speed).
+    let parts = [model, quant, numerics, sampling, ctx, machine, toggles];
+    let (order, prio): (&[usize], &[usize]) = if app.chat_mode() {
+        (&[0, 1, 2, 3, 4, 5, 6], &[0, 2, 3, 4, 1, 6, 5])
+    } else {
+        (&[0, 1, 5, 6, 2, 3, 4], &[0, 6, 1, 5, 2, 3, 4])
+    };
+    let avail = (area.width as usize).saturating_sub(width(&spans));
+    let pick = fit(&parts, prio, avail);
+    for &i in order {
+        if let Some(k) = pick[i] {
+            if !parts[i].forms[k].is_empty() {
+                spans.push(Span::styled(parts[i].forms[k].clone(), th.bar()));
+            }
+        }
     }
     let used = width(&spans);
     if used < area.width as usize {
@@ -138,28 +245,6 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         ));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
-}
-
-/// Numerics and sampling: " │ act f32 kv f32 │ T0.7 k40 p0.95 m0.05 r1.1 s0" (compact: " │ f32/kv
-/// f32 │ …"); the settings overlay (`o`) spells the fields out.
-fn settings_spans<'a>(app: &App, compact: bool) -> Vec<Span<'a>> {
-    use crate::chat::sampling::describe_short;
-    let th = &app.theme;
-    let Some(g) = &app.settings else {
-        return Vec::new();
-    };
-    let sep = || Span::styled(" │ ", th.bar());
-    let numerics = if compact {
-        format!("{}/kv {}", g.act, g.kv)
-    } else {
-        format!("act {} kv {}", g.act, g.kv)
-    };
-    vec![
-        sep(),
-        Span::styled(numerics, th.bar()),
-        sep(),
-        Span::styled(describe_short(&g.sampling), th.bar()),
-    ]
 }
 
 /// The metrics part of the footer.
@@ -270,4 +355,45 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         top.extend(tail);
     }
     frame.render_widget(Paragraph::new(Line::from(top)), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(forms: &[&str], droppable: bool) -> Part {
+        Part::new(forms.iter().map(|s| s.to_string()).collect(), droppable)
+    }
+
+    #[test]
+    fn fit_shortens_then_drops_the_least_important_first_then_gives_room_back() {
+        let parts = [
+            part(&["AAAAAAAA", "AAA"], false),
+            part(&["BBBBBB", "BB"], true),
+            part(&["CCCC", "C"], true),
+        ];
+        let prio = [0, 1, 2];
+        // Everything fits.
+        assert_eq!(fit(&parts, &prio, 18), vec![Some(0), Some(0), Some(0)]);
+        // One cell short: the least important part shortens, nothing else.
+        assert_eq!(fit(&parts, &prio, 17), vec![Some(0), Some(0), Some(1)]);
+        // All shortest is 6; at 9 the room goes to the first part, by priority, that can
+        // grow into it (A and B cannot).
+        assert_eq!(fit(&parts, &prio, 9), vec![Some(1), Some(1), Some(0)]);
+        // At 11: shortening C then B is enough; A keeps its long form.
+        assert_eq!(fit(&parts, &prio, 11), vec![Some(0), Some(1), Some(1)]);
+        // At 4: the droppable parts go, least important first, the rest is its shortest.
+        assert_eq!(fit(&parts, &prio, 4), vec![Some(1), None, Some(1)]);
+        assert_eq!(fit(&parts, &prio, 3), vec![Some(1), None, None]);
+        // Not even the shortest undroppable part fits: it stays (the line is cut).
+        assert_eq!(fit(&parts, &prio, 1), vec![Some(1), None, None]);
+        // Being there counts more than being long: a dropped part comes back before a more
+        // important one grows into its room.
+        let parts = [
+            part(&["AAAAA", "A"], false),
+            part(&["BBBBBBBB"], true),
+            part(&["CCC"], true),
+        ];
+        assert_eq!(fit(&parts, &prio, 5), vec![Some(1), None, Some(0)]);
+    }
 }

@@ -31,10 +31,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(block, area);
     let v = app.view();
     let Some(last) = v.last.as_ref() else {
-        frame.render_widget(
-            Paragraph::new(dim_line(app, "waiting for the first token…")),
-            inner,
-        );
+        let mut lines = vec![dim_line(app, "waiting for the first token…")];
+        if app.bandwidth_pending {
+            lines.push(dim_line(app, "read ceiling: measuring… (first launch)"));
+        }
+        frame.render_widget(Paragraph::new(lines), inner);
         return;
     };
     let w = inner.width as usize;
@@ -207,6 +208,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             };
             lines.push(dim_line(app, format!("ceiling: {method}")));
         }
+        _ if app.bandwidth_pending => lines.push(dim_line(
+            app,
+            "ceiling: measuring… (first launch: ≥ 1 GiB read probe, a few seconds)",
+        )),
         _ => lines.push(dim_line(app, "ceiling unknown (no bandwidth probe)")),
     }
     frame.render_widget(Paragraph::new(lines), inner);

@@ -1,6 +1,9 @@
 //! Text pane: the transcript (chat or completion) with the streaming reply, the synthetic-weights
 //! banner, scrollback, and the multi-line input box.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
@@ -118,9 +121,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     .areas(inner);
     frame.render_widget(Paragraph::new(banner), banner_area);
 
-    // Transcript.
-    let lines = transcript_lines(app, width);
+    // Transcript: only the rows that can be on screen are built.
     let h = body.height as usize;
+    let lines = transcript_tail(app, width, h + app.scroll as usize);
     let max_scroll = lines.len().saturating_sub(h);
     let scroll = (app.scroll as usize).min(max_scroll);
     let start = lines.len().saturating_sub(h + scroll);
@@ -160,58 +163,159 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     }
 }
 
-/// The transcript as wrapped, styled lines (oldest first).
-pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
+/// Wrapped rows of finished turns, by (transcript epoch, turn index, width): a finished turn
+/// never changes, so it is wrapped once, not at every frame. The streaming turn is wrapped at
+/// every frame (it grows). Interior mutability: drawing takes `&App`. Not part of the UI state:
+/// every cache compares equal.
+#[derive(Default)]
+pub struct WrapCache(RefCell<HashMap<(u64, usize, usize), CachedTurn>>);
+
+/// One turn's rows and what they were built from.
+struct CachedTurn {
+    /// (text length, end, summary length) of the turn when wrapped.
+    key: (usize, Option<StopReason>, usize),
+    lines: Vec<Line<'static>>,
+}
+
+impl Clone for WrapCache {
+    fn clone(&self) -> Self {
+        WrapCache::default()
+    }
+}
+
+impl PartialEq for WrapCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for WrapCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WrapCache({} turns)", self.0.borrow().len())
+    }
+}
+
+impl WrapCache {
+    /// Turns currently cached (for tests).
+    pub fn len(&self) -> usize {
+        self.0.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The rows of turn `i`, wrapped to `width`.
+fn turn_lines(app: &App, i: usize, width: usize) -> Vec<Line<'static>> {
     let th = &app.theme;
     let label_w = 6usize;
     let text_w = width.saturating_sub(label_w).max(1);
+    let turn = &app.transcript[i];
+    let (label, lstyle, tstyle) = match turn.role {
+        Role::User => ("you", th.user(), th.text()),
+        Role::Model => ("model", th.assistant(), th.text()),
+        Role::System => ("·", th.dim(), th.dim()),
+        Role::Error => ("error", th.bad(), th.bad()),
+    };
     let mut out = Vec::new();
-    let n = app.transcript.len();
-    for (i, turn) in app.transcript.iter().enumerate() {
-        let (label, lstyle, tstyle) = match turn.role {
-            Role::User => ("you", th.user(), th.text()),
-            Role::Model => ("model", th.assistant(), th.text()),
-            Role::System => ("·", th.dim(), th.dim()),
-            Role::Error => ("error", th.bad(), th.bad()),
-        };
+    let streaming = turn.role == Role::Model && i + 1 == app.transcript.len() && app.generating;
+    let rows = if streaming {
         let mut text = turn.text.clone();
-        let streaming = turn.role == Role::Model && i + 1 == n && app.generating;
-        if streaming {
-            text.push('▌');
-        }
-        let rows = wrap(&text, text_w);
-        for (ri, r) in rows.into_iter().enumerate() {
-            let lead = if ri == 0 {
-                format!("{label:<label_w$}")
-            } else {
-                " ".repeat(label_w)
-            };
-            out.push(Line::from(vec![
-                Span::styled(lead, lstyle),
-                Span::styled(r, tstyle),
-            ]));
-        }
-        let end = match turn.end {
-            Some(StopReason::Stopped) => Some("[stopped]"),
-            Some(StopReason::ContextFull) => Some("[context full]"),
-            Some(StopReason::Error) => Some("[error]"),
-            Some(StopReason::Length) => Some("[max tokens]"),
-            _ => None,
+        text.push('▌');
+        wrap(&text, text_w)
+    } else {
+        wrap(&turn.text, text_w)
+    };
+    for (ri, r) in rows.into_iter().enumerate() {
+        let lead = if ri == 0 {
+            format!("{label:<label_w$}")
+        } else {
+            " ".repeat(label_w)
         };
-        if let (Role::Model, Some(e)) = (turn.role, end) {
+        out.push(Line::from(vec![
+            Span::styled(lead, lstyle),
+            Span::styled(r, tstyle),
+        ]));
+    }
+    let end = match turn.end {
+        Some(StopReason::Stopped) => Some("[stopped]"),
+        Some(StopReason::ContextFull) => Some("[context full]"),
+        Some(StopReason::Error) => Some("[error]"),
+        Some(StopReason::Length) => Some("[max tokens]"),
+        _ => None,
+    };
+    if let (Role::Model, Some(e)) = (turn.role, end) {
+        out.push(Line::from(vec![
+            Span::raw(" ".repeat(label_w)),
+            Span::styled(e, th.dim()),
+        ]));
+    }
+    if let Some(sum) = app.summaries.get(&i) {
+        for r in wrap(sum, text_w) {
             out.push(Line::from(vec![
                 Span::raw(" ".repeat(label_w)),
-                Span::styled(e, th.dim()),
+                Span::styled(r, th.dim()),
             ]));
-        }
-        if let Some(sum) = app.summaries.get(&i) {
-            for r in wrap(sum, text_w) {
-                out.push(Line::from(vec![
-                    Span::raw(" ".repeat(label_w)),
-                    Span::styled(r, th.dim()),
-                ]));
-            }
         }
     }
     out
+}
+
+/// The last `rows` transcript lines, wrapped and styled (oldest first; all of them when there
+/// are fewer). Finished turns come from the [`WrapCache`]; turns above the window are not built.
+pub fn transcript_tail(app: &App, width: usize, rows: usize) -> Vec<Line<'static>> {
+    let n = app.transcript.len();
+    let mut chunks: Vec<Vec<Line<'static>>> = Vec::new();
+    let mut have = 0usize;
+    let mut cache = app.wrapped.0.borrow_mut();
+    for i in (0..n).rev() {
+        if have >= rows {
+            break;
+        }
+        let turn = &app.transcript[i];
+        let streaming = i + 1 == n && app.generating;
+        // Only the rows still needed are copied out (a long finished reply has thousands).
+        let need = rows - have;
+        let tail = |v: &[Line<'static>]| v[v.len().saturating_sub(need)..].to_vec();
+        let lines = if streaming {
+            tail(&turn_lines(app, i, width))
+        } else {
+            let key = (
+                turn.text.len(),
+                turn.end,
+                app.summaries.get(&i).map_or(0, |s| s.len() + 1),
+            );
+            let hit = cache
+                .get(&(app.transcript_epoch, i, width))
+                .filter(|c| c.key == key)
+                .map(|c| tail(&c.lines));
+            match hit {
+                Some(lines) => lines,
+                None => {
+                    let lines = turn_lines(app, i, width);
+                    let t = tail(&lines);
+                    cache.insert((app.transcript_epoch, i, width), CachedTurn { key, lines });
+                    t
+                }
+            }
+        };
+        have += lines.len();
+        chunks.push(lines);
+    }
+    // Entries of older epochs or widths are dropped now and then (resizes, new sessions).
+    if cache.len() > 4 * n + 64 {
+        let epoch = app.transcript_epoch;
+        cache.retain(|k, _| k.0 == epoch && k.2 == width);
+    }
+    let mut out: Vec<Line<'static>> = chunks.into_iter().rev().flatten().collect();
+    if out.len() > rows {
+        out.drain(..out.len() - rows);
+    }
+    out
+}
+
+/// The whole transcript as wrapped, styled lines (oldest first).
+pub fn transcript_lines(app: &App, width: usize) -> Vec<Line<'static>> {
+    transcript_tail(app, width, usize::MAX)
 }

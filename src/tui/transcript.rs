@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::app::{App, Role};
-use crate::chat::sampling::{describe, TuiChatArgs};
+use crate::chat::sampling::{parse_spec, spec, TuiChatArgs};
 use crate::chat::transcript::{Message, Transcript, TranscriptError};
 use crate::output::Output;
 use crate::telemetry::event::{Command, HistoryMessage};
@@ -58,7 +58,8 @@ pub fn from_app(app: &App) -> Transcript {
         t.meta.push(("model".into(), m.name.clone()));
     }
     if let Some(s) = &app.settings {
-        t.meta.push(("sampling".into(), describe(&s.sampling)));
+        // Exact, so `--transcript` restores it (see `startup_commands`).
+        t.meta.push(("sampling".into(), spec(&s.sampling)));
         t.meta
             .push(("numerics".into(), format!("act {} · kv {}", s.act, s.kv)));
         t.system = s.system.clone();
@@ -115,11 +116,24 @@ pub fn save_in(dir: &Path, t: &Transcript) -> Result<PathBuf, String> {
 }
 
 /// The commands the TUI sends before the first prompt: the loaded transcript (system prompt and
-/// messages), then `--system` (which wins over the transcript's).
+/// messages, then the sampling it recorded, under any sampling flag given, which wins), then
+/// `--system` (which wins over the transcript's).
 pub fn startup_commands(a: &TuiChatArgs) -> Result<Vec<Command>, TranscriptError> {
     let mut out = Vec::new();
     if let Some(p) = &a.transcript {
         let t = Transcript::load(p)?;
+        let sampling = match t.meta.iter().rev().find(|(k, _)| k == "sampling") {
+            Some((k, v)) => {
+                let bad = |msg: String| TranscriptError::BadMeta {
+                    path: p.display().to_string(),
+                    key: k.clone(),
+                    msg,
+                };
+                let recorded = parse_spec(v).map_err(|e| bad(e.to_string()))?;
+                Some(a.sampling.over(recorded).map_err(|e| bad(e.to_string()))?)
+            }
+            None => None,
+        };
         out.push(Command::LoadConversation {
             system: t.system,
             messages: t
@@ -131,6 +145,9 @@ pub fn startup_commands(a: &TuiChatArgs) -> Result<Vec<Command>, TranscriptError
                 })
                 .collect(),
         });
+        if let Some(sp) = sampling {
+            out.push(Command::SetSampling(sp));
+        }
     }
     if let Some(s) = &a.system {
         out.push(Command::SetSystemPrompt(s.clone()));
@@ -181,6 +198,60 @@ mod tests {
         assert_eq!(Transcript::load(&b).unwrap(), t);
         let e = save_in(&dir.path().join("missing"), &t).unwrap_err();
         assert!(e.contains("missing"), "{e}");
+    }
+
+    /// Issue 16 item 10 (continue a saved chat): the sampling a transcript recorded is restored
+    /// on load, a sampling flag given with `--transcript` wins for its field, and a bad line is
+    /// an error naming the file and the key.
+    #[test]
+    fn startup_restores_the_recorded_sampling_under_the_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.md");
+        let recorded = crate::telemetry::SamplingParams {
+            temperature: 0.35,
+            top_k: 12,
+            top_p: 0.8,
+            min_p: 0.1,
+            repeat_penalty: 1.2,
+            seed: 42,
+        };
+        let t = Transcript {
+            meta: vec![("sampling".into(), spec(&recorded))],
+            messages: vec![Message {
+                role: "user".into(),
+                text: "hi".into(),
+                summary: None,
+            }],
+            ..Default::default()
+        };
+        std::fs::write(&p, t.to_markdown()).unwrap();
+        let mut a = TuiChatArgs {
+            transcript: Some(p.clone()),
+            ..Default::default()
+        };
+        let c = startup_commands(&a).unwrap();
+        assert_eq!(
+            c.get(1),
+            Some(&Command::SetSampling(recorded.clone())),
+            "{c:?}"
+        );
+        a.sampling.seed = Some(7);
+        let c = startup_commands(&a).unwrap();
+        let want = crate::telemetry::SamplingParams {
+            seed: 7,
+            ..recorded
+        };
+        assert_eq!(c.get(1), Some(&Command::SetSampling(want)), "{c:?}");
+        std::fs::write(
+            &p,
+            "# cflow-tui transcript\n\n- sampling: temp hot\n\n## user\n\nhi\n",
+        )
+        .unwrap();
+        let e = startup_commands(&a).unwrap_err().to_string();
+        assert!(
+            e.contains("t.md: `- sampling:`") && e.contains("not a number"),
+            "{e}"
+        );
     }
 
     #[test]
