@@ -139,10 +139,15 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     }
     // The accountings, labelled as `run`/`inspect --json` name them (critical_path_mib.{payload,
     // payload_read,with_scales}): every layer's payload (the paper's), and what is read.
+    // Older traces carry only the as-read payload: shown under its own name, with no note.
+    let skipped = matches!((&cp.payload, &cp.payload_read), (Some(p), Some(r)) if p != r);
+    let read_only = cp.payload.is_none() && cp.payload_read.is_some();
+    // "payload read" needs one more column than the other labels.
+    let lw = if skipped || read_only { 13 } else { 12 };
     let total = |label: &str, c: &crate::engine::critical::CriticalPath| {
         let (n, d) = mib_pair(c);
         Line::from(vec![
-            Span::styled(format!("{label:<13}"), th.dim()),
+            Span::styled(format!("{label:<lw$}"), th.dim()),
             Span::styled(format!("{} → ", fmt2(n)), th.dim()),
             Span::styled(format!("{} MiB/token", fmt2(d)), th.strong()),
             Span::raw(", "),
@@ -152,9 +157,6 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     if let Some(p) = &cp.payload {
         lines.push(total("payload", p));
     }
-    // Older traces carry only the as-read payload: shown under its own name, with no note.
-    let skipped = matches!((&cp.payload, &cp.payload_read), (Some(p), Some(r)) if p != r);
-    let read_only = cp.payload.is_none() && cp.payload_read.is_some();
     if let (true, Some(r)) = (skipped || read_only, &cp.payload_read) {
         lines.push(total("payload read", r));
     }
