@@ -424,7 +424,7 @@ impl LogitsReader {
             value,
         };
         // Log-probabilities are ≤ 0; the span of a row is at most RANGE (plus rounding).
-        if !lo.is_finite() || lo > 1e-3 || lo < -1e6 {
+        if !lo.is_finite() || !(-1e6..=1e-3).contains(&lo) {
             return Err(bad("lo", lo));
         }
         if !scale.is_finite() || scale < 0.0 || scale as f64 * 65535.0 > RANGE + 1.0 {
