@@ -22,16 +22,26 @@ pub const CFLOW_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.cflow";
 
 /// Where the pulled files live.
 pub fn pull_dir() -> Result<PathBuf> {
-    let d = crate::util::cache_dir()?.join("smollm2");
+    cache_subdir("smollm2")
+}
+
+/// The pull cache's directory `name` (created when missing): one per pulled model.
+pub(super) fn cache_subdir(name: &str) -> Result<PathBuf> {
+    let d = crate::util::cache_dir()?.join(name);
     std::fs::create_dir_all(&d)
         .with_context(|| format!("cannot create the pull cache directory {}", d.display()))?;
     Ok(d)
 }
 
+/// The file named by environment variable `var`, when it exists (used unverified).
+pub(super) fn env_path(var: &str) -> Option<PathBuf> {
+    let p = PathBuf::from(std::env::var_os(var)?);
+    Some(p).filter(|p| p.exists())
+}
+
 /// `$CFLOW_SMOLLM2`, when set to an existing file (used instead of the wheel, unverified).
 fn env_gguf() -> Option<PathBuf> {
-    let p = PathBuf::from(std::env::var_os("CFLOW_SMOLLM2")?);
-    Some(p).filter(|p| p.exists())
+    env_path("CFLOW_SMOLLM2")
 }
 
 /// The GGUF: `$CFLOW_SMOLLM2` or the extracted file in the pull cache (if present).

@@ -82,15 +82,11 @@ pub const ENV: &str = "CFLOW_GEMMA3";
 
 /// Where the pulled files live.
 pub fn pull_dir() -> Result<PathBuf> {
-    let d = crate::util::cache_dir()?.join("gemma3-270m");
-    std::fs::create_dir_all(&d)
-        .with_context(|| format!("cannot create the pull cache directory {}", d.display()))?;
-    Ok(d)
+    super::pull::cache_subdir("gemma3-270m")
 }
 
 fn env_gguf() -> Option<PathBuf> {
-    let p = PathBuf::from(std::env::var_os(ENV)?);
-    Some(p).filter(|p| p.exists())
+    super::pull::env_path(ENV)
 }
 
 /// The GGUF: `$CFLOW_GEMMA3` or the assembled file in the pull cache (if present).
