@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use cflow::kernels::dot::kquant::tile_matvec_act;
-use cflow::kernels::dot::{quantize_act, tile_matmul, tile_matvec, Isa, Q8Act};
+use cflow::kernels::dot::{quantize_act, tile_matmul, Isa, Q8Act};
 use cflow::quant::{quantize_row, QuantType};
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 
