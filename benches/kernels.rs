@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use cflow::kernels::dot::kquant::tile_matvec_act;
-use cflow::kernels::dot::{quantize_act, Isa, Q8Act};
+use cflow::kernels::dot::{quantize_act, tile_matmul, Isa, Q8Act};
 use cflow::quant::{quantize_row, QuantType};
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 
@@ -185,6 +185,50 @@ fn single_tile(c: &mut Criterion) {
     );
 }
 
+/// The batched prefill kernel `tile_matmul`: one 128×256 tile applied to 32 tokens (the
+/// prefill batch), per ISA and path. Throughput counts the weight bytes once per token, so it
+/// compares directly with `single_tile` (32 `tile_matvec` calls).
+fn batched_tile(c: &mut Criterion) {
+    const N: usize = 32;
+    let mut g = c.benchmark_group("tile_matmul_32tok");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(1200));
+    for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+        let m = build(q, TR, TC);
+        let t = &m.tiles[0];
+        let mut s = 9u64;
+        let xs: Vec<f32> = (0..N * TC).map(|_| lcg(&mut s)).collect();
+        let acts: Vec<Q8Act> = xs
+            .chunks_exact(TC)
+            .map(|x| {
+                let mut a = Q8Act::default();
+                quantize_act(Isa::Scalar, x, &mut a);
+                a
+            })
+            .collect();
+        let xq: Vec<_> = acts
+            .iter()
+            .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))
+            .collect();
+        let mut y = vec![0f32; N * TR];
+        g.throughput(Throughput::Bytes((N * q.matrix_bytes(TR, TC)) as u64));
+        for isa in isas() {
+            for int in [false, true] {
+                let name = format!("{q}/{}-{}", isa.name(), if int { "int" } else { "f32" });
+                g.bench_function(BenchmarkId::from_parameter(name), |b| {
+                    b.iter(|| {
+                        let xa = int.then_some(&xq[..]);
+                        tile_matmul(isa, q, TR, TC, &t.scales, &t.qs, &xs, xa, N, &mut y);
+                        black_box(&y);
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
 /// `KBENCH_MIN=1 cargo bench --bench kernels`: instead of criterion, time every kernel many
 /// times and print best-of-N and median GB/s. On a shared, loaded machine the best run is the
 /// least disturbed one, so it is the more stable figure for comparing kernels.
@@ -252,7 +296,7 @@ fn min_of_n() {
     }
 }
 
-criterion_group!(benches, kernels, smollm2, single_tile);
+criterion_group!(benches, kernels, smollm2, single_tile, batched_tile);
 
 fn main() {
     if std::env::var_os("KBENCH_MIN").is_some() {

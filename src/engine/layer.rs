@@ -53,11 +53,9 @@ pub fn qkv_post(
     let rot = cfg.rope_dims();
     let theta = cfg.rope_theta_for(p);
     let style = cfg.meta.rope_style;
-    for h in q.chunks_exact_mut(hd) {
-        rope(h, pos, rot, theta, style);
-    }
-    for h in k.chunks_exact_mut(hd) {
-        rope(h, pos, rot, theta, style);
+    let angles = rope_angles(pos, rot, theta);
+    for h in q.chunks_exact_mut(hd).chain(k.chunks_exact_mut(hd)) {
+        rope_with(h, &angles, style);
     }
     if cfg.v_norm() {
         for h in v.chunks_exact_mut(hd) {

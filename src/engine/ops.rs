@@ -33,11 +33,24 @@ pub fn rmsnorm_in_place(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
 
 /// Rotates one head vector in place for position `pos`.
 pub fn rope(head: &mut [f32], pos: usize, rot_dims: usize, theta: f32, style: RopeStyle) {
-    let half = rot_dims / 2;
-    for i in 0..half {
-        let freq = 1.0 / theta.powf((2 * i) as f32 / rot_dims as f32);
-        let ang = pos as f32 * freq;
-        let (s, c) = ang.sin_cos();
+    rope_with(head, &rope_angles(pos, rot_dims, theta), style);
+}
+
+/// The `(sin, cos)` of every rotated pair at position `pos` (`rot_dims / 2` entries). Shared by
+/// all heads of a position, so the trigonometry runs once per layer rather than once per head.
+pub fn rope_angles(pos: usize, rot_dims: usize, theta: f32) -> Vec<(f32, f32)> {
+    (0..rot_dims / 2)
+        .map(|i| {
+            let freq = 1.0 / theta.powf((2 * i) as f32 / rot_dims as f32);
+            (pos as f32 * freq).sin_cos()
+        })
+        .collect()
+}
+
+/// Rotates one head vector in place by precomputed [`rope_angles`].
+pub fn rope_with(head: &mut [f32], angles: &[(f32, f32)], style: RopeStyle) {
+    let half = angles.len();
+    for (i, &(s, c)) in angles.iter().enumerate() {
         let (a, b) = match style {
             RopeStyle::SplitHalf => (i, i + half),
             RopeStyle::Adjacent => (2 * i, 2 * i + 1),

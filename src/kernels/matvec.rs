@@ -6,8 +6,9 @@
 //! kernels.
 
 use super::dot::kquant::tile_matvec_act;
-use super::dot::{tile_matvec, Isa, Q8Act};
+use super::dot::{tile_matmul, tile_matvec, Isa, Q8Act, XqBlocks};
 use super::pool::ThreadPool;
+use crate::quant::QK;
 use crate::format::reader::{tile_at, Matrix};
 use crate::format::writer::MatrixData;
 use crate::format::{TILE_COLS, TILE_ROWS};
@@ -30,18 +31,37 @@ pub struct Act<'a> {
 /// Computes one stripe of `m` into `out` (length = stripe rows): out = W_stripe · x.
 #[inline]
 pub fn stripe_matvec(isa: Isa, bytes: &[u8], m: &Matrix, s: usize, act: &Act, out: &mut [f32]) {
+    stripe_rows_matvec(isa, bytes, m, s, 0, act, out);
+}
+
+/// Rows `r0 .. r0 + out.len()` of stripe `s` of `m` into `out`. Inside a tile the scales and
+/// quants are row-major, so a row range is one contiguous piece of each; every row's arithmetic
+/// is the same as in the whole-stripe call (the kernels never mix rows).
+#[inline]
+pub fn stripe_rows_matvec(
+    isa: Isa,
+    bytes: &[u8],
+    m: &Matrix,
+    s: usize,
+    r0: usize,
+    act: &Act,
+    out: &mut [f32],
+) {
+    let rows = out.len();
     out.fill(0.0);
     for c in 0..m.n_col_tiles() {
         let t = tile_at(bytes, m, s, c);
+        debug_assert!(r0 + rows <= t.rows);
+        let (rsb, rqb) = row_bytes(m, t.cols);
         let c0 = c * TILE_COLS;
         let c1 = c0 + t.cols;
         tile_matvec_act(
             isa,
             m.quant,
-            t.rows,
+            rows,
             t.cols,
-            t.scales,
-            t.qs,
+            &t.scales[r0 * rsb..(r0 + rows) * rsb],
+            &t.qs[r0 * rqb..(r0 + rows) * rqb],
             &act.x[c0..c1],
             act.q8,
             c0,
@@ -50,8 +70,29 @@ pub fn stripe_matvec(isa: Isa, bytes: &[u8], m: &Matrix, s: usize, act: &Act, ou
     }
 }
 
+/// Scale and quant bytes of one row of a `cols`-wide tile of `m`.
+fn row_bytes(m: &Matrix, cols: usize) -> (usize, usize) {
+    (m.quant.row_scale_bytes(cols), m.quant.row_quant_bytes(cols))
+}
+
+/// Rows per pool task when stripes are split (see [`parts_per_stripe`]).
+pub const PART_ROWS: usize = 32;
+
+/// Pool tasks per 128-row stripe. A 576-wide model has matvecs of 5 stripes (576 rows) or 9
+/// (Q/K/V): on 2 threads whole-stripe tasks leave one thread idle for up to a third of the
+/// matvec, so small matvecs are split into 32-row parts (a few microseconds of work each).
+/// Large ones (≥ 16 stripes per thread) keep one task per stripe.
+pub fn parts_per_stripe(stripes: usize, threads: usize) -> usize {
+    if threads > 1 && stripes < 16 * threads {
+        TILE_ROWS / PART_ROWS
+    } else {
+        1
+    }
+}
+
 /// Fused multi-output tiled matvec: for every `(matrix, y)` pair, `y = W · x`, all sharing one
-/// activation. Work is spread over all output stripes of all matrices.
+/// activation. Work is spread over all output stripes (or stripe parts, [`parts_per_stripe`])
+/// of all matrices.
 pub fn tiled_matvec(
     pool: &ThreadPool,
     isa: Isa,
@@ -59,28 +100,41 @@ pub fn tiled_matvec(
     outs: &mut [(&Matrix, &mut [f32])],
     act: &Act,
 ) {
-    let mut tasks: Vec<(usize, usize)> = Vec::new();
-    for (i, (m, y)) in outs.iter().enumerate() {
+    let mut stripes = 0;
+    for (m, y) in outs.iter() {
         assert_eq!(y.len(), m.rows, "output length");
         assert_eq!(act.x.len(), m.cols, "activation length");
-        for s in 0..m.n_stripes() {
-            tasks.push((i, s));
-        }
+        stripes += m.n_stripes();
     }
+    let parts = parts_per_stripe(stripes, pool.threads());
+    // Task t → (matrix, stripe, part): matrix i owns tasks [first[i], first[i + 1]).
+    let mut first = Vec::with_capacity(outs.len() + 1);
+    first.push(0);
     let ptrs: Vec<(&Matrix, OutPtr)> = outs
         .iter_mut()
-        .map(|(m, y)| (*m, OutPtr(y.as_mut_ptr(), y.len())))
+        .map(|(m, y)| {
+            first.push(first.last().copied().unwrap_or(0) + m.n_stripes() * parts);
+            (*m, OutPtr(y.as_mut_ptr(), y.len()))
+        })
         .collect();
-    pool.run(tasks.len(), &|t| {
-        let (i, s) = tasks[t];
+    let n_tasks = *first.last().unwrap_or(&0);
+    pool.run(n_tasks, &|t| {
+        let i = first.partition_point(|&f| f <= t) - 1;
         let (m, p) = ptrs[i];
-        let r0 = s * TILE_ROWS;
+        let (s, part) = ((t - first[i]) / parts, (t - first[i]) % parts);
         let rows = m.stripe_rows(s);
-        debug_assert!(r0 + rows <= p.1);
-        // SAFETY: [r0, r0 + rows) is inside the output (rows = stripe rows of a matrix whose
-        // output length was asserted above) and distinct tasks own distinct stripes.
-        let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(r0), rows) };
-        stripe_matvec(isa, bytes, m, s, act, out);
+        let per = TILE_ROWS / parts;
+        let (a, b) = ((part * per).min(rows), ((part + 1) * per).min(rows));
+        if a == b {
+            return;
+        }
+        let r0 = s * TILE_ROWS + a;
+        debug_assert!(r0 + (b - a) <= p.1);
+        // SAFETY: [r0, r0 + b - a) is inside the output (rows of stripe s of a matrix whose
+        // output length was asserted above) and distinct tasks own distinct (stripe, part) row
+        // ranges.
+        let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(r0), b - a) };
+        stripe_rows_matvec(isa, bytes, m, s, a, act, out);
     });
 }
 
@@ -167,8 +221,9 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
 
 /// Batched tiled matvec for prefill: for every `(matrix, ys)` pair and every token `b < n`,
 /// `ys[b·rows ..][..rows] = W · xs[b·cols ..][..cols]`. Each tile is loaded once and applied to
-/// all `n` activations while it is hot in cache, so weight traffic is paid once per batch.
-/// `q8`, when given, holds each token's quantized activation.
+/// all `n` activations while it is hot in cache ([`tile_matmul`]), so weight traffic is paid
+/// once per batch. `q8`, when given, holds each token's quantized activation. Per token the
+/// result is bit-identical to [`tiled_matvec`] on the same ISA.
 pub fn tiled_matvec_batch(
     pool: &ThreadPool,
     isa: Isa,
@@ -200,33 +255,171 @@ pub fn tiled_matvec_batch(
         let (m, p) = ptrs[i];
         let r0 = s * TILE_ROWS;
         let rows = m.stripe_rows(s);
-        for b in 0..n {
-            // SAFETY: rows [r0, r0 + rows) of token b's output lie inside the output (asserted
-            // length n · m.rows) and (matrix, stripe) pairs are distinct across tasks.
-            let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(b * m.rows + r0), rows) };
-            out.fill(0.0);
-        }
+        // The stripe's outputs for all tokens, token-major, accumulated over the column tiles.
+        let mut acc = vec![0f32; n * rows];
+        let mut xq: Vec<XqBlocks> = Vec::with_capacity(n);
         for c in 0..m.n_col_tiles() {
             let tile = tile_at(bytes, m, s, c);
             let c0 = c * TILE_COLS;
             let c1 = c0 + tile.cols;
-            for b in 0..n {
-                // SAFETY: as above.
-                let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(b * m.rows + r0), rows) };
-                let x = &xs[b * cols + c0..b * cols + c1];
-                tile_matvec_act(
-                    isa,
-                    m.quant,
-                    tile.rows,
-                    tile.cols,
-                    tile.scales,
-                    tile.qs,
-                    x,
-                    q8.map(|q| &q[b]),
-                    c0,
-                    out,
+            if m.quant.is_interleaved() {
+                // The GGUF block types (Q5_x, K-quants): one call per token, accumulated.
+                for b in 0..n {
+                    tile_matvec_act(
+                        isa,
+                        m.quant,
+                        tile.rows,
+                        tile.cols,
+                        tile.scales,
+                        tile.qs,
+                        &xs[b * cols + c0..b * cols + c1],
+                        q8.map(|q| &q[b]),
+                        c0,
+                        &mut acc[b * rows..(b + 1) * rows],
+                    );
+                }
+                continue;
+            }
+            let q8 = q8.filter(|_| m.quant.is_blocked());
+            xq.clear();
+            if let Some(q) = q8 {
+                let (b0, b1) = (c0 / QK, c1 / QK);
+                xq.extend(
+                    q.iter()
+                        .map(|a| (&a.d[b0..b1], &a.s[b0..b1], &a.qs[c0..c1])),
                 );
             }
+            // The f32 activations of this tile's columns, token-major.
+            let xt: Vec<f32> = if q8.is_some() {
+                Vec::new()
+            } else {
+                (0..n)
+                    .flat_map(|b| &xs[b * cols + c0..b * cols + c1])
+                    .copied()
+                    .collect()
+            };
+            tile_matmul(
+                isa,
+                m.quant,
+                tile.rows,
+                tile.cols,
+                tile.scales,
+                tile.qs,
+                &xt,
+                q8.map(|_| &xq[..]),
+                n,
+                &mut acc,
+            );
+        }
+        for b in 0..n {
+            // SAFETY: rows [r0, r0 + rows) of token b's output lie inside the output (asserted
+            // length n · m.rows) and (matrix, stripe) pairs are distinct across tasks.
+            let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(b * m.rows + r0), rows) };
+            out.copy_from_slice(&acc[b * rows..(b + 1) * rows]);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench_layout::tile;
+    use crate::format::EntryKind;
+    use crate::quant::QuantType;
+
+    fn matrix(q: QuantType, rows: usize, cols: usize, buf: &mut Vec<u8>) -> Matrix {
+        let mut rng = crate::rng::Rng::new(rows as u64 * 7 + cols as u64);
+        let w = rng.fill(rows * cols, 1.0 / (cols as f32).sqrt());
+        tile(
+            &MatrixData::quantize(q, rows, cols, &w),
+            EntryKind::Down,
+            buf,
+        )
+    }
+
+    #[test]
+    fn small_matvecs_are_split_into_stripe_parts_on_several_threads() {
+        assert_eq!(parts_per_stripe(5, 1), 1);
+        assert_eq!(parts_per_stripe(5, 2), TILE_ROWS / PART_ROWS);
+        assert_eq!(parts_per_stripe(9, 2), TILE_ROWS / PART_ROWS);
+        assert_eq!(parts_per_stripe(384, 2), 1);
+    }
+
+    /// SmolLM2's shapes (576 = 256 + 256 + 64 columns; 576 rows = 4.5 stripes): split into
+    /// stripe parts on 2 threads, the outputs equal whole-stripe calls bit for bit.
+    #[test]
+    fn split_stripes_equal_whole_stripes_bit_for_bit() {
+        let isa = Isa::cached();
+        for q in [QuantType::Q4_1, QuantType::Q4_0, QuantType::Q8_0] {
+            let mut buf = Vec::new();
+            let a = matrix(q, 576, 576, &mut buf);
+            let b = matrix(q, 200, 576, &mut buf);
+            let x: Vec<f32> = (0..576)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                .collect();
+            let mut xq = Q8Act::default();
+            xq.quantize_from(&x);
+            for q8 in [None, Some(&xq)] {
+                let act = Act { x: &x, q8 };
+                let mut want = (vec![0f32; 576], vec![0f32; 200]);
+                for (m, y) in [(&a, &mut want.0), (&b, &mut want.1)] {
+                    for s in 0..m.n_stripes() {
+                        let r0 = s * TILE_ROWS;
+                        let out = &mut y[r0..r0 + m.stripe_rows(s)];
+                        stripe_matvec(isa, &buf, m, s, &act, out);
+                    }
+                }
+                for threads in [1, 2, 3] {
+                    let pool = ThreadPool::new(threads);
+                    let (mut ya, mut yb) = (vec![0f32; 576], vec![0f32; 200]);
+                    tiled_matvec(&pool, isa, &buf, &mut [(&a, &mut ya), (&b, &mut yb)], &act);
+                    assert_eq!((ya, yb), want, "{q} q8={} threads {threads}", q8.is_some());
+                }
+            }
+        }
+    }
+
+    /// The batched prefill matvec equals the per-token matvec bit for bit, per token, on every
+    /// ISA and both activation paths (so prefill in batches stays the decode's numerics).
+    #[test]
+    fn batch_equals_per_token_bit_for_bit() {
+        let pool = ThreadPool::new(2);
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+            for q in [QuantType::Q4_1, QuantType::Q4_0, QuantType::Q8_0] {
+                let mut buf = Vec::new();
+                let m = matrix(q, 300, 576, &mut buf);
+                for n in [1usize, 3, 32, 35] {
+                    let xs: Vec<f32> = (0..n * 576)
+                        .map(|i| ((i * 53 % 211) as f32 - 105.0) / 60.0)
+                        .collect();
+                    let acts: Vec<Q8Act> = xs
+                        .chunks_exact(576)
+                        .map(|x| {
+                            let mut a = Q8Act::default();
+                            a.quantize_from(x);
+                            a
+                        })
+                        .collect();
+                    for int in [false, true] {
+                        let q8 = int.then_some(&acts[..]);
+                        let mut got = vec![0f32; n * 300];
+                        tiled_matvec_batch(&pool, isa, &buf, &mut [(&m, &mut got)], &xs, q8, n);
+                        for b in 0..n {
+                            let act = Act {
+                                x: &xs[b * 576..(b + 1) * 576],
+                                q8: q8.map(|a| &a[b]),
+                            };
+                            let mut want = vec![0f32; 300];
+                            tiled_matvec(&pool, isa, &buf, &mut [(&m, &mut want)], &act);
+                            assert_eq!(
+                                &got[b * 300..(b + 1) * 300],
+                                &want[..],
+                                "{q} {isa:?} int={int} n={n} token {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -230,6 +230,348 @@ pub(super) unsafe fn store_rows<const R: usize>(acc: &[__m256; R], y: *mut f32) 
     }
 }
 
+/// Tokens per block of [`tile_matmul_q4`] (its per-token activation buffers live on the stack).
+pub(super) const TB: usize = 32;
+
+/// Batched integer tile kernel for Q4_0/Q4_1 (prefill): for every token `j` of `xq`,
+/// `y[j·rows + r] += W[r]·x_j`. Each group of 4 rows is unpacked once per column chunk (nibbles
+/// split, scales converted) and applied to every token of the batch, so the unpacking and the
+/// scale conversion are paid once per batch instead of once per token. Per token the arithmetic
+/// is that of [`tile_matvec`]'s integer path, operation for operation, so the result is
+/// bit-identical to calling it once per token.
+///
+/// # Safety
+/// As [`tile_matvec`] (integer path, `q` Q4_0 or Q4_1), for each token's `xq`;
+/// `y.len() >= xq.len() · rows`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tile_matmul_q4(
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    scales: &[u8],
+    qs: &[u8],
+    xq: &[(&[f32], &[f32], &[i8])],
+    y: &mut [f32],
+) {
+    let t = Tile {
+        rows,
+        nb: cols / QK,
+        cols,
+        scales: scales.as_ptr(),
+        scales_len: scales.len(),
+        qs: qs.as_ptr(),
+        y: y.as_mut_ptr(),
+    };
+    let mut acts = [Act::f32(&[]); TB];
+    for (tb0, blk) in xq.chunks(TB).enumerate() {
+        for (a, x) in acts.iter_mut().zip(blk) {
+            *a = Act::int(*x);
+        }
+        let yb = t.y.add(tb0 * TB * rows);
+        match q {
+            QuantType::Q4_0 => matmul_q4::<K_Q4_0>(&t, &acts[..blk.len()], yb),
+            _ => matmul_q4::<K_Q4_1>(&t, &acts[..blk.len()], yb),
+        }
+    }
+}
+
+/// Up to [`TB`] tokens of [`tile_matmul_q4`]; `y` = the first token's output rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn matmul_q4<const K: u8>(t: &Tile, acts: &[Act], y: *mut f32) {
+    let n = acts.len();
+    let mut amv = [_mm256_setzero_ps(); TB];
+    let mut csv = [_mm256_setzero_ps(); TB];
+    let mut xp = [[_mm256_setzero_si256(); CHUNK]; TB];
+    let mut c0 = 0;
+    while c0 < t.nb {
+        let cn = CHUNK.min(t.nb - c0);
+        // Per token: the chunk constants and the regrouped activation pairs of `blocked`.
+        for j in 0..n {
+            let a = acts[j];
+            (amv[j], csv[j]) = chunk_consts::<K, true>(a, c0, cn);
+            for p in 0..cn / 2 {
+                let b = c0 + 2 * p;
+                let y0 = _mm256_loadu_si256(a.q.add(b * QK) as *const __m256i);
+                let y1 = _mm256_loadu_si256(a.q.add((b + 1) * QK) as *const __m256i);
+                xp[j][2 * p] = _mm256_permute2x128_si256::<0x20>(y0, y1);
+                xp[j][2 * p + 1] = _mm256_permute2x128_si256::<0x31>(y0, y1);
+            }
+        }
+        let ch = MmChunk {
+            c0,
+            cn,
+            amv: &amv,
+            csv: &csv,
+            xp: &xp,
+        };
+        let mut r0 = 0;
+        while r0 + 4 <= t.rows {
+            if cn == CHUNK {
+                mm_group::<K, 4, CHUNK>(t, acts, r0, &ch, y);
+            } else {
+                mm_group::<K, 4, 0>(t, acts, r0, &ch, y);
+            }
+            r0 += 4;
+        }
+        match t.rows - r0 {
+            1 => mm_group::<K, 1, 0>(t, acts, r0, &ch, y),
+            2 => mm_group::<K, 2, 0>(t, acts, r0, &ch, y),
+            3 => mm_group::<K, 3, 0>(t, acts, r0, &ch, y),
+            _ => {}
+        }
+        c0 += cn;
+    }
+}
+
+/// Per-chunk, per-token state of [`matmul_q4`].
+struct MmChunk<'a> {
+    c0: usize,
+    cn: usize,
+    amv: &'a [__m256; TB],
+    csv: &'a [__m256; TB],
+    xp: &'a [[__m256i; CHUNK]; TB],
+}
+
+/// `R` rows from `r0` of one chunk, for every token: unpack once, then per token the same
+/// operations as `group::<K, true, R, _>`.
+#[inline]
+#[allow(clippy::needless_range_loop)] // indices address several parallel arrays in the hot loop
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mm_group<const K: u8, const R: usize, const CN: usize>(
+    t: &Tile,
+    acts: &[Act],
+    r0: usize,
+    ch: &MmChunk,
+    y: *mut f32,
+) {
+    let (c0, cn) = (ch.c0, if CN > 0 { CN } else { ch.cn });
+    let full = cn == CHUNK;
+    let (sb, qb) = (scale_bytes(K), quant_bytes(K));
+    let ones = _mm256_set1_epi16(1);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut lo = [[_mm256_setzero_si256(); CHUNK / 2]; R];
+    let mut hi = [[_mm256_setzero_si256(); CHUNK / 2]; R];
+    let mut dm = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
+    let mut wp = [core::ptr::null::<u8>(); R];
+    for i in 0..R {
+        let r = r0 + i;
+        let off = (r * t.nb + c0) * sb;
+        dm[i] = load_scales::<K>(t.scales.add(off), cn, t.scales_len - off);
+        wp[i] = t.qs.add((r * t.nb + c0) * qb);
+        for p in 0..cn / 2 {
+            let w = _mm256_loadu_si256(wp[i].add(p * 2 * qb) as *const __m256i);
+            lo[i][p] = _mm256_and_si256(w, m4);
+            hi[i][p] = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+        }
+    }
+    let unz = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    for j in 0..acts.len() {
+        let xp = &ch.xp[j];
+        let mut acc = [_mm256_setzero_ps(); R];
+        for i in 0..R {
+            let (d, m) = dm[i];
+            let dv = _mm256_mul_ps(d, ch.amv[j]);
+            acc[i] = if K == K_Q4_0 {
+                _mm256_mul_ps(d, ch.csv[j])
+            } else {
+                _mm256_mul_ps(m, ch.csv[j])
+            };
+            let pair = |p: usize| {
+                let s = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(lo[i][p], xp[2 * p]),
+                    _mm256_maddubs_epi16(hi[i][p], xp[2 * p + 1]),
+                );
+                _mm256_madd_epi16(s, ones)
+            };
+            if full {
+                let h01 = _mm256_hadd_epi32(pair(0), pair(1));
+                let h23 = _mm256_hadd_epi32(pair(2), pair(3));
+                let h = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(h01, h23), unz);
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), dv, acc[i]);
+            } else {
+                let mut idx = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+                for p in 0..cn / 2 {
+                    let dp = _mm256_permutevar8x32_ps(dv, idx);
+                    idx = _mm256_add_epi32(idx, _mm256_set1_epi32(2));
+                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair(p)), dp, acc[i]);
+                }
+                if cn % 2 == 1 {
+                    // A lone trailing block, as in `group`.
+                    let b = cn - 1;
+                    let mut dd = Lanes([0.0; 8]);
+                    _mm256_store_ps(dd.0.as_mut_ptr(), dv);
+                    let xv = _mm256_loadu_si256(acts[j].q.add((c0 + b) * QK) as *const __m256i);
+                    let w = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                        wp[i].add(b * qb) as *const __m128i
+                    ));
+                    let u = _mm256_and_si256(_mm256_srlv_epi32(w, shift), m4);
+                    let p =
+                        _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), ones));
+                    acc[i] = _mm256_fmadd_ps(p, _mm256_set1_ps(dd.0[b]), acc[i]);
+                }
+            }
+        }
+        store_rows::<R>(&acc, y.add(j * t.rows + r0));
+    }
+}
+
+/// Batched f32-activation tile kernel for the block types (prefill on the exact path): for every
+/// token `j`, `y[j·rows + r] += W[r]·x_j` with `x_j = xs[j·cols..][..cols]`. Each group of 4
+/// rows has its quants converted to floats once per column chunk (kept on the stack) and
+/// applied to every token; per token the arithmetic is that of [`tile_matvec`]'s f32 path,
+/// operation for operation, so the result is bit-identical to one call per token.
+///
+/// # Safety
+/// As [`tile_matvec`] (f32 path, `q` a block type) for each token's `x_j`;
+/// `xs.len() >= n · cols`, `y.len() >= n · rows`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tile_matmul_f32(
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    scales: &[u8],
+    qs: &[u8],
+    xs: &[f32],
+    n: usize,
+    y: &mut [f32],
+) {
+    let t = Tile {
+        rows,
+        nb: cols / QK,
+        cols,
+        scales: scales.as_ptr(),
+        scales_len: scales.len(),
+        qs: qs.as_ptr(),
+        y: y.as_mut_ptr(),
+    };
+    let mut acts = [Act::f32(&[]); TB];
+    let mut j0 = 0;
+    while j0 < n {
+        let tn = TB.min(n - j0);
+        for (j, a) in acts.iter_mut().enumerate().take(tn) {
+            *a = Act::f32(&xs[(j0 + j) * cols..]);
+        }
+        let yb = t.y.add(j0 * rows);
+        match q {
+            QuantType::Q4_0 => matmul_f32::<K_Q4_0>(&t, &acts[..tn], yb),
+            QuantType::Q4_1 => matmul_f32::<K_Q4_1>(&t, &acts[..tn], yb),
+            _ => matmul_f32::<K_Q8_0>(&t, &acts[..tn], yb),
+        }
+        j0 += tn;
+    }
+}
+
+/// Up to [`TB`] tokens of [`tile_matmul_f32`]; `y` = the first token's output rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn matmul_f32<const K: u8>(t: &Tile, acts: &[Act], y: *mut f32) {
+    let mut amv = [_mm256_setzero_ps(); TB];
+    let mut csv = [_mm256_setzero_ps(); TB];
+    let mut c0 = 0;
+    while c0 < t.nb {
+        let cn = CHUNK.min(t.nb - c0);
+        for (j, a) in acts.iter().enumerate() {
+            (amv[j], csv[j]) = chunk_consts::<K, false>(*a, c0, cn);
+        }
+        let mut r0 = 0;
+        while r0 < t.rows {
+            match t.rows - r0 {
+                1 => mm_group_f32::<K, 1>(t, acts, r0, c0, cn, &amv, &csv, y),
+                2 => mm_group_f32::<K, 2>(t, acts, r0, c0, cn, &amv, &csv, y),
+                3 => mm_group_f32::<K, 3>(t, acts, r0, c0, cn, &amv, &csv, y),
+                _ => mm_group_f32::<K, 4>(t, acts, r0, c0, cn, &amv, &csv, y),
+            }
+            r0 += (t.rows - r0).min(4);
+        }
+        c0 += cn;
+    }
+}
+
+/// `R` rows from `r0` of one chunk, for every token: the quants of each block converted to
+/// floats once, then per token the same operations as `group::<K, false, R, _>`.
+#[inline]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mm_group_f32<const K: u8, const R: usize>(
+    t: &Tile,
+    acts: &[Act],
+    r0: usize,
+    c0: usize,
+    cn: usize,
+    amv: &[__m256; TB],
+    csv: &[__m256; TB],
+    y: *mut f32,
+) {
+    let (sb, qb) = (scale_bytes(K), quant_bytes(K));
+    let m4 = _mm256_set1_epi32(0x0F);
+    let mut wf = [[[_mm256_setzero_ps(); 4]; CHUNK]; R];
+    let mut dm = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
+    for i in 0..R {
+        let r = r0 + i;
+        let off = (r * t.nb + c0) * sb;
+        dm[i] = load_scales::<K>(t.scales.add(off), cn, t.scales_len - off);
+        let wp = t.qs.add((r * t.nb + c0) * qb);
+        for b in 0..cn {
+            let p = wp.add(b * qb);
+            let (e0, e1, e2, e3) = if K == K_Q8_0 {
+                (
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i)),
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i)),
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(16) as *const __m128i)),
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(24) as *const __m128i)),
+                )
+            } else {
+                let lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+                let hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(8) as *const __m128i));
+                (
+                    _mm256_and_si256(lo, m4),
+                    _mm256_and_si256(hi, m4),
+                    _mm256_srli_epi32::<4>(lo),
+                    _mm256_srli_epi32::<4>(hi),
+                )
+            };
+            wf[i][b] = [
+                _mm256_cvtepi32_ps(e0),
+                _mm256_cvtepi32_ps(e1),
+                _mm256_cvtepi32_ps(e2),
+                _mm256_cvtepi32_ps(e3),
+            ];
+        }
+    }
+    for (j, a) in acts.iter().enumerate() {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut dd = [Lanes([0.0; 8]); R];
+        for i in 0..R {
+            let (d, m) = dm[i];
+            _mm256_store_ps(dd[i].0.as_mut_ptr(), _mm256_mul_ps(d, amv[j]));
+            acc[i] = match K {
+                K_Q4_0 => _mm256_mul_ps(d, csv[j]),
+                K_Q4_1 => _mm256_mul_ps(m, csv[j]),
+                _ => _mm256_setzero_ps(),
+            };
+        }
+        for b in 0..cn {
+            let xp = a.x.add((c0 + b) * QK);
+            let x0 = _mm256_loadu_ps(xp);
+            let x1 = _mm256_loadu_ps(xp.add(8));
+            let x2 = _mm256_loadu_ps(xp.add(16));
+            let x3 = _mm256_loadu_ps(xp.add(24));
+            for i in 0..R {
+                let w = &wf[i][b];
+                let s = _mm256_mul_ps(w[0], x0);
+                let s = _mm256_fmadd_ps(w[1], x1, s);
+                let s = _mm256_fmadd_ps(w[2], x2, s);
+                let s = _mm256_fmadd_ps(w[3], x3, s);
+                acc[i] = _mm256_fmadd_ps(s, _mm256_set1_ps(dd[i].0[b]), acc[i]);
+            }
+        }
+        store_rows::<R>(&acc, y.add(j * t.rows + r0));
+    }
+}
+
 /// Block-type kernel (Q4_0 / Q4_1 / Q8_0), integer (`INT`) or f32 activation path.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -713,6 +1055,84 @@ mod tests {
             },
             1,
         );
+    }
+
+    /// The batched kernels (Q4 integer path; every block type on the f32 path) equal one
+    /// per-token AVX2 call bit for bit (and so stay within the scalar reference's tolerance,
+    /// which `avx2_matches_scalar_on_random_tiles` checks for the per-token kernel), for token
+    /// counts around the stack block of 32, full and partial chunks, odd block counts and every
+    /// row tail.
+    #[test]
+    fn batched_kernels_match_per_token_bit_for_bit() {
+        use super::super::testutil::{random_tile, Rng};
+        use super::super::{scalar, tile_matmul, Q8Act};
+        use crate::quant::QuantType;
+        if skip() {
+            return;
+        }
+        let mut rng = Rng(17);
+        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+            for (rows, nb, n) in [
+                (128, 8, 32),
+                (128, 2, 33),
+                (37, 8, 5),
+                (5, 3, 1),
+                (3, 7, 40),
+                (64, 9, 2),
+                (1, 1, 3),
+            ] {
+                let cols = nb * 32;
+                let t = random_tile(&mut rng, q, rows, cols);
+                let xs: Vec<f32> = (0..n * cols).map(|_| rng.f() * 2.0).collect();
+                let acts: Vec<Q8Act> = xs
+                    .chunks_exact(cols)
+                    .map(|x| {
+                        let mut a = Q8Act::default();
+                        scalar::quantize_act(x, &mut a);
+                        a
+                    })
+                    .collect();
+                let xq: Vec<_> = acts
+                    .iter()
+                    .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))
+                    .collect();
+                let y0: Vec<f32> = (0..n * rows).map(|_| rng.f()).collect();
+                for int in [true, false] {
+                    let mut want = y0.clone();
+                    for j in 0..n {
+                        super::super::tile_matvec(
+                            Isa::Avx2,
+                            q,
+                            rows,
+                            cols,
+                            &t.scales,
+                            &t.qs,
+                            &xs[j * cols..(j + 1) * cols],
+                            int.then(|| xq[j]),
+                            &mut want[j * rows..(j + 1) * rows],
+                        );
+                    }
+                    let mut got = y0.clone();
+                    let xa = int.then_some(&xq[..]);
+                    tile_matmul(
+                        Isa::Avx2,
+                        q,
+                        rows,
+                        cols,
+                        &t.scales,
+                        &t.qs,
+                        &xs,
+                        xa,
+                        n,
+                        &mut got,
+                    );
+                    assert_eq!(
+                        want, got,
+                        "{q} int={int} rows {rows} blocks {nb} tokens {n}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -275,6 +275,100 @@ pub fn tile_matvec(
     scalar::tile_matvec(q, rows, cols, scales, qs, x, xq, y)
 }
 
+/// Whether [`tile_matvec`] on `isa` would run the AVX2 kernels (the batched kernels are
+/// bit-identical to those; AVX-512 keeps its per-token kernels).
+#[cfg(target_arch = "x86_64")]
+fn avx2_batch(isa: Isa) -> bool {
+    match isa {
+        Isa::Avx2 => Isa::Avx2.available(),
+        Isa::Avx512 => !Isa::Avx512.available() && Isa::Avx2.available(),
+        Isa::Scalar => false,
+    }
+}
+
+/// Borrowed Q8 activation blocks of one token (as in [`XqRef`], present).
+pub type XqBlocks<'a> = (&'a [f32], &'a [f32], &'a [i8]);
+
+/// Batched [`tile_matvec`] for prefill: for every token `j < n`, `y[j·rows + r] += W_tile[r] ·
+/// x_j`, with `x_j = xs[j·cols ..][..cols]`, or its Q8 blocks `xq[j]` when `xq` is given and `q`
+/// is a block type (integer path). `xs` may be empty on the integer path.
+///
+/// With AVX2, Q4_0/Q4_1 on the integer path and every block type on the f32 path use batched
+/// kernels that unpack each row group once for all tokens; they are bit-identical to one
+/// [`tile_matvec`] call per token on the same ISA (tested). Every other case (F16/F32, Q8_0
+/// integer, scalar, AVX-512) is one `tile_matvec` call per token, which is also the reference
+/// of the batched kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn tile_matmul(
+    isa: Isa,
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    scales: &[u8],
+    qs: &[u8],
+    xs: &[f32],
+    xq: Option<&[XqBlocks]>,
+    n: usize,
+    y: &mut [f32],
+) {
+    assert!(y.len() >= n * rows, "y too short for {n} tokens");
+    let int = q.is_blocked() && xq.is_some();
+    if let Some(xq) = xq.filter(|_| int) {
+        assert_eq!(xq.len(), n, "one Q8 activation per token");
+        #[cfg(target_arch = "x86_64")]
+        {
+            if avx2_batch(isa) && matches!(q, QuantType::Q4_0 | QuantType::Q4_1) {
+                for (j, &x) in xq.iter().enumerate() {
+                    check_tile(q, rows, cols, scales, qs, &[], Some(x), &y[j * rows..]);
+                }
+                // SAFETY: AVX2/FMA/F16C detected just above; every token's slices were checked
+                // against the tile contract by `check_tile`, and `y` holds `n · rows` outputs.
+                unsafe { avx2::tile_matmul_q4(q, rows, cols, scales, qs, xq, y) };
+                return;
+            }
+        }
+        for (j, &x) in xq.iter().enumerate() {
+            let yj = &mut y[j * rows..(j + 1) * rows];
+            tile_matvec(isa, q, rows, cols, scales, qs, &[], Some(x), yj);
+        }
+        return;
+    }
+    assert!(xs.len() >= n * cols, "xs too short for {n} tokens");
+    #[cfg(target_arch = "x86_64")]
+    if avx2_batch(isa) && q.is_blocked() {
+        for j in 0..n {
+            check_tile(
+                q,
+                rows,
+                cols,
+                scales,
+                qs,
+                &xs[j * cols..],
+                None,
+                &y[j * rows..],
+            );
+        }
+        // SAFETY: AVX2/FMA/F16C detected by `avx2_batch`; every token's slices were checked
+        // against the tile contract by `check_tile`, `xs` holds `n · cols` and `y` `n · rows`.
+        unsafe { avx2::tile_matmul_f32(q, rows, cols, scales, qs, xs, n, y) };
+        return;
+    }
+    for j in 0..n {
+        let yj = &mut y[j * rows..(j + 1) * rows];
+        tile_matvec(
+            isa,
+            q,
+            rows,
+            cols,
+            scales,
+            qs,
+            &xs[j * cols..][..cols],
+            None,
+            yj,
+        );
+    }
+}
+
 /// Shared test support: random tiles in the split layout and SIMD-vs-scalar checks.
 #[cfg(test)]
 pub(crate) mod testutil {
