@@ -457,6 +457,34 @@ fn streams_lm_head_time_is_the_lm_head_phase_not_the_whole_token() {
 }
 
 #[test]
+fn streams_shows_the_lm_head_share_of_the_token_on_one_bar() {
+    let app = app_from(demo_events(20, true), TuiOptions::default(), (160, 48));
+    let last = app.view().last.clone().unwrap();
+    let layers: u64 = last
+        .layers
+        .iter()
+        .map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts)
+        .sum();
+    let kv = 6 * 2 * 512 * 4 * (last.pos as u64 + 1);
+    let total = layers + kv + last.vocab_bytes;
+    let pct = 100.0 * last.vocab_bytes as f64 / total as f64;
+    let s = render_pane(&app, PaneId::Streams, (160, 48));
+    let want = format!("({pct:.0}% of the token)");
+    assert!(s.contains(&want), "{want}\n{s}");
+    // The share bar gives the LM head its fraction of the bar's cells (±1 for rounding).
+    let bar = s
+        .lines()
+        .find(|l| l.contains("token ■") || l.contains("token █"))
+        .expect(&s);
+    let cells = bar.chars().filter(|&c| c == '■').count() as f64;
+    let width = bar.chars().filter(|c| "█▓▒░■".contains(*c)).count() as f64;
+    assert!(
+        (cells / width * 100.0 - pct).abs() < 100.0 / width + 1.0,
+        "{cells} of {width} cells for {pct:.1}%\n{bar}"
+    );
+}
+
+#[test]
 fn overlap_hint_names_the_key_that_works_on_this_tier() {
     use cflow::telemetry::event::Event;
     // The demo fixture runs on the direct tier: `s` switches the arms there.

@@ -3,42 +3,20 @@
 //! dense FFN (on its delayed input) → route (the experts are queued for step ℓ+δe) → combine →
 //! inject the experts due now. What each style reads and writes comes from its
 //! [`StyleRule`]; when and on which core the delayed work runs from the [`DelaySchedule`] and
-//! the [`Lane`] of the vertical schedule.
+//! the [`Lane`] of the vertical schedule. The stages with more than a line of bookkeeping
+//! (dense FFN, route, inject) are [`Token`] methods in `token.rs`.
 
 use super::expert_io::TokenIo;
-use super::layer::{attention, attn_bytes, dense, dense_bytes, lm_head};
-use super::moe::{route, run_pending};
+use super::layer::{attention, attn_bytes, lm_head};
 use super::ops::add_into;
-use super::schedule::{DelayInput, DelaySchedule, Pending};
-use super::scratch::Scratch;
-use super::styles::{steps, Step, StyleRule};
-use super::vertical::{with_second_core, Job, Key, Lane, Shared};
+use super::styles::{steps, Step};
+use super::token::Token;
+use super::vertical::{with_second_core, Job, Lane, Shared};
 use super::weights::{embed, use_q8, Weights};
 use super::{Engine, ForwardError, Layout, Schedule};
-use crate::format::reader::ExpertView;
-use crate::model::kv::KvCache;
-use crate::telemetry::pmu::Pmu;
 use crate::telemetry::{LayerStat, TokenStats};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
-
-/// Everything the layers of one token touch.
-struct Token<'a, 'w> {
-    rule: StyleRule,
-    sched: &'a mut DelaySchedule,
-    s: &'a mut Scratch,
-    kv: &'a mut KvCache,
-    io: &'a mut TokenIo<'w>,
-    stats: &'a mut TokenStats,
-    rel: &'a [Vec<ExpertView>],
-    stop: &'a AtomicBool,
-    pmu: &'a mut Pmu,
-    pos: usize,
-    timings: bool,
-    read_known_zero: bool,
-    /// Vertical: the experts run on the second core (else here, after attention).
-    experts_aside: bool,
-}
 
 impl Engine {
     pub(super) fn forward(
@@ -234,73 +212,21 @@ impl Token<'_, '_> {
 
             // Route: the selection is queued for injection at step ℓ+δe (eq. 4.16).
             if cfg.has_experts() && !lv.experts.is_empty() {
-                let t2 = Instant::now();
-                let (act, sel) = route(cfg, lv, rule.read(self.s, rule.route_in));
-                st.routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
-                let tickets = self.io.routed(lv, &sel, next.map(|b| &w.file.layers[b]));
-                let later =
-                    self.experts_aside && self.sched.inject_step(l) > l && !self.io.fetching();
-                let offloaded = match lane.as_deref_mut() {
-                    Some(lane) if later => {
-                        let (act, sel) = (act.clone(), sel.clone());
-                        lane.submit(Job::Experts {
-                            from: l,
-                            block: p,
-                            act,
-                            sel,
-                        });
-                        true
-                    }
-                    _ => false,
-                };
-                self.sched.defer(Pending {
-                    block: p,
-                    from: l,
-                    act,
-                    sel,
-                    scale: rule.scale,
-                    tickets,
-                    offloaded,
-                });
-                if self.timings {
-                    st.ns_router = t2.elapsed().as_nanos() as u64;
-                }
+                self.route_and_queue(w, l, p, next, lane.as_deref_mut());
             }
 
             // Combine the layer's outputs into the next residual.
             rule.combine(self.s);
 
             // Inject the expert outputs due at the end of this layer.
-            // Time: here, waits and compute of the experts run here; the second core's compute.
-            let (mut ebytes, mut here_ns, mut side_ns) = (0u64, 0u64, 0u64);
-            for pe in self.sched.due(l) {
-                let t3 = Instant::now();
-                self.io.before_experts(&pe)?;
-                if pe.offloaded {
-                    let lane = lane
-                        .as_deref_mut()
-                        .expect("offloaded without a second core");
-                    let done = lane.wait(Key::Experts(pe.from));
-                    self.s.experts.acc.copy_from_slice(&done.out);
-                    (ebytes, side_ns) = (ebytes + done.bytes, side_ns + done.ns);
-                } else {
-                    let staged = self.io.staged(&pe);
-                    let (lvb, rel) = (&w.file.layers[pe.block], &self.rel[pe.block]);
-                    ebytes += run_pending(w, lvb, rel, &pe, &staged, &mut self.s.experts);
-                }
-                self.io.after_experts(&pe);
-                rule.inject(self.s, pe.scale);
-                if !pe.offloaded {
-                    here_ns += t3.elapsed().as_nanos() as u64;
-                }
-            }
+            let (ebytes, ns) = self.inject_due(w, l, lane.as_deref_mut())?;
             let st = &mut self.stats.layers[l];
             st.bytes.experts = ebytes;
             if pmu_on {
                 self.pmu.phase(if ebytes > 0 { "experts" } else { "other" });
             }
             if self.timings && ebytes > 0 {
-                st.ns_experts = here_ns + side_ns;
+                st.ns_experts = ns;
             }
             self.io.layer_end(st, t_layer.elapsed().as_nanos() as u64);
 
@@ -309,42 +235,5 @@ impl Token<'_, '_> {
         }
         rule.finish(self.s);
         Ok(())
-    }
-
-    /// `s.dense.out` = the dense FFN of step `l` (block `p`) on the input the schedule names:
-    /// zero without reading a weight when that input is known to be zero, collected from the
-    /// second core when it ran there. Returns the bytes read and the second core's time.
-    fn dense_ffn(
-        &mut self,
-        w: &Weights,
-        l: usize,
-        p: usize,
-        lane: Option<&mut Lane>,
-    ) -> (u64, Option<u64>) {
-        let rule = self.rule;
-        let lv = &w.file.layers[p];
-        let s = &mut *self.s;
-        if lv.gate.is_none() {
-            s.dense.out.fill(0.0);
-            return (0, None);
-        }
-        let src = match self.sched.dense_input(l) {
-            DelayInput::Zero if !self.read_known_zero => {
-                s.dense.out.fill(0.0);
-                return (0, None);
-            }
-            DelayInput::Zero => vec![0.0; w.cfg.d_model],
-            DelayInput::Delayed(x) => match lane {
-                Some(lane) => {
-                    let done = lane.wait(Key::Dense(l));
-                    s.dense.out.copy_from_slice(&done.out);
-                    return (done.bytes, Some(done.ns));
-                }
-                None => x.to_vec(),
-            },
-            DelayInput::Current => rule.read(s, rule.dense_in).to_vec(),
-        };
-        dense(w, lv, p, &src, &mut s.dense);
-        (dense_bytes(lv), None)
     }
 }

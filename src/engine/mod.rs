@@ -6,7 +6,7 @@
 //! and the engine thread.
 //!
 //! Module map: `options` (what a caller chooses, `CFLOW_*` read once), `styles` (combine styles
-//! as data), `schedule` (§4.4 ring + expert queue), `decode` (the token loop), `prefill`
+//! as data), `schedule` (§4.4 ring + expert queue), `decode` (the token loop), `token` (what a token touches; its dense/route/inject stages), `prefill`
 //! (batched prompt), `layer` (attention, dense FFN, LM head), `moe` (router, experts),
 //! `expert_io` (fetch/prefetch points), `vertical` (the second core), `weights` (where tiles
 //! come from, matvec), `scratch` (buffers and their shapes), `streams` (bytes per stream).
@@ -26,6 +26,7 @@ pub mod scratch;
 pub mod session;
 pub mod streams;
 pub mod styles;
+pub mod token;
 pub mod vertical;
 pub mod weights;
 pub mod worker;

@@ -8,10 +8,10 @@
 use super::dot::kquant::tile_matvec_act;
 use super::dot::{tile_matmul, tile_matvec, Isa, Q8Act, XqBlocks};
 use super::pool::ThreadPool;
-use crate::quant::QK;
 use crate::format::reader::{tile_at, Matrix};
 use crate::format::writer::MatrixData;
 use crate::format::{TILE_COLS, TILE_ROWS};
+use crate::quant::QK;
 
 /// Shares disjoint `&mut [f32]` output ranges with pool tasks.
 #[derive(Clone, Copy)]
@@ -75,24 +75,11 @@ fn row_bytes(m: &Matrix, cols: usize) -> (usize, usize) {
     (m.quant.row_scale_bytes(cols), m.quant.row_quant_bytes(cols))
 }
 
-/// Rows per pool task when stripes are split (see [`parts_per_stripe`]).
-pub const PART_ROWS: usize = 32;
-
-/// Pool tasks per 128-row stripe. A 576-wide model has matvecs of 5 stripes (576 rows) or 9
-/// (Q/K/V): on 2 threads whole-stripe tasks leave one thread idle for up to a third of the
-/// matvec, so small matvecs are split into 32-row parts (a few microseconds of work each).
-/// Large ones (≥ 16 stripes per thread) keep one task per stripe.
-pub fn parts_per_stripe(stripes: usize, threads: usize) -> usize {
-    if threads > 1 && stripes < 16 * threads {
-        TILE_ROWS / PART_ROWS
-    } else {
-        1
-    }
-}
-
 /// Fused multi-output tiled matvec: for every `(matrix, y)` pair, `y = W · x`, all sharing one
-/// activation. Work is spread over all output stripes (or stripe parts, [`parts_per_stripe`])
-/// of all matrices.
+/// activation. Work is spread over all output stripes of all matrices, one pool task per
+/// whole stripe. (Splitting small matvecs into 32- or 64-row parts to balance 2 threads was
+/// measured slower on SmolLM2 at 2 threads, 10.1 vs 8.65 ms/token, 6 of 6 alternating pairs:
+/// docs/PERFORMANCE.md, "Stripe parts".)
 pub fn tiled_matvec(
     pool: &ThreadPool,
     isa: Isa,
@@ -100,41 +87,28 @@ pub fn tiled_matvec(
     outs: &mut [(&Matrix, &mut [f32])],
     act: &Act,
 ) {
-    let mut stripes = 0;
-    for (m, y) in outs.iter() {
+    let mut tasks: Vec<(usize, usize)> = Vec::new();
+    for (i, (m, y)) in outs.iter().enumerate() {
         assert_eq!(y.len(), m.rows, "output length");
         assert_eq!(act.x.len(), m.cols, "activation length");
-        stripes += m.n_stripes();
+        for s in 0..m.n_stripes() {
+            tasks.push((i, s));
+        }
     }
-    let parts = parts_per_stripe(stripes, pool.threads());
-    // Task t → (matrix, stripe, part): matrix i owns tasks [first[i], first[i + 1]).
-    let mut first = Vec::with_capacity(outs.len() + 1);
-    first.push(0);
     let ptrs: Vec<(&Matrix, OutPtr)> = outs
         .iter_mut()
-        .map(|(m, y)| {
-            first.push(first.last().copied().unwrap_or(0) + m.n_stripes() * parts);
-            (*m, OutPtr(y.as_mut_ptr(), y.len()))
-        })
+        .map(|(m, y)| (*m, OutPtr(y.as_mut_ptr(), y.len())))
         .collect();
-    let n_tasks = *first.last().unwrap_or(&0);
-    pool.run(n_tasks, &|t| {
-        let i = first.partition_point(|&f| f <= t) - 1;
+    pool.run(tasks.len(), &|t| {
+        let (i, s) = tasks[t];
         let (m, p) = ptrs[i];
-        let (s, part) = ((t - first[i]) / parts, (t - first[i]) % parts);
+        let r0 = s * TILE_ROWS;
         let rows = m.stripe_rows(s);
-        let per = TILE_ROWS / parts;
-        let (a, b) = ((part * per).min(rows), ((part + 1) * per).min(rows));
-        if a == b {
-            return;
-        }
-        let r0 = s * TILE_ROWS + a;
-        debug_assert!(r0 + (b - a) <= p.1);
-        // SAFETY: [r0, r0 + b - a) is inside the output (rows of stripe s of a matrix whose
-        // output length was asserted above) and distinct tasks own distinct (stripe, part) row
-        // ranges.
-        let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(r0), b - a) };
-        stripe_rows_matvec(isa, bytes, m, s, a, act, out);
+        debug_assert!(r0 + rows <= p.1);
+        // SAFETY: [r0, r0 + rows) is inside the output (rows = stripe rows of a matrix whose
+        // output length was asserted above) and distinct tasks own distinct stripes.
+        let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(r0), rows) };
+        stripe_matvec(isa, bytes, m, s, act, out);
     });
 }
 
@@ -337,18 +311,10 @@ mod tests {
         )
     }
 
+    /// SmolLM2's shapes (576 = 256 + 256 + 64 columns; 576 rows = 4.5 stripes): on 1–3
+    /// threads the fused matvec equals per-stripe calls bit for bit.
     #[test]
-    fn small_matvecs_are_split_into_stripe_parts_on_several_threads() {
-        assert_eq!(parts_per_stripe(5, 1), 1);
-        assert_eq!(parts_per_stripe(5, 2), TILE_ROWS / PART_ROWS);
-        assert_eq!(parts_per_stripe(9, 2), TILE_ROWS / PART_ROWS);
-        assert_eq!(parts_per_stripe(384, 2), 1);
-    }
-
-    /// SmolLM2's shapes (576 = 256 + 256 + 64 columns; 576 rows = 4.5 stripes): split into
-    /// stripe parts on 2 threads, the outputs equal whole-stripe calls bit for bit.
-    #[test]
-    fn split_stripes_equal_whole_stripes_bit_for_bit() {
+    fn fused_matvec_equals_stripe_calls_bit_for_bit_on_any_thread_count() {
         let isa = Isa::cached();
         for q in [QuantType::Q4_1, QuantType::Q4_0, QuantType::Q8_0] {
             let mut buf = Vec::new();

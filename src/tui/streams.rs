@@ -1,7 +1,8 @@
 //! Streams pane: per-layer stacked bars of the bytes read for the latest token by stream
 //! (attention / dense / experts as stored, i.e. with scales — the accounting of the Critical-path
 //! bars — and the KV-cache reads at this context position), each layer's measured attention /
-//! dense / expert time beside its bytes when there is room, the LM head (bytes and its own time),
+//! dense / expert time beside its bytes when there is room, the whole token's bytes on one bar
+//! with the LM head's share (bytes, % of the token and its own time),
 //! MiB/token, effective GB/s (all bytes, KV included, / ns_total) and the share of the measured
 //! read ceiling for the thread count in use, with the probe's method.
 
@@ -64,8 +65,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     lines.push(Line::from(legend));
 
     let n = last.layers.len();
-    // Lines reserved below the bars: lm head, Σ, totals, ceiling, method.
-    let footer = 5usize;
+    // Lines reserved below the bars: token share, lm head, Σ, totals, ceiling, method.
+    let footer = 6usize;
     let room = h.saturating_sub(1 + footer);
     let layer_total = |i: usize| {
         let b = &last.layers[i].bytes;
@@ -144,9 +145,37 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     }
     let kv_total: u64 = kv.as_ref().map_or(0, |k| k.iter().sum());
     let total = a + d + e + kv_total + last.vocab_bytes;
+    // The whole token on one bar, the LM head included: on a large-vocabulary model (Gemma 3's
+    // 262k rows) it is most of the bytes, which the per-layer bars alone would hide.
+    let share_w = w.saturating_sub(6) as u16;
+    let mut share = vec![Span::styled("token ", th.dim())];
+    share.extend(stacked_bar(
+        &[
+            (a as f64, '█', th.attn()),
+            (d as f64, '▓', th.dense()),
+            (e as f64, '▒', th.experts()),
+            (kv_total as f64, '░', th.kv()),
+            (last.vocab_bytes as f64, '■', th.vocab()),
+        ],
+        total as f64,
+        share_w,
+        (' ', th.dim()),
+    ));
+    lines.push(Line::from(share));
+    let pct = |b: u64| {
+        if total > 0 {
+            100.0 * b as f64 / total as f64
+        } else {
+            0.0
+        }
+    };
     lines.push(Line::from(vec![
-        Span::styled("lm head ", th.dim()),
+        Span::styled("■ lm head ", th.vocab()),
         Span::styled(format!("{} MiB", mib(last.vocab_bytes as f64)), th.vocab()),
+        Span::styled(
+            format!(" ({:.0}% of the token)", pct(last.vocab_bytes)),
+            th.strong(),
+        ),
         Span::styled(
             format!(" · {:.2} ms this token", last.ns_lm_head as f64 / 1e6),
             th.dim(),

@@ -1,0 +1,157 @@
+//! What the layers of one token touch ([`Token`]), and the three stages of a layer that the
+//! decode loop ([`super::decode`]) calls by name: the dense FFN on its delayed input, routing
+//! (the selection is queued for step ℓ+δe), and injecting the experts that are due.
+
+use super::expert_io::TokenIo;
+use super::layer::{dense, dense_bytes};
+use super::moe::{route, run_pending};
+use super::schedule::{DelayInput, DelaySchedule, Pending};
+use super::scratch::Scratch;
+use super::styles::StyleRule;
+use super::vertical::{Job, Key, Lane};
+use super::weights::Weights;
+use super::ForwardError;
+use crate::format::reader::ExpertView;
+use crate::model::kv::KvCache;
+use crate::telemetry::pmu::Pmu;
+use crate::telemetry::TokenStats;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+/// Everything the layers of one token touch.
+pub(super) struct Token<'a, 'w> {
+    pub(super) rule: StyleRule,
+    pub(super) sched: &'a mut DelaySchedule,
+    pub(super) s: &'a mut Scratch,
+    pub(super) kv: &'a mut KvCache,
+    pub(super) io: &'a mut TokenIo<'w>,
+    pub(super) stats: &'a mut TokenStats,
+    pub(super) rel: &'a [Vec<ExpertView>],
+    pub(super) stop: &'a AtomicBool,
+    pub(super) pmu: &'a mut Pmu,
+    pub(super) pos: usize,
+    pub(super) timings: bool,
+    pub(super) read_known_zero: bool,
+    /// Vertical: the experts run on the second core (else here, after attention).
+    pub(super) experts_aside: bool,
+}
+
+impl Token<'_, '_> {
+    /// `s.dense.out` = the dense FFN of step `l` (block `p`) on the input the schedule names:
+    /// zero without reading a weight when that input is known to be zero, collected from the
+    /// second core when it ran there. Returns the bytes read and the second core's time.
+    pub(super) fn dense_ffn(
+        &mut self,
+        w: &Weights,
+        l: usize,
+        p: usize,
+        lane: Option<&mut Lane>,
+    ) -> (u64, Option<u64>) {
+        let rule = self.rule;
+        let lv = &w.file.layers[p];
+        let s = &mut *self.s;
+        if lv.gate.is_none() {
+            s.dense.out.fill(0.0);
+            return (0, None);
+        }
+        let src = match self.sched.dense_input(l) {
+            DelayInput::Zero if !self.read_known_zero => {
+                s.dense.out.fill(0.0);
+                return (0, None);
+            }
+            DelayInput::Zero => vec![0.0; w.cfg.d_model],
+            DelayInput::Delayed(x) => match lane {
+                Some(lane) => {
+                    let done = lane.wait(Key::Dense(l));
+                    s.dense.out.copy_from_slice(&done.out);
+                    return (done.bytes, Some(done.ns));
+                }
+                None => x.to_vec(),
+            },
+            DelayInput::Current => rule.read(s, rule.dense_in).to_vec(),
+        };
+        dense(w, lv, p, &src, &mut s.dense);
+        (dense_bytes(lv), None)
+    }
+
+    /// Routes step `l` (block `p`) and queues its selection for injection at step ℓ+δe
+    /// (eq. 4.16); with the vertical schedule, experts due later start on the second core.
+    /// `next`: the block of step ℓ+1, whose experts the prefetcher may hint.
+    pub(super) fn route_and_queue(
+        &mut self,
+        w: &Weights,
+        l: usize,
+        p: usize,
+        next: Option<usize>,
+        lane: Option<&mut Lane>,
+    ) {
+        let (rule, cfg) = (self.rule, w.cfg);
+        let lv = &w.file.layers[p];
+        let t2 = Instant::now();
+        let (act, sel) = route(cfg, lv, rule.read(self.s, rule.route_in));
+        let st = &mut self.stats.layers[l];
+        st.routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
+        let tickets = self.io.routed(lv, &sel, next.map(|b| &w.file.layers[b]));
+        let later = self.experts_aside && self.sched.inject_step(l) > l && !self.io.fetching();
+        let offloaded = match lane {
+            Some(lane) if later => {
+                let (act, sel) = (act.clone(), sel.clone());
+                lane.submit(Job::Experts {
+                    from: l,
+                    block: p,
+                    act,
+                    sel,
+                });
+                true
+            }
+            _ => false,
+        };
+        self.sched.defer(Pending {
+            block: p,
+            from: l,
+            act,
+            sel,
+            scale: rule.scale,
+            tickets,
+            offloaded,
+        });
+        if self.timings {
+            self.stats.layers[l].ns_router = t2.elapsed().as_nanos() as u64;
+        }
+    }
+
+    /// Injects the expert outputs due at the end of step `l` into the residual the style names.
+    /// Returns the expert bytes and the time: waits and compute of the experts that ran here,
+    /// plus the second core's compute for those that ran there.
+    pub(super) fn inject_due(
+        &mut self,
+        w: &Weights,
+        l: usize,
+        mut lane: Option<&mut Lane>,
+    ) -> Result<(u64, u64), ForwardError> {
+        let rule = self.rule;
+        let (mut ebytes, mut here_ns, mut side_ns) = (0u64, 0u64, 0u64);
+        for pe in self.sched.due(l) {
+            let t3 = Instant::now();
+            self.io.before_experts(&pe)?;
+            if pe.offloaded {
+                let lane = lane
+                    .as_deref_mut()
+                    .expect("offloaded without a second core");
+                let done = lane.wait(Key::Experts(pe.from));
+                self.s.experts.acc.copy_from_slice(&done.out);
+                (ebytes, side_ns) = (ebytes + done.bytes, side_ns + done.ns);
+            } else {
+                let staged = self.io.staged(&pe);
+                let (lvb, rel) = (&w.file.layers[pe.block], &self.rel[pe.block]);
+                ebytes += run_pending(w, lvb, rel, &pe, &staged, &mut self.s.experts);
+            }
+            self.io.after_experts(&pe);
+            rule.inject(self.s, pe.scale);
+            if !pe.offloaded {
+                here_ns += t3.elapsed().as_nanos() as u64;
+            }
+        }
+        Ok((ebytes, here_ns + side_ns))
+    }
+}
