@@ -165,6 +165,21 @@ fn smollm2(c: &mut Criterion) {
     );
 }
 
+/// Gemma 3 270M shapes (d = 640 = 2.5 × 256, FFN 2048): the Q5_0 gate/up projection, the
+/// K-quant down projections, and a 16384-row slice of the 262144 × 640 Q8_0 LM head.
+fn gemma3(c: &mut Criterion) {
+    bench_shape(
+        c,
+        "gemma3",
+        &[
+            (QuantType::Q5_0, 2048, 640),
+            (QuantType::Q4_K, 640, 2048),
+            (QuantType::Q6_K, 640, 2048),
+            (QuantType::Q8_0, 16384, 640),
+        ],
+    );
+}
+
 /// One 128×256 tile (L1/L2-resident): the kernels' compute ceiling without cache misses.
 fn single_tile(c: &mut Criterion) {
     bench_shape(
@@ -296,7 +311,7 @@ fn min_of_n() {
     }
 }
 
-criterion_group!(benches, kernels, smollm2, single_tile, batched_tile);
+criterion_group!(benches, kernels, smollm2, gemma3, single_tile, batched_tile);
 
 fn main() {
     if std::env::var_os("KBENCH_MIN").is_some() {

@@ -19,7 +19,9 @@
 //!   For full 8-block chunks the four per-pair sums are folded with `vphaddd` into per-block sums
 //!   and scaled with one FMA; partial chunks scale each pair with `[d_b ×4, d_b+1 ×4]`.
 //!   A lone trailing block uses `vbroadcasti128` + `vpsrlvd` (shift 0 | 4) + `vpand`.
-//! * Integer path, Q8_0: the sign trick (`|w|` × `sign(x, w)`), one block per step.
+//! * Integer path, Q8_0: the sign trick (`|w|` × `sign(x, w)`); chunks of 4 or 8 blocks fold each
+//!   row's per-block integer sums with `vphaddd` and scale them with one FMA per chunk, other
+//!   block counts take one convert + FMA per block.
 //! * f32 path: dequantization fused into FMAs; the Q4 offset/minimum is applied through the
 //!   per-block activation sums `Σx` in the same way.
 //!
@@ -783,8 +785,48 @@ unsafe fn group<const K: u8, const INT: bool, const R: usize, const CN: usize>(
                 }
             }
             b0 = cn & !1;
+        } else if cn.is_multiple_of(4) {
+            // Q8_0, 4 or 8 blocks: per row the 8-lane integer sums of each 4 blocks are folded
+            // with 3 `vphaddd` into [b0..b3 low halves | b0..b3 high halves]; two such quads
+            // (or one quad's halves) add up to the exact per-block sums (|Σ| ≤ 32·127·128), then
+            // one convert + FMA with the scales in natural order (instead of one per block).
+            let mut hq = [[_mm256_setzero_si256(); 2]; R];
+            for qd in 0..cn / 4 {
+                let xv: [__m256i; 4] = core::array::from_fn(|j| {
+                    _mm256_loadu_si256(a.q.add((c0 + 4 * qd + j) * QK) as *const __m256i)
+                });
+                for i in 0..R {
+                    let p = |j: usize| {
+                        let w = _mm256_loadu_si256(wp[i].add((4 * qd + j) * qb) as *const __m256i);
+                        let s =
+                            _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(xv[j], w));
+                        _mm256_madd_epi16(s, ones)
+                    };
+                    hq[i][qd] = _mm256_hadd_epi32(
+                        _mm256_hadd_epi32(p(0), p(1)),
+                        _mm256_hadd_epi32(p(2), p(3)),
+                    );
+                }
+            }
+            for i in 0..R {
+                let s = if cn == CHUNK {
+                    _mm256_add_epi32(
+                        _mm256_permute2x128_si256::<0x20>(hq[i][0], hq[i][1]),
+                        _mm256_permute2x128_si256::<0x31>(hq[i][0], hq[i][1]),
+                    )
+                } else {
+                    let h = hq[i][0];
+                    let s4 =
+                        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+                    _mm256_set_m128i(_mm_setzero_si128(), s4)
+                };
+                // Scale lanes ≥ cn are zero (masked in `load_scales`).
+                let dv = _mm256_load_ps(dd[i].0.as_ptr());
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dv, acc[i]);
+            }
+            b0 = cn;
         }
-        // Q8_0 (every block) and a lone trailing Q4 block: one block per step.
+        // Q8_0 (other block counts) and a lone trailing Q4 block: one block per step.
         let shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
         for b in b0..cn {
             let xv = _mm256_loadu_si256(a.q.add((c0 + b) * QK) as *const __m256i);

@@ -512,7 +512,7 @@ pub(crate) mod testutil {
                 check_one(kern, &mut rng, q, rows, cols);
             }
             for rows in [1, 2, 3, 4, 5, 6, 7, 9, 127, 128] {
-                for cols in [32, 64, 96, 224, 256, 288, 512] {
+                for cols in [32, 64, 96, 128, 224, 256, 288, 512, 640] {
                     check_one(kern, &mut rng, q, rows, cols);
                 }
                 if !q.is_blocked() {
