@@ -50,6 +50,29 @@ fn sibling(entry: &Path, f: impl Fn(&str) -> String) -> PathBuf {
     entry.with_file_name(f(&name))
 }
 
+/// Whether `path` exists and its sha256 is `pinned` (a file fetched to a known hash, e.g. a
+/// pulled GGUF). A file that exists with another hash is reported through `log`, with `redo`
+/// saying what happens next, and gives `false` (the caller rebuilds it).
+pub fn matches_pinned(
+    path: &Path,
+    pinned: &str,
+    redo: &str,
+    log: &mut dyn FnMut(&str),
+) -> std::io::Result<bool> {
+    if !path.exists() {
+        return Ok(false);
+    }
+    let sum = sha256_file(path)?;
+    if sum == pinned {
+        return Ok(true);
+    }
+    log(&format!(
+        "{}: sha256 {sum} does not match the pinned {pinned}; {redo}",
+        path.display()
+    ));
+    Ok(false)
+}
+
 /// The lock file of `entry`: `.NAME.lock` in the same directory.
 pub fn lock_path(entry: &Path) -> PathBuf {
     sibling(entry, |n| format!(".{n}.lock"))
@@ -212,6 +235,26 @@ mod tests {
         o.write_all(content)?;
         o.commit()?;
         Ok(())
+    }
+
+    #[test]
+    fn matches_pinned_says_why_a_file_is_fetched_again() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("m.gguf");
+        let mut logs = Vec::new();
+        let mut log = |m: &str| logs.push(m.to_string());
+        // sha256("abc")
+        let pin = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert!(!matches_pinned(&f, pin, "again", &mut log).unwrap());
+        std::fs::write(&f, b"abc").unwrap();
+        assert!(matches_pinned(&f, pin, "again", &mut log).unwrap());
+        std::fs::write(&f, b"abd").unwrap();
+        assert!(!matches_pinned(&f, pin, "extracting it again", &mut log).unwrap());
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        assert!(
+            logs[0].contains("does not match the pinned")
+                && logs[0].ends_with("extracting it again")
+        );
     }
 
     #[test]

@@ -69,15 +69,8 @@ pub fn fetch_gguf(log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     let dir = pull_dir()?;
     let out = dir.join(GGUF_NAME);
     let _lock = crate::cache::lock(&out, log)?;
-    if out.exists() {
-        let sum = crate::cache::sha256_file(&out)?;
-        if sum == GGUF_SHA256 {
-            return Ok(out);
-        }
-        log(&format!(
-            "{}: sha256 {sum} does not match the pinned {GGUF_SHA256}; extracting it again",
-            out.display()
-        ));
+    if crate::cache::matches_pinned(&out, GGUF_SHA256, "extracting it again", log)? {
+        return Ok(out);
     }
     let wheel = dir.join(WHEEL);
     if !wheel.exists() {
