@@ -2,7 +2,7 @@
 //! (attention / dense / experts as stored, i.e. with scales — the accounting of the Critical-path
 //! bars — and the KV-cache reads at this context position), each layer's measured attention /
 //! dense / expert time beside its bytes when there is room, the whole token's bytes on one bar
-//! with the LM head's share (bytes, % of the token and its own time),
+//! with the LM head's share (bytes, % of all the bytes the token read, KV included, and its own time),
 //! MiB/token, effective GB/s (all bytes, KV included, / ns_total) and the share of the measured
 //! read ceiling for the thread count in use, with the probe's method.
 
