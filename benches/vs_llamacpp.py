@@ -253,7 +253,10 @@ def compare(a):
     if cflow_ok:
         dflt, kv = default_act(a)
         modes = [dflt] + [m for m in ("q8", "f32") if m != dflt]
-        print(f"cflow default numerics: act={dflt} kv={kv} (from `bench decode --json`); other mode: {modes[1]}")
+        print(f"cflow default numerics: act={dflt} kv={kv} (from `bench decode --json`); other mode: "
+              + (modes[1] if a.other_mode else f"{modes[1]} (skipped: --default-only)"))
+        if not a.other_mode:
+            modes = modes[:1]
 
     results = dict(gguf=a.gguf, cflow=a.cflow if cflow_ok else None, bytes=bpt, dram_read_gbs={},
                    modes=modes, date=time.strftime("%Y-%m-%d %H:%M:%S"), runs=[])
@@ -368,6 +371,9 @@ def main():
     c.add_argument("--dram-gbs", default=None, help="skip membw: e.g. 1=20.3,2=33.3")
     c.add_argument("--json", default=None, help="write raw samples + summary here")
     c.add_argument("--llama-bench", default="/tmp/anchor/llcpp-build/bin/llama-bench")
+    c.add_argument("--default-only", dest="other_mode", action="store_false",
+                   help="measure only cflow's default numerics (skip the other --act mode, e.g. the "
+                        "slow f32 path of the K-quant types)")
     c.add_argument("--llama-python", action="store_true",
                    help="also time llama.cpp through llama-cpp-python (the llama-worker below)")
     c.add_argument("--sample-timeout", type=float, default=900,

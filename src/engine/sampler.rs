@@ -11,6 +11,9 @@ pub struct Sampler {
     pub p: SamplingParams,
     rng: Rng,
     idx: Vec<usize>,
+    /// The penalized logits, reused from token to token (a 262k-entry vocabulary would
+    /// otherwise allocate and free 1 MiB per token).
+    buf: Vec<f32>,
 }
 
 impl Sampler {
@@ -19,16 +22,34 @@ impl Sampler {
             rng: Rng::new(p.seed),
             p,
             idx: Vec::new(),
+            buf: Vec::new(),
         }
     }
 
     /// Picks the next token from `logits` given the recent `history` (for the penalty).
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
-        let l = self.penalized(logits, history);
-        if self.p.temperature <= 0.0 {
-            return argmax(&l) as u32;
+        let penalize = self.p.repeat_penalty != 1.0 && self.p.repeat_penalty > 0.0;
+        if !penalize && self.p.temperature <= 0.0 {
+            return argmax(logits) as u32;
         }
-        let probs = self.distribution(&l);
+        let mut l = std::mem::take(&mut self.buf);
+        l.clear();
+        l.extend_from_slice(logits);
+        if penalize {
+            self.penalize(&mut l, history);
+        }
+        let t = if self.p.temperature <= 0.0 {
+            argmax(&l) as u32
+        } else {
+            self.draw(&l)
+        };
+        self.buf = l;
+        t
+    }
+
+    /// A seeded draw from the candidates of [`Sampler::distribution`].
+    fn draw(&mut self, l: &[f32]) -> u32 {
+        let probs = self.distribution(l);
         let total: f64 = probs.iter().map(|&(_, p)| p).sum();
         let r = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
         let mut c = 0.0;
@@ -41,24 +62,20 @@ impl Sampler {
         probs.last().map_or(0, |&(i, _)| i as u32)
     }
 
-    /// The logits after the repetition penalty over the last 64 distinct tokens of `history`.
-    fn penalized(&self, logits: &[f32], history: &[u32]) -> Vec<f32> {
-        let mut l: Vec<f32> = logits.to_vec();
-        if self.p.repeat_penalty != 1.0 && self.p.repeat_penalty > 0.0 {
-            let mut seen = std::collections::HashSet::new();
-            for &t in history.iter().rev().take(64) {
-                if seen.insert(t) {
-                    if let Some(v) = l.get_mut(t as usize) {
-                        *v = if *v > 0.0 {
-                            *v / self.p.repeat_penalty
-                        } else {
-                            *v * self.p.repeat_penalty
-                        };
-                    }
+    /// Applies the repetition penalty over the last 64 distinct tokens of `history` to `l`.
+    fn penalize(&self, l: &mut [f32], history: &[u32]) {
+        let mut seen = std::collections::HashSet::new();
+        for &t in history.iter().rev().take(64) {
+            if seen.insert(t) {
+                if let Some(v) = l.get_mut(t as usize) {
+                    *v = if *v > 0.0 {
+                        *v / self.p.repeat_penalty
+                    } else {
+                        *v * self.p.repeat_penalty
+                    };
                 }
             }
         }
-        l
     }
 
     /// The candidates a non-greedy draw picks from, best first: (token, probability) after

@@ -87,20 +87,23 @@ pub fn tiled_matvec(
     outs: &mut [(&Matrix, &mut [f32])],
     act: &Act,
 ) {
-    let mut tasks: Vec<(usize, usize)> = Vec::new();
-    for (i, (m, y)) in outs.iter().enumerate() {
+    // Task t is stripe t − first[i] of output i, where first[i] counts the stripes of the outputs
+    // before i (a few outputs per call; no per-task table: the LM head alone has 2048 stripes).
+    let mut first = Vec::with_capacity(outs.len());
+    let mut n_tasks = 0;
+    for (m, y) in outs.iter() {
         assert_eq!(y.len(), m.rows, "output length");
         assert_eq!(act.x.len(), m.cols, "activation length");
-        for s in 0..m.n_stripes() {
-            tasks.push((i, s));
-        }
+        first.push(n_tasks);
+        n_tasks += m.n_stripes();
     }
     let ptrs: Vec<(&Matrix, OutPtr)> = outs
         .iter_mut()
         .map(|(m, y)| (*m, OutPtr(y.as_mut_ptr(), y.len())))
         .collect();
-    pool.run(tasks.len(), &|t| {
-        let (i, s) = tasks[t];
+    pool.run(n_tasks, &|t| {
+        let i = first.partition_point(|&f| f <= t) - 1;
+        let s = t - first[i];
         let (m, p) = ptrs[i];
         let r0 = s * TILE_ROWS;
         let rows = m.stripe_rows(s);

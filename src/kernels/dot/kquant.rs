@@ -34,7 +34,14 @@ pub struct Q8KRef<'a> {
 
 impl Q8K {
     /// Quantizes `x` (length a multiple of 256) into `self`, reusing its buffers.
+    /// Uses AVX2 when this CPU has it ([`Isa::cached`]); bit-identical to the scalar code.
     pub fn quantize_from(&mut self, x: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if Isa::Avx2.available() && Isa::cached() != Isa::Scalar {
+            // SAFETY: AVX2 and FMA were detected just above (`Isa::available`).
+            unsafe { super::kquant_avx2::quantize_q8k(x, self) };
+            return;
+        }
         scalar::quantize_q8k(x, self);
     }
 

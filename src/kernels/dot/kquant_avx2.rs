@@ -422,6 +422,75 @@ unsafe fn f32_row(q: QuantType, row: &[u8], x: &[f32]) -> f32 {
     hsum(_mm256_add_ps(a0, a1))
 }
 
+/// AVX2 form of `kquant_scalar::quantize_q8k`, bit-identical to it (tested below): the block's
+/// largest magnitude and products `x · −127/max` in 8 lanes, rounded to nearest-even with
+/// `vroundps` (what `round_ties_even` does), converted and packed. A block that is all zeros,
+/// holds a NaN or an infinity, or whose scale `−127/max` is not finite (max subnormal), goes to
+/// the scalar code, whose conversions of NaN and ±inf these instructions would not reproduce.
+///
+/// # Safety
+/// The CPU must support AVX2 (callers check with `Isa::available`).
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn quantize_q8k(x: &[f32], out: &mut super::kquant::Q8K) {
+    assert!(
+        x.len().is_multiple_of(QK_K),
+        "activation length {} not a multiple of 256",
+        x.len()
+    );
+    out.clear();
+    let sign = _mm256_set1_ps(-0.0);
+    for blk in x.chunks_exact(QK_K) {
+        let p = blk.as_ptr();
+        let (mut m, mut nan) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for i in (0..QK_K).step_by(8) {
+            // SAFETY: i + 8 <= 256 = blk.len().
+            let v = _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(i)));
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
+            m = _mm256_max_ps(m, v);
+        }
+        let h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        let amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        // The value of largest magnitude: the first one reaching it, as the scalar scan keeps.
+        let max = blk.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
+        let iscale = -127.0 / max;
+        if _mm256_movemask_ps(nan) != 0 || amax == 0.0 || !amax.is_finite() || !iscale.is_finite() {
+            let mut one = super::kquant::Q8K::default();
+            super::kquant_scalar::quantize_q8k(blk, &mut one);
+            out.d.extend_from_slice(&one.d);
+            out.qs.extend_from_slice(&one.qs);
+            out.bsums.extend_from_slice(&one.bsums);
+            continue;
+        }
+        let vi = _mm256_set1_ps(iscale);
+        let q0 = out.qs.len();
+        out.qs.resize(q0 + QK_K, 0);
+        let dst = out.qs.as_mut_ptr().add(q0);
+        for i in (0..QK_K).step_by(32) {
+            let q = |j: usize| {
+                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                    _mm256_mul_ps(vi, _mm256_loadu_ps(p.add(i + 8 * j))),
+                );
+                _mm256_min_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127))
+            };
+            // |x · iscale| ≤ 127 here, so the saturating packs are exact; they interleave the
+            // 128-bit halves, which the final permute puts back in order.
+            let a = _mm256_packs_epi32(q(0), q(1));
+            let b = _mm256_packs_epi32(q(2), q(3));
+            let v = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(a, b),
+                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
+            );
+            // SAFETY: dst + i .. + 32 lies inside the 256 bytes just resized.
+            _mm256_storeu_si256(dst.add(i) as *mut __m256i, v);
+        }
+        for g in out.qs[q0..].chunks_exact(16) {
+            out.bsums.push(g.iter().map(|&q| q as i16).sum());
+        }
+        out.d.push(1.0 / iscale);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::kquant::testutil::check_kernel;
@@ -699,6 +768,53 @@ mod tests {
                     assert_eq!(w, g, "{q} {rows}x{cols}");
                 }
             }
+        }
+    }
+
+    /// The AVX2 Q8_K quantizer gives the scalar reference's bytes on random activations of
+    /// several scales and on the blocks it hands back to the scalar code (zeros, NaN, ±inf, a
+    /// subnormal maximum), on exact ties (x · −127/max = k + ½) and ±max ties (first one wins).
+    #[test]
+    fn avx2_quantize_q8k_is_bit_identical_to_scalar() {
+        use super::super::kquant::Q8K;
+        use super::super::testutil::Rng;
+        if !Isa::Avx2.available() {
+            println!("SKIP: this CPU lacks AVX2/FMA/F16C");
+            return;
+        }
+        let mut rng = Rng(97);
+        let mut cases: Vec<Vec<f32>> = Vec::new();
+        for scale in [1e-30f32, 1e-3, 1.0, 37.0, 1e30] {
+            for n in [256, 512, 2048] {
+                cases.push((0..n).map(|_| rng.f() * scale).collect());
+            }
+        }
+        let mut odd = vec![0f32; 256 * 8];
+        // block 1: a NaN; 2: +inf; 3: −inf; 4: subnormal max; 5: ties to even; 6: ±max tie.
+        odd[256 + 7] = f32::NAN;
+        odd[512] = 1.0;
+        odd[512 + 9] = f32::INFINITY;
+        odd[768 + 3] = f32::NEG_INFINITY;
+        odd[1024 + 5] = 1e-40;
+        odd[1024 + 6] = -3e-41;
+        for i in 0..256 {
+            // max = −127 → iscale = 1: values k + 0.5 land exactly on ties.
+            odd[1280 + i] = (i as f32 - 128.0) * 0.5;
+        }
+        odd[1280] = -127.0;
+        odd[1536 + 10] = 2.0;
+        odd[1536 + 20] = -2.0;
+        odd[1536 + 30] = 1.0;
+        cases.push(odd);
+        for x in &cases {
+            let (mut want, mut got) = (Q8K::default(), Q8K::default());
+            super::super::kquant_scalar::quantize_q8k(x, &mut want);
+            // SAFETY: AVX2 and FMA detected above.
+            unsafe { super::quantize_q8k(x, &mut got) };
+            assert_eq!(want.qs, got.qs);
+            assert_eq!(want.bsums, got.bsums);
+            let bits = |v: &[f32]| v.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&want.d), bits(&got.d));
         }
     }
 }

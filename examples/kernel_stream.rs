@@ -1,0 +1,145 @@
+//! Wall-clock GB/s of one tile kernel, in cache vs streamed from DRAM: runs `tile_matvec_act` on
+//! one 128×256 tile of TYPE repeatedly (the tile stays in L1/L2: the kernel's compute ceiling),
+//! then over MIB MiB of distinct copies of that tile laid out back to back (each tile's scales
+//! then quants, as in a `.cflow` stripe: DRAM streaming). If streaming is much slower than in
+//! cache, the kernel waits on memory; if both are alike, it is bound by its own instructions.
+//!
+//! Also prints a plain read of the same buffer (the ceiling `membw` measures). Environment:
+//! `THREADS=n` streams with n threads (static halves), `FILE=path` streams over a read-only
+//! mapping of that file instead of anonymous memory, `HUGE=1` asks for transparent huge pages.
+//!
+//! `cargo run --release --example kernel_stream -- Q8_0 512`
+
+use cflow::kernels::dot::kquant::tile_matvec_act;
+use cflow::kernels::dot::{Isa, Q8Act};
+use cflow::quant::{quantize_row, QuantType};
+use std::hint::black_box;
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(name), Some(mib)) = (
+        args.get(1),
+        args.get(2).and_then(|s| s.parse::<usize>().ok()),
+    ) else {
+        eprintln!("usage: kernel_stream TYPE MIB");
+        std::process::exit(2);
+    };
+    let q = QuantType::parse(name).unwrap_or_else(|| {
+        eprintln!("unknown type {name}");
+        std::process::exit(2);
+    });
+    let (rows, cols) = (128, 256);
+    let mut seed = 7u64;
+    let mut rnd = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+    };
+    let (mut scales, mut qs) = (Vec::new(), Vec::new());
+    for _ in 0..rows {
+        let src: Vec<f32> = (0..cols).map(|_| rnd() * 0.1).collect();
+        quantize_row(q, &src, &mut scales, &mut qs);
+    }
+    let (sl, ql) = (scales.len(), qs.len());
+    let tile = sl + ql;
+    let n = (mib << 20) / tile;
+    let huge = std::env::var("HUGE").is_ok_and(|v| v == "1");
+    // FILE=path: stream over that file's pages instead (a read-only file mapping, as the engine
+    // reads a model; the bytes are whatever the file holds, which only the timing cares about).
+    let file_map = std::env::var("FILE").ok().map(|p| {
+        let f = std::fs::File::open(&p).expect("open FILE");
+        // SAFETY: a read-only mapping of a file nobody writes during the run.
+        let m = unsafe { memmap2::Mmap::map(&f) }.expect("map FILE");
+        if huge {
+            m.advise(memmap2::Advice::HugePage).expect("madvise");
+        }
+        m
+    });
+    let n = file_map.as_ref().map_or(n, |m| m.len() / tile);
+    let mut anon =
+        memmap2::MmapMut::map_anon(if file_map.is_some() { 8 } else { n * tile }).expect("map");
+    if file_map.is_none() {
+        if huge {
+            anon.advise(memmap2::Advice::HugePage).expect("madvise");
+        }
+        for t in 0..n {
+            anon[t * tile..t * tile + sl].copy_from_slice(&scales);
+            anon[t * tile + sl..(t + 1) * tile].copy_from_slice(&qs);
+        }
+    }
+    let big: &[u8] = match &file_map {
+        Some(m) => &m[..n * tile],
+        None => &anon[..],
+    };
+    let x: Vec<f32> = (0..cols).map(|_| rnd()).collect();
+    let mut a = Q8Act::default();
+    a.quantize_from(&x);
+    a.quantize_k_from(&x);
+    let isa = Isa::cached();
+    let mut y = vec![0f32; rows];
+    let run = |t: usize, y: &mut [f32]| {
+        let b = &big[t * tile..(t + 1) * tile];
+        tile_matvec_act(isa, q, rows, cols, &b[..sl], &b[sl..], &x, Some(&a), 0, y);
+        black_box(y);
+    };
+    // The read ceiling of this buffer: a plain sum of its words (what `membw` measures).
+    let words: &[u64] = bytemuck_words(big);
+    for _ in 0..2 {
+        let t0 = Instant::now();
+        let mut acc = [0u64; 4];
+        for c in words.chunks_exact(4) {
+            for j in 0..4 {
+                acc[j] = acc[j].wrapping_add(c[j]);
+            }
+        }
+        black_box(acc);
+        let s = t0.elapsed().as_secs_f64();
+        println!(
+            "plain read of the same buffer: {:.2} GB/s",
+            (n * tile) as f64 / 1e9 / s
+        );
+    }
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        for _ in 0..n {
+            run(0, &mut y);
+        }
+        let hot = t0.elapsed().as_secs_f64();
+        let threads: usize = std::env::var("THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let t0 = Instant::now();
+        std::thread::scope(|sc| {
+            for k in 0..threads {
+                let run = &run;
+                sc.spawn(move || {
+                    let mut y = vec![0f32; rows];
+                    for t in (k * n / threads)..((k + 1) * n / threads) {
+                        run(t, &mut y);
+                    }
+                });
+            }
+        });
+        let cold = t0.elapsed().as_secs_f64();
+        let gb = (n * tile) as f64 / 1e9;
+        println!(
+            "{q} on {}: {n} tiles ({:.0} MiB): in cache {:.2} GB/s, streamed {:.2} GB/s",
+            isa.name(),
+            (n * tile) as f64 / (1 << 20) as f64,
+            gb / hot,
+            gb / cold
+        );
+    }
+}
+
+/// The buffer as u64 words (its length is rounded down to whole words).
+fn bytemuck_words(b: &[u8]) -> &[u64] {
+    let n = b.len() / 8;
+    assert_eq!(b.as_ptr() as usize % 8, 0, "mmap is page aligned");
+    // SAFETY: the pointer is 8-byte aligned (page-aligned mmap), `n * 8 <= b.len()`, any bit
+    // pattern is a valid u64, and the borrow keeps `b` alive and unmodified.
+    unsafe { std::slice::from_raw_parts(b.as_ptr() as *const u64, n) }
+}
