@@ -7,6 +7,9 @@
 //! While paused, events between tokens keep flowing; the player waits in front of the next
 //! `Token`. A backward step re-sends the trace from its start (the UI resets on `Session`) up to
 //! the wanted token.
+//!
+//! At the end of the trace the player sends one [`END_OF_TRACE`] notice and stays, so ← still
+//! steps back from the last token; it returns when the UI hangs up its controls.
 
 use super::{Event, Stamped};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -23,6 +26,9 @@ pub enum ReplayControl {
     SetSpeed(f64),
 }
 
+/// The notice the player sends when it has played the last event.
+pub const END_OF_TRACE: &str = "end of trace — ← steps back, q quits";
+
 fn is_token(e: &Stamped) -> bool {
     matches!(e.event, Event::Token { .. })
 }
@@ -36,7 +42,39 @@ pub fn play(events: Vec<Stamped>, tx: Sender<Stamped>, ctl: Receiver<ReplayContr
     let mut released: i64 = 0;
     let mut i = 0usize;
     let mut anchor = (Instant::now(), events.first().map_or(0, |e| e.t_ns));
-    while i < events.len() {
+    let t_end = events.last().map_or(0, |e| e.t_ns);
+    loop {
+        if i >= events.len() {
+            // The end: say so once, then wait for a backward step (or for the UI to go).
+            let end = Stamped {
+                t_ns: t_end,
+                event: Event::Notice {
+                    message: END_OF_TRACE.into(),
+                },
+            };
+            if tx.send(end).is_err() {
+                return;
+            }
+            loop {
+                match ctl.recv() {
+                    Err(_) => return,
+                    Ok(ReplayControl::Step(n)) if n < 0 => {
+                        paused = true;
+                        released = 0;
+                        let total = events.iter().filter(|e| is_token(e)).count() as i64;
+                        match rewind(&events, &tx, (total + n as i64).max(0)) {
+                            Some(at) => i = at,
+                            None => return,
+                        }
+                        break;
+                    }
+                    Ok(ReplayControl::SetSpeed(s)) if s > 0.0 && s.is_finite() => speed = s,
+                    Ok(_) => {}
+                }
+            }
+            anchor = (Instant::now(), events.get(i).map_or(t_end, |e| e.t_ns));
+            continue;
+        }
         // Waiting in front of a token while paused (and none released): block on the controls.
         let blocked = paused && released == 0 && is_token(&events[i]);
         let timeout = if blocked {
@@ -63,22 +101,11 @@ pub fn play(events: Vec<Stamped>, tx: Sender<Stamped>, ctl: Receiver<ReplayContr
                 if n >= 0 {
                     released += n as i64;
                 } else {
+                    // Tokens already shown, counted up to the current position.
                     let shown = events[..i].iter().filter(|e| is_token(e)).count() as i64;
-                    let want = (shown + n as i64).max(0);
-                    // Re-send from the start up to (not including) token number `want`.
-                    i = 0;
-                    let mut seen = 0i64;
-                    while i < events.len() {
-                        if is_token(&events[i]) {
-                            if seen == want {
-                                break;
-                            }
-                            seen += 1;
-                        }
-                        if tx.send(events[i].clone()).is_err() {
-                            return;
-                        }
-                        i += 1;
+                    match rewind(&events, &tx, (shown + n as i64).max(0)) {
+                        Some(at) => i = at,
+                        None => return,
                     }
                     released = 0;
                 }
@@ -107,6 +134,25 @@ pub fn play(events: Vec<Stamped>, tx: Sender<Stamped>, ctl: Receiver<ReplayContr
         }
         i += 1;
     }
+}
+
+/// A backward step: re-sends the trace from its start up to (not including) token number `want`
+/// (the UI resets on the trace's `Session`), and returns that token's index in `events`, where
+/// playing resumes (None when the UI went away).
+fn rewind(events: &[Stamped], tx: &Sender<Stamped>, want: i64) -> Option<usize> {
+    let mut i = 0;
+    let mut seen = 0i64;
+    while i < events.len() {
+        if is_token(&events[i]) {
+            if seen == want {
+                break;
+            }
+            seen += 1;
+        }
+        tx.send(events[i].clone()).ok()?;
+        i += 1;
+    }
+    Some(i)
 }
 
 #[cfg(test)]
@@ -155,6 +201,7 @@ mod tests {
         match &s.event {
             Event::Prompt { .. } => "P".into(),
             Event::Token { text, .. } => text.clone(),
+            Event::Notice { message } if message == END_OF_TRACE => "END".into(),
             Event::Notice { message } => message.replace("after ", "a"),
             Event::Done { .. } => "D".into(),
             _ => "?".into(),
@@ -173,10 +220,15 @@ mod tests {
     #[test]
     fn plays_everything_in_order_at_high_speed() {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let (_ctl_tx, ctl) = crossbeam_channel::unbounded();
+        // No controls: the player plays to the end, says so, and returns.
+        let (ctl_tx, ctl) = crossbeam_channel::unbounded::<ReplayControl>();
+        drop(ctl_tx);
         play(trace(), tx, ctl, 1e6);
         let got: Vec<String> = rx.try_iter().map(|s| label(&s)).collect();
-        assert_eq!(got, ["P", "t0", "at0", "t1", "at1", "t2", "at2", "D"]);
+        assert_eq!(
+            got,
+            ["P", "t0", "at0", "t1", "at1", "t2", "at2", "D", "END"]
+        );
     }
 
     #[test]
@@ -197,7 +249,32 @@ mod tests {
         assert_eq!(drain(&rx, 150), ["P", "t0", "at0"]);
         // Resume: the rest at recorded pace (microseconds here).
         ctl_tx.send(ReplayControl::SetPaused(false)).unwrap();
-        assert_eq!(drain(&rx, 150), ["t1", "at1", "t2", "at2", "D"]);
+        assert_eq!(drain(&rx, 150), ["t1", "at1", "t2", "at2", "D", "END"]);
+        drop(ctl_tx);
+        h.join().unwrap();
+    }
+
+    /// At the end of the trace the player stays: ← steps back from the last token (the first
+    /// press is not lost), → then shows it again, and the end is announced again.
+    #[test]
+    fn at_the_end_a_backward_step_still_works() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (ctl_tx, ctl) = crossbeam_channel::unbounded();
+        let h = std::thread::spawn(move || play(trace(), tx, ctl, 1e6));
+        assert_eq!(
+            drain(&rx, 150),
+            ["P", "t0", "at0", "t1", "at1", "t2", "at2", "D", "END"]
+        );
+        ctl_tx.send(ReplayControl::SetPaused(true)).unwrap();
+        ctl_tx.send(ReplayControl::Step(-1)).unwrap();
+        assert_eq!(drain(&rx, 150), ["P", "t0", "at0", "t1", "at1"]);
+        ctl_tx.send(ReplayControl::Step(-1)).unwrap();
+        assert_eq!(drain(&rx, 150), ["P", "t0", "at0"]);
+        ctl_tx.send(ReplayControl::Step(1)).unwrap();
+        assert_eq!(drain(&rx, 150), ["t1", "at1"]);
+        ctl_tx.send(ReplayControl::Step(1)).unwrap();
+        assert_eq!(drain(&rx, 150), ["t2", "at2", "D", "END"]);
+        drop(ctl_tx);
         h.join().unwrap();
     }
 
@@ -209,14 +286,21 @@ mod tests {
         }
         let n = ev.len();
         let (tx, rx) = crossbeam_channel::unbounded();
-        let (_ctl_tx, ctl) = crossbeam_channel::unbounded();
+        let (ctl_tx, ctl) = crossbeam_channel::unbounded::<ReplayControl>();
         let t0 = Instant::now();
         let h = std::thread::spawn(move || play(ev, tx, ctl, 2.0));
-        let got = drain(&rx, 500);
-        h.join().unwrap();
-        assert_eq!(got.len(), n);
+        let mut got = Vec::new();
+        while let Ok(s) = rx.recv_timeout(Duration::from_millis(500)) {
+            got.push(label(&s));
+            if got.last().is_some_and(|l| l == "END") {
+                break;
+            }
+        }
         let el = t0.elapsed().as_millis();
-        // (n-1) × 30 ms at 2× = 105 ms (the drain ends when the player hangs up).
+        drop(ctl_tx);
+        h.join().unwrap();
+        assert_eq!(got.len(), n + 1, "{got:?}");
+        // (n-1) × 30 ms at 2× = 105 ms to the end notice.
         assert!((100..1000).contains(&el), "{el} ms");
     }
 
