@@ -172,6 +172,20 @@ fn demo_session_and_replay_in_tmux() {
     t.wait(30, "the replayed prompt", |s| {
         s.contains("Once upon a time") || s.contains("prompt 4 tok")
     });
+    // At the end the player stays: ← steps back from the last token and t= moves.
+    let s = t.wait(30, "the end of the trace", |s| s.contains("end of trace"));
+    let clock = |s: &str| {
+        s.lines()
+            .next()
+            .and_then(|l| l.split("t=").nth(1))
+            .and_then(|r| r.split('s').next())
+            .map(str::to_owned)
+    };
+    let t_end = clock(&s).expect("t= in the title");
+    t.keys(&["Left"]);
+    t.wait(10, "t= to move back after ←", |s| {
+        clock(s).is_some_and(|c| c != t_end) && s.contains("⏸")
+    });
     t.keys(&["Space"]);
     t.keys(&["q"]);
     t.wait(30, "replay exit", |s| s.contains("EXITED 0"));
