@@ -5,7 +5,7 @@
 //! cache, the kernel waits on memory; if both are alike, it is bound by its own instructions.
 //!
 //! Also prints a plain read of the same buffer (the ceiling `membw` measures). Environment:
-//! `THREADS=n` streams with n threads (static halves), `FILE=path` streams over a read-only
+//! `COLS=128` makes the tile 128 columns wide (as the last tile of a 640-wide row), `THREADS=n` streams with n threads (static halves), `FILE=path` streams over a read-only
 //! mapping of that file instead of anonymous memory, `HUGE=1` asks for transparent huge pages.
 //!
 //! `cargo run --release --example kernel_stream -- Q8_0 512`
@@ -29,7 +29,11 @@ fn main() {
         eprintln!("unknown type {name}");
         std::process::exit(2);
     });
-    let (rows, cols) = (128, 256);
+    let rows = 128;
+    let cols: usize = std::env::var("COLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
     let mut seed = 7u64;
     let mut rnd = || {
         seed = seed
