@@ -7,9 +7,12 @@
 //! then instructions per weight = Ir / (ITERS · 128 · 256).
 
 use cflow::kernels::dot::kquant::tile_matvec_act;
-use cflow::kernels::dot::{Isa, Q8Act};
-use cflow::quant::{quantize_row, QuantType};
+use cflow::kernels::dot::Isa;
+use cflow::quant::QuantType;
 use std::hint::black_box;
+
+#[path = "support/tile.rs"]
+mod tile;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -22,22 +25,12 @@ fn main() {
         std::process::exit(2);
     });
     let (rows, cols) = (128, 256);
-    let mut seed = 7u64;
-    let mut rnd = || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((seed >> 40) as f32 / (1u64 << 23) as f32) - 1.0
-    };
-    let (mut scales, mut qs) = (Vec::new(), Vec::new());
-    for _ in 0..rows {
-        let src: Vec<f32> = (0..cols).map(|_| rnd() * 0.1).collect();
-        quantize_row(q, &src, &mut scales, &mut qs);
-    }
-    let x: Vec<f32> = (0..cols).map(|_| rnd()).collect();
-    let mut a = Q8Act::default();
-    a.quantize_from(&x);
-    a.quantize_k_from(&x);
+    let tile::TestTile {
+        scales,
+        qs,
+        x,
+        act: a,
+    } = tile::make(q, rows, cols);
     let isa = Isa::cached();
     let mut y = vec![0f32; rows];
     for _ in 0..iters {

@@ -11,10 +11,13 @@
 //! `cargo run --release --example kernel_stream -- Q8_0 512`
 
 use cflow::kernels::dot::kquant::tile_matvec_act;
-use cflow::kernels::dot::{Isa, Q8Act};
-use cflow::quant::{quantize_row, QuantType};
+use cflow::kernels::dot::Isa;
+use cflow::quant::QuantType;
 use std::hint::black_box;
 use std::time::Instant;
+
+#[path = "support/tile.rs"]
+mod tile;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -34,18 +37,12 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(256);
-    let mut seed = 7u64;
-    let mut rnd = || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((seed >> 40) as f32 / (1u64 << 23) as f32) - 1.0
-    };
-    let (mut scales, mut qs) = (Vec::new(), Vec::new());
-    for _ in 0..rows {
-        let src: Vec<f32> = (0..cols).map(|_| rnd() * 0.1).collect();
-        quantize_row(q, &src, &mut scales, &mut qs);
-    }
+    let tile::TestTile {
+        scales,
+        qs,
+        x,
+        act: a,
+    } = tile::make(q, rows, cols);
     let (sl, ql) = (scales.len(), qs.len());
     let tile = sl + ql;
     let n = (mib << 20) / tile;
@@ -77,10 +74,6 @@ fn main() {
         Some(m) => &m[..n * tile],
         None => &anon[..],
     };
-    let x: Vec<f32> = (0..cols).map(|_| rnd()).collect();
-    let mut a = Q8Act::default();
-    a.quantize_from(&x);
-    a.quantize_k_from(&x);
     let isa = Isa::cached();
     let mut y = vec![0f32; rows];
     let run = |t: usize, y: &mut [f32]| {

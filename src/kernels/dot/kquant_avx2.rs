@@ -344,9 +344,6 @@ unsafe fn k4_group<const FIVE: bool, const R: usize>(r0: usize, t: Rows, k: Q8KR
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6k_group<const R: usize>(r0: usize, t: Rows, k: Q8KRef) {
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m3 = _mm256_set1_epi8(0x03);
-    let m30 = _mm256_set1_epi8(0x30);
     let mut acc = _mm_setzero_ps();
     for b in 0..t.nb {
         // SAFETY (all loads): the caller checked `k` covers `nb` blocks and the tile `rows`.
@@ -362,24 +359,7 @@ unsafe fn q6k_group<const R: usize>(r0: usize, t: Rows, k: Q8KRef) {
                 let ql0 = _mm256_loadu_si256(blk.add(64 * h) as *const __m256i);
                 let ql1 = _mm256_loadu_si256(blk.add(64 * h + 32) as *const __m256i);
                 let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
-                let q = [
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql0, m4),
-                        _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3)),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(ql1, m4),
-                        _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                        _mm256_and_si256(qh, m30),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-                    ),
-                ];
+                let q = q6k_levels(ql0, ql1, qh);
                 for (j, qv) in q.iter().enumerate() {
                     let e0 = 128 * h + 32 * j;
                     let g = (e0 / 16) as i64;
@@ -420,6 +400,35 @@ unsafe fn f32_row(q: QuantType, row: &[u8], x: &[f32]) -> f32 {
         }
     }
     hsum(_mm256_add_ps(a0, a1))
+}
+
+/// The 6-bit levels (0..63) of one half (128 weights) of a Q6_K block: `ql0`/`ql1` are the half's
+/// 64 low-nibble bytes, `qh` its 32 bytes of high bit pairs. Returns weights 0–31, 32–63,
+/// 64–95 and 96–127 of the half, one byte each (ggml's layout).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn q6k_levels(ql0: __m256i, ql1: __m256i, qh: __m256i) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m3 = _mm256_set1_epi8(0x03);
+    let m30 = _mm256_set1_epi8(0x30);
+    [
+        _mm256_or_si256(
+            _mm256_and_si256(ql0, m4),
+            _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3)),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(ql1, m4),
+            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+            _mm256_and_si256(qh, m30),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+        ),
+    ]
 }
 
 /// AVX2 form of `kquant_scalar::quantize_q8k`, bit-identical to it (tested below): the block's
@@ -658,9 +667,6 @@ mod tests {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) unsafe fn q6k_q8k(row: &[u8], k: Q8KRef) -> f32 {
-            let m4 = _mm256_set1_epi8(0x0F);
-            let m3 = _mm256_set1_epi8(0x03);
-            let m30 = _mm256_set1_epi8(0x30);
             let mut acc = 0f32;
             for (b, blk) in row.chunks_exact(210).enumerate() {
                 let sc = &blk[192..208];
@@ -677,24 +683,7 @@ mod tests {
                     let ql0 = _mm256_loadu_si256(blk.as_ptr().add(64 * h) as *const __m256i);
                     let ql1 = _mm256_loadu_si256(blk.as_ptr().add(64 * h + 32) as *const __m256i);
                     let qh = _mm256_loadu_si256(blk.as_ptr().add(128 + 32 * h) as *const __m256i);
-                    let q = [
-                        _mm256_or_si256(
-                            _mm256_and_si256(ql0, m4),
-                            _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3)),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(ql1, m4),
-                            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                            _mm256_and_si256(qh, m30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-                        ),
-                    ];
+                    let q = super::super::q6k_levels(ql0, ql1, qh);
                     for (j, qv) in q.iter().enumerate() {
                         let e0 = 128 * h + 32 * j;
                         let g = e0 / 16;

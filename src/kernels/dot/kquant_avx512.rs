@@ -129,9 +129,6 @@ macro_rules! kquant_avx512 {
             /// One row of Q6_K · Q8_K blocks.
             #[target_feature(enable = $feat)]
             pub(super) unsafe fn q6k(row: &[u8], k: Q8KRef) -> f32 {
-                let m4 = _mm256_set1_epi8(0x0F);
-                let m3 = _mm256_set1_epi8(0x03);
-                let m30 = _mm256_set1_epi8(0x30);
                 let mut acc = 0f32;
                 for (b, blk) in row.chunks_exact(210).enumerate() {
                     let sc = &blk[192..208];
@@ -146,22 +143,7 @@ macro_rules! kquant_avx512 {
                             _mm256_loadu_si256(blk.as_ptr().add(64 * h + 32) as *const __m256i);
                         let qh =
                             _mm256_loadu_si256(blk.as_ptr().add(128 + 32 * h) as *const __m256i);
-                        let q0 = _mm256_or_si256(
-                            _mm256_and_si256(ql0, m4),
-                            _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3)),
-                        );
-                        let q1 = _mm256_or_si256(
-                            _mm256_and_si256(ql1, m4),
-                            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
-                        );
-                        let q2 = _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                            _mm256_and_si256(qh, m30),
-                        );
-                        let q3 = _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-                        );
+                        let [q0, q1, q2, q3] = super::super::kquant_avx2::q6k_levels(ql0, ql1, qh);
                         for (j, q) in [join(q0, q1), join(q2, q3)].into_iter().enumerate() {
                             // Weights 128h + 64j .. +64: four groups of 16, one per 128-bit lane.
                             let g = 8 * h + 4 * j;
