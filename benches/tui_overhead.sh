@@ -15,6 +15,9 @@ N=${N:-512}
 THREADS=${THREADS:-2}
 HERE=$(cd "$(dirname "$0")" && pwd)
 model=("$@")
+# The real interpreter, not a shim: a pyenv `python3` shim is a bash script that burns ~0.3 s of
+# CPU per start, and the watchers below start while the engine loads.
+PY=$(python3 -c 'import sys; print(sys.executable)')
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"; tmux kill-session -t cflow-ovh 2>/dev/null || true' EXIT
 tok_s() { "$BIN" replay --summary --json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["decode_tok_s"])'; }
@@ -35,9 +38,13 @@ tui_arm() {
     done
     sleep 1
     local u0 w0 u1 w1
+    # The watcher starts (and finishes starting) before the prompt is sent: its start-up must not
+    # fall inside the measured reply.
+    "$PY" "$HERE/wait_for_done.py" "$t" 120 & local wpid=$!
+    sleep 1
     u0=$(ui_ns); w0=$(date +%s%N)
     tmux send-keys -t cflow-ovh -l "Once upon a time"; tmux send-keys -t cflow-ovh Enter
-    python3 "$HERE/wait_for_done.py" "$t" 120
+    wait "$wpid"
     u1=$(ui_ns); w1=$(date +%s%N)
     UI=$(python3 -c "print(f'{100*($u1-$u0)/($w1-$w0):.2f}')")
     tmux send-keys -t cflow-ovh Tab; tmux send-keys -t cflow-ovh q; sleep 0.5
@@ -46,9 +53,12 @@ tui_arm() {
 }
 headless_arm() {
     local h="$TMP/h$1.jsonl"
+    # Same watcher, started the same 1 s ahead (it polls for the file to appear).
+    "$PY" "$HERE/wait_for_done.py" "$h" 120 & local wpid=$!
+    sleep 1
     "$BIN" run "${model[@]}" --prompt "Once upon a time" -n "$N" --threads "$THREADS" --record "$h" > /dev/null 2>&1 &
     local pid=$!
-    python3 "$HERE/wait_for_done.py" "$h" 120
+    wait "$wpid"
     wait "$pid"
     HEADLESS=$(tok_s "$h")
 }
