@@ -603,12 +603,20 @@ unsafe fn blocked<const K: u8, const INT: bool>(t: &Tile, a: Act) {
             xp: &xp,
         };
         let mut r0 = 0;
-        // Full chunks and the 2-block chunk of 576-wide models (256 + 256 + 64) get a
-        // compile-time block count, so their block loops unroll into straight-line code.
+        // Full chunks, the 4-block chunk of 640-wide models (256 + 256 + 128: Gemma 3 270M, whose
+        // 262k-row LM head is most of its bytes) and the 2-block chunk of 576-wide ones
+        // (256 + 256 + 64) get a compile-time block count, so their block loops unroll into
+        // straight-line code.
         match cn {
             CHUNK => {
                 while r0 + 4 <= t.rows {
                     group::<K, INT, 4, CHUNK>(t, a, r0, &ch);
+                    r0 += 4;
+                }
+            }
+            4 => {
+                while r0 + 4 <= t.rows {
+                    group::<K, INT, 4, 4>(t, a, r0, &ch);
                     r0 += 4;
                 }
             }
