@@ -107,6 +107,10 @@ struct Rows {
     y: *mut f32,
 }
 
+/// 16-byte aligned scratch for the per-row scales of a group.
+#[repr(C, align(16))]
+struct Lanes4([f32; 4]);
+
 /// The f16 at byte `off` of block `b` of rows `r0..r0 + R` as f32 lanes (lanes ≥ R are 0).
 /// `vcvtph2ps` converts exactly, as `half` does.
 #[inline]
@@ -222,15 +226,24 @@ unsafe fn q5_group<const ONE: bool, const R: usize>(
 ) {
     let bb = if ONE { 24 } else { 22 };
     let off = if ONE { 4 } else { 2 };
-    let m4 = _mm_set1_epi8(0x0F);
+    let m4 = _mm256_set1_epi8(0x0F);
+    // The 16 packed bytes sit in both 128-bit halves (`vbroadcasti128`, a load with no shuffle);
+    // shifting the high half's 64-bit lanes by 4 puts the high nibbles there, so one `vpand`
+    // gives [low nibbles | high nibbles] (was two 128-bit ands, a shift and a `vinserti128`).
+    let nib_shift = _mm256_setr_epi64x(0, 0, 4, 4);
     let b16 = _mm256_set1_epi8(0x10);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); R];
     let mut mins = _mm_setzero_ps();
+    let mut dd = Lanes4([0.0; 4]);
     for b in 0..t.nb {
         let yv = _mm256_loadu_si256(xq.add(b * QK) as *const __m256i);
         let y16 = _mm256_maddubs_epi16(b16, yv);
-        let dd = _mm_mul_ps(f16_lanes::<R>(t, r0, bb, b, 0), _mm_set1_ps(*xd.add(b)));
+        // Each row's scale is broadcast from memory (a load, not a shuffle-port `vpermps`).
+        _mm_store_ps(
+            dd.0.as_mut_ptr(),
+            _mm_mul_ps(f16_lanes::<R>(t, r0, bb, b, 0), _mm_set1_ps(*xd.add(b))),
+        );
         if ONE {
             let m = f16_lanes::<R>(t, r0, bb, b, 2);
             mins = _mm_add_ps(mins, _mm_mul_ps(m, _mm_set1_ps(*xs.add(b))));
@@ -238,14 +251,13 @@ unsafe fn q5_group<const ONE: bool, const R: usize>(
         for (i, a) in acc.iter_mut().enumerate() {
             let p = t.qs.add((r0 + i) * t.rb + b * bb);
             let bits = q5_bits(p.add(off));
-            let q = _mm_loadu_si128(p.add(off + 4) as *const __m128i);
-            let lo = _mm_and_si128(q, m4);
-            let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), m4);
-            let qv = _mm256_or_si256(_mm256_set_m128i(hi, lo), _mm256_and_si256(bits, b16));
+            let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(off + 4) as *const __m128i));
+            let nib = _mm256_and_si256(_mm256_srlv_epi64(q, nib_shift), m4);
+            let qv = _mm256_or_si256(nib, _mm256_and_si256(bits, b16));
             let s = _mm256_maddubs_epi16(qv, yv);
             let s = if ONE { s } else { _mm256_sub_epi16(s, y16) };
             let p32 = _mm256_madd_epi16(s, ones);
-            *a = _mm256_fmadd_ps(lane(dd, i), _mm256_cvtepi32_ps(p32), *a);
+            *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd.0[i]), _mm256_cvtepi32_ps(p32), *a);
         }
     }
     finish::<R>(&acc, mins, false, t.y.add(r0));
