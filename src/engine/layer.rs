@@ -5,6 +5,7 @@ use super::ops::*;
 use super::scratch::{DenseScratch, Scratch};
 use super::weights::Weights;
 use crate::format::reader::LayerView;
+use crate::kernels::Isa;
 use crate::model::kv::KvCache;
 use crate::model::FfnAct;
 
@@ -128,11 +129,11 @@ pub fn attention(
     }
 }
 
-/// g ← act(g) · u.
-pub fn gated(act: FfnAct, g: &mut [f32], u: &[f32]) {
+/// g ← act(g) · u (the formulas and their SIMD kernels: `kernels::act`).
+pub fn gated(isa: Isa, act: FfnAct, g: &mut [f32], u: &[f32]) {
     match act {
-        FfnAct::Swiglu => g.iter_mut().zip(u).for_each(|(g, u)| *g = silu(*g) * u),
-        FfnAct::Geglu => g.iter_mut().zip(u).for_each(|(g, u)| *g = gelu(*g) * u),
+        FfnAct::Swiglu => crate::kernels::act::silu_mul(isa, g, u),
+        FfnAct::Geglu => crate::kernels::act::gelu_mul(isa, g, u),
     }
 }
 
@@ -152,7 +153,7 @@ pub fn dense(w: &Weights, lv: &LayerView, p: usize, src: &[f32], ds: &mut DenseS
         &ds.xb,
         &mut [(g, &mut ds.hb), (u, &mut ds.hb2)],
     );
-    gated(w.cfg.meta.ffn_act, &mut ds.hb, &ds.hb2);
+    gated(w.isa, w.cfg.meta.ffn_act, &mut ds.hb, &ds.hb2);
     w.mv(p, 0xFF, &mut ds.xq, &ds.hb, &mut [(dn, &mut ds.out)]);
     if let Some(nw) = &lv.post_ffn_norm {
         rmsnorm_in_place(&mut ds.out, Some(nw), w.cfg.rms_eps);

@@ -72,7 +72,7 @@ pub fn run_experts(
             act,
             &mut [(&ex.gate, &mut es.eh), (&ex.up, &mut es.eh2)],
         );
-        gated(w.cfg.meta.ffn_act, &mut es.eh, &es.eh2);
+        gated(w.isa, w.cfg.meta.ffn_act, &mut es.eh, &es.eh2);
         w.mv_in(
             src,
             p,

@@ -215,6 +215,7 @@ impl Engine {
             );
             for b in 0..n {
                 gated(
+                    ctx.isa,
                     cfg.meta.ffn_act,
                     &mut g[b * ff..(b + 1) * ff],
                     &u[b * ff..(b + 1) * ff],

@@ -1,6 +1,8 @@
 //! Compute kernels: fused dequantize-dot products per ISA (`dot`), the persistent thread pool
-//! (`pool`), and the tiled and row-major matvec drivers (`matvec`).
+//! (`pool`), the tiled and row-major matvec drivers (`matvec`), and the gated FFN activations
+//! (`act`).
 
+pub mod act;
 pub mod attention;
 pub mod dot;
 pub mod matvec;
