@@ -4,6 +4,8 @@
 //! reported in weight bytes (scales + quants) per second. The integer paths include the one
 //! activation quantization per matvec, as the engine pays it.
 //!
+//! Also the gated FFN activations (`act`: GELU and SiLU per ISA, in values per second).
+//!
 //! Run: `cargo bench --bench kernels` (short measurement times are set below; add `-- --quick` for
 //! an even shorter run, or a filter such as `-- Q4_1`).
 
@@ -311,7 +313,48 @@ fn min_of_n() {
     }
 }
 
-criterion_group!(benches, kernels, smollm2, gemma3, single_tile, batched_tile);
+/// The gated FFN activations (`kernels::act`) over one token's widths: Gemma 3 270M's GELU
+/// (2,048 per layer) and SmolLM2's SiLU (1,536), per ISA. Throughput in values per second.
+fn activations(c: &mut Criterion) {
+    use cflow::kernels::act::{gelu_mul, silu_mul};
+    let mut g = c.benchmark_group("act");
+    g.measurement_time(Duration::from_secs(2));
+    g.warm_up_time(Duration::from_millis(300));
+    for (name, n, gelu) in [("gelu", 2048usize, true), ("silu", 1536, false)] {
+        let mut s = 7u64;
+        let x: Vec<f32> = (0..n).map(|_| lcg(&mut s) * 4.0).collect();
+        let u: Vec<f32> = (0..n).map(|_| lcg(&mut s)).collect();
+        g.throughput(Throughput::Elements(n as u64));
+        for isa in [Isa::Scalar, Isa::Avx2] {
+            if !isa.available() {
+                continue;
+            }
+            let id = format!("{name} {n} {isa:?}");
+            let mut v = x.clone();
+            g.bench_function(BenchmarkId::from_parameter(id), |b| {
+                b.iter(|| {
+                    v.copy_from_slice(&x);
+                    if gelu {
+                        gelu_mul(isa, black_box(&mut v), &u);
+                    } else {
+                        silu_mul(isa, black_box(&mut v), &u);
+                    }
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    kernels,
+    smollm2,
+    gemma3,
+    single_tile,
+    batched_tile,
+    activations
+);
 
 fn main() {
     if std::env::var_os("KBENCH_MIN").is_some() {
