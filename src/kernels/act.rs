@@ -29,34 +29,28 @@ pub fn gelu(x: f32) -> f32 {
 
 /// `g[i] ← silu(g[i]) · u[i]` over `min(g.len(), u.len())` values.
 pub fn silu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
-    let n = g.len().min(u.len());
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar && Isa::Avx2.available() {
-        // SAFETY: AVX2/FMA available (checked above); the kernel touches `g[..n]`, `u[..n]`.
-        unsafe { avx2::gated::<false>(&mut g[..n], &u[..n]) };
-        return;
-    }
-    let _ = isa;
-    g[..n]
-        .iter_mut()
-        .zip(&u[..n])
-        .for_each(|(g, u)| *g = silu(*g) * u);
+    gated_mul::<false>(isa, g, u);
 }
 
 /// `g[i] ← gelu(g[i]) · u[i]` over `min(g.len(), u.len())` values.
 pub fn gelu_mul(isa: Isa, g: &mut [f32], u: &[f32]) {
+    gated_mul::<true>(isa, g, u);
+}
+
+/// `g ← act(g) · u`, GELU when `GELU`, else SiLU: the AVX2 kernel unless `isa` is scalar or the
+/// CPU lacks AVX2/FMA, else the scalar formulas.
+fn gated_mul<const GELU: bool>(isa: Isa, g: &mut [f32], u: &[f32]) {
     let n = g.len().min(u.len());
+    let (g, u) = (&mut g[..n], &u[..n]);
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar && Isa::Avx2.available() {
-        // SAFETY: as in `silu_mul`.
-        unsafe { avx2::gated::<true>(&mut g[..n], &u[..n]) };
+        // SAFETY: AVX2/FMA available (checked above); `g` and `u` have the same length.
+        unsafe { avx2::gated::<GELU>(g, u) };
         return;
     }
     let _ = isa;
-    g[..n]
-        .iter_mut()
-        .zip(&u[..n])
-        .for_each(|(g, u)| *g = gelu(*g) * u);
+    let act = if GELU { gelu } else { silu };
+    g.iter_mut().zip(u).for_each(|(g, u)| *g = act(*g) * u);
 }
 
 #[cfg(target_arch = "x86_64")]
