@@ -101,18 +101,36 @@ pub fn tiled_matvec(
         .iter_mut()
         .map(|(m, y)| (*m, OutPtr(y.as_mut_ptr(), y.len())))
         .collect();
-    pool.run(n_tasks, &|t| {
-        let i = first.partition_point(|&f| f <= t) - 1;
-        let s = t - first[i];
-        let (m, p) = ptrs[i];
-        let r0 = s * TILE_ROWS;
-        let rows = m.stripe_rows(s);
-        debug_assert!(r0 + rows <= p.1);
-        // SAFETY: [r0, r0 + rows) is inside the output (rows = stripe rows of a matrix whose
-        // output length was asserted above) and distinct tasks own distinct stripes.
-        let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(r0), rows) };
-        stripe_matvec(isa, bytes, m, s, act, out);
+    // Large matvecs (an LM head of thousands of stripes) are claimed in runs of consecutive
+    // stripes, about 16 runs per thread: each thread then streams long contiguous ranges of the
+    // file instead of alternating 87 KB stripes with the other threads, and a claim (one
+    // compare-and-swap on a shared cache line) is made per run, not per stripe.
+    let run = stripes_per_claim(n_tasks, pool.threads());
+    pool.run(n_tasks.div_ceil(run), &|g| {
+        for t in g * run..((g + 1) * run).min(n_tasks) {
+            let i = first.partition_point(|&f| f <= t) - 1;
+            let s = t - first[i];
+            let (m, p) = ptrs[i];
+            let r0 = s * TILE_ROWS;
+            let rows = m.stripe_rows(s);
+            debug_assert!(r0 + rows <= p.1);
+            // SAFETY: [r0, r0 + rows) is inside the output (rows = stripe rows of a matrix
+            // whose output length was asserted above) and distinct tasks own distinct stripes.
+            let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(r0), rows) };
+            stripe_matvec(isa, bytes, m, s, act, out);
+        }
     });
+}
+
+/// Consecutive stripes per pool claim for a matvec of `n` stripes on `threads` threads: about 16
+/// claims per thread, and 1 (one stripe per claim) for matvecs of fewer than 32 stripes per
+/// thread, whose balance matters more than their claim count.
+fn stripes_per_claim(n: usize, threads: usize) -> usize {
+    const CLAIMS_PER_THREAD: usize = 16;
+    if threads <= 1 {
+        return 1;
+    }
+    (n / (threads * CLAIMS_PER_THREAD)).max(1)
 }
 
 /// The row-major baseline: `y = W · x` over a contiguous split-layout matrix.
@@ -346,6 +364,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A matvec of many stripes (claimed in runs of consecutive stripes, see
+    /// `stripes_per_claim`) fused with a small one: every stripe is computed exactly once and
+    /// equals the per-stripe call bit for bit, on 1–4 threads (outputs start as NaN, so a
+    /// skipped stripe shows).
+    #[test]
+    fn many_stripe_matvec_claims_runs_and_stays_bit_identical() {
+        let isa = Isa::cached();
+        let q = QuantType::Q8_0;
+        let mut buf = Vec::new();
+        let tall = matrix(q, 131 * TILE_ROWS - 5, 64, &mut buf);
+        let small = matrix(q, 200, 64, &mut buf);
+        let x: Vec<f32> = (0..64)
+            .map(|i| ((i * 29 % 61) as f32 - 30.0) / 30.0)
+            .collect();
+        let mut xq = Q8Act::default();
+        xq.quantize_from(&x);
+        let act = Act {
+            x: &x,
+            q8: Some(&xq),
+        };
+        let mut want = (vec![0f32; tall.rows], vec![0f32; small.rows]);
+        for (m, y) in [(&tall, &mut want.0), (&small, &mut want.1)] {
+            for s in 0..m.n_stripes() {
+                let r0 = s * TILE_ROWS;
+                stripe_matvec(isa, &buf, m, s, &act, &mut y[r0..r0 + m.stripe_rows(s)]);
+            }
+        }
+        for threads in [1, 2, 3, 4] {
+            let pool = ThreadPool::new(threads);
+            let mut ys = (vec![f32::NAN; tall.rows], vec![f32::NAN; small.rows]);
+            tiled_matvec(
+                &pool,
+                isa,
+                &buf,
+                &mut [(&small, &mut ys.1), (&tall, &mut ys.0)],
+                &act,
+            );
+            assert_eq!(ys, want, "threads {threads}");
+        }
+        assert_eq!(stripes_per_claim(2048, 2), 64);
+        assert_eq!(stripes_per_claim(2048, 1), 1);
+        assert_eq!(stripes_per_claim(37, 2), 1);
     }
 
     /// The batched prefill matvec equals the per-token matvec bit for bit, per token, on every
