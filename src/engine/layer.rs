@@ -98,7 +98,7 @@ pub fn attend(
         scale: cfg.attn_scale(),
         cap: cfg.meta.attn_logit_softcap,
     };
-    crate::kernels::attention::attend(w.pool, &sh, q, &kv.k[l], &kv.v[l], att);
+    crate::kernels::attention::attend(w.pool, w.isa, &sh, q, &kv.k[l], &kv.v[l], att);
 }
 
 /// `s.attn_out = PostNorm(Attn_p(Norm(s.x)))` at step `l` (PostNorm only with

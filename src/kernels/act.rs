@@ -53,6 +53,10 @@ fn gated_mul<const GELU: bool>(isa: Isa, g: &mut [f32], u: &[f32]) {
     g.iter_mut().zip(u).for_each(|(g, u)| *g = act(*g) * u);
 }
 
+/// The AVX2 vector `e^x` of the activations, shared with the attention softmax.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::exp as exp_avx2;
+
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{gelu, silu, GELU_C, GELU_K};
@@ -64,7 +68,7 @@ mod avx2 {
     /// infinity; a NaN x gives a finite e, and the callers keep the NaN through their numerator.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn exp(x: __m256) -> __m256 {
+    pub(crate) unsafe fn exp(x: __m256) -> __m256 {
         let x = _mm256_min_ps(
             _mm256_max_ps(x, _mm256_set1_ps(-87.3)),
             _mm256_set1_ps(88.3),

@@ -1,7 +1,16 @@
 //! Multi-head attention of one query over a KV cache, parallel over heads on the thread pool
 //! (the per-head work is independent; each task writes only its head's output slice).
+//!
+//! Per head: scores `s_t = q·k_t · scale` (optionally soft-capped), `softmax`, then `Σ_t w_t v_t`.
+//! The scalar reference ([`head_scalar`]) and the AVX2 + FMA kernel sit side by side here and are
+//! tested against each other and against a float64 forward. The AVX2 kernel dots with 4
+//! accumulators, exponentiates 8 scores at a time (the vector `exp` of `act.rs`), and keeps 64
+//! output columns in registers while it walks the positions, so each V row is loaded once per
+//! column chunk. It sums in another order than the scalar loop, so the two agree to rounding,
+//! not bit for bit.
 
 use super::pool::ThreadPool;
+use super::Isa;
 
 /// Dot product with 8 independent accumulators (lets the compiler vectorize the reduction).
 #[inline]
@@ -35,6 +44,19 @@ pub struct AttnShape {
     pub cap: f32,
 }
 
+impl AttnShape {
+    /// The score of a raw dot product: scaled, then soft-capped when a cap is set.
+    #[inline]
+    fn score(&self, dot: f32) -> f32 {
+        let s = dot * self.scale;
+        if self.cap > 0.0 {
+            self.cap * (s / self.cap).tanh()
+        } else {
+            s
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Ptr(*mut f32);
 // SAFETY: each task writes only the disjoint range of its own head (see `attend`).
@@ -43,9 +65,11 @@ unsafe impl Send for Ptr {}
 unsafe impl Sync for Ptr {}
 
 /// `att[h] = softmax(q_h · K_{kv(h)} · scale) · V_{kv(h)}` for every head, over cached positions
-/// `start..=pos` of `kc`/`vc` (row-major `[position][kv_dim]`).
+/// `start..=pos` of `kc`/`vc` (row-major `[position][kv_dim]`). The AVX2 kernel runs unless `isa`
+/// is scalar, the CPU lacks AVX2/FMA or the head width is not a multiple of 8.
 pub fn attend(
     pool: &ThreadPool,
+    isa: Isa,
     sh: &AttnShape,
     q: &[f32],
     kc: &[f32],
@@ -53,42 +77,35 @@ pub fn attend(
     att: &mut [f32],
 ) {
     let hd = sh.head_dim;
+    assert!(sh.start <= sh.pos && sh.group >= 1 && hd >= 1);
     let n = sh.pos + 1 - sh.start;
     assert!(q.len() >= sh.n_heads * hd && att.len() >= sh.n_heads * hd);
     assert!(kc.len() >= (sh.pos + 1) * sh.kv_dim && vc.len() >= (sh.pos + 1) * sh.kv_dim);
+    assert!(
+        sh.n_heads.div_ceil(sh.group) * hd <= sh.kv_dim,
+        "KV heads exceed kv_dim"
+    );
+    let simd = cfg!(target_arch = "x86_64")
+        && isa != Isa::Scalar
+        && Isa::Avx2.available()
+        && hd.is_multiple_of(8);
     let out = Ptr(att.as_mut_ptr());
     let head = |h: usize, scores: &mut Vec<f32>| {
         let kh = h / sh.group;
         let qh = &q[h * hd..(h + 1) * hd];
-        scores.clear();
-        let mut m = f32::NEG_INFINITY;
-        for t in sh.start..=sh.pos {
-            let kt = &kc[t * sh.kv_dim + kh * hd..t * sh.kv_dim + (kh + 1) * hd];
-            let mut s = dot(qh, kt) * sh.scale;
-            if sh.cap > 0.0 {
-                s = sh.cap * (s / sh.cap).tanh();
-            }
-            m = m.max(s);
-            scores.push(s);
-        }
-        let mut sum = 0f32;
-        for s in scores.iter_mut() {
-            *s = (*s - m).exp();
-            sum += *s;
-        }
-        let inv = 1.0 / sum;
         let o = out;
         // SAFETY: head h owns att[h·hd .. (h+1)·hd], inside `att` (asserted above); heads are
         // distinct tasks.
         let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(h * hd), hd) };
-        oh.fill(0.0);
-        for (i, t) in (sh.start..=sh.pos).enumerate() {
-            let vt = &vc[t * sh.kv_dim + kh * hd..t * sh.kv_dim + (kh + 1) * hd];
-            let w = scores[i] * inv;
-            for j in 0..hd {
-                oh[j] += w * vt[j];
-            }
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: AVX2/FMA available and hd % 8 == 0 (checked above); every K/V row read
+            // lies inside kc/vc (rows ≤ pos, columns kh·hd + hd ≤ kv_dim, asserted above).
+            unsafe { avx2::head(sh, qh, kc, vc, kh, scores, oh) };
+            return;
         }
+        let _ = simd;
+        head_scalar(sh, qh, kc, vc, kh, scores, oh);
     };
     // Below ~16k multiply-adds the pool's hand-off costs more than it saves.
     if pool.threads() > 1 && n * sh.n_heads * hd >= 16 * 1024 {
@@ -100,6 +117,331 @@ pub fn attend(
         let mut scores = Vec::with_capacity(n);
         for h in 0..sh.n_heads {
             head(h, &mut scores);
+        }
+    }
+}
+
+/// The scalar reference of one head: `oh = softmax(score(qh · k_t)) · V` over `start..=pos`,
+/// with K/V head `kh`.
+pub fn head_scalar(
+    sh: &AttnShape,
+    qh: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    kh: usize,
+    scores: &mut Vec<f32>,
+    oh: &mut [f32],
+) {
+    let hd = sh.head_dim;
+    scores.clear();
+    let mut m = f32::NEG_INFINITY;
+    for t in sh.start..=sh.pos {
+        let kt = &kc[t * sh.kv_dim + kh * hd..t * sh.kv_dim + (kh + 1) * hd];
+        let s = sh.score(dot(qh, kt));
+        m = m.max(s);
+        scores.push(s);
+    }
+    let mut sum = 0f32;
+    for s in scores.iter_mut() {
+        *s = (*s - m).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    oh.fill(0.0);
+    for (i, t) in (sh.start..=sh.pos).enumerate() {
+        let vt = &vc[t * sh.kv_dim + kh * hd..t * sh.kv_dim + (kh + 1) * hd];
+        let w = scores[i] * inv;
+        for j in 0..hd {
+            oh[j] += w * vt[j];
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::AttnShape;
+    use crate::kernels::act::exp_avx2;
+    use std::arch::x86_64::*;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)))
+    }
+
+    /// `q · k` over `hd` floats (a multiple of 8): 4 accumulators over 32-float steps.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot(q: *const f32, k: *const f32, hd: usize) -> f32 {
+        let mut a = [_mm256_setzero_ps(); 4];
+        let mut c = 0;
+        while c + 32 <= hd {
+            for (j, a) in a.iter_mut().enumerate() {
+                let o = c + 8 * j;
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(o)), _mm256_loadu_ps(k.add(o)), *a);
+            }
+            c += 32;
+        }
+        while c < hd {
+            a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), _mm256_loadu_ps(k.add(c)), a[0]);
+            c += 8;
+        }
+        hsum(_mm256_add_ps(
+            _mm256_add_ps(a[0], a[1]),
+            _mm256_add_ps(a[2], a[3]),
+        ))
+    }
+
+    /// `out[0 .. 8·W] = Σ_i w[i] · v_i[0 .. 8·W]`, `v_i` at `v + i·stride`: W accumulators stay
+    /// in registers across all positions.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn weighted_rows<const W: usize>(
+        w: &[f32],
+        v: *const f32,
+        stride: usize,
+        out: *mut f32,
+    ) {
+        let mut acc = [_mm256_setzero_ps(); W];
+        for (i, &wi) in w.iter().enumerate() {
+            let wv = _mm256_set1_ps(wi);
+            let row = v.add(i * stride);
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(row.add(8 * j)), *a);
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(8 * j), *a);
+        }
+    }
+
+    /// One head, as [`super::head_scalar`], in AVX2 + FMA.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `sh.head_dim % 8 == 0`; rows `start..=pos` of `kc` and
+    /// `vc` (stride `kv_dim`) hold columns `kh·hd .. kh·hd + hd`; `qh` and `oh` hold `hd` floats.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn head(
+        sh: &AttnShape,
+        qh: &[f32],
+        kc: &[f32],
+        vc: &[f32],
+        kh: usize,
+        scores: &mut Vec<f32>,
+        oh: &mut [f32],
+    ) {
+        let hd = sh.head_dim;
+        let n = sh.pos + 1 - sh.start;
+        debug_assert!(hd.is_multiple_of(8) && qh.len() >= hd && oh.len() >= hd);
+        debug_assert!(kc.len() >= (sh.pos + 1) * sh.kv_dim && (kh + 1) * hd <= sh.kv_dim);
+        let k0 = kc.as_ptr().add(sh.start * sh.kv_dim + kh * hd);
+        let v0 = vc.as_ptr().add(sh.start * sh.kv_dim + kh * hd);
+        scores.clear();
+        scores.resize(n, 0.0);
+        let mut m = f32::NEG_INFINITY;
+        for (i, s) in scores.iter_mut().enumerate() {
+            *s = sh.score(dot(qh.as_ptr(), k0.add(i * sh.kv_dim), hd));
+            m = m.max(*s);
+        }
+        // e_i = exp(s_i − m), 8 at a time; the tail through libm as in the reference.
+        let mv = _mm256_set1_ps(m);
+        let mut sv = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            let p = scores.as_mut_ptr().add(i);
+            let e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p), mv));
+            _mm256_storeu_ps(p, e);
+            sv = _mm256_add_ps(sv, e);
+            i += 8;
+        }
+        let mut sum = hsum(sv);
+        for s in &mut scores[i..] {
+            *s = (*s - m).exp();
+            sum += *s;
+        }
+        let inv = 1.0 / sum;
+        for s in scores.iter_mut() {
+            *s *= inv;
+        }
+        let mut c = 0;
+        while c < hd {
+            let (vp, op) = (v0.add(c), oh.as_mut_ptr().add(c));
+            c += match (hd - c) / 8 {
+                8.. => {
+                    weighted_rows::<8>(scores, vp, sh.kv_dim, op);
+                    64
+                }
+                4..=7 => {
+                    weighted_rows::<4>(scores, vp, sh.kv_dim, op);
+                    32
+                }
+                _ => {
+                    weighted_rows::<1>(scores, vp, sh.kv_dim, op);
+                    8
+                }
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// A float64 forward of one head from the same f32 inputs.
+    fn head_f64(sh: &AttnShape, qh: &[f32], kc: &[f32], vc: &[f32], kh: usize) -> Vec<f64> {
+        let hd = sh.head_dim;
+        let row = |c: &[f32], t: usize| -> Vec<f64> {
+            c[t * sh.kv_dim + kh * hd..][..hd]
+                .iter()
+                .map(|&x| x as f64)
+                .collect()
+        };
+        let s: Vec<f64> = (sh.start..=sh.pos)
+            .map(|t| {
+                let d: f64 = row(kc, t)
+                    .iter()
+                    .zip(qh)
+                    .map(|(k, &q)| k * q as f64)
+                    .sum::<f64>()
+                    * sh.scale as f64;
+                if sh.cap > 0.0 {
+                    sh.cap as f64 * (d / sh.cap as f64).tanh()
+                } else {
+                    d
+                }
+            })
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let z: f64 = e.iter().sum();
+        let mut o = vec![0f64; hd];
+        for (i, t) in (sh.start..=sh.pos).enumerate() {
+            for (o, v) in o.iter_mut().zip(row(vc, t)) {
+                *o += e[i] / z * v;
+            }
+        }
+        o
+    }
+
+    /// Shapes of SmolLM2 (9 heads of 64, 3 KV heads) and Gemma 3 (4 of 256, 1 KV head), odd
+    /// widths, a sliding window, a soft cap and lengths around the 8-score vector step.
+    fn cases() -> Vec<AttnShape> {
+        let mut v = Vec::new();
+        for (n_heads, group, hd) in [(9, 3, 64), (4, 4, 256), (2, 1, 40), (3, 3, 8), (2, 2, 12)] {
+            for (start, pos) in [(0, 0), (0, 6), (0, 7), (0, 16), (3, 40), (0, 130)] {
+                for cap in [0.0, 30.0] {
+                    v.push(AttnShape {
+                        n_heads,
+                        group,
+                        head_dim: hd,
+                        kv_dim: n_heads / group * hd,
+                        start,
+                        pos,
+                        scale: 1.0 / (hd as f32).sqrt(),
+                        cap,
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    fn inputs(sh: &AttnShape, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let mut r = Rng::new(seed);
+        let q = r.fill(sh.n_heads * sh.head_dim, 2.0);
+        let k = r.fill((sh.pos + 1) * sh.kv_dim, 2.0);
+        let v = r.fill((sh.pos + 1) * sh.kv_dim, 1.0);
+        (q, k, v)
+    }
+
+    /// Every ISA and thread count against float64: |Δ| ≤ 2e-5 · (1 + |want|) per output.
+    #[test]
+    fn every_isa_matches_a_float64_forward() {
+        for (ci, sh) in cases().iter().enumerate() {
+            let (q, k, v) = inputs(sh, ci as u64 + 1);
+            let hd = sh.head_dim;
+            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                for threads in [1, 2] {
+                    let pool = ThreadPool::new(threads);
+                    let mut att = vec![f32::NAN; sh.n_heads * hd];
+                    attend(&pool, isa, sh, &q, &k, &v, &mut att);
+                    for h in 0..sh.n_heads {
+                        let want = head_f64(sh, &q[h * hd..(h + 1) * hd], &k, &v, h / sh.group);
+                        for (j, (&g, w)) in att[h * hd..].iter().zip(&want).enumerate() {
+                            assert!(
+                                (g as f64 - w).abs() <= 2e-5 * (1.0 + w.abs()),
+                                "case {ci} {isa:?} t{threads} head {h} col {j}: {g} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The AVX2 kernel against the scalar reference, head by head (where the CPU has AVX2).
+    #[test]
+    fn avx2_matches_the_scalar_reference() {
+        if !Isa::Avx2.available() {
+            println!("SKIP: this CPU has no AVX2/FMA");
+            return;
+        }
+        for (ci, sh) in cases().iter().enumerate() {
+            if !sh.head_dim.is_multiple_of(8) {
+                continue;
+            }
+            let (q, k, v) = inputs(sh, 100 + ci as u64);
+            let hd = sh.head_dim;
+            let pool = ThreadPool::new(1);
+            let (mut a, mut b) = (vec![0f32; sh.n_heads * hd], vec![0f32; sh.n_heads * hd]);
+            attend(&pool, Isa::Avx2, sh, &q, &k, &v, &mut a);
+            let mut scores = Vec::new();
+            for h in 0..sh.n_heads {
+                let qh = &q[h * hd..(h + 1) * hd];
+                head_scalar(
+                    sh,
+                    qh,
+                    &k,
+                    &v,
+                    h / sh.group,
+                    &mut scores,
+                    &mut b[h * hd..(h + 1) * hd],
+                );
+            }
+            for (j, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert!(
+                    (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                    "case {ci} out {j}: avx2 {x} scalar {y}"
+                );
+            }
+        }
+    }
+
+    /// One position attends only to itself: the output is its V row exactly (weight 1).
+    #[test]
+    fn a_single_position_returns_its_value_row() {
+        let sh = AttnShape {
+            n_heads: 4,
+            group: 2,
+            head_dim: 16,
+            kv_dim: 32,
+            start: 5,
+            pos: 5,
+            scale: 0.25,
+            cap: 0.0,
+        };
+        let (q, k, v) = inputs(&sh, 9);
+        for isa in [Isa::Scalar, Isa::Avx2] {
+            let mut att = vec![0f32; 64];
+            attend(&ThreadPool::new(1), isa, &sh, &q, &k, &v, &mut att);
+            for h in 0..4 {
+                let kh = h / 2;
+                assert_eq!(&att[h * 16..(h + 1) * 16], &v[5 * 32 + kh * 16..][..16]);
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Compute kernels: fused dequantize-dot products per ISA (`dot`), the persistent thread pool
-//! (`pool`), the tiled and row-major matvec drivers (`matvec`), and the gated FFN activations
-//! (`act`).
+//! (`pool`), the tiled and row-major matvec drivers (`matvec`), the gated FFN activations
+//! (`act`) and single-query attention over the KV cache (`attention`).
 
 pub mod act;
 pub mod attention;
