@@ -4,7 +4,9 @@
 //! reported in weight bytes (scales + quants) per second. The integer paths include the one
 //! activation quantization per matvec, as the engine pays it.
 //!
-//! Also the gated FFN activations (`act`: GELU and SiLU per ISA, in values per second).
+//! Also the gated FFN activations (`act`: GELU and SiLU per ISA, in values per second) and
+//! single-query attention over an f32 KV cache (`attention`: SmolLM2's and Gemma 3's head shapes
+//! at 128 and 512 cached positions, per ISA, in cached positions per second).
 //!
 //! Run: `cargo bench --bench kernels` (short measurement times are set below; add `-- --quick` for
 //! an even shorter run, or a filter such as `-- Q4_1`).
@@ -346,6 +348,45 @@ fn activations(c: &mut Criterion) {
     g.finish();
 }
 
+fn attention(c: &mut Criterion) {
+    use cflow::kernels::attention::{attend, AttnShape};
+    use cflow::kernels::pool::ThreadPool;
+    let pool = ThreadPool::new(1);
+    let mut g = c.benchmark_group("attention");
+    g.measurement_time(Duration::from_secs(2));
+    g.warm_up_time(Duration::from_millis(300));
+    for (name, n_heads, group, hd) in [("smollm2", 9, 3, 64), ("gemma3", 4, 4, 256)] {
+        for n in [128usize, 512] {
+            let sh = AttnShape {
+                n_heads,
+                group,
+                head_dim: hd,
+                kv_dim: n_heads / group * hd,
+                start: 0,
+                pos: n - 1,
+                scale: 1.0 / (hd as f32).sqrt(),
+                cap: 0.0,
+            };
+            let mut s = 11u64;
+            let q: Vec<f32> = (0..n_heads * hd).map(|_| lcg(&mut s)).collect();
+            let k: Vec<f32> = (0..n * sh.kv_dim).map(|_| lcg(&mut s)).collect();
+            let v: Vec<f32> = (0..n * sh.kv_dim).map(|_| lcg(&mut s)).collect();
+            let mut att = vec![0f32; n_heads * hd];
+            g.throughput(Throughput::Elements(n as u64));
+            for isa in [Isa::Scalar, Isa::Avx2] {
+                if !isa.available() {
+                    continue;
+                }
+                let id = format!("{name} {n} {isa:?}");
+                g.bench_function(BenchmarkId::from_parameter(id), |b| {
+                    b.iter(|| attend(&pool, isa, &sh, &q, &k, &v, black_box(&mut att)))
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     kernels,
@@ -353,7 +394,8 @@ criterion_group!(
     gemma3,
     single_tile,
     batched_tile,
-    activations
+    activations,
+    attention
 );
 
 fn main() {
