@@ -3,8 +3,8 @@
 //!
 //! Per head: scores `s_t = q·k_t · scale` (optionally soft-capped), `softmax`, then `Σ_t w_t v_t`.
 //! The scalar reference ([`head_scalar`]) and the AVX2 + FMA kernel sit side by side here and are
-//! tested against each other and against a float64 forward. The AVX2 kernel dots with 4
-//! accumulators, exponentiates 8 scores at a time (the vector `exp` of `act.rs`), and keeps 64
+//! tested against each other and against a float64 forward. The AVX2 kernel dots 4 positions at
+//! a time (8 independent FMA chains), exponentiates 8 scores at a time (the vector `exp` of `act.rs`), and keeps 64
 //! output columns in registers while it walks the positions, so each V row is loaded once per
 //! column chunk. It sums in another order than the scalar loop, so the two agree to rounding,
 //! not bit for bit.
@@ -194,6 +194,43 @@ mod avx2 {
         ))
     }
 
+    /// `out[j] = q · k_j` for the 4 rows `k_j = k + j·stride` (`hd` a multiple of 8): two
+    /// accumulators per row (even and odd 8-float steps), reduced together.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot4(q: *const f32, k: *const f32, stride: usize, hd: usize, out: &mut [f32]) {
+        let (mut a, mut b) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
+        let mut c = 0;
+        while c + 16 <= hd {
+            let (qa, qb) = (_mm256_loadu_ps(q.add(c)), _mm256_loadu_ps(q.add(c + 8)));
+            for j in 0..4 {
+                let kj = k.add(j * stride + c);
+                a[j] = _mm256_fmadd_ps(qa, _mm256_loadu_ps(kj), a[j]);
+                b[j] = _mm256_fmadd_ps(qb, _mm256_loadu_ps(kj.add(8)), b[j]);
+            }
+            c += 16;
+        }
+        if c < hd {
+            let qa = _mm256_loadu_ps(q.add(c));
+            for j in 0..4 {
+                a[j] = _mm256_fmadd_ps(qa, _mm256_loadu_ps(k.add(j * stride + c)), a[j]);
+            }
+        }
+        let s = |j: usize| {
+            let v = _mm256_add_ps(a[j], b[j]);
+            _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v))
+        };
+        let (s0, s1, s2, s3) = (s(0), s(1), s(2), s(3));
+        let (t0, t1) = (_mm_unpacklo_ps(s0, s1), _mm_unpacklo_ps(s2, s3));
+        let (t2, t3) = (_mm_unpackhi_ps(s0, s1), _mm_unpackhi_ps(s2, s3));
+        let h = _mm_add_ps(
+            _mm_add_ps(_mm_movelh_ps(t0, t1), _mm_movehl_ps(t1, t0)),
+            _mm_add_ps(_mm_movelh_ps(t2, t3), _mm_movehl_ps(t3, t2)),
+        );
+        debug_assert!(out.len() >= 4);
+        _mm_storeu_ps(out.as_mut_ptr(), h);
+    }
+
     /// `out[0 .. 8·W] = Σ_i w[i] · v_i[0 .. 8·W]`, `v_i` at `v + i·stride`: W accumulators stay
     /// in registers across all positions.
     #[inline]
@@ -240,9 +277,24 @@ mod avx2 {
         let v0 = vc.as_ptr().add(sh.start * sh.kv_dim + kh * hd);
         scores.clear();
         scores.resize(n, 0.0);
+        // Four positions at a time: 8 independent FMA chains, one 4-way reduction.
+        let mut i = 0;
+        while i + 4 <= n {
+            dot4(
+                qh.as_ptr(),
+                k0.add(i * sh.kv_dim),
+                sh.kv_dim,
+                hd,
+                &mut scores[i..i + 4],
+            );
+            i += 4;
+        }
+        for (j, s) in scores.iter_mut().enumerate().skip(i) {
+            *s = dot(qh.as_ptr(), k0.add(j * sh.kv_dim), hd);
+        }
         let mut m = f32::NEG_INFINITY;
-        for (i, s) in scores.iter_mut().enumerate() {
-            *s = sh.score(dot(qh.as_ptr(), k0.add(i * sh.kv_dim), hd));
+        for s in scores.iter_mut() {
+            *s = sh.score(*s);
             m = m.max(*s);
         }
         // e_i = exp(s_i − m), 8 at a time; the tail through libm as in the reference.
