@@ -197,6 +197,7 @@ mod avx2 {
     /// `out[j] = q · k_j` for the 4 rows `k_j = k + j·stride` (`hd` a multiple of 8): two
     /// accumulators per row (even and odd 8-float steps), reduced together.
     #[inline]
+    #[allow(clippy::needless_range_loop)] // j indexes the two accumulator sets and the K rows
     #[target_feature(enable = "avx2,fma")]
     unsafe fn dot4(q: *const f32, k: *const f32, stride: usize, hd: usize, out: &mut [f32]) {
         let (mut a, mut b) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
