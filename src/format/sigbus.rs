@@ -289,12 +289,15 @@ mod tests {
     #[test]
     fn a_fault_elsewhere_keeps_the_default_action() {
         if std::env::var_os("CFLOW_SIGBUS_CHILD").is_some() {
-            let (f, page) = four_page_file();
             install();
+            let page = PAGE.load(Ordering::Relaxed);
+            // An unnamed file: this process dies by SIGBUS, so a named one would stay behind.
+            let mut f = tempfile::tempfile().unwrap();
+            f.write_all(&vec![7u8; 4 * page]).unwrap();
             // SAFETY: test-only raw map of a file we then truncate, to provoke a real SIGBUS
             // outside any registration.
-            let m = unsafe { memmap2::Mmap::map(f.as_file()) }.unwrap();
-            f.as_file().set_len(0).unwrap();
+            let m = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+            f.set_len(0).unwrap();
             let v = std::hint::black_box(&m[..])[2 * page];
             println!("survived {v}");
             std::process::exit(0);
