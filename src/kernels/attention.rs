@@ -161,19 +161,12 @@ pub fn head_scalar(
 mod avx2 {
     use super::AttnShape;
     use crate::kernels::act::exp_avx2;
+    use crate::kernels::dot::kquant_avx2::{hsum, hsum4};
     use std::arch::x86_64::*;
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)))
-    }
 
     /// `q · k` over `hd` floats (a multiple of 8): 4 accumulators over 32-float steps.
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot(q: *const f32, k: *const f32, hd: usize) -> f32 {
         let mut a = [_mm256_setzero_ps(); 4];
         let mut c = 0;
@@ -198,7 +191,7 @@ mod avx2 {
     /// accumulators per row (even and odd 8-float steps), reduced together.
     #[inline]
     #[allow(clippy::needless_range_loop)] // j indexes the two accumulator sets and the K rows
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot4(q: *const f32, k: *const f32, stride: usize, hd: usize, out: &mut [f32]) {
         let (mut a, mut b) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
         let mut c = 0;
@@ -217,17 +210,7 @@ mod avx2 {
                 a[j] = _mm256_fmadd_ps(qa, _mm256_loadu_ps(k.add(j * stride + c)), a[j]);
             }
         }
-        let s = |j: usize| {
-            let v = _mm256_add_ps(a[j], b[j]);
-            _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v))
-        };
-        let (s0, s1, s2, s3) = (s(0), s(1), s(2), s(3));
-        let (t0, t1) = (_mm_unpacklo_ps(s0, s1), _mm_unpacklo_ps(s2, s3));
-        let (t2, t3) = (_mm_unpackhi_ps(s0, s1), _mm_unpackhi_ps(s2, s3));
-        let h = _mm_add_ps(
-            _mm_add_ps(_mm_movelh_ps(t0, t1), _mm_movehl_ps(t1, t0)),
-            _mm_add_ps(_mm_movelh_ps(t2, t3), _mm_movehl_ps(t3, t2)),
-        );
+        let h = hsum4(core::array::from_fn(|j| _mm256_add_ps(a[j], b[j])));
         debug_assert!(out.len() >= 4);
         _mm_storeu_ps(out.as_mut_ptr(), h);
     }
@@ -235,7 +218,7 @@ mod avx2 {
     /// `out[0 .. 8·W] = Σ_i w[i] · v_i[0 .. 8·W]`, `v_i` at `v + i·stride`: W accumulators stay
     /// in registers across all positions.
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn weighted_rows<const W: usize>(
         w: &[f32],
         v: *const f32,
@@ -258,9 +241,9 @@ mod avx2 {
     /// One head, as [`super::head_scalar`], in AVX2 + FMA.
     ///
     /// # Safety
-    /// The CPU must support AVX2 and FMA; `sh.head_dim % 8 == 0`; rows `start..=pos` of `kc` and
+    /// The CPU must support AVX2, FMA and F16C (`Isa::Avx2`); `sh.head_dim % 8 == 0`; rows `start..=pos` of `kc` and
     /// `vc` (stride `kv_dim`) hold columns `kh·hd .. kh·hd + hd`; `qh` and `oh` hold `hd` floats.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn head(
         sh: &AttnShape,
         qh: &[f32],
