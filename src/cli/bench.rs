@@ -89,6 +89,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         let report = serde_json::json!({
             "model": path.display().to_string(),
             "isa": eng.isa.resolve()?.name(),
+            "kernels": eng.isa.resolve()?.kernels(),
             "act": act,
             "kv": kv,
             "tokens_per_repeat": a.tokens,

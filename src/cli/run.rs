@@ -148,6 +148,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         "model": f.path.display().to_string(),
         "threads": sess.engine.threads(),
         "isa": sess.engine.opts().isa.name(),
+        "kernels": sess.engine.opts().isa.kernels(),
         "act": act,
         "kv": kv,
         "prompt_tokens": out.prompt_tokens,

@@ -48,6 +48,7 @@ pub fn stripe_rows_matvec(
     out: &mut [f32],
 ) {
     let rows = out.len();
+    let isa = isa.for_quant(m.quant);
     out.fill(0.0);
     for c in 0..m.n_col_tiles() {
         let t = tile_at(bytes, m, s, c);
@@ -138,6 +139,7 @@ pub fn rowmajor_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, act: &Act, y
     assert_eq!(y.len(), m.rows);
     assert_eq!(act.x.len(), m.cols);
     let chunks = m.rows.div_ceil(TILE_ROWS);
+    let isa = isa.for_quant(m.quant);
     let out = OutPtr(y.as_mut_ptr(), y.len());
     let (rsb, rqb) = (m.row_scale_bytes(), m.row_quant_bytes());
     pool.run(chunks, &|t| {
@@ -173,6 +175,7 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
     assert_eq!(y.len(), m.rows);
     assert_eq!(x.len(), m.cols);
     let chunks = m.rows.div_ceil(TILE_ROWS);
+    let isa = isa.for_quant(m.quant);
     let out = OutPtr(y.as_mut_ptr(), y.len());
     let (rsb, rqb) = (m.row_scale_bytes(), m.row_quant_bytes());
     let q = m.quant;
@@ -248,6 +251,7 @@ pub fn tiled_matvec_batch(
     pool.run(tasks.len(), &|t| {
         let (i, s) = tasks[t];
         let (m, p) = ptrs[i];
+        let isa = isa.for_quant(m.quant);
         let r0 = s * TILE_ROWS;
         let rows = m.stripe_rows(s);
         // The stripe's outputs for all tokens, token-major, accumulated over the column tiles.

@@ -22,8 +22,8 @@
 use core::arch::x86_64::*;
 
 use super::avx2::{
-    chunk_consts, float_tail, load_scales, quant_bytes, scale_bytes, store_rows, Act, Lanes, Tile,
-    CHUNK, K_Q4_0, K_Q4_1, K_Q8_0,
+    chunk_consts, float_tail, load_scales, prefetch_ahead, quant_bytes, scale_bytes, store_rows,
+    Act, Lanes, Tile, CHUNK, K_Q4_0, K_Q4_1, K_Q8_0,
 };
 use crate::quant::{QuantType, QK};
 
@@ -174,6 +174,9 @@ macro_rules! avx512_kernels {
                     acc[i] = _mm512_zextps256_ps512(init);
                     wp[i] = t.qs.add((r * t.nb + c0) * qb);
                 }
+                // The group's rows are contiguous in the tile (tiles are at most one chunk
+                // wide); ask for the lines [`PREFETCH_AHEAD`] bytes on, as the AVX2 kernel does.
+                prefetch_ahead(wp[0], R * cn * qb);
                 if INT {
                     let m4 = _mm512_set1_epi8(0x0F);
                     let spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);

@@ -98,6 +98,33 @@ impl Isa {
         *ISA.get_or_init(Isa::detect)
     }
 
+    /// The kernels that run weights of type `q` when the engine asks for `self`: the AVX-512
+    /// kernels only where they beat the AVX2 ones on a measured CPU. On AMD Zen 5 (2026-12-02,
+    /// docs/PERFORMANCE.md "AVX-512 on Zen 5"), AVX-512 wins for Q8_0 (the LM heads) and the
+    /// float types, and loses for the rest: the AVX2 K-quant kernels run 4 rows at a time and
+    /// are 2× faster than the one-row AVX-512 ones, the AVX2 Q4 kernels stream faster and have
+    /// the batched prefill kernels. Every other ISA runs as asked.
+    pub fn for_quant(self, q: QuantType) -> Isa {
+        match self {
+            Isa::Avx512 if !matches!(q, QuantType::Q8_0 | QuantType::F16 | QuantType::F32) => {
+                Isa::Avx2
+            }
+            isa => isa,
+        }
+    }
+
+    /// Which kernels [`Isa::for_quant`] runs on this ISA, for reports (`run --json`, `bench
+    /// --json`): the same words whatever the model.
+    pub fn kernels(self) -> &'static str {
+        match self {
+            Isa::Avx512 if self.available() => {
+                "AVX-512 for Q8_0/F16/F32, AVX2 for Q4_0/Q4_1/Q5_0/Q5_1/K-quants"
+            }
+            Isa::Avx512 | Isa::Avx2 if Isa::Avx2.available() => "AVX2",
+            _ => "scalar",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
