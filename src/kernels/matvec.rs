@@ -222,6 +222,12 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
 /// all `n` activations while it is hot in cache ([`tile_matmul`]), so weight traffic is paid
 /// once per batch. `q8`, when given, holds each token's quantized activation. Per token the
 /// result is bit-identical to [`tiled_matvec`] on the same ISA.
+///
+/// A task is one stripe for a range of the batch's tokens. When the batch has fewer than
+/// [`STRIPES_PER_THREAD`] stripes per thread (SmolLM2's 576-row matrices are 4.5 stripes), the
+/// tokens are split in parts so that the threads get even shares: each part unpacks its tiles
+/// again, which costs little next to the compute of 16 or more tokens, and every token's
+/// arithmetic is unchanged.
 pub fn tiled_matvec_batch(
     pool: &ThreadPool,
     isa: Isa,
@@ -231,14 +237,18 @@ pub fn tiled_matvec_batch(
     q8: Option<&[Q8Act]>,
     n: usize,
 ) {
-    let mut tasks: Vec<(usize, usize)> = Vec::new();
     let cols = outs.first().map_or(0, |(m, _)| m.cols);
     assert_eq!(xs.len(), n * cols, "activation length");
+    let stripes: usize = outs.iter().map(|(m, _)| m.n_stripes()).sum();
+    let parts = token_parts(stripes, pool.threads(), n);
+    let mut tasks: Vec<(usize, usize, usize, usize)> = Vec::new();
     for (i, (m, y)) in outs.iter().enumerate() {
         assert_eq!(m.cols, cols, "matrices of one batch share the input");
         assert_eq!(y.len(), n * m.rows, "output length");
         for s in 0..m.n_stripes() {
-            tasks.push((i, s));
+            for p in 0..parts {
+                tasks.push((i, s, p * n / parts, (p + 1) * n / parts));
+            }
         }
     }
     if let Some(q) = q8 {
@@ -249,21 +259,23 @@ pub fn tiled_matvec_batch(
         .map(|(m, y)| (*m, OutPtr(y.as_mut_ptr(), y.len())))
         .collect();
     pool.run(tasks.len(), &|t| {
-        let (i, s) = tasks[t];
+        let (i, s, b0, b1) = tasks[t];
         let (m, p) = ptrs[i];
         let isa = isa.for_quant(m.quant);
         let r0 = s * TILE_ROWS;
         let rows = m.stripe_rows(s);
-        // The stripe's outputs for all tokens, token-major, accumulated over the column tiles.
-        let mut acc = vec![0f32; n * rows];
-        let mut xq: Vec<XqBlocks> = Vec::with_capacity(n);
+        let nt = b1 - b0;
+        // The stripe's outputs for tokens b0..b1, token-major, accumulated over the column tiles.
+        let mut acc = vec![0f32; nt * rows];
+        let mut xq: Vec<XqBlocks> = Vec::with_capacity(nt);
         for c in 0..m.n_col_tiles() {
             let tile = tile_at(bytes, m, s, c);
             let c0 = c * TILE_COLS;
             let c1 = c0 + tile.cols;
             if m.quant.is_interleaved() {
                 // The GGUF block types (Q5_x, K-quants): one call per token, accumulated.
-                for b in 0..n {
+                for b in b0..b1 {
+                    let j = b - b0;
                     tile_matvec_act(
                         isa,
                         m.quant,
@@ -274,7 +286,7 @@ pub fn tiled_matvec_batch(
                         &xs[b * cols + c0..b * cols + c1],
                         q8.map(|q| &q[b]),
                         c0,
-                        &mut acc[b * rows..(b + 1) * rows],
+                        &mut acc[j * rows..(j + 1) * rows],
                     );
                 }
                 continue;
@@ -282,17 +294,18 @@ pub fn tiled_matvec_batch(
             let q8 = q8.filter(|_| m.quant.is_blocked());
             xq.clear();
             if let Some(q) = q8 {
-                let (b0, b1) = (c0 / QK, c1 / QK);
+                let (k0, k1) = (c0 / QK, c1 / QK);
                 xq.extend(
-                    q.iter()
-                        .map(|a| (&a.d[b0..b1], &a.s[b0..b1], &a.qs[c0..c1])),
+                    q[b0..b1]
+                        .iter()
+                        .map(|a| (&a.d[k0..k1], &a.s[k0..k1], &a.qs[c0..c1])),
                 );
             }
             // The f32 activations of this tile's columns, token-major.
             let xt: Vec<f32> = if q8.is_some() {
                 Vec::new()
             } else {
-                (0..n)
+                (b0..b1)
                     .flat_map(|b| &xs[b * cols + c0..b * cols + c1])
                     .copied()
                     .collect()
@@ -306,17 +319,31 @@ pub fn tiled_matvec_batch(
                 tile.qs,
                 &xt,
                 q8.map(|_| &xq[..]),
-                n,
+                nt,
                 &mut acc,
             );
         }
-        for b in 0..n {
+        for b in b0..b1 {
+            let j = b - b0;
             // SAFETY: rows [r0, r0 + rows) of token b's output lie inside the output (asserted
-            // length n · m.rows) and (matrix, stripe) pairs are distinct across tasks.
+            // length n · m.rows), and the (matrix, stripe, token range) of each task is distinct.
             let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(b * m.rows + r0), rows) };
-            out.copy_from_slice(&acc[b * rows..(b + 1) * rows]);
+            out.copy_from_slice(&acc[j * rows..(j + 1) * rows]);
         }
     });
+}
+
+/// Below this many stripes per thread, [`tiled_matvec_batch`] splits the tokens.
+const STRIPES_PER_THREAD: usize = 8;
+
+/// How many token ranges [`tiled_matvec_batch`] cuts a batch of `n` tokens into: 1 when there
+/// are enough stripes to share out or one thread, else up to `threads`, keeping ≥ 8 tokens each.
+fn token_parts(stripes: usize, threads: usize, n: usize) -> usize {
+    if threads <= 1 || stripes >= STRIPES_PER_THREAD * threads {
+        1
+    } else {
+        threads.min(n / 8).max(1)
+    }
 }
 
 #[cfg(test)]
@@ -412,6 +439,20 @@ mod tests {
         assert_eq!(stripes_per_claim(2048, 2), 64);
         assert_eq!(stripes_per_claim(2048, 1), 1);
         assert_eq!(stripes_per_claim(37, 2), 1);
+    }
+
+    /// Tokens are split only when the stripes cannot be shared out evenly, never below 8 tokens
+    /// a part (the 300-row, 3-stripe matrix below takes the split path for n = 32 and 35).
+    #[test]
+    fn tokens_are_split_only_for_few_stripes() {
+        assert_eq!(token_parts(3, 2, 32), 2);
+        assert_eq!(token_parts(3, 2, 35), 2);
+        assert_eq!(token_parts(9, 2, 32), 2);
+        assert_eq!(token_parts(16, 2, 32), 1);
+        assert_eq!(token_parts(3, 1, 32), 1);
+        assert_eq!(token_parts(3, 2, 15), 1);
+        assert_eq!(token_parts(3, 4, 32), 4);
+        assert_eq!(token_parts(3, 8, 20), 2);
     }
 
     /// The batched prefill matvec equals the per-token matvec bit for bit, per token, on every
