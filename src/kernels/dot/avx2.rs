@@ -37,23 +37,33 @@ use core::arch::x86_64::*;
 use super::Q8Act;
 use crate::quant::{QuantType, QK};
 
-/// How far ahead of a row group's weights [`prefetch_ahead`] reaches, in bytes. The hardware
-/// prefetchers alone left the Q8_0 LM head of Gemma 3 streaming at ~10 GB/s on one Zen 3 core
-/// against 15–18 GB/s for a plain read; prefetching every line 1–8 KiB ahead was 10–15% faster
-/// (docs/PERFORMANCE.md, "Software prefetch, line by line"), 2–4 KiB best.
+/// How far ahead of a row group's weights [`prefetch_ahead`] reaches into L1, in bytes. The
+/// hardware prefetchers alone left the Q8_0 LM head of Gemma 3 streaming at ~10 GB/s on one Zen 3
+/// core against 15–18 GB/s for a plain read; prefetching every line 1–8 KiB ahead was 10–15%
+/// faster (docs/PERFORMANCE.md, "Software prefetch, line by line"), 2–4 KiB best.
 pub(super) const PREFETCH_AHEAD: usize = 2048;
 
+/// How far ahead [`prefetch_ahead`] also asks for each line into L2 (`prefetcht1`), in bytes.
+/// A core reaching 34 GB/s from DRAM (Zen 5) needs more lines in flight than the L1 prefetches
+/// can hold: 32 lines 2 KiB ahead cover ~18 GB/s at ~110 ns. The L2 requests carry the
+/// distance; the L1 requests then hit L2. Q8_0 streamed 16 → 23 GB/s and SmolLM2 decode
+/// ~+20% at 16 KiB, less at 8 or 24 (docs/PERFORMANCE.md, "AVX-512 on Zen 5").
+pub(super) const PREFETCH_L2_AHEAD: usize = 16384;
+
 /// Issues a `prefetcht0` for every 64-byte line of `len` bytes starting [`PREFETCH_AHEAD`] bytes
-/// after `p`: the weights of the row group after next, while this one computes. Prefetches
-/// never fault, so the range may run past the tile (into the next tile of the stripe, or past
-/// the mapping); `wrapping_add` keeps the address arithmetic defined there.
+/// after `p` (the weights of the row group after next, while this one computes) and a
+/// `prefetcht1` for the same lines [`PREFETCH_L2_AHEAD`] bytes after `p`. Prefetches never
+/// fault, so the ranges may run past the tile (into the next tiles of the stripe, the next
+/// stripe, or past the mapping); `wrapping_add` keeps the address arithmetic defined there.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn prefetch_ahead(p: *const u8, len: usize) {
-    let base = p.wrapping_add(PREFETCH_AHEAD);
+    let l1 = p.wrapping_add(PREFETCH_AHEAD);
+    let l2 = p.wrapping_add(PREFETCH_L2_AHEAD);
     let mut o = 0;
     while o < len {
-        _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(o) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(l1.wrapping_add(o) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(l2.wrapping_add(o) as *const i8);
         o += 64;
     }
 }
