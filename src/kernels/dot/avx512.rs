@@ -23,7 +23,7 @@ use core::arch::x86_64::*;
 
 use super::avx2::{
     chunk_consts, float_tail, load_scales, prefetch_ahead, quant_bytes, scale_bytes, store_rows,
-    Act, Lanes, Tile, CHUNK, K_Q4_0, K_Q4_1, K_Q8_0,
+    Act, Lanes, Tile, CHUNK, K_Q4_0, K_Q4_1, K_Q8_0, TB,
 };
 use crate::quant::{QuantType, QK};
 
@@ -67,6 +67,52 @@ pub unsafe fn tile_matvec(
     }
 }
 
+/// Batched integer tile kernel for Q4_0/Q4_1 (prefill), AVX-512: for every token `j` of `xq`,
+/// `y[j·rows + r] += W[r]·x_j`. Each group of 4 rows has its nibbles spread to the 512-bit
+/// layout once per column chunk and applied to every token of the batch. Per token the
+/// arithmetic is that of this module's [`tile_matvec`] integer path, operation for operation
+/// (same integer dots, same scale lanes, same FMA order, same fold and row reduction), so the
+/// result is bit-identical to calling it once per token (tested).
+///
+/// # Safety
+/// As [`tile_matvec`] (integer path, `q` Q4_0 or Q4_1) for each token's `xq[j]`, and
+/// `y.len() >= xq.len() · rows`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn tile_matmul_q4(
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    scales: &[u8],
+    qs: &[u8],
+    xq: &[(&[f32], &[f32], &[i8])],
+    y: &mut [f32],
+    vnni: bool,
+) {
+    let t = Tile {
+        rows,
+        nb: cols / QK,
+        cols,
+        scales: scales.as_ptr(),
+        scales_len: scales.len(),
+        qs: qs.as_ptr(),
+        y: y.as_mut_ptr(),
+    };
+    let mut acts = [Act::f32(&[]); TB];
+    for (tb0, blk) in xq.chunks(TB).enumerate() {
+        for (a, x) in acts.iter_mut().zip(blk) {
+            *a = Act::int(*x);
+        }
+        let yb = t.y.add(tb0 * TB * rows);
+        if vnni {
+            // SAFETY: forwarded caller guarantee (features incl. VNNI, validated tiles).
+            vnni::matmul_q4(q, &t, &acts[..blk.len()], yb);
+        } else {
+            // SAFETY: forwarded caller guarantee (features, validated tiles).
+            bw::matmul_q4(q, &t, &acts[..blk.len()], yb);
+        }
+    }
+}
+
 macro_rules! avx512_kernels {
     ($name:ident, $feat:literal, $vnni:literal) => {
         mod $name {
@@ -88,6 +134,125 @@ macro_rules! avx512_kernels {
                     (QuantType::Q8_0, false) => blocked::<K_Q8_0, false>(t, a),
                     // Dispatched to `kquant` before this module is reached.
                     _ => unreachable!("{q} is not a split type"),
+                }
+            }
+
+            /// Up to [`TB`] tokens of [`tile_matmul_q4`]; `y` = the first token's output rows.
+            #[target_feature(enable = $feat)]
+            pub(super) unsafe fn matmul_q4(q: QuantType, t: &Tile, acts: &[Act], y: *mut f32) {
+                match q {
+                    QuantType::Q4_0 => matmul::<K_Q4_0>(t, acts, y),
+                    QuantType::Q4_1 => matmul::<K_Q4_1>(t, acts, y),
+                    _ => unreachable!("{q} has no batched AVX-512 kernel"),
+                }
+            }
+
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn matmul<const K: u8>(t: &Tile, acts: &[Act], y: *mut f32) {
+                let mut amv = [_mm256_setzero_ps(); TB];
+                let mut csv = [_mm256_setzero_ps(); TB];
+                let mut c0 = 0;
+                while c0 < t.nb {
+                    let cn = CHUNK.min(t.nb - c0);
+                    for (j, a) in acts.iter().enumerate() {
+                        (amv[j], csv[j]) = chunk_consts::<K, true>(*a, c0, cn);
+                    }
+                    let ch = (c0, cn, &amv, &csv);
+                    let mut r0 = 0;
+                    if cn == CHUNK {
+                        while r0 + 4 <= t.rows {
+                            mm_group::<K, 4, true>(t, acts, r0, ch, y);
+                            r0 += 4;
+                        }
+                    }
+                    while r0 + 4 <= t.rows {
+                        mm_group::<K, 4, false>(t, acts, r0, ch, y);
+                        r0 += 4;
+                    }
+                    match t.rows - r0 {
+                        1 => mm_group::<K, 1, false>(t, acts, r0, ch, y),
+                        2 => mm_group::<K, 2, false>(t, acts, r0, ch, y),
+                        3 => mm_group::<K, 3, false>(t, acts, r0, ch, y),
+                        _ => {}
+                    }
+                    c0 += cn;
+                }
+            }
+
+            /// `R` rows from `r0` of the chunk `ch = (c0, cn, amv, csv)` for every token:
+            /// the nibbles are spread once, then per token the integer path of [`group`].
+            #[inline]
+            #[allow(clippy::needless_range_loop)] // parallel per-row arrays in the hot loop
+            #[allow(clippy::type_complexity)]
+            #[target_feature(enable = $feat)]
+            unsafe fn mm_group<const K: u8, const R: usize, const FULL: bool>(
+                t: &Tile,
+                acts: &[Act],
+                r0: usize,
+                ch: (usize, usize, &[__m256; TB], &[__m256; TB]),
+                y: *mut f32,
+            ) {
+                let (c0, cn, amv, csv) = ch;
+                let cn = if FULL { CHUNK } else { cn };
+                let sb = scale_bytes(K);
+                let qb = quant_bytes(K);
+                let m4 = _mm512_set1_epi8(0x0F);
+                let spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+                let shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+                let two = _mm512_set1_epi32(2);
+                let mut dm = [(_mm256_setzero_ps(), _mm256_setzero_ps()); R];
+                let mut u = [[_mm512_setzero_si512(); CHUNK / 2]; R];
+                for i in 0..R {
+                    let r = r0 + i;
+                    let off = (r * t.nb + c0) * sb;
+                    dm[i] = load_scales::<K>(t.scales.add(off), cn, t.scales_len - off);
+                    let wp = t.qs.add((r * t.nb + c0) * qb);
+                    let mut b = 0;
+                    while b < cn {
+                        let wb = wp.add(b * qb);
+                        let w = if b + 1 < cn {
+                            _mm256_loadu_si256(wb as *const __m256i)
+                        } else {
+                            _mm256_zextsi128_si256(_mm_loadu_si128(wb as *const __m128i))
+                        };
+                        let w = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(w));
+                        u[i][b / 2] = _mm512_and_si512(_mm512_srlv_epi64(w, shift), m4);
+                        b += 2;
+                    }
+                }
+                for (j, a) in acts.iter().enumerate() {
+                    let mut acc = [_mm512_setzero_ps(); R];
+                    let mut ddz = [_mm512_setzero_ps(); R];
+                    for i in 0..R {
+                        let (d, m) = dm[i];
+                        ddz[i] = _mm512_zextps256_ps512(_mm256_mul_ps(d, amv[j]));
+                        let init = if K == K_Q4_0 {
+                            _mm256_mul_ps(d, csv[j])
+                        } else {
+                            _mm256_mul_ps(m, csv[j])
+                        };
+                        acc[i] = _mm512_zextps256_ps512(init);
+                    }
+                    let mut sidx =
+                        _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+                    let mut b = 0;
+                    while b < cn {
+                        let xmask: __mmask64 = if b + 1 < cn { !0 } else { 0xFFFF_FFFF };
+                        let xv = _mm512_maskz_loadu_epi8(xmask, a.q.add((c0 + b) * QK));
+                        for i in 0..R {
+                            let p = dot_u8i8(u[i][b / 2], xv);
+                            let sc = _mm512_permutexvar_ps(sidx, ddz[i]);
+                            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[i]);
+                        }
+                        sidx = _mm512_add_epi32(sidx, two);
+                        b += 2;
+                    }
+                    let mut folded = [_mm256_setzero_ps(); R];
+                    for i in 0..R {
+                        folded[i] = fold(acc[i]);
+                    }
+                    store_rows::<R>(&folded, y.add(j * t.rows + r0));
                 }
             }
 
@@ -348,6 +513,101 @@ mod tests {
             },
             3,
         );
+    }
+
+    /// The batched Q4 kernel (prefill) equals this module's per-token kernel bit for bit, with
+    /// and without VNNI: full 8-block chunks, the 2-block tail of 576-wide rows, odd block
+    /// counts (a lone trailing block), row tails of 1–3, token counts across the 32-token block.
+    #[test]
+    fn batched_q4_matches_per_token_bit_for_bit() {
+        use super::super::scalar;
+        use super::super::testutil::{random_tile, Rng};
+        use super::super::Q8Act;
+        use crate::quant::QuantType;
+        let mut rng = Rng(23);
+        for vnni in [false, true] {
+            if !Isa::Avx512.available() || (vnni && !Isa::Avx512.has_vnni()) {
+                println!("SKIP: this CPU lacks AVX-512 F/BW (vnni={vnni})");
+                continue;
+            }
+            for q in [QuantType::Q4_0, QuantType::Q4_1] {
+                for (rows, nb, n) in [
+                    (128, 8, 32),
+                    (128, 2, 33),
+                    (37, 18, 5),
+                    (5, 3, 1),
+                    (3, 7, 40),
+                    (1, 1, 3),
+                ] {
+                    let cols = nb * 32;
+                    let t = random_tile(&mut rng, q, rows, cols);
+                    let xs: Vec<f32> = (0..n * cols).map(|_| rng.f() * 2.0).collect();
+                    let acts: Vec<Q8Act> = xs
+                        .chunks_exact(cols)
+                        .map(|x| {
+                            let mut a = Q8Act::default();
+                            scalar::quantize_act(x, &mut a);
+                            a
+                        })
+                        .collect();
+                    let xq: Vec<_> = acts
+                        .iter()
+                        .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))
+                        .collect();
+                    let y0: Vec<f32> = (0..n * rows).map(|_| rng.f()).collect();
+                    let mut want = y0.clone();
+                    for j in 0..n {
+                        let y = &mut want[j * rows..(j + 1) * rows];
+                        super::super::check_tile(
+                            q,
+                            rows,
+                            cols,
+                            &t.scales,
+                            &t.qs,
+                            &[],
+                            Some(xq[j]),
+                            y,
+                        );
+                        // SAFETY: features detected above; tile checked just above.
+                        unsafe {
+                            super::tile_matvec(
+                                q,
+                                rows,
+                                cols,
+                                &t.scales,
+                                &t.qs,
+                                &[],
+                                Some(xq[j]),
+                                y,
+                                vnni,
+                            )
+                        };
+                    }
+                    let mut got = y0.clone();
+                    for j in 0..n {
+                        let y = &got[j * rows..(j + 1) * rows];
+                        super::super::check_tile(
+                            q,
+                            rows,
+                            cols,
+                            &t.scales,
+                            &t.qs,
+                            &[],
+                            Some(xq[j]),
+                            y,
+                        );
+                    }
+                    // SAFETY: features detected above; every token's tile checked above.
+                    unsafe {
+                        super::tile_matmul_q4(q, rows, cols, &t.scales, &t.qs, &xq, &mut got, vnni)
+                    };
+                    assert_eq!(
+                        want, got,
+                        "{q} vnni={vnni} rows {rows} blocks {nb} tokens {n}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -99,16 +99,14 @@ impl Isa {
     }
 
     /// The kernels that run weights of type `q` when the engine asks for `self`: the AVX-512
-    /// kernels only where they beat the AVX2 ones on a measured CPU. On AMD Zen 5 (2026-12-02,
-    /// docs/PERFORMANCE.md "AVX-512 on Zen 5"), AVX-512 wins for Q8_0 (the LM heads) and the
-    /// float types, and loses for the rest: the AVX2 K-quant kernels run 4 rows at a time and
-    /// are 2× faster than the one-row AVX-512 ones, the AVX2 Q4 kernels stream faster and have
-    /// the batched prefill kernels. Every other ISA runs as asked.
+    /// kernels only where they are not slower than the AVX2 ones on a measured CPU. On AMD
+    /// Zen 5 (2026-12-02, docs/PERFORMANCE.md "AVX-512 on Zen 5"), AVX-512 wins for Q8_0 (the
+    /// LM heads), the float types and Q4 prefill (its batched VNNI kernel), and ties for Q4
+    /// decode; the Q5 and K-quant kernels stay AVX2 (the AVX2 K-quant kernels run 4 rows at a
+    /// time and are 2× faster than the one-row AVX-512 ones). Every other ISA runs as asked.
     pub fn for_quant(self, q: QuantType) -> Isa {
         match self {
-            Isa::Avx512 if !matches!(q, QuantType::Q8_0 | QuantType::F16 | QuantType::F32) => {
-                Isa::Avx2
-            }
+            Isa::Avx512 if q.is_interleaved() => Isa::Avx2,
             isa => isa,
         }
     }
@@ -118,7 +116,7 @@ impl Isa {
     pub fn kernels(self) -> &'static str {
         match self {
             Isa::Avx512 if self.available() => {
-                "AVX-512 for Q8_0/F16/F32, AVX2 for Q4_0/Q4_1/Q5_0/Q5_1/K-quants"
+                "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants"
             }
             Isa::Avx512 | Isa::Avx2 if Isa::Avx2.available() => "AVX2",
             _ => "scalar",
@@ -303,7 +301,7 @@ pub fn tile_matvec(
 }
 
 /// Whether [`tile_matvec`] on `isa` would run the AVX2 kernels (the batched kernels are
-/// bit-identical to those; AVX-512 keeps its per-token kernels).
+/// bit-identical to those; AVX-512 has its own batched Q4 kernel and per-token kernels otherwise).
 #[cfg(target_arch = "x86_64")]
 fn avx2_batch(isa: Isa) -> bool {
     match isa {
@@ -321,10 +319,11 @@ pub type XqBlocks<'a> = (&'a [f32], &'a [f32], &'a [i8]);
 /// is a block type (integer path). `xs` may be empty on the integer path.
 ///
 /// With AVX2, Q4_0/Q4_1 on the integer path and every block type on the f32 path use batched
-/// kernels that unpack each row group once for all tokens; they are bit-identical to one
+/// kernels that unpack each row group once for all tokens; with AVX-512, Q4_0/Q4_1 on the
+/// integer path do (`avx512::tile_matmul_q4`, VNNI when present). They are bit-identical to one
 /// [`tile_matvec`] call per token on the same ISA (tested). Every other case (F16/F32, Q8_0
-/// integer, scalar, AVX-512) is one `tile_matvec` call per token, which is also the reference
-/// of the batched kernels.
+/// integer, scalar, the AVX-512 f32 path) is one `tile_matvec` call per token, which is also
+/// the reference of the batched kernels.
 #[allow(clippy::too_many_arguments)]
 pub fn tile_matmul(
     isa: Isa,
@@ -344,6 +343,19 @@ pub fn tile_matmul(
         assert_eq!(xq.len(), n, "one Q8 activation per token");
         #[cfg(target_arch = "x86_64")]
         {
+            if isa == Isa::Avx512
+                && Isa::Avx512.available()
+                && matches!(q, QuantType::Q4_0 | QuantType::Q4_1)
+            {
+                for (j, &x) in xq.iter().enumerate() {
+                    check_tile(q, rows, cols, scales, qs, &[], Some(x), &y[j * rows..]);
+                }
+                // SAFETY: AVX-512 F/BW (+ AVX2/FMA/F16C; VNNI when `has_vnni`) detected just
+                // above; every token's slices were checked against the tile contract by
+                // `check_tile`, and `y` holds `n · rows` outputs.
+                unsafe { avx512::tile_matmul_q4(q, rows, cols, scales, qs, xq, y, isa.has_vnni()) };
+                return;
+            }
             if avx2_batch(isa) && matches!(q, QuantType::Q4_0 | QuantType::Q4_1) {
                 for (j, &x) in xq.iter().enumerate() {
                     check_tile(q, rows, cols, scales, qs, &[], Some(x), &y[j * rows..]);
