@@ -228,3 +228,47 @@ fn truncated_during_a_token_in_process_is_a_non_fatal_error() {
     assert!(again.error.unwrap_or_default().contains("reopen it"));
     assert!(again.tokens.is_empty());
 }
+
+/// `CFLOW_WEIGHTS=resident` (`CflowFile::make_resident`): the engine reads a private copy, so the
+/// file truncated between tokens changes nothing; the tokens equal those of the mapped file.
+#[test]
+fn a_resident_copy_survives_truncation_and_gives_the_same_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.cflow");
+    tiny(&path);
+    let mut mapped = session(&path);
+    let want = mapped.generate(&[1, 2, 3], 8, false, &mut |_| {});
+    assert_eq!(want.reason, Some(StopReason::Length), "{want:?}");
+
+    let mut f = CflowFile::open(&path).expect("open");
+    assert!(!f.is_resident());
+    let bytes = f.bytes().to_vec();
+    f.make_resident().expect("resident copy");
+    assert!(f.is_resident());
+    assert_eq!(f.bytes(), &bytes[..], "the copy holds the file's bytes");
+    let e = Engine::new(
+        Arc::new(f),
+        EngineOptions {
+            threads: 1,
+            isa: Isa::detect(),
+            int_act: true,
+            layout: Layout::Cflow,
+            timings: false,
+            ..Default::default()
+        },
+    );
+    let mut s = Session::new(e, SamplingParams::default()).expect("session");
+    let mut boundaries = 0;
+    let p = path.clone();
+    s.boundary = Some(Box::new(move |_e: &mut Engine| {
+        boundaries += 1;
+        if boundaries == 2 {
+            let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+            f.set_len(4096).unwrap();
+        }
+        Vec::new()
+    }));
+    let got = s.generate(&[1, 2, 3], 8, false, &mut |_| {});
+    assert_eq!(got.reason, Some(StopReason::Length), "{got:?}");
+    assert_eq!(got.tokens, want.tokens);
+}

@@ -62,10 +62,26 @@ pub fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
 
 /// Opens a model file: a `.cflow`, or a `.vflow` (self-contained: its views are an ordinary
 /// `CflowFile`). A directory, a GGUF or a missing file is refused in one line saying what to do.
+///
+/// `CFLOW_WEIGHTS=resident` copies a `.cflow` into private memory in transparent huge pages at
+/// open (decode reads it through far fewer TLB entries; docs/PERFORMANCE.md); the default,
+/// `mmap`, reads the file's page cache, which the I/O panes, prefetch and cold-start benches
+/// are about. Any other value is refused.
 pub fn open_model(path: &Path) -> Result<Arc<CflowFile>> {
+    let resident = match std::env::var("CFLOW_WEIGHTS").as_deref() {
+        Err(_) | Ok("" | "mmap") => false,
+        Ok("resident") => true,
+        Ok(v) => bail!("CFLOW_WEIGHTS={v}: expected mmap (the default) or resident"),
+    };
     let file = match sniff_model(path)? {
         ModelKind::Vflow => crate::format::vflow::open_views(path)?,
-        ModelKind::Cflow => CflowFile::open(path)?,
+        ModelKind::Cflow => {
+            let mut f = CflowFile::open(path)?;
+            if resident {
+                f.make_resident()?;
+            }
+            f
+        }
     };
     Ok(Arc::new(file))
 }

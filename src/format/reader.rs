@@ -677,6 +677,17 @@ impl CflowFile {
         h.finish()
     }
 
+    /// Copies the whole file into private huge-page memory and reads it from there from now on
+    /// (see [`ModelMap::make_resident`]): the opt-in `CFLOW_WEIGHTS=resident`.
+    pub fn make_resident(&mut self) -> Result<(), FormatError> {
+        self.map.make_resident(&self.path)
+    }
+
+    /// True when the bytes are a private in-memory copy, not the file's page cache.
+    pub fn is_resident(&self) -> bool {
+        self.map.is_resident()
+    }
+
     /// Fails when the file changed since it was opened (see [`ModelMap::check_unchanged`]): a
     /// page vanished under a read (SIGBUS absorbed), or its size or modification time changed.
     /// The engine calls this before every token.
