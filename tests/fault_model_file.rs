@@ -28,9 +28,12 @@ fn tiny(path: &Path) {
 }
 
 fn session(path: &Path) -> Session {
-    let f = Arc::new(CflowFile::open(path).expect("open"));
+    session_of(CflowFile::open(path).expect("open"))
+}
+
+fn session_of(f: CflowFile) -> Session {
     let e = Engine::new(
-        f,
+        Arc::new(f),
         EngineOptions {
             threads: 1,
             isa: Isa::detect(),
@@ -49,17 +52,7 @@ fn truncated_between_tokens_is_a_clear_error() {
     let path = dir.path().join("m.cflow");
     tiny(&path);
     let mut s = session(&path);
-    let mut boundaries = 0;
-    let p = path.clone();
-    s.boundary = Some(Box::new(move |_e: &mut Engine| {
-        boundaries += 1;
-        if boundaries == 2 {
-            // Another process shrinks the file under us.
-            let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-            f.set_len(4096).unwrap();
-        }
-        Vec::new()
-    }));
+    truncate_at_second_boundary(&mut s, &path);
     let mut events = Vec::new();
     let out = s.generate(&[1, 2, 3], 8, false, &mut |e| events.push(e));
     assert_eq!(out.reason, Some(StopReason::Error), "{out:?}");
@@ -246,20 +239,17 @@ fn a_resident_copy_survives_truncation_and_gives_the_same_tokens() {
     f.make_resident().expect("resident copy");
     assert!(f.is_resident());
     assert_eq!(f.bytes(), &bytes[..], "the copy holds the file's bytes");
-    let e = Engine::new(
-        Arc::new(f),
-        EngineOptions {
-            threads: 1,
-            isa: Isa::detect(),
-            int_act: true,
-            layout: Layout::Cflow,
-            timings: false,
-            ..Default::default()
-        },
-    );
-    let mut s = Session::new(e, SamplingParams::default()).expect("session");
+    let mut s = session_of(f);
+    truncate_at_second_boundary(&mut s, &path);
+    let got = s.generate(&[1, 2, 3], 8, false, &mut |_| {});
+    assert_eq!(got.reason, Some(StopReason::Length), "{got:?}");
+    assert_eq!(got.tokens, want.tokens);
+}
+
+/// Another process shrinks the file to 4096 bytes at the session's second token boundary.
+fn truncate_at_second_boundary(s: &mut Session, path: &Path) {
     let mut boundaries = 0;
-    let p = path.clone();
+    let p = path.to_path_buf();
     s.boundary = Some(Box::new(move |_e: &mut Engine| {
         boundaries += 1;
         if boundaries == 2 {
@@ -268,7 +258,4 @@ fn a_resident_copy_survives_truncation_and_gives_the_same_tokens() {
         }
         Vec::new()
     }));
-    let got = s.generate(&[1, 2, 3], 8, false, &mut |_| {});
-    assert_eq!(got.reason, Some(StopReason::Length), "{got:?}");
-    assert_eq!(got.tokens, want.tokens);
 }

@@ -1148,8 +1148,8 @@ mod tests {
     /// row tail.
     #[test]
     fn batched_kernels_match_per_token_bit_for_bit() {
-        use super::super::testutil::{random_tile, Rng};
-        use super::super::{scalar, tile_matmul, Q8Act};
+        use super::super::testutil::{q8_acts, random_tile, Rng};
+        use super::super::tile_matmul;
         use crate::quant::QuantType;
         if skip() {
             return;
@@ -1168,14 +1168,7 @@ mod tests {
                 let cols = nb * 32;
                 let t = random_tile(&mut rng, q, rows, cols);
                 let xs: Vec<f32> = (0..n * cols).map(|_| rng.f() * 2.0).collect();
-                let acts: Vec<Q8Act> = xs
-                    .chunks_exact(cols)
-                    .map(|x| {
-                        let mut a = Q8Act::default();
-                        scalar::quantize_act(x, &mut a);
-                        a
-                    })
-                    .collect();
+                let acts = q8_acts(&xs, cols);
                 let xq: Vec<_> = acts
                     .iter()
                     .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))

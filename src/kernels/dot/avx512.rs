@@ -520,9 +520,8 @@ mod tests {
     /// counts (a lone trailing block), row tails of 1–3, token counts across the 32-token block.
     #[test]
     fn batched_q4_matches_per_token_bit_for_bit() {
-        use super::super::scalar;
-        use super::super::testutil::{random_tile, Rng};
-        use super::super::Q8Act;
+        use super::super::check_tile;
+        use super::super::testutil::{q8_acts, random_tile, Rng};
         use crate::quant::QuantType;
         let mut rng = Rng(23);
         for vnni in [false, true] {
@@ -542,33 +541,28 @@ mod tests {
                     let cols = nb * 32;
                     let t = random_tile(&mut rng, q, rows, cols);
                     let xs: Vec<f32> = (0..n * cols).map(|_| rng.f() * 2.0).collect();
-                    let acts: Vec<Q8Act> = xs
-                        .chunks_exact(cols)
-                        .map(|x| {
-                            let mut a = Q8Act::default();
-                            scalar::quantize_act(x, &mut a);
-                            a
-                        })
-                        .collect();
+                    let acts = q8_acts(&xs, cols);
                     let xq: Vec<_> = acts
                         .iter()
                         .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))
                         .collect();
                     let y0: Vec<f32> = (0..n * rows).map(|_| rng.f()).collect();
-                    let mut want = y0.clone();
-                    for j in 0..n {
-                        let y = &mut want[j * rows..(j + 1) * rows];
-                        super::super::check_tile(
+                    for (j, x) in xq.iter().enumerate() {
+                        check_tile(
                             q,
                             rows,
                             cols,
                             &t.scales,
                             &t.qs,
                             &[],
-                            Some(xq[j]),
-                            y,
+                            Some(*x),
+                            &y0[j * rows..],
                         );
-                        // SAFETY: features detected above; tile checked just above.
+                    }
+                    let mut want = y0.clone();
+                    for (j, x) in xq.iter().enumerate() {
+                        let y = &mut want[j * rows..(j + 1) * rows];
+                        // SAFETY: features detected above; every token's tile checked above.
                         unsafe {
                             super::tile_matvec(
                                 q,
@@ -577,26 +571,13 @@ mod tests {
                                 &t.scales,
                                 &t.qs,
                                 &[],
-                                Some(xq[j]),
+                                Some(*x),
                                 y,
                                 vnni,
                             )
                         };
                     }
                     let mut got = y0.clone();
-                    for j in 0..n {
-                        let y = &got[j * rows..(j + 1) * rows];
-                        super::super::check_tile(
-                            q,
-                            rows,
-                            cols,
-                            &t.scales,
-                            &t.qs,
-                            &[],
-                            Some(xq[j]),
-                            y,
-                        );
-                    }
                     // SAFETY: features detected above; every token's tile checked above.
                     unsafe {
                         super::tile_matmul_q4(q, rows, cols, &t.scales, &t.qs, &xq, &mut got, vnni)

@@ -414,6 +414,17 @@ pub(crate) mod testutil {
     use super::{scalar, Q8Act};
     use crate::quant::{dequantize_row, quantize_row, QuantType, QK};
 
+    /// Each `cols`-wide token of `xs` quantized to Q8 blocks (scalar reference quantizer).
+    pub fn q8_acts(xs: &[f32], cols: usize) -> Vec<Q8Act> {
+        xs.chunks_exact(cols)
+            .map(|x| {
+                let mut a = Q8Act::default();
+                scalar::quantize_act(x, &mut a);
+                a
+            })
+            .collect()
+    }
+
     /// Signature of a tile kernel under test (same as [`super::tile_matvec`] minus the ISA).
     pub type Kernel<'a> = &'a dyn Fn(
         QuantType,
