@@ -143,6 +143,21 @@ pub(super) struct Tile {
     pub(super) y: *mut f32,
 }
 
+impl Tile {
+    /// The view of a `rows × cols` tile's slices and its output.
+    pub(super) fn new(rows: usize, cols: usize, scales: &[u8], qs: &[u8], y: &mut [f32]) -> Tile {
+        Tile {
+            rows,
+            nb: cols / QK,
+            cols,
+            scales: scales.as_ptr(),
+            scales_len: scales.len(),
+            qs: qs.as_ptr(),
+            y: y.as_mut_ptr(),
+        }
+    }
+}
+
 /// Activation pointers: f32 `x`, or Q8 blocks (`d`, `s`, `qs`).
 #[derive(Clone, Copy)]
 pub(super) struct Act {
@@ -286,15 +301,7 @@ pub unsafe fn tile_matmul_q4(
     xq: &[(&[f32], &[f32], &[i8])],
     y: &mut [f32],
 ) {
-    let t = Tile {
-        rows,
-        nb: cols / QK,
-        cols,
-        scales: scales.as_ptr(),
-        scales_len: scales.len(),
-        qs: qs.as_ptr(),
-        y: y.as_mut_ptr(),
-    };
+    let t = Tile::new(rows, cols, scales, qs, y);
     let mut acts = [Act::f32(&[]); TB];
     for (tb0, blk) in xq.chunks(TB).enumerate() {
         for (a, x) in acts.iter_mut().zip(blk) {
@@ -471,15 +478,7 @@ pub unsafe fn tile_matmul_f32(
     n: usize,
     y: &mut [f32],
 ) {
-    let t = Tile {
-        rows,
-        nb: cols / QK,
-        cols,
-        scales: scales.as_ptr(),
-        scales_len: scales.len(),
-        qs: qs.as_ptr(),
-        y: y.as_mut_ptr(),
-    };
+    let t = Tile::new(rows, cols, scales, qs, y);
     let mut acts = [Act::f32(&[]); TB];
     let mut j0 = 0;
     while j0 < n {

@@ -45,15 +45,7 @@ pub unsafe fn tile_matvec(
     y: &mut [f32],
     vnni: bool,
 ) {
-    let t = Tile {
-        rows,
-        nb: cols / QK,
-        cols,
-        scales: scales.as_ptr(),
-        scales_len: scales.len(),
-        qs: qs.as_ptr(),
-        y: y.as_mut_ptr(),
-    };
+    let t = Tile::new(rows, cols, scales, qs, y);
     let a = match xq {
         Some(a) if q.is_blocked() => Act::int(a),
         _ => Act::f32(x),
@@ -88,15 +80,7 @@ pub unsafe fn tile_matmul_q4(
     y: &mut [f32],
     vnni: bool,
 ) {
-    let t = Tile {
-        rows,
-        nb: cols / QK,
-        cols,
-        scales: scales.as_ptr(),
-        scales_len: scales.len(),
-        qs: qs.as_ptr(),
-        y: y.as_mut_ptr(),
-    };
+    let t = Tile::new(rows, cols, scales, qs, y);
     let mut acts = [Act::f32(&[]); TB];
     for (tb0, blk) in xq.chunks(TB).enumerate() {
         for (a, x) in acts.iter_mut().zip(blk) {
