@@ -1147,7 +1147,7 @@ mod tests {
     /// row tail.
     #[test]
     fn batched_kernels_match_per_token_bit_for_bit() {
-        use super::super::testutil::{q8_acts, random_tile, Rng};
+        use super::super::testutil::{BatchCase, Rng};
         use super::super::tile_matmul;
         use crate::quant::QuantType;
         if skip() {
@@ -1165,14 +1165,8 @@ mod tests {
                 (1, 1, 3),
             ] {
                 let cols = nb * 32;
-                let t = random_tile(&mut rng, q, rows, cols);
-                let xs: Vec<f32> = (0..n * cols).map(|_| rng.f() * 2.0).collect();
-                let acts = q8_acts(&xs, cols);
-                let xq: Vec<_> = acts
-                    .iter()
-                    .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))
-                    .collect();
-                let y0: Vec<f32> = (0..n * rows).map(|_| rng.f()).collect();
+                let c = BatchCase::new(&mut rng, q, rows, cols, n);
+                let (t, xs, y0, xq) = (&c.tile, &c.xs, &c.y0, c.xq());
                 for int in [true, false] {
                     let mut want = y0.clone();
                     for j in 0..n {
@@ -1197,7 +1191,7 @@ mod tests {
                         cols,
                         &t.scales,
                         &t.qs,
-                        &xs,
+                        xs,
                         xa,
                         n,
                         &mut got,

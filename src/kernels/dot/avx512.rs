@@ -505,7 +505,7 @@ mod tests {
     #[test]
     fn batched_q4_matches_per_token_bit_for_bit() {
         use super::super::check_tile;
-        use super::super::testutil::{q8_acts, random_tile, Rng};
+        use super::super::testutil::{BatchCase, Rng};
         use crate::quant::QuantType;
         let mut rng = Rng(23);
         for vnni in [false, true] {
@@ -523,14 +523,8 @@ mod tests {
                     (1, 1, 3),
                 ] {
                     let cols = nb * 32;
-                    let t = random_tile(&mut rng, q, rows, cols);
-                    let xs: Vec<f32> = (0..n * cols).map(|_| rng.f() * 2.0).collect();
-                    let acts = q8_acts(&xs, cols);
-                    let xq: Vec<_> = acts
-                        .iter()
-                        .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))
-                        .collect();
-                    let y0: Vec<f32> = (0..n * rows).map(|_| rng.f()).collect();
+                    let c = BatchCase::new(&mut rng, q, rows, cols, n);
+                    let (t, y0, xq) = (&c.tile, &c.y0, c.xq());
                     for (j, x) in xq.iter().enumerate() {
                         check_tile(
                             q,

@@ -414,15 +414,39 @@ pub(crate) mod testutil {
     use super::{scalar, Q8Act};
     use crate::quant::{dequantize_row, quantize_row, QuantType, QK};
 
-    /// Each `cols`-wide token of `xs` quantized to Q8 blocks (scalar reference quantizer).
-    pub fn q8_acts(xs: &[f32], cols: usize) -> Vec<Q8Act> {
-        xs.chunks_exact(cols)
-            .map(|x| {
-                let mut a = Q8Act::default();
-                scalar::quantize_act(x, &mut a);
-                a
-            })
-            .collect()
+    /// A batched-kernel test case: a random `rows × cols` tile of `q`, `n` tokens of f32
+    /// activations, each quantized to Q8 blocks (scalar reference quantizer), and random start
+    /// values of the `n · rows` outputs (the kernels accumulate).
+    pub struct BatchCase {
+        pub tile: TileData,
+        pub xs: Vec<f32>,
+        pub acts: Vec<Q8Act>,
+        pub y0: Vec<f32>,
+    }
+
+    impl BatchCase {
+        pub fn new(rng: &mut Rng, q: QuantType, rows: usize, cols: usize, n: usize) -> BatchCase {
+            let tile = random_tile(rng, q, rows, cols);
+            let xs: Vec<f32> = (0..n * cols).map(|_| rng.f() * 2.0).collect();
+            let acts = xs
+                .chunks_exact(cols)
+                .map(|x| {
+                    let mut a = Q8Act::default();
+                    scalar::quantize_act(x, &mut a);
+                    a
+                })
+                .collect();
+            let y0 = (0..n * rows).map(|_| rng.f()).collect();
+            BatchCase { tile, xs, acts, y0 }
+        }
+
+        /// Each token's Q8 blocks as the kernels take them.
+        pub fn xq(&self) -> Vec<(&[f32], &[f32], &[i8])> {
+            self.acts
+                .iter()
+                .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))
+                .collect()
+        }
     }
 
     /// Signature of a tile kernel under test (same as [`super::tile_matvec`] minus the ISA).
