@@ -133,6 +133,7 @@ fn run_arm(e: &mut Engine, tokens: usize) -> ArmResult {
 }
 
 pub fn overlap(a: &OverlapArgs) -> Result<()> {
+    a.engine.require_mapped("bench overlap")?;
     let threads = match a.engine.threads.as_slice() {
         [] => vec![1, 2],
         t => t.to_vec(),
@@ -370,6 +371,7 @@ pub struct PrefetchArgs {
 }
 
 pub fn prefetch(a: &PrefetchArgs, path: &Path) -> Result<()> {
+    a.engine.require_mapped("bench prefetch")?;
     let threads = a.engine.thread_count()?.unwrap_or(1);
     let base = a.engine.with_threads(threads).options()?;
     let (act, kv) = base.numerics();

@@ -116,6 +116,7 @@ fn run(e: &mut Engine, n: usize, acc: &mut Acc) -> Result<f64> {
 }
 
 pub fn bench(a: &ScheduleArgs, path: &Path) -> Result<()> {
+    a.engine.require_mapped("bench schedule")?;
     let thread_list = match a.engine.threads.as_slice() {
         [] => vec![1, 2],
         t => t.to_vec(),

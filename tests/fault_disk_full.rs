@@ -46,6 +46,7 @@ fn header() -> TraceHeader {
         threads: 1,
         isa: "scalar".into(),
         prefetch: false,
+        weights: "mmap".into(),
         readers: 1,
         fetch: "mmap".into(),
         expert_tier: "mmap".into(),

@@ -158,7 +158,16 @@ fn truncated_during_a_headless_run_exits_with_an_error_not_a_signal() {
         let p = dir.path().join(format!("t{i}.cflow"));
         std::fs::copy(&model, &p).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_cflow-tui"))
-            .args(["run", "--tokens", "1,2,3", "-n", "3000"])
+            // The mapping is what is under test: a resident copy would not notice.
+            .args([
+                "run",
+                "--weights",
+                "mmap",
+                "--tokens",
+                "1,2,3",
+                "-n",
+                "3000",
+            ])
             .arg(&p)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -222,7 +231,7 @@ fn truncated_during_a_token_in_process_is_a_non_fatal_error() {
     assert!(again.tokens.is_empty());
 }
 
-/// `CFLOW_WEIGHTS=resident` (`CflowFile::make_resident`): the engine reads a private copy, so the
+/// `--weights resident`, the default on dense models (`CflowFile::make_resident`): the engine reads a private copy, so the
 /// file truncated between tokens changes nothing; the tokens equal those of the mapped file.
 #[test]
 fn a_resident_copy_survives_truncation_and_gives_the_same_tokens() {

@@ -53,6 +53,7 @@ fn config(prefetch: bool) -> EngineConfigInfo {
         threads: 2,
         isa: "avx2+fma".into(),
         prefetch,
+        weights: "mmap".into(),
         readers: 1,
         fetch: "staged".into(),
         expert_tier: "mmap".into(),

@@ -246,6 +246,22 @@ pub struct EngineArgs {
     /// the context so it fits.
     #[arg(long)]
     pub max_ctx: Option<usize>,
+    /// Where decode reads the weights from: mmap (the file's page cache, 4 KiB pages), resident
+    /// (a private copy in transparent huge pages, made at open: fewer TLB misses, ~20% faster
+    /// decode on the machines of docs/PERFORMANCE.md; costs the file's size in memory), or
+    /// auto: resident for a dense model that takes at most a quarter of available memory and
+    /// has no .vflow twin, else mmap (the expert I/O tiers, a twin's layout A/B and the
+    /// page-cache panes are about the mapping). `run --json` and the TUI header say which.
+    #[arg(long, value_enum, env = "CFLOW_WEIGHTS", default_value_t = WeightsArg::Auto)]
+    pub weights: WeightsArg,
+}
+
+/// `--weights`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightsArg {
+    Auto,
+    Mmap,
+    Resident,
 }
 
 /// `--isa`.
@@ -389,6 +405,17 @@ impl EngineArgs {
     }
 
     /// The same flags with `--threads t`.
+    /// Refuses `--weights resident` for a command that measures reads through the file mapping.
+    pub fn require_mapped(&self, cmd: &str) -> Result<()> {
+        if self.weights == WeightsArg::Resident {
+            bail!(
+                "{cmd} measures reads through the model's mapping: it always maps the file; \
+                 drop --weights resident (or CFLOW_WEIGHTS=resident)"
+            );
+        }
+        Ok(())
+    }
+
     pub fn with_threads(&self, t: usize) -> EngineArgs {
         EngineArgs {
             threads: vec![t],

@@ -1,7 +1,7 @@
 //! `bench decode` (the other benchmarks live in `crate::bench_io`).
 
 use super::args::BenchDecodeArgs;
-use super::model::{open_model, resolve_model};
+use super::model::{open_for_decode, resolve_model};
 use crate::engine::session::Session;
 use crate::engine::Engine;
 use crate::telemetry::SamplingParams;
@@ -29,7 +29,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         bail!("--repeat and --tokens must be at least 1");
     }
     let path = resolve_model(a.model.clone())?;
-    let file = open_model(&path)?;
+    let file = open_for_decode(&path, eng)?;
     let mut results = Vec::new();
     for &t in &threads {
         let e = eng.with_threads(t);

@@ -1,7 +1,7 @@
 //! Opening models for the commands: the built-in demo, `--vflow` twins, engine and session
 //! construction, and the progress bar the long steps share.
 
-use super::args::EngineArgs;
+use super::args::{EngineArgs, WeightsArg};
 use crate::convert::generate::{generate, GenSpec};
 use crate::engine::session::Session;
 use crate::engine::{Engine, EngineOptions, Layout};
@@ -61,29 +61,81 @@ pub fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
 }
 
 /// Opens a model file: a `.cflow`, or a `.vflow` (self-contained: its views are an ordinary
-/// `CflowFile`). A directory, a GGUF or a missing file is refused in one line saying what to do.
-///
-/// `CFLOW_WEIGHTS=resident` copies a `.cflow` into private memory in transparent huge pages at
-/// open (decode reads it through far fewer TLB entries; docs/PERFORMANCE.md); the default,
-/// `mmap`, reads the file's page cache, which the I/O panes, prefetch and cold-start benches
-/// are about. Any other value is refused.
+/// `CflowFile`), reading it through its mapping. A directory, a GGUF or a missing file is
+/// refused in one line saying what to do.
 pub fn open_model(path: &Path) -> Result<Arc<CflowFile>> {
-    let resident = match std::env::var("CFLOW_WEIGHTS").as_deref() {
-        Err(_) | Ok("" | "mmap") => false,
-        Ok("resident") => true,
-        Ok(v) => bail!("CFLOW_WEIGHTS={v}: expected mmap (the default) or resident"),
-    };
-    let file = match sniff_model(path)? {
+    Ok(Arc::new(open_mapped(path)?))
+}
+
+fn open_mapped(path: &Path) -> Result<CflowFile> {
+    Ok(match sniff_model(path)? {
         ModelKind::Vflow => crate::format::vflow::open_views(path)?,
-        ModelKind::Cflow => {
-            let mut f = CflowFile::open(path)?;
-            if resident {
-                f.make_resident()?;
-            }
-            f
-        }
-    };
+        ModelKind::Cflow => CflowFile::open(path)?,
+    })
+}
+
+/// Opens a model to decode from, placing its weights as `--weights` says ([`weights_placement`]).
+pub(super) fn open_for_decode(path: &Path, eng: &EngineArgs) -> Result<Arc<CflowFile>> {
+    let mut file = open_mapped(path)?;
+    let avail = crate::engine::kv_budget::available_memory().map(|a| a.bytes);
+    let twin = twin_path(path, eng).is_some();
+    if let Placement::Resident = weights_placement(eng.weights, &file, twin, avail) {
+        file.make_resident()?;
+    }
     Ok(Arc::new(file))
+}
+
+/// Where decode reads a model's weights from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// The file's mapping (page cache); with why `auto` chose it, when it did.
+    Mmap(Option<&'static str>),
+    /// A private copy in transparent huge pages (`CflowFile::make_resident`).
+    Resident,
+}
+
+/// The `--weights` policy. `auto` copies a model into memory only when nothing the tool shows
+/// is about its mapping: a dense model (experts are read by the I/O tiers and their panes),
+/// no `.vflow` twin (whose layout A/B would compare a copy with a mapping), not a `.vflow`
+/// itself, and at most a quarter of the available memory (the rest is left to the KV cache and
+/// the page cache).
+pub fn weights_placement(
+    want: WeightsArg,
+    file: &CflowFile,
+    twin: bool,
+    available: Option<u64>,
+) -> Placement {
+    match want {
+        WeightsArg::Mmap => Placement::Mmap(None),
+        WeightsArg::Resident => Placement::Resident,
+        WeightsArg::Auto => {
+            let why = if file.cfg.has_experts() {
+                Some("a model with experts (the expert I/O tiers read the mapping)")
+            } else if twin {
+                Some("a .vflow twin is attached (its layout A/B reads a mapping)")
+            } else if file.is_vflow_view() {
+                Some("a .vflow file")
+            } else if available.is_none() {
+                Some("available memory is unknown")
+            } else if available.is_some_and(|a| (file.bytes().len() as u64).saturating_mul(4) > a) {
+                Some("the model is larger than a quarter of available memory")
+            } else {
+                None
+            };
+            match why {
+                Some(w) => Placement::Mmap(Some(w)),
+                None => Placement::Resident,
+            }
+        }
+    }
+}
+
+/// The `.vflow` twin decode would attach: `--vflow FILE`, or `MODEL.vflow` when it exists.
+fn twin_path(path: &Path, eng: &EngineArgs) -> Option<PathBuf> {
+    eng.vflow.clone().or_else(|| {
+        let p = path.with_extension("vflow");
+        (p != path && p.exists()).then_some(p)
+    })
 }
 
 /// What [`open_model`] opens a path as.
@@ -145,10 +197,7 @@ pub(super) fn new_engine(
 ) -> Result<Engine> {
     use crate::format::vflow::{check_twin, VflowFile};
     let want = opts.layout;
-    let twin = eng.vflow.clone().or_else(|| {
-        let p = path.with_extension("vflow");
-        (p != path && p.exists()).then_some(p)
-    });
+    let twin = twin_path(path, eng);
     let mut engine = Engine::new(file, opts);
     if let Some(vp) = twin {
         let explicit = eng.vflow.is_some();
@@ -191,7 +240,7 @@ pub(super) fn build_session(
     sampling: SamplingParams,
 ) -> Result<Session> {
     let path = resolve_model(model)?;
-    let file = open_model(&path)?;
+    let file = open_for_decode(&path, eng)?;
     let opts = eng.options()?;
     let engine = new_engine(&path, file, opts, eng)?;
     Session::new(engine, sampling).map_err(anyhow::Error::msg)
@@ -207,4 +256,52 @@ pub(super) fn install_sigint(
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         flag.store(true, std::sync::atomic::Ordering::Relaxed);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(dir: &Path, arch: &str) -> CflowFile {
+        let path = dir.join(format!("{arch}.cflow"));
+        let mut s = GenSpec::new(arch);
+        s.layers = Some(2);
+        s.hidden = Some(64);
+        s.heads = Some(4);
+        s.ffn = Some(128);
+        s.vocab = Some(130);
+        if arch != "llama" {
+            s.experts = Some(4);
+            s.expert_ffn = Some(64);
+        }
+        generate(&s, &path, |_, _| {}).expect("generate");
+        CflowFile::open(&path).expect("open")
+    }
+
+    #[test]
+    fn auto_copies_only_a_dense_model_without_twin_that_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let dense = model(dir.path(), "llama");
+        let moe = model(dir.path(), "arch2_4_combined");
+        let size = dense.bytes().len() as u64;
+        let plenty = Some(1 << 40);
+        let auto = |f: &CflowFile, twin: bool, avail: Option<u64>| {
+            weights_placement(WeightsArg::Auto, f, twin, avail)
+        };
+        assert_eq!(auto(&dense, false, plenty), Placement::Resident);
+        assert_eq!(auto(&dense, false, Some(4 * size)), Placement::Resident);
+        let why = |p: Placement| match p {
+            Placement::Mmap(Some(w)) => w,
+            p => panic!("{p:?}"),
+        };
+        assert!(why(auto(&moe, false, plenty)).contains("experts"));
+        assert!(why(auto(&dense, true, plenty)).contains("twin"));
+        assert!(why(auto(&dense, false, Some(4 * size - 1))).contains("quarter"));
+        assert!(why(auto(&dense, false, None)).contains("unknown"));
+        // An explicit choice is followed whatever the model.
+        let mmap = weights_placement(WeightsArg::Mmap, &dense, false, plenty);
+        assert_eq!(mmap, Placement::Mmap(None));
+        let res = weights_placement(WeightsArg::Resident, &moe, true, None);
+        assert_eq!(res, Placement::Resident);
+    }
 }

@@ -2,7 +2,7 @@
 //! is not a terminal) and the TUI side of `replay`.
 
 use super::args::{Cli, RunArgs};
-use super::model::{new_engine, open_model, resolve_model};
+use super::model::{new_engine, open_for_decode, resolve_model};
 use super::run::cmd_run;
 use crate::engine::session::Session;
 use crate::errln;
@@ -35,7 +35,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         return cmd_run(a, &cli.engine);
     }
     let path = resolve_model(cli.model.clone())?;
-    let file = open_model(&path)?;
+    let file = open_for_decode(&path, &cli.engine)?;
     let opts = cli.engine.options()?;
     let engine = new_engine(&path, file, opts, &cli.engine)?;
     let chat = engine.cfg().meta.chat_template.is_some();

@@ -7,7 +7,7 @@ use super::weights::Weights;
 use crate::format::reader::LayerView;
 use crate::kernels::Isa;
 use crate::model::kv::KvCache;
-use crate::model::FfnAct;
+use crate::model::{FfnAct, ModelConfig};
 
 /// Biases, Q/K norms (whole projection, or per head), clipping, RoPE, V-norm and (optionally) f16 rounding of
 /// one token's Q/K/V at block `p`.
@@ -85,20 +85,49 @@ pub fn attend(
     let cfg = w.cfg;
     let win = cfg.sliding_window_for(p);
     let sh = crate::kernels::attention::AttnShape {
-        n_heads: cfg.n_heads,
-        group: cfg.n_heads / cfg.n_kv_heads,
-        head_dim: cfg.head_dim,
-        kv_dim: cfg.kv_dim(),
         start: if win > 0 && pos + 1 > win {
             pos + 1 - win
         } else {
             0
         },
+        ..attn_shape(cfg, pos)
+    };
+    crate::kernels::attention::attend(w.pool, w.isa, &sh, q, &kv.k[l], &kv.v[l], att);
+}
+
+/// The model's attention geometry for a query at `pos` attending from position 0.
+fn attn_shape(cfg: &ModelConfig, pos: usize) -> crate::kernels::attention::AttnShape {
+    crate::kernels::attention::AttnShape {
+        n_heads: cfg.n_heads,
+        group: cfg.n_heads / cfg.n_kv_heads,
+        head_dim: cfg.head_dim,
+        kv_dim: cfg.kv_dim(),
+        start: 0,
         pos,
         scale: cfg.attn_scale(),
         cap: cfg.meta.attn_logit_softcap,
-    };
-    crate::kernels::attention::attend(w.pool, w.isa, &sh, q, &kv.k[l], &kv.v[l], att);
+    }
+}
+
+/// [`attend`] for the `n` queries of positions `pos0..pos0 + n` (rows of `q` and `att`), all in
+/// one pool run (prefill; bit-identical to one `attend` per position).
+#[allow(clippy::too_many_arguments)] // as `attend`, plus the batch
+pub fn attend_batch(
+    w: &Weights,
+    l: usize,
+    p: usize,
+    pos0: usize,
+    n: usize,
+    kv: &KvCache,
+    q: &[f32],
+    att: &mut [f32],
+) {
+    let cfg = w.cfg;
+    let sh = attn_shape(cfg, pos0);
+    let win = cfg.sliding_window_for(p);
+    crate::kernels::attention::attend_batch(
+        w.pool, w.isa, &sh, win, pos0, n, q, &kv.k[l], &kv.v[l], att,
+    );
 }
 
 /// `s.attn_out = PostNorm(Attn_p(Norm(s.x)))` at step `l` (PostNorm only with

@@ -101,6 +101,8 @@ pub struct Engine {
     kv: KvCache,
     rowmajor: Option<RowMajorWeights>,
     s: Scratch,
+    /// Batched prefill's buffers, reused by every batch.
+    batch: scratch::BatchScratch,
     /// The combine style as data.
     rule: StyleRule,
     /// The residual ring and the expert queue (§4.4).
@@ -133,6 +135,7 @@ impl Engine {
             kv: KvCache::new(le, cfg.kv_dim(), cfg.max_ctx),
             pool: ThreadPool::new(opts.threads),
             s: Scratch::new(&cfg),
+            batch: Default::default(),
             rule: StyleRule::of(&cfg),
             sched: DelaySchedule::new(&cfg),
             file,
@@ -454,10 +457,19 @@ impl Engine {
             notes.push("mmap tier: experts read from the map; fetch mode has no effect".into());
         }
         notes.extend(self.schedule_note());
+        let resident = self.active().is_resident();
+        if resident && self.opts.layout == Layout::RowMajor {
+            notes.push(
+                "rowmajor copy is in 4 KiB pages, the resident .cflow in huge pages: for a \
+                 like-for-like layout A/B start with --weights mmap"
+                    .into(),
+            );
+        }
         EngineConfigInfo {
             threads: self.pool.threads() as u32,
             isa: format!("{:?}", self.opts.isa).to_lowercase(),
             prefetch: self.opts.prefetch,
+            weights: if resident { "resident" } else { "mmap" }.into(),
             readers: self.opts.readers as u32,
             fetch: self.opts.fetch.name().into(),
             expert_tier: self.opts.expert_tier.name().into(),

@@ -4,10 +4,12 @@
 //! the same per-token functions as decode (`qkv_post`, `attend`, `gated`, `lm_head`) around
 //! batched matvecs.
 
-use super::layer::{attend, attn_bytes, dense_bytes, gated, lm_head, qkv_post};
+use super::layer::{attend_batch, attn_bytes, dense_bytes, gated, lm_head, qkv_post};
 use super::ops::*;
+use super::scratch::BatchScratch;
 use super::weights::{embed, use_q8, Weights};
 use super::{Engine, ForwardError, Layout};
+use crate::format::reader::Matrix;
 use crate::kernels::matvec::tiled_matvec_batch;
 use crate::kernels::{Isa, Q8Act};
 use crate::model::CombineStyle;
@@ -66,8 +68,22 @@ impl Engine {
         Ok(())
     }
 
+    /// One batch of a prompt, with the engine's batch scratch (kept between batches).
     fn forward_batch(
         &mut self,
+        toks: &[u32],
+        pos0: usize,
+        want_logits: bool,
+    ) -> Result<(), ForwardError> {
+        let mut bs = std::mem::take(&mut self.batch);
+        let r = self.forward_batch_in(&mut bs, toks, pos0, want_logits);
+        self.batch = bs;
+        r
+    }
+
+    fn forward_batch_in(
+        &mut self,
+        bs: &mut BatchScratch,
         toks: &[u32],
         pos0: usize,
         want_logits: bool,
@@ -88,34 +104,15 @@ impl Engine {
         let bytes = ctx.file.bytes();
         // Batched matvecs have integer kernels on every ISA but scalar.
         let use_q8 = self.opts.int_act && ctx.isa != Isa::Scalar;
-        let quant = |xs: &[f32], width: usize| -> Option<Vec<Q8Act>> {
-            if !use_q8 || !width.is_multiple_of(32) {
-                return None;
-            }
-            Some(
-                xs.chunks_exact(width)
-                    .map(|x| {
-                        let mut q = Q8Act::default();
-                        q.quantize_from(x);
-                        q.quantize_k_from(x); // for K-quant weights (no-op unless 256 | width)
-                        q
-                    })
-                    .collect(),
-            )
-        };
-        let mut x = vec![0f32; n * d];
+        bs.resize(cfg, n);
         for (b, &t) in toks.iter().enumerate() {
-            embed(ctx.file, t, &mut x[b * d..(b + 1) * d]);
+            let xb = &mut bs.x[b * d..(b + 1) * d];
+            embed(ctx.file, t, xb);
             if cfg.embed_scale() {
                 let k = (d as f32).sqrt();
-                x[b * d..(b + 1) * d].iter_mut().for_each(|v| *v *= k);
+                xb.iter_mut().for_each(|v| *v *= k);
             }
         }
-        let mut xb = vec![0f32; n * d];
-        let (mut q, mut k, mut v) = (vec![0f32; n * qd], vec![0f32; n * kvd], vec![0f32; n * kvd]);
-        let mut att = vec![0f32; n * qd];
-        let mut o = vec![0f32; n * d];
-        let (mut g, mut u) = (vec![0f32; n * ff], vec![0f32; n * ff]);
 
         let mut stats = TokenStats {
             pos: pos0 as u32,
@@ -133,59 +130,54 @@ impl Engine {
             let t0 = Instant::now();
             for b in 0..n {
                 rmsnorm(
-                    &mut xb[b * d..(b + 1) * d],
-                    &x[b * d..(b + 1) * d],
+                    &mut bs.xb[b * d..(b + 1) * d],
+                    &bs.x[b * d..(b + 1) * d],
                     Some(&lv.attn_norm),
                     cfg.rms_eps,
                 );
             }
-            let q8 = quant(&xb, d);
+            let qkv = [&lv.q, &lv.k, &lv.v];
+            let q8 = quantize_rows(use_q8, &bs.xb, d, &qkv, &mut bs.xq);
             tiled_matvec_batch(
                 ctx.pool,
                 ctx.isa,
                 bytes,
-                &mut [(&lv.q, &mut q), (&lv.k, &mut k), (&lv.v, &mut v)],
-                &xb,
-                q8.as_deref(),
+                &mut [
+                    (qkv[0], &mut bs.q),
+                    (qkv[1], &mut bs.k),
+                    (qkv[2], &mut bs.v),
+                ],
+                &bs.xb,
+                q8.then(|| &bs.xq[..n]),
                 n,
             );
             for b in 0..n {
                 let pos = pos0 + b;
                 let (qb, kb, vb) = (
-                    &mut q[b * qd..(b + 1) * qd],
-                    &mut k[b * kvd..(b + 1) * kvd],
-                    &mut v[b * kvd..(b + 1) * kvd],
+                    &mut bs.q[b * qd..(b + 1) * qd],
+                    &mut bs.k[b * kvd..(b + 1) * kvd],
+                    &mut bs.v[b * kvd..(b + 1) * kvd],
                 );
                 qkv_post(&ctx, lv, l, pos, qb, kb, vb);
                 self.kv.store(l, pos, kb, vb);
             }
-            for b in 0..n {
-                attend(
-                    &ctx,
-                    l,
-                    l,
-                    pos0 + b,
-                    &self.kv,
-                    &q[b * qd..(b + 1) * qd],
-                    &mut att[b * qd..(b + 1) * qd],
-                );
-            }
-            let q8 = quant(&att, qd);
+            attend_batch(&ctx, l, l, pos0, n, &self.kv, &bs.q, &mut bs.att);
+            let q8 = quantize_rows(use_q8, &bs.att, qd, &[&lv.o], &mut bs.xq);
             tiled_matvec_batch(
                 ctx.pool,
                 ctx.isa,
                 bytes,
-                &mut [(&lv.o, &mut o)],
-                &att,
-                q8.as_deref(),
+                &mut [(&lv.o, &mut bs.o)],
+                &bs.att,
+                q8.then(|| &bs.xq[..n]),
                 n,
             );
             if let Some(nw) = &lv.post_attn_norm {
-                for ob in o.chunks_exact_mut(d) {
+                for ob in bs.o.chunks_exact_mut(d) {
                     rmsnorm_in_place(ob, Some(nw), cfg.rms_eps);
                 }
             }
-            add_into(&mut x, &o);
+            add_into(&mut bs.x, &bs.o);
             let st = &mut stats.layers[l];
             st.bytes.attn = attn_bytes(lv);
             st.ns_attn = t0.elapsed().as_nanos() as u64;
@@ -197,51 +189,51 @@ impl Engine {
             );
             for b in 0..n {
                 rmsnorm(
-                    &mut xb[b * d..(b + 1) * d],
-                    &x[b * d..(b + 1) * d],
+                    &mut bs.xb[b * d..(b + 1) * d],
+                    &bs.x[b * d..(b + 1) * d],
                     lv.ffn_norm.as_deref(),
                     cfg.rms_eps,
                 );
             }
-            let q8 = quant(&xb, d);
+            let q8 = quantize_rows(use_q8, &bs.xb, d, &[gm, um], &mut bs.xq);
             tiled_matvec_batch(
                 ctx.pool,
                 ctx.isa,
                 bytes,
-                &mut [(gm, &mut g), (um, &mut u)],
-                &xb,
-                q8.as_deref(),
+                &mut [(gm, &mut bs.g), (um, &mut bs.u)],
+                &bs.xb,
+                q8.then(|| &bs.xq[..n]),
                 n,
             );
             for b in 0..n {
                 gated(
                     ctx.isa,
                     cfg.meta.ffn_act,
-                    &mut g[b * ff..(b + 1) * ff],
-                    &u[b * ff..(b + 1) * ff],
+                    &mut bs.g[b * ff..(b + 1) * ff],
+                    &bs.u[b * ff..(b + 1) * ff],
                 );
             }
-            let q8 = quant(&g, ff);
+            let q8 = quantize_rows(use_q8, &bs.g, ff, &[dm], &mut bs.xq);
             tiled_matvec_batch(
                 ctx.pool,
                 ctx.isa,
                 bytes,
-                &mut [(dm, &mut o)],
-                &g,
-                q8.as_deref(),
+                &mut [(dm, &mut bs.o)],
+                &bs.g,
+                q8.then(|| &bs.xq[..n]),
                 n,
             );
             if let Some(nw) = &lv.post_ffn_norm {
-                for ob in o.chunks_exact_mut(d) {
+                for ob in bs.o.chunks_exact_mut(d) {
                     rmsnorm_in_place(ob, Some(nw), cfg.rms_eps);
                 }
             }
-            add_into(&mut x, &o);
+            add_into(&mut bs.x, &bs.o);
             st.bytes.dense = dense_bytes(lv);
             st.ns_dense = t1.elapsed().as_nanos() as u64;
         }
         let s = &mut self.s;
-        s.x.copy_from_slice(&x[(n - 1) * d..]);
+        s.x.copy_from_slice(&bs.x[(n - 1) * d..n * d]);
         if want_logits {
             let t4 = Instant::now();
             stats.vocab_bytes = lm_head(&ctx, s);
@@ -251,4 +243,31 @@ impl Engine {
         self.stats = stats;
         Ok(())
     }
+}
+
+/// Quantizes each `width`-wide row of `xs` into `out[row]` (grown as needed, buffers reused)
+/// when the batched kernels take Q8 input (`use_q8`, `width` a multiple of 32), with Q8_K
+/// blocks too when one of `mats` is a K-quant. Returns whether it did.
+fn quantize_rows(
+    use_q8: bool,
+    xs: &[f32],
+    width: usize,
+    mats: &[&Matrix],
+    out: &mut Vec<Q8Act>,
+) -> bool {
+    if !use_q8 || !width.is_multiple_of(32) {
+        return false;
+    }
+    let k = mats.iter().any(|m| m.quant.is_k());
+    let n = xs.len() / width;
+    if out.len() < n {
+        out.resize_with(n, Q8Act::default);
+    }
+    for (x, q) in xs.chunks_exact(width).zip(out.iter_mut()) {
+        q.quantize_from(x);
+        if k {
+            q.quantize_k_from(x);
+        }
+    }
+    true
 }

@@ -678,9 +678,14 @@ impl CflowFile {
     }
 
     /// Copies the whole file into private huge-page memory and reads it from there from now on
-    /// (see [`ModelMap::make_resident`]): the opt-in `CFLOW_WEIGHTS=resident`.
+    /// (see [`ModelMap::make_resident`]): `--weights resident`, and `auto` on dense models.
     pub fn make_resident(&mut self) -> Result<(), FormatError> {
         self.map.make_resident(&self.path)
+    }
+
+    /// The views come from a `.vflow` file (its vertical groups and expert bank).
+    pub fn is_vflow_view(&self) -> bool {
+        self.from_twin
     }
 
     /// True when the bytes are a private in-memory copy, not the file's page cache.

@@ -31,6 +31,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Geometry of one attention call.
+#[derive(Clone, Copy, Debug)]
 pub struct AttnShape {
     pub n_heads: usize,
     pub group: usize,
@@ -77,35 +78,16 @@ pub fn attend(
     att: &mut [f32],
 ) {
     let hd = sh.head_dim;
-    assert!(sh.start <= sh.pos && sh.group >= 1 && hd >= 1);
+    check_shape(sh, q, kc, vc, att);
     let n = sh.pos + 1 - sh.start;
-    assert!(q.len() >= sh.n_heads * hd && att.len() >= sh.n_heads * hd);
-    assert!(kc.len() >= (sh.pos + 1) * sh.kv_dim && vc.len() >= (sh.pos + 1) * sh.kv_dim);
-    assert!(
-        sh.n_heads.div_ceil(sh.group) * hd <= sh.kv_dim,
-        "KV heads exceed kv_dim"
-    );
-    let simd = cfg!(target_arch = "x86_64")
-        && isa != Isa::Scalar
-        && Isa::Avx2.available()
-        && hd.is_multiple_of(8);
+    let simd = use_simd(isa, hd);
     let out = Ptr(att.as_mut_ptr());
     let head = |h: usize, scores: &mut Vec<f32>| {
-        let kh = h / sh.group;
-        let qh = &q[h * hd..(h + 1) * hd];
         let o = out;
-        // SAFETY: head h owns att[h·hd .. (h+1)·hd], inside `att` (asserted above); heads are
-        // distinct tasks.
+        // SAFETY: head h owns att[h·hd .. (h+1)·hd], inside `att` (checked by `check_shape`);
+        // heads are distinct tasks.
         let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(h * hd), hd) };
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: AVX2/FMA available and hd % 8 == 0 (checked above); every K/V row read
-            // lies inside kc/vc (rows ≤ pos, columns kh·hd + hd ≤ kv_dim, asserted above).
-            unsafe { avx2::head(sh, qh, kc, vc, kh, scores, oh) };
-            return;
-        }
-        let _ = simd;
-        head_scalar(sh, qh, kc, vc, kh, scores, oh);
+        head_into(simd, sh, h, q, kc, vc, scores, oh);
     };
     // Below ~16k multiply-adds the pool's hand-off costs more than it saves.
     if pool.threads() > 1 && n * sh.n_heads * hd >= 16 * 1024 {
@@ -119,6 +101,115 @@ pub fn attend(
             head(h, &mut scores);
         }
     }
+}
+
+/// [`attend`] for the queries of `n` consecutive positions `pos0..pos0 + n` (prefill): row `b`
+/// of `q` and `att` (`n_heads · head_dim` apart) is position `pos0 + b`, which attends to
+/// `pos0 + b + 1 − window ..= pos0 + b` (`window` 0: from position 0; `sh.start` and `sh.pos` are
+/// ignored). Every (position, head) pair is one task of a single pool run, the longest (latest
+/// positions) first, so both cores stay busy; each pair runs the same head kernel as
+/// [`attend`], so the results are bit-identical to `n` calls of it.
+#[allow(clippy::too_many_arguments)] // the shape, the batch, and the four buffers
+pub fn attend_batch(
+    pool: &ThreadPool,
+    isa: Isa,
+    sh: &AttnShape,
+    window: usize,
+    pos0: usize,
+    n: usize,
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    att: &mut [f32],
+) {
+    if n == 0 {
+        return;
+    }
+    let (hd, nh) = (sh.head_dim, sh.n_heads);
+    let row = nh * hd;
+    let shape = |b: usize| {
+        let pos = pos0 + b;
+        AttnShape {
+            start: if window > 0 && pos + 1 > window {
+                pos + 1 - window
+            } else {
+                0
+            },
+            pos,
+            ..*sh
+        }
+    };
+    let last = shape(n - 1);
+    assert!(q.len() >= n * row && att.len() >= n * row);
+    check_shape(&last, &q[(n - 1) * row..], kc, vc, &att[(n - 1) * row..]);
+    let simd = use_simd(isa, hd);
+    let out = Ptr(att.as_mut_ptr());
+    pool.run(n * nh, &|task| {
+        let (b, h) = (n - 1 - task / nh, task % nh);
+        let shb = shape(b);
+        let o = out;
+        // SAFETY: task (b, h) owns att[b·row + h·hd ..][..hd], inside `att` (asserted above:
+        // n·row ≤ len); each (b, h) is one task.
+        let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(b * row + h * hd), hd) };
+        let mut scores = Vec::with_capacity(shb.pos + 1 - shb.start);
+        head_into(
+            simd,
+            &shb,
+            h,
+            &q[b * row..(b + 1) * row],
+            kc,
+            vc,
+            &mut scores,
+            oh,
+        );
+    });
+}
+
+/// The bounds every head kernel relies on: `q`/`att` hold all heads, `kc`/`vc` hold rows up to
+/// `pos`, and the KV heads fit in `kv_dim`.
+fn check_shape(sh: &AttnShape, q: &[f32], kc: &[f32], vc: &[f32], att: &[f32]) {
+    assert!(sh.start <= sh.pos && sh.group >= 1 && sh.head_dim >= 1);
+    assert!(q.len() >= sh.n_heads * sh.head_dim && att.len() >= sh.n_heads * sh.head_dim);
+    assert!(kc.len() >= (sh.pos + 1) * sh.kv_dim && vc.len() >= (sh.pos + 1) * sh.kv_dim);
+    assert!(
+        sh.n_heads.div_ceil(sh.group) * sh.head_dim <= sh.kv_dim,
+        "KV heads exceed kv_dim"
+    );
+}
+
+/// Whether the AVX2 head kernel runs: not scalar, the CPU has AVX2/FMA, head width % 8 == 0.
+fn use_simd(isa: Isa, hd: usize) -> bool {
+    cfg!(target_arch = "x86_64")
+        && isa != Isa::Scalar
+        && Isa::Avx2.available()
+        && hd.is_multiple_of(8)
+}
+
+/// Head `h` of one query (`q` holds all heads) into `oh`, with the AVX2 kernel when `simd`
+/// ([`use_simd`]) else the scalar reference. The shape was checked by [`check_shape`].
+#[allow(clippy::too_many_arguments)] // one head: shape, head, query, K, V, scratch, output
+fn head_into(
+    simd: bool,
+    sh: &AttnShape,
+    h: usize,
+    q: &[f32],
+    kc: &[f32],
+    vc: &[f32],
+    scores: &mut Vec<f32>,
+    oh: &mut [f32],
+) {
+    let hd = sh.head_dim;
+    let kh = h / sh.group;
+    let qh = &q[h * hd..(h + 1) * hd];
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        // SAFETY: AVX2/FMA available and hd % 8 == 0 (`use_simd`); every K/V row read lies
+        // inside kc/vc (rows ≤ pos, columns kh·hd + hd ≤ kv_dim: `check_shape`).
+        unsafe { avx2::head(sh, qh, kc, vc, kh, scores, oh) };
+        return;
+    }
+    let _ = simd;
+    head_scalar(sh, qh, kc, vc, kh, scores, oh);
 }
 
 /// The scalar reference of one head: `oh = softmax(score(qh · k_t)) · V` over `start..=pos`,
@@ -453,6 +544,64 @@ mod tests {
                     (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
                     "case {ci} out {j}: avx2 {x} scalar {y}"
                 );
+            }
+        }
+    }
+
+    /// A batch of positions in one pool run equals one `attend` per position, bit for bit, with
+    /// and without a sliding window, on every ISA and thread count.
+    #[test]
+    fn a_batch_equals_one_call_per_position_bit_for_bit() {
+        for (n_heads, group, hd) in [(9, 3, 64), (4, 4, 256), (2, 2, 12)] {
+            let kv_dim = n_heads / group * hd;
+            let sh = AttnShape {
+                n_heads,
+                group,
+                head_dim: hd,
+                kv_dim,
+                start: 0,
+                pos: 0,
+                scale: 1.0 / (hd as f32).sqrt(),
+                cap: 0.0,
+            };
+            let (pos0, n) = (5, 37);
+            let mut r = Rng::new(hd as u64);
+            let q = r.fill(n * n_heads * hd, 2.0);
+            let k = r.fill((pos0 + n) * kv_dim, 2.0);
+            let v = r.fill((pos0 + n) * kv_dim, 1.0);
+            for window in [0, 8] {
+                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                    for threads in [1, 2] {
+                        let pool = ThreadPool::new(threads);
+                        let row = n_heads * hd;
+                        let mut got = vec![f32::NAN; n * row];
+                        attend_batch(&pool, isa, &sh, window, pos0, n, &q, &k, &v, &mut got);
+                        for b in 0..n {
+                            let pos = pos0 + b;
+                            let start = if window > 0 {
+                                (pos + 1).saturating_sub(window)
+                            } else {
+                                0
+                            };
+                            let one = AttnShape { start, pos, ..sh };
+                            let mut want = vec![f32::NAN; row];
+                            attend(
+                                &pool,
+                                isa,
+                                &one,
+                                &q[b * row..(b + 1) * row],
+                                &k,
+                                &v,
+                                &mut want,
+                            );
+                            let g = &got[b * row..(b + 1) * row];
+                            assert!(
+                                g.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()),
+                                "hd {hd} window {window} {isa:?} t{threads} position {pos}"
+                            );
+                        }
+                    }
+                }
             }
         }
     }

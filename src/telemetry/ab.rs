@@ -725,6 +725,7 @@ mod tests {
             threads: 2,
             isa: "AVX2".into(),
             prefetch,
+            weights: "mmap".into(),
             readers: 1,
             fetch: fetch.into(),
             expert_tier: "direct".into(),

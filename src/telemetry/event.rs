@@ -99,6 +99,10 @@ pub struct EngineConfigInfo {
     pub threads: u32,
     pub isa: String,
     pub prefetch: bool,
+    /// Where decode reads the weights: "mmap" (the file's page cache) or "resident" (a private
+    /// copy in huge pages); empty in traces recorded before it was recorded.
+    #[serde(default)]
+    pub weights: String,
     /// Reader threads of the direct tier (0 in traces recorded before it was recorded).
     #[serde(default)]
     pub readers: u32,

@@ -464,6 +464,7 @@ mod tests {
                 threads: 1,
                 isa: "scalar".into(),
                 prefetch: false,
+                weights: "mmap".into(),
                 readers: 1,
                 fetch: "mmap".into(),
                 expert_tier: "mmap".into(),

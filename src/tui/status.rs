@@ -193,8 +193,13 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
         Some(c) => {
             let onoff = if c.prefetch { "ON" } else { "OFF" };
             (
+                // Where decode reads the weights (`--weights`) is the first detail to go.
                 Part::new(
                     vec![
+                        match c.weights.as_str() {
+                            "" => format!(" · {} thr · {}", c.threads, c.isa),
+                            w => format!(" · {} thr · {} · {w}", c.threads, c.isa),
+                        },
                         format!(" · {} thr · {}", c.threads, c.isa),
                         format!(" · {}t {}", c.threads, c.isa),
                     ],
