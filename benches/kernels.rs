@@ -387,6 +387,63 @@ fn attention(c: &mut Criterion) {
     g.finish();
 }
 
+/// Prefill's attention: the 32 queries of one batch at positions 224..256 of SmolLM2's shape,
+/// as 32 `attend` calls and as one `attend_batch` (all (position, head) pairs in one pool run),
+/// on 1 and 2 threads.
+fn attention_batch(c: &mut Criterion) {
+    use cflow::kernels::attention::{attend, attend_batch, AttnShape};
+    use cflow::kernels::pool::ThreadPool;
+    let mut g = c.benchmark_group("attention_batch");
+    g.measurement_time(Duration::from_secs(2));
+    g.warm_up_time(Duration::from_millis(300));
+    let (n_heads, group, hd, pos0, n) = (9, 3, 64, 224, 32);
+    let sh = AttnShape {
+        n_heads,
+        group,
+        head_dim: hd,
+        kv_dim: n_heads / group * hd,
+        start: 0,
+        pos: 0,
+        scale: 1.0 / (hd as f32).sqrt(),
+        cap: 0.0,
+    };
+    let row = n_heads * hd;
+    let mut s = 5u64;
+    let q: Vec<f32> = (0..n * row).map(|_| lcg(&mut s)).collect();
+    let k: Vec<f32> = (0..(pos0 + n) * sh.kv_dim).map(|_| lcg(&mut s)).collect();
+    let v: Vec<f32> = (0..(pos0 + n) * sh.kv_dim).map(|_| lcg(&mut s)).collect();
+    let mut att = vec![0f32; n * row];
+    g.throughput(Throughput::Elements(n as u64));
+    let isa = Isa::cached();
+    for threads in [1, 2] {
+        let pool = ThreadPool::new(threads);
+        g.bench_function(
+            BenchmarkId::from_parameter(format!("smollm2 per query t{threads}")),
+            |b| {
+                b.iter(|| {
+                    for i in 0..n {
+                        let one = AttnShape {
+                            pos: pos0 + i,
+                            ..sh
+                        };
+                        attend(&pool, isa, &one, &q[i * row..], &k, &v, &mut att[i * row..]);
+                    }
+                    black_box(&att);
+                })
+            },
+        );
+        g.bench_function(
+            BenchmarkId::from_parameter(format!("smollm2 batch t{threads}")),
+            |b| {
+                b.iter(|| {
+                    attend_batch(&pool, isa, &sh, 0, pos0, n, &q, &k, &v, black_box(&mut att))
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     kernels,
@@ -395,7 +452,8 @@ criterion_group!(
     single_tile,
     batched_tile,
     activations,
-    attention
+    attention,
+    attention_batch
 );
 
 fn main() {
