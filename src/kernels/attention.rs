@@ -82,23 +82,26 @@ pub fn attend(
     let n = sh.pos + 1 - sh.start;
     let simd = use_simd(isa, hd);
     let out = Ptr(att.as_mut_ptr());
-    let head = |h: usize, scores: &mut Vec<f32>| {
+    // Heads h0..h0 + g (one KV head's) into their slice of `att`.
+    let heads = |h0: usize, g: usize, scores: &mut Vec<f32>| {
         let o = out;
-        // SAFETY: head h owns att[h·hd .. (h+1)·hd], inside `att` (checked by `check_shape`);
-        // heads are distinct tasks.
-        let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(h * hd), hd) };
-        head_into(simd, sh, h, q, kc, vc, scores, oh);
+        // SAFETY: heads h0..h0 + g own att[h0·hd .. (h0 + g)·hd], inside `att` (checked by
+        // `check_shape`); tasks take distinct heads.
+        let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(h0 * hd), g * hd) };
+        heads_into(simd, sh, h0, g, q, kc, vc, scores, oh);
     };
-    // Below ~16k multiply-adds the pool's hand-off costs more than it saves.
+    // Below ~16k multiply-adds the pool's hand-off costs more than it saves. In parallel each
+    // head is a task (9 heads share 2 threads better than 3 KV groups); alone, the heads of a
+    // KV group run together, reading its K/V rows once.
     if pool.threads() > 1 && n * sh.n_heads * hd >= 16 * 1024 {
         pool.run(sh.n_heads, &|h| {
             let mut scores = Vec::with_capacity(n);
-            head(h, &mut scores);
+            heads(h, 1, &mut scores);
         });
     } else {
-        let mut scores = Vec::with_capacity(n);
-        for h in 0..sh.n_heads {
-            head(h, &mut scores);
+        let mut scores = Vec::with_capacity(n * sh.group);
+        for h0 in (0..sh.n_heads).step_by(sh.group) {
+            heads(h0, sh.group.min(sh.n_heads - h0), &mut scores);
         }
     }
 }
@@ -106,8 +109,8 @@ pub fn attend(
 /// [`attend`] for the queries of `n` consecutive positions `pos0..pos0 + n` (prefill): row `b`
 /// of `q` and `att` (`n_heads · head_dim` apart) is position `pos0 + b`, which attends to
 /// `pos0 + b + 1 − window ..= pos0 + b` (`window` 0: from position 0; `sh.start` and `sh.pos` are
-/// ignored). Every (position, head) pair is one task of a single pool run, the longest (latest
-/// positions) first, so both cores stay busy; each pair runs the same head kernel as
+/// ignored). Every (position, KV group) pair is one task of a single pool run, the longest
+/// (latest positions) first, so both cores stay busy; every head runs the same arithmetic as in
 /// [`attend`], so the results are bit-identical to `n` calls of it.
 #[allow(clippy::too_many_arguments)] // the shape, the batch, and the four buffers
 pub fn attend_batch(
@@ -144,24 +147,18 @@ pub fn attend_batch(
     check_shape(&last, &q[(n - 1) * row..], kc, vc, &att[(n - 1) * row..]);
     let simd = use_simd(isa, hd);
     let out = Ptr(att.as_mut_ptr());
-    pool.run(n * nh, &|task| {
-        let (b, h) = (n - 1 - task / nh, task % nh);
+    let groups = nh.div_ceil(sh.group);
+    pool.run(n * groups, &|task| {
+        let (b, h0) = (n - 1 - task / groups, task % groups * sh.group);
+        let g = sh.group.min(nh - h0);
         let shb = shape(b);
         let o = out;
-        // SAFETY: task (b, h) owns att[b·row + h·hd ..][..hd], inside `att` (asserted above:
-        // n·row ≤ len); each (b, h) is one task.
-        let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(b * row + h * hd), hd) };
-        let mut scores = Vec::with_capacity(shb.pos + 1 - shb.start);
-        head_into(
-            simd,
-            &shb,
-            h,
-            &q[b * row..(b + 1) * row],
-            kc,
-            vc,
-            &mut scores,
-            oh,
-        );
+        // SAFETY: task (b, group) owns att[b·row + h0·hd ..][..g·hd], inside `att` (asserted
+        // above: n·row ≤ len); each (b, group) is one task.
+        let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(b * row + h0 * hd), g * hd) };
+        let mut scores = Vec::with_capacity((shb.pos + 1 - shb.start) * g);
+        let qb = &q[b * row..(b + 1) * row];
+        heads_into(simd, &shb, h0, g, qb, kc, vc, &mut scores, oh);
     });
 }
 
@@ -185,13 +182,16 @@ fn use_simd(isa: Isa, hd: usize) -> bool {
         && hd.is_multiple_of(8)
 }
 
-/// Head `h` of one query (`q` holds all heads) into `oh`, with the AVX2 kernel when `simd`
-/// ([`use_simd`]) else the scalar reference. The shape was checked by [`check_shape`].
-#[allow(clippy::too_many_arguments)] // one head: shape, head, query, K, V, scratch, output
-fn head_into(
+/// Heads `h0..h0 + g` of one query (`q` holds all heads; the `g` heads share KV head
+/// `h0 / group`) into `oh` (`g · head_dim` floats), with the AVX2 kernel when `simd`
+/// ([`use_simd`]) else the scalar reference head by head. The shape was checked by
+/// [`check_shape`].
+#[allow(clippy::too_many_arguments)] // heads: shape, which heads, query, K, V, scratch, output
+fn heads_into(
     simd: bool,
     sh: &AttnShape,
-    h: usize,
+    h0: usize,
+    g: usize,
     q: &[f32],
     kc: &[f32],
     vc: &[f32],
@@ -199,17 +199,22 @@ fn head_into(
     oh: &mut [f32],
 ) {
     let hd = sh.head_dim;
-    let kh = h / sh.group;
-    let qh = &q[h * hd..(h + 1) * hd];
+    let kh = h0 / sh.group;
+    debug_assert!(g >= 1 && (h0 + g - 1) / sh.group == kh && oh.len() == g * hd);
+    let qg = &q[h0 * hd..(h0 + g) * hd];
     #[cfg(target_arch = "x86_64")]
     if simd {
         // SAFETY: AVX2/FMA available and hd % 8 == 0 (`use_simd`); every K/V row read lies
-        // inside kc/vc (rows ≤ pos, columns kh·hd + hd ≤ kv_dim: `check_shape`).
-        unsafe { avx2::head(sh, qh, kc, vc, kh, scores, oh) };
+        // inside kc/vc (rows ≤ pos, columns kh·hd + hd ≤ kv_dim: `check_shape`); qg and oh
+        // hold g heads.
+        unsafe { avx2::heads(sh, qg, g, kc, vc, kh, scores, oh) };
         return;
     }
     let _ = simd;
-    head_scalar(sh, qh, kc, vc, kh, scores, oh);
+    for j in 0..g {
+        let qh = &qg[j * hd..(j + 1) * hd];
+        head_scalar(sh, qh, kc, vc, kh, scores, &mut oh[j * hd..(j + 1) * hd]);
+    }
 }
 
 /// The scalar reference of one head: `oh = softmax(score(qh · k_t)) · V` over `start..=pos`,
@@ -306,8 +311,8 @@ mod avx2 {
         _mm_storeu_ps(out.as_mut_ptr(), h);
     }
 
-    /// `out[0 .. 8·W] = Σ_i w[i] · v_i[0 .. 8·W]`, `v_i` at `v + i·stride`: W accumulators stay
-    /// in registers across all positions.
+    /// `out[0 .. 8·W] += Σ_i w[i] · v_i[0 .. 8·W]` (one FMA per position, in order), `v_i` at
+    /// `v + i·stride`: W accumulators stay in registers across the positions.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn weighted_rows<const W: usize>(
@@ -316,7 +321,7 @@ mod avx2 {
         stride: usize,
         out: *mut f32,
     ) {
-        let mut acc = [_mm256_setzero_ps(); W];
+        let mut acc: [__m256; W] = core::array::from_fn(|j| _mm256_loadu_ps(out.add(8 * j)));
         for (i, &wi) in w.iter().enumerate() {
             let wv = _mm256_set1_ps(wi);
             let row = v.add(i * stride);
@@ -329,44 +334,102 @@ mod avx2 {
         }
     }
 
-    /// One head, as [`super::head_scalar`], in AVX2 + FMA.
+    /// Heads `0..g` of `q` (`g · hd` floats; all use KV head `kh`), each as
+    /// [`super::head_scalar`], in AVX2 + FMA, into `out` (`g · hd` floats). Each block of 4 K rows
+    /// is read once for all `g` heads, and the V rows in blocks of [`v_block`] positions (L1-sized),
+    /// with each head's accumulators carried in `out` between blocks. Every head's operations and
+    /// their order are those of a head computed alone, so the results do not depend on `g`.
     ///
     /// # Safety
-    /// The CPU must support AVX2, FMA and F16C (`Isa::Avx2`); `sh.head_dim % 8 == 0`; rows `start..=pos` of `kc` and
-    /// `vc` (stride `kv_dim`) hold columns `kh·hd .. kh·hd + hd`; `qh` and `oh` hold `hd` floats.
+    /// The CPU must support AVX2, FMA and F16C (`Isa::Avx2`); `sh.head_dim % 8 == 0`; rows
+    /// `start..=pos` of `kc` and `vc` (stride `kv_dim`) hold columns `kh·hd .. kh·hd + hd`; `q` and
+    /// `out` hold `g · hd` floats.
+    #[allow(clippy::too_many_arguments)] // heads: shape, queries, count, K, V, KV head, scratch, out
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn head(
+    pub(super) unsafe fn heads(
         sh: &AttnShape,
-        qh: &[f32],
+        q: &[f32],
+        g: usize,
         kc: &[f32],
         vc: &[f32],
         kh: usize,
         scores: &mut Vec<f32>,
-        oh: &mut [f32],
+        out: &mut [f32],
     ) {
         let hd = sh.head_dim;
         let n = sh.pos + 1 - sh.start;
-        debug_assert!(hd.is_multiple_of(8) && qh.len() >= hd && oh.len() >= hd);
+        debug_assert!(hd.is_multiple_of(8) && q.len() >= g * hd && out.len() >= g * hd);
         debug_assert!(kc.len() >= (sh.pos + 1) * sh.kv_dim && (kh + 1) * hd <= sh.kv_dim);
         let k0 = kc.as_ptr().add(sh.start * sh.kv_dim + kh * hd);
         let v0 = vc.as_ptr().add(sh.start * sh.kv_dim + kh * hd);
         scores.clear();
-        scores.resize(n, 0.0);
-        // Four positions at a time: 8 independent FMA chains, one 4-way reduction.
+        scores.resize(g * n, 0.0);
+        // Four positions at a time: 8 independent FMA chains, one 4-way reduction; the 4 K rows
+        // stay in L1 for the group's other heads.
         let mut i = 0;
         while i + 4 <= n {
-            dot4(
-                qh.as_ptr(),
-                k0.add(i * sh.kv_dim),
-                sh.kv_dim,
-                hd,
-                &mut scores[i..i + 4],
-            );
+            for j in 0..g {
+                let sj = &mut scores[j * n + i..j * n + i + 4];
+                dot4(
+                    q.as_ptr().add(j * hd),
+                    k0.add(i * sh.kv_dim),
+                    sh.kv_dim,
+                    hd,
+                    sj,
+                );
+            }
             i += 4;
         }
-        for (j, s) in scores.iter_mut().enumerate().skip(i) {
-            *s = dot(qh.as_ptr(), k0.add(j * sh.kv_dim), hd);
+        for t in i..n {
+            for j in 0..g {
+                scores[j * n + t] = dot(q.as_ptr().add(j * hd), k0.add(t * sh.kv_dim), hd);
+            }
         }
+        for j in 0..g {
+            softmax(sh, &mut scores[j * n..(j + 1) * n]);
+        }
+        out[..g * hd].fill(0.0);
+        let pb = v_block(hd);
+        let mut p0 = 0;
+        while p0 < n {
+            let p1 = (p0 + pb).min(n);
+            for j in 0..g {
+                let w = &scores[j * n + p0..j * n + p1];
+                let vb = v0.add(p0 * sh.kv_dim);
+                let mut c = 0;
+                while c < hd {
+                    let (vp, op) = (vb.add(c), out.as_mut_ptr().add(j * hd + c));
+                    c += match (hd - c) / 8 {
+                        8.. => {
+                            weighted_rows::<8>(w, vp, sh.kv_dim, op);
+                            64
+                        }
+                        4..=7 => {
+                            weighted_rows::<4>(w, vp, sh.kv_dim, op);
+                            32
+                        }
+                        _ => {
+                            weighted_rows::<1>(w, vp, sh.kv_dim, op);
+                            8
+                        }
+                    };
+                }
+            }
+            p0 = p1;
+        }
+    }
+
+    /// Positions per block of the weighted V sum: 16 KiB of one head's V rows (64 at head width
+    /// 64, 16 at 256), so the group's other heads find them in L1.
+    fn v_block(hd: usize) -> usize {
+        (16 * 1024 / (4 * hd)).max(8)
+    }
+
+    /// `scores[i] = softmax(score(dot_i))`: the raw dot products scaled (and soft-capped), then
+    /// `exp(s_i − max)` 8 at a time (the tail through libm, as the reference) and normalized.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn softmax(sh: &AttnShape, scores: &mut [f32]) {
+        let n = scores.len();
         let mut m = f32::NEG_INFINITY;
         for s in scores.iter_mut() {
             *s = sh.score(*s);
@@ -391,24 +454,6 @@ mod avx2 {
         let inv = 1.0 / sum;
         for s in scores.iter_mut() {
             *s *= inv;
-        }
-        let mut c = 0;
-        while c < hd {
-            let (vp, op) = (v0.add(c), oh.as_mut_ptr().add(c));
-            c += match (hd - c) / 8 {
-                8.. => {
-                    weighted_rows::<8>(scores, vp, sh.kv_dim, op);
-                    64
-                }
-                4..=7 => {
-                    weighted_rows::<4>(scores, vp, sh.kv_dim, op);
-                    32
-                }
-                _ => {
-                    weighted_rows::<1>(scores, vp, sh.kv_dim, op);
-                    8
-                }
-            };
         }
     }
 }
@@ -544,6 +589,36 @@ mod tests {
                     (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
                     "case {ci} out {j}: avx2 {x} scalar {y}"
                 );
+            }
+        }
+    }
+
+    /// A KV group's heads computed together equal each head computed alone, bit for bit.
+    #[test]
+    fn grouped_heads_equal_heads_alone_bit_for_bit() {
+        for (ci, sh) in cases().iter().enumerate() {
+            let (q, k, v) = inputs(sh, 300 + ci as u64);
+            let hd = sh.head_dim;
+            for isa in [Isa::Scalar, Isa::Avx2] {
+                let simd = use_simd(isa, hd);
+                let mut scores = Vec::new();
+                for h0 in (0..sh.n_heads).step_by(sh.group) {
+                    let g = sh.group.min(sh.n_heads - h0);
+                    let mut together = vec![f32::NAN; g * hd];
+                    heads_into(simd, sh, h0, g, &q, &k, &v, &mut scores, &mut together);
+                    for j in 0..g {
+                        let mut alone = vec![f32::NAN; hd];
+                        heads_into(simd, sh, h0 + j, 1, &q, &k, &v, &mut scores, &mut alone);
+                        let t = &together[j * hd..(j + 1) * hd];
+                        assert!(
+                            t.iter()
+                                .zip(&alone)
+                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "case {ci} {isa:?} head {}",
+                            h0 + j
+                        );
+                    }
+                }
             }
         }
     }
