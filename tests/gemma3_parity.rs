@@ -114,15 +114,22 @@ fn llamacpp_noise_floor_is_recorded() {
 /// llama.cpp's own agreement, flash attention off vs on (from the committed goldens): top-1 on
 /// the long English text, and greedy continuations identical (same comparison rule as ours).
 fn noise_floor() -> (f64, usize) {
-    let on = load("gemma3_llamacpp.json");
-    let off = load("gemma3_llamacpp_fa_off.json");
+    agreement("gemma3_llamacpp.json", "gemma3_llamacpp_fa_off.json")
+}
+
+/// Agreement of two golden files of the same prompts: teacher-forced top-1 rate on the long
+/// English text, and how many greedy continuations are identical (our comparison rule).
+fn agreement(a_name: &str, b_name: &str) -> (f64, usize) {
+    let (a_file, b_file) = (load(a_name), load(b_name));
+    assert_eq!(a_file["model_sha256"], b_file["model_sha256"]);
     let (mut rate, mut same) = (0.0, 0);
-    for (a, b) in on["prompts"]
+    for (a, b) in a_file["prompts"]
         .as_array()
         .unwrap()
         .iter()
-        .zip(off["prompts"].as_array().unwrap())
+        .zip(b_file["prompts"].as_array().unwrap())
     {
+        assert_eq!(a["ids"], b["ids"]);
         if a["name"] == "long_english" {
             let (ta, tb) = (a["top"].as_array().unwrap(), b["top"].as_array().unwrap());
             let agree = ta
@@ -138,6 +145,30 @@ fn noise_floor() -> (f64, usize) {
         }
     }
     (rate, same)
+}
+
+/// llama.cpp against itself on two CPUs: the same sdist, settings and file, built and run on
+/// the Zen 3 (AVX2) that made the committed goldens and on a Zen 5 (AVX-512, `avx512/`), both
+/// with flash attention on. Its two builds agree less than issue 19's bars (97% top-1, 4 of 5
+/// greedy) ask of us against one of them: Q8 activations turn a last-bit difference into a
+/// different int8 rounding, and that grows through the layers (docs/PERFORMANCE.md, "Issue 19's
+/// parity bars are above llama.cpp's own reproducibility").
+#[test]
+fn llamacpp_on_two_cpus_agrees_less_than_the_bar() {
+    let (zen3, zen5) = (load("gemma3_llamacpp.json"), load("avx512/gemma3_llamacpp.json"));
+    for (f, isa) in [(&zen3, "AVX2 = 1"), (&zen5, "AVX512 = 1")] {
+        assert!(f["system_info"].as_str().unwrap().contains(isa), "{}", f["system_info"]);
+        assert_eq!(f["flash_attn"], zen3["flash_attn"]);
+        assert_eq!(f["llama_cpp_python"], zen3["llama_cpp_python"]);
+    }
+    assert!(!zen3["system_info"].as_str().unwrap().contains("AVX512 = 1"));
+    let (rate, same) = agreement("gemma3_llamacpp.json", "avx512/gemma3_llamacpp.json");
+    eprintln!(
+        "llama.cpp AVX2 build vs AVX-512 build, flash attention on both: top-1 {:.2}%, greedy \
+         identical {same}/5 (issue 19's bars for us: 97%, 4/5)",
+        100.0 * rate
+    );
+    assert!(rate > 0.9 && rate < 0.97, "{rate}");
 }
 
 /// Teacher-forced top-1 agreement and max |Δlogit| over llama.cpp's top-10 for one prompt.
