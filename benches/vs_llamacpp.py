@@ -191,14 +191,15 @@ def run_cflow_json(a, t, tokens, prompt_len, act=None):
 def default_act(a):
     """The activation mode `bench decode` uses when --act is not given (its `act` field)."""
     rep, _ = run_cflow_json(a, 1, 1, 1)
-    return rep["act"], rep["kv"]
+    return rep["act"], rep["kv"], rep.get("weights", "?")
 
 
 def sample_cflow(a, t, act):
     load = load1()
     rep, dec = run_cflow_json(a, t, a.tokens, a.prompt_len, act)
     _, pre = run_cflow_json(a, t, 1, a.prefill_len, act)
-    return dict(engine=f"cflow {act}", act=rep["act"], kv=rep["kv"], threads=t, tokens=a.tokens, load1=load,
+    return dict(engine=f"cflow {act}", act=rep["act"], kv=rep["kv"], weights=rep.get("weights"), threads=t,
+                tokens=a.tokens, load1=load,
                 decode_tok_s=dec["decode_tok_s"]["median"], prefill_tok_s=pre["prefill_tok_s"]["median"],
                 prefill_len=a.prefill_len, mib_per_token=dec.get("mib_per_token"))
 
@@ -251,9 +252,9 @@ def compare(a):
         print(f"[llama-bench side skipped: {a.llama_bench} not found; build it with shared/bench/setup.sh]")
     modes = []
     if cflow_ok:
-        dflt, kv = default_act(a)
+        dflt, kv, weights = default_act(a)
         modes = [dflt] + [m for m in ("q8", "f32") if m != dflt]
-        print(f"cflow default numerics: act={dflt} kv={kv} (from `bench decode --json`); other mode: "
+        print(f"cflow default numerics: act={dflt} kv={kv}, weights {weights} (from `bench decode --json`); other mode: "
               + (modes[1] if a.other_mode else f"{modes[1]} (skipped: --default-only)"))
         if not a.other_mode:
             modes = modes[:1]
