@@ -348,8 +348,27 @@ fn activations(c: &mut Criterion) {
     g.finish();
 }
 
+/// A model's attention geometry for one query at `pos` over positions `0..=pos`.
+fn attn_shape(
+    n_heads: usize,
+    group: usize,
+    hd: usize,
+    pos: usize,
+) -> cflow::kernels::attention::AttnShape {
+    cflow::kernels::attention::AttnShape {
+        n_heads,
+        group,
+        head_dim: hd,
+        kv_dim: n_heads / group * hd,
+        start: 0,
+        pos,
+        scale: 1.0 / (hd as f32).sqrt(),
+        cap: 0.0,
+    }
+}
+
 fn attention(c: &mut Criterion) {
-    use cflow::kernels::attention::{attend, AttnShape};
+    use cflow::kernels::attention::attend;
     use cflow::kernels::pool::ThreadPool;
     let pool = ThreadPool::new(1);
     let mut g = c.benchmark_group("attention");
@@ -357,16 +376,7 @@ fn attention(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(300));
     for (name, n_heads, group, hd) in [("smollm2", 9, 3, 64), ("gemma3", 4, 4, 256)] {
         for n in [128usize, 512] {
-            let sh = AttnShape {
-                n_heads,
-                group,
-                head_dim: hd,
-                kv_dim: n_heads / group * hd,
-                start: 0,
-                pos: n - 1,
-                scale: 1.0 / (hd as f32).sqrt(),
-                cap: 0.0,
-            };
+            let sh = attn_shape(n_heads, group, hd, n - 1);
             let mut s = 11u64;
             let q: Vec<f32> = (0..n_heads * hd).map(|_| lcg(&mut s)).collect();
             let k: Vec<f32> = (0..n * sh.kv_dim).map(|_| lcg(&mut s)).collect();
@@ -397,16 +407,7 @@ fn attention_batch(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(2));
     g.warm_up_time(Duration::from_millis(300));
     let (n_heads, group, hd, pos0, n) = (9, 3, 64, 224, 32);
-    let sh = AttnShape {
-        n_heads,
-        group,
-        head_dim: hd,
-        kv_dim: n_heads / group * hd,
-        start: 0,
-        pos: 0,
-        scale: 1.0 / (hd as f32).sqrt(),
-        cap: 0.0,
-    };
+    let sh = attn_shape(n_heads, group, hd, 0);
     let row = n_heads * hd;
     let mut s = 5u64;
     let q: Vec<f32> = (0..n * row).map(|_| lcg(&mut s)).collect();
