@@ -155,9 +155,16 @@ fn agreement(a_name: &str, b_name: &str) -> (f64, usize) {
 /// parity bars are above llama.cpp's own reproducibility").
 #[test]
 fn llamacpp_on_two_cpus_agrees_less_than_the_bar() {
-    let (zen3, zen5) = (load("gemma3_llamacpp.json"), load("avx512/gemma3_llamacpp.json"));
+    let (zen3, zen5) = (
+        load("gemma3_llamacpp.json"),
+        load("avx512/gemma3_llamacpp.json"),
+    );
     for (f, isa) in [(&zen3, "AVX2 = 1"), (&zen5, "AVX512 = 1")] {
-        assert!(f["system_info"].as_str().unwrap().contains(isa), "{}", f["system_info"]);
+        assert!(
+            f["system_info"].as_str().unwrap().contains(isa),
+            "{}",
+            f["system_info"]
+        );
         assert_eq!(f["flash_attn"], zen3["flash_attn"]);
         assert_eq!(f["llama_cpp_python"], zen3["llama_cpp_python"]);
     }

@@ -257,21 +257,27 @@ macro_rules! avx512_kernels {
                     let cn = CHUNK.min(t.nb - c0);
                     let (amv, csv) = chunk_consts::<K, INT>(a, c0, cn);
                     let mut r0 = 0;
+                    // Compile-time block counts → straight-line code: full chunks, and the
+                    // 2-block tail of 576-wide rows (576 = 256 + 256 + 64).
                     if cn == CHUNK {
-                        // Full chunk: compile-time block count → straight-line code.
                         while r0 + 4 <= t.rows {
-                            group::<K, INT, 4, true>(t, a, r0, c0, cn, amv, csv);
+                            group::<K, INT, 4, CHUNK>(t, a, r0, c0, cn, amv, csv);
+                            r0 += 4;
+                        }
+                    } else if cn == 2 {
+                        while r0 + 4 <= t.rows {
+                            group::<K, INT, 4, 2>(t, a, r0, c0, cn, amv, csv);
                             r0 += 4;
                         }
                     }
                     while r0 + 4 <= t.rows {
-                        group::<K, INT, 4, false>(t, a, r0, c0, cn, amv, csv);
+                        group::<K, INT, 4, 0>(t, a, r0, c0, cn, amv, csv);
                         r0 += 4;
                     }
                     match t.rows - r0 {
-                        1 => group::<K, INT, 1, false>(t, a, r0, c0, cn, amv, csv),
-                        2 => group::<K, INT, 2, false>(t, a, r0, c0, cn, amv, csv),
-                        3 => group::<K, INT, 3, false>(t, a, r0, c0, cn, amv, csv),
+                        1 => group::<K, INT, 1, 0>(t, a, r0, c0, cn, amv, csv),
+                        2 => group::<K, INT, 2, 0>(t, a, r0, c0, cn, amv, csv),
+                        3 => group::<K, INT, 3, 0>(t, a, r0, c0, cn, amv, csv),
                         _ => {}
                     }
                     c0 += cn;
@@ -292,7 +298,7 @@ macro_rules! avx512_kernels {
             #[inline]
             #[allow(clippy::too_many_arguments)]
             #[target_feature(enable = $feat)]
-            unsafe fn group<const K: u8, const INT: bool, const R: usize, const FULL: bool>(
+            unsafe fn group<const K: u8, const INT: bool, const R: usize, const CN: usize>(
                 t: &Tile,
                 a: Act,
                 r0: usize,
@@ -301,7 +307,7 @@ macro_rules! avx512_kernels {
                 amv: __m256,
                 csv: __m256,
             ) {
-                let cn = if FULL { CHUNK } else { cn };
+                let cn = if CN > 0 { CN } else { cn };
                 let sb = scale_bytes(K);
                 let qb = quant_bytes(K);
                 let mut acc = [_mm512_setzero_ps(); R];
