@@ -90,7 +90,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             "model": path.display().to_string(),
             "isa": eng.isa.resolve()?.name(),
             "kernels": eng.isa.resolve()?.kernels(),
-            "weights": if file.is_resident() { "resident" } else { "mmap" },
+            "weights": file.weights_mode(),
             "act": act,
             "kv": kv,
             "tokens_per_repeat": a.tokens,

@@ -149,7 +149,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         "threads": sess.engine.threads(),
         "isa": sess.engine.opts().isa.name(),
         "kernels": sess.engine.opts().isa.kernels(),
-        "weights": if sess.engine.file().is_resident() { "resident" } else { "mmap" },
+        "weights": sess.engine.file().weights_mode(),
         "act": act,
         "kv": kv,
         "prompt_tokens": out.prompt_tokens,

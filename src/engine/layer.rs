@@ -85,11 +85,7 @@ pub fn attend(
     let cfg = w.cfg;
     let win = cfg.sliding_window_for(p);
     let sh = crate::kernels::attention::AttnShape {
-        start: if win > 0 && pos + 1 > win {
-            pos + 1 - win
-        } else {
-            0
-        },
+        start: crate::kernels::attention::AttnShape::window_start(pos, win),
         ..attn_shape(cfg, pos)
     };
     crate::kernels::attention::attend(w.pool, w.isa, &sh, q, &kv.k[l], &kv.v[l], att);

@@ -457,8 +457,7 @@ impl Engine {
             notes.push("mmap tier: experts read from the map; fetch mode has no effect".into());
         }
         notes.extend(self.schedule_note());
-        let resident = self.active().is_resident();
-        if resident && self.opts.layout == Layout::RowMajor {
+        if self.active().is_resident() && self.opts.layout == Layout::RowMajor {
             notes.push(
                 "rowmajor copy is in 4 KiB pages, the resident .cflow in huge pages: for a \
                  like-for-like layout A/B start with --weights mmap"
@@ -469,7 +468,7 @@ impl Engine {
             threads: self.pool.threads() as u32,
             isa: format!("{:?}", self.opts.isa).to_lowercase(),
             prefetch: self.opts.prefetch,
-            weights: if resident { "resident" } else { "mmap" }.into(),
+            weights: self.active().weights_mode().into(),
             readers: self.opts.readers as u32,
             fetch: self.opts.fetch.name().into(),
             expert_tier: self.opts.expert_tier.name().into(),

@@ -264,10 +264,7 @@ fn quantize_rows(
         out.resize_with(n, Q8Act::default);
     }
     for (x, q) in xs.chunks_exact(width).zip(out.iter_mut()) {
-        q.quantize_from(x);
-        if k {
-            q.quantize_k_from(x);
-        }
+        q.quantize_for(x, k);
     }
     true
 }

@@ -55,10 +55,7 @@ impl Weights<'_> {
         let blocked = outs.iter().any(|(m, _)| m.quant.is_blocked());
         let use_q8 = self.q8 && blocked && x.len().is_multiple_of(32);
         if use_q8 {
-            xq.quantize_from(x);
-            if outs.iter().any(|(m, _)| m.quant.is_k()) {
-                xq.quantize_k_from(x);
-            }
+            xq.quantize_for(x, outs.iter().any(|(m, _)| m.quant.is_k()));
         }
         let act = Act {
             x,

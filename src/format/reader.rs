@@ -693,6 +693,16 @@ impl CflowFile {
         self.map.is_resident()
     }
 
+    /// Where the weights are read from, as `--weights`, `--json` and the UI name it:
+    /// `"resident"` or `"mmap"`.
+    pub fn weights_mode(&self) -> &'static str {
+        if self.is_resident() {
+            "resident"
+        } else {
+            "mmap"
+        }
+    }
+
     /// Fails when the file changed since it was opened (see [`ModelMap::check_unchanged`]): a
     /// page vanished under a read (SIGBUS absorbed), or its size or modification time changed.
     /// The engine calls this before every token.

@@ -46,6 +46,16 @@ pub struct AttnShape {
 }
 
 impl AttnShape {
+    /// The first position a query at `pos` attends to under a sliding window of `window`
+    /// positions (0: no window, from position 0).
+    pub fn window_start(pos: usize, window: usize) -> usize {
+        if window > 0 && pos + 1 > window {
+            pos + 1 - window
+        } else {
+            0
+        }
+    }
+
     /// The score of a raw dot product: scaled, then soft-capped when a cap is set.
     #[inline]
     fn score(&self, dot: f32) -> f32 {
@@ -133,11 +143,7 @@ pub fn attend_batch(
     let shape = |b: usize| {
         let pos = pos0 + b;
         AttnShape {
-            start: if window > 0 && pos + 1 > window {
-                pos + 1 - window
-            } else {
-                0
-            },
+            start: AttnShape::window_start(pos, window),
             pos,
             ..*sh
         }

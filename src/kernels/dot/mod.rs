@@ -165,6 +165,15 @@ impl Q8Act {
         }
     }
 
+    /// Quantizes `x` to Q8 blocks, and to Q8_K blocks too when `k` (a K-quant matrix will read
+    /// it): what a matvec over a set of matrices needs.
+    pub fn quantize_for(&mut self, x: &[f32], k: bool) {
+        self.quantize_from(x);
+        if k {
+            self.quantize_k_from(x);
+        }
+    }
+
     /// Number of 32-element blocks.
     pub fn blocks(&self) -> usize {
         self.d.len()
