@@ -351,27 +351,25 @@ pub fn tile_matmul(
     if let Some(xq) = xq.filter(|_| int) {
         assert_eq!(xq.len(), n, "one Q8 activation per token");
         #[cfg(target_arch = "x86_64")]
-        {
-            if isa == Isa::Avx512
-                && Isa::Avx512.available()
-                && matches!(q, QuantType::Q4_0 | QuantType::Q4_1)
-            {
+        if matches!(q, QuantType::Q4_0 | QuantType::Q4_1) {
+            let avx512 = isa == Isa::Avx512 && Isa::Avx512.available();
+            if avx512 || avx2_batch(isa) {
                 for (j, &x) in xq.iter().enumerate() {
                     check_tile(q, rows, cols, scales, qs, &[], Some(x), &y[j * rows..]);
                 }
-                // SAFETY: AVX-512 F/BW (+ AVX2/FMA/F16C; VNNI when `has_vnni`) detected just
-                // above; every token's slices were checked against the tile contract by
-                // `check_tile`, and `y` holds `n · rows` outputs.
-                unsafe { avx512::tile_matmul_q4(q, rows, cols, scales, qs, xq, y, isa.has_vnni()) };
-                return;
-            }
-            if avx2_batch(isa) && matches!(q, QuantType::Q4_0 | QuantType::Q4_1) {
-                for (j, &x) in xq.iter().enumerate() {
-                    check_tile(q, rows, cols, scales, qs, &[], Some(x), &y[j * rows..]);
+                if avx512 {
+                    // SAFETY: AVX-512 F/BW (+ AVX2/FMA/F16C; VNNI when `has_vnni`) detected just
+                    // above; every token's slices were checked against the tile contract by
+                    // `check_tile`, and `y` holds `n · rows` outputs.
+                    unsafe {
+                        avx512::tile_matmul_q4(q, rows, cols, scales, qs, xq, y, isa.has_vnni())
+                    };
+                } else {
+                    // SAFETY: AVX2/FMA/F16C detected by `avx2_batch`; every token's slices were
+                    // checked against the tile contract by `check_tile`, and `y` holds `n · rows`
+                    // outputs.
+                    unsafe { avx2::tile_matmul_q4(q, rows, cols, scales, qs, xq, y) };
                 }
-                // SAFETY: AVX2/FMA/F16C detected just above; every token's slices were checked
-                // against the tile contract by `check_tile`, and `y` holds `n · rows` outputs.
-                unsafe { avx2::tile_matmul_q4(q, rows, cols, scales, qs, xq, y) };
                 return;
             }
         }
