@@ -10,12 +10,14 @@ use crate::model::kv::KvCache;
 use crate::model::{FfnAct, ModelConfig};
 
 /// Biases, Q/K norms (whole projection, or per head), clipping, RoPE, V-norm and (optionally) f16 rounding of
-/// one token's Q/K/V at block `p`.
+/// one token's Q/K/V at block `p`. `rope` keeps the RoPE angles between calls.
+#[allow(clippy::too_many_arguments)] // the weights, the block, the position and the three vectors
 pub fn qkv_post(
     w: &Weights,
     lv: &LayerView,
     p: usize,
     pos: usize,
+    rope: &mut RopeCache,
     q: &mut [f32],
     k: &mut [f32],
     v: &mut [f32],
@@ -54,9 +56,9 @@ pub fn qkv_post(
     let rot = cfg.rope_dims();
     let theta = cfg.rope_theta_for(p);
     let style = cfg.meta.rope_style;
-    let angles = rope_angles(pos, rot, theta);
+    let angles = rope.angles(pos, rot, theta);
     for h in q.chunks_exact_mut(hd).chain(k.chunks_exact_mut(hd)) {
-        rope_with(h, &angles, style);
+        rope_with(h, angles, style);
     }
     if cfg.v_norm() {
         for h in v.chunks_exact_mut(hd) {
@@ -145,7 +147,7 @@ pub fn attention(
         &s.xb,
         &mut [(&lv.q, &mut s.q), (&lv.k, &mut s.k), (&lv.v, &mut s.v)],
     );
-    qkv_post(w, lv, p, pos, &mut s.q, &mut s.k, &mut s.v);
+    qkv_post(w, lv, p, pos, &mut s.rope, &mut s.q, &mut s.k, &mut s.v);
     kv.store(l, pos, &s.k, &s.v);
     attend(w, l, p, pos, kv, &s.q, &mut s.att);
     w.mv(p, 0xFF, &mut s.xq, &s.att, &mut [(&lv.o, &mut s.attn_out)]);

@@ -33,21 +33,54 @@ pub fn rmsnorm_in_place(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
 
 /// Rotates one head vector in place for position `pos`.
 pub fn rope(head: &mut [f32], pos: usize, rot_dims: usize, theta: f32, style: RopeStyle) {
-    rope_with(head, &rope_angles(pos, rot_dims, theta), style);
+    let mut c = RopeCache::default();
+    rope_with(head, c.angles(pos, rot_dims, theta), style);
 }
 
-/// The `(sin, cos)` of every rotated pair at position `pos` (`rot_dims / 2` entries). Shared by
-/// all heads of a position, so the trigonometry runs once per layer rather than once per head.
-pub fn rope_angles(pos: usize, rot_dims: usize, theta: f32) -> Vec<(f32, f32)> {
-    (0..rot_dims / 2)
-        .map(|i| {
-            let freq = 1.0 / theta.powf((2 * i) as f32 / rot_dims as f32);
-            (pos as f32 * freq).sin_cos()
-        })
-        .collect()
+/// The rotation frequency of pair `i` of `rot_dims` rotated dimensions: θ^(−2i/rot_dims).
+fn rope_freq(i: usize, rot_dims: usize, theta: f32) -> f32 {
+    1.0 / theta.powf((2 * i) as f32 / rot_dims as f32)
 }
 
-/// Rotates one head vector in place by precomputed [`rope_angles`].
+/// The `(sin, cos)` of every rotated pair (`rot_dims / 2` entries) at a position, kept per RoPE
+/// base: the frequencies are computed once per base, and the angles once per (position, base),
+/// so a decode step pays the trigonometry once for all layers that share a base rather than
+/// once per layer (and never per head).
+#[derive(Default)]
+pub struct RopeCache {
+    /// (θ bits, rotated dims, frequencies, position of `angles`, angles).
+    bases: Vec<(u32, usize, Vec<f32>, Option<usize>, Vec<(f32, f32)>)>,
+}
+
+impl RopeCache {
+    /// The angles of position `pos` for base `theta` over `rot_dims` dimensions.
+    pub fn angles(&mut self, pos: usize, rot_dims: usize, theta: f32) -> &[(f32, f32)] {
+        let key = theta.to_bits();
+        let i = match self
+            .bases
+            .iter()
+            .position(|b| b.0 == key && b.1 == rot_dims)
+        {
+            Some(i) => i,
+            None => {
+                let freqs = (0..rot_dims / 2)
+                    .map(|i| rope_freq(i, rot_dims, theta))
+                    .collect();
+                self.bases.push((key, rot_dims, freqs, None, Vec::new()));
+                self.bases.len() - 1
+            }
+        };
+        let (_, _, freqs, at, angles) = &mut self.bases[i];
+        if *at != Some(pos) {
+            angles.clear();
+            angles.extend(freqs.iter().map(|&f| (pos as f32 * f).sin_cos()));
+            *at = Some(pos);
+        }
+        angles
+    }
+}
+
+/// Rotates one head vector in place by precomputed [`RopeCache::angles`].
 pub fn rope_with(head: &mut [f32], angles: &[(f32, f32)], style: RopeStyle) {
     let half = angles.len();
     for (i, &(s, c)) in angles.iter().enumerate() {
@@ -109,6 +142,22 @@ mod tests {
         for i in 0..4 {
             assert!((a[i] - b[2 * i]).abs() < 1e-6 && (a[i + 4] - b[2 * i + 1]).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn cached_angles_equal_fresh_ones_across_positions_and_bases() {
+        let mut c = RopeCache::default();
+        for pos in [0usize, 7, 7, 300, 7] {
+            for (rot, theta) in [(64usize, 10000.0f32), (64, 1_000_000.0), (32, 10000.0)] {
+                let fresh: Vec<(f32, f32)> = (0..rot / 2)
+                    .map(|i| {
+                        (pos as f32 * (1.0 / theta.powf((2 * i) as f32 / rot as f32))).sin_cos()
+                    })
+                    .collect();
+                assert_eq!(c.angles(pos, rot, theta), &fresh[..]);
+            }
+        }
+        assert_eq!(c.bases.len(), 3);
     }
 
     #[test]

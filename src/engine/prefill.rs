@@ -158,7 +158,7 @@ impl Engine {
                     &mut bs.k[b * kvd..(b + 1) * kvd],
                     &mut bs.v[b * kvd..(b + 1) * kvd],
                 );
-                qkv_post(&ctx, lv, l, pos, qb, kb, vb);
+                qkv_post(&ctx, lv, l, pos, &mut bs.rope, qb, kb, vb);
                 self.kv.store(l, pos, kb, vb);
             }
             attend_batch(&ctx, l, l, pos0, n, &self.kv, &bs.q, &mut bs.att);

@@ -3,6 +3,7 @@
 //! V = `vocab`. The dense FFN and the experts keep their buffers in their own structs so that
 //! the vertical schedule can hand a second set to the core that runs them.
 
+use super::ops::RopeCache;
 use crate::kernels::Q8Act;
 use crate::model::ModelConfig;
 
@@ -35,6 +36,8 @@ pub struct Scratch {
     pub logits: Vec<f32>,
     /// Q8 copy of the current matvec input.
     pub xq: Q8Act,
+    /// RoPE angles of the current position (computed once per token and base).
+    pub rope: RopeCache,
     /// The dense FFN's buffers (main core under the sequential schedule).
     pub dense: DenseScratch,
     /// The experts' buffers (main core under the sequential schedule).
@@ -113,6 +116,7 @@ impl Scratch {
             base: vec![0.0; d],
             logits: vec![0.0; cfg.vocab],
             xq: Q8Act::default(),
+            rope: RopeCache::default(),
             dense: DenseScratch::new(cfg),
             experts: ExpertScratch::new(cfg),
         }
@@ -138,6 +142,8 @@ pub struct BatchScratch {
     pub u: Vec<f32>,
     /// Q8 copies of the current batched matvec input, one per token.
     pub xq: Vec<Q8Act>,
+    /// RoPE frequencies per base (the angles change with every position of the batch).
+    pub rope: RopeCache,
 }
 
 impl BatchScratch {
