@@ -48,8 +48,16 @@ fn rope_freq(i: usize, rot_dims: usize, theta: f32) -> f32 {
 /// once per layer (and never per head).
 #[derive(Default)]
 pub struct RopeCache {
-    /// (θ bits, rotated dims, frequencies, position of `angles`, angles).
-    bases: Vec<(u32, usize, Vec<f32>, Option<usize>, Vec<(f32, f32)>)>,
+    bases: Vec<RopeBase>,
+}
+
+/// One RoPE base of a [`RopeCache`]: its frequencies and the angles of the last position.
+struct RopeBase {
+    theta_bits: u32,
+    rot_dims: usize,
+    freqs: Vec<f32>,
+    at: Option<usize>,
+    angles: Vec<(f32, f32)>,
 }
 
 impl RopeCache {
@@ -59,24 +67,31 @@ impl RopeCache {
         let i = match self
             .bases
             .iter()
-            .position(|b| b.0 == key && b.1 == rot_dims)
+            .position(|b| b.theta_bits == key && b.rot_dims == rot_dims)
         {
             Some(i) => i,
             None => {
                 let freqs = (0..rot_dims / 2)
                     .map(|i| rope_freq(i, rot_dims, theta))
                     .collect();
-                self.bases.push((key, rot_dims, freqs, None, Vec::new()));
+                self.bases.push(RopeBase {
+                    theta_bits: key,
+                    rot_dims,
+                    freqs,
+                    at: None,
+                    angles: Vec::new(),
+                });
                 self.bases.len() - 1
             }
         };
-        let (_, _, freqs, at, angles) = &mut self.bases[i];
-        if *at != Some(pos) {
-            angles.clear();
-            angles.extend(freqs.iter().map(|&f| (pos as f32 * f).sin_cos()));
-            *at = Some(pos);
+        let b = &mut self.bases[i];
+        if b.at != Some(pos) {
+            b.angles.clear();
+            b.angles
+                .extend(b.freqs.iter().map(|&f| (pos as f32 * f).sin_cos()));
+            b.at = Some(pos);
         }
-        angles
+        &b.angles
     }
 }
 
