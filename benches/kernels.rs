@@ -370,7 +370,7 @@ fn attn_shape(
 fn attention(c: &mut Criterion) {
     use cflow::kernels::attention::attend;
     use cflow::kernels::pool::ThreadPool;
-    let pool = ThreadPool::new(1);
+    let pools = [ThreadPool::new(1), ThreadPool::new(2)];
     let mut g = c.benchmark_group("attention");
     g.measurement_time(Duration::from_secs(2));
     g.warm_up_time(Duration::from_millis(300));
@@ -387,10 +387,13 @@ fn attention(c: &mut Criterion) {
                 if !isa.available() {
                     continue;
                 }
-                let id = format!("{name} {n} {isa:?}");
-                g.bench_function(BenchmarkId::from_parameter(id), |b| {
-                    b.iter(|| attend(&pool, isa, &sh, &q, &k, &v, black_box(&mut att)))
-                });
+                for pool in &pools {
+                    let t = pool.threads();
+                    let id = format!("{name} {n} {isa:?} {t}t");
+                    g.bench_function(BenchmarkId::from_parameter(id), |b| {
+                        b.iter(|| attend(pool, isa, &sh, &q, &k, &v, black_box(&mut att)))
+                    });
+                }
             }
         }
     }

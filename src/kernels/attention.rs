@@ -104,15 +104,13 @@ pub fn attend(
     // head is a task (9 heads share 2 threads better than 3 KV groups); alone, the heads of a
     // KV group run together, reading its K/V rows once.
     if pool.threads() > 1 && n * sh.n_heads * hd >= 16 * 1024 {
-        pool.run(sh.n_heads, &|h| {
-            let mut scores = Vec::with_capacity(n);
-            heads(h, 1, &mut scores);
-        });
+        pool.run(sh.n_heads, &|h| with_scores(|scores| heads(h, 1, scores)));
     } else {
-        let mut scores = Vec::with_capacity(n * sh.group);
-        for h0 in (0..sh.n_heads).step_by(sh.group) {
-            heads(h0, sh.group.min(sh.n_heads - h0), &mut scores);
-        }
+        with_scores(|scores| {
+            for h0 in (0..sh.n_heads).step_by(sh.group) {
+                heads(h0, sh.group.min(sh.n_heads - h0), scores);
+            }
+        });
     }
 }
 
@@ -162,10 +160,18 @@ pub fn attend_batch(
         // SAFETY: task (b, group) owns att[b·row + h0·hd ..][..g·hd], inside `att` (asserted
         // above: n·row ≤ len); each (b, group) is one task.
         let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(b * row + h0 * hd), g * hd) };
-        let mut scores = Vec::with_capacity((shb.pos + 1 - shb.start) * g);
         let qb = &q[b * row..(b + 1) * row];
-        heads_into(simd, &shb, h0, g, qb, kc, vc, &mut scores, oh);
+        with_scores(|scores| heads_into(simd, &shb, h0, g, qb, kc, vc, scores, oh));
     });
+}
+
+/// Runs `f` with this thread's score buffer (kept between calls: a decode step runs ~300 head
+/// tasks, each of which would otherwise allocate one).
+fn with_scores<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
+    thread_local! {
+        static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCORES.with(|s| f(&mut s.borrow_mut()))
 }
 
 /// The bounds every head kernel relies on: `q`/`att` hold all heads, `kc`/`vc` hold rows up to

@@ -89,29 +89,43 @@ pub fn tiled_matvec(
     act: &Act,
 ) {
     // Task t is stripe t − first[i] of output i, where first[i] counts the stripes of the outputs
-    // before i (a few outputs per call; no per-task table: the LM head alone has 2048 stripes).
-    let mut first = Vec::with_capacity(outs.len());
+    // before i. A decode step makes ~150 of these calls, so the table lives on the stack for
+    // the usual handful of outputs (a heap table only past MAX_OUTS).
     let mut n_tasks = 0;
     for (m, y) in outs.iter() {
         assert_eq!(y.len(), m.rows, "output length");
         assert_eq!(act.x.len(), m.cols, "activation length");
-        first.push(n_tasks);
         n_tasks += m.n_stripes();
     }
-    let ptrs: Vec<(&Matrix, OutPtr)> = outs
-        .iter_mut()
-        .map(|(m, y)| (*m, OutPtr(y.as_mut_ptr(), y.len())))
-        .collect();
-    // Large matvecs (an LM head of thousands of stripes) are claimed in runs of consecutive
-    // stripes, about 16 runs per thread: each thread then streams long contiguous ranges of the
-    // file instead of alternating 87 KB stripes with the other threads, and a claim (one
-    // compare-and-swap on a shared cache line) is made per run, not per stripe.
+    let mut stack: [Option<(usize, &Matrix, OutPtr)>; MAX_OUTS] = [None; MAX_OUTS];
+    let mut heap = Vec::new();
+    let n_outs = outs.len();
+    let table: &[Option<(usize, &Matrix, OutPtr)>] = {
+        let mut first = 0;
+        let mut entries = outs.iter_mut().map(|(m, y)| {
+            let e = Some((first, &**m, OutPtr(y.as_mut_ptr(), y.len())));
+            first += m.n_stripes();
+            e
+        });
+        if n_outs <= MAX_OUTS {
+            for (slot, e) in stack.iter_mut().zip(&mut entries) {
+                *slot = e;
+            }
+            &stack[..n_outs]
+        } else {
+            heap.extend(entries);
+            &heap
+        }
+    };
+    let ptrs = |t: usize| {
+        let i = table.partition_point(|e| e.is_some_and(|(f, _, _)| f <= t)) - 1;
+        let (f, m, p) = table[i].expect("filled");
+        (t - f, m, p)
+    };
     let run = stripes_per_claim(n_tasks, pool.threads());
     pool.run(n_tasks.div_ceil(run), &|g| {
         for t in g * run..((g + 1) * run).min(n_tasks) {
-            let i = first.partition_point(|&f| f <= t) - 1;
-            let s = t - first[i];
-            let (m, p) = ptrs[i];
+            let (s, m, p) = ptrs(t);
             let r0 = s * TILE_ROWS;
             let rows = m.stripe_rows(s);
             debug_assert!(r0 + rows <= p.1);
@@ -122,6 +136,9 @@ pub fn tiled_matvec(
         }
     });
 }
+
+/// Outputs of one fused matvec whose stripe table lives on the stack.
+const MAX_OUTS: usize = 8;
 
 /// Consecutive stripes per pool claim for a matvec of `n` stripes on `threads` threads: about 16
 /// claims per thread, and 1 (one stripe per claim) for matvecs of fewer than 32 stripes per
