@@ -101,17 +101,27 @@ pub fn attend(
         heads_into(simd, sh, h0, g, q, kc, vc, scores, oh);
     };
     // Below ~16k multiply-adds the pool's hand-off costs more than it saves. In parallel each
-    // head is a task (9 heads share 2 threads better than 3 KV groups); alone, the heads of a
-    // KV group run together, reading its K/V rows once.
-    if pool.threads() > 1 && n * sh.n_heads * hd >= 16 * 1024 {
-        pool.run(sh.n_heads, &|h| with_scores(|scores| heads(h, 1, scores)));
+    // thread takes one contiguous range of heads (9 heads on 2 threads: 0..4 and 4..9) and runs
+    // it KV group by KV group, so a group's K/V rows are read once per thread rather than once
+    // per head (`cargo bench --bench kernels -- attention`, 2 threads: SmolLM2 shape at 128
+    // positions 5.87 → 4.55 µs, Gemma 3 at 128 8.06 → 5.99 µs, against one task per head).
+    // Alone, one range holds every head.
+    let parts = if pool.threads() > 1 && n * sh.n_heads * hd >= 16 * 1024 {
+        pool.threads().min(sh.n_heads)
     } else {
+        1
+    };
+    pool.run(parts, &|p| {
+        let (a, b) = (p * sh.n_heads / parts, (p + 1) * sh.n_heads / parts);
         with_scores(|scores| {
-            for h0 in (0..sh.n_heads).step_by(sh.group) {
-                heads(h0, sh.group.min(sh.n_heads - h0), scores);
+            let mut h = a;
+            while h < b {
+                let end = ((h / sh.group + 1) * sh.group).min(b);
+                heads(h, end - h, scores);
+                h = end;
             }
-        });
-    }
+        })
+    });
 }
 
 /// [`attend`] for the queries of `n` consecutive positions `pos0..pos0 + n` (prefill): row `b`
@@ -631,6 +641,31 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// Any thread count gives the same bits: the head ranges of the threads only decide which
+    /// heads share a K/V pass, never a head's arithmetic.
+    #[test]
+    fn thread_counts_agree_bit_for_bit() {
+        let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
+        for base in cases() {
+            let sh = AttnShape { pos: 300, ..base };
+            let (q, kc, vc) = inputs(&sh, 5);
+            for isa in [Isa::Scalar, Isa::Avx2]
+                .into_iter()
+                .filter(|i| i.available())
+            {
+                let outs: Vec<Vec<f32>> = pools
+                    .iter()
+                    .map(|p| {
+                        let mut att = vec![0f32; sh.n_heads * sh.head_dim];
+                        attend(p, isa, &sh, &q, &kc, &vc, &mut att);
+                        att
+                    })
+                    .collect();
+                assert!(outs.iter().all(|o| o == &outs[0]), "{isa:?} {sh:?}");
             }
         }
     }
