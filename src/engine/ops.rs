@@ -3,10 +3,29 @@
 
 use crate::model::RopeStyle;
 
+/// `1 / sqrt(mean(x²) + eps)`, the scale of an RMSNorm. The squares are summed in 8 interleaved
+/// partial sums (element i into sum i mod 8), added pairwise at the end: one chain of 576
+/// dependent adds took ~0.65 µs per norm on SmolLM2, twice per layer on the decode critical
+/// path while the other threads wait.
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] += c[i] * c[i];
+        }
+    }
+    for (a, v) in acc.iter_mut().zip(tail) {
+        *a += v * v;
+    }
+    let s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    1.0 / (s / x.len() as f32 + eps).sqrt()
+}
+
 /// out = x / rms(x) * w (w = None: no weight).
 pub fn rmsnorm(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let inv = 1.0 / (ss + eps).sqrt();
+    let inv = rms_scale(x, eps);
     match w {
         Some(w) => {
             for ((o, xv), wv) in out.iter_mut().zip(x).zip(w) {
@@ -23,8 +42,7 @@ pub fn rmsnorm(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
 
 /// x ← x / rms(x) * w, in place (the same arithmetic as [`rmsnorm`]).
 pub fn rmsnorm_in_place(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let inv = 1.0 / (ss + eps).sqrt();
+    let inv = rms_scale(x, eps);
     match w {
         Some(w) => x.iter_mut().zip(w).for_each(|(v, wv)| *v = *v * inv * wv),
         None => x.iter_mut().for_each(|v| *v *= inv),
@@ -173,6 +191,19 @@ mod tests {
             }
         }
         assert_eq!(c.bases.len(), 3);
+    }
+
+    #[test]
+    fn rms_scale_matches_a_float64_sum() {
+        for n in [1usize, 7, 8, 13, 576, 640, 2048] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 113) as f32 / 17.0 - 3.0)
+                .collect();
+            let ms = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
+            let want = 1.0 / (ms + 1e-6).sqrt();
+            let got = rms_scale(&x, 1e-6) as f64;
+            assert!((got - want).abs() <= 2e-7 * want, "n {n}: {got} vs {want}");
+        }
     }
 
     #[test]

@@ -140,15 +140,20 @@ pub fn tiled_matvec(
 /// Outputs of one fused matvec whose stripe table lives on the stack.
 const MAX_OUTS: usize = 8;
 
-/// Consecutive stripes per pool claim for a matvec of `n` stripes on `threads` threads: about 16
-/// claims per thread, and 1 (one stripe per claim) for matvecs of fewer than 32 stripes per
-/// thread, whose balance matters more than their claim count.
+/// Consecutive stripes per pool claim for a matvec of `n` stripes on `threads` threads. Each
+/// thread should stream long contiguous ranges of the file (its hardware and software prefetches
+/// then run ahead into its own next stripes, not into another thread's), yet claim often enough
+/// that a late thread does not leave the others waiting: about 16 claims per thread for large
+/// matvecs (an LM head of thousands of stripes), about 2 per thread (at most 12 stripes each)
+/// for small ones. SmolLM2's 24-stripe gate/up pair on 2 threads: 6 stripes per claim; its
+/// 5-stripe projections: 1.
 fn stripes_per_claim(n: usize, threads: usize) -> usize {
-    const CLAIMS_PER_THREAD: usize = 16;
     if threads <= 1 {
         return 1;
     }
-    (n / (threads * CLAIMS_PER_THREAD)).max(1)
+    let large = n / (threads * 16);
+    let small = (n / (threads * 2)).min(12);
+    large.max(small).max(1)
 }
 
 /// The row-major baseline: `y = W · x` over a contiguous split-layout matrix.
@@ -455,7 +460,11 @@ mod tests {
         }
         assert_eq!(stripes_per_claim(2048, 2), 64);
         assert_eq!(stripes_per_claim(2048, 1), 1);
-        assert_eq!(stripes_per_claim(37, 2), 1);
+        assert_eq!(stripes_per_claim(384, 2), 12);
+        assert_eq!(stripes_per_claim(24, 2), 6);
+        assert_eq!(stripes_per_claim(9, 2), 2);
+        assert_eq!(stripes_per_claim(5, 2), 1);
+        assert_eq!(stripes_per_claim(37, 2), 9);
     }
 
     /// Tokens are split only when the stripes cannot be shared out evenly, never below 8 tokens
