@@ -81,6 +81,7 @@ fn row_bytes(m: &Matrix, cols: usize) -> (usize, usize) {
 /// whole stripe. (Splitting small matvecs into 32- or 64-row parts to balance 2 threads was
 /// measured slower on SmolLM2 at 2 threads, 10.1 vs 8.65 ms/token, 6 of 6 alternating pairs:
 /// docs/PERFORMANCE.md, "Stripe parts".)
+#[allow(clippy::needless_range_loop)] // a task index picks an entry of `order` or of the table
 pub fn tiled_matvec(
     pool: &ThreadPool,
     isa: Isa,
@@ -122,10 +123,34 @@ pub fn tiled_matvec(
         let (f, m, p) = table[i].expect("filled");
         (t - f, m, p)
     };
+    // The stripes of a small multi-output call (Q/K/V, gate/up) run in the order the writer
+    // stores a group of matrices: round-robin by stripe index (q 0, k 0, v 0, q 1, …; gate 0,
+    // up 0, gate 1, …), so a claim of consecutive tasks is one contiguous range of the file and
+    // each thread's prefetches run ahead into its own next stripe. For matrices stored apart
+    // the order only changes which thread computes which stripe.
+    let mut order = [(0u8, 0u8); ORDERED_MAX];
+    let ordered = n_outs > 1 && n_tasks <= ORDERED_MAX;
+    if ordered {
+        let stripes = |i: usize| table[i].expect("filled").1.n_stripes();
+        let most = (0..n_outs).map(stripes).max().unwrap_or(0);
+        let mut k = 0;
+        for s in 0..most {
+            for i in (0..n_outs).filter(|&i| s < stripes(i)) {
+                order[k] = (i as u8, s as u8);
+                k += 1;
+            }
+        }
+    }
     let run = stripes_per_claim(n_tasks, pool.threads());
     pool.run(n_tasks.div_ceil(run), &|g| {
         for t in g * run..((g + 1) * run).min(n_tasks) {
-            let (s, m, p) = ptrs(t);
+            let (s, m, p) = if ordered {
+                let (i, s) = order[t];
+                let (_, m, p) = table[i as usize].expect("filled");
+                (s as usize, m, p)
+            } else {
+                ptrs(t)
+            };
             let r0 = s * TILE_ROWS;
             let rows = m.stripe_rows(s);
             debug_assert!(r0 + rows <= p.1);
@@ -139,6 +164,10 @@ pub fn tiled_matvec(
 
 /// Outputs of one fused matvec whose stripe table lives on the stack.
 const MAX_OUTS: usize = 8;
+
+/// Stripes of a multi-output matvec that run in the writer's group order (the order table is on
+/// the stack; a stripe index fits in a byte).
+const ORDERED_MAX: usize = 64;
 
 /// Consecutive stripes per pool claim for a matvec of `n` stripes on `threads` threads. Each
 /// thread should stream long contiguous ranges of the file (its hardware and software prefetches
