@@ -14,7 +14,9 @@ Normally called by benches/vs_llamacpp.sh. Subcommands:
             reports without --act) and then the other mode.
       It prints one table: per thread count and engine, decode and prefill tok/s median
       (min-max) over the rounds, the median of the per-round ratios to llama-bench, effective
-      GB/s (weight bytes/token from the GGUF tensor sizes) and % of the roofline.
+      GB/s (weight bytes/token from the GGUF tensor sizes) and % of the roofline: against the
+      best membw of the run ("roofline") and, round by round, against that round's membw
+      ("paired", the median over rounds).
   llama-worker GGUF --threads T [--tokens 128] [--prompt-len 8] [--prefill-len 256]
       One llama.cpp sample through llama-cpp-python, printed as one JSON line. One untimed
       warm-up round, then: prefill = one llama_decode of a 256-token batch; decode = an 8-token
@@ -313,7 +315,7 @@ def compare(a):
     print()
     hdr = (f"{'thr':>3} {'engine':12} | {'decode tok/s med (min-max)':>26} | {'x base':>6} | "
            f"{'pp' + str(a.prefill_len) + ' tok/s med (min-max)':>26} | {'x base':>6} | {'GB/s':>6} | "
-           f"{'roofline':>8} | load1")
+           f"{'roofline':>8} | {'paired':>6} | load1")
     print(hdr)
     print("-" * len(hdr))
     summary = []
@@ -327,6 +329,11 @@ def compare(a):
             dec, pre = mmm([x["decode_tok_s"] for x in rs]), mmm([x["prefill_tok_s"] for x in rs])
             gbs = dec["median"] * w / 1e9
             pct = 100 * gbs / ceiling[t] if t in ceiling else None
+            # Each round's decode against that round's membw, median over rounds: the membw
+            # probe swings between rounds on a shared host, and the max above takes its best.
+            paired = [100 * x["decode_tok_s"] * w / 1e9 / bw
+                      for x, bw in zip(rs, membw_samples.get(t, [])) if x["decode_tok_s"] and bw]
+            paired_m = statistics.median(paired) if paired else None
             rd = pair_ratios(eng, "decode_tok_s", t) if eng != base else []
             rp = pair_ratios(eng, "prefill_tok_s", t) if eng != base else []
             rd_m = statistics.median(rd) if rd else None
@@ -334,9 +341,10 @@ def compare(a):
             loads = [x["load1"] for x in rs]
             print(f"{t:>3} {eng:12} | {fmt(dec):>26} | {rd_m and f'{rd_m:.2f}' or '':>6} | {fmt(pre):>26} | "
                   f"{rp_m and f'{rp_m:.2f}' or '':>6} | {gbs:6.2f} | {pct and f'{pct:.0f} %' or 'n/a':>8} | "
-                  f"{min(loads):.1f}-{max(loads):.1f}")
+                  f"{paired_m and f'{paired_m:.0f} %' or 'n/a':>6} | {min(loads):.1f}-{max(loads):.1f}")
             summary.append(dict(threads=t, engine=eng, decode_tok_s=dec, prefill_tok_s=pre, eff_gbs=gbs,
-                                pct_roofline=pct, decode_ratios=rd, prefill_ratios=rp,
+                                pct_roofline=pct, pct_roofline_paired=paired_m, pct_roofline_rounds=paired,
+                                decode_ratios=rd, prefill_ratios=rp,
                                 decode_ratio_median=rd_m, prefill_ratio_median=rp_m))
     if cflow_ok:
         mibs = [x["mib_per_token"] for x in results["runs"] if x["engine"].startswith("cflow") and x.get("mib_per_token")]
@@ -346,6 +354,7 @@ def compare(a):
     if ceiling:
         print("roofline = decode tok/s x weight bytes/token / membw read best GB/s (same run): " + ", ".join(
             f"{tt} thread(s) {ceiling[tt]:.1f} GB/s -> {ceiling[tt] * 1e9 / w:.0f} tok/s" for tt in threads if tt in ceiling))
+        print("paired = median over rounds of (decode tok/s x weight bytes/token / that round's membw)")
     print(f"x base = median over rounds of (engine / {base} in the same round)")
     results["summary"] = summary
     if a.json:
