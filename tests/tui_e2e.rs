@@ -254,7 +254,13 @@ fn record_mid_session_then_replay_it_and_ab_auto_gives_an_interval_in_tmux() {
     assert!(second.contains("\"kind\":\"session\""), "{second}");
 
     // Its replay knows the session: the MoE panes draw, the gauge has its maximum, and ← works.
-    let cmd = format!("{bin} replay {}; echo EXITED $?; sleep 60", trace.display());
+    // At a twentieth of the recorded pace: A/B auto flips prefetch at token boundaries, and the
+    // first look at the screen must still see the state the recording started in (a loaded
+    // machine took that look 60 tokens in at full pace, inside an "off" arm).
+    let cmd = format!(
+        "{bin} replay --speed 0.05 {}; echo EXITED $?; sleep 60",
+        trace.display()
+    );
     let t = Tmux::start("cflow-e2e-mid-replay", &cmd, 160, 48);
     let s = t.wait(30, "the replayed session", |s| {
         s.contains("REPLAY") && s.contains("payload") && s.contains("/2048")
