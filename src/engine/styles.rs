@@ -135,6 +135,20 @@ impl StyleRule {
         }
     }
 
+    /// [`StyleRule::read`] of `src`, borrowed together with the dense FFN's buffers (so the FFN
+    /// reads the residual in place rather than from a copy).
+    pub fn read_with_dense<'a>(
+        &self,
+        s: &'a mut Scratch,
+        src: Src,
+    ) -> (&'a [f32], &'a mut super::scratch::DenseScratch) {
+        match src {
+            Src::In => (&s.x, &mut s.dense),
+            Src::Mid => (&s.xa, &mut s.dense),
+            Src::Second => (&s.sf, &mut s.dense),
+        }
+    }
+
     /// The residual entering the layer that a delayed FFN reads (the injection stream).
     pub fn snapshot_source<'a>(&self, s: &'a Scratch) -> &'a [f32] {
         match self.stream {

@@ -54,23 +54,25 @@ impl Token<'_, '_> {
             s.dense.out.fill(0.0);
             return (0, None);
         }
-        let src = match self.sched.dense_input(l) {
+        match self.sched.dense_input(l) {
             DelayInput::Zero if !self.read_known_zero => {
                 s.dense.out.fill(0.0);
                 return (0, None);
             }
-            DelayInput::Zero => vec![0.0; w.cfg.d_model],
+            DelayInput::Zero => dense(w, lv, p, &vec![0.0; w.cfg.d_model], &mut s.dense),
             DelayInput::Delayed(x) => match lane {
                 Some(lane) => {
                     let done = lane.wait(Key::Dense(l));
                     s.dense.out.copy_from_slice(&done.out);
                     return (done.bytes, Some(done.ns));
                 }
-                None => x.to_vec(),
+                None => dense(w, lv, p, x, &mut s.dense),
             },
-            DelayInput::Current => rule.read(s, rule.dense_in).to_vec(),
-        };
-        dense(w, lv, p, &src, &mut s.dense);
+            DelayInput::Current => {
+                let (src, ds) = rule.read_with_dense(s, rule.dense_in);
+                dense(w, lv, p, src, ds);
+            }
+        }
         (dense_bytes(lv), None)
     }
 
