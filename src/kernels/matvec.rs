@@ -496,6 +496,55 @@ mod tests {
         assert_eq!(stripes_per_claim(37, 2), 9);
     }
 
+    /// More outputs than the stack table holds (the heap path), of unequal stripe counts (the
+    /// group order skips outputs that ran out): every output equals its per-stripe calls, and
+    /// no stripe is skipped (outputs start as NaN), on 1–3 threads.
+    #[test]
+    fn more_outputs_than_the_stack_table_stay_bit_identical() {
+        let isa = Isa::cached();
+        let q = QuantType::Q4_1;
+        let mut buf = Vec::new();
+        let rows = [130, 64, 300, 8, 256, 129, 40, 520, 96, 200];
+        let mats: Vec<Matrix> = rows.iter().map(|&r| matrix(q, r, 64, &mut buf)).collect();
+        assert!(mats.len() > MAX_OUTS);
+        let x: Vec<f32> = (0..64)
+            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 14.0)
+            .collect();
+        let mut xq = Q8Act::default();
+        xq.quantize_from(&x);
+        let act = Act {
+            x: &x,
+            q8: Some(&xq),
+        };
+        let want: Vec<Vec<f32>> = mats
+            .iter()
+            .map(|m| {
+                let mut y = vec![0f32; m.rows];
+                for s in 0..m.n_stripes() {
+                    let r0 = s * TILE_ROWS;
+                    stripe_matvec(isa, &buf, m, s, &act, &mut y[r0..r0 + m.stripe_rows(s)]);
+                }
+                y
+            })
+            .collect();
+        for n_outs in [3, MAX_OUTS, mats.len()] {
+            for threads in [1, 2, 3] {
+                let pool = ThreadPool::new(threads);
+                let mut ys: Vec<Vec<f32>> = mats[..n_outs]
+                    .iter()
+                    .map(|m| vec![f32::NAN; m.rows])
+                    .collect();
+                let mut outs: Vec<(&Matrix, &mut [f32])> = mats
+                    .iter()
+                    .zip(ys.iter_mut())
+                    .map(|(m, y)| (m, &mut y[..]))
+                    .collect();
+                tiled_matvec(&pool, isa, &buf, &mut outs, &act);
+                assert_eq!(ys, want[..n_outs], "outputs {n_outs} threads {threads}");
+            }
+        }
+    }
+
     /// Tokens are split only when the stripes cannot be shared out evenly, never below 8 tokens
     /// a part (the 300-row, 3-stripe matrix below takes the split path for n = 32 and 35).
     #[test]
