@@ -414,6 +414,16 @@ mod tests {
         )
     }
 
+    /// `W · x` stripe by stripe through `stripe_matvec`: what every fused call must equal.
+    fn per_stripe(isa: Isa, buf: &[u8], m: &Matrix, act: &Act) -> Vec<f32> {
+        let mut y = vec![0f32; m.rows];
+        for s in 0..m.n_stripes() {
+            let r0 = s * TILE_ROWS;
+            stripe_matvec(isa, buf, m, s, act, &mut y[r0..r0 + m.stripe_rows(s)]);
+        }
+        y
+    }
+
     /// SmolLM2's shapes (576 = 256 + 256 + 64 columns; 576 rows = 4.5 stripes): on 1–3
     /// threads the fused matvec equals per-stripe calls bit for bit.
     #[test]
@@ -430,14 +440,10 @@ mod tests {
             xq.quantize_from(&x);
             for q8 in [None, Some(&xq)] {
                 let act = Act { x: &x, q8 };
-                let mut want = (vec![0f32; 576], vec![0f32; 200]);
-                for (m, y) in [(&a, &mut want.0), (&b, &mut want.1)] {
-                    for s in 0..m.n_stripes() {
-                        let r0 = s * TILE_ROWS;
-                        let out = &mut y[r0..r0 + m.stripe_rows(s)];
-                        stripe_matvec(isa, &buf, m, s, &act, out);
-                    }
-                }
+                let want = (
+                    per_stripe(isa, &buf, &a, &act),
+                    per_stripe(isa, &buf, &b, &act),
+                );
                 for threads in [1, 2, 3] {
                     let pool = ThreadPool::new(threads);
                     let (mut ya, mut yb) = (vec![0f32; 576], vec![0f32; 200]);
@@ -468,13 +474,10 @@ mod tests {
             x: &x,
             q8: Some(&xq),
         };
-        let mut want = (vec![0f32; tall.rows], vec![0f32; small.rows]);
-        for (m, y) in [(&tall, &mut want.0), (&small, &mut want.1)] {
-            for s in 0..m.n_stripes() {
-                let r0 = s * TILE_ROWS;
-                stripe_matvec(isa, &buf, m, s, &act, &mut y[r0..r0 + m.stripe_rows(s)]);
-            }
-        }
+        let want = (
+            per_stripe(isa, &buf, &tall, &act),
+            per_stripe(isa, &buf, &small, &act),
+        );
         for threads in [1, 2, 3, 4] {
             let pool = ThreadPool::new(threads);
             let mut ys = (vec![f32::NAN; tall.rows], vec![f32::NAN; small.rows]);
@@ -518,14 +521,7 @@ mod tests {
         };
         let want: Vec<Vec<f32>> = mats
             .iter()
-            .map(|m| {
-                let mut y = vec![0f32; m.rows];
-                for s in 0..m.n_stripes() {
-                    let r0 = s * TILE_ROWS;
-                    stripe_matvec(isa, &buf, m, s, &act, &mut y[r0..r0 + m.stripe_rows(s)]);
-                }
-                y
-            })
+            .map(|m| per_stripe(isa, &buf, m, &act))
             .collect();
         for n_outs in [3, MAX_OUTS, mats.len()] {
             for threads in [1, 2, 3] {
