@@ -5,8 +5,8 @@
 //! activation quantization per matvec, as the engine pays it.
 //!
 //! Also the gated FFN activations (`act`: GELU and SiLU per ISA, in values per second) and
-//! single-query attention over an f32 KV cache (`attention`: SmolLM2's and Gemma 3's head shapes
-//! at 128 and 512 cached positions, per ISA, in cached positions per second).
+//! single-query attention over an f32 and an f16 KV cache (`attention`: SmolLM2's and Gemma 3's
+//! head shapes at 128 and 512 cached positions, per ISA, in cached positions per second).
 //!
 //! Run: `cargo bench --bench kernels` (short measurement times are set below; add `-- --quick` for
 //! an even shorter run, or a filter such as `-- Q4_1`).
@@ -381,6 +381,8 @@ fn attention(c: &mut Criterion) {
             let q: Vec<f32> = (0..n_heads * hd).map(|_| lcg(&mut s)).collect();
             let k: Vec<f32> = (0..n * sh.kv_dim).map(|_| lcg(&mut s)).collect();
             let v: Vec<f32> = (0..n * sh.kv_dim).map(|_| lcg(&mut s)).collect();
+            let k16: Vec<half::f16> = k.iter().map(|&x| half::f16::from_f32(x)).collect();
+            let v16: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f32(x)).collect();
             let mut att = vec![0f32; n_heads * hd];
             g.throughput(Throughput::Elements(n as u64));
             for isa in [Isa::Scalar, Isa::Avx2] {
@@ -389,9 +391,13 @@ fn attention(c: &mut Criterion) {
                 }
                 for pool in &pools {
                     let t = pool.threads();
-                    let id = format!("{name} {n} {isa:?} {t}t");
+                    let id = format!("{name} {n} {isa:?} {t}t f32");
                     g.bench_function(BenchmarkId::from_parameter(id), |b| {
                         b.iter(|| attend(pool, isa, &sh, &q, &k, &v, black_box(&mut att)))
+                    });
+                    let id = format!("{name} {n} {isa:?} {t}t f16");
+                    g.bench_function(BenchmarkId::from_parameter(id), |b| {
+                        b.iter(|| attend(pool, isa, &sh, &q, &k16, &v16, black_box(&mut att)))
                     });
                 }
             }

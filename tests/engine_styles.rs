@@ -390,7 +390,7 @@ fn engine(f: &Arc<CflowFile>, threads: usize) -> Engine {
             int_act: false,
             layout: Layout::Cflow,
             timings: true,
-            kv_f16: false,
+            kv: cflow::model::kv::KvType::F32,
             ..Default::default()
         },
     )

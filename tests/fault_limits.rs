@@ -133,8 +133,12 @@ fn kv_cache_larger_than_memory_is_refused_at_open() {
     fails_with(&["run", big, "--tokens", "1,2"], sizes);
     fails_with(&["run", big, "--tokens", "1,2"], "GiB available memory (");
     fails_with(&["run", big, "--tokens", "1,2"], "it fits with --max-ctx ");
-    // --kv-f16 rounds the values but stores f32: the same 4 B per value.
-    fails_with(&["run", big, "--tokens", "1,2", "--kv-f16"], sizes);
+    // An f16 cache stores 2 B per value: half the size.
+    let sizes16 = "KV cache for ctx 16777216: 4 layers × 2 × 4 kv heads × 256 dims × 2 B × \
+                   16777216 positions = 256.0 GiB > ";
+    fails_with(&["run", big, "--tokens", "1,2", "--kv", "f16"], sizes16);
+    fails_with(&["run", big, "--tokens", "1,2", "--kv-f16"], sizes16);
+    fails_with(&["run", big, "--tokens", "1,2", "--kv", "f32"], sizes);
     // A lower context opens it.
     let o = Command::new(BIN)
         .args([

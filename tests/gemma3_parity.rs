@@ -25,6 +25,7 @@ use cflow::engine::sampler::argmax;
 use cflow::engine::session::Session;
 use cflow::engine::{Engine, EngineOptions};
 use cflow::format::CflowFile;
+use cflow::model::kv::KvType;
 use cflow::telemetry::SamplingParams;
 use serde_json::Value;
 use std::sync::Arc;
@@ -208,7 +209,11 @@ fn gemma3_matches_llamacpp() {
     let f32_act = std::env::var_os("CFLOW_PARITY_F32").is_some();
     let opts = EngineOptions {
         int_act: !f32_act,
-        kv_f16: std::env::var_os("CFLOW_PARITY_KV16").is_some(),
+        kv: if std::env::var_os("CFLOW_PARITY_KV16").is_some() {
+            KvType::F16
+        } else {
+            KvType::F32
+        },
         ..Default::default()
     };
     let mut sess = Session::new(Engine::new(file, opts), SamplingParams::default()).unwrap();

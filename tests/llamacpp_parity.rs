@@ -16,6 +16,7 @@ use cflow::engine::sampler::argmax;
 use cflow::engine::session::Session;
 use cflow::engine::{Engine, EngineOptions};
 use cflow::format::CflowFile;
+use cflow::model::kv::KvType;
 use cflow::telemetry::SamplingParams;
 use serde_json::Value;
 use std::sync::Arc;
@@ -191,7 +192,11 @@ fn parity(file: Arc<CflowFile>, golden_name: &str, floor_name: &str) {
         // The exact f32-activation path (see `smollm2_matches_exact_f64_forward`); set
         // CFLOW_PARITY_Q8=1 to compare the default Q8-activation fast path instead.
         int_act: std::env::var_os("CFLOW_PARITY_Q8").is_some(),
-        kv_f16: std::env::var_os("CFLOW_PARITY_KV_F16").is_some(),
+        kv: if std::env::var_os("CFLOW_PARITY_KV_F16").is_some() {
+            KvType::F16
+        } else {
+            KvType::F32
+        },
         ..Default::default()
     };
     let mut sess = Session::new(Engine::new(file, opts), SamplingParams::default()).unwrap();

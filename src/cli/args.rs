@@ -7,6 +7,7 @@ use crate::convert::import_gguf::QuantTarget;
 use crate::engine::{default_threads, Engine, EngineOptions, Layout};
 use crate::io::{ExpertTier, FetchMode};
 use crate::kernels::Isa;
+use crate::model::kv::KvType;
 use crate::quant::QuantType;
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
@@ -220,8 +221,12 @@ pub struct EngineArgs {
     /// Shorthand for --act f32.
     #[arg(long)]
     pub f32_act: bool,
-    /// Round the KV cache to f16 (llama.cpp's default) instead of keeping it in f32.
-    #[arg(long)]
+    /// What the KV cache stores: f16 (llama.cpp's default KV type: half the bytes per
+    /// attention step, values rounded to nearest-even) or f32.
+    #[arg(long, value_enum, default_value_t = KvArg::F32)]
+    pub kv: KvArg,
+    /// Shorthand for --kv f16.
+    #[arg(long, conflicts_with = "kv")]
     pub kv_f16: bool,
     /// PREFETCHT0 prefetch thread.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
@@ -314,6 +319,13 @@ impl LayoutArg {
 pub enum ActArg {
     Auto,
     Q8,
+    F32,
+}
+
+/// `--kv`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvArg {
+    F16,
     F32,
 }
 
@@ -448,7 +460,14 @@ impl EngineArgs {
             int_act,
             layout: self.layout.layout(),
             timings: true,
-            kv_f16: self.kv_f16,
+            kv: if self.kv_f16 {
+                KvType::F16
+            } else {
+                match self.kv {
+                    KvArg::F16 => KvType::F16,
+                    KvArg::F32 => KvType::F32,
+                }
+            },
             fetch: match self.fetch {
                 FetchArg::Sync => FetchMode::Sync,
                 FetchArg::Staged => FetchMode::Staged,

@@ -67,7 +67,6 @@ impl Engine {
             rowmajor: rowmajor
                 .as_ref()
                 .filter(|_| opts.layout == Layout::RowMajor),
-            kv_f16: opts.kv_f16,
         };
         let prefetch = prefetcher
             .as_ref()

@@ -2,9 +2,8 @@
 //! memory available now is refused with the computed sizes, instead of running out of memory
 //! later as the context fills (the cache grows with use).
 //!
-//! Size: effective layers × 2 (K and V) × kv heads × head dim × 4 B × context positions. The
-//! cache stores f32 also under `--kv-f16` (that flag rounds the values to f16 precision but
-//! keeps them in f32), so it is 4 B per value in both modes. Available memory is
+//! Size: effective layers × 2 (K and V) × kv heads × head dim × bytes per value (2 for `--kv f16`,
+//! 4 for `--kv f32`) × context positions. Available memory is
 //! `MemAvailable` from `/proc/meminfo`, or the room left under a cgroup v2 `memory.max` when
 //! that is smaller. It is read after the engine is built, so the weights that are not mmapped
 //! (the in-memory row-major copy) are already taken out of it; mmapped weights are page cache.
@@ -12,10 +11,8 @@
 //! whose declared context does not fit.
 
 use super::Engine;
+use crate::model::kv::KvType;
 use crate::model::ModelConfig;
-
-/// Bytes of one cached value (keys and values are stored as f32).
-pub const KV_ELEM_BYTES: u64 = 4;
 
 /// Memory that can be allocated now, and where the number comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,17 +52,18 @@ fn size(bytes: u64) -> String {
     }
 }
 
-/// Bytes of the KV cache of one context position.
-pub fn bytes_per_position(cfg: &ModelConfig) -> u64 {
-    cfg.effective_layers() as u64 * 2 * cfg.kv_dim() as u64 * KV_ELEM_BYTES
+/// Bytes of the KV cache of one context position, with values of type `ty`.
+pub fn bytes_per_position(cfg: &ModelConfig, ty: KvType) -> u64 {
+    cfg.effective_layers() as u64 * 2 * cfg.kv_dim() as u64 * ty.bytes() as u64
 }
 
-/// Refuses `cfg` when its full-context KV cache exceeds `avail` (no check when unknown).
-pub fn check(cfg: &ModelConfig, avail: Option<Available>) -> Result<(), KvTooLarge> {
+/// Refuses `cfg` when its full-context KV cache of `ty` values exceeds `avail` (no check when
+/// unknown).
+pub fn check(cfg: &ModelConfig, ty: KvType, avail: Option<Available>) -> Result<(), KvTooLarge> {
     let Some(avail) = avail else {
         return Ok(());
     };
-    let per = bytes_per_position(cfg);
+    let per = bytes_per_position(cfg, ty);
     let need = (per as u128 * cfg.max_ctx as u128).min(u64::MAX as u128) as u64;
     if need <= avail.bytes {
         return Ok(());
@@ -75,7 +73,7 @@ pub fn check(cfg: &ModelConfig, avail: Option<Available>) -> Result<(), KvTooLar
         layers: cfg.effective_layers(),
         kv_heads: cfg.n_kv_heads,
         head_dim: cfg.head_dim,
-        elem_bytes: KV_ELEM_BYTES,
+        elem_bytes: ty.bytes() as u64,
         need,
         available: avail.bytes,
         mem_source: avail.source,
@@ -133,7 +131,7 @@ mod tests {
             bytes: (22.1 * (1u64 << 30) as f64) as u64,
             source: "MemAvailable",
         };
-        let e = check(&cfg(1 << 20), Some(avail)).unwrap_err();
+        let e = check(&cfg(1 << 20), KvType::F32, Some(avail)).unwrap_err();
         assert_eq!(e.need, 30 * 2 * 3 * 64 * 4 * (1 << 20));
         let msg = e.to_string();
         assert!(
@@ -150,10 +148,15 @@ mod tests {
         );
         // The largest fitting context passes, one more position does not.
         let fits = e.fits as usize;
-        assert!(check(&cfg(fits), Some(avail)).is_ok());
-        assert!(check(&cfg(fits + 1), Some(avail)).is_err());
+        assert!(check(&cfg(fits), KvType::F32, Some(avail)).is_ok());
+        assert!(check(&cfg(fits + 1), KvType::F32, Some(avail)).is_err());
+        // An f16 cache takes half: twice the context fits.
+        let e16 = check(&cfg(1 << 20), KvType::F16, Some(avail)).unwrap_err();
+        assert_eq!((e16.need * 2, e16.elem_bytes), (e.need, 2));
+        assert!(check(&cfg(2 * fits), KvType::F16, Some(avail)).is_ok());
+        assert!(check(&cfg(2 * fits + 2), KvType::F16, Some(avail)).is_err());
         // Unknown memory: no check.
-        assert!(check(&cfg(1 << 24), None).is_ok());
+        assert!(check(&cfg(1 << 24), KvType::F32, None).is_ok());
     }
 
     #[test]

@@ -5,12 +5,13 @@ use super::ops::*;
 use super::scratch::{DenseScratch, Scratch};
 use super::weights::Weights;
 use crate::format::reader::LayerView;
+use crate::kernels::attention;
 use crate::kernels::Isa;
-use crate::model::kv::KvCache;
+use crate::model::kv::{KvCache, KvLayer};
 use crate::model::{FfnAct, ModelConfig};
 
-/// Biases, Q/K norms (whole projection, or per head), clipping, RoPE, V-norm and (optionally) f16 rounding of
-/// one token's Q/K/V at block `p`. `rope` keeps the RoPE angles between calls.
+/// Biases, Q/K norms (whole projection, or per head), clipping, RoPE and V-norm of one token's
+/// Q/K/V at block `p` (the cache rounds K/V to its element type when they are stored). `rope` keeps the RoPE angles between calls.
 #[allow(clippy::too_many_arguments)] // the weights, the block, the position and the three vectors
 pub fn qkv_post(
     w: &Weights,
@@ -65,12 +66,6 @@ pub fn qkv_post(
             rmsnorm_in_place(h, None, cfg.rms_eps);
         }
     }
-    if w.kv_f16 {
-        // Emulate an f16 KV cache (llama.cpp's default) by rounding what is stored.
-        for x in k.iter_mut().chain(v.iter_mut()) {
-            *x = half::f16::from_f32(*x).to_f32();
-        }
-    }
 }
 
 /// Multi-head attention of one query (position `pos`) over the cached K/V of step `l`
@@ -86,16 +81,19 @@ pub fn attend(
 ) {
     let cfg = w.cfg;
     let win = cfg.sliding_window_for(p);
-    let sh = crate::kernels::attention::AttnShape {
-        start: crate::kernels::attention::AttnShape::window_start(pos, win),
+    let sh = attention::AttnShape {
+        start: attention::AttnShape::window_start(pos, win),
         ..attn_shape(cfg, pos)
     };
-    crate::kernels::attention::attend(w.pool, w.isa, &sh, q, &kv.k[l], &kv.v[l], att);
+    match kv.layer(l) {
+        KvLayer::F32 { k, v } => attention::attend(w.pool, w.isa, &sh, q, k, v, att),
+        KvLayer::F16 { k, v } => attention::attend(w.pool, w.isa, &sh, q, k, v, att),
+    }
 }
 
 /// The model's attention geometry for a query at `pos` attending from position 0.
-fn attn_shape(cfg: &ModelConfig, pos: usize) -> crate::kernels::attention::AttnShape {
-    crate::kernels::attention::AttnShape {
+fn attn_shape(cfg: &ModelConfig, pos: usize) -> attention::AttnShape {
+    attention::AttnShape {
         n_heads: cfg.n_heads,
         group: cfg.n_heads / cfg.n_kv_heads,
         head_dim: cfg.head_dim,
@@ -123,9 +121,14 @@ pub fn attend_batch(
     let cfg = w.cfg;
     let sh = attn_shape(cfg, pos0);
     let win = cfg.sliding_window_for(p);
-    crate::kernels::attention::attend_batch(
-        w.pool, w.isa, &sh, win, pos0, n, q, &kv.k[l], &kv.v[l], att,
-    );
+    match kv.layer(l) {
+        KvLayer::F32 { k, v } => {
+            attention::attend_batch(w.pool, w.isa, &sh, win, pos0, n, q, k, v, att)
+        }
+        KvLayer::F16 { k, v } => {
+            attention::attend_batch(w.pool, w.isa, &sh, win, pos0, n, q, k, v, att)
+        }
+    }
 }
 
 /// `s.attn_out = PostNorm(Attn_p(Norm(s.x)))` at step `l` (PostNorm only with

@@ -132,7 +132,7 @@ impl Engine {
         let cfg = file.cfg.clone();
         let le = cfg.effective_layers();
         let mut e = Engine {
-            kv: KvCache::new(le, cfg.kv_dim(), cfg.max_ctx),
+            kv: KvCache::new(le, cfg.kv_dim(), cfg.max_ctx, opts.kv),
             pool: ThreadPool::new(opts.threads),
             s: Scratch::new(&cfg),
             batch: Default::default(),
@@ -172,6 +172,11 @@ impl Engine {
     }
 
     /// The model configuration (its `max_ctx` is the context this engine runs to).
+    /// What the KV cache stores.
+    pub fn kv_type(&self) -> crate::model::kv::KvType {
+        self.kv.ty()
+    }
+
     pub fn cfg(&self) -> &ModelConfig {
         &self.cfg
     }

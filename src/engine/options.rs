@@ -12,6 +12,7 @@
 
 use crate::io::{ExpertTier, FetchHooks, FetchMode};
 use crate::kernels::Isa;
+use crate::model::kv::KvType;
 
 /// Weight layout the matvecs read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,8 +81,9 @@ pub struct EngineOptions {
     pub layout: Layout,
     /// Collect per-layer timings (bytes are always counted).
     pub timings: bool,
-    /// Round cached keys/values to f16 (llama.cpp's default KV type) instead of keeping f32.
-    pub kv_f16: bool,
+    /// What cached keys/values are stored as: f16 (llama.cpp's default KV type, half the bytes)
+    /// or f32.
+    pub kv: KvType,
     /// When expert bytes are read on the direct tier (sync at routing, staged until injection).
     pub fetch: FetchMode,
     /// Expert weights from the memory map or read (O_DIRECT) into staging slots.
@@ -106,7 +108,7 @@ impl EngineOptions {
     /// The numerics these options actually run with, as `run --json`, `bench --json` and the
     /// trace's settings name them (docs/JSON.md): `act` is the activations fed to the quantized
     /// matvecs (`q8` only where an integer kernel exists: see [`super::weights::use_q8`]), `kv`
-    /// the KV cache values (`f16`: rounded to f16, or `f32`).
+    /// what the KV cache stores (`f16` or `f32`).
     pub fn numerics(&self) -> (&'static str, &'static str) {
         (
             if super::weights::use_q8(self.int_act, self.force_int, self.isa) {
@@ -114,7 +116,7 @@ impl EngineOptions {
             } else {
                 "f32"
             },
-            if self.kv_f16 { "f16" } else { "f32" },
+            self.kv.name(),
         )
     }
 }
@@ -128,7 +130,7 @@ impl Default for EngineOptions {
             force_int: std::env::var_os("CFLOW_FORCE_INT").is_some(),
             layout: Layout::Cflow,
             timings: true,
-            kv_f16: false,
+            kv: KvType::F32,
             fetch: FetchMode::Staged,
             expert_tier: ExpertTier::Mmap,
             readers: 2,

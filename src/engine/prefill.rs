@@ -96,7 +96,6 @@ impl Engine {
             isa: self.opts.isa,
             q8: use_q8(self.opts.int_act, self.opts.force_int, self.opts.isa),
             rowmajor: None,
-            kv_f16: self.opts.kv_f16,
         };
         let cfg = ctx.cfg;
         let n = toks.len();

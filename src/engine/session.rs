@@ -69,7 +69,7 @@ impl Session {
     /// Opens a session over `engine`; refuses a model whose KV cache for its full context
     /// (`engine.cfg().max_ctx`) does not fit in available memory (`engine::kv_budget`).
     pub fn new(engine: Engine, sampling: SamplingParams) -> Result<Session, SessionError> {
-        super::kv_budget::check(engine.cfg(), available_memory())?;
+        super::kv_budget::check(engine.cfg(), engine.kv_type(), available_memory())?;
         let m = &engine.cfg().meta;
         let tok = match &m.tokenizer_json {
             Some(j) => {
@@ -142,7 +142,7 @@ impl Session {
             layer_payload_bytes_all: crate::engine::critical::payload_stream_bytes_all(f),
             vocab_bytes: f.lm_head().bytes() as u64,
             kv_dim: c.kv_dim() as u32,
-            kv_elem_bytes: std::mem::size_of::<f32>() as u32,
+            kv_elem_bytes: self.engine.kv_type().bytes() as u32,
             kv_window: super::styles::steps(c)
                 .map(|st| c.sliding_window_for(st.block) as u32)
                 .collect(),

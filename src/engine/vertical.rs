@@ -160,7 +160,6 @@ pub struct Shared<'a> {
     pub isa: Isa,
     pub q8: bool,
     pub rowmajor: Option<&'a RowMajorWeights>,
-    pub kv_f16: bool,
 }
 
 impl<'a> Shared<'a> {
@@ -171,7 +170,6 @@ impl<'a> Shared<'a> {
             isa: w.isa,
             q8: w.q8,
             rowmajor: w.rowmajor,
-            kv_f16: w.kv_f16,
         }
     }
 }
@@ -218,7 +216,6 @@ fn serve(
         isa: sh.isa,
         q8: sh.q8,
         rowmajor: sh.rowmajor,
-        kv_f16: sh.kv_f16,
     };
     while let Some(job) = recv_spin(&jobs) {
         let t0 = Instant::now();

@@ -25,7 +25,6 @@ pub struct Weights<'a> {
     /// Quantize activations to Q8 for blocked weight types.
     pub q8: bool,
     pub rowmajor: Option<&'a RowMajorWeights>,
-    pub kv_f16: bool,
 }
 
 impl Weights<'_> {
@@ -81,7 +80,6 @@ impl Weights<'_> {
             isa: self.isa,
             q8: self.q8,
             rowmajor: self.rowmajor,
-            kv_f16: self.kv_f16,
         }
     }
 }

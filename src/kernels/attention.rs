@@ -9,23 +9,25 @@
 //! column chunk. It sums in another order than the scalar loop, so the two agree to rounding,
 //! not bit for bit.
 
+use super::kv_elem::KvElem;
 use super::pool::ThreadPool;
 use super::Isa;
 
-/// Dot product with 8 independent accumulators (lets the compiler vectorize the reduction).
+/// Dot product of a query slice and a cached row with 8 independent accumulators (lets the
+/// compiler vectorize the reduction).
 #[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for i in 0..8 {
-            acc[i] += x[i] * y[i];
+            acc[i] += x[i] * y[i].to_f32();
         }
     }
     let mut s: f32 = acc.iter().sum();
     for (x, y) in ra.iter().zip(rb) {
-        s += x * y;
+        s += x * y.to_f32();
     }
     s
 }
@@ -76,15 +78,16 @@ unsafe impl Send for Ptr {}
 unsafe impl Sync for Ptr {}
 
 /// `att[h] = softmax(q_h · K_{kv(h)} · scale) · V_{kv(h)}` for every head, over cached positions
-/// `start..=pos` of `kc`/`vc` (row-major `[position][kv_dim]`). The AVX2 kernel runs unless `isa`
-/// is scalar, the CPU lacks AVX2/FMA or the head width is not a multiple of 8.
-pub fn attend(
+/// `start..=pos` of `kc`/`vc` (row-major `[position][kv_dim]`, f32 or f16: [`KvElem`]). The AVX2
+/// kernel runs unless `isa` is scalar, the CPU lacks AVX2/FMA/F16C or the head width is not a
+/// multiple of 8.
+pub fn attend<T: KvElem>(
     pool: &ThreadPool,
     isa: Isa,
     sh: &AttnShape,
     q: &[f32],
-    kc: &[f32],
-    vc: &[f32],
+    kc: &[T],
+    vc: &[T],
     att: &mut [f32],
 ) {
     let hd = sh.head_dim;
@@ -134,7 +137,7 @@ pub fn attend(
 /// (latest positions) first, so both cores stay busy; every head runs the same arithmetic as in
 /// [`attend`], so the results are bit-identical to `n` calls of it.
 #[allow(clippy::too_many_arguments)] // the shape, the batch, and the four buffers
-pub fn attend_batch(
+pub fn attend_batch<T: KvElem>(
     pool: &ThreadPool,
     isa: Isa,
     sh: &AttnShape,
@@ -142,8 +145,8 @@ pub fn attend_batch(
     pos0: usize,
     n: usize,
     q: &[f32],
-    kc: &[f32],
-    vc: &[f32],
+    kc: &[T],
+    vc: &[T],
     att: &mut [f32],
 ) {
     if n == 0 {
@@ -189,7 +192,7 @@ fn with_scores<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
 
 /// The bounds every head kernel relies on: `q`/`att` hold all heads, `kc`/`vc` hold rows up to
 /// `pos`, and the KV heads fit in `kv_dim`.
-fn check_shape(sh: &AttnShape, q: &[f32], kc: &[f32], vc: &[f32], att: &[f32]) {
+fn check_shape<T>(sh: &AttnShape, q: &[f32], kc: &[T], vc: &[T], att: &[f32]) {
     assert!(sh.start <= sh.pos && sh.group >= 1 && sh.head_dim >= 1);
     assert!(q.len() >= sh.n_heads * sh.head_dim && att.len() >= sh.n_heads * sh.head_dim);
     assert!(kc.len() >= (sh.pos + 1) * sh.kv_dim && vc.len() >= (sh.pos + 1) * sh.kv_dim);
@@ -212,14 +215,14 @@ fn use_simd(isa: Isa, hd: usize) -> bool {
 /// ([`use_simd`]) else the scalar reference head by head. The shape was checked by
 /// [`check_shape`].
 #[allow(clippy::too_many_arguments)] // heads: shape, which heads, query, K, V, scratch, output
-fn heads_into(
+fn heads_into<T: KvElem>(
     simd: bool,
     sh: &AttnShape,
     h0: usize,
     g: usize,
     q: &[f32],
-    kc: &[f32],
-    vc: &[f32],
+    kc: &[T],
+    vc: &[T],
     scores: &mut Vec<f32>,
     oh: &mut [f32],
 ) {
@@ -244,11 +247,11 @@ fn heads_into(
 
 /// The scalar reference of one head: `oh = softmax(score(qh · k_t)) · V` over `start..=pos`,
 /// with K/V head `kh`.
-pub fn head_scalar(
+pub fn head_scalar<T: KvElem>(
     sh: &AttnShape,
     qh: &[f32],
-    kc: &[f32],
-    vc: &[f32],
+    kc: &[T],
+    vc: &[T],
     kh: usize,
     scores: &mut Vec<f32>,
     oh: &mut [f32],
@@ -273,7 +276,7 @@ pub fn head_scalar(
         let vt = &vc[t * sh.kv_dim + kh * hd..t * sh.kv_dim + (kh + 1) * hd];
         let w = scores[i] * inv;
         for j in 0..hd {
-            oh[j] += w * vt[j];
+            oh[j] += w * vt[j].to_f32();
         }
     }
 }
@@ -283,23 +286,24 @@ mod avx2 {
     use super::AttnShape;
     use crate::kernels::act::exp_avx2;
     use crate::kernels::dot::kquant_avx2::{hsum, hsum4};
+    use crate::kernels::kv_elem::KvElem;
     use std::arch::x86_64::*;
 
     /// `q · k` over `hd` floats (a multiple of 8): 4 accumulators over 32-float steps.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot(q: *const f32, k: *const f32, hd: usize) -> f32 {
+    unsafe fn dot<T: KvElem>(q: *const f32, k: *const T, hd: usize) -> f32 {
         let mut a = [_mm256_setzero_ps(); 4];
         let mut c = 0;
         while c + 32 <= hd {
             for (j, a) in a.iter_mut().enumerate() {
                 let o = c + 8 * j;
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(o)), _mm256_loadu_ps(k.add(o)), *a);
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(o)), T::load8(k.add(o)), *a);
             }
             c += 32;
         }
         while c < hd {
-            a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), _mm256_loadu_ps(k.add(c)), a[0]);
+            a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), T::load8(k.add(c)), a[0]);
             c += 8;
         }
         hsum(_mm256_add_ps(
@@ -313,22 +317,28 @@ mod avx2 {
     #[inline]
     #[allow(clippy::needless_range_loop)] // j indexes the two accumulator sets and the K rows
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot4(q: *const f32, k: *const f32, stride: usize, hd: usize, out: &mut [f32]) {
+    unsafe fn dot4<T: KvElem>(
+        q: *const f32,
+        k: *const T,
+        stride: usize,
+        hd: usize,
+        out: &mut [f32],
+    ) {
         let (mut a, mut b) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
         let mut c = 0;
         while c + 16 <= hd {
             let (qa, qb) = (_mm256_loadu_ps(q.add(c)), _mm256_loadu_ps(q.add(c + 8)));
             for j in 0..4 {
                 let kj = k.add(j * stride + c);
-                a[j] = _mm256_fmadd_ps(qa, _mm256_loadu_ps(kj), a[j]);
-                b[j] = _mm256_fmadd_ps(qb, _mm256_loadu_ps(kj.add(8)), b[j]);
+                a[j] = _mm256_fmadd_ps(qa, T::load8(kj), a[j]);
+                b[j] = _mm256_fmadd_ps(qb, T::load8(kj.add(8)), b[j]);
             }
             c += 16;
         }
         if c < hd {
             let qa = _mm256_loadu_ps(q.add(c));
             for j in 0..4 {
-                a[j] = _mm256_fmadd_ps(qa, _mm256_loadu_ps(k.add(j * stride + c)), a[j]);
+                a[j] = _mm256_fmadd_ps(qa, T::load8(k.add(j * stride + c)), a[j]);
             }
         }
         let h = hsum4(core::array::from_fn(|j| _mm256_add_ps(a[j], b[j])));
@@ -340,9 +350,9 @@ mod avx2 {
     /// `v + i·stride`: W accumulators stay in registers across the positions.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn weighted_rows<const W: usize>(
+    unsafe fn weighted_rows<T: KvElem, const W: usize>(
         w: &[f32],
-        v: *const f32,
+        v: *const T,
         stride: usize,
         out: *mut f32,
     ) {
@@ -351,7 +361,7 @@ mod avx2 {
             let wv = _mm256_set1_ps(wi);
             let row = v.add(i * stride);
             for (j, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(row.add(8 * j)), *a);
+                *a = _mm256_fmadd_ps(wv, T::load8(row.add(8 * j)), *a);
             }
         }
         for (j, a) in acc.iter().enumerate() {
@@ -371,12 +381,12 @@ mod avx2 {
     /// `out` hold `g · hd` floats.
     #[allow(clippy::too_many_arguments)] // heads: shape, queries, count, K, V, KV head, scratch, out
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn heads(
+    pub(super) unsafe fn heads<T: KvElem>(
         sh: &AttnShape,
         q: &[f32],
         g: usize,
-        kc: &[f32],
-        vc: &[f32],
+        kc: &[T],
+        vc: &[T],
         kh: usize,
         scores: &mut Vec<f32>,
         out: &mut [f32],
@@ -426,15 +436,15 @@ mod avx2 {
                     let (vp, op) = (vb.add(c), out.as_mut_ptr().add(j * hd + c));
                     c += match (hd - c) / 8 {
                         8.. => {
-                            weighted_rows::<8>(w, vp, sh.kv_dim, op);
+                            weighted_rows::<T, 8>(w, vp, sh.kv_dim, op);
                             64
                         }
                         4..=7 => {
-                            weighted_rows::<4>(w, vp, sh.kv_dim, op);
+                            weighted_rows::<T, 4>(w, vp, sh.kv_dim, op);
                             32
                         }
                         _ => {
-                            weighted_rows::<1>(w, vp, sh.kv_dim, op);
+                            weighted_rows::<T, 1>(w, vp, sh.kv_dim, op);
                             8
                         }
                     };
@@ -725,6 +735,47 @@ mod tests {
                                 "hd {hd} window {window} {isa:?} t{threads} position {pos}"
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Attention over an f16 cache equals attention over an f32 cache holding the same rounded
+    /// values, bit for bit, for one query and for a batch, on every ISA and thread count: the
+    /// kernels convert each f16 exactly and then run the f32 arithmetic.
+    #[test]
+    fn an_f16_cache_equals_an_f32_cache_of_the_rounded_values() {
+        use half::f16;
+        let pools: Vec<ThreadPool> = (1..=2).map(ThreadPool::new).collect();
+        for (ci, sh) in cases().iter().enumerate() {
+            let (q, k, v) = inputs(sh, 700 + ci as u64);
+            let (k16, v16): (Vec<f16>, Vec<f16>) = (
+                k.iter().map(|&x| f16::from_f32(x)).collect(),
+                v.iter().map(|&x| f16::from_f32(x)).collect(),
+            );
+            let (kr, vr): (Vec<f32>, Vec<f32>) = (
+                k16.iter().map(|x| x.to_f32()).collect(),
+                v16.iter().map(|x| x.to_f32()).collect(),
+            );
+            let row = sh.n_heads * sh.head_dim;
+            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                for pool in &pools {
+                    let (mut a, mut b) = (vec![f32::NAN; row], vec![f32::NAN; row]);
+                    attend(pool, isa, sh, &q, &k16, &v16, &mut a);
+                    attend(pool, isa, sh, &q, &kr, &vr, &mut b);
+                    let same = |a: &[f32], b: &[f32]| {
+                        a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+                    };
+                    assert!(same(&a, &b), "case {ci} {isa:?} t{}", pool.threads());
+                    // The last two positions as a batch (one query row each).
+                    if sh.pos >= 1 && sh.start == 0 {
+                        let qq: Vec<f32> = q.iter().chain(&q).copied().collect();
+                        let (mut a, mut b) = (vec![f32::NAN; 2 * row], vec![f32::NAN; 2 * row]);
+                        let p0 = sh.pos - 1;
+                        attend_batch(pool, isa, sh, 0, p0, 2, &qq, &k16, &v16, &mut a);
+                        attend_batch(pool, isa, sh, 0, p0, 2, &qq, &kr, &vr, &mut b);
+                        assert!(same(&a, &b), "batch: case {ci} {isa:?} t{}", pool.threads());
                     }
                 }
             }

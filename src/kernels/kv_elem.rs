@@ -1,0 +1,104 @@
+//! The element types a KV cache stores (`f32`, or IEEE `f16` as llama.cpp stores it by default)
+//! and how the attention kernels read them: one scalar conversion for the reference, and one
+//! 8-wide load to f32 for the AVX2 kernel (`vcvtph2ps`, exact). Storing rounds to nearest-even
+//! (`half::f16::from_f32`); every f16 converts back to f32 exactly, so attention over an f16
+//! cache equals attention over an f32 cache holding the same rounded values, bit for bit.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// A value type of the KV cache.
+pub trait KvElem: Copy + Default + Send + Sync + 'static {
+    /// Bytes per stored value.
+    const BYTES: usize;
+    /// The name `run --json` reports for the cache (`kv`).
+    const NAME: &'static str;
+    /// The stored value of `x` (rounded to nearest-even for f16).
+    fn from_f32(x: f32) -> Self;
+    /// The stored value as f32 (exact).
+    fn to_f32(self) -> f32;
+    /// Values `p[0..8]` as f32.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and F16C; `p .. p + 8` must be readable.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> __m256;
+}
+
+impl KvElem for f32 {
+    const BYTES: usize = 4;
+    const NAME: &'static str = "f32";
+    #[inline]
+    fn from_f32(x: f32) -> f32 {
+        x
+    }
+    #[inline]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable floats at p.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+}
+
+impl KvElem for half::f16 {
+    const BYTES: usize = 2;
+    const NAME: &'static str = "f16";
+    #[inline]
+    fn from_f32(x: f32) -> half::f16 {
+        half::f16::from_f32(x)
+    }
+    #[inline]
+    fn to_f32(self) -> f32 {
+        half::f16::to_f32(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load8(p: *const half::f16) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable halves (16 bytes) at p; f16 is 2 plain bytes.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+
+    /// The vector load converts every f16 bit pattern (finite ones) to the scalar conversion's f32.
+    #[test]
+    fn the_vector_load_equals_the_scalar_conversion() {
+        if !crate::kernels::Isa::Avx2.available() {
+            println!("SKIP: this CPU has no AVX2/F16C");
+            return;
+        }
+        let all: Vec<f16> = (0..=u16::MAX)
+            .map(f16::from_bits)
+            .filter(|h| h.is_finite())
+            .collect();
+        for c in all.chunks_exact(8) {
+            let mut got = [0f32; 8];
+            // SAFETY: AVX2/F16C checked above; c holds 8 values.
+            unsafe { _mm256_storeu_ps(got.as_mut_ptr(), f16::load8(c.as_ptr())) };
+            for (g, h) in got.iter().zip(c) {
+                assert_eq!(g.to_bits(), h.to_f32().to_bits(), "{:#06x}", h.to_bits());
+            }
+        }
+    }
+
+    /// Rounding is to nearest-even and the round trip of a stored value is exact.
+    #[test]
+    fn stored_values_round_trip() {
+        for x in [0.1f32, -3.3e-5, 65504.0, 1.0 + 1.0 / 4096.0, 7e-8] {
+            let s = f16::from_f32(x);
+            assert_eq!(<f16 as KvElem>::from_f32(s.to_f32()), s);
+        }
+        // 1 + 2^-11 lies halfway between 1 and 1 + 2^-10: ties go to the even mantissa (1).
+        assert_eq!(<f16 as KvElem>::from_f32(1.0 + 1.0 / 2048.0).to_f32(), 1.0);
+    }
+}
