@@ -176,15 +176,14 @@ pub fn dense(w: &Weights, lv: &LayerView, p: usize, src: &[f32], ds: &mut DenseS
         lv.up.as_ref().expect("dense"),
         lv.down.as_ref().expect("dense"),
     );
-    let (isa, act) = (w.isa, w.cfg.meta.ffn_act);
-    w.mv_gated(
+    w.mv(
         p,
+        0xFF,
         &mut ds.xq,
         &ds.xb,
-        (g, &mut ds.hb),
-        (u, &mut ds.hb2),
-        &|g, u| gated(isa, act, g, u),
+        &mut [(g, &mut ds.hb), (u, &mut ds.hb2)],
     );
+    gated(w.isa, w.cfg.meta.ffn_act, &mut ds.hb, &ds.hb2);
     w.mv(p, 0xFF, &mut ds.xq, &ds.hb, &mut [(dn, &mut ds.out)]);
     if let Some(nw) = &lv.post_ffn_norm {
         rmsnorm_in_place(&mut ds.out, Some(nw), w.cfg.rms_eps);

@@ -5,11 +5,10 @@
 
 use crate::format::reader::{ExpertView, Matrix};
 use crate::format::{CflowFile, MatrixData};
-use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, tiled_matvec_gated, Act};
+use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
 use crate::kernels::pool::ThreadPool;
 use crate::kernels::{Isa, Q8Act};
 use crate::model::ModelConfig;
-use crate::quant::QuantType;
 use std::collections::HashMap;
 
 /// Row-major copies of every matrix, keyed by (layer, kind, expert); the LM head is layer
@@ -52,7 +51,15 @@ impl Weights<'_> {
         x: &[f32],
         outs: &mut [(&Matrix, &mut [f32])],
     ) {
-        let act = self.activation(xq, x, outs.iter().map(|(m, _)| m.quant));
+        let blocked = outs.iter().any(|(m, _)| m.quant.is_blocked());
+        let use_q8 = self.q8 && blocked && x.len().is_multiple_of(32);
+        if use_q8 {
+            xq.quantize_for(x, outs.iter().any(|(m, _)| m.quant.is_k()));
+        }
+        let act = Act {
+            x,
+            q8: if use_q8 { Some(&*xq) } else { None },
+        };
         match self.rowmajor {
             Some(rm) => {
                 for (m, y) in outs.iter_mut() {
@@ -61,49 +68,6 @@ impl Weights<'_> {
                 }
             }
             None => tiled_matvec(self.pool, self.isa, bytes, outs, &act),
-        }
-    }
-
-    /// `g = act(gate · x) ⊙ (up · x)` with `u = up · x` (a gated FFN's first half), the gating
-    /// `fin` applied stripe by stripe inside the matvec's pool run on the tiled layouts
-    /// ([`tiled_matvec_gated`]), after the two matvecs on the row-major baseline. Same bits
-    /// either way.
-    #[allow(clippy::too_many_arguments)] // as `mv`, with the two outputs named and the gating
-    pub fn mv_gated(
-        &self,
-        layer: usize,
-        xq: &mut Q8Act,
-        x: &[f32],
-        (gate, g): (&Matrix, &mut [f32]),
-        (up, u): (&Matrix, &mut [f32]),
-        fin: &(dyn Fn(&mut [f32], &[f32]) + Sync),
-    ) {
-        if self.rowmajor.is_some() || gate.rows != up.rows {
-            self.mv(layer, 0xFF, xq, x, &mut [(gate, &mut *g), (up, &mut *u)]);
-            fin(g, u);
-            return;
-        }
-        let act = self.activation(xq, x, [gate.quant, up.quant].into_iter());
-        let bytes = self.file.bytes();
-        tiled_matvec_gated(self.pool, self.isa, bytes, gate, g, up, u, &act, fin);
-    }
-
-    /// The activation as the kernels of matrices of types `quants` take it: `x`, plus its Q8
-    /// quantization in `xq` (made here) when the Q8 path is on and a blocked type reads it.
-    fn activation<'x>(
-        &self,
-        xq: &'x mut Q8Act,
-        x: &'x [f32],
-        quants: impl Iterator<Item = QuantType> + Clone,
-    ) -> Act<'x> {
-        let blocked = quants.clone().any(|q| q.is_blocked());
-        let use_q8 = self.q8 && blocked && x.len().is_multiple_of(32);
-        if use_q8 {
-            xq.quantize_for(x, quants.clone().any(|q| q.is_k()));
-        }
-        Act {
-            x,
-            q8: if use_q8 { Some(&*xq) } else { None },
         }
     }
 

@@ -162,59 +162,6 @@ pub fn tiled_matvec(
     });
 }
 
-/// The gate and up projections of a gated FFN in one pool run, with the gating applied as each
-/// stripe pair completes: `g = Wg · x` and `u = Wu · x` stripe by stripe (gate stripe s, then up
-/// stripe s: the writer's group order), then `fin(g[rows of s], u[rows of s])` on the task that
-/// computed them, while the other thread is still streaming weights. Each output row's arithmetic
-/// is that of [`tiled_matvec`] on `[(gate, g), (up, u)]`, and `fin` sees the same values; an
-/// elementwise `fin` therefore gives the same bits as calling it once on the whole outputs after.
-#[allow(clippy::too_many_arguments)] // the pool, the kernels, the two matrices and outputs, the activation, the gating
-pub fn tiled_matvec_gated(
-    pool: &ThreadPool,
-    isa: Isa,
-    bytes: &[u8],
-    gate: &Matrix,
-    g: &mut [f32],
-    up: &Matrix,
-    u: &mut [f32],
-    act: &Act,
-    fin: &(dyn Fn(&mut [f32], &[f32]) + Sync),
-) {
-    assert_eq!((g.len(), u.len()), (gate.rows, up.rows), "output length");
-    assert_eq!(gate.rows, up.rows, "gate and up have the same rows");
-    assert_eq!(
-        (act.x.len(), act.x.len()),
-        (gate.cols, up.cols),
-        "activation length"
-    );
-    let n = gate.n_stripes();
-    let (gp, up_) = (
-        OutPtr(g.as_mut_ptr(), g.len()),
-        OutPtr(u.as_mut_ptr(), u.len()),
-    );
-    // Claims as in `tiled_matvec` over the 2n stripes, rounded to whole pairs.
-    let run = stripes_per_claim(2 * n, pool.threads()).div_ceil(2);
-    pool.run(n.div_ceil(run), &|c| {
-        for s in c * run..((c + 1) * run).min(n) {
-            let r0 = s * TILE_ROWS;
-            let rows = gate.stripe_rows(s);
-            debug_assert!(r0 + rows <= gp.1 && rows == up.stripe_rows(s));
-            let (gp, up_) = (gp, up_);
-            // SAFETY: [r0, r0 + rows) lies inside both outputs (their lengths are the matrices'
-            // rows, asserted above), and stripe s belongs to this task alone.
-            let (gs, us) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(gp.0.add(r0), rows),
-                    std::slice::from_raw_parts_mut(up_.0.add(r0), rows),
-                )
-            };
-            stripe_matvec(isa, bytes, gate, s, act, gs);
-            stripe_matvec(isa, bytes, up, s, act, us);
-            fin(gs, us);
-        }
-    });
-}
-
 /// Outputs of one fused matvec whose stripe table lives on the stack.
 const MAX_OUTS: usize = 8;
 
@@ -590,48 +537,6 @@ mod tests {
                     .collect();
                 tiled_matvec(&pool, isa, &buf, &mut outs, &act);
                 assert_eq!(ys, want[..n_outs], "outputs {n_outs} threads {threads}");
-            }
-        }
-    }
-
-    /// The gated pair (SmolLM2's 1536-row gate/up, and 300 rows: a short last stripe of 44)
-    /// equals the two matvecs followed by the SiLU gating over the whole outputs, bit for bit,
-    /// on 1–3 threads, with the f32 and the Q8 activation; `u` holds the up projection.
-    #[test]
-    fn gated_pair_equals_two_matvecs_then_the_gating() {
-        let isa = Isa::cached();
-        for rows in [1536, 300] {
-            let mut buf = Vec::new();
-            let gate = matrix(QuantType::Q4_1, rows, 576, &mut buf);
-            let up = matrix(QuantType::Q8_0, rows, 576, &mut buf);
-            let x: Vec<f32> = (0..576)
-                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-                .collect();
-            let mut xq = Q8Act::default();
-            xq.quantize_from(&x);
-            for q8 in [None, Some(&xq)] {
-                let act = Act { x: &x, q8 };
-                let mut want = per_stripe(isa, &buf, &gate, &act);
-                let want_u = per_stripe(isa, &buf, &up, &act);
-                crate::kernels::act::silu_mul(isa, &mut want, &want_u);
-                for threads in [1, 2, 3] {
-                    let pool = ThreadPool::new(threads);
-                    let (mut g, mut u) = (vec![f32::NAN; rows], vec![f32::NAN; rows]);
-                    let fin = |g: &mut [f32], u: &[f32]| crate::kernels::act::silu_mul(isa, g, u);
-                    tiled_matvec_gated(&pool, isa, &buf, &gate, &mut g, &up, &mut u, &act, &fin);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    let q8 = q8.is_some();
-                    assert_eq!(
-                        bits(&g),
-                        bits(&want),
-                        "rows {rows} threads {threads} q8 {q8}"
-                    );
-                    assert_eq!(
-                        bits(&u),
-                        bits(&want_u),
-                        "rows {rows} threads {threads} q8 {q8}"
-                    );
-                }
             }
         }
     }
