@@ -282,6 +282,7 @@ fn gemma3_matches_exact_f64_forward() {
         file,
         EngineOptions {
             int_act: false,
+            kv: KvType::F32,
             ..Default::default()
         },
     );

@@ -111,6 +111,12 @@ fn engine(f: &Arc<CflowFile>, int_act: bool) -> Engine {
             int_act,
             layout: Layout::Cflow,
             timings: false,
+            // The exact path keeps the KV cache in f32; the Q8 path runs the default (f16) cache.
+            kv: if int_act {
+                EngineOptions::default().kv
+            } else {
+                cflow::model::kv::KvType::F32
+            },
             ..Default::default()
         },
     )

@@ -119,7 +119,8 @@ fn every_json_output_matches_its_schema_with_one_vocabulary() {
         "--json",
         "--threads",
         "1",
-        "--kv-f16",
+        "--kv",
+        "f32",
         "--record",
         trace.to_str().unwrap(),
     ]);
@@ -137,7 +138,8 @@ fn every_json_output_matches_its_schema_with_one_vocabulary() {
         "2",
         "--repeat",
         "1",
-        "--kv-f16",
+        "--kv",
+        "f32",
         "--json",
     ]);
     assert_valid("bench-decode", &bench);
@@ -151,7 +153,7 @@ fn every_json_output_matches_its_schema_with_one_vocabulary() {
     }
     assert_eq!(
         (run["act"].as_str(), run["kv"].as_str()),
-        (Some("q8"), Some("f16"))
+        (Some("q8"), Some("f32"))
     );
     for s in ["attention", "dense", "experts", "vocab", "total"] {
         let (a, b) = (&run["mib_per_token"][s], &rep["mib_per_token"][s]);

@@ -309,6 +309,12 @@ fn smollm2_matches_exact_f64_forward() {
             file.clone(),
             EngineOptions {
                 int_act,
+                // The exact path keeps the KV cache in f32; the Q8 path runs the default cache.
+                kv: if int_act {
+                    EngineOptions::default().kv
+                } else {
+                    KvType::F32
+                },
                 ..Default::default()
             },
         );

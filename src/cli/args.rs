@@ -221,9 +221,10 @@ pub struct EngineArgs {
     /// Shorthand for --act f32.
     #[arg(long)]
     pub f32_act: bool,
-    /// What the KV cache stores: f16 (llama.cpp's default KV type: half the bytes per
-    /// attention step, values rounded to nearest-even) or f32.
-    #[arg(long, value_enum, default_value_t = KvArg::F32)]
+    /// What the KV cache stores: f16 (the default, as llama.cpp's: half the memory and half the
+    /// bytes each attention step reads, values rounded to nearest-even; chosen by KL divergence,
+    /// docs/PERFORMANCE.md) or f32 (exact: the reference path with --act f32).
+    #[arg(long, value_enum, default_value_t = KvArg::F16)]
     pub kv: KvArg,
     /// Shorthand for --kv f16.
     #[arg(long, conflicts_with = "kv")]

@@ -130,7 +130,8 @@ impl Default for EngineOptions {
             force_int: std::env::var_os("CFLOW_FORCE_INT").is_some(),
             layout: Layout::Cflow,
             timings: true,
-            kv: KvType::F32,
+            // As `--kv`'s default (cli::args): f16, chosen by KL divergence (issue 18).
+            kv: KvType::F16,
             fetch: FetchMode::Staged,
             expert_tier: ExpertTier::Mmap,
             readers: 2,
