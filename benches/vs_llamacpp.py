@@ -17,6 +17,9 @@ Normally called by benches/vs_llamacpp.sh. Subcommands:
       GB/s (weight bytes/token from the GGUF tensor sizes) and % of the roofline: against the
       best membw of the run ("roofline") and, round by round, against that round's membw
       ("paired", the median over rounds).
+      --depth D compares decode at long context instead: llama-bench -p 0 -n 128 -d D against
+      `bench decode --prompt-len D --tokens 128` (the KV cache holds D positions before the first
+      timed step); no prefill is measured then.
   llama-worker GGUF --threads T [--tokens 128] [--prompt-len 8] [--prefill-len 256]
       One llama.cpp sample through llama-cpp-python, printed as one JSON line. One untimed
       warm-up round, then: prefill = one llama_decode of a 256-token batch; decode = an 8-token
@@ -196,28 +199,36 @@ def default_act(a):
     return rep["act"], rep["kv"], rep.get("weights", "?")
 
 
+def decode_context(a):
+    """Cached positions before the first timed decode step: --depth, else the short prompt."""
+    return a.depth if a.depth else a.prompt_len
+
+
 def sample_cflow(a, t, act):
     load = load1()
-    rep, dec = run_cflow_json(a, t, a.tokens, a.prompt_len, act)
-    _, pre = run_cflow_json(a, t, 1, a.prefill_len, act)
+    rep, dec = run_cflow_json(a, t, a.tokens, decode_context(a), act)
+    # At depth only decode is compared (llama-bench's pp would also run at depth).
+    pre = None if a.depth else run_cflow_json(a, t, 1, a.prefill_len, act)[1]["prefill_tok_s"]["median"]
     return dict(engine=f"cflow {act}", act=rep["act"], kv=rep["kv"], weights=rep.get("weights"), threads=t,
-                tokens=a.tokens, load1=load,
-                decode_tok_s=dec["decode_tok_s"]["median"], prefill_tok_s=pre["prefill_tok_s"]["median"],
+                tokens=a.tokens, depth=a.depth, load1=load,
+                decode_tok_s=dec["decode_tok_s"]["median"], prefill_tok_s=pre,
                 prefill_len=a.prefill_len, mib_per_token=dec.get("mib_per_token"))
 
 
 def sample_llama_bench(a, t):
     """One llama-bench process: tg{tokens} and pp{prefill_len}, one repetition each."""
     load = load1()
-    cmd = [a.llama_bench, "-m", a.gguf, "-t", str(t), "-p", str(a.prefill_len), "-n", str(a.tokens),
-           "-r", "1", "-o", "json"]
+    cmd = [a.llama_bench, "-m", a.gguf, "-t", str(t), "-p", "0" if a.depth else str(a.prefill_len),
+           "-n", str(a.tokens), "-r", "1", "-o", "json"]
+    if a.depth:
+        cmd += ["-d", str(a.depth)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.sample_timeout,
                        env=dict(os.environ, **LLAMA_ENV))
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr[-2000:]}")
     res = json.loads(r.stdout)
     tg = next(x["avg_ts"] for x in res if x["n_gen"] == a.tokens and x["n_prompt"] == 0)
-    pp = next(x["avg_ts"] for x in res if x["n_prompt"] == a.prefill_len and x["n_gen"] == 0)
+    pp = None if a.depth else next(x["avg_ts"] for x in res if x["n_prompt"] == a.prefill_len and x["n_gen"] == 0)
     return dict(engine="llama-bench", threads=t, load1=load, decode_tok_s=tg, prefill_tok_s=pp,
                 build=res[0].get("build_commit"), cpu=res[0].get("cpu_info"))
 
@@ -227,6 +238,10 @@ def mmm(xs):
     if not xs:
         return None
     return dict(median=statistics.median(xs), min=min(xs), max=max(xs), n=len(xs))
+
+
+def fmt1(x):
+    return "n/a" if x is None else f"{x:.1f}"
 
 
 def fmt(s, prec=1):
@@ -239,7 +254,9 @@ def compare(a):
     threads = [int(x) for x in a.threads.split(",")]
     bpt = bytes_per_token(a.gguf)
     w = bpt["weight_bytes_per_token"]
-    kv_avg = bpt["kv_bytes_per_position"] * (a.prompt_len + (a.tokens - 1) / 2)
+    if a.depth and a.llama_python:
+        sys.exit("--depth compares llama-bench -d with cflow; it does not apply to --llama-python")
+    kv_avg = bpt["kv_bytes_per_position"] * (decode_context(a) + (a.tokens - 1) / 2)
 
     cflow_ok = True
     if not a.cflow or not os.path.exists(a.cflow):
@@ -261,7 +278,7 @@ def compare(a):
         if not a.other_mode:
             modes = modes[:1]
 
-    results = dict(gguf=a.gguf, cflow=a.cflow if cflow_ok else None, bytes=bpt, dram_read_gbs={},
+    results = dict(gguf=a.gguf, depth=a.depth, cflow=a.cflow if cflow_ok else None, bytes=bpt, dram_read_gbs={},
                    modes=modes, date=time.strftime("%Y-%m-%d %H:%M:%S"), runs=[])
     ceiling = results["dram_read_gbs"]
     if a.dram_gbs:
@@ -271,9 +288,14 @@ def compare(a):
 
     print(f"model {a.gguf}: {w:,} weight B/token ({w / 1e6:.2f} MB; tied embedding={bpt['tied_embedding']}, "
           f"embedding part {bpt['embedding_bytes_read']:,} B) + ~{kv_avg / 1e6:.2f} MB avg KV (F16)")
-    print(f"workload: decode = {a.prompt_len}-token prompt + {a.tokens} greedy steps (llama-bench tg{a.tokens}: "
-          f"{a.tokens} steps from an empty context); prefill = one {a.prefill_len}-token prompt (pp{a.prefill_len}); "
-          f"{a.repeats} alternating rounds per thread count")
+    if a.depth:
+        print(f"workload: decode = {a.tokens} greedy steps after {a.depth} cached positions (llama-bench -n {a.tokens} "
+              f"-d {a.depth}; cflow bench decode --prompt-len {a.depth}); no prefill at depth; "
+              f"{a.repeats} alternating rounds per thread count")
+    else:
+        print(f"workload: decode = {a.prompt_len}-token prompt + {a.tokens} greedy steps (llama-bench tg{a.tokens}: "
+              f"{a.tokens} steps from an empty context); prefill = one {a.prefill_len}-token prompt "
+              f"(pp{a.prefill_len}); {a.repeats} alternating rounds per thread count")
 
     membw_ok = a.membw and os.access(a.membw, os.X_OK)
     membw_samples = {t: [] for t in threads}
@@ -288,7 +310,7 @@ def compare(a):
             if lb_ok:
                 s = sample_llama_bench(a, t)
                 results["runs"].append(s)
-                line += f" | llama-bench tg {s['decode_tok_s']:.1f} pp {s['prefill_tok_s']:.1f}"
+                line += f" | llama-bench tg {s['decode_tok_s']:.1f} pp {fmt1(s['prefill_tok_s'])}"
             if a.llama_python:
                 s = sample_llama(a, t)
                 results["runs"].append(s)
@@ -296,7 +318,7 @@ def compare(a):
             for m in modes:
                 c = sample_cflow(a, t, m)
                 results["runs"].append(c)
-                line += f" | cflow {m} tg {c['decode_tok_s']:.1f} pp {c['prefill_tok_s']:.1f}"
+                line += f" | cflow {m} tg {c['decode_tok_s']:.1f} pp {fmt1(c['prefill_tok_s'])}"
             print(line, flush=True)
     for t in threads:
         if membw_samples[t]:
@@ -377,6 +399,9 @@ def main():
     c.add_argument("--cflow-bin", default="target/release/cflow-tui")
     c.add_argument("--threads", default="1,2")
     c.add_argument("--repeats", type=int, default=5)
+    c.add_argument("--depth", type=int, default=0,
+                   help="decode after DEPTH cached positions (llama-bench -d, cflow --prompt-len); "
+                        "decode only, no prefill")
     c.add_argument("--membw", default="/tmp/anchor/membw")
     c.add_argument("--dram-gbs", default=None, help="skip membw: e.g. 1=20.3,2=33.3")
     c.add_argument("--json", default=None, help="write raw samples + summary here")

@@ -11,6 +11,7 @@
 # median (min-max), the median per-round ratio to llama-bench, effective GB/s and % of the
 # roofline. The .cflow argument is optional; without it only llama.cpp is measured.
 # `--llama-python` also times llama.cpp through llama-cpp-python (the harness of issue 18's table).
+# `--depth 1024` compares decode after 1024 cached positions instead (llama-bench -d; no prefill).
 #
 # Environment (defaults in brackets):
 #   ANCHOR_DIR  [/tmp/anchor]                 venv (gguf-py; llama-cpp-python) and the membw probe
