@@ -11,7 +11,8 @@ use crate::model::kv::{KvCache, KvLayer};
 use crate::model::{FfnAct, ModelConfig};
 
 /// Biases, Q/K norms (whole projection, or per head), clipping, RoPE and V-norm of one token's
-/// Q/K/V at block `p` (the cache rounds K/V to its element type when they are stored). `rope` keeps the RoPE angles between calls.
+/// Q/K/V at block `p` (the cache rounds K/V to its element type when they are stored). `rope`
+/// keeps the RoPE angles between calls.
 #[allow(clippy::too_many_arguments)] // the weights, the block, the position and the three vectors
 pub fn qkv_post(
     w: &Weights,
