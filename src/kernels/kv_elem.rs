@@ -17,6 +17,12 @@ pub trait KvElem: Copy + Default + Send + Sync + 'static {
     fn from_f32(x: f32) -> Self;
     /// The stored value as f32 (exact).
     fn to_f32(self) -> f32;
+    /// `dst[i] = from_f32(src[i])` for a whole row (the cache's store; f16 converts 8 at a time).
+    fn store(dst: &mut [Self], src: &[f32]) {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            *d = Self::from_f32(x);
+        }
+    }
     /// Values `p[0..8]` as f32.
     ///
     /// # Safety
@@ -56,6 +62,11 @@ impl KvElem for half::f16 {
     fn to_f32(self) -> f32 {
         half::f16::to_f32(self)
     }
+    fn store(dst: &mut [half::f16], src: &[f32]) {
+        use half::slice::HalfFloatSliceExt;
+        // Same rounding as `from_f32` (nearest-even), with F16C 8 values at a time when present.
+        dst.convert_from_f32_slice(&src[..dst.len()]);
+    }
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
@@ -88,6 +99,20 @@ mod tests {
             for (g, h) in got.iter().zip(c) {
                 assert_eq!(g.to_bits(), h.to_f32().to_bits(), "{:#06x}", h.to_bits());
             }
+        }
+    }
+
+    /// The row store (8 at a time for f16) equals `from_f32` value by value, ties and tails
+    /// included.
+    #[test]
+    fn the_row_store_equals_the_scalar_rounding() {
+        let mut rng = crate::rng::Rng::new(3);
+        let mut src = rng.fill(197, 8.0);
+        src.extend([1.0 + 1.0 / 2048.0, 65520.0, -7e-8, 0.0, -0.0]);
+        let mut dst = vec![f16::ZERO; src.len()];
+        <f16 as KvElem>::store(&mut dst, &src);
+        for (d, &x) in dst.iter().zip(&src) {
+            assert_eq!(d.to_bits(), f16::from_f32(x).to_bits(), "{x}");
         }
     }
 

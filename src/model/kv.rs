@@ -90,7 +90,6 @@ impl KvCache {
 
     pub fn clear(&mut self) {
         self.truncate(0);
-        self.len = 0;
     }
 
     /// Layer `l`'s cached rows.
@@ -133,9 +132,7 @@ fn put<T: KvElem>(buf: &mut Vec<T>, d: usize, pos: usize, x: &[f32]) {
     if buf.len() < need {
         buf.resize(need, T::default());
     }
-    for (s, &x) in buf[pos * d..need].iter_mut().zip(x) {
-        *s = T::from_f32(x);
-    }
+    T::store(&mut buf[pos * d..need], x);
 }
 
 #[cfg(test)]
