@@ -171,12 +171,12 @@ impl Engine {
         &self.file
     }
 
-    /// The model configuration (its `max_ctx` is the context this engine runs to).
     /// What the KV cache stores.
     pub fn kv_type(&self) -> crate::model::kv::KvType {
         self.kv.ty()
     }
 
+    /// The model configuration (its `max_ctx` is the context this engine runs to).
     pub fn cfg(&self) -> &ModelConfig {
         &self.cfg
     }

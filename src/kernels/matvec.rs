@@ -414,6 +414,16 @@ mod tests {
         )
     }
 
+    /// A test activation of `n` values in [−1, 1), `x_i = ((i·a mod m) − ⌊m/2⌋) / ⌊m/2⌋`, and its
+    /// Q8 quantization.
+    fn ramp(n: usize, a: usize, m: usize) -> (Vec<f32>, Q8Act) {
+        let h = (m / 2) as f32;
+        let x: Vec<f32> = (0..n).map(|i| ((i * a % m) as f32 - h) / h).collect();
+        let mut xq = Q8Act::default();
+        xq.quantize_from(&x);
+        (x, xq)
+    }
+
     /// `W · x` stripe by stripe through `stripe_matvec`: what every fused call must equal.
     fn per_stripe(isa: Isa, buf: &[u8], m: &Matrix, act: &Act) -> Vec<f32> {
         let mut y = vec![0f32; m.rows];
@@ -433,11 +443,7 @@ mod tests {
             let mut buf = Vec::new();
             let a = matrix(q, 576, 576, &mut buf);
             let b = matrix(q, 200, 576, &mut buf);
-            let x: Vec<f32> = (0..576)
-                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-                .collect();
-            let mut xq = Q8Act::default();
-            xq.quantize_from(&x);
+            let (x, xq) = ramp(576, 37, 101);
             for q8 in [None, Some(&xq)] {
                 let act = Act { x: &x, q8 };
                 let want = (
@@ -465,11 +471,7 @@ mod tests {
         let mut buf = Vec::new();
         let tall = matrix(q, 131 * TILE_ROWS - 5, 64, &mut buf);
         let small = matrix(q, 200, 64, &mut buf);
-        let x: Vec<f32> = (0..64)
-            .map(|i| ((i * 29 % 61) as f32 - 30.0) / 30.0)
-            .collect();
-        let mut xq = Q8Act::default();
-        xq.quantize_from(&x);
+        let (x, xq) = ramp(64, 29, 61);
         let act = Act {
             x: &x,
             q8: Some(&xq),
@@ -510,11 +512,7 @@ mod tests {
         let rows = [130, 64, 300, 8, 256, 129, 40, 520, 96, 200];
         let mats: Vec<Matrix> = rows.iter().map(|&r| matrix(q, r, 64, &mut buf)).collect();
         assert!(mats.len() > MAX_OUTS);
-        let x: Vec<f32> = (0..64)
-            .map(|i| ((i * 13 % 29) as f32 - 14.0) / 14.0)
-            .collect();
-        let mut xq = Q8Act::default();
-        xq.quantize_from(&x);
+        let (x, xq) = ramp(64, 13, 29);
         let act = Act {
             x: &x,
             q8: Some(&xq),
