@@ -2,7 +2,8 @@
 //! type and path (scalar / AVX2 / AVX-512 × f32 activation / Q8 integer activation; Q8_K for the
 //! K-quants; Q5_0/Q5_1 and the f32 paths of the new types run their AVX2 kernels under AVX-512). Throughput is
 //! reported in weight bytes (scales + quants) per second. The integer paths include the one
-//! activation quantization per matvec, as the engine pays it.
+//! activation quantization per matvec, as the engine pays it. Q4_0/Q4_1 also run over the
+//! repacked layout of a resident copy (`-int-repacked`: `quant::packed`, `dot::packed`).
 //!
 //! Also the gated FFN activations (`act`: GELU and SiLU per ISA, in values per second) and
 //! single-query attention over an f32 and an f16 KV cache (`attention`: SmolLM2's and Gemma 3's
@@ -15,7 +16,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use cflow::kernels::dot::kquant::tile_matvec_act;
-use cflow::kernels::dot::{quantize_act, tile_matmul, Isa, Q8Act};
+use cflow::kernels::dot::{packed, quantize_act, tile_matmul, Isa, Q8Act};
+use cflow::quant::packed::{pack_tile, packable};
 use cflow::quant::{quantize_row, QuantType};
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 
@@ -29,6 +31,8 @@ struct Tile {
     cols: usize,
     scales: Vec<u8>,
     qs: Vec<u8>,
+    /// The same tile repacked (`quant::packed`), when its type and rows allow.
+    packed: Option<Vec<u8>>,
 }
 
 struct Matrix {
@@ -57,6 +61,11 @@ fn build(q: QuantType, rows: usize, cols: usize) -> Matrix {
                 }
                 quantize_row(q, &src, &mut scales, &mut qs);
             }
+            let packed = packable(q, tr).then(|| {
+                let mut body = [&scales[..], &qs[..]].concat();
+                pack_tile(q, tr, tc, &mut body);
+                body
+            });
             tiles.push(Tile {
                 r0,
                 c0,
@@ -64,6 +73,7 @@ fn build(q: QuantType, rows: usize, cols: usize) -> Matrix {
                 cols: tc,
                 scales,
                 qs,
+                packed,
             });
         }
     }
@@ -93,6 +103,24 @@ fn matvec(isa: Isa, m: &Matrix, x: &[f32], xq: Option<&mut Q8Act>, y: &mut [f32]
             &x[t.c0..t.c0 + t.cols],
             xq,
             t.c0,
+            &mut y[t.r0..t.r0 + t.rows],
+        );
+    }
+}
+
+/// The same matvec over the repacked tiles (integer path).
+fn packed_matvec(isa: Isa, m: &Matrix, x: &[f32], xq: &mut Q8Act, y: &mut [f32]) {
+    y.fill(0.0);
+    quantize_act(isa, x, xq);
+    for t in &m.tiles {
+        packed::tile_matvec(
+            isa,
+            m.q,
+            t.rows,
+            t.cols,
+            t.packed.as_ref().expect("repacked"),
+            &[],
+            Some(xq.tile_slice(t.c0, t.cols)),
             &mut y[t.r0..t.r0 + t.rows],
         );
     }
@@ -134,6 +162,15 @@ fn bench_shape(c: &mut Criterion, group: &str, shapes: &[(QuantType, usize, usiz
                     b.iter(|| {
                         let a = if int { Some(&mut xq) } else { None };
                         matvec(isa, &m, black_box(&x), a, &mut y);
+                        black_box(&y);
+                    })
+                });
+            }
+            if m.tiles.iter().all(|t| t.packed.is_some()) {
+                let name = format!("{}/{}x{}/{}-int-repacked", q, rows, cols, isa.name());
+                g.bench_function(BenchmarkId::from_parameter(name), |b| {
+                    b.iter(|| {
+                        packed_matvec(isa, &m, black_box(&x), &mut xq, &mut y);
                         black_box(&y);
                     })
                 });

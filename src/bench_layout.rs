@@ -101,6 +101,7 @@ pub fn tile(m: &MatrixData, kind: EntryKind, buf: &mut Vec<u8>) -> Matrix {
         rows: m.rows,
         cols: m.cols,
         stripes: Vec::new(),
+        packed: false,
     };
     for s in 0..m.rows.div_ceil(TILE_ROWS) {
         mat.stripes.push(buf.len());

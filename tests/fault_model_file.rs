@@ -245,7 +245,7 @@ fn a_resident_copy_survives_truncation_and_gives_the_same_tokens() {
     let mut f = CflowFile::open(&path).expect("open");
     assert!(!f.is_resident());
     let bytes = f.bytes().to_vec();
-    f.make_resident().expect("resident copy");
+    f.make_resident(false).expect("resident copy");
     assert!(f.is_resident());
     assert_eq!(f.bytes(), &bytes[..], "the copy holds the file's bytes");
     let mut s = session_of(f);

@@ -260,6 +260,14 @@ pub struct EngineArgs {
     /// page-cache panes are about the mapping). `run --json` and the TUI header say which.
     #[arg(long, value_enum, env = "CFLOW_WEIGHTS", default_value_t = WeightsArg::Auto)]
     pub weights: WeightsArg,
+    /// Keep a resident copy in the file's tile layout. By default, when decode takes the
+    /// integer path (--act q8, the default, on a CPU with AVX2), the resident copy's Q4_0/Q4_1
+    /// layer matrices are repacked at open into records of 16 rows × 32 columns, whose kernels
+    /// run several times faster (docs/PERFORMANCE.md, "Repacked tiles"). Same weights and
+    /// bytes per token; the logits differ from the file layout's only in float rounding (the
+    /// sums are taken in another order). `run --json` says whether it happened (`repacked`).
+    #[arg(long)]
+    pub no_repack: bool,
 }
 
 /// `--weights`.
@@ -446,6 +454,13 @@ impl EngineArgs {
             None => {}
         }
         Ok(())
+    }
+
+    /// Whether a resident copy is repacked (see `--no-repack`): only when decode takes the
+    /// integer path, the one the repacked kernels are fast on.
+    pub fn repack(&self) -> Result<bool> {
+        let o = self.options()?;
+        Ok(!self.no_repack && crate::engine::weights::use_q8(o.int_act, o.force_int, o.isa))
     }
 
     pub fn options(&self) -> Result<EngineOptions> {

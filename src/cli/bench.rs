@@ -91,6 +91,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             "isa": eng.isa.resolve()?.name(),
             "kernels": eng.isa.resolve()?.kernels(),
             "weights": file.weights_mode(),
+            "repacked": file.is_repacked(),
             "act": act,
             "kv": kv,
             "tokens_per_repeat": a.tokens,

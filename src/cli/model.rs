@@ -80,7 +80,7 @@ pub(super) fn open_for_decode(path: &Path, eng: &EngineArgs) -> Result<Arc<Cflow
     let avail = crate::engine::kv_budget::available_memory().map(|a| a.bytes);
     let twin = twin_path(path, eng).is_some();
     if let Placement::Resident = weights_placement(eng.weights, &file, twin, avail) {
-        file.make_resident()?;
+        file.make_resident(eng.repack()?)?;
     }
     Ok(Arc::new(file))
 }

@@ -150,6 +150,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         "isa": sess.engine.opts().isa.name(),
         "kernels": sess.engine.opts().isa.kernels(),
         "weights": sess.engine.file().weights_mode(),
+        "repacked": sess.engine.file().is_repacked(),
         "act": act,
         "kv": kv,
         "prompt_tokens": out.prompt_tokens,

@@ -111,8 +111,13 @@ impl ModelMap {
     /// guest pays with two-level page walks (SmolLM2 decode ~18% faster on the Zen 5 of
     /// docs/PERFORMANCE.md). Costs a copy at open and the file's size in private memory. A file
     /// truncated during the copy gives [`FormatError::Changed`]; after it, the file no longer
-    /// matters ([`ModelMap::check_unchanged`] is Ok).
-    pub fn make_resident(&mut self, path: &Path) -> Result<(), FormatError> {
+    /// matters ([`ModelMap::check_unchanged`] is Ok). `transform` rewrites the copy before it is
+    /// made read-only (the repacking of `CflowFile::make_resident`).
+    pub fn make_resident(
+        &mut self,
+        path: &Path,
+        transform: impl FnOnce(&mut [u8]),
+    ) -> Result<(), FormatError> {
         let Some(src) = self.map.as_ref() else {
             return Ok(());
         };
@@ -130,6 +135,7 @@ impl ModelMap {
                 why: "pages vanished while it was being copied to memory: it was truncated".into(),
             });
         }
+        transform(&mut anon);
         let copy = anon.make_read_only().map_err(io)?;
         // The registration goes before the file mapping it protects.
         self.watch = Watch::none();

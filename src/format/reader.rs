@@ -22,6 +22,9 @@ pub struct Matrix {
     pub cols: usize,
     /// Absolute file offset of each stripe's first tile header.
     pub stripes: Vec<usize>,
+    /// The tiles are in the repacked layout of `quant::packed` in the bytes this view is read
+    /// from (set only on a resident copy, by [`CflowFile::make_resident`]; files never hold it).
+    pub packed: bool,
 }
 
 impl Matrix {
@@ -66,6 +69,10 @@ pub struct MappedTile<'a> {
     pub cols: usize,
     pub scales: &'a [u8],
     pub qs: &'a [u8],
+    /// The whole body (`scales` then `qs`); in the repacked layout when `packed`, where the
+    /// split into `scales` and `qs` means nothing.
+    pub body: &'a [u8],
+    pub packed: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -401,6 +408,7 @@ fn new_matrix(
         rows,
         cols,
         stripes: Vec::new(),
+        packed: false,
     })
 }
 
@@ -679,8 +687,48 @@ impl CflowFile {
 
     /// Copies the whole file into private huge-page memory and reads it from there from now on
     /// (see [`ModelMap::make_resident`]): `--weights resident`, and `auto` on dense models.
-    pub fn make_resident(&mut self) -> Result<(), FormatError> {
-        self.map.make_resident(&self.path)
+    /// With `repack`, the copy's Q4_0/Q4_1 layer matrices (not experts, not the vocabulary,
+    /// whose rows the embedding lookup reads) whose row count is a multiple of 16 are rearranged
+    /// into the layout of `quant::packed`, tile by tile, and marked [`Matrix::packed`].
+    pub fn make_resident(&mut self, repack: bool) -> Result<(), FormatError> {
+        let layers = &mut self.layers;
+        self.map.make_resident(&self.path, |bytes| {
+            if !repack {
+                return;
+            }
+            for l in layers.iter_mut() {
+                let LayerView {
+                    q,
+                    k,
+                    v,
+                    o,
+                    gate,
+                    up,
+                    down,
+                    ..
+                } = l;
+                let dense = [
+                    Some(q),
+                    Some(k),
+                    Some(v),
+                    Some(o),
+                    gate.as_mut(),
+                    up.as_mut(),
+                    down.as_mut(),
+                ];
+                for m in dense.into_iter().flatten() {
+                    repack_matrix(bytes, m);
+                }
+            }
+        })
+    }
+
+    /// True when the resident copy holds repacked matrices ([`CflowFile::make_resident`]).
+    pub fn is_repacked(&self) -> bool {
+        self.layers.iter().any(|l| {
+            [&l.q, &l.k, &l.v, &l.o].iter().any(|m| m.packed)
+                || l.down.as_ref().is_some_and(|m| m.packed)
+        })
     }
 
     /// The views come from a `.vflow` file (its vertical groups and expert bank).
@@ -1105,6 +1153,25 @@ impl CflowFile {
     }
 }
 
+/// Repacks every tile of `m` inside `bytes` (`quant::packed`) and marks it, when all of its
+/// stripes are whole 16-row groups of Q4_0/Q4_1; else leaves it as it is.
+fn repack_matrix(bytes: &mut [u8], m: &mut Matrix) {
+    if m.packed
+        || !(0..m.n_stripes()).all(|s| crate::quant::packed::packable(m.quant, m.stripe_rows(s)))
+    {
+        return;
+    }
+    for s in 0..m.n_stripes() {
+        for c in 0..m.n_col_tiles() {
+            let (rows, cols) = (m.stripe_rows(s), m.tile_cols(c));
+            let body = m.tile_offset(s, c) + TileHeader::SIZE;
+            let len = m.quant.matrix_bytes(rows, cols);
+            crate::quant::packed::pack_tile(m.quant, rows, cols, &mut bytes[body..body + len]);
+        }
+    }
+    m.packed = true;
+}
+
 /// Zero-copy view of tile (s, c) of a validated matrix inside `bytes`.
 pub fn tile_at<'a>(bytes: &'a [u8], m: &Matrix, s: usize, c: usize) -> MappedTile<'a> {
     let off = m.tile_offset(s, c);
@@ -1120,6 +1187,8 @@ pub fn tile_at<'a>(bytes: &'a [u8], m: &Matrix, s: usize, c: usize) -> MappedTil
         cols,
         scales: &bytes[body..body + sbytes],
         qs: &bytes[body + sbytes..body + total],
+        body: &bytes[body..body + total],
+        packed: m.packed,
     }
 }
 
@@ -1134,15 +1203,22 @@ impl CflowFile {
         for s in 0..m.n_stripes() {
             for c in 0..m.n_col_tiles() {
                 let t = self.tile(m, s, c);
+                let unpacked;
+                let (ts, tq) = if t.packed {
+                    unpacked = crate::quant::packed::unpack_tile(q, t.rows, t.cols, t.body);
+                    (&unpacked.0[..], &unpacked.1[..])
+                } else {
+                    (t.scales, t.qs)
+                };
                 let r0 = s * TILE_ROWS;
                 let c0 = c * TILE_COLS;
                 let (tsb, tqb) = (q.row_scale_bytes(t.cols), q.row_quant_bytes(t.cols));
                 let (sc0, qc0) = (q.row_scale_bytes(c0), q.row_quant_bytes(c0));
                 for r in 0..t.rows {
                     let dst = (r0 + r) * rsb + sc0;
-                    scales[dst..dst + tsb].copy_from_slice(&t.scales[r * tsb..(r + 1) * tsb]);
+                    scales[dst..dst + tsb].copy_from_slice(&ts[r * tsb..(r + 1) * tsb]);
                     let dst = (r0 + r) * rqb + qc0;
-                    qs[dst..dst + tqb].copy_from_slice(&t.qs[r * tqb..(r + 1) * tqb]);
+                    qs[dst..dst + tqb].copy_from_slice(&tq[r * tqb..(r + 1) * tqb]);
                 }
             }
         }

@@ -3,14 +3,16 @@
 //! contiguous row-major matrix, parallel over 128-row chunks, 4 rows per kernel call and the
 //! Q8 activation when given: a *blocked* row-major baseline) and `naive_matvec` (the paper's
 //! §5.4 naive loop: row by row, the f32 activation, dequantize and dot). All call the same tile
-//! kernels.
+//! kernels. A matrix marked [`Matrix::packed`] (a resident copy's repacked Q4 tiles) runs the
+//! kernels of `dot::packed` instead, in decode and, one token at a time, in prefill.
 
 use super::dot::kquant::tile_matvec_act;
-use super::dot::{tile_matmul, tile_matvec, Isa, Q8Act, XqBlocks};
+use super::dot::{packed, tile_matmul, tile_matvec, Isa, Q8Act, XqBlocks};
 use super::pool::ThreadPool;
-use crate::format::reader::{tile_at, Matrix};
+use crate::format::reader::{tile_at, MappedTile, Matrix};
 use crate::format::writer::MatrixData;
 use crate::format::{TILE_COLS, TILE_ROWS};
+use crate::quant::packed::PACK_ROWS;
 use crate::quant::QK;
 
 /// Shares disjoint `&mut [f32]` output ranges with pool tasks.
@@ -48,8 +50,15 @@ pub fn stripe_rows_matvec(
     out: &mut [f32],
 ) {
     let rows = out.len();
-    let isa = isa.for_quant(m.quant);
     out.fill(0.0);
+    if m.packed {
+        for c in 0..m.n_col_tiles() {
+            let t = tile_at(bytes, m, s, c);
+            packed_rows_matvec(isa, m, &t, r0, act, c * TILE_COLS, out);
+        }
+        return;
+    }
+    let isa = isa.for_quant(m.quant);
     for c in 0..m.n_col_tiles() {
         let t = tile_at(bytes, m, s, c);
         debug_assert!(r0 + rows <= t.rows);
@@ -69,6 +78,31 @@ pub fn stripe_rows_matvec(
             out,
         );
     }
+}
+
+/// Rows `r0 .. r0 + out.len()` (whole 16-row groups) of a repacked tile `t` of `m` whose first
+/// column is `c0`, accumulated into `out`.
+fn packed_rows_matvec(
+    isa: Isa,
+    m: &Matrix,
+    t: &MappedTile,
+    r0: usize,
+    act: &Act,
+    c0: usize,
+    out: &mut [f32],
+) {
+    let rows = out.len();
+    assert!(
+        r0.is_multiple_of(PACK_ROWS) && r0 + rows <= t.rows,
+        "rows {r0}..{} of a repacked {}-row tile",
+        r0 + rows,
+        t.rows
+    );
+    let group = m.quant.matrix_bytes(PACK_ROWS, t.cols);
+    let body = &t.body[r0 / PACK_ROWS * group..(r0 + rows) / PACK_ROWS * group];
+    let xq = act.q8.map(|a| a.tile_slice(c0, t.cols));
+    let x = &act.x[c0..c0 + t.cols];
+    packed::tile_matvec(isa, m.quant, rows, t.cols, body, x, xq, out);
 }
 
 /// Scale and quant bytes of one row of a `cols`-wide tile of `m`.
@@ -323,6 +357,28 @@ pub fn tiled_matvec_batch(
             let tile = tile_at(bytes, m, s, c);
             let c0 = c * TILE_COLS;
             let c1 = c0 + tile.cols;
+            if m.packed {
+                // Repacked Q4 tiles: one call per token while the tile is hot in cache (the
+                // per-token kernel is the batched one's reference elsewhere; here it is fast
+                // enough on its own: docs/PERFORMANCE.md, "Repacked tiles").
+                for b in b0..b1 {
+                    let j = b - b0;
+                    let a = Act {
+                        x: &xs[b * cols..(b + 1) * cols],
+                        q8: q8.map(|q| &q[b]),
+                    };
+                    packed_rows_matvec(
+                        isa,
+                        m,
+                        &tile,
+                        0,
+                        &a,
+                        c0,
+                        &mut acc[j * rows..(j + 1) * rows],
+                    );
+                }
+                continue;
+            }
             if m.quant.is_interleaved() {
                 // The GGUF block types (Q5_x, K-quants): one call per token, accumulated.
                 for b in b0..b1 {

@@ -9,6 +9,7 @@
 
 mod blocks;
 pub mod kquants;
+pub mod packed;
 
 pub use blocks::*;
 

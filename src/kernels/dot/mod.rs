@@ -31,6 +31,7 @@ pub mod kquant_avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod kquant_avx512;
 pub mod kquant_scalar;
+pub mod packed;
 pub mod scalar;
 
 use crate::quant::{QuantType, QK};

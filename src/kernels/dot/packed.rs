@@ -1,0 +1,409 @@
+//! Tile kernels over the repacked Q4_0/Q4_1 layout (`quant::packed`: records of 16 rows × one
+//! block), with their scalar reference.
+//!
+//! Integer path (the Q8 activation): per record, each row's exact integer dot `Σ u·q` over the
+//! block (`u` the 4-bit quant, `q` the activation's i8), then in f32, in this order:
+//! `acc = fma(dot, d·d_x, acc)` and `acc = fma(c, s', acc)`, where `d_x` is the activation
+//! block's scale, `s = d_x·Σq` its sum ([`super::Q8Act`]), and `(c, s')` is `(m, s)` for Q4_1 or
+//! `(d, −8·s)` for Q4_0. A tile's 16-row accumulators start at zero and are added to `y` at the
+//! end. Every path below computes exactly this (bit-identical, tested): the integer dot is exact
+//! in i32 (and in the AVX2 path's i16 partial sums: at most 16 products of 15 × 128), and the
+//! float steps are the same operations in the same order.
+//!
+//! * AVX-512 VNNI: one `vpdpbusd` per 64-byte chunk half (low or high nibbles) adds 4 products
+//!   to each of the 16 rows, with the activation's 4 bytes broadcast; 8 per record.
+//! * AVX2 (also AVX-512 without VNNI): the record's two 8-row halves, `vpmaddubsw` into i16,
+//!   one `vpmaddwd` per half.
+//! * f32 activation (`--act f32`, or no SIMD): scalar only. The engine repacks only when decode
+//!   takes the integer path (`EngineArgs::repack`), so this is the fallback, not a fast path.
+
+use super::{Isa, XqRef};
+use crate::quant::packed::{record_bytes, record_scale_bytes, PACK_ROWS};
+use crate::quant::{f16_at, QuantType, QK};
+
+/// `y[r] += W[r]·x` for one repacked tile of `rows` rows (a multiple of 16) and `cols` columns
+/// (a multiple of 32). Integer path when `xq` (the Q8 blocks of these columns) is given.
+#[allow(clippy::too_many_arguments)]
+pub fn tile_matvec(
+    isa: Isa,
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    body: &[u8],
+    x: &[f32],
+    xq: XqRef,
+    y: &mut [f32],
+) {
+    assert!(
+        crate::quant::packed::packable(q, rows),
+        "{q} tile of {rows} rows is not repacked"
+    );
+    assert!(
+        cols.is_multiple_of(QK),
+        "tile cols {cols} not a multiple of 32"
+    );
+    assert!(
+        body.len() >= q.matrix_bytes(rows, cols),
+        "tile body too short"
+    );
+    assert!(y.len() >= rows, "y too short: {} < {rows}", y.len());
+    let nb = cols / QK;
+    let Some((d, s, xqs)) = xq else {
+        assert!(x.len() >= cols, "x too short: {} < {cols}", x.len());
+        return scalar_f32(q, rows, cols, body, x, y);
+    };
+    assert!(
+        d.len() >= nb && s.len() >= nb && xqs.len() >= cols,
+        "xq too short"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        if isa.has_vnni() {
+            // SAFETY: AVX-512 F/BW/VNNI detected by `has_vnni` (which checks `available`); the
+            // lengths were asserted above.
+            unsafe { avx512::run(q, rows, nb, body, d, s, xqs, y) };
+            return;
+        }
+        if isa != Isa::Scalar && Isa::Avx2.available() {
+            // SAFETY: AVX2/FMA/F16C detected just above; the lengths were asserted above.
+            unsafe { avx2::run(q, rows, nb, body, d, s, xqs, y) };
+            return;
+        }
+    }
+    let _ = isa;
+    scalar_int(q, rows, nb, body, d, s, xqs, y)
+}
+
+/// The f32-side constants of block `b` for the two FMAs: `(d_x, s')`.
+#[inline(always)]
+fn block_consts(q: QuantType, d: &[f32], s: &[f32], b: usize) -> (f32, f32) {
+    let sp = if q == QuantType::Q4_0 {
+        -8.0 * s[b]
+    } else {
+        s[b]
+    };
+    (d[b], sp)
+}
+
+/// Scalar reference of the integer path (see the module docs for the exact operations).
+#[allow(clippy::too_many_arguments)]
+pub fn scalar_int(
+    q: QuantType,
+    rows: usize,
+    nb: usize,
+    body: &[u8],
+    d: &[f32],
+    s: &[f32],
+    xq: &[i8],
+    y: &mut [f32],
+) {
+    let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+    for g in 0..rows / PACK_ROWS {
+        let mut acc = [0f32; PACK_ROWS];
+        for b in 0..nb {
+            let rec = &body[(g * nb + b) * rb..(g * nb + b + 1) * rb];
+            let xb = &xq[b * QK..(b + 1) * QK];
+            let (dx, sp) = block_consts(q, d, s, b);
+            for (i, a) in acc.iter_mut().enumerate() {
+                let mut dot = 0i32;
+                for j in 0..4 {
+                    for p in 0..4 {
+                        let byte = rec[rsb + 64 * j + 4 * i + p];
+                        dot += (byte & 0x0F) as i32 * xb[8 * j + p] as i32;
+                        dot += (byte >> 4) as i32 * xb[8 * j + 4 + p] as i32;
+                    }
+                }
+                let dr = f16_at(rec, 2 * i);
+                let c = if q == QuantType::Q4_0 {
+                    dr
+                } else {
+                    f16_at(rec, 2 * PACK_ROWS + 2 * i)
+                };
+                *a = (dot as f32).mul_add(dr * dx, *a);
+                *a = c.mul_add(sp, *a);
+            }
+        }
+        for (yr, a) in y[g * PACK_ROWS..(g + 1) * PACK_ROWS].iter_mut().zip(acc) {
+            *yr += a;
+        }
+    }
+}
+
+/// The f32-activation path (scalar): per row and block, the dequantized weights dotted with `x`
+/// in column order, the block sums added in block order.
+pub fn scalar_f32(q: QuantType, rows: usize, cols: usize, body: &[u8], x: &[f32], y: &mut [f32]) {
+    let nb = cols / QK;
+    let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+    for g in 0..rows / PACK_ROWS {
+        for i in 0..PACK_ROWS {
+            let mut acc = 0f32;
+            for b in 0..nb {
+                let rec = &body[(g * nb + b) * rb..(g * nb + b + 1) * rb];
+                let dr = f16_at(rec, 2 * i);
+                let m = if q == QuantType::Q4_0 {
+                    0.0
+                } else {
+                    f16_at(rec, 2 * PACK_ROWS + 2 * i)
+                };
+                let mut blk = 0f32;
+                for k in 0..QK {
+                    let byte = rec[rsb + 64 * (k / 8) + 4 * i + k % 4];
+                    let u = if k % 8 >= 4 { byte >> 4 } else { byte & 0x0F };
+                    let w = if q == QuantType::Q4_0 {
+                        (u as i32 - 8) as f32 * dr
+                    } else {
+                        u as f32 * dr + m
+                    };
+                    blk += w * x[b * QK + k];
+                }
+                acc += blk;
+            }
+            y[g * PACK_ROWS + i] += acc;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::*;
+    use core::arch::x86_64::*;
+
+    /// The integer path, 16 rows per register.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VNNI and F16C must be available; the slices must satisfy the lengths
+    /// asserted by [`super::tile_matvec`] (`rows` a multiple of 16, `nb` blocks).
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn run(
+        q: QuantType,
+        rows: usize,
+        nb: usize,
+        body: &[u8],
+        d: &[f32],
+        s: &[f32],
+        xq: &[i8],
+        y: &mut [f32],
+    ) {
+        let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+        let m4 = _mm512_set1_epi8(0x0F);
+        let x4 = xq.as_ptr() as *const i32;
+        for g in 0..rows / PACK_ROWS {
+            let gp = body.as_ptr().add(g * nb * rb);
+            let mut acc = _mm512_setzero_ps();
+            for b in 0..nb {
+                let rec = gp.add(b * rb);
+                let qp = rec.add(rsb);
+                let xb = x4.add(b * QK / 4);
+                // Four independent integer sums (chunks 0/2 and 1/3, low and high nibbles).
+                let mut i = [_mm512_setzero_si512(); 4];
+                for j in 0..4 {
+                    let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
+                    let lo = _mm512_and_si512(w, m4);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
+                    let k = 2 * (j & 1);
+                    i[k] = _mm512_dpbusd_epi32(
+                        i[k],
+                        lo,
+                        _mm512_set1_epi32(xb.add(2 * j).read_unaligned()),
+                    );
+                    i[k + 1] = _mm512_dpbusd_epi32(
+                        i[k + 1],
+                        hi,
+                        _mm512_set1_epi32(xb.add(2 * j + 1).read_unaligned()),
+                    );
+                }
+                let dot =
+                    _mm512_add_epi32(_mm512_add_epi32(i[0], i[1]), _mm512_add_epi32(i[2], i[3]));
+                let (dx, sp) = block_consts(q, d, s, b);
+                let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
+                let c = if q == QuantType::Q4_0 {
+                    dr
+                } else {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(2 * PACK_ROWS) as *const __m256i))
+                };
+                let dd = _mm512_mul_ps(dr, _mm512_set1_ps(dx));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc);
+                acc = _mm512_fmadd_ps(c, _mm512_set1_ps(sp), acc);
+            }
+            let yp = y.as_mut_ptr().add(g * PACK_ROWS);
+            _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), acc));
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use core::arch::x86_64::*;
+
+    /// The integer path, each record as two 8-row halves.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; the slices must satisfy the lengths asserted by
+    /// [`super::tile_matvec`] (`rows` a multiple of 16, `nb` blocks).
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn run(
+        q: QuantType,
+        rows: usize,
+        nb: usize,
+        body: &[u8],
+        d: &[f32],
+        s: &[f32],
+        xq: &[i8],
+        y: &mut [f32],
+    ) {
+        let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+        let m4 = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let x4 = xq.as_ptr() as *const i32;
+        for g in 0..rows / PACK_ROWS {
+            let gp = body.as_ptr().add(g * nb * rb);
+            let mut acc = [_mm256_setzero_ps(); 2];
+            for b in 0..nb {
+                let rec = gp.add(b * rb);
+                let qp = rec.add(rsb);
+                let xb = x4.add(b * QK / 4);
+                let (dx, sp) = block_consts(q, d, s, b);
+                for (h, a) in acc.iter_mut().enumerate() {
+                    // i16 partial sums: 16 products of at most 15 × 128 each, no saturation.
+                    let mut s16 = [_mm256_setzero_si256(); 2];
+                    for j in 0..4 {
+                        let w = _mm256_loadu_si256(qp.add(64 * j + 32 * h) as *const __m256i);
+                        let lo = _mm256_and_si256(w, m4);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+                        let xl = _mm256_set1_epi32(xb.add(2 * j).read_unaligned());
+                        let xh = _mm256_set1_epi32(xb.add(2 * j + 1).read_unaligned());
+                        s16[0] = _mm256_add_epi16(s16[0], _mm256_maddubs_epi16(lo, xl));
+                        s16[1] = _mm256_add_epi16(s16[1], _mm256_maddubs_epi16(hi, xh));
+                    }
+                    let dot = _mm256_madd_epi16(_mm256_add_epi16(s16[0], s16[1]), ones);
+                    let dr = _mm256_cvtph_ps(_mm_loadu_si128(rec.add(16 * h) as *const __m128i));
+                    let c = if q == QuantType::Q4_0 {
+                        dr
+                    } else {
+                        _mm256_cvtph_ps(_mm_loadu_si128(
+                            rec.add(2 * PACK_ROWS + 16 * h) as *const __m128i
+                        ))
+                    };
+                    let dd = _mm256_mul_ps(dr, _mm256_set1_ps(dx));
+                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), dd, *a);
+                    *a = _mm256_fmadd_ps(c, _mm256_set1_ps(sp), *a);
+                }
+            }
+            for (h, a) in acc.iter().enumerate() {
+                let yp = y.as_mut_ptr().add(g * PACK_ROWS + 8 * h);
+                _mm256_storeu_ps(yp, _mm256_add_ps(_mm256_loadu_ps(yp), *a));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::dot::Q8Act;
+    use crate::quant::packed::pack_tile;
+
+    /// A repacked tile of `rows × cols` random weights and its split twin `(scales, qs)`.
+    fn tile(q: QuantType, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        let mut rng = crate::rng::Rng::new(seed);
+        let w = rng.fill(rows * cols, 1.0);
+        let (mut sc, mut qs) = (Vec::new(), Vec::new());
+        for r in 0..rows {
+            crate::quant::quantize_row(q, &w[r * cols..(r + 1) * cols], &mut sc, &mut qs);
+        }
+        let mut body = [sc.clone(), qs.clone()].concat();
+        pack_tile(q, rows, cols, &mut body);
+        (body, sc, qs)
+    }
+
+    fn act(cols: usize, seed: u64) -> (Vec<f32>, Q8Act) {
+        let mut rng = crate::rng::Rng::new(seed);
+        let x = rng.fill(cols, 1.0);
+        let mut a = Q8Act::default();
+        crate::kernels::dot::scalar::quantize_act(&x, &mut a);
+        (x, a)
+    }
+
+    /// Every ISA this CPU has gives the scalar reference's bits, for both types, several
+    /// shapes (one to eight records per group row), and accumulates into `y`.
+    #[test]
+    fn every_isa_equals_the_scalar_reference_bit_for_bit() {
+        for q in [QuantType::Q4_0, QuantType::Q4_1] {
+            for (rows, cols) in [(16, 32), (128, 256), (64, 64), (32, 224)] {
+                let (body, _, _) = tile(q, rows, cols, (rows + cols) as u64);
+                let (_, a) = act(cols, 3);
+                let xq = (&a.d[..], &a.s[..], &a.qs[..]);
+                let y0: Vec<f32> = (0..rows).map(|r| r as f32 * 0.25 - 3.0).collect();
+                let mut want = y0.clone();
+                scalar_int(q, rows, cols / QK, &body, &a.d, &a.s, &a.qs, &mut want);
+                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                    if !isa.available() {
+                        println!("SKIP {q} {isa:?}: this CPU lacks it");
+                        continue;
+                    }
+                    let mut y = y0.clone();
+                    tile_matvec(isa, q, rows, cols, &body, &[], Some(xq), &mut y);
+                    assert_eq!(
+                        y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "{q} {rows}×{cols} {isa:?} (VNNI {})",
+                        isa.has_vnni()
+                    );
+                }
+            }
+        }
+    }
+
+    /// The integer path against the split-layout kernels' scalar reference on the same weights
+    /// and activation (another summation order: equal to float rounding), and the f32 path
+    /// against a float64 dot of the dequantized weights.
+    #[test]
+    fn both_paths_agree_with_the_split_layout_and_with_float64() {
+        for q in [QuantType::Q4_0, QuantType::Q4_1] {
+            let (rows, cols) = (64, 256);
+            let (body, sc, qs) = tile(q, rows, cols, 11);
+            let (x, a) = act(cols, 5);
+            let xq = (&a.d[..], &a.s[..], &a.qs[..]);
+            let mut split = vec![0f32; rows];
+            super::super::scalar::tile_matvec(q, rows, cols, &sc, &qs, &x, Some(xq), &mut split);
+            let mut packed = vec![0f32; rows];
+            tile_matvec(
+                Isa::cached(),
+                q,
+                rows,
+                cols,
+                &body,
+                &x,
+                Some(xq),
+                &mut packed,
+            );
+            let mut f = vec![0f32; rows];
+            tile_matvec(Isa::cached(), q, rows, cols, &body, &x, None, &mut f);
+            let (sb, qb) = (q.row_scale_bytes(cols), q.row_quant_bytes(cols));
+            for r in 0..rows {
+                let tol = 1e-4 * (1.0 + split[r].abs());
+                assert!(
+                    (split[r] - packed[r]).abs() <= tol,
+                    "{q} row {r}: {} vs {}",
+                    split[r],
+                    packed[r]
+                );
+                let mut w = vec![0f32; cols];
+                crate::quant::dequantize_row(
+                    q,
+                    &sc[r * sb..(r + 1) * sb],
+                    &qs[r * qb..(r + 1) * qb],
+                    &mut w,
+                );
+                let exact: f64 = w.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+                assert!(
+                    (f[r] as f64 - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
+                    "{q} row {r} f32 path"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The row-interleaved ("repacked") layout of Q4_0/Q4_1 tiles: what the resident copy of a model
+//! holds when it is repacked at open (`--repack`, on by default; see docs/FORMAT.md, "Repacked
+//! tiles in memory"). Files never hold it: a `.cflow` tile is always in the split layout.
+//!
+//! A tile of `rows × cols` weights (`rows` a multiple of [`PACK_ROWS`]) is rearranged in place,
+//! at the same size. The tile becomes a sequence of *records*, group-major: record `(g, b)`
+//! covers rows `16g .. 16g + 16` and block `b` (columns `32b .. 32b + 32`), and is
+//! [`record_bytes`] long:
+//!
+//! * the 16 rows' scales `d` as f16 (32 bytes), then for Q4_1 their minima `m` (32 bytes);
+//! * four chunks of 64 bytes. Chunk `j` gives each row 4 bytes (row `r` at bytes `4r .. 4r + 4`);
+//!   byte `p` of them packs the row's weight `8j + p` in its low nibble and weight `8j + 4 + p`
+//!   in its high nibble.
+//!
+//! So one 512-bit load of a chunk holds 4 weights of each of 16 rows in one 32-bit lane per
+//! row: one `vpdpbusd` with the activation bytes `8j .. 8j + 4` broadcast to every lane adds
+//! 4 products to all 16 rows' sums, and the sums need no horizontal reduction. The scales of
+//! the 16 rows load as one vector.
+
+use super::{QuantType, QK};
+
+/// Rows per record: one 32-bit lane per row in a 512-bit register.
+pub const PACK_ROWS: usize = 16;
+
+/// True when a `rows`-row tile of `q` can be repacked: Q4_0 or Q4_1 with whole 16-row groups.
+pub fn packable(q: QuantType, rows: usize) -> bool {
+    matches!(q, QuantType::Q4_0 | QuantType::Q4_1) && rows > 0 && rows.is_multiple_of(PACK_ROWS)
+}
+
+/// Bytes of one record (16 rows × one block) of `q`.
+pub const fn record_bytes(q: QuantType) -> usize {
+    PACK_ROWS * (q.scale_bytes_per_block() + q.quant_bytes_per_block())
+}
+
+/// Bytes of the scale part at the start of a record: 32 (Q4_0: `d`) or 64 (Q4_1: `d`, `m`).
+pub const fn record_scale_bytes(q: QuantType) -> usize {
+    PACK_ROWS * q.scale_bytes_per_block()
+}
+
+/// Weight `k` (0..32) of a split-layout Q4 block's 16 quant bytes (GGUF nibble order: weight
+/// `k < 16` in the low nibble of byte `k`, weight `k ≥ 16` in the high nibble of byte `k − 16`).
+fn nibble(qb: &[u8], k: usize) -> u8 {
+    if k < 16 {
+        qb[k] & 0x0F
+    } else {
+        qb[k - 16] >> 4
+    }
+}
+
+/// Byte `p` (0..4) of chunk `j` (0..4) of a record for one row, from its split-layout block.
+fn packed_byte(qb: &[u8], j: usize, p: usize) -> u8 {
+    nibble(qb, 8 * j + p) | (nibble(qb, 8 * j + 4 + p) << 4)
+}
+
+/// Rearranges a split-layout tile body (`scales` of every row, then quants of every row; see
+/// the `quant` module docs) into records, in place.
+///
+/// # Panics
+/// When the tile is not [`packable`], `cols` is not a multiple of 32 or `body` is not exactly
+/// the tile's size.
+pub fn pack_tile(q: QuantType, rows: usize, cols: usize, body: &mut [u8]) {
+    assert!(packable(q, rows), "{q} tile of {rows} rows is not packable");
+    assert!(
+        cols.is_multiple_of(QK),
+        "tile cols {cols} not a multiple of 32"
+    );
+    assert_eq!(body.len(), q.matrix_bytes(rows, cols), "tile body size");
+    let split = body.to_vec();
+    let (sb, qb) = (q.scale_bytes_per_block(), q.quant_bytes_per_block());
+    let nb = cols / QK;
+    let (scales, qs) = split.split_at(rows * nb * sb);
+    let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+    for g in 0..rows / PACK_ROWS {
+        for b in 0..nb {
+            let rec = &mut body[(g * nb + b) * rb..(g * nb + b + 1) * rb];
+            for i in 0..PACK_ROWS {
+                let r = g * PACK_ROWS + i;
+                let s = &scales[(r * nb + b) * sb..(r * nb + b + 1) * sb];
+                // d, then (Q4_1) m: each an f16 of the row's scale entry.
+                for (h, pair) in s.chunks_exact(2).enumerate() {
+                    rec[h * 2 * PACK_ROWS + 2 * i..][..2].copy_from_slice(pair);
+                }
+                let blk = &qs[(r * nb + b) * qb..(r * nb + b + 1) * qb];
+                for j in 0..4 {
+                    for p in 0..4 {
+                        rec[rsb + 64 * j + 4 * i + p] = packed_byte(blk, j, p);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The inverse of [`pack_tile`]: the split layout of a repacked tile, as `(scales, qs)` of every
+/// row, row-major.
+pub fn unpack_tile(q: QuantType, rows: usize, cols: usize, packed: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    assert!(packable(q, rows), "{q} tile of {rows} rows is not packable");
+    assert!(
+        cols.is_multiple_of(QK),
+        "tile cols {cols} not a multiple of 32"
+    );
+    assert_eq!(packed.len(), q.matrix_bytes(rows, cols), "tile body size");
+    let (sb, qb) = (q.scale_bytes_per_block(), q.quant_bytes_per_block());
+    let nb = cols / QK;
+    let mut scales = vec![0u8; rows * nb * sb];
+    let mut qs = vec![0u8; rows * nb * qb];
+    let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+    for g in 0..rows / PACK_ROWS {
+        for b in 0..nb {
+            let rec = &packed[(g * nb + b) * rb..(g * nb + b + 1) * rb];
+            for i in 0..PACK_ROWS {
+                let r = g * PACK_ROWS + i;
+                let s = &mut scales[(r * nb + b) * sb..(r * nb + b + 1) * sb];
+                for (h, pair) in s.chunks_exact_mut(2).enumerate() {
+                    pair.copy_from_slice(&rec[h * 2 * PACK_ROWS + 2 * i..][..2]);
+                }
+                let blk = &mut qs[(r * nb + b) * qb..(r * nb + b + 1) * qb];
+                for k in 0..QK {
+                    let (j, p, hi) = (k / 8, k % 4, k % 8 >= 4);
+                    let byte = rec[rsb + 64 * j + 4 * i + p];
+                    let v = if hi { byte >> 4 } else { byte & 0x0F };
+                    if k < 16 {
+                        blk[k] |= v;
+                    } else {
+                        blk[k - 16] |= v << 4;
+                    }
+                }
+            }
+        }
+    }
+    (scales, qs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split_tile(q: QuantType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+        let mut rng = crate::rng::Rng::new(seed);
+        let w = rng.fill(rows * cols, 1.0);
+        let (mut s, mut qs) = (Vec::new(), Vec::new());
+        for r in 0..rows {
+            super::super::quantize_row(q, &w[r * cols..(r + 1) * cols], &mut s, &mut qs);
+        }
+        s.extend_from_slice(&qs);
+        s
+    }
+
+    #[test]
+    fn unpack_inverts_pack_and_pack_moves_every_byte() {
+        for q in [QuantType::Q4_0, QuantType::Q4_1] {
+            for (rows, cols) in [(16, 32), (128, 256), (64, 64), (48, 96)] {
+                let split = split_tile(q, rows, cols, (rows * cols) as u64);
+                let mut body = split.clone();
+                pack_tile(q, rows, cols, &mut body);
+                assert_ne!(body, split, "{q} {rows}×{cols}: packing changed nothing");
+                let (s, qs) = unpack_tile(q, rows, cols, &body);
+                assert_eq!([s, qs].concat(), split, "{q} {rows}×{cols}");
+            }
+        }
+    }
+
+    /// The record layout as the module docs state it, checked weight by weight against the
+    /// dequantized split tile.
+    #[test]
+    fn records_hold_the_documented_weights_and_scales() {
+        let (rows, cols) = (32, 64);
+        for q in [QuantType::Q4_0, QuantType::Q4_1] {
+            let split = split_tile(q, rows, cols, 7);
+            let mut body = split.clone();
+            pack_tile(q, rows, cols, &mut body);
+            let nb = cols / QK;
+            let (sb, qb) = (q.scale_bytes_per_block(), q.quant_bytes_per_block());
+            let (scales, qs) = split.split_at(rows * nb * sb);
+            for r in 0..rows {
+                let mut want = vec![0f32; cols];
+                super::super::dequantize_row(
+                    q,
+                    &scales[r * nb * sb..(r + 1) * nb * sb],
+                    &qs[r * nb * qb..(r + 1) * nb * qb],
+                    &mut want,
+                );
+                let (g, i) = (r / PACK_ROWS, r % PACK_ROWS);
+                for (c, want) in want.iter().enumerate() {
+                    let (b, k) = (c / QK, c % QK);
+                    let rec = &body[(g * nb + b) * record_bytes(q)..];
+                    let d = super::super::f16_at(rec, 2 * i);
+                    let byte = rec[record_scale_bytes(q) + 64 * (k / 8) + 4 * i + k % 4];
+                    let u = if k % 8 >= 4 { byte >> 4 } else { byte & 0x0F };
+                    let got = match q {
+                        QuantType::Q4_0 => (u as i32 - 8) as f32 * d,
+                        _ => u as f32 * d + super::super::f16_at(rec, 32 + 2 * i),
+                    };
+                    assert_eq!(got, *want, "{q} row {r} col {c}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_whole_16_row_q4_tiles_are_packable() {
+        assert!(packable(QuantType::Q4_0, 128));
+        assert!(packable(QuantType::Q4_1, 64));
+        assert!(!packable(QuantType::Q4_1, 72));
+        assert!(!packable(QuantType::Q4_1, 0));
+        assert!(!packable(QuantType::Q8_0, 128));
+        assert!(!packable(QuantType::Q4_K, 128));
+    }
+}
