@@ -261,8 +261,8 @@ pub struct EngineArgs {
     #[arg(long, value_enum, env = "CFLOW_WEIGHTS", default_value_t = WeightsArg::Auto)]
     pub weights: WeightsArg,
     /// Keep a resident copy in the file's tile layout. By default, when decode takes the
-    /// integer path (--act q8, the default, on a CPU with AVX2), the resident copy's Q4_0/Q4_1
-    /// layer matrices are repacked at open into records of 16 rows × 32 columns, whose kernels
+    /// integer path (--act q8, the default, on a CPU with AVX2), the resident copy's
+    /// Q4_0/Q4_1/Q8_0 layer matrices and LM head are repacked at open into records of 16 rows × 32 columns, whose kernels
     /// run several times faster (docs/PERFORMANCE.md, "Repacked tiles"). Same weights and
     /// bytes per token; the logits differ from the file layout's only in float rounding (the
     /// sums are taken in another order). `run --json` says whether it happened (`repacked`).

@@ -464,9 +464,15 @@ impl Engine {
         notes.extend(self.schedule_note());
         if self.active().is_resident() && self.opts.layout == Layout::RowMajor {
             notes.push(
-                "rowmajor copy is in 4 KiB pages, the resident .cflow in huge pages: for a \
+                if self.active().is_repacked() {
+                    "rowmajor copy is in 4 KiB pages and the file's block layout, the resident \
+                 .cflow in huge pages and repacked (other kernels): for a like-for-like layout \
+                 A/B start with --weights mmap"
+                } else {
+                    "rowmajor copy is in 4 KiB pages, the resident .cflow in huge pages: for a \
                  like-for-like layout A/B start with --weights mmap"
-                    .into(),
+                }
+                .into(),
             );
         }
         EngineConfigInfo {

@@ -100,6 +100,11 @@ pub fn embed(file: &CflowFile, token: u32, out: &mut [f32]) {
         let tile = file.tile(m, s, c);
         let q = m.quant;
         let c0 = c * crate::format::TILE_COLS;
+        if tile.packed {
+            let (sc, qs) = crate::quant::packed::unpack_row(q, tile.rows, tile.cols, tile.body, r);
+            crate::quant::dequantize_row(q, &sc, &qs, &mut out[c0..c0 + tile.cols]);
+            continue;
+        }
         let (sb, qb) = (q.row_scale_bytes(tile.cols), q.row_quant_bytes(tile.cols));
         crate::quant::dequantize_row(
             q,

@@ -134,6 +134,8 @@ pub struct CflowFile {
     /// The views come from a `.vflow` twin: the content hash (when not recorded) is that of the
     /// `.cflow` the writer would lay out from these views.
     from_twin: bool,
+    /// [`CflowFile::make_resident`] repacked at least one matrix.
+    repacked: bool,
 }
 
 impl std::fmt::Debug for CflowFile {
@@ -412,6 +414,33 @@ fn new_matrix(
     })
 }
 
+impl LayerView {
+    /// The layer's dense (non-expert) matrices: Q, K, V, O and, when present, gate, up, down.
+    pub fn dense_matrices_mut(&mut self) -> impl Iterator<Item = &mut Matrix> {
+        let LayerView {
+            q,
+            k,
+            v,
+            o,
+            gate,
+            up,
+            down,
+            ..
+        } = self;
+        [
+            Some(q),
+            Some(k),
+            Some(v),
+            Some(o),
+            gate.as_mut(),
+            up.as_mut(),
+            down.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
 /// Parsed directory of a region.
 struct Dir {
     entries: Vec<(EntryKind, DirEntry)>,
@@ -630,6 +659,7 @@ impl CflowFile {
             vocab,
             content: cell,
             from_twin,
+            repacked: false,
         }
     }
 
@@ -687,48 +717,34 @@ impl CflowFile {
 
     /// Copies the whole file into private huge-page memory and reads it from there from now on
     /// (see [`ModelMap::make_resident`]): `--weights resident`, and `auto` on dense models.
-    /// With `repack`, the copy's Q4_0/Q4_1 layer matrices (not experts, not the vocabulary,
-    /// whose rows the embedding lookup reads) whose row count is a multiple of 16 are rearranged
+    /// With `repack`, the copy's Q4_0/Q4_1/Q8_0 matrices that decode multiplies (the layers'
+    /// dense matrices and the LM head, which may be the tied embedding; not the experts, which
+    /// the I/O tiers read from the file) whose stripes are whole 16-row groups are rearranged
     /// into the layout of `quant::packed`, tile by tile, and marked [`Matrix::packed`].
     pub fn make_resident(&mut self, repack: bool) -> Result<(), FormatError> {
-        let layers = &mut self.layers;
+        let (layers, vocab) = (&mut self.layers, &mut self.vocab);
+        let mut any = false;
         self.map.make_resident(&self.path, |bytes| {
             if !repack {
                 return;
             }
+            any |= repack_matrix(
+                bytes,
+                vocab.lm_head.as_mut().unwrap_or(&mut vocab.embedding),
+            );
             for l in layers.iter_mut() {
-                let LayerView {
-                    q,
-                    k,
-                    v,
-                    o,
-                    gate,
-                    up,
-                    down,
-                    ..
-                } = l;
-                let dense = [
-                    Some(q),
-                    Some(k),
-                    Some(v),
-                    Some(o),
-                    gate.as_mut(),
-                    up.as_mut(),
-                    down.as_mut(),
-                ];
-                for m in dense.into_iter().flatten() {
-                    repack_matrix(bytes, m);
+                for m in l.dense_matrices_mut() {
+                    any |= repack_matrix(bytes, m);
                 }
             }
-        })
+        })?;
+        self.repacked = any;
+        Ok(())
     }
 
     /// True when the resident copy holds repacked matrices ([`CflowFile::make_resident`]).
     pub fn is_repacked(&self) -> bool {
-        self.layers.iter().any(|l| {
-            [&l.q, &l.k, &l.v, &l.o].iter().any(|m| m.packed)
-                || l.down.as_ref().is_some_and(|m| m.packed)
-        })
+        self.repacked
     }
 
     /// The views come from a `.vflow` file (its vertical groups and expert bank).
@@ -1155,11 +1171,11 @@ impl CflowFile {
 
 /// Repacks every tile of `m` inside `bytes` (`quant::packed`) and marks it, when all of its
 /// stripes are whole 16-row groups of Q4_0/Q4_1; else leaves it as it is.
-fn repack_matrix(bytes: &mut [u8], m: &mut Matrix) {
+fn repack_matrix(bytes: &mut [u8], m: &mut Matrix) -> bool {
     if m.packed
         || !(0..m.n_stripes()).all(|s| crate::quant::packed::packable(m.quant, m.stripe_rows(s)))
     {
-        return;
+        return m.packed;
     }
     for s in 0..m.n_stripes() {
         for c in 0..m.n_col_tiles() {
@@ -1170,6 +1186,7 @@ fn repack_matrix(bytes: &mut [u8], m: &mut Matrix) {
         }
     }
     m.packed = true;
+    true
 }
 
 /// Zero-copy view of tile (s, c) of a validated matrix inside `bytes`.

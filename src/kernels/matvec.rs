@@ -3,7 +3,7 @@
 //! contiguous row-major matrix, parallel over 128-row chunks, 4 rows per kernel call and the
 //! Q8 activation when given: a *blocked* row-major baseline) and `naive_matvec` (the paper's
 //! §5.4 naive loop: row by row, the f32 activation, dequantize and dot). All call the same tile
-//! kernels. A matrix marked [`Matrix::packed`] (a resident copy's repacked Q4 tiles) runs the
+//! kernels. A matrix marked [`Matrix::packed`] (a resident copy's repacked tiles) runs the
 //! kernels of `dot::packed` instead, in decode and, one token at a time, in prefill.
 
 use super::dot::kquant::tile_matvec_act;

@@ -1,4 +1,4 @@
-//! The row-interleaved ("repacked") layout of Q4_0/Q4_1 tiles: what the resident copy of a model
+//! The row-interleaved ("repacked") layout of Q4_0/Q4_1/Q8_0 tiles: what the resident copy of a model
 //! holds when it is repacked at open (`--repack`, on by default; see docs/FORMAT.md, "Repacked
 //! tiles in memory"). Files never hold it: a `.cflow` tile is always in the split layout.
 //!
@@ -10,7 +10,7 @@
 //! * the 16 rows' scales `d` as f16 (32 bytes), then for Q4_1 their minima `m` (32 bytes);
 //! * four chunks of 64 bytes. Chunk `j` gives each row 4 bytes (row `r` at bytes `4r .. 4r + 4`);
 //!   byte `p` of them packs the row's weight `8j + p` in its low nibble and weight `8j + 4 + p`
-//!   in its high nibble.
+//!   in its high nibble. Q8_0 has eight chunks: byte `p` of chunk `j` is weight `4j + p`.
 //!
 //! So one 512-bit load of a chunk holds 4 weights of each of 16 rows in one 32-bit lane per
 //! row: one `vpdpbusd` with the activation bytes `8j .. 8j + 4` broadcast to every lane adds
@@ -22,9 +22,12 @@ use super::{QuantType, QK};
 /// Rows per record: one 32-bit lane per row in a 512-bit register.
 pub const PACK_ROWS: usize = 16;
 
-/// True when a `rows`-row tile of `q` can be repacked: Q4_0 or Q4_1 with whole 16-row groups.
+/// True when a `rows`-row tile of `q` can be repacked: Q4_0, Q4_1 or Q8_0 with whole 16-row
+/// groups.
 pub fn packable(q: QuantType, rows: usize) -> bool {
-    matches!(q, QuantType::Q4_0 | QuantType::Q4_1) && rows > 0 && rows.is_multiple_of(PACK_ROWS)
+    matches!(q, QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q8_0)
+        && rows > 0
+        && rows.is_multiple_of(PACK_ROWS)
 }
 
 /// Bytes of one record (16 rows × one block) of `q`.
@@ -32,9 +35,14 @@ pub const fn record_bytes(q: QuantType) -> usize {
     PACK_ROWS * (q.scale_bytes_per_block() + q.quant_bytes_per_block())
 }
 
-/// Bytes of the scale part at the start of a record: 32 (Q4_0: `d`) or 64 (Q4_1: `d`, `m`).
+/// Bytes of the scale part at the start of a record: 32 (`d`) or 64 (Q4_1: `d`, `m`).
 pub const fn record_scale_bytes(q: QuantType) -> usize {
     PACK_ROWS * q.scale_bytes_per_block()
+}
+
+/// 64-byte quant chunks per record: 4 for the Q4 types, 8 for Q8_0.
+pub const fn record_chunks(q: QuantType) -> usize {
+    q.quant_bytes_per_block() / 4
 }
 
 /// Weight `k` (0..32) of a split-layout Q4 block's 16 quant bytes (GGUF nibble order: weight
@@ -47,9 +55,25 @@ fn nibble(qb: &[u8], k: usize) -> u8 {
     }
 }
 
-/// Byte `p` (0..4) of chunk `j` (0..4) of a record for one row, from its split-layout block.
-fn packed_byte(qb: &[u8], j: usize, p: usize) -> u8 {
-    nibble(qb, 8 * j + p) | (nibble(qb, 8 * j + 4 + p) << 4)
+/// Byte `p` (0..4) of chunk `j` of a record for one row, from its split-layout block: two
+/// nibbles (weights `8j + p` and `8j + 4 + p`) for the Q4 types, weight `4j + p` for Q8_0.
+fn packed_byte(q: QuantType, qb: &[u8], j: usize, p: usize) -> u8 {
+    if q == QuantType::Q8_0 {
+        qb[4 * j + p]
+    } else {
+        nibble(qb, 8 * j + p) | (nibble(qb, 8 * j + 4 + p) << 4)
+    }
+}
+
+/// Where weight `k` of a block sits in a record, for the row at lane `i`: the byte offset and,
+/// for the Q4 types, whether it is the high nibble.
+pub fn weight_at(q: QuantType, i: usize, k: usize) -> (usize, bool) {
+    let rsb = record_scale_bytes(q);
+    if q == QuantType::Q8_0 {
+        (rsb + 64 * (k / 4) + 4 * i + k % 4, false)
+    } else {
+        (rsb + 64 * (k / 8) + 4 * i + k % 4, k % 8 >= 4)
+    }
 }
 
 /// Rearranges a split-layout tile body (`scales` of every row, then quants of every row; see
@@ -59,12 +83,7 @@ fn packed_byte(qb: &[u8], j: usize, p: usize) -> u8 {
 /// When the tile is not [`packable`], `cols` is not a multiple of 32 or `body` is not exactly
 /// the tile's size.
 pub fn pack_tile(q: QuantType, rows: usize, cols: usize, body: &mut [u8]) {
-    assert!(packable(q, rows), "{q} tile of {rows} rows is not packable");
-    assert!(
-        cols.is_multiple_of(QK),
-        "tile cols {cols} not a multiple of 32"
-    );
-    assert_eq!(body.len(), q.matrix_bytes(rows, cols), "tile body size");
+    check(q, rows, cols, body);
     let split = body.to_vec();
     let (sb, qb) = (q.scale_bytes_per_block(), q.quant_bytes_per_block());
     let nb = cols / QK;
@@ -81,9 +100,9 @@ pub fn pack_tile(q: QuantType, rows: usize, cols: usize, body: &mut [u8]) {
                     rec[h * 2 * PACK_ROWS + 2 * i..][..2].copy_from_slice(pair);
                 }
                 let blk = &qs[(r * nb + b) * qb..(r * nb + b + 1) * qb];
-                for j in 0..4 {
+                for j in 0..record_chunks(q) {
                     for p in 0..4 {
-                        rec[rsb + 64 * j + 4 * i + p] = packed_byte(blk, j, p);
+                        rec[rsb + 64 * j + 4 * i + p] = packed_byte(q, blk, j, p);
                     }
                 }
             }
@@ -91,33 +110,33 @@ pub fn pack_tile(q: QuantType, rows: usize, cols: usize, body: &mut [u8]) {
     }
 }
 
-/// The inverse of [`pack_tile`]: the split layout of a repacked tile, as `(scales, qs)` of every
-/// row, row-major.
-pub fn unpack_tile(q: QuantType, rows: usize, cols: usize, packed: &[u8]) -> (Vec<u8>, Vec<u8>) {
-    assert!(packable(q, rows), "{q} tile of {rows} rows is not packable");
-    assert!(
-        cols.is_multiple_of(QK),
-        "tile cols {cols} not a multiple of 32"
-    );
-    assert_eq!(packed.len(), q.matrix_bytes(rows, cols), "tile body size");
-    let (sb, qb) = (q.scale_bytes_per_block(), q.quant_bytes_per_block());
+/// Row `r` of a repacked tile in the split layout: its scale entries and quant bytes.
+pub fn unpack_row(
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    packed: &[u8],
+    r: usize,
+) -> (Vec<u8>, Vec<u8>) {
+    check(q, rows, cols, packed);
+    assert!(r < rows, "row {r} of a {rows}-row tile");
     let nb = cols / QK;
-    let mut scales = vec![0u8; rows * nb * sb];
-    let mut qs = vec![0u8; rows * nb * qb];
-    let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
-    for g in 0..rows / PACK_ROWS {
-        for b in 0..nb {
-            let rec = &packed[(g * nb + b) * rb..(g * nb + b + 1) * rb];
-            for i in 0..PACK_ROWS {
-                let r = g * PACK_ROWS + i;
-                let s = &mut scales[(r * nb + b) * sb..(r * nb + b + 1) * sb];
-                for (h, pair) in s.chunks_exact_mut(2).enumerate() {
-                    pair.copy_from_slice(&rec[h * 2 * PACK_ROWS + 2 * i..][..2]);
-                }
-                let blk = &mut qs[(r * nb + b) * qb..(r * nb + b + 1) * qb];
-                for k in 0..QK {
-                    let (j, p, hi) = (k / 8, k % 4, k % 8 >= 4);
-                    let byte = rec[rsb + 64 * j + 4 * i + p];
+    let mut scales = Vec::with_capacity(nb * q.scale_bytes_per_block());
+    let mut qs = vec![0u8; nb * q.quant_bytes_per_block()];
+    let rb = record_bytes(q);
+    let (g, i) = (r / PACK_ROWS, r % PACK_ROWS);
+    for b in 0..nb {
+        let rec = &packed[(g * nb + b) * rb..(g * nb + b + 1) * rb];
+        for h in 0..q.scale_bytes_per_block() / 2 {
+            scales.extend_from_slice(&rec[h * 2 * PACK_ROWS + 2 * i..][..2]);
+        }
+        let blk = &mut qs[b * q.quant_bytes_per_block()..(b + 1) * q.quant_bytes_per_block()];
+        for k in 0..QK {
+            let (at, hi) = weight_at(q, i, k);
+            let byte = rec[at];
+            match q {
+                QuantType::Q8_0 => blk[k] = byte,
+                _ => {
                     let v = if hi { byte >> 4 } else { byte & 0x0F };
                     if k < 16 {
                         blk[k] |= v;
@@ -129,6 +148,27 @@ pub fn unpack_tile(q: QuantType, rows: usize, cols: usize, packed: &[u8]) -> (Ve
         }
     }
     (scales, qs)
+}
+
+/// The inverse of [`pack_tile`]: the split layout of a repacked tile, as `(scales, qs)` of every
+/// row, row-major.
+pub fn unpack_tile(q: QuantType, rows: usize, cols: usize, packed: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let (mut scales, mut qs) = (Vec::new(), Vec::new());
+    for r in 0..rows {
+        let (s, b) = unpack_row(q, rows, cols, packed, r);
+        scales.extend_from_slice(&s);
+        qs.extend_from_slice(&b);
+    }
+    (scales, qs)
+}
+
+fn check(q: QuantType, rows: usize, cols: usize, body: &[u8]) {
+    assert!(packable(q, rows), "{q} tile of {rows} rows is not packable");
+    assert!(
+        cols.is_multiple_of(QK),
+        "tile cols {cols} not a multiple of 32"
+    );
+    assert_eq!(body.len(), q.matrix_bytes(rows, cols), "tile body size");
 }
 
 #[cfg(test)]
@@ -148,7 +188,7 @@ mod tests {
 
     #[test]
     fn unpack_inverts_pack_and_pack_moves_every_byte() {
-        for q in [QuantType::Q4_0, QuantType::Q4_1] {
+        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
             for (rows, cols) in [(16, 32), (128, 256), (64, 64), (48, 96)] {
                 let split = split_tile(q, rows, cols, (rows * cols) as u64);
                 let mut body = split.clone();
@@ -165,7 +205,7 @@ mod tests {
     #[test]
     fn records_hold_the_documented_weights_and_scales() {
         let (rows, cols) = (32, 64);
-        for q in [QuantType::Q4_0, QuantType::Q4_1] {
+        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
             let split = split_tile(q, rows, cols, 7);
             let mut body = split.clone();
             pack_tile(q, rows, cols, &mut body);
@@ -185,11 +225,20 @@ mod tests {
                     let (b, k) = (c / QK, c % QK);
                     let rec = &body[(g * nb + b) * record_bytes(q)..];
                     let d = super::super::f16_at(rec, 2 * i);
-                    let byte = rec[record_scale_bytes(q) + 64 * (k / 8) + 4 * i + k % 4];
-                    let u = if k % 8 >= 4 { byte >> 4 } else { byte & 0x0F };
                     let got = match q {
-                        QuantType::Q4_0 => (u as i32 - 8) as f32 * d,
-                        _ => u as f32 * d + super::super::f16_at(rec, 32 + 2 * i),
+                        QuantType::Q8_0 => {
+                            let byte = rec[record_scale_bytes(q) + 64 * (k / 4) + 4 * i + k % 4];
+                            (byte as i8) as f32 * d
+                        }
+                        _ => {
+                            let byte = rec[record_scale_bytes(q) + 64 * (k / 8) + 4 * i + k % 4];
+                            let u = if k % 8 >= 4 { byte >> 4 } else { byte & 0x0F };
+                            if q == QuantType::Q4_0 {
+                                (u as i32 - 8) as f32 * d
+                            } else {
+                                u as f32 * d + super::super::f16_at(rec, 32 + 2 * i)
+                            }
+                        }
                     };
                     assert_eq!(got, *want, "{q} row {r} col {c}");
                 }
@@ -198,12 +247,13 @@ mod tests {
     }
 
     #[test]
-    fn only_whole_16_row_q4_tiles_are_packable() {
+    fn only_whole_16_row_tiles_of_the_split_block_types_are_packable() {
         assert!(packable(QuantType::Q4_0, 128));
         assert!(packable(QuantType::Q4_1, 64));
         assert!(!packable(QuantType::Q4_1, 72));
         assert!(!packable(QuantType::Q4_1, 0));
-        assert!(!packable(QuantType::Q8_0, 128));
+        assert!(packable(QuantType::Q8_0, 128));
+        assert!(!packable(QuantType::F16, 128));
         assert!(!packable(QuantType::Q4_K, 128));
     }
 }

@@ -1,24 +1,27 @@
-//! Tile kernels over the repacked Q4_0/Q4_1 layout (`quant::packed`: records of 16 rows × one
-//! block), with their scalar reference.
+//! Tile kernels over the repacked Q4_0/Q4_1/Q8_0 layout (`quant::packed`: records of 16 rows ×
+//! one block), with their scalar reference.
 //!
-//! Integer path (the Q8 activation): per record, each row's exact integer dot `Σ u·q` over the
-//! block (`u` the 4-bit quant, `q` the activation's i8), then in f32, in this order:
-//! `acc = fma(dot, d·d_x, acc)` and `acc = fma(c, s', acc)`, where `d_x` is the activation
-//! block's scale, `s = d_x·Σq` its sum ([`super::Q8Act`]), and `(c, s')` is `(m, s)` for Q4_1 or
-//! `(d, −8·s)` for Q4_0. A tile's 16-row accumulators start at zero and are added to `y` at the
-//! end. Every path below computes exactly this (bit-identical, tested): the integer dot is exact
-//! in i32 (and in the AVX2 path's i16 partial sums: at most 16 products of 15 × 128), and the
-//! float steps are the same operations in the same order.
+//! Integer path (the Q8 activation): per record, each row's exact integer dot `Σ w·q` over the
+//! block (`w` the 4-bit quant `u` or the Q8_0 weight, `q` the activation's i8), then in f32, in
+//! this order: `acc = fma(dot, d·d_x, acc)`, and for the Q4 types `acc = fma(c, s', acc)`, where
+//! `d_x` is the activation block's scale, `s = d_x·Σq` its sum ([`super::Q8Act`]), and `(c, s')`
+//! is `(m, s)` for Q4_1 or `(d, −8·s)` for Q4_0. A tile's 16-row accumulators start at zero and
+//! are added to `y` at the end. Every path below computes exactly this (bit-identical, tested):
+//! the integer dot is exact in i32 (and in the AVX2 path's i16 partial sums: at most 16
+//! products of 15 × 128 for Q4, 2 of 128 × 127 for Q8_0), and the float steps are the same
+//! operations in the same order.
 //!
-//! * AVX-512 VNNI: one `vpdpbusd` per 64-byte chunk half (low or high nibbles) adds 4 products
-//!   to each of the 16 rows, with the activation's 4 bytes broadcast; 8 per record.
-//! * AVX2 (also AVX-512 without VNNI): the record's two 8-row halves, `vpmaddubsw` into i16,
-//!   one `vpmaddwd` per half.
+//! * AVX-512 VNNI: one `vpdpbusd` per 64-byte chunk (Q4: per nibble half) adds 4 products to
+//!   each of the 16 rows, with the activation's 4 bytes broadcast. Q8_0's weights are signed,
+//!   so the activation is the unsigned operand, biased by 128, and `128·Σw` (one more
+//!   `vpdpbusd`) is subtracted.
+//! * AVX2 (also AVX-512 without VNNI): the record's two 8-row halves; Q4 with `vpmaddubsw` into
+//!   i16 and one `vpmaddwd` per half, Q8_0 with `|w|` and `sign(x, w)` per chunk.
 //! * f32 activation (`--act f32`, or no SIMD): scalar only. The engine repacks only when decode
 //!   takes the integer path (`EngineArgs::repack`), so this is the fallback, not a fast path.
 
 use super::{Isa, XqRef};
-use crate::quant::packed::{record_bytes, record_scale_bytes, PACK_ROWS};
+use crate::quant::packed::{record_bytes, record_scale_bytes, weight_at, PACK_ROWS};
 use crate::quant::{f16_at, QuantType, QK};
 
 /// `y[r] += W[r]·x` for one repacked tile of `rows` rows (a multiple of 16) and `cols` columns
@@ -97,7 +100,7 @@ pub fn scalar_int(
     xq: &[i8],
     y: &mut [f32],
 ) {
-    let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+    let rb = record_bytes(q);
     for g in 0..rows / PACK_ROWS {
         let mut acc = [0f32; PACK_ROWS];
         for b in 0..nb {
@@ -106,21 +109,22 @@ pub fn scalar_int(
             let (dx, sp) = block_consts(q, d, s, b);
             for (i, a) in acc.iter_mut().enumerate() {
                 let mut dot = 0i32;
-                for j in 0..4 {
-                    for p in 0..4 {
-                        let byte = rec[rsb + 64 * j + 4 * i + p];
-                        dot += (byte & 0x0F) as i32 * xb[8 * j + p] as i32;
-                        dot += (byte >> 4) as i32 * xb[8 * j + 4 + p] as i32;
-                    }
+                for (k, xk) in xb.iter().enumerate() {
+                    let (at, hi) = weight_at(q, i, k);
+                    let w = match (q, hi) {
+                        (QuantType::Q8_0, _) => (rec[at] as i8) as i32,
+                        (_, false) => (rec[at] & 0x0F) as i32,
+                        (_, true) => (rec[at] >> 4) as i32,
+                    };
+                    dot += w * *xk as i32;
                 }
                 let dr = f16_at(rec, 2 * i);
-                let c = if q == QuantType::Q4_0 {
-                    dr
-                } else {
-                    f16_at(rec, 2 * PACK_ROWS + 2 * i)
-                };
                 *a = (dot as f32).mul_add(dr * dx, *a);
-                *a = c.mul_add(sp, *a);
+                match q {
+                    QuantType::Q4_0 => *a = dr.mul_add(sp, *a),
+                    QuantType::Q4_1 => *a = f16_at(rec, 2 * PACK_ROWS + 2 * i).mul_add(sp, *a),
+                    _ => {}
+                }
             }
         }
         for (yr, a) in y[g * PACK_ROWS..(g + 1) * PACK_ROWS].iter_mut().zip(acc) {
@@ -133,26 +137,21 @@ pub fn scalar_int(
 /// in column order, the block sums added in block order.
 pub fn scalar_f32(q: QuantType, rows: usize, cols: usize, body: &[u8], x: &[f32], y: &mut [f32]) {
     let nb = cols / QK;
-    let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+    let rb = record_bytes(q);
     for g in 0..rows / PACK_ROWS {
         for i in 0..PACK_ROWS {
             let mut acc = 0f32;
             for b in 0..nb {
                 let rec = &body[(g * nb + b) * rb..(g * nb + b + 1) * rb];
                 let dr = f16_at(rec, 2 * i);
-                let m = if q == QuantType::Q4_0 {
-                    0.0
-                } else {
-                    f16_at(rec, 2 * PACK_ROWS + 2 * i)
-                };
                 let mut blk = 0f32;
                 for k in 0..QK {
-                    let byte = rec[rsb + 64 * (k / 8) + 4 * i + k % 4];
-                    let u = if k % 8 >= 4 { byte >> 4 } else { byte & 0x0F };
-                    let w = if q == QuantType::Q4_0 {
-                        (u as i32 - 8) as f32 * dr
-                    } else {
-                        u as f32 * dr + m
+                    let (at, hi) = weight_at(q, i, k);
+                    let u = if hi { rec[at] >> 4 } else { rec[at] & 0x0F };
+                    let w = match q {
+                        QuantType::Q4_0 => (u as i32 - 8) as f32 * dr,
+                        QuantType::Q4_1 => u as f32 * dr + f16_at(rec, 2 * PACK_ROWS + 2 * i),
+                        _ => (rec[at] as i8) as f32 * dr,
                     };
                     blk += w * x[b * QK + k];
                 }
@@ -195,8 +194,29 @@ mod avx512 {
                 let rec = gp.add(b * rb);
                 let qp = rec.add(rsb);
                 let xb = x4.add(b * QK / 4);
-                // Four independent integer sums (chunks 0/2 and 1/3, low and high nibbles).
+                // Four independent integer sums (chunks 0/2 and 1/3, low and high nibbles; for
+                // Q8_0 the biased products and the bias correction).
                 let mut i = [_mm512_setzero_si512(); 4];
+                if q == QuantType::Q8_0 {
+                    // Σ w·x = Σ w·(x + 128) − 128·Σ w: x + 128 is the unsigned operand.
+                    let bias = _mm512_set1_epi8(-128);
+                    for j in 0..8 {
+                        let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
+                        let xu =
+                            _mm512_xor_si512(_mm512_set1_epi32(xb.add(j).read_unaligned()), bias);
+                        let k = 2 * (j & 1);
+                        i[k] = _mm512_dpbusd_epi32(i[k], xu, w);
+                        i[k + 1] = _mm512_dpbusd_epi32(i[k + 1], bias, w);
+                    }
+                    let dot = _mm512_sub_epi32(
+                        _mm512_add_epi32(i[0], i[2]),
+                        _mm512_add_epi32(i[1], i[3]),
+                    );
+                    let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
+                    let dd = _mm512_mul_ps(dr, _mm512_set1_ps(d[b]));
+                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc);
+                    continue;
+                }
                 for j in 0..4 {
                     let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
                     let lo = _mm512_and_si512(w, m4);
@@ -266,6 +286,25 @@ mod avx2 {
                 let qp = rec.add(rsb);
                 let xb = x4.add(b * QK / 4);
                 let (dx, sp) = block_consts(q, d, s, b);
+                if q == QuantType::Q8_0 {
+                    for (h, a) in acc.iter_mut().enumerate() {
+                        // |w|·sign(x, w) pairs: at most 2 · 128 · 127 in i16, widened per chunk.
+                        let mut dot = [_mm256_setzero_si256(); 2];
+                        for j in 0..8 {
+                            let w = _mm256_loadu_si256(qp.add(64 * j + 32 * h) as *const __m256i);
+                            let x = _mm256_set1_epi32(xb.add(j).read_unaligned());
+                            let p =
+                                _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+                            dot[j & 1] = _mm256_add_epi32(dot[j & 1], _mm256_madd_epi16(p, ones));
+                        }
+                        let dot = _mm256_add_epi32(dot[0], dot[1]);
+                        let dr =
+                            _mm256_cvtph_ps(_mm_loadu_si128(rec.add(16 * h) as *const __m128i));
+                        let dd = _mm256_mul_ps(dr, _mm256_set1_ps(dx));
+                        *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), dd, *a);
+                    }
+                    continue;
+                }
                 for (h, a) in acc.iter_mut().enumerate() {
                     // i16 partial sums: 16 products of at most 15 × 128 each, no saturation.
                     let mut s16 = [_mm256_setzero_si256(); 2];
@@ -331,7 +370,7 @@ mod tests {
     /// shapes (one to eight records per group row), and accumulates into `y`.
     #[test]
     fn every_isa_equals_the_scalar_reference_bit_for_bit() {
-        for q in [QuantType::Q4_0, QuantType::Q4_1] {
+        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
             for (rows, cols) in [(16, 32), (128, 256), (64, 64), (32, 224)] {
                 let (body, _, _) = tile(q, rows, cols, (rows + cols) as u64);
                 let (_, a) = act(cols, 3);
@@ -362,7 +401,7 @@ mod tests {
     /// against a float64 dot of the dequantized weights.
     #[test]
     fn both_paths_agree_with_the_split_layout_and_with_float64() {
-        for q in [QuantType::Q4_0, QuantType::Q4_1] {
+        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
             let (rows, cols) = (64, 256);
             let (body, sc, qs) = tile(q, rows, cols, 11);
             let (x, a) = act(cols, 5);
