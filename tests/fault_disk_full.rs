@@ -47,6 +47,7 @@ fn header() -> TraceHeader {
         isa: "scalar".into(),
         prefetch: false,
         weights: "mmap".into(),
+        repacked: false,
         readers: 1,
         fetch: "mmap".into(),
         expert_tier: "mmap".into(),

@@ -5,7 +5,6 @@
 
 use cflow::convert::generate::{generate, GenSpec};
 use cflow::engine::{Engine, EngineOptions, Layout};
-use cflow::format::reader::{LayerView, Matrix};
 use cflow::format::CflowFile;
 use cflow::model::kv::KvType;
 use cflow::quant::QuantType;
@@ -50,19 +49,6 @@ fn rel_err(a: &[f32], b: &[f32]) -> f32 {
     num / den
 }
 
-/// A layer's dense matrices, in a fixed order.
-fn dense(l: &LayerView) -> [Option<&Matrix>; 7] {
-    [
-        Some(&l.q),
-        Some(&l.k),
-        Some(&l.v),
-        Some(&l.o),
-        l.gate.as_ref(),
-        l.up.as_ref(),
-        l.down.as_ref(),
-    ]
-}
-
 #[test]
 fn the_repacked_copy_holds_the_files_weights() {
     let dir = tempfile::tempdir().unwrap();
@@ -79,11 +65,7 @@ fn the_repacked_copy_holds_the_files_weights() {
                 "{q}: the copy was not rearranged"
             );
             for (lf, lr) in file.layers.iter().zip(&res.layers) {
-                for (mf, mr) in dense(lf)
-                    .into_iter()
-                    .zip(dense(lr))
-                    .filter_map(|(a, b)| Some((a?, b?)))
-                {
+                for (mf, mr) in lf.dense_matrices().zip(lr.dense_matrices()) {
                     assert!(mr.packed && !mf.packed);
                     assert_eq!(
                         res.matrix_data(mr),

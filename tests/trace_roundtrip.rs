@@ -54,6 +54,7 @@ fn config(prefetch: bool) -> EngineConfigInfo {
         isa: "avx2+fma".into(),
         prefetch,
         weights: "mmap".into(),
+        repacked: false,
         readers: 1,
         fetch: "staged".into(),
         expert_tier: "mmap".into(),

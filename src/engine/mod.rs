@@ -480,6 +480,7 @@ impl Engine {
             isa: format!("{:?}", self.opts.isa).to_lowercase(),
             prefetch: self.opts.prefetch,
             weights: self.active().weights_mode().into(),
+            repacked: self.active().is_repacked(),
             readers: self.opts.readers as u32,
             fetch: self.opts.fetch.name().into(),
             expert_tier: self.opts.expert_tier.name().into(),

@@ -119,18 +119,7 @@ pub fn embed(file: &CflowFile, token: u32, out: &mut [f32]) {
 pub fn build_rowmajor(f: &CflowFile) -> RowMajorWeights {
     let mut rm = HashMap::new();
     for (li, l) in f.layers.iter().enumerate() {
-        for m in [
-            Some(&l.q),
-            Some(&l.k),
-            Some(&l.v),
-            Some(&l.o),
-            l.gate.as_ref(),
-            l.up.as_ref(),
-            l.down.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for m in l.dense_matrices() {
             rm.insert((li, m.kind as u8, 0xFF), f.matrix_data(m));
         }
         for (ei, e) in l.experts.iter().enumerate() {

@@ -416,6 +416,21 @@ fn new_matrix(
 
 impl LayerView {
     /// The layer's dense (non-expert) matrices: Q, K, V, O and, when present, gate, up, down.
+    pub fn dense_matrices(&self) -> impl Iterator<Item = &Matrix> {
+        [
+            Some(&self.q),
+            Some(&self.k),
+            Some(&self.v),
+            Some(&self.o),
+            self.gate.as_ref(),
+            self.up.as_ref(),
+            self.down.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// [`LayerView::dense_matrices`], mutable (same order).
     pub fn dense_matrices_mut(&mut self) -> impl Iterator<Item = &mut Matrix> {
         let LayerView {
             q,

@@ -726,6 +726,7 @@ mod tests {
             isa: "AVX2".into(),
             prefetch,
             weights: "mmap".into(),
+            repacked: false,
             readers: 1,
             fetch: fetch.into(),
             expert_tier: "direct".into(),

@@ -103,6 +103,10 @@ pub struct EngineConfigInfo {
     /// copy in huge pages); empty in traces recorded before it was recorded.
     #[serde(default)]
     pub weights: String,
+    /// The resident copy's matrices were repacked at open (`CflowFile::is_repacked`); false in
+    /// traces recorded before it was recorded.
+    #[serde(default)]
+    pub repacked: bool,
     /// Reader threads of the direct tier (0 in traces recorded before it was recorded).
     #[serde(default)]
     pub readers: u32,

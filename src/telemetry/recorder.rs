@@ -465,6 +465,7 @@ mod tests {
                 isa: "scalar".into(),
                 prefetch: false,
                 weights: "mmap".into(),
+                repacked: false,
                 readers: 1,
                 fetch: "mmap".into(),
                 expert_tier: "mmap".into(),

@@ -196,9 +196,10 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
                 // Where decode reads the weights (`--weights`) is the first detail to go.
                 Part::new(
                     vec![
-                        match c.weights.as_str() {
-                            "" => format!(" · {} thr · {}", c.threads, c.isa),
-                            w => format!(" · {} thr · {} · {w}", c.threads, c.isa),
+                        match (c.weights.as_str(), c.repacked) {
+                            ("", _) => format!(" · {} thr · {}", c.threads, c.isa),
+                            (w, false) => format!(" · {} thr · {} · {w}", c.threads, c.isa),
+                            (w, true) => format!(" · {} thr · {} · {w} repacked", c.threads, c.isa),
                         },
                         format!(" · {} thr · {}", c.threads, c.isa),
                         format!(" · {}t {}", c.threads, c.isa),
