@@ -124,16 +124,14 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
     let label = match &src {
         Source::Model(s) => {
             let (act, kv) = s.engine.opts().numerics();
+            let f = s.engine.file();
             format!(
-                "cflow-tui {} act={act} kv={kv} isa={} model={}",
+                "cflow-tui {} act={act} kv={kv} isa={} weights={}{} model={}",
                 env!("CARGO_PKG_VERSION"),
                 s.engine.opts().isa.name(),
-                s.engine
-                    .file()
-                    .path
-                    .file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
+                f.weights_mode(),
+                if f.is_repacked() { "+repacked" } else { "" },
+                f.path.file_name().unwrap_or_default().to_string_lossy()
             )
         }
         Source::File(f) => f.header.label.clone(),
