@@ -400,9 +400,19 @@ mod avx2 {
         scores.clear();
         scores.resize(g * n, 0.0);
         // Four positions at a time: 8 independent FMA chains, one 4-way reduction; the 4 K rows
-        // stay in L1 for the group's other heads.
+        // stay in L1 for the group's other heads. In decode the rows come from DRAM (the weight
+        // stream evicts them between layers): each step asks for the K rows [`KV_AHEAD`]
+        // positions on, and for its own positions' V rows, which the V sum reads next.
+        let row_bytes = hd * T::BYTES;
         let mut i = 0;
         while i + 4 <= n {
+            for r in i..i + 4 {
+                prefetch_row(
+                    k0.wrapping_add((r + KV_AHEAD) * sh.kv_dim) as *const u8,
+                    row_bytes,
+                );
+                prefetch_row(v0.wrapping_add(r * sh.kv_dim) as *const u8, row_bytes);
+            }
             for j in 0..g {
                 let sj = &mut scores[j * n + i..j * n + i + 4];
                 dot4(
@@ -452,6 +462,23 @@ mod avx2 {
             }
             p0 = p1;
         }
+    }
+
+    /// How many positions ahead of its dot products [`heads`] asks for K rows.
+    const KV_AHEAD: usize = 16;
+
+    /// `prefetcht0` of the lines of `len` bytes from `p`. Prefetches never fault, so `p` may lie
+    /// past the cache (the last positions ask for rows that do not exist); the callers form it
+    /// with `wrapping_add`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prefetch_row(p: *const u8, len: usize) {
+        let mut o = 0;
+        while o < len {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
+            o += 64;
+        }
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(len - 1) as *const i8);
     }
 
     /// Positions per block of the weighted V sum: 16 KiB of one head's V rows (64 at head width
