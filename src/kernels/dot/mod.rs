@@ -15,6 +15,9 @@
 //! → `Scalar`. [`Q8Act::quantize_from`] uses the AVX2 quantizer when available; it is
 //! bit-identical to the scalar one.
 //!
+//! Tiles of a repacked resident copy (`quant::packed`) run the kernels of [`packed`] instead
+//! (AVX-512 VNNI when present, else AVX2, else scalar), whatever `Isa::for_quant` says.
+//!
 //! Which path to use: the integer (Q8-activation) path is faster for every block type on every
 //! ISA measured (AVX2 on Zen 3, best-of-N, in-cache 2048×2048: Q4_0 ≈ 17–18 vs 6–9 GB/s, Q4_1
 //! ≈ 17 vs 8–9, Q8_0 ≈ 23 vs 14; scalar ≈ 3× faster too), so [`int_path_preferred`] returns true
