@@ -1186,7 +1186,7 @@ impl CflowFile {
 
 /// Repacks every tile of `m` inside `bytes` (`quant::packed`) and marks it, when all of its
 /// stripes are whole 16-row groups of Q4_0/Q4_1; else leaves it as it is.
-fn repack_matrix(bytes: &mut [u8], m: &mut Matrix) -> bool {
+pub(crate) fn repack_matrix(bytes: &mut [u8], m: &mut Matrix) -> bool {
     if m.packed
         || !(0..m.n_stripes()).all(|s| crate::quant::packed::packable(m.quant, m.stripe_rows(s)))
     {
