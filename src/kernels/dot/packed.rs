@@ -371,7 +371,14 @@ mod tests {
     #[test]
     fn every_isa_equals_the_scalar_reference_bit_for_bit() {
         for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
-            for (rows, cols) in [(16, 32), (128, 256), (64, 64), (32, 224), (48, 96), (80, 576)] {
+            for (rows, cols) in [
+                (16, 32),
+                (128, 256),
+                (64, 64),
+                (32, 224),
+                (48, 96),
+                (80, 576),
+            ] {
                 let (body, _, _) = tile(q, rows, cols, (rows + cols) as u64);
                 let (_, a) = act(cols, 3);
                 let xq = (&a.d[..], &a.s[..], &a.qs[..]);
