@@ -89,7 +89,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         let report = serde_json::json!({
             "model": path.display().to_string(),
             "isa": eng.isa.resolve()?.name(),
-            "kernels": eng.isa.resolve()?.kernels(),
+            "kernels": eng.isa.resolve()?.kernels_with(file.is_repacked()),
             "weights": file.weights_mode(),
             "repacked": file.is_repacked(),
             "act": act,

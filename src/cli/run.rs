@@ -148,7 +148,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         "model": f.path.display().to_string(),
         "threads": sess.engine.threads(),
         "isa": sess.engine.opts().isa.name(),
-        "kernels": sess.engine.opts().isa.kernels(),
+        "kernels": sess.engine.opts().isa.kernels_with(sess.engine.file().is_repacked()),
         "weights": sess.engine.file().weights_mode(),
         "repacked": sess.engine.file().is_repacked(),
         "act": act,

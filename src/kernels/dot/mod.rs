@@ -127,6 +127,27 @@ impl Isa {
         }
     }
 
+    /// [`Isa::kernels`] for a model whose Q4_0/Q4_1/Q8_0 matrices were `repacked` at open:
+    /// those run the kernels of `dot::packed` (AVX-512 VNNI where the CPU has it, else AVX2,
+    /// else scalar: its dispatch), the other types as `kernels` says.
+    pub fn kernels_with(self, repacked: bool) -> &'static str {
+        if !repacked {
+            return self.kernels();
+        }
+        match (self.kernels(), self.has_vnni()) {
+            ("AVX2", _) => "AVX2 (repacked Q4_0/Q4_1/Q8_0 included)",
+            ("scalar", _) => "scalar (repacked Q4_0/Q4_1/Q8_0 included)",
+            (_, true) => {
+                "AVX-512 VNNI for repacked Q4_0/Q4_1/Q8_0, AVX-512 for F16/F32, AVX2 for \
+                 Q5_0/Q5_1/K-quants"
+            }
+            _ => {
+                "AVX2 for repacked Q4_0/Q4_1/Q8_0, AVX-512 for F16/F32, AVX2 for \
+                 Q5_0/Q5_1/K-quants"
+            }
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
@@ -641,6 +662,22 @@ pub(crate) mod testutil {
 mod tests {
     use super::testutil::{random_tile, Rng};
     use super::*;
+
+    /// `kernels_with` names what runs: unchanged without repacking; with it, the packed
+    /// kernels' own dispatch (VNNI only where the CPU has it).
+    #[test]
+    fn kernels_label_names_the_repacked_kernels() {
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+            assert_eq!(isa.kernels_with(false), isa.kernels());
+            let with = isa.kernels_with(true);
+            assert!(with.contains("repacked Q4_0/Q4_1/Q8_0"), "{isa:?}: {with}");
+            assert_eq!(with.contains("VNNI"), isa.has_vnni(), "{isa:?}: {with}");
+        }
+        assert_eq!(
+            Isa::Scalar.kernels_with(true),
+            "scalar (repacked Q4_0/Q4_1/Q8_0 included)"
+        );
+    }
 
     /// A 3-tile stripe (256 + 256 + 64 columns, SmolLM2's 576) through `tile_slice` equals the
     /// scalar kernel over the whole row, on every ISA and path.
