@@ -116,7 +116,8 @@ fn row_bytes(m: &Matrix, cols: usize) -> (usize, usize) {
 /// measured slower on SmolLM2 at 2 threads, 10.1 vs 8.65 ms/token, 6 of 6 alternating pairs:
 /// docs/PERFORMANCE.md, "Stripe parts"; over repacked tiles too, 154–170 against 266–305
 /// tok/s, since each part reads a piece of every tile of its stripe rather than one run. Guided
-/// claims, long runs first and single stripes last, made no difference: "Thirteenth session".)
+/// claims, long runs first and single stripes last, made no difference: "Where the two-thread
+/// time goes".)
 #[allow(clippy::needless_range_loop)] // a task index picks an entry of `order` or of the table
 pub fn tiled_matvec(
     pool: &ThreadPool,

@@ -128,23 +128,15 @@ impl Isa {
     }
 
     /// [`Isa::kernels`] for a model whose Q4_0/Q4_1/Q8_0 matrices were `repacked` at open:
-    /// those run the kernels of `dot::packed` (AVX-512 VNNI where the CPU has it, else AVX2,
-    /// else scalar: its dispatch), the other types as `kernels` says.
-    pub fn kernels_with(self, repacked: bool) -> &'static str {
+    /// those run the kernel [`packed::path`] picks, the other matrices as `kernels` says.
+    pub fn kernels_with(self, repacked: bool) -> String {
+        let k = self.kernels();
         if !repacked {
-            return self.kernels();
+            return k.to_string();
         }
-        match (self.kernels(), self.has_vnni()) {
-            ("AVX2", _) => "AVX2 (repacked Q4_0/Q4_1/Q8_0 included)",
-            ("scalar", _) => "scalar (repacked Q4_0/Q4_1/Q8_0 included)",
-            (_, true) => {
-                "AVX-512 VNNI for repacked Q4_0/Q4_1/Q8_0, AVX-512 for F16/F32, AVX2 for \
-                 Q5_0/Q5_1/K-quants"
-            }
-            _ => {
-                "AVX2 for repacked Q4_0/Q4_1/Q8_0, AVX-512 for F16/F32, AVX2 for \
-                 Q5_0/Q5_1/K-quants"
-            }
+        match packed::path(self).name() {
+            p if p == k => format!("{k} (repacked Q4_0/Q4_1/Q8_0 included)"),
+            p => format!("{p} for repacked Q4_0/Q4_1/Q8_0; the other matrices: {k}"),
         }
     }
 

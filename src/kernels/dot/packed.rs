@@ -59,22 +59,47 @@ pub fn tile_matvec(
         d.len() >= nb && s.len() >= nb && xqs.len() >= cols,
         "xq too short"
     );
-    #[cfg(target_arch = "x86_64")]
-    {
-        if isa.has_vnni() {
-            // SAFETY: AVX-512 F/BW/VNNI detected by `has_vnni` (which checks `available`); the
-            // lengths were asserted above.
-            unsafe { avx512::run(q, rows, nb, body, d, s, xqs, y) };
-            return;
-        }
-        if isa != Isa::Scalar && Isa::Avx2.available() {
-            // SAFETY: AVX2/FMA/F16C detected just above; the lengths were asserted above.
-            unsafe { avx2::run(q, rows, nb, body, d, s, xqs, y) };
-            return;
+    match path(isa) {
+        // SAFETY: AVX-512 F/BW/VNNI detected by `has_vnni` (which checks `available`); the
+        // lengths were asserted above.
+        #[cfg(target_arch = "x86_64")]
+        Path::Vnni => unsafe { avx512::run(q, rows, nb, body, d, s, xqs, y) },
+        // SAFETY: AVX2/FMA/F16C detected by `path`; the lengths were asserted above.
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => unsafe { avx2::run(q, rows, nb, body, d, s, xqs, y) },
+        _ => scalar_int(q, rows, nb, body, d, s, xqs, y),
+    }
+}
+
+/// The integer-path kernel [`tile_matvec`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    Vnni,
+    Avx2,
+    Scalar,
+}
+
+impl Path {
+    /// Its name in reports (`Isa::kernels_with`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Vnni => "AVX-512 VNNI",
+            Path::Avx2 => "AVX2",
+            Path::Scalar => "scalar",
         }
     }
-    let _ = isa;
-    scalar_int(q, rows, nb, body, d, s, xqs, y)
+}
+
+/// The dispatch of [`tile_matvec`]'s integer path on `isa`: AVX-512 VNNI where the CPU has it,
+/// else AVX2 unless `isa` is scalar or the CPU lacks it, else scalar.
+pub fn path(isa: Isa) -> Path {
+    if cfg!(target_arch = "x86_64") && isa.has_vnni() {
+        Path::Vnni
+    } else if cfg!(target_arch = "x86_64") && isa != Isa::Scalar && Isa::Avx2.available() {
+        Path::Avx2
+    } else {
+        Path::Scalar
+    }
 }
 
 /// The f32-side constants of block `b` for the two FMAs: `(d_x, s')`.
