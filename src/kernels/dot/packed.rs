@@ -12,9 +12,10 @@
 //! operations in the same order.
 //!
 //! * AVX-512 VNNI: one `vpdpbusd` per 64-byte chunk (Q4: per nibble half) adds 4 products to
-//!   each of the 16 rows, with the activation's 4 bytes broadcast. Q8_0's weights are signed,
-//!   so the activation is the unsigned operand, biased by 128, and `128·Σw` (one more
-//!   `vpdpbusd`) is subtracted.
+//!   each of the 16 rows, with the activation's 4 bytes broadcast. Q4's high nibbles are used
+//!   in place (`w & 0xF0`, 16 × the nibble) and their sum shifted right by 4 once per block.
+//!   Q8_0's weights are signed, so the activation is the unsigned operand, biased by 128 (once
+//!   per call), and `128·Σw` (one more `vpdpbusd`) is subtracted.
 //! * AVX2 (also AVX-512 without VNNI): the record's two 8-row halves; Q4 with `vpmaddubsw` into
 //!   i16 and one `vpmaddwd` per half, Q8_0 with `|w|` and `sign(x, w)` per chunk.
 //! * f32 activation (`--act f32`, or no SIMD): scalar only. The engine repacks only when decode
@@ -192,7 +193,7 @@ mod avx512 {
     use super::*;
     use core::arch::x86_64::*;
 
-    /// The integer path, 16 rows per register.
+    /// The integer path, 16 rows per register: dispatches to the Q8_0 or Q4 kernel.
     ///
     /// # Safety
     /// AVX-512 F/BW/VNNI and F16C must be available; the slices must satisfy the lengths
@@ -209,8 +210,86 @@ mod avx512 {
         xq: &[i8],
         y: &mut [f32],
     ) {
+        match q {
+            QuantType::Q8_0 => run_q8(rows, nb, body, d, xq, y),
+            QuantType::Q4_1 => run_q4::<true>(rows, nb, body, d, s, xq, y),
+            _ => run_q4::<false>(rows, nb, body, d, s, xq, y),
+        }
+    }
+
+    /// Q8_0 records: `Σ w·x = Σ w·(x + 128) − 128·Σ w`, with `x + 128` (the unsigned operand)
+    /// made once per call rather than once per record.
+    ///
+    /// # Safety
+    /// As [`run`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn run_q8(rows: usize, nb: usize, body: &[u8], d: &[f32], xq: &[i8], y: &mut [f32]) {
+        let q = QuantType::Q8_0;
+        let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+        // The activation's 4-byte groups with each byte + 128 (xor 0x80), for every block.
+        // (On the stack for the file's tiles, at most 256 columns wide.)
+        let mut stack = [0u32; crate::format::TILE_COLS / 4];
+        let mut heap = Vec::new();
+        let xu: &mut [u32] = if nb * QK / 4 <= stack.len() {
+            &mut stack[..nb * QK / 4]
+        } else {
+            heap.resize(nb * QK / 4, 0);
+            &mut heap
+        };
+        for (u, c) in xu.iter_mut().zip(xq[..nb * QK].chunks_exact(4)) {
+            *u = u32::from_le_bytes([c[0] as u8, c[1] as u8, c[2] as u8, c[3] as u8]) ^ 0x8080_8080;
+        }
+        let bias = _mm512_set1_epi8(-128);
+        for g in 0..rows / PACK_ROWS {
+            let gp = body.as_ptr().add(g * nb * rb);
+            let mut acc = _mm512_setzero_ps();
+            for b in 0..nb {
+                let rec = gp.add(b * rb);
+                let qp = rec.add(rsb);
+                let mut i = [_mm512_setzero_si512(); 4];
+                for j in 0..8 {
+                    let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
+                    let xu = _mm512_set1_epi32(xu[b * 8 + j] as i32);
+                    let k = 2 * (j & 1);
+                    i[k] = _mm512_dpbusd_epi32(i[k], xu, w);
+                    i[k + 1] = _mm512_dpbusd_epi32(i[k + 1], bias, w);
+                }
+                let dot =
+                    _mm512_sub_epi32(_mm512_add_epi32(i[0], i[2]), _mm512_add_epi32(i[1], i[3]));
+                let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
+                let dd = _mm512_mul_ps(dr, _mm512_set1_ps(d[b]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc);
+            }
+            let yp = y.as_mut_ptr().add(g * PACK_ROWS);
+            _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), acc));
+        }
+    }
+
+    /// Q4_0 (`Q41 = false`) and Q4_1 records. The high nibbles enter `vpdpbusd` in place
+    /// (`w & 0xF0`, 16 × the nibble): their sum is 16 × the nibbles' sum exactly, and one shift
+    /// per block recovers it, instead of a shift per load.
+    ///
+    /// # Safety
+    /// As [`run`].
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn run_q4<const Q41: bool>(
+        rows: usize,
+        nb: usize,
+        body: &[u8],
+        d: &[f32],
+        s: &[f32],
+        xq: &[i8],
+        y: &mut [f32],
+    ) {
+        let q = if Q41 {
+            QuantType::Q4_1
+        } else {
+            QuantType::Q4_0
+        };
         let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
         let m4 = _mm512_set1_epi8(0x0F);
+        let mh = _mm512_set1_epi8(0xF0u8 as i8);
         let x4 = xq.as_ptr() as *const i32;
         for g in 0..rows / PACK_ROWS {
             let gp = body.as_ptr().add(g * nb * rb);
@@ -219,53 +298,34 @@ mod avx512 {
                 let rec = gp.add(b * rb);
                 let qp = rec.add(rsb);
                 let xb = x4.add(b * QK / 4);
-                // Four independent integer sums (chunks 0/2 and 1/3, low and high nibbles; for
-                // Q8_0 the biased products and the bias correction).
-                let mut i = [_mm512_setzero_si512(); 4];
-                if q == QuantType::Q8_0 {
-                    // Σ w·x = Σ w·(x + 128) − 128·Σ w: x + 128 is the unsigned operand.
-                    let bias = _mm512_set1_epi8(-128);
-                    for j in 0..8 {
-                        let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
-                        let xu =
-                            _mm512_xor_si512(_mm512_set1_epi32(xb.add(j).read_unaligned()), bias);
-                        let k = 2 * (j & 1);
-                        i[k] = _mm512_dpbusd_epi32(i[k], xu, w);
-                        i[k + 1] = _mm512_dpbusd_epi32(i[k + 1], bias, w);
-                    }
-                    let dot = _mm512_sub_epi32(
-                        _mm512_add_epi32(i[0], i[2]),
-                        _mm512_add_epi32(i[1], i[3]),
-                    );
-                    let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
-                    let dd = _mm512_mul_ps(dr, _mm512_set1_ps(d[b]));
-                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc);
-                    continue;
-                }
+                // Four independent integer sums: low nibbles of chunks 0/2 and 1/3, high
+                // nibbles (× 16) of chunks 0/2 and 1/3.
+                let mut lo = [_mm512_setzero_si512(); 2];
+                let mut hi = [_mm512_setzero_si512(); 2];
                 for j in 0..4 {
                     let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
-                    let lo = _mm512_and_si512(w, m4);
-                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
-                    let k = 2 * (j & 1);
-                    i[k] = _mm512_dpbusd_epi32(
-                        i[k],
-                        lo,
+                    let k = j & 1;
+                    lo[k] = _mm512_dpbusd_epi32(
+                        lo[k],
+                        _mm512_and_si512(w, m4),
                         _mm512_set1_epi32(xb.add(2 * j).read_unaligned()),
                     );
-                    i[k + 1] = _mm512_dpbusd_epi32(
-                        i[k + 1],
-                        hi,
+                    hi[k] = _mm512_dpbusd_epi32(
+                        hi[k],
+                        _mm512_and_si512(w, mh),
                         _mm512_set1_epi32(xb.add(2 * j + 1).read_unaligned()),
                     );
                 }
-                let dot =
-                    _mm512_add_epi32(_mm512_add_epi32(i[0], i[1]), _mm512_add_epi32(i[2], i[3]));
+                let dot = _mm512_add_epi32(
+                    _mm512_add_epi32(lo[0], lo[1]),
+                    _mm512_srai_epi32::<4>(_mm512_add_epi32(hi[0], hi[1])),
+                );
                 let (dx, sp) = block_consts(q, d, s, b);
                 let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
-                let c = if q == QuantType::Q4_0 {
-                    dr
-                } else {
+                let c = if Q41 {
                     _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(2 * PACK_ROWS) as *const __m256i))
+                } else {
+                    dr
                 };
                 let dd = _mm512_mul_ps(dr, _mm512_set1_ps(dx));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc);
