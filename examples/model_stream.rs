@@ -19,6 +19,16 @@ use cflow::kernels::pool::ThreadPool;
 use cflow::kernels::{Isa, Q8Act};
 use std::time::Instant;
 
+/// `println!` that stops quietly when stdout is closed (e.g. piped into `head`).
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        if writeln!(std::io::stdout(), $($t)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(path) = args.get(1) else {
@@ -125,7 +135,7 @@ fn main() {
             });
         }
         let dt = s.elapsed().as_secs_f64();
-        println!(
+        out!(
             "whole file, {n} contiguous shares: {:.2} MB/pass {:.2} GB/s",
             bytes.len() as f64 / 1e6,
             (bytes.len() * passes) as f64 / dt / 1e9
@@ -163,7 +173,7 @@ fn main() {
     }
     let total_s: f64 = t.iter().map(|x| x.0).sum();
     let total_b: usize = t.iter().map(|x| x.1).sum();
-    println!(
+    out!(
         "{path}: {threads} thread(s), repacked {}, {:.2} MB/pass, {:.3} ms/pass, {:.2} GB/s",
         f.is_repacked(),
         total_b as f64 / passes as f64 / 1e6,
@@ -171,7 +181,7 @@ fn main() {
         total_b as f64 / total_s / 1e9
     );
     for (n, (s, b)) in names.iter().zip(t) {
-        println!(
+        out!(
             "  {n:8} {:8.1} us/pass {:7.2} MB/pass {:6.2} GB/s",
             s / passes as f64 * 1e6,
             b as f64 / passes as f64 / 1e6,
