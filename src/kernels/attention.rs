@@ -3,11 +3,13 @@
 //!
 //! Per head: scores `s_t = q·k_t · scale` (optionally soft-capped), `softmax`, then `Σ_t w_t v_t`.
 //! The scalar reference ([`head_scalar`]) and the AVX2 + FMA kernel sit side by side here and are
-//! tested against each other and against a float64 forward. The AVX2 kernel dots 4 positions at
-//! a time (8 independent FMA chains), exponentiates 8 scores at a time (the vector `exp` of `act.rs`), and keeps 64
-//! output columns in registers while it walks the positions, so each V row is loaded once per
-//! column chunk. It sums in another order than the scalar loop, so the two agree to rounding,
-//! not bit for bit.
+//! tested against each other and against a float64 forward. The AVX2 kernel works on the heads
+//! that share a KV head together: it dots 4 positions at a time for up to 3 heads (12
+//! independent FMA chains; each K row piece is loaded and converted from f16 once for them),
+//! scales and takes the maximum of the scores 8 at a time, exponentiates 8 at a time (the vector
+//! `exp` of `act.rs`), and sums the V rows 16 columns at a time for up to 4 heads (each V row
+//! piece loaded once for them). It sums in another order than the scalar loop, so the two agree
+//! to rounding, not bit for bit.
 
 use super::kv_elem::KvElem;
 use super::pool::ThreadPool;
@@ -289,61 +291,46 @@ mod avx2 {
     use crate::kernels::kv_elem::KvElem;
     use std::arch::x86_64::*;
 
-    /// `q · k` over `hd` floats (a multiple of 8): 4 accumulators over 32-float steps.
+    /// `q · k` over `hd` floats (a multiple of 8): one accumulator over 8-float steps, then
+    /// [`hsum`], the arithmetic of one (head, row) of [`dots4`].
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot<T: KvElem>(q: *const f32, k: *const T, hd: usize) -> f32 {
-        let mut a = [_mm256_setzero_ps(); 4];
-        let mut c = 0;
-        while c + 32 <= hd {
-            for (j, a) in a.iter_mut().enumerate() {
-                let o = c + 8 * j;
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(o)), T::load8(k.add(o)), *a);
-            }
-            c += 32;
+        let mut a = _mm256_setzero_ps();
+        for c in (0..hd).step_by(8) {
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), T::load8(k.add(c)), a);
         }
-        while c < hd {
-            a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(c)), T::load8(k.add(c)), a[0]);
-            c += 8;
-        }
-        hsum(_mm256_add_ps(
-            _mm256_add_ps(a[0], a[1]),
-            _mm256_add_ps(a[2], a[3]),
-        ))
+        hsum(a)
     }
 
-    /// `out[j] = q · k_j` for the 4 rows `k_j = k + j·stride` (`hd` a multiple of 8): two
-    /// accumulators per row (even and odd 8-float steps), reduced together.
+    /// `out[j·n + r] = q_j · k_r` for the `G` heads `q_j = q + j·hd` and the 4 rows
+    /// `k_r = k + r·stride` (`hd` a multiple of 8); returns `G`. Each (head, row) pair has one
+    /// accumulator over 8-float steps, reduced by [`hsum4`] (lane for lane the same sums as
+    /// [`hsum`]), so a score does not depend on `G` nor on which of [`dot`] and this computes it.
     #[inline]
-    #[allow(clippy::needless_range_loop)] // j indexes the two accumulator sets and the K rows
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot4<T: KvElem>(
+    unsafe fn dots4<T: KvElem, const G: usize>(
         q: *const f32,
         k: *const T,
         stride: usize,
         hd: usize,
-        out: &mut [f32],
-    ) {
-        let (mut a, mut b) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
-        let mut c = 0;
-        while c + 16 <= hd {
-            let (qa, qb) = (_mm256_loadu_ps(q.add(c)), _mm256_loadu_ps(q.add(c + 8)));
-            for j in 0..4 {
-                let kj = k.add(j * stride + c);
-                a[j] = _mm256_fmadd_ps(qa, T::load8(kj), a[j]);
-                b[j] = _mm256_fmadd_ps(qb, T::load8(kj.add(8)), b[j]);
-            }
-            c += 16;
-        }
-        if c < hd {
-            let qa = _mm256_loadu_ps(q.add(c));
-            for j in 0..4 {
-                a[j] = _mm256_fmadd_ps(qa, T::load8(k.add(j * stride + c)), a[j]);
+        out: *mut f32,
+        n: usize,
+    ) -> usize {
+        let mut acc = [[_mm256_setzero_ps(); 4]; G];
+        for c in (0..hd).step_by(8) {
+            let kr: [__m256; 4] = core::array::from_fn(|r| T::load8(k.add(r * stride + c)));
+            for (j, a) in acc.iter_mut().enumerate() {
+                let qv = _mm256_loadu_ps(q.add(j * hd + c));
+                for (a, k) in a.iter_mut().zip(kr) {
+                    *a = _mm256_fmadd_ps(qv, k, *a);
+                }
             }
         }
-        let h = hsum4(core::array::from_fn(|j| _mm256_add_ps(a[j], b[j])));
-        debug_assert!(out.len() >= 4);
-        _mm_storeu_ps(out.as_mut_ptr(), h);
+        for (j, a) in acc.into_iter().enumerate() {
+            _mm_storeu_ps(out.add(j * n), hsum4(a));
+        }
+        G
     }
 
     /// `out[0 .. 8·W] += Σ_i w[i] · v_i[0 .. 8·W]` (one FMA per position, in order), `v_i` at
@@ -366,6 +353,40 @@ mod avx2 {
         }
         for (j, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(out.add(8 * j), *a);
+        }
+    }
+
+    /// [`weighted_rows`] of 16 columns for the `G` heads of a group at once: head `j`'s
+    /// `out[j·hd ..][0 .. 16] += Σ_i w[j][i] · v_i[0 .. 16]`. Each row piece is loaded once for
+    /// all heads; every head's operations, and their order, are those of [`weighted_rows`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn weighted_rows_group<T: KvElem, const G: usize>(
+        w: [&[f32]; G],
+        v: *const T,
+        stride: usize,
+        out: *mut f32,
+        hd: usize,
+    ) {
+        let n = w[0].len();
+        debug_assert!(w.iter().all(|x| x.len() == n));
+        let mut acc: [[__m256; 2]; G] = core::array::from_fn(|j| {
+            let o = out.add(j * hd);
+            [_mm256_loadu_ps(o), _mm256_loadu_ps(o.add(8))]
+        });
+        for i in 0..n {
+            let row = v.add(i * stride);
+            let (x0, x1) = (T::load8(row), T::load8(row.add(8)));
+            for (a, wj) in acc.iter_mut().zip(&w) {
+                let wv = _mm256_set1_ps(*wj.get_unchecked(i));
+                a[0] = _mm256_fmadd_ps(wv, x0, a[0]);
+                a[1] = _mm256_fmadd_ps(wv, x1, a[1]);
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            let o = out.add(j * hd);
+            _mm256_storeu_ps(o, a[0]);
+            _mm256_storeu_ps(o.add(8), a[1]);
         }
     }
 
@@ -399,8 +420,7 @@ mod avx2 {
         let v0 = vc.as_ptr().add(sh.start * sh.kv_dim + kh * hd);
         scores.clear();
         scores.resize(g * n, 0.0);
-        // Four positions at a time: 8 independent FMA chains, one 4-way reduction; the 4 K rows
-        // stay in L1 for the group's other heads. In decode the rows come from DRAM (the weight
+        // Four positions at a time ([`dots4`]), one 4-way reduction per head. In decode the rows come from DRAM (the weight
         // stream evicts them between layers): each step asks for the K rows [`KV_AHEAD`]
         // positions on, and for its own positions' V rows, which the V sum reads next.
         let row_bytes = hd * T::BYTES;
@@ -413,15 +433,17 @@ mod avx2 {
                 );
                 prefetch_row(v0.wrapping_add(r * sh.kv_dim) as *const u8, row_bytes);
             }
-            for j in 0..g {
-                let sj = &mut scores[j * n + i..j * n + i + 4];
-                dot4(
-                    q.as_ptr().add(j * hd),
-                    k0.add(i * sh.kv_dim),
-                    sh.kv_dim,
-                    hd,
-                    sj,
-                );
+            // The group's heads in chunks of at most 3 (12 accumulators and the 4 K rows fill
+            // the 16 registers), so each K row piece is converted once per chunk.
+            let mut j = 0;
+            while j < g {
+                let qj = q.as_ptr().add(j * hd);
+                let (kb, sj) = (k0.add(i * sh.kv_dim), scores.as_mut_ptr().add(j * n + i));
+                j += match g - j {
+                    1 => dots4::<T, 1>(qj, kb, sh.kv_dim, hd, sj, n),
+                    2 | 4 => dots4::<T, 2>(qj, kb, sh.kv_dim, hd, sj, n),
+                    _ => dots4::<T, 3>(qj, kb, sh.kv_dim, hd, sj, n),
+                };
             }
             i += 4;
         }
@@ -438,6 +460,41 @@ mod avx2 {
         let mut p0 = 0;
         while p0 < n {
             let p1 = (p0 + pb).min(n);
+            if (2..=4).contains(&g) && hd.is_multiple_of(16) {
+                // The group's heads together, 16 columns at a time: each V row piece is loaded
+                // (and converted from f16) once for all of them.
+                let vb = v0.add(p0 * sh.kv_dim);
+                let w = |j: usize| &scores[j * n + p0..j * n + p1];
+                let op = out.as_mut_ptr();
+                for c in (0..hd).step_by(16) {
+                    let (vp, o) = (vb.add(c), op.add(c));
+                    match g {
+                        2 => weighted_rows_group::<T, 2>(
+                            core::array::from_fn(w),
+                            vp,
+                            sh.kv_dim,
+                            o,
+                            hd,
+                        ),
+                        3 => weighted_rows_group::<T, 3>(
+                            core::array::from_fn(w),
+                            vp,
+                            sh.kv_dim,
+                            o,
+                            hd,
+                        ),
+                        _ => weighted_rows_group::<T, 4>(
+                            core::array::from_fn(w),
+                            vp,
+                            sh.kv_dim,
+                            o,
+                            hd,
+                        ),
+                    }
+                }
+                p0 = p1;
+                continue;
+            }
             for j in 0..g {
                 let w = &scores[j * n + p0..j * n + p1];
                 let vb = v0.add(p0 * sh.kv_dim);
@@ -493,7 +550,23 @@ mod avx2 {
     unsafe fn softmax(sh: &AttnShape, scores: &mut [f32]) {
         let n = scores.len();
         let mut m = f32::NEG_INFINITY;
-        for s in scores.iter_mut() {
+        let mut i = 0;
+        if sh.cap <= 0.0 {
+            // Without a cap the score is one product: 8 at a time, with the running maximum in
+            // a vector (the maximum of a set does not depend on the order it is taken in).
+            let (sc, mut mv) = (_mm256_set1_ps(sh.scale), _mm256_set1_ps(f32::NEG_INFINITY));
+            while i + 8 <= n {
+                let p = scores.as_mut_ptr().add(i);
+                let v = _mm256_mul_ps(_mm256_loadu_ps(p), sc);
+                _mm256_storeu_ps(p, v);
+                mv = _mm256_max_ps(mv, v);
+                i += 8;
+            }
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), mv);
+            m = lanes.iter().fold(m, |a, &b| a.max(b));
+        }
+        for s in scores[i..].iter_mut() {
             *s = sh.score(*s);
             m = m.max(*s);
         }
@@ -565,7 +638,17 @@ mod tests {
     /// widths, a sliding window, a soft cap and lengths around the 8-score vector step.
     fn cases() -> Vec<AttnShape> {
         let mut v = Vec::new();
-        for (n_heads, group, hd) in [(9, 3, 64), (4, 4, 256), (2, 1, 40), (3, 3, 8), (2, 2, 12)] {
+        // Groups of 1–5 heads: the AVX2 kernel takes heads in chunks of at most 3 for the dots
+        // and sums V for 2–4 heads together when the width is a multiple of 16.
+        for (n_heads, group, hd) in [
+            (9, 3, 64),
+            (4, 4, 256),
+            (2, 1, 40),
+            (3, 3, 8),
+            (2, 2, 12),
+            (4, 2, 16),
+            (10, 5, 32),
+        ] {
             for (start, pos) in [(0, 0), (0, 6), (0, 7), (0, 16), (3, 40), (0, 130)] {
                 for cap in [0.0, 30.0] {
                     v.push(AttnShape {
