@@ -378,6 +378,8 @@ mod avx2 {
             let row = v.add(i * stride);
             let (x0, x1) = (T::load8(row), T::load8(row.add(8)));
             for (a, wj) in acc.iter_mut().zip(&w) {
+                // SAFETY: i < n, and every head's weights hold n entries (the caller's score
+                // slices of one block; asserted in debug builds above).
                 let wv = _mm256_set1_ps(*wj.get_unchecked(i));
                 a[0] = _mm256_fmadd_ps(wv, x0, a[0]);
                 a[1] = _mm256_fmadd_ps(wv, x1, a[1]);
