@@ -9,6 +9,9 @@
 //! stripe), `READ=3` reads each call's byte range in one contiguous share per thread, and
 //! `READ=2` the whole file in one share per thread per pass: what the memory gives to the same
 //! bytes without compute, under three access patterns (docs/PERFORMANCE.md, "Matvecs alone").
+//! `READ=4` runs the kernels again, but a whole pass in one pool run: each thread computes a
+//! fixed contiguous share of every call's stripes and never waits for the other between calls
+//! (the kernels' ceiling without the per-call hand-offs and imbalance; outputs are discarded).
 //!
 //! `cargo run --release --example model_stream -- MODEL.cflow [PASSES]`
 
@@ -119,6 +122,42 @@ fn main() {
             t[k].0 += s.elapsed().as_secs_f64();
             t[k].1 += b;
         };
+    if env("READ", 0) == 4 {
+        // The kernels over every call of a pass in one pool run: each thread takes a contiguous
+        // half (third, …) of each call's stripes and never waits for the other between calls.
+        // The ceiling of the kernels on this memory without the per-call hand-offs.
+        let n = pool.threads();
+        let mut calls: Vec<(&Matrix, &Act)> = Vec::new();
+        for lv in &f.layers {
+            calls.extend([(&lv.q, &ad), (&lv.k, &ad), (&lv.v, &ad), (&lv.o, &ad)]);
+            calls.push((lv.gate.as_ref().expect("dense"), &ad));
+            calls.push((lv.up.as_ref().expect("dense"), &ad));
+            calls.push((lv.down.as_ref().expect("dense"), &af));
+        }
+        calls.push((f.lm_head(), &ad));
+        let total: usize = calls.iter().map(|(m, _)| m.bytes()).sum();
+        let s = Instant::now();
+        for _ in 0..passes {
+            pool.run(n, &|i| {
+                let mut out = vec![0f32; 128];
+                for (m, a) in &calls {
+                    let ns = m.n_stripes();
+                    for st in ns * i / n..ns * (i + 1) / n {
+                        let o = &mut out[..m.stripe_rows(st)];
+                        cflow::kernels::matvec::stripe_matvec(isa, bytes, m, st, a, o);
+                    }
+                }
+                std::hint::black_box(&out);
+            });
+        }
+        let dt = s.elapsed().as_secs_f64();
+        out!(
+            "kernels, one pool run per pass: {:.2} MB/pass {:.2} GB/s",
+            total as f64 / 1e6,
+            (total * passes) as f64 / dt / 1e9
+        );
+        return;
+    }
     if env("READ", 0) == 2 {
         // The whole file in one run per pass, each thread one contiguous share (as `membw`).
         let n = pool.threads();
