@@ -6,6 +6,8 @@ Normally called by benches/vs_llamacpp.sh. Subcommands:
   compare GGUF [--cflow FILE.cflow] [--threads 1,2] [--repeats 5] [--tokens 128] ...
       The harness. For each round and each thread count T it runs, alternating, one process each:
         membw      OMP_NUM_THREADS=T MEMBW 1024 5 ("read best" GB/s: the roofline, same run)
+        cflow-tui bench membw --threads T --json   (the same read over 2 MiB pages, the kind of
+                   memory the resident weights live in: "paired 2M")
         llama-bench -m GGUF -t T -p 256 -n 128 -r 1 -o json          (tg128 and pp256)
         [llama-cpp-python worker, with --llama-python]
         cflow-tui bench decode FILE.cflow --threads T --act M --tokens 128 --prompt-len 8
@@ -16,7 +18,9 @@ Normally called by benches/vs_llamacpp.sh. Subcommands:
       (min-max) over the rounds, the median of the per-round ratios to llama-bench, effective
       GB/s (weight bytes/token from the GGUF tensor sizes) and % of the roofline: against the
       best membw of the run ("roofline") and, round by round, against that round's membw
-      ("paired", the median over rounds).
+      ("paired", the median over rounds), and round by round against that round's huge-page
+      read ("paired 2M"). membw's buffer is in 4 KiB pages, which under KVM cost two-level page
+      walks that the weights' 2 MiB pages do not: it can read less than decode streams.
       --depth D compares decode at long context instead: llama-bench -p 0 -n 128 -d D against
       `bench decode --prompt-len D --tokens 128` (the KV cache holds D positions before the first
       timed step); no prefill is measured then.
@@ -167,6 +171,14 @@ def run_membw(membw, threads, mib=1024, reps=5):
     return float(m.group(1))
 
 
+def run_membw_huge(cflow_bin, threads, reps=5):
+    """`cflow-tui bench membw`: the read over 2 MiB pages, GB/s at `threads` threads."""
+    txt = subprocess.run([cflow_bin, "bench", "membw", "--threads", str(threads), "--samples", str(reps), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    per = {c["threads"]: c["read_gbps"] for c in json.loads(txt)["per_threads"]}
+    return per[threads]
+
+
 def sample_llama(a, t):
     cmd = [sys.executable, os.path.abspath(__file__), "llama-worker", a.gguf, "--threads", str(t),
            "--tokens", str(a.tokens), "--prompt-len", str(a.prompt_len), "--prefill-len", str(a.prefill_len)]
@@ -299,14 +311,19 @@ def compare(a):
 
     membw_ok = a.membw and os.access(a.membw, os.X_OK)
     membw_samples = {t: [] for t in threads}
+    huge_samples = {t: [] for t in threads}
     for r in range(a.repeats):
         for t in threads:
             # One round: membw, llama-bench, [llama-cpp-python], then each cflow mode.
             if membw_ok and t not in ceiling:
                 membw_samples[t].append(run_membw(a.membw, t))
             line = f"t={t} round {r + 1}/{a.repeats}  [load {load1()}]"
+            if cflow_ok:
+                huge_samples[t].append(run_membw_huge(a.cflow_bin, t))
             if membw_samples[t]:
                 line += f" membw {membw_samples[t][-1]:.1f} GB/s"
+            if huge_samples[t]:
+                line += f" (2 MiB pages {huge_samples[t][-1]:.1f})"
             if lb_ok:
                 s = sample_llama_bench(a, t)
                 results["runs"].append(s)
@@ -324,6 +341,7 @@ def compare(a):
         if membw_samples[t]:
             ceiling[t] = max(membw_samples[t])  # "read best", as membw itself reports
     results["membw_samples"] = membw_samples
+    results["membw_huge_samples"] = huge_samples
 
     base = "llama-bench" if lb_ok else ("llama.cpp" if a.llama_python else None)
 
@@ -337,7 +355,7 @@ def compare(a):
     print()
     hdr = (f"{'thr':>3} {'engine':12} | {'decode tok/s med (min-max)':>26} | {'x base':>6} | "
            f"{'pp' + str(a.prefill_len) + ' tok/s med (min-max)':>26} | {'x base':>6} | {'GB/s':>6} | "
-           f"{'roofline':>8} | {'paired':>6} | load1")
+           f"{'roofline':>8} | {'paired':>6} | {'paired 2M':>9} | load1")
     print(hdr)
     print("-" * len(hdr))
     summary = []
@@ -356,6 +374,9 @@ def compare(a):
             paired = [100 * x["decode_tok_s"] * w / 1e9 / bw
                       for x, bw in zip(rs, membw_samples.get(t, [])) if x["decode_tok_s"] and bw]
             paired_m = statistics.median(paired) if paired else None
+            paired2 = [100 * x["decode_tok_s"] * w / 1e9 / bw
+                       for x, bw in zip(rs, huge_samples.get(t, [])) if x["decode_tok_s"] and bw]
+            paired2_m = statistics.median(paired2) if paired2 else None
             rd = pair_ratios(eng, "decode_tok_s", t) if eng != base else []
             rp = pair_ratios(eng, "prefill_tok_s", t) if eng != base else []
             rd_m = statistics.median(rd) if rd else None
@@ -363,9 +384,11 @@ def compare(a):
             loads = [x["load1"] for x in rs]
             print(f"{t:>3} {eng:12} | {fmt(dec):>26} | {rd_m and f'{rd_m:.2f}' or '':>6} | {fmt(pre):>26} | "
                   f"{rp_m and f'{rp_m:.2f}' or '':>6} | {gbs:6.2f} | {pct and f'{pct:.0f} %' or 'n/a':>8} | "
-                  f"{paired_m and f'{paired_m:.0f} %' or 'n/a':>6} | {min(loads):.1f}-{max(loads):.1f}")
+                  f"{paired_m and f'{paired_m:.0f} %' or 'n/a':>6} | {paired2_m and f'{paired2_m:.0f} %' or 'n/a':>9} | "
+                  f"{min(loads):.1f}-{max(loads):.1f}")
             summary.append(dict(threads=t, engine=eng, decode_tok_s=dec, prefill_tok_s=pre, eff_gbs=gbs,
                                 pct_roofline=pct, pct_roofline_paired=paired_m, pct_roofline_rounds=paired,
+                                pct_huge_paired=paired2_m, pct_huge_rounds=paired2,
                                 decode_ratios=rd, prefill_ratios=rp,
                                 decode_ratio_median=rd_m, prefill_ratio_median=rp_m))
     if cflow_ok:
@@ -377,6 +400,10 @@ def compare(a):
         print("roofline = decode tok/s x weight bytes/token / membw read best GB/s (same run): " + ", ".join(
             f"{tt} thread(s) {ceiling[tt]:.1f} GB/s -> {ceiling[tt] * 1e9 / w:.0f} tok/s" for tt in threads if tt in ceiling))
         print("paired = median over rounds of (decode tok/s x weight bytes/token / that round's membw)")
+    if any(huge_samples.values()):
+        print("paired 2M = the same against that round's `cflow-tui bench membw` (the read over 2 MiB pages, "
+              "like the resident weights): " + ", ".join(
+                  f"{tt} thread(s) {min(huge_samples[tt]):.1f}-{max(huge_samples[tt]):.1f} GB/s" for tt in threads if huge_samples[tt]))
     print(f"x base = median over rounds of (engine / {base} in the same round)")
     results["summary"] = summary
     if a.json:

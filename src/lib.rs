@@ -15,6 +15,7 @@ extern crate self as cflow;
 
 pub mod bench_io;
 pub mod bench_layout;
+pub mod bench_membw;
 pub mod bench_schedule;
 pub mod cache;
 pub mod chat;

@@ -64,7 +64,7 @@ fn critical_path_payload_is_table_4_1_and_payload_read_skips_the_zero_input_ffn(
 }
 
 /// The schemas in assets/schema/, by output.
-const SCHEMAS: [(&str, &str); 5] = [
+const SCHEMAS: [(&str, &str); 6] = [
     ("run", include_str!("../assets/schema/run.json")),
     (
         "replay-summary",
@@ -78,6 +78,10 @@ const SCHEMAS: [(&str, &str); 5] = [
     (
         "perplexity",
         include_str!("../assets/schema/perplexity.json"),
+    ),
+    (
+        "bench-membw",
+        include_str!("../assets/schema/bench-membw.json"),
     ),
 ];
 
@@ -170,6 +174,52 @@ fn every_json_output_matches_its_schema_with_one_vocabulary() {
     let mut old = bench.clone();
     old.as_object_mut().unwrap().remove("act");
     assert!(!errors("bench-decode", &old).is_empty());
+}
+
+/// `bench membw --json` is the probe's result, as a trace header's `machine.bandwidth`: one GB/s
+/// per thread count, the method, and the share of the buffer in huge pages.
+#[test]
+fn bench_membw_json_matches_its_schema() {
+    let bw = json(&[
+        "bench",
+        "membw",
+        "--threads",
+        "2",
+        "--mib",
+        "64",
+        "--samples",
+        "1",
+        "--json",
+    ]);
+    assert_valid("bench-membw", &bw);
+    let per = bw["per_threads"].as_array().unwrap();
+    assert_eq!(per.len(), 2, "{bw}");
+    assert!(
+        per.iter().all(|c| c["read_gbps"].as_f64().unwrap() > 0.0),
+        "{bw}"
+    );
+    assert!(
+        bw["method"].as_str().unwrap().contains("64 MiB buffer"),
+        "{bw}"
+    );
+    // The schema can fail: a probe without its thread counts is refused.
+    let mut old = bw.clone();
+    old.as_object_mut().unwrap().remove("per_threads");
+    assert!(!errors("bench-membw", &old).is_empty());
+    // Bad arguments are errors, not panics.
+    for bad in [
+        &["--mib", "1"][..],
+        &["--samples", "0"],
+        &["--threads", "0"],
+    ] {
+        let o = Command::new(BIN)
+            .args(["bench", "membw"])
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{bad:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--"), "{bad:?}");
+    }
 }
 
 /// A definition shared by several schemas (`$defs`) is the same text in each: one vocabulary.

@@ -263,7 +263,7 @@ fn streams_counts_kv_reads_and_uses_the_ceiling_of_the_threads_in_use() {
         "{s}"
     );
     assert!(
-        s.contains("ceiling: read Σu64 over a 1024 MiB buffer, best of 5"),
+        s.contains("ceiling: read Σu64 over a 1024 MiB buffer (100% in 2 MiB pages, like the"),
         "{s}"
     );
     // Per-layer attention / dense / expert ms beside the bytes.

@@ -630,6 +630,9 @@ pub enum BenchCmd {
     /// Decode ms/token under the sequential vs the vertical schedule, with eq. 4.23's
     /// prediction from the measured per-stream bandwidth (paper §4.4, Claim 8).
     Schedule(crate::bench_schedule::ScheduleArgs),
+    /// The DRAM read ceiling behind the roofline figures: GB/s per thread count over a buffer in
+    /// the weights' kind of memory (2 MiB pages), like `membw`; `--save` refreshes the TUI's.
+    Membw(crate::bench_membw::MembwArgs),
 }
 
 #[derive(Args, Debug)]

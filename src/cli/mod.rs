@@ -98,6 +98,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             let path = model::resolve_model(a.model.clone())?;
             crate::bench_io::prefetch(&a, &path)
         }
+        Some(Cmd::Bench(BenchCmd::Membw(a))) => crate::bench_membw::bench(&a),
         Some(Cmd::Bench(BenchCmd::Schedule(a))) => {
             let path = model::resolve_model(a.model.clone())?;
             crate::bench_schedule::bench(&a, &path)

@@ -45,6 +45,39 @@ pub fn open_nonblocking(path: &Path) -> std::io::Result<(File, std::fs::Metadata
 }
 
 /// Maps `file` whole (None when empty) and registers the mapping for SIGBUS recovery.
+/// Private anonymous memory of `len` bytes advised for transparent huge pages
+/// (`madvise(MADV_HUGEPAGE)`, best effort: without THP it is 4 KiB pages). The resident copy of
+/// the weights lives in such memory, and the bandwidth probe (`telemetry::membw`) reads the same
+/// kind, so the roofline is measured on the pages the weights are streamed from.
+pub fn huge_anon(len: usize) -> std::io::Result<MmapMut> {
+    let m = MmapMut::map_anon(len)?;
+    let _ = m.advise(memmap2::Advice::HugePage);
+    Ok(m)
+}
+
+/// KiB of the mapping that contains `addr` backed by transparent huge pages (`AnonHugePages` in
+/// `/proc/self/smaps`). None where smaps is unreadable or lists no such mapping. Adjacent
+/// mappings of the same kind may be merged into one entry, so this can exceed the caller's range.
+pub fn anon_huge_kib(addr: usize) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                inside = a <= addr && addr < b;
+                continue;
+            }
+        }
+        if inside {
+            if let Some(v) = line.strip_prefix("AnonHugePages:") {
+                return v.trim().trim_end_matches("kB").trim().parse().ok();
+            }
+        }
+    }
+    None
+}
+
 fn map_watched(file: &File, len: u64) -> std::io::Result<(Option<Mmap>, Watch)> {
     if len == 0 {
         return Ok((None, Watch::none()));
@@ -125,9 +158,7 @@ impl ModelMap {
             file: path.into(),
             err: e,
         };
-        let mut anon = MmapMut::map_anon(src.len()).map_err(io)?;
-        // Best effort: without THP the copy still works, in 4 KiB pages.
-        let _ = anon.advise(memmap2::Advice::HugePage);
+        let mut anon = huge_anon(src.len()).map_err(io)?;
         anon.copy_from_slice(src);
         if self.watch.changed() {
             return Err(FormatError::Changed {

@@ -105,6 +105,17 @@ impl MachineProfile {
         bw
     }
 
+    /// Saves `bw` (a probe run elsewhere, e.g. `bench membw --save`) as this machine's profile
+    /// and returns the file it went to.
+    pub fn save_probe(&mut self, bw: &Bandwidth) -> anyhow::Result<PathBuf> {
+        let path = self
+            .cache_path()
+            .ok_or_else(|| anyhow::anyhow!("no cache directory for the machine profile"))?;
+        self.save_bandwidth(&path, bw)?;
+        self.bandwidth = Some(bw.clone());
+        Ok(path)
+    }
+
     /// The cache key: CPU model, logical cores, RAM (GiB, rounded) and the probe's method
     /// version (a profile measured by an older, weaker probe is measured again).
     pub fn cache_key(&self) -> String {

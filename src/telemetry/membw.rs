@@ -2,7 +2,12 @@
 //! a token's effective GB/s against), following `../shared/bench/membw.c`:
 //!
 //! * a buffer of [`BUFFER_BYTES`] (1 GiB, far beyond any L3 here), first-touched in parallel so
-//!   no page is the shared zero page;
+//!   no page is the shared zero page. It is the same kind of memory as the resident copy of the
+//!   weights (`format::mmap::huge_anon`: anonymous, advised for transparent huge pages), so the
+//!   ceiling is measured on the pages decode streams from. Under KVM a 4 KiB-page read pays
+//!   two-level page walks that the weights do not: `membw.c` (4 KiB pages) read 23–34 GB/s on
+//!   two threads where this buffer read 32–60 (docs/PERFORMANCE.md, fifteenth session). The
+//!   share of the buffer the kernel actually backed with huge pages is reported;
 //! * a read-only sum with 8 independent accumulators (vectorised loads, no stores);
 //! * every sample moves at least [`SAMPLE_BYTES`] (1 GiB; small buffers loop over themselves),
 //!   and is timed from the first worker's start to the last worker's end (after a barrier), so a
@@ -24,7 +29,7 @@ pub const SAMPLE_BYTES: u64 = 1 << 30;
 /// Timed samples per thread count (the best is kept).
 pub const SAMPLES: u32 = 5;
 /// Version of the method, part of the machine-profile cache key.
-pub const METHOD_VERSION: &str = "read-probe v2";
+pub const METHOD_VERSION: &str = "read-probe v3 (huge pages)";
 
 /// The read ceiling measured with one thread count.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -57,6 +62,10 @@ pub struct Bandwidth {
     /// How it was measured, for the UI (absent in profiles of the old probe).
     #[serde(default)]
     pub method: String,
+    /// Share of the probe buffer backed by transparent huge pages, 0–1 (None: unknown, or a
+    /// profile of an older probe, which read 4 KiB pages).
+    #[serde(default)]
+    pub huge_page_share: Option<f64>,
 }
 
 impl Bandwidth {
@@ -89,27 +98,29 @@ impl Bandwidth {
     }
 }
 
-/// Sum a slice with 8 independent accumulators (vectorizes to packed adds).
+/// Sum of the little-endian u64 words of `s` (length a multiple of 8), 8 independent
+/// accumulators (vectorizes to packed loads and adds).
 #[inline(never)]
-fn sum_u64(s: &[u64]) -> u64 {
+fn sum_u64(s: &[u8]) -> u64 {
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().expect("8 bytes"));
     let mut acc = [0u64; 8];
-    let mut chunks = s.chunks_exact(8);
+    let mut chunks = s.chunks_exact(64);
     for c in &mut chunks {
         for k in 0..8 {
-            acc[k] = acc[k].wrapping_add(c[k]);
+            acc[k] = acc[k].wrapping_add(word(&c[8 * k..8 * k + 8]));
         }
     }
     let tail = chunks
         .remainder()
-        .iter()
-        .fold(0u64, |a, &x| a.wrapping_add(x));
+        .chunks_exact(8)
+        .fold(0u64, |a, c| a.wrapping_add(word(c)));
     acc.iter().fold(tail, |a, &x| a.wrapping_add(x))
 }
 
 /// One timed sample: `threads` workers each read their share of `buf` `loops` times.
-fn timed_sample(buf: &[u64], threads: usize, loops: u64) -> (Duration, u64) {
+fn timed_sample(buf: &[u8], threads: usize, loops: u64) -> (Duration, u64) {
     let threads = threads.max(1);
-    let run = |part: &[u64]| {
+    let run = |part: &[u8]| {
         let mut s = 0u64;
         for _ in 0..loops {
             s = s.wrapping_add(std::hint::black_box(sum_u64(std::hint::black_box(part))));
@@ -121,7 +132,7 @@ fn timed_sample(buf: &[u64], threads: usize, loops: u64) -> (Duration, u64) {
         let s = run(buf);
         return (t0.elapsed(), s);
     }
-    let chunk = buf.len().div_ceil(threads);
+    let chunk = (buf.len() / 8).div_ceil(threads) * 8;
     let barrier = Barrier::new(threads);
     let results: Vec<(Instant, Instant, u64)> = std::thread::scope(|sc| {
         let hs: Vec<_> = buf
@@ -161,32 +172,47 @@ pub fn probe_bandwidth(
     let max_threads = max_threads.max(1);
     let samples = samples.max(1);
     let n = (buffer_bytes / 8).max(1024);
-    // Write every element (first touch, in parallel): a calloc'd buffer would map the shared
-    // zero page and measure the cache instead of DRAM.
-    let mut buf: Vec<u64> = vec![0; n];
-    let chunk = n.div_ceil(max_threads);
+    // The weights' kind of memory (huge pages); a plain allocation if that mapping fails.
+    let mut mapped = crate::format::mmap::huge_anon(n * 8).ok();
+    let addr = mapped.as_ref().map(|m| m.as_ptr() as usize);
+    let mut heap = Vec::new();
+    let buf: &mut [u8] = match mapped.as_mut() {
+        Some(m) => m,
+        None => {
+            heap.resize(n * 8, 0u8);
+            &mut heap
+        }
+    };
+    // Write every word (first touch, in parallel): untouched anonymous memory maps the shared
+    // zero page and would measure the cache instead of DRAM.
+    let chunk = n.div_ceil(max_threads) * 8;
     std::thread::scope(|sc| {
         for (ci, part) in buf.chunks_mut(chunk).enumerate() {
             sc.spawn(move || {
-                for (i, x) in part.iter_mut().enumerate() {
-                    *x = (ci * chunk + i) as u64;
+                for (i, x) in part.chunks_exact_mut(8).enumerate() {
+                    x.copy_from_slice(&((ci * chunk / 8 + i) as u64).to_le_bytes());
                 }
             });
         }
+    });
+    let buf: &[u8] = buf;
+    let huge_page_share = addr.and_then(|a| {
+        crate::format::mmap::anon_huge_kib(a)
+            .map(|kib| ((kib * 1024) as f64 / (n * 8) as f64).min(1.0))
     });
     let init = start.elapsed();
     let bytes = (n * 8) as u64;
     let loops = sample_bytes.div_ceil(bytes).max(1);
     let expected = ((n as u64).wrapping_mul(n as u64 - 1) / 2).wrapping_mul(loops);
     let moved = (bytes * loops) as f64;
-    let _ = timed_sample(&buf, max_threads, 1); // warm-up (TLB)
-                                                // Rounded: the noise is far above 0.01 GB/s, and short decimals round-trip exactly in JSON.
+    let _ = timed_sample(buf, max_threads, 1); // warm-up (TLB)
+                                               // Rounded: the noise is far above 0.01 GB/s, and short decimals round-trip exactly in JSON.
     let round = |x: f64, q: f64| (x * q).round() / q;
     let mut per_threads = Vec::with_capacity(max_threads);
     for t in 1..=max_threads {
         let mut best = Duration::MAX;
         for _ in 0..samples {
-            let (d, s) = timed_sample(&buf, t, loops);
+            let (d, s) = timed_sample(buf, t, loops);
             debug_assert_eq!(s, expected, "bandwidth probe sum mismatch");
             best = best.min(d);
         }
@@ -195,9 +221,18 @@ pub fn probe_bandwidth(
             read_gbps: round(moved / best.as_secs_f64().max(1e-9) / 1e9, 100.0),
         });
     }
-    drop(buf);
+    drop(mapped);
+    drop(heap);
+    let pages = match huge_page_share {
+        Some(h) if h >= 0.5 => format!("{:.0}% in 2 MiB pages, like the weights", 100.0 * h),
+        Some(h) => format!(
+            "{:.0}% in 2 MiB pages: the kernel gave 4 KiB pages",
+            100.0 * h
+        ),
+        None => "page size unknown".to_string(),
+    };
     let method = format!(
-        "read Σu64 over a {} MiB buffer, best of {samples} × {} MiB per thread count",
+        "read Σu64 over a {} MiB buffer ({pages}), best of {samples} × {} MiB per thread count",
         bytes >> 20,
         (bytes * loops) >> 20
     );
@@ -212,6 +247,7 @@ pub fn probe_bandwidth(
         measured: super::recorder::rfc3339(std::time::SystemTime::now()),
         per_threads,
         method,
+        huge_page_share,
     }
 }
 
@@ -221,7 +257,8 @@ mod tests {
 
     #[test]
     fn sum_is_exact() {
-        let v: Vec<u64> = (0..1003).collect();
+        // 1003 words: 125 chunks of 64 bytes and a tail of 3 words.
+        let v: Vec<u8> = (0..1003u64).flat_map(|x| x.to_le_bytes()).collect();
         assert_eq!(sum_u64(&v), 1003 * 1002 / 2);
     }
 
@@ -235,10 +272,22 @@ mod tests {
         assert!(bw.per_threads.iter().all(|c| c.read_gbps > 0.1), "{bw:?}");
         assert_eq!(bw.read_gbps_1t, bw.per_threads[0].read_gbps);
         assert_eq!(bw.passes, 3);
-        assert_eq!(
-            bw.method,
-            "read Σu64 over a 1 MiB buffer, best of 3 × 8 MiB per thread count"
+        assert!(
+            bw.method.starts_with("read Σu64 over a 1 MiB buffer (")
+                && bw.method.ends_with("), best of 3 × 8 MiB per thread count"),
+            "{}",
+            bw.method
         );
+    }
+
+    #[test]
+    fn the_probe_says_how_much_of_its_buffer_is_in_huge_pages() {
+        // 8 MiB: large enough for 2 MiB pages where THP is enabled; the share is reported
+        // either way on Linux (smaps), and the method says which page size it measured.
+        let bw = probe_bandwidth(8 << 20, 1, 1, 8 << 20);
+        let share = bw.huge_page_share.expect("smaps is readable on Linux");
+        assert!((0.0..=1.0).contains(&share), "{share}");
+        assert!(bw.method.contains("in 2 MiB pages"), "{}", bw.method);
     }
 
     #[test]
