@@ -263,9 +263,26 @@ fn streams_counts_kv_reads_and_uses_the_ceiling_of_the_threads_in_use() {
         "{s}"
     );
     assert!(
-        s.contains("ceiling: read Σu64 over a 1024 MiB buffer (100% in 2 MiB pages, like the"),
+        s.contains("ceiling: read Σu64 over a 1024 MiB buffer (100% in 2 MiB pages, as resident"),
         "{s}"
     );
+    // The demo reads its weights through the page cache (4 KiB pages), the probe huge pages.
+    assert!(
+        s.contains("weights mmap'd (4 KiB pages): the huge-page ceiling may be out of reach"),
+        "{s}"
+    );
+    // A resident model (huge pages, like the probe) gets no such note.
+    let dense = app_from(
+        dense_events(),
+        TuiOptions {
+            bandwidth: Some(cflow::tui::fixture::demo_bandwidth()),
+            ..TuiOptions::default()
+        },
+        (160, 48),
+    );
+    let d = render_pane(&dense, PaneId::Streams, (160, 48));
+    assert!(d.contains("GB/s read ceiling (2 threads)"), "{d}");
+    assert!(!d.contains("weights mmap'd"), "{d}");
     // Per-layer attention / dense / expert ms beside the bytes.
     let l0 = &last.layers[0];
     let times = format!(

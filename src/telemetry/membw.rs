@@ -224,7 +224,7 @@ pub fn probe_bandwidth(
     drop(mapped);
     drop(heap);
     let pages = match huge_page_share {
-        Some(h) if h >= 0.5 => format!("{:.0}% in 2 MiB pages, like the weights", 100.0 * h),
+        Some(h) if h >= 0.5 => format!("{:.0}% in 2 MiB pages, as resident weights", 100.0 * h),
         Some(h) => format!(
             "{:.0}% in 2 MiB pages: the kernel gave 4 KiB pages",
             100.0 * h

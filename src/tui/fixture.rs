@@ -99,7 +99,7 @@ pub fn demo_bandwidth() -> crate::telemetry::membw::Bandwidth {
                 read_gbps: 33.3,
             },
         ],
-        method: "read Σu64 over a 1024 MiB buffer (100% in 2 MiB pages, like the weights), best of 5 × 1024 MiB per thread count".into(),
+        method: "read Σu64 over a 1024 MiB buffer (100% in 2 MiB pages, as resident weights), best of 5 × 1024 MiB per thread count".into(),
         huge_page_share: Some(1.0),
     }
 }

@@ -236,6 +236,15 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 b.method.as_str()
             };
             lines.push(dim_line(app, format!("ceiling: {method}")));
+            // The probe reads huge pages; weights read through the page cache are in 4 KiB
+            // pages, which stream slower under a VM's two-level page walks.
+            let mapped = v.config.as_ref().is_some_and(|c| c.weights == "mmap");
+            if mapped && b.huge_page_share.is_some_and(|h| h >= 0.5) {
+                lines.push(dim_line(
+                    app,
+                    "weights mmap'd (4 KiB pages): the huge-page ceiling may be out of reach",
+                ));
+            }
         }
         _ if app.bandwidth_pending => lines.push(dim_line(
             app,
