@@ -422,7 +422,9 @@ fn attention(c: &mut Criterion) {
             let v16: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f32(x)).collect();
             let mut att = vec![0f32; n_heads * hd];
             g.throughput(Throughput::Elements(n as u64));
-            for isa in [Isa::Scalar, Isa::Avx2] {
+            // Avx512: the AVX2 kernel built for AVX-512VL (32 vector registers), where the CPU
+            // has VL; else the same AVX2 build as `Avx2`.
+            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
                 if !isa.available() {
                     continue;
                 }

@@ -95,7 +95,7 @@ pub fn attend<T: KvElem>(
     let hd = sh.head_dim;
     check_shape(sh, q, kc, vc, att);
     let n = sh.pos + 1 - sh.start;
-    let simd = use_simd(isa, hd);
+    let simd = head_kernel(isa, hd);
     let out = Ptr(att.as_mut_ptr());
     // Heads h0..h0 + g (one KV head's) into their slice of `att`.
     let heads = |h0: usize, g: usize, scores: &mut Vec<f32>| {
@@ -167,7 +167,7 @@ pub fn attend_batch<T: KvElem>(
     let last = shape(n - 1);
     assert!(q.len() >= n * row && att.len() >= n * row);
     check_shape(&last, &q[(n - 1) * row..], kc, vc, &att[(n - 1) * row..]);
-    let simd = use_simd(isa, hd);
+    let simd = head_kernel(isa, hd);
     let out = Ptr(att.as_mut_ptr());
     let groups = nh.div_ceil(sh.group);
     pool.run(n * groups, &|task| {
@@ -204,21 +204,40 @@ fn check_shape<T>(sh: &AttnShape, q: &[f32], kc: &[T], vc: &[T], att: &[f32]) {
     );
 }
 
-/// Whether the AVX2 head kernel runs: not scalar, the CPU has AVX2/FMA, head width % 8 == 0.
-fn use_simd(isa: Isa, hd: usize) -> bool {
-    cfg!(target_arch = "x86_64")
+/// Which head kernel runs: the scalar reference, or the AVX2 kernel (not scalar, the CPU has
+/// AVX2/FMA/F16C, head width % 8 == 0), built for AVX-512VL when `isa` is AVX-512 and the CPU
+/// has VL. The VL build is the same code and the same operations in the same order (so the same
+/// bits); it only has 32 vector registers instead of 16, which keeps [`avx2::dots4`]'s 12
+/// accumulators, 4 K rows and query in registers instead of spilling them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HeadKernel {
+    Scalar,
+    Avx2,
+    Avx2Vl,
+}
+
+fn head_kernel(isa: Isa, hd: usize) -> HeadKernel {
+    if !(cfg!(target_arch = "x86_64")
         && isa != Isa::Scalar
         && Isa::Avx2.available()
-        && hd.is_multiple_of(8)
+        && hd.is_multiple_of(8))
+    {
+        return HeadKernel::Scalar;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && Isa::Avx512.available() && is_x86_feature_detected!("avx512vl") {
+        return HeadKernel::Avx2Vl;
+    }
+    HeadKernel::Avx2
 }
 
 /// Heads `h0..h0 + g` of one query (`q` holds all heads; the `g` heads share KV head
-/// `h0 / group`) into `oh` (`g · head_dim` floats), with the AVX2 kernel when `simd`
-/// ([`use_simd`]) else the scalar reference head by head. The shape was checked by
+/// `h0 / group`) into `oh` (`g · head_dim` floats), with the kernel `simd` ([`head_kernel`]):
+/// the AVX2 kernel, or the scalar reference head by head. The shape was checked by
 /// [`check_shape`].
 #[allow(clippy::too_many_arguments)] // heads: shape, which heads, query, K, V, scratch, output
 fn heads_into<T: KvElem>(
-    simd: bool,
+    simd: HeadKernel,
     sh: &AttnShape,
     h0: usize,
     g: usize,
@@ -233,14 +252,15 @@ fn heads_into<T: KvElem>(
     debug_assert!(g >= 1 && (h0 + g - 1) / sh.group == kh && oh.len() == g * hd);
     let qg = &q[h0 * hd..(h0 + g) * hd];
     #[cfg(target_arch = "x86_64")]
-    if simd {
-        // SAFETY: AVX2/FMA available and hd % 8 == 0 (`use_simd`); every K/V row read lies
-        // inside kc/vc (rows ≤ pos, columns kh·hd + hd ≤ kv_dim: `check_shape`); qg and oh
-        // hold g heads.
-        unsafe { avx2::heads(sh, qg, g, kc, vc, kh, scores, oh) };
-        return;
+    match simd {
+        // SAFETY: AVX2/FMA/F16C available and hd % 8 == 0 (`head_kernel`); every K/V row read
+        // lies inside kc/vc (rows ≤ pos, columns kh·hd + hd ≤ kv_dim: `check_shape`); qg and
+        // oh hold g heads.
+        HeadKernel::Avx2 => return unsafe { avx2::heads(sh, qg, g, kc, vc, kh, scores, oh) },
+        // SAFETY: as above, and AVX-512F/VL available (`head_kernel`).
+        HeadKernel::Avx2Vl => return unsafe { avx2::heads_vl(sh, qg, g, kc, vc, kh, scores, oh) },
+        HeadKernel::Scalar => {}
     }
-    let _ = simd;
     for j in 0..g {
         let qh = &qg[j * hd..(j + 1) * hd];
         head_scalar(sh, qh, kc, vc, kh, scores, &mut oh[j * hd..(j + 1) * hd]);
@@ -402,9 +422,12 @@ mod avx2 {
     /// The CPU must support AVX2, FMA and F16C (`Isa::Avx2`); `sh.head_dim % 8 == 0`; rows
     /// `start..=pos` of `kc` and `vc` (stride `kv_dim`) hold columns `kh·hd .. kh·hd + hd`; `q` and
     /// `out` hold `g · hd` floats.
-    #[allow(clippy::too_many_arguments)] // heads: shape, queries, count, K, V, KV head, scratch, out
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn heads<T: KvElem>(
+    #[allow(clippy::too_many_arguments)]
+    // heads: shape, queries, count, K, V, KV head, scratch, out
+    // Inlined into each of its two builds ([`heads`], [`heads_vl`]), whose target features
+    // it then takes: `#[inline(always)]` cannot carry `#[target_feature]` itself.
+    #[inline(always)]
+    unsafe fn heads_body<T: KvElem>(
         sh: &AttnShape,
         q: &[f32],
         g: usize,
@@ -521,6 +544,45 @@ mod avx2 {
             }
             p0 = p1;
         }
+    }
+
+    /// [`heads_body`] built for AVX2 + FMA + F16C.
+    ///
+    /// # Safety
+    /// As [`heads_body`].
+    #[allow(clippy::too_many_arguments)] // as heads_body
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn heads<T: KvElem>(
+        sh: &AttnShape,
+        q: &[f32],
+        g: usize,
+        kc: &[T],
+        vc: &[T],
+        kh: usize,
+        scores: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
+        heads_body(sh, q, g, kc, vc, kh, scores, out)
+    }
+
+    /// [`heads_body`] built for AVX-512VL as well: the same instructions and order, with 32
+    /// vector registers (`ymm16`–`ymm31`) for the register allocator.
+    ///
+    /// # Safety
+    /// As [`heads_body`], and the CPU must support AVX-512F and AVX-512VL.
+    #[allow(clippy::too_many_arguments)] // as heads_body
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    pub(super) unsafe fn heads_vl<T: KvElem>(
+        sh: &AttnShape,
+        q: &[f32],
+        g: usize,
+        kc: &[T],
+        vc: &[T],
+        kh: usize,
+        scores: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
+        heads_body(sh, q, g, kc, vc, kh, scores, out)
     }
 
     /// How many positions ahead of its dot products [`heads`] asks for K rows.
@@ -740,6 +802,37 @@ mod tests {
         }
     }
 
+    /// The AVX-512VL build of the AVX2 kernel gives the AVX2 build's bits (where the CPU has VL).
+    #[test]
+    fn the_vl_build_equals_the_avx2_build_bit_for_bit() {
+        if head_kernel(Isa::Avx512, 64) != HeadKernel::Avx2Vl {
+            println!("SKIP: this CPU has no AVX-512VL");
+            return;
+        }
+        let pool = ThreadPool::new(2);
+        for (ci, base) in cases().iter().enumerate() {
+            if !base.head_dim.is_multiple_of(8) {
+                continue;
+            }
+            for pos in [0, 3, 37, 300] {
+                let sh = AttnShape {
+                    pos,
+                    start: base.start.min(pos),
+                    ..*base
+                };
+                let (q, k, v) = inputs(&sh, 700 + ci as u64);
+                let n = sh.n_heads * sh.head_dim;
+                let (mut a, mut b) = (vec![0f32; n], vec![0f32; n]);
+                attend(&pool, Isa::Avx2, &sh, &q, &k, &v, &mut a);
+                attend(&pool, Isa::Avx512, &sh, &q, &k, &v, &mut b);
+                assert!(
+                    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "case {ci} pos {pos}"
+                );
+            }
+        }
+    }
+
     /// A KV group's heads computed together equal each head computed alone, bit for bit.
     #[test]
     fn grouped_heads_equal_heads_alone_bit_for_bit() {
@@ -747,7 +840,7 @@ mod tests {
             let (q, k, v) = inputs(sh, 300 + ci as u64);
             let hd = sh.head_dim;
             for isa in [Isa::Scalar, Isa::Avx2] {
-                let simd = use_simd(isa, hd);
+                let simd = head_kernel(isa, hd);
                 let mut scores = Vec::new();
                 for h0 in (0..sh.n_heads).step_by(sh.group) {
                     let g = sh.group.min(sh.n_heads - h0);
@@ -778,7 +871,7 @@ mod tests {
         for base in cases() {
             let sh = AttnShape { pos: 300, ..base };
             let (q, kc, vc) = inputs(&sh, 5);
-            for isa in [Isa::Scalar, Isa::Avx2]
+            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512]
                 .into_iter()
                 .filter(|i| i.available())
             {
