@@ -261,6 +261,8 @@ fn heads_into<T: KvElem>(
         HeadKernel::Avx2Vl => return unsafe { avx2::heads_vl(sh, qg, g, kc, vc, kh, scores, oh) },
         HeadKernel::Scalar => {}
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = simd; // only the scalar reference exists off x86_64
     for j in 0..g {
         let qh = &qg[j * hd..(j + 1) * hd];
         head_scalar(sh, qh, kc, vc, kh, scores, &mut oh[j * hd..(j + 1) * hd]);

@@ -205,8 +205,9 @@ pub fn probe_bandwidth(
     let loops = sample_bytes.div_ceil(bytes).max(1);
     let expected = ((n as u64).wrapping_mul(n as u64 - 1) / 2).wrapping_mul(loops);
     let moved = (bytes * loops) as f64;
-    let _ = timed_sample(buf, max_threads, 1); // warm-up (TLB)
-                                               // Rounded: the noise is far above 0.01 GB/s, and short decimals round-trip exactly in JSON.
+    // Warm-up (TLB).
+    let _ = timed_sample(buf, max_threads, 1);
+    // Rounded: the noise is far above 0.01 GB/s, and short decimals round-trip exactly in JSON.
     let round = |x: f64, q: f64| (x * q).round() / q;
     let mut per_threads = Vec::with_capacity(max_threads);
     for t in 1..=max_threads {
