@@ -44,6 +44,16 @@ pub fn bench(a: &MembwArgs) -> Result<()> {
         bail!("--samples must be >= 1");
     }
     let mut profile = MachineProfile::detect(crate::kernels::Isa::detect().name());
+    // The buffer is first-touched in full: keep it well inside memory rather than let the
+    // kernel's OOM killer end the run.
+    let half_ram_mib = (profile.ram_bytes / 2) >> 20;
+    if half_ram_mib > 0 && a.mib as u64 > half_ram_mib {
+        bail!(
+            "--mib {} is more than half of this machine's {} MiB of RAM: use at most {half_ram_mib}",
+            a.mib,
+            profile.ram_bytes >> 20
+        );
+    }
     let threads = match a.threads {
         Some(0) => bail!("--threads must be >= 1"),
         Some(t) => t,

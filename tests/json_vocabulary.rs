@@ -209,6 +209,7 @@ fn bench_membw_json_matches_its_schema() {
     // Bad arguments are errors, not panics.
     for bad in [
         &["--mib", "1"][..],
+        &["--mib", "100000000"],
         &["--samples", "0"],
         &["--threads", "0"],
     ] {
