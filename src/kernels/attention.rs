@@ -548,44 +548,46 @@ mod avx2 {
         }
     }
 
-    /// [`heads_body`] built for AVX2 + FMA + F16C.
-    ///
-    /// # Safety
-    /// As [`heads_body`].
-    #[allow(clippy::too_many_arguments)] // as heads_body
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn heads<T: KvElem>(
-        sh: &AttnShape,
-        q: &[f32],
-        g: usize,
-        kc: &[T],
-        vc: &[T],
-        kh: usize,
-        scores: &mut Vec<f32>,
-        out: &mut [f32],
-    ) {
-        heads_body(sh, q, g, kc, vc, kh, scores, out)
+    /// One entry point per build of [`heads_body`]: the body is inlined and compiled with the
+    /// entry's target features.
+    macro_rules! head_build {
+        ($(#[$doc:meta])* $name:ident, $features:literal) => {
+            $(#[$doc])*
+            #[allow(clippy::too_many_arguments)] // as heads_body
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $name<T: KvElem>(
+                sh: &AttnShape,
+                q: &[f32],
+                g: usize,
+                kc: &[T],
+                vc: &[T],
+                kh: usize,
+                scores: &mut Vec<f32>,
+                out: &mut [f32],
+            ) {
+                heads_body(sh, q, g, kc, vc, kh, scores, out)
+            }
+        };
     }
 
-    /// [`heads_body`] built for AVX-512VL as well: the same instructions and order, with 32
-    /// vector registers (`ymm16`–`ymm31`) for the register allocator.
-    ///
-    /// # Safety
-    /// As [`heads_body`], and the CPU must support AVX-512F and AVX-512VL.
-    #[allow(clippy::too_many_arguments)] // as heads_body
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
-    pub(super) unsafe fn heads_vl<T: KvElem>(
-        sh: &AttnShape,
-        q: &[f32],
-        g: usize,
-        kc: &[T],
-        vc: &[T],
-        kh: usize,
-        scores: &mut Vec<f32>,
-        out: &mut [f32],
-    ) {
-        heads_body(sh, q, g, kc, vc, kh, scores, out)
-    }
+    head_build!(
+        /// [`heads_body`] built for AVX2 + FMA + F16C.
+        ///
+        /// # Safety
+        /// As [`heads_body`].
+        heads,
+        "avx2,fma,f16c"
+    );
+
+    head_build!(
+        /// [`heads_body`] built for AVX-512VL as well: the same source and operation order, with
+        /// 32 vector registers (`ymm16`–`ymm31`) for the register allocator.
+        ///
+        /// # Safety
+        /// As [`heads_body`], and the CPU must support AVX-512F and AVX-512VL.
+        heads_vl,
+        "avx2,fma,f16c,avx512f,avx512vl"
+    );
 
     /// How many positions ahead of its dot products [`heads`] asks for K rows.
     const KV_AHEAD: usize = 16;
