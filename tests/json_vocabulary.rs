@@ -199,7 +199,10 @@ fn bench_membw_json_matches_its_schema() {
         "{bw}"
     );
     assert!(
-        bw["method"].as_str().unwrap().contains("64 MiB buffer"),
+        bw["method"]
+            .as_str()
+            .unwrap()
+            .contains("read Σu64 over 64 MiB"),
         "{bw}"
     );
     // The schema can fail: a probe without its thread counts is refused.

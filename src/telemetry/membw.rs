@@ -224,16 +224,14 @@ pub fn probe_bandwidth(
     }
     drop(mapped);
     drop(heap);
+    // The page size first: the Streams pane shows this in a narrow column and cuts the end.
     let pages = match huge_page_share {
-        Some(h) if h >= 0.5 => format!("{:.0}% in 2 MiB pages, as resident weights", 100.0 * h),
-        Some(h) => format!(
-            "{:.0}% in 2 MiB pages: the kernel gave 4 KiB pages",
-            100.0 * h
-        ),
-        None => "page size unknown".to_string(),
+        Some(h) if h >= 0.5 => format!("2 MiB pages ({:.0}%)", 100.0 * h),
+        Some(h) => format!("4 KiB pages (THP gave {:.0}%)", 100.0 * h),
+        None => "pages unknown".to_string(),
     };
     let method = format!(
-        "read Σu64 over a {} MiB buffer ({pages}), best of {samples} × {} MiB per thread count",
+        "{pages}, read Σu64 over {} MiB, best of {samples} × {} MiB per thread count",
         bytes >> 20,
         (bytes * loops) >> 20
     );
@@ -274,8 +272,11 @@ mod tests {
         assert_eq!(bw.read_gbps_1t, bw.per_threads[0].read_gbps);
         assert_eq!(bw.passes, 3);
         assert!(
-            bw.method.starts_with("read Σu64 over a 1 MiB buffer (")
-                && bw.method.ends_with("), best of 3 × 8 MiB per thread count"),
+            bw.method
+                .ends_with(", read Σu64 over 1 MiB, best of 3 × 8 MiB per thread count")
+                && ["2 MiB pages (", "4 KiB pages (", "pages unknown"]
+                    .iter()
+                    .any(|p| bw.method.starts_with(p)),
             "{}",
             bw.method
         );
@@ -288,7 +289,12 @@ mod tests {
         let bw = probe_bandwidth(8 << 20, 1, 1, 8 << 20);
         let share = bw.huge_page_share.expect("smaps is readable on Linux");
         assert!((0.0..=1.0).contains(&share), "{share}");
-        assert!(bw.method.contains("in 2 MiB pages"), "{}", bw.method);
+        let want = if share >= 0.5 {
+            "2 MiB pages ("
+        } else {
+            "4 KiB pages (THP gave "
+        };
+        assert!(bw.method.starts_with(want), "{}", bw.method);
     }
 
     #[test]

@@ -99,7 +99,9 @@ pub fn demo_bandwidth() -> crate::telemetry::membw::Bandwidth {
                 read_gbps: 33.3,
             },
         ],
-        method: "read Σu64 over a 1024 MiB buffer (100% in 2 MiB pages, as resident weights), best of 5 × 1024 MiB per thread count".into(),
+        method:
+            "2 MiB pages (100%), read Σu64 over 1024 MiB, best of 5 × 1024 MiB per thread count"
+                .into(),
         huge_page_share: Some(1.0),
     }
 }

@@ -242,7 +242,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             if mapped && b.huge_page_share.is_some_and(|h| h >= 0.5) {
                 lines.push(dim_line(
                     app,
-                    "weights mmap'd (4 KiB pages): the huge-page ceiling may be out of reach",
+                    "mmap'd weights (4 KiB pages) may not reach it",
                 ));
             }
         }
