@@ -29,7 +29,7 @@ pub const SAMPLE_BYTES: u64 = 1 << 30;
 /// Timed samples per thread count (the best is kept).
 pub const SAMPLES: u32 = 5;
 /// Version of the method, part of the machine-profile cache key.
-pub const METHOD_VERSION: &str = "read-probe v3 (huge pages)";
+pub const METHOD_VERSION: &str = "read-probe v4 (huge pages, page size first)";
 
 /// The read ceiling measured with one thread count.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
