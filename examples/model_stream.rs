@@ -12,6 +12,10 @@
 //! `READ=4` runs the kernels again, but a whole pass in one pool run: each thread computes a
 //! fixed contiguous share of every call's stripes and never waits for the other between calls
 //! (the kernels' ceiling without the per-call hand-offs and imbalance; outputs are discarded).
+//! `READ=5` reads like `READ=3` (one share per thread per call, a pool run per call) as if the
+//! copy were laid out thread-major: each thread's shares of consecutive calls lie one after
+//! another in its own part of the copy, so its stream runs on across the calls' barriers (the
+//! bytes read are the copy's, in those places; docs/PERFORMANCE.md, sixteenth session).
 //!
 //! `cargo run --release --example model_stream -- MODEL.cflow [PASSES]`
 
@@ -81,11 +85,26 @@ fn main() {
     // kind → (seconds, bytes)
     let mut t = [(0f64, 0usize); 5];
     let names = ["q/k/v", "o", "gate/up", "down", "lm head"];
+    let thread_major = env("READ", 0) == 5;
+    // READ=5: where each thread's next share starts, in its part of the copy.
+    let cursor = std::cell::Cell::new(0usize);
     let call =
         |t: &mut [(f64, usize); 5], k: usize, outs: &mut [(&Matrix, &mut [f32])], act: &Act| {
             let b: usize = outs.iter().map(|(m, _)| m.bytes()).sum();
             let s = Instant::now();
-            if read_only {
+            if thread_major {
+                let n = pool.threads();
+                let (len, part) = (b / n / 64 * 64, bytes.len() / n / 64 * 64);
+                let mut c = cursor.get();
+                if c + len > part {
+                    c = 0;
+                }
+                pool.run(n, &|i| {
+                    let a = i * part + c;
+                    std::hint::black_box(read_sum(&bytes[a..a + len]));
+                });
+                cursor.set(c + len);
+            } else if read_only {
                 // The same stripes, each read as one contiguous range without the kernel.
                 let ranges: Vec<(usize, usize)> = outs
                     .iter()

@@ -47,9 +47,14 @@ impl Matrix {
             .map(|c| tile_bytes(self.quant, r, self.tile_cols(c)))
             .sum()
     }
-    /// Bytes streamed by one full matvec over this matrix (tile headers included).
+    /// Bytes streamed by one full matvec over this matrix (tile headers included). Every
+    /// stripe but the last is full height, so this is one full stripe's bytes times their
+    /// count plus the last stripe's (decode reports it per layer and token).
     pub fn bytes(&self) -> usize {
-        (0..self.n_stripes()).map(|s| self.stripe_bytes(s)).sum()
+        match self.n_stripes() {
+            0 => 0,
+            n => (n - 1) * self.stripe_bytes(0) + self.stripe_bytes(n - 1),
+        }
     }
     /// Weight bytes without tile headers or scales (the paper's payload convention).
     pub fn payload_bytes(&self) -> f64 {
@@ -1303,6 +1308,51 @@ impl CflowFile {
             embedding: self.matrix_data(&self.vocab.embedding),
             lm_head: self.vocab.lm_head.as_ref().map(|m| self.matrix_data(m)),
             final_norm: self.vocab.final_norm.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::header::tile_bytes;
+
+    /// `Matrix::bytes` (a full stripe times the count, plus the last) equals the sum over every
+    /// tile of every stripe, for shapes with a short last stripe and a narrow last tile.
+    #[test]
+    fn matrix_bytes_equals_the_sum_of_its_tiles() {
+        for q in [
+            QuantType::Q4_1,
+            QuantType::Q8_0,
+            QuantType::F16,
+            QuantType::Q6_K,
+        ] {
+            for (rows, cols) in [
+                (1usize, 256usize),
+                (128, 576),
+                (129, 512),
+                (576, 1536),
+                (49152, 576),
+            ] {
+                if !cols.is_multiple_of(q.block_len()) {
+                    continue;
+                }
+                let m = Matrix {
+                    kind: EntryKind::Down,
+                    quant: q,
+                    rows,
+                    cols,
+                    stripes: vec![0; rows.div_ceil(TILE_ROWS)],
+                    packed: false,
+                };
+                let mut want = 0;
+                for s in 0..m.n_stripes() {
+                    for c in 0..m.n_col_tiles() {
+                        want += tile_bytes(q, m.stripe_rows(s), m.tile_cols(c));
+                    }
+                }
+                assert_eq!(m.bytes(), want, "{q} {rows}x{cols}");
+            }
         }
     }
 }

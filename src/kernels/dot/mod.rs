@@ -639,6 +639,9 @@ pub(crate) mod testutil {
         ties[40] = -127.0;
         xs.push(ties);
         xs.push(vec![0.0; 64]);
+        // One reused buffer too, as decode reuses its `Q8Act` across lengths (576, 1536, …):
+        // whatever a longer activation left behind must not show in a shorter one's blocks.
+        let mut reused = Q8Act::default();
         for x in &xs {
             let (mut a, mut b) = (Q8Act::default(), Q8Act::default());
             scalar::quantize_act(x, &mut a);
@@ -646,6 +649,8 @@ pub(crate) mod testutil {
             assert_eq!(a.qs, b.qs);
             assert_eq!(a.d, b.d);
             assert_eq!(a.s, b.s);
+            quant(x, &mut reused);
+            assert_eq!((&a.qs, &a.d, &a.s), (&reused.qs, &reused.d, &reused.s));
         }
     }
 }

@@ -38,6 +38,40 @@ pub fn tile_matvec(
     xq: XqRef,
     y: &mut [f32],
 ) {
+    tile_run(Kernel::of(isa), q, rows, cols, body, x, xq, y)
+}
+
+/// The kernel [`tile_run`] calls, chosen once ([`Kernel::of`]) rather than per tile: a decode
+/// matvec over SmolLM2's repacked tiles makes ~1,700 tile calls per token, and asking the CPU's
+/// feature cache on each one showed in the profile. Only [`Kernel::of`] makes one, so holding
+/// a `Kernel` proves its path runs on this CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernel(Path);
+
+impl Kernel {
+    /// The kernel for `isa` on this CPU ([`path`]).
+    pub fn of(isa: Isa) -> Kernel {
+        Kernel(path(isa))
+    }
+
+    pub fn path(self) -> Path {
+        self.0
+    }
+}
+
+/// [`tile_matvec`] with its kernel chosen by the caller.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn tile_run(
+    k: Kernel,
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    body: &[u8],
+    x: &[f32],
+    xq: XqRef,
+    y: &mut [f32],
+) {
     assert!(
         crate::quant::packed::packable(q, rows),
         "{q} tile of {rows} rows is not repacked"
@@ -60,12 +94,14 @@ pub fn tile_matvec(
         d.len() >= nb && s.len() >= nb && xqs.len() >= cols,
         "xq too short"
     );
-    match path(isa) {
-        // SAFETY: AVX-512 F/BW/VNNI detected by `has_vnni` (which checks `available`); the
-        // lengths were asserted above.
+    match k.0 {
+        // SAFETY: a `Kernel` holding `Vnni` comes only from `path`, which returns it when
+        // AVX-512 F/BW/VNNI were detected (`has_vnni` checks `available`); the lengths were
+        // asserted above.
         #[cfg(target_arch = "x86_64")]
         Path::Vnni => unsafe { avx512::run(q, rows, nb, body, d, s, xqs, y) },
-        // SAFETY: AVX2/FMA/F16C detected by `path`; the lengths were asserted above.
+        // SAFETY: `Avx2` comes only from `path`, after AVX2/FMA/F16C were detected; the
+        // lengths were asserted above.
         #[cfg(target_arch = "x86_64")]
         Path::Avx2 => unsafe { avx2::run(q, rows, nb, body, d, s, xqs, y) },
         _ => scalar_int(q, rows, nb, body, d, s, xqs, y),
