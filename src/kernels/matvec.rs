@@ -34,7 +34,11 @@ pub struct Act<'a> {
 /// Computes one stripe of `m` into `out` (length = stripe rows): out = W_stripe · x.
 #[inline]
 pub fn stripe_matvec(isa: Isa, bytes: &[u8], m: &Matrix, s: usize, act: &Act, out: &mut [f32]) {
-    stripe_rows_matvec(isa, bytes, m, s, 0, act, out);
+    if m.packed {
+        packed_stripe_matvec(packed::Kernel::of(isa), bytes, m, s, act, out);
+    } else {
+        stripe_rows_matvec(isa, bytes, m, s, 0, act, out);
+    }
 }
 
 /// Rows `r0 .. r0 + out.len()` of stripe `s` of `m` into `out`. Inside a tile the scales and
@@ -517,12 +521,14 @@ mod tests {
         (x, xq)
     }
 
-    /// `W · x` stripe by stripe through `stripe_matvec`: what every fused call must equal.
+    /// `W · x` stripe by stripe through `stripe_rows_matvec`, tile by tile via `tile_at` (the
+    /// path without `packed_stripe_matvec`'s offset arithmetic): what every fused call must
+    /// equal.
     fn per_stripe(isa: Isa, buf: &[u8], m: &Matrix, act: &Act) -> Vec<f32> {
         let mut y = vec![0f32; m.rows];
         for s in 0..m.n_stripes() {
             let r0 = s * TILE_ROWS;
-            stripe_matvec(isa, buf, m, s, act, &mut y[r0..r0 + m.stripe_rows(s)]);
+            stripe_rows_matvec(isa, buf, m, s, 0, act, &mut y[r0..r0 + m.stripe_rows(s)]);
         }
         y
     }
@@ -569,29 +575,41 @@ mod tests {
                 assert!(crate::format::reader::repack_matrix(&mut buf, m));
             }
             let (x, xq) = ramp(576, 37, 101);
-            let act = Act {
-                x: &x,
-                q8: Some(&xq),
-            };
-            let mats = [&a, &b, &c, &split];
-            let want: Vec<Vec<f32>> = mats
-                .iter()
-                .map(|m| per_stripe(isa, &buf, m, &act))
-                .collect();
-            for threads in [1, 2, 3, 4] {
-                let pool = ThreadPool::new(threads);
-                let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![f32::NAN; m.rows]).collect();
-                let mut outs: Vec<(&Matrix, &mut [f32])> = mats
-                    .iter()
-                    .zip(ys.iter_mut())
-                    .map(|(m, y)| (*m, y.as_mut_slice()))
-                    .collect();
-                tiled_matvec(&pool, isa, &buf, &mut outs, &act);
-                assert_eq!(ys, want, "{q} threads {threads}");
-                let (mut y1, w1) = (vec![f32::NAN; c.rows], &want[2]);
-                tiled_matvec(&pool, isa, &buf, &mut [(&c, &mut y1)], &act);
-                assert_eq!(&y1, w1, "{q} threads {threads}, alone");
+            // The Q8 activation (decode's integer path) and the f32 one (the scalar fallback).
+            for q8 in [Some(&xq), None] {
+                let act = Act { x: &x, q8 };
+                repacked_case(isa, &buf, q, [&a, &b, &c, &split], &act);
             }
+        }
+    }
+
+    /// One activation of [`repacked_matrices_equal_stripe_calls_bit_for_bit_on_any_thread_count`]:
+    /// `mats` fused, on 1–4 threads, and `mats[2]` alone, against the per-tile path.
+    fn repacked_case(isa: Isa, buf: &[u8], q: QuantType, mats: [&Matrix; 4], act: &Act) {
+        let (c, q8) = (mats[2], act.q8.is_some());
+        let want: Vec<Vec<f32>> = mats.iter().map(|m| per_stripe(isa, buf, m, act)).collect();
+        for threads in [1, 2, 3, 4] {
+            let pool = ThreadPool::new(threads);
+            let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![f32::NAN; m.rows]).collect();
+            let mut outs: Vec<(&Matrix, &mut [f32])> = mats
+                .iter()
+                .zip(ys.iter_mut())
+                .map(|(m, y)| (*m, y.as_mut_slice()))
+                .collect();
+            tiled_matvec(&pool, isa, buf, &mut outs, act);
+            assert_eq!(ys, want, "{q} q8={q8} threads {threads}");
+            let (mut y1, w1) = (vec![f32::NAN; c.rows], &want[2]);
+            tiled_matvec(&pool, isa, buf, &mut [(c, &mut y1)], act);
+            assert_eq!(&y1, w1, "{q} q8={q8} threads {threads}, alone");
+        }
+        // `stripe_matvec` (the one-stripe entry point) takes the same path as the fused call.
+        for (m, w) in mats.iter().zip(&want) {
+            let mut y = vec![f32::NAN; m.rows];
+            for s in 0..m.n_stripes() {
+                let r0 = s * TILE_ROWS;
+                stripe_matvec(isa, buf, m, s, act, &mut y[r0..r0 + m.stripe_rows(s)]);
+            }
+            assert_eq!(&y, w, "{q} q8={q8} stripe_matvec");
         }
     }
 
