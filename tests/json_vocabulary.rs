@@ -310,3 +310,55 @@ fn q8_is_the_default_for_chat_too() {
     let exact = json(&[&base[..], &["--chat", "--act", "f32"]].concat());
     assert_eq!(exact["act"], "f32");
 }
+
+/// `bench decode --json` splits each measured decode step on the engine thread's clock: the
+/// fractions are shares of the step time (in pool runs + serial = 1, the wait inside the pool
+/// runs), every step makes pool runs, and `--no-timings` leaves the split out.
+#[test]
+fn bench_decode_splits_each_step_into_pool_runs_waiting_and_serial() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let m = m.to_str().unwrap();
+    let args = [
+        "bench",
+        "decode",
+        m,
+        "--schedule",
+        "sequential",
+        "--threads",
+        "1,2",
+        "--tokens",
+        "4",
+        "--repeat",
+        "2",
+        "--json",
+    ];
+    let bench = json(&args);
+    assert_valid("bench-decode", &bench);
+    for row in bench["rows"].as_array().unwrap() {
+        let sp = &row["time_split"];
+        let f = |k: &str| sp[k].as_f64().unwrap_or_else(|| panic!("{k} in {row}"));
+        // 2 repeats of 4 tokens: the tiny model prefills token by token, so each repeat's
+        // first token comes from the prompt's last single-token step.
+        assert_eq!(sp["steps"], 8, "2 repeats of 4 steps: {row}");
+        assert!(f("pool_runs_per_step") >= 1.0, "{row}");
+        assert!(f("ms_per_step") > 0.0, "{row}");
+        assert!(
+            (f("in_pool_runs") + f("serial") - 1.0).abs() < 1e-9,
+            "{row}"
+        );
+        assert!(f("waiting_in_pool_runs") <= f("in_pool_runs"), "{row}");
+        if row["threads"] == 1 {
+            assert_eq!(
+                f("waiting_in_pool_runs"),
+                0.0,
+                "one thread never waits: {row}"
+            );
+        }
+    }
+    let quiet = json(&[&args[..], &["--no-timings"]].concat());
+    assert_valid("bench-decode", &quiet);
+    for row in quiet["rows"].as_array().unwrap() {
+        assert!(row.get("time_split").is_none(), "{row}");
+    }
+}

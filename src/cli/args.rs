@@ -651,7 +651,8 @@ pub struct BenchDecodeArgs {
     /// Prompt length for the prefill measurement.
     #[arg(long, default_value_t = 8)]
     pub prompt_len: usize,
-    /// Disable per-layer timing telemetry (to measure its cost).
+    /// Disable per-layer timing telemetry and the split of each decode step into pool runs,
+    /// waiting and serial work (to measure their cost).
     #[arg(long)]
     pub no_timings: bool,
     /// Sample per-phase PMU counters (software counters where the CPU has no PMU), to measure

@@ -35,6 +35,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         let e = eng.with_threads(t);
         let mut opts = e.options()?;
         opts.timings = !a.no_timings;
+        opts.step_split = !a.no_timings;
         let mut engine = Engine::new(file.clone(), opts);
         e.apply_max_ctx(&mut engine)?;
         if a.pmu {
@@ -47,12 +48,15 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             .collect();
         let (mut dec, mut pre) = (Vec::new(), Vec::new());
         let mut mib_tok = 0.0;
+        let mut split = crate::engine::step_split::StepSplit::default();
         for r in 0..=a.repeat {
             sess.reset();
             let out = sess.generate(&prompt, a.tokens, false, &mut |_| {});
+            let this_split = sess.engine.take_step_split();
             if r == 0 {
                 continue; // warm-up
             }
+            split.add(&this_split);
             dec.push(out.decode_tok_s());
             pre.push(out.prefill_tok_s());
             let n = out.stats.len().max(1) as f64;
@@ -77,12 +81,16 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
                 );
             }
         }
-        results.push(serde_json::json!({
+        let mut row = serde_json::json!({
             "threads": t,
             "decode_tok_s": stats3(&dec),
             "prefill_tok_s": stats3(&pre),
             "mib_per_token": mib_tok,
-        }));
+        });
+        if let Some(j) = split.json() {
+            row["time_split"] = j;
+        }
+        results.push(row);
     }
     if a.json {
         let (act, kv) = eng.with_threads(1).options()?.numerics();
@@ -121,6 +129,21 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
                 f("prefill_tok_s", "min"),
                 f("prefill_tok_s", "max"),
                 r["mib_per_token"].as_f64().unwrap_or(0.0)
+            )?;
+        }
+        for r in results.iter().filter(|r| r["time_split"].is_object()) {
+            let sp = &r["time_split"];
+            let f = |k: &str| sp[k].as_f64().unwrap_or(0.0);
+            outln!(
+                "{} thread(s): a decode step {:.2} ms = in pool runs {:.1} % (of which waiting \
+                 for other threads' tasks {:.1} %) + serial on the engine thread {:.1} %; \
+                 {:.1} pool runs per step (measured on the engine thread's clock)",
+                r["threads"],
+                f("ms_per_step"),
+                100.0 * f("in_pool_runs"),
+                100.0 * f("waiting_in_pool_runs"),
+                100.0 * f("serial"),
+                f("pool_runs_per_step")
             )?;
         }
     }

@@ -31,6 +31,9 @@ impl Engine {
         // Reads left in flight by an interrupted token complete here; every slot is free after.
         self.quiesce();
         let schedule = self.schedule_now();
+        // The step's pool runs on this thread's clock (`step_split`): from here on only.
+        self.pool.set_timing(self.opts.step_split);
+        self.pool.take_time();
         if schedule == Schedule::Vertical && self.cores.is_none() {
             self.cores = Some(super::vertical::Cores::new(self.opts.threads, &self.cfg));
         }
@@ -133,6 +136,10 @@ impl Engine {
             stats.pmu = Some(pmu.end_token());
         }
         stats.ns_total = t_start.elapsed().as_nanos() as u64;
+        let pool_time = self.pool.take_time();
+        if self.opts.step_split && want_logits && schedule == Schedule::Sequential {
+            self.split.add_step(stats.ns_total, pool_time);
+        }
         self.auto_record(schedule, stats.ns_total);
         self.stats = stats;
         Ok(())

@@ -24,6 +24,7 @@ pub mod sampler;
 pub mod schedule;
 pub mod scratch;
 pub mod session;
+pub mod step_split;
 pub mod streams;
 pub mod styles;
 pub mod token;
@@ -125,6 +126,8 @@ pub struct Engine {
     experts_aside: bool,
     /// Sticky notes about degraded modes (shown in `EngineConfigInfo.notes`).
     notes: Vec<String>,
+    /// Decode steps' time split (with `opts.step_split`, sequential schedule), until taken.
+    split: step_split::StepSplit,
 }
 
 impl Engine {
@@ -152,6 +155,7 @@ impl Engine {
             auto: AutoPick::default(),
             experts_aside: false,
             notes: Vec::new(),
+            split: step_split::StepSplit::default(),
             opts,
         };
         e.experts_aside = vertical::experts_aside(&stream_bytes(&e.file), e.cfg.dense_delay);
@@ -186,6 +190,12 @@ impl Engine {
     }
 
     /// Stats of the last forward pass.
+    /// The decode steps' time split since the last call ([`step_split`]; empty unless
+    /// `EngineOptions::step_split`, and under the vertical schedule), and a fresh start.
+    pub fn take_step_split(&mut self) -> step_split::StepSplit {
+        std::mem::take(&mut self.split)
+    }
+
     pub fn stats(&self) -> &TokenStats {
         &self.stats
     }

@@ -81,6 +81,9 @@ pub struct EngineOptions {
     pub layout: Layout,
     /// Collect per-layer timings (bytes are always counted).
     pub timings: bool,
+    /// Time each decode step's pool runs on the engine thread (`engine::step_split`, read by
+    /// `bench decode`): three clock reads per pool run, so off unless asked for.
+    pub step_split: bool,
     /// What cached keys/values are stored as: f16 (llama.cpp's default KV type, half the bytes)
     /// or f32.
     pub kv: KvType,
@@ -130,6 +133,7 @@ impl Default for EngineOptions {
             force_int: std::env::var_os("CFLOW_FORCE_INT").is_some(),
             layout: Layout::Cflow,
             timings: true,
+            step_split: false,
             // As `--kv`'s default (cli::args): f16, chosen by KL divergence (issue 18).
             kv: KvType::F16,
             fetch: FetchMode::Staged,

@@ -10,6 +10,10 @@
 //! A task that panics (on a worker or on the caller) is caught, still counted as finished, and
 //! the first panic is re-raised on the caller once every claimed task is done: `run` never
 //! unwinds while a worker may still be using the job, and a worker panic never hangs the caller.
+//!
+//! With [`ThreadPool::set_timing`] on, `run` also adds its wall time on the caller's clock to a
+//! [`PoolTime`]: all of it, and the part spent waiting for other threads' tasks after the
+//! caller's own were done (`bench decode` splits a decode step with it).
 
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -77,12 +81,33 @@ impl Shared {
     }
 }
 
+/// The caller-side wall time of [`ThreadPool::run`] calls while timing was on: how many ran,
+/// their whole time, and the part of it the caller spent waiting for tasks other threads had
+/// claimed (its own were done). Measured with `Instant` on the caller thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolTime {
+    pub runs: u64,
+    pub ns_in_runs: u64,
+    pub ns_waiting: u64,
+}
+
+impl PoolTime {
+    /// Adds another span's times.
+    pub fn add(&mut self, o: PoolTime) {
+        self.runs += o.runs;
+        self.ns_in_runs += o.ns_in_runs;
+        self.ns_waiting += o.ns_waiting;
+    }
+}
+
 /// A fixed-size pool. `run(n, f)` calls `f(0..n)` spread over all threads and returns when done.
 pub struct ThreadPool {
     n_threads: usize,
     shared: Arc<Shared>,
     handles: Vec<std::thread::JoinHandle<()>>,
     epoch: std::cell::Cell<u32>,
+    timing: std::cell::Cell<bool>,
+    time: std::cell::Cell<PoolTime>,
 }
 
 impl ThreadPool {
@@ -119,7 +144,34 @@ impl ThreadPool {
             shared,
             handles,
             epoch: std::cell::Cell::new(0),
+            timing: std::cell::Cell::new(false),
+            time: std::cell::Cell::new(PoolTime::default()),
         }
+    }
+
+    /// Turns the caller-side timing of [`ThreadPool::run`] on or off (off by default: three
+    /// clock reads per run).
+    pub fn set_timing(&self, on: bool) {
+        self.timing.set(on);
+    }
+
+    /// The [`PoolTime`] summed since the last call, and a fresh start.
+    pub fn take_time(&self) -> PoolTime {
+        self.time.take()
+    }
+
+    /// Adds one run to the [`PoolTime`]: it began at `t0`, and the caller began to wait for the
+    /// other threads at `wait` (None: it never waited).
+    fn record(&self, t0: Option<Instant>, wait: Option<Instant>) {
+        let Some(t0) = t0 else { return };
+        let end = Instant::now();
+        let mut t = self.time.get();
+        t.runs += 1;
+        t.ns_in_runs += end.duration_since(t0).as_nanos() as u64;
+        if let Some(w) = wait {
+            t.ns_waiting += end.duration_since(w).as_nanos() as u64;
+        }
+        self.time.set(t);
     }
 
     pub fn threads(&self) -> usize {
@@ -131,10 +183,12 @@ impl ThreadPool {
         if n_tasks == 0 {
             return;
         }
+        let t0 = self.timing.get().then(Instant::now);
         if self.n_threads == 1 || n_tasks == 1 {
             for t in 0..n_tasks {
                 f(t);
             }
+            self.record(t0, None);
             return;
         }
         assert!(n_tasks < u32::MAX as usize);
@@ -161,6 +215,7 @@ impl ThreadPool {
             mine += 1;
         }
         s.done.fetch_add(mine, Ordering::AcqRel);
+        let wait = t0.map(|_| Instant::now());
         let mut spins = 0u32;
         while s.done.load(Ordering::Acquire) != n_tasks {
             spins += 1;
@@ -170,6 +225,7 @@ impl ThreadPool {
                 std::thread::yield_now();
             }
         }
+        self.record(t0, wait);
         let payload = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(p) = payload {
             resume_unwind(p);
@@ -235,6 +291,33 @@ fn worker(s: Arc<Shared>) {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU32;
+
+    /// Timing counts runs and their caller-side time only while on; the wait is part of the
+    /// run's time; `take_time` starts afresh.
+    #[test]
+    fn timing_counts_runs_only_while_on() {
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads);
+            let nap = |_| std::thread::sleep(Duration::from_millis(3));
+            pool.run(2, &nap);
+            assert_eq!(pool.take_time(), PoolTime::default(), "off by default");
+            pool.set_timing(true);
+            pool.run(2, &nap);
+            pool.run(1, &nap);
+            pool.run(0, &nap);
+            let t = pool.take_time();
+            assert_eq!(t.runs, 2, "threads {threads}: runs with tasks are counted");
+            assert!(t.ns_in_runs >= 6_000_000, "{t:?}");
+            assert!(t.ns_waiting <= t.ns_in_runs, "{t:?}");
+            if threads == 1 {
+                assert_eq!(t.ns_waiting, 0, "one thread never waits");
+            }
+            assert_eq!(pool.take_time(), PoolTime::default(), "take resets");
+            pool.set_timing(false);
+            pool.run(2, &nap);
+            assert_eq!(pool.take_time(), PoolTime::default());
+        }
+    }
 
     #[test]
     fn every_task_runs_exactly_once() {
