@@ -313,7 +313,8 @@ fn q8_is_the_default_for_chat_too() {
 
 /// `bench decode --json` splits each measured decode step on the engine thread's clock: the
 /// fractions are shares of the step time (in pool runs + serial = 1, the wait inside the pool
-/// runs), every step makes pool runs, and `--no-timings` leaves the split out.
+/// runs), every step makes pool runs, and `--no-timings` leaves the split out. Resident weights
+/// with a list of thread counts (that open once refused the list before the sixteenth session).
 #[test]
 fn bench_decode_splits_each_step_into_pool_runs_waiting_and_serial() {
     let dir = tempfile::tempdir().unwrap();
@@ -323,6 +324,8 @@ fn bench_decode_splits_each_step_into_pool_runs_waiting_and_serial() {
         "bench",
         "decode",
         m,
+        "--weights",
+        "resident",
         "--schedule",
         "sequential",
         "--threads",

@@ -459,7 +459,9 @@ impl EngineArgs {
     /// Whether a resident copy is repacked (see `--no-repack`): only when decode takes the
     /// integer path, the one the repacked kernels are fast on.
     pub fn repack(&self) -> Result<bool> {
-        let o = self.options()?;
+        // The numerics do not depend on the thread count, which may be a list here
+        // (`bench decode --threads 1,2` opens the model once for every count).
+        let o = self.with_threads(1).options()?;
         Ok(!self.no_repack && crate::engine::weights::use_q8(o.int_act, o.force_int, o.isa))
     }
 
