@@ -365,3 +365,25 @@ fn bench_decode_splits_each_step_into_pool_runs_waiting_and_serial() {
         assert!(row.get("time_split").is_none(), "{row}");
     }
 }
+
+/// A bad count in a `--threads` list is refused before any count is measured.
+#[test]
+fn bench_decode_refuses_a_bad_thread_count_before_measuring() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let o = Command::new(BIN)
+        .args(["bench", "decode", m.to_str().unwrap(), "--threads", "1,0"])
+        .args(["--tokens", "2", "--repeat", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("--threads 0: must be between 1 and 256"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("repeat 1: decode"),
+        "measured before refusing: {err}"
+    );
+}

@@ -28,6 +28,11 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
     if a.repeat == 0 || a.tokens == 0 {
         bail!("--repeat and --tokens must be at least 1");
     }
+    // Every count is checked before the first is measured (`--threads 1,0` used to run the
+    // whole 1-thread benchmark, then fail).
+    for &t in &threads {
+        eng.with_threads(t).options()?;
+    }
     let path = resolve_model(a.model.clone())?;
     let file = open_for_decode(&path, eng)?;
     let mut results = Vec::new();

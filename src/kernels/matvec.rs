@@ -57,9 +57,10 @@ pub fn stripe_rows_matvec(
     let rows = out.len();
     out.fill(0.0);
     if m.packed {
+        let k = packed::Kernel::of(isa);
         for c in 0..m.n_col_tiles() {
             let t = tile_at(bytes, m, s, c);
-            packed_rows_matvec(isa, m, &t, r0, act, c * TILE_COLS, out);
+            packed_rows_matvec(k, m, &t, r0, act, c * TILE_COLS, out);
         }
         return;
     }
@@ -86,9 +87,9 @@ pub fn stripe_rows_matvec(
 }
 
 /// Rows `r0 .. r0 + out.len()` (whole 16-row groups) of a repacked tile `t` of `m` whose first
-/// column is `c0`, accumulated into `out`.
+/// column is `c0`, accumulated into `out`, with kernel `k`.
 fn packed_rows_matvec(
-    isa: Isa,
+    k: packed::Kernel,
     m: &Matrix,
     t: &MappedTile,
     r0: usize,
@@ -107,7 +108,7 @@ fn packed_rows_matvec(
     let body = &t.body[r0 / PACK_ROWS * group..(r0 + rows) / PACK_ROWS * group];
     let xq = act.q8.map(|a| a.tile_slice(c0, t.cols));
     let x = &act.x[c0..c0 + t.cols];
-    packed::tile_matvec(isa, m.quant, rows, t.cols, body, x, xq, out);
+    packed::tile_run(k, m.quant, rows, t.cols, body, x, xq, out);
 }
 
 /// Stripe `s` of a repacked matrix into `out` (all its rows), as [`stripe_matvec`] computes it
@@ -388,6 +389,7 @@ pub fn tiled_matvec_batch(
         let (i, s, b0, b1) = tasks[t];
         let (m, p) = ptrs[i];
         let isa = isa.for_quant(m.quant);
+        let kernel = packed::Kernel::of(isa);
         let r0 = s * TILE_ROWS;
         let rows = m.stripe_rows(s);
         let nt = b1 - b0;
@@ -409,7 +411,7 @@ pub fn tiled_matvec_batch(
                         q8: q8.map(|q| &q[b]),
                     };
                     packed_rows_matvec(
-                        isa,
+                        kernel,
                         m,
                         &tile,
                         0,
