@@ -85,6 +85,7 @@ pub fn report(f: &CflowFile) -> Value {
             "embed_scale": c.embed_scale(), "v_norm": c.v_norm(), "final_logit_softcap": c.final_logit_softcap,
         },
         "attention": attention_report(c),
+        "moe": moe_report(f, sa, sd, se),
         "per_token_mib": {
             "attention": pa as f64 / MIB, "dense": pd as f64 / MIB, "experts_topk": pe as f64 / MIB,
             "vocab": lm.payload_bytes() / MIB,
@@ -104,6 +105,61 @@ pub fn report(f: &CflowFile) -> Value {
         "has_tokenizer": c.meta.tokenizer_json.is_some(),
         "has_chat_template": c.meta.chat_template.is_some(),
     })
+}
+
+/// The MoE geometry (null for a dense model) and the bytes per token of each part, as read
+/// (with scales): attention, dense (the shared expert, if any), the selected experts, and all
+/// experts (`selected = top_k / experts × all` when every expert has the same size).
+fn moe_report(f: &CflowFile, attn: u64, dense: u64, selected: u64) -> Value {
+    let c = &f.cfg;
+    if !c.has_experts() {
+        return Value::Null;
+    }
+    let shared = f.layers.iter().any(|l| l.shared_gate.is_some());
+    let all = crate::engine::streams::all_expert_bytes(f);
+    json!({
+        "experts": c.n_experts,
+        "top_k": c.top_k,
+        "expert_ffn": c.expert_ffn,
+        "shared_expert": shared,
+        "shared_expert_ffn": if shared { c.d_ff } else { 0 },
+        "router": c.meta.router_norm,
+        "mib_per_token": {
+            "attention": attn as f64 / MIB,
+            "dense": dense as f64 / MIB,
+            "experts_selected": selected as f64 / MIB,
+            "experts_all": all as f64 / MIB,
+        },
+    })
+}
+
+/// The text line of [`moe_report`].
+fn moe_line(m: &Value) -> Option<String> {
+    if m.is_null() {
+        return None;
+    }
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let b = &m["mib_per_token"];
+    let shared = if m["shared_expert"].as_bool() == Some(true) {
+        format!(" · shared expert FFN {} (sigmoid-gated, always run)", m["shared_expert_ffn"])
+    } else {
+        " · no shared expert".into()
+    };
+    Some(format!(
+        "MoE       {} experts, top-{} · expert FFN {}{} · router {}
+                   MiB/token (with scales): attention {:.3} · dense {:.3} · selected experts {:.3} of {:.3} for all experts ({}/{})",
+        m["experts"],
+        m["top_k"],
+        m["expert_ffn"],
+        shared,
+        m["router"].as_str().unwrap_or(""),
+        f(&b["attention"]),
+        f(&b["dense"]),
+        f(&b["experts_selected"]),
+        f(&b["experts_all"]),
+        m["top_k"],
+        m["experts"],
+    ))
 }
 
 /// The per-layer attention kinds: `pattern` has one letter per layer (`L` sliding window, `G`
@@ -220,6 +276,9 @@ pub fn render(r: &Value) -> String {
     let _ = writeln!(o, "semantics {} · δd={} δe={} · eps {} · rope θ={} {} · flags {:#x} (tied {}, embed-scale {}, v-norm {}) · final softcap {}",
         s["combine_style"].as_str().unwrap_or(""), s["dense_delay"], s["expert_delay"], s["rms_eps"], s["rope_theta"], s["rope_style"], s["feature_flags"].as_u64().unwrap_or(0), s["tied_embeddings"], s["embed_scale"], s["v_norm"], s["final_logit_softcap"]);
     if let Some(line) = attention_line(&r["attention"]) {
+        let _ = writeln!(o, "{line}");
+    }
+    if let Some(line) = moe_line(&r["moe"]) {
         let _ = writeln!(o, "{line}");
     }
     let _ = writeln!(o, "\nper-layer streams, MiB/token as read (payload at the nominal bits/weight; with scales + tile headers in parentheses; a dense FFN whose input is zero, ℓ < δd, reads 0)");

@@ -536,6 +536,11 @@ pub struct RunArgs {
     /// Number of top logits per position for --dump-logits.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// MoE models: write each position's selected experts and weights per layer to FILE
+    /// (JSON Lines; prompt and generated positions; with --dump-logits, the teacher-forced ones).
+    /// Example: `run qwen3moe.cflow -p "Hello" -n 16 --dump-routing routing.jsonl`.
+    #[arg(long, value_name = "FILE")]
+    pub dump_routing: Option<PathBuf>,
     /// Keep generating after end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,

@@ -39,8 +39,21 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
             sess.engine.cfg().vocab
         );
     }
+    if a.dump_routing.is_some() {
+        if !sess.engine.cfg().has_experts() {
+            bail!(
+                "--dump-routing: {} has no experts (a dense model routes nothing)",
+                a.model.as_deref().map_or("the model".into(), |p| p.display().to_string())
+            );
+        }
+        sess.engine.set_routing_log(true);
+    }
     if let Some(path) = &a.dump_logits {
-        return dump_logits(&mut sess, &ids, a.top, path);
+        dump_logits(&mut sess, &ids, a.top, path)?;
+        if let Some(rp) = &a.dump_routing {
+            write_routing(&mut sess, rp)?;
+        }
+        return Ok(());
     }
     if sess.engine.cfg().meta.synthetic && !a.json {
         errln!("note: synthetic model (random weights): the generated text is noise.");
@@ -97,6 +110,9 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     if let Some(e) = &out.error {
         errln!("error: {e}");
     }
+    if let Some(rp) = &a.dump_routing {
+        write_routing(&mut sess, rp)?;
+    }
     let report = run_report(&sess, &out);
     if json {
         outln!("{}", serde_json::to_string(&report)?)?;
@@ -135,6 +151,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         .sum::<u64>() as f64
         / n;
     let vocab = f.lm_head().bytes() as f64;
+    let experts_all = crate::engine::streams::all_expert_bytes(f);
     let total = attn as f64 + dense as f64 + experts + vocab;
     let ms_median = percentile(&out.token_ns, 0.5) / 1e6;
     let ms_p90 = percentile(&out.token_ns, 0.9) / 1e6;
@@ -160,7 +177,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         "ms_per_token": {"median": ms_median, "p90": ms_p90},
         "mib_per_token": {
             "attention": mib(attn), "dense": mib(dense), "experts": experts / MIB,
-            "vocab": vocab / MIB, "total": total / MIB
+            "experts_all": mib(experts_all), "vocab": vocab / MIB, "total": total / MIB
         },
         "effective_gb_s": gbs,
         "critical_path_mib": crate::engine::critical::critical_path_both(f),
@@ -207,6 +224,21 @@ fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Resu
     }
     w.into_inner().map_err(|e| e.into_error())?.commit()?;
     errln!("wrote {} positions to {}", ids.len(), path.display());
+    Ok(())
+}
+
+/// Writes the routing the engine kept (`Engine::set_routing_log`) as JSON Lines, one position a
+/// line (docs/JSON.md, "Routing dump"); the file appears only when complete.
+fn write_routing(sess: &mut Session, path: &Path) -> Result<()> {
+    let log = sess.engine.take_routing_log();
+    let out =
+        crate::output::Output::create(path, &sess.engine.input_files()).context("--dump-routing")?;
+    let mut w = std::io::BufWriter::new(out);
+    for r in &log {
+        writeln!(w, "{}", serde_json::to_string(r)?)?;
+    }
+    w.into_inner().map_err(|e| e.into_error())?.commit()?;
+    errln!("wrote the routing of {} positions to {}", log.len(), path.display());
     Ok(())
 }
 

@@ -26,6 +26,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
             sampling: cli.chat.sampling.clone(),
             json: false,
             dump_logits: None,
+            dump_routing: None,
             top: 10,
             ignore_eos: false,
             chat: false,

@@ -214,6 +214,7 @@ pub fn gen_layer(rng: &mut Rng, c: &ModelConfig, q: QuantType) -> LayerData {
         k_norm: None,
         post_attn_norm: None,
         post_ffn_norm: None,
+        shared_gate: None,
         gate,
         up,
         down,

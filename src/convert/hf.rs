@@ -1226,6 +1226,7 @@ pub fn import_hf(
             k_norm: None,
             post_attn_norm: None,
             post_ffn_norm: None,
+            shared_gate: None,
             gate: None,
             up: None,
             down: None,

@@ -1,15 +1,18 @@
-//! GGUF → `.cflow` import for the llama family (llama, mistral, qwen2; Mixtral-style MoE with
-//! stacked expert tensors) and gemma3 (layer pattern in `gguf_gemma3`). `keep` copies
+//! GGUF → `.cflow` import for the architectures of `gguf_arch` (llama/Mixtral, mistral, qwen2,
+//! qwen3, qwen3moe, olmoe, qwen2moe, gemma3; layer pattern of gemma3 in `gguf_gemma3`). Stacked
+//! 3-D expert tensors (`ffn_*_exps`: n_expert × rows × cols) are split into per-expert tiles,
+//! their blocks copied as they are. `keep` copies
 //! Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/F16/F32 blocks into tiles without re-quantizing
 //! (Q4_0/Q4_1/Q8_0 blocks are split into their scale(s) and quants, the other block types copied
 //! byte for byte); other targets dequantize and re-quantize, which loses precision (the CLI
 //! warns). The tokenizer and chat template travel in the metadata.
 
-use super::gguf::{GgmlType, GgufError, GgufFile};
+use super::gguf::{GgmlType, GgufError, GgufFile, GgufValue};
+use super::gguf_arch::{arch_spec, supported_list, Moe, QkNorm};
 use super::gguf_tokenizer::{tokenizer_from_gguf, TokenizerBuildError};
 use crate::format::{CflowWriter, ExpertData, FormatError, LayerData, MatrixData, VocabData};
 use crate::model::{
-    CombineStyle, FfnAct, ModelConfig, ModelMeta, RopeStyle, FLAG_EMBED_SCALE, FLAG_POST_NORMS,
+    CombineStyle, FfnAct, ModelConfig, ModelMeta, FLAG_EMBED_SCALE, FLAG_POST_NORMS,
     FLAG_QKV_BIAS, FLAG_QK_NORM, FLAG_QK_NORM_PER_HEAD, FLAG_TIED_EMBED,
 };
 use crate::quant::{dequantize_row, split_blocks, QuantType};
@@ -23,10 +26,12 @@ pub enum ImportError {
     Tokenizer(#[from] TokenizerBuildError),
     #[error(transparent)]
     Format(#[from] FormatError),
-    #[error(
-        "{file}: unsupported architecture `{arch}` (supported: llama, mistral, qwen2, gemma3)"
-    )]
-    Arch { file: String, arch: String },
+    #[error("{file}: unsupported architecture `{arch}` (supported: {supported})")]
+    Arch {
+        file: String,
+        arch: String,
+        supported: String,
+    },
     #[error("{file}: tensor `{tensor}` has type {ty}, which cannot be imported with --quant keep (importable: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) — {why}")]
     Type {
         file: String,
@@ -247,12 +252,14 @@ pub fn import_gguf(
     let g = GgufFile::open(src)?;
     let file = src.display().to_string();
     let arch = g.get_str("general.architecture")?.to_string();
-    let (rope_style, qkv_bias) = match arch.as_str() {
-        // llama.cpp's converter permutes Q/K rows for llama-style rope: pairs are adjacent.
-        "llama" | "mistral" => (RopeStyle::Adjacent, false),
-        "qwen2" | "gemma3" => (RopeStyle::SplitHalf, arch == "qwen2"),
-        _ => return Err(ImportError::Arch { file, arch }),
+    let Some(spec) = arch_spec(&arch) else {
+        return Err(ImportError::Arch {
+            file,
+            arch,
+            supported: supported_list(),
+        });
     };
+    let (rope_style, qkv_bias) = (spec.rope, spec.qkv_bias);
     let k = |s: &str| format!("{arch}.{s}");
     let n_layers = g.get_u32(&k("block_count"))? as usize;
     let d = g.get_u32(&k("embedding_length"))? as usize;
@@ -266,6 +273,23 @@ pub fn import_gguf(
     let ctx = g.opt_u32(&k("context_length"))?.unwrap_or(2048) as usize;
     let n_experts = g.opt_u32(&k("expert_count"))?.unwrap_or(0) as usize;
     let top_k = g.opt_u32(&k("expert_used_count"))?.unwrap_or(0) as usize;
+    if spec.moe == Moe::Never && n_experts > 0 {
+        return Err(bad_key_early(
+            &file,
+            k("expert_count"),
+            n_experts.to_string(),
+            format!("`{arch}` is a dense architecture; its graph has no experts"),
+        ));
+    }
+    if spec.moe == Moe::Always && n_experts == 0 {
+        return Err(bad_key_early(
+            &file,
+            k("expert_count"),
+            "0 (or absent)".into(),
+            format!("`{arch}` is a mixture-of-experts architecture: it needs at least one expert"),
+        ));
+    }
+    check_unsupported_keys(&g, &file, &arch)?;
     let shape_err = |why: String| ImportError::Shape {
         file: file.clone(),
         tensor: "(header)".into(),
@@ -382,7 +406,7 @@ pub fn import_gguf(
         )));
     }
     let tied = g.tensor("output.weight").is_err();
-    let gemma3 = arch == "gemma3";
+    let gemma3 = spec.gemma3;
     let g3 = if gemma3 {
         Some(super::gguf_gemma3::layers(&g, n_layers, d, n_heads, theta)?)
     } else {
@@ -391,8 +415,17 @@ pub fn import_gguf(
     let tok = tokenizer_from_gguf(&g)?;
     let moe = n_experts > 0;
     let expert_ffn = if moe {
-        g.opt_u32(&k("expert_feed_forward_length"))?
-            .unwrap_or(d_ff as u32) as usize
+        uniform_u32(&g, &file, &k("expert_feed_forward_length"))?.unwrap_or(d_ff as u32) as usize
+    } else {
+        0
+    };
+    // The shared expert (Qwen2-MoE) is the dense FFN of a MoE layer, scaled by its gate.
+    let shared_ffn = if moe && spec.shared_expert {
+        let v = g
+            .opt_u32(&k("expert_shared_feed_forward_length"))?
+            .unwrap_or(d_ff as u32) as usize;
+        range("expert_shared_feed_forward_length", v as u64, 1, MAX_DIM)?;
+        v
     } else {
         0
     };
@@ -412,6 +445,7 @@ pub fn import_gguf(
                 ("embedding_length", d),
                 ("feed_forward_length", if moe { 0 } else { d_ff }),
                 ("expert_feed_forward_length", expert_ffn),
+                ("expert_shared_feed_forward_length", shared_ffn),
             ];
             if let Some((key, n)) = widths.iter().find(|(_, n)| !n.is_multiple_of(32)) {
                 return Err(bad_key(
@@ -440,6 +474,7 @@ pub fn import_gguf(
         } else {
             FfnAct::Swiglu
         },
+        router_norm: spec.router,
         bos_id: tok.special.bos,
         eos_ids: tok.special.eog.clone(),
         add_bos: tok.special.add_bos,
@@ -459,7 +494,7 @@ pub fn import_gguf(
         n_heads,
         n_kv_heads: n_kv,
         head_dim,
-        d_ff: if moe { 0 } else { d_ff },
+        d_ff: if moe { shared_ffn } else { d_ff },
         n_experts,
         top_k,
         expert_ffn,
@@ -473,9 +508,14 @@ pub fn import_gguf(
         feature_flags: if tied { FLAG_TIED_EMBED } else { 0 }
             | if qkv_bias { FLAG_QKV_BIAS } else { 0 }
             | if gemma3 {
-                FLAG_EMBED_SCALE | FLAG_QK_NORM | FLAG_QK_NORM_PER_HEAD | FLAG_POST_NORMS
+                FLAG_EMBED_SCALE | FLAG_POST_NORMS
             } else {
                 0
+            }
+            | match spec.qk_norm {
+                QkNorm::None => 0,
+                QkNorm::Whole => FLAG_QK_NORM,
+                QkNorm::PerHead => FLAG_QK_NORM | FLAG_QK_NORM_PER_HEAD,
             },
         final_logit_softcap: g3.as_ref().map_or(0.0, |x| x.final_logit_softcap),
         meta,
@@ -505,6 +545,7 @@ pub fn import_gguf(
             k_norm: None,
             post_attn_norm: None,
             post_ffn_norm: None,
+            shared_gate: None,
             gate: None,
             up: None,
             down: None,
@@ -514,14 +555,25 @@ pub fn import_gguf(
             router: None,
             experts: Vec::new(),
         };
+        if cfg.qk_norm() {
+            let (qn, kn) = cfg.qk_norm_lens();
+            l.q_norm = Some(req(p("attn_q_norm.weight"), qn)?);
+            l.k_norm = Some(req(p("attn_k_norm.weight"), kn)?);
+        }
         if gemma3 {
-            l.q_norm = Some(req(p("attn_q_norm.weight"), head_dim)?);
-            l.k_norm = Some(req(p("attn_k_norm.weight"), head_dim)?);
             l.post_attn_norm = Some(req(p("post_attention_norm.weight"), d)?);
             l.post_ffn_norm = Some(req(p("post_ffw_norm.weight"), d)?);
         }
         let ffn_norm = req(p("ffn_norm.weight"), d)?;
         if moe {
+            if shared_ffn > 0 {
+                // One norm feeds the router, the routed and the shared experts.
+                l.ffn_norm = Some(ffn_norm.clone());
+                l.gate = Some(imp.matrix(&p("ffn_gate_shexp.weight"), shared_ffn, d)?);
+                l.up = Some(imp.matrix(&p("ffn_up_shexp.weight"), shared_ffn, d)?);
+                l.down = Some(imp.matrix(&p("ffn_down_shexp.weight"), d, shared_ffn)?);
+                l.shared_gate = Some(req(p("ffn_gate_inp_shexp.weight"), d)?);
+            }
             l.moe_norm = Some(ffn_norm);
             l.router = Some(req(p("ffn_gate_inp.weight"), n_experts * d)?);
             for e in 0..n_experts {
@@ -583,6 +635,68 @@ pub fn import_gguf(
     )?;
     progress(total, total);
     Ok(cfg)
+}
+
+/// A u32 key that may also be a per-layer array (llama.cpp's `get_key_or_arr`): every entry
+/// must be equal, since every layer of a `.cflow` has the same geometry.
+fn uniform_u32(g: &GgufFile, file: &str, key: &str) -> Result<Option<u32>, ImportError> {
+    match g.get(key) {
+        None => Ok(None),
+        Some(GgufValue::Array(_)) => {
+            let v = g.get_int_array(key)?;
+            let first = v.first().copied().unwrap_or(-1);
+            if v.iter().any(|&x| x != first) || u32::try_from(first).is_err() {
+                return Err(bad_key_early(
+                    file,
+                    key.to_string(),
+                    format!("{v:?}"),
+                    "per-layer values must all be equal (one geometry for every layer)".into(),
+                ));
+            }
+            Ok(Some(first as u32))
+        }
+        Some(_) => Ok(g.opt_u32(key)?),
+    }
+}
+
+/// Keys whose non-default values change the graph in ways we do not run: refused by name
+/// rather than silently ignored.
+fn check_unsupported_keys(g: &GgufFile, file: &str, arch: &str) -> Result<(), ImportError> {
+    let k = |s: &str| format!("{arch}.{s}");
+    if let Some(t) = g.opt_str(&k("rope.scaling.type"))? {
+        let factor = g.opt_f32(&k("rope.scaling.factor"))?.unwrap_or(1.0);
+        if t != "none" && !(t == "linear" && factor == 1.0) {
+            return Err(bad_key_early(
+                file,
+                k("rope.scaling.type"),
+                format!("{t} (factor {factor})"),
+                "RoPE scaling is not supported (only none)".into(),
+            ));
+        }
+    }
+    if let Some(s) = g.opt_f32(&k("expert_weights_scale"))? {
+        if s != 0.0 && s != 1.0 {
+            return Err(bad_key_early(
+                file,
+                k("expert_weights_scale"),
+                s.to_string(),
+                "scaled expert weights are not supported (only 1)".into(),
+            ));
+        }
+    }
+    for key in ["expert_shared_count", "leading_dense_block_count"] {
+        if let Some(n) = g.opt_u32(&k(key))? {
+            if n > 0 && !(key == "expert_shared_count" && arch == "qwen2moe" && n == 1) {
+                return Err(bad_key_early(
+                    file,
+                    k(key),
+                    n.to_string(),
+                    format!("not supported for `{arch}`"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A bad metadata key found before the key-range helpers exist.

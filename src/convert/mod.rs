@@ -3,6 +3,7 @@
 
 pub mod generate;
 pub mod gguf;
+pub mod gguf_arch;
 pub mod gguf_gemma3;
 pub mod gguf_tokenizer;
 pub mod hf;

@@ -169,9 +169,11 @@ pub fn gated(isa: Isa, act: FfnAct, g: &mut [f32], u: &[f32]) {
 }
 
 /// `ds.out = PostNorm(FFN_p(Norm(src)))`, the gated dense FFN of block `p` (PostNorm only with
-/// `FLAG_POST_NORMS`).
+/// `FLAG_POST_NORMS`). With a shared-expert gate (Qwen2-MoE) the output is scaled by
+/// σ(w_g · Norm(src)) ([`shared_gate_scale`]).
 pub fn dense(w: &Weights, lv: &LayerView, p: usize, src: &[f32], ds: &mut DenseScratch) {
     rmsnorm(&mut ds.xb, src, lv.ffn_norm.as_deref(), w.cfg.rms_eps);
+    let gate_scale = lv.shared_gate.as_deref().map(|g| shared_gate_scale(g, &ds.xb));
     let (g, u, dn) = (
         lv.gate.as_ref().expect("dense"),
         lv.up.as_ref().expect("dense"),
@@ -186,9 +188,19 @@ pub fn dense(w: &Weights, lv: &LayerView, p: usize, src: &[f32], ds: &mut DenseS
     );
     gated(w.isa, w.cfg.meta.ffn_act, &mut ds.hb, &ds.hb2);
     w.mv(p, 0xFF, &mut ds.xq, &ds.hb, &mut [(dn, &mut ds.out)]);
+    if let Some(k) = gate_scale {
+        ds.out.iter_mut().for_each(|v| *v *= k);
+    }
     if let Some(nw) = &lv.post_ffn_norm {
         rmsnorm_in_place(&mut ds.out, Some(nw), w.cfg.rms_eps);
     }
+}
+
+/// The shared expert's gate (Qwen2-MoE `shared_expert_gate`): σ(w_g · x̂), x̂ the FFN's
+/// normalized input (the same input the shared expert and the router read).
+pub fn shared_gate_scale(gate: &[f32], xb: &[f32]) -> f32 {
+    let z: f32 = gate.iter().zip(xb).map(|(a, b)| a * b).sum();
+    1.0 / (1.0 + (-z).exp())
 }
 
 /// Bytes of a block's attention weights.

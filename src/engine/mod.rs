@@ -20,6 +20,7 @@ pub mod moe;
 pub mod ops;
 pub mod options;
 pub mod prefill;
+pub mod routing_log;
 pub mod sampler;
 pub mod schedule;
 pub mod scratch;
@@ -128,6 +129,8 @@ pub struct Engine {
     notes: Vec<String>,
     /// Decode steps' time split (with `opts.step_split`, sequential schedule), until taken.
     split: step_split::StepSplit,
+    /// Every step's routing, when asked for (`set_routing_log`), until taken.
+    routing_log: Option<Vec<routing_log::RoutedPosition>>,
 }
 
 impl Engine {
@@ -156,6 +159,7 @@ impl Engine {
             experts_aside: false,
             notes: Vec::new(),
             split: step_split::StepSplit::default(),
+            routing_log: None,
             opts,
         };
         e.experts_aside = vertical::experts_aside(&stream_bytes(&e.file), e.cfg.dense_delay);
@@ -194,6 +198,16 @@ impl Engine {
     /// `EngineOptions::step_split`, and under the vertical schedule), and a fresh start.
     pub fn take_step_split(&mut self) -> step_split::StepSplit {
         std::mem::take(&mut self.split)
+    }
+
+    /// Keeps (or stops keeping) the routing of every position stepped from now on.
+    pub fn set_routing_log(&mut self, on: bool) {
+        self.routing_log = on.then(Vec::new);
+    }
+
+    /// The routing kept since `set_routing_log(true)` (or the last take), oldest first.
+    pub fn take_routing_log(&mut self) -> Vec<routing_log::RoutedPosition> {
+        self.routing_log.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     pub fn stats(&self) -> &TokenStats {
@@ -588,6 +602,9 @@ impl Engine {
         // Logits computed from zero pages (a page vanished mid-token) are never handed out.
         self.files_intact()?;
         self.kv.len = pos + 1;
+        if let Some(log) = self.routing_log.as_mut() {
+            log.push(routing_log::RoutedPosition::of(pos, token, &self.stats));
+        }
         Ok(if want_logits {
             Some(&self.s.logits)
         } else {

@@ -26,6 +26,7 @@ impl Engine {
             && !c.has_experts()
             && c.dense_delay == 0
             && c.has_dense()
+            && self.file.layers.iter().all(|l| l.shared_gate.is_none())
             && self.opts.layout == Layout::Cflow
             && self.opts.batch_prefill
     }

@@ -30,3 +30,17 @@ pub fn stream_bytes(file: &CflowFile) -> Vec<StreamBytes> {
         })
         .collect()
 }
+
+/// Bytes of every expert of every execution step (what a token would read if it ran all
+/// experts; the selected top-k read `top_k / n_experts` of it, [`stream_bytes`]).
+pub fn all_expert_bytes(file: &CflowFile) -> u64 {
+    steps(&file.cfg)
+        .map(|st| {
+            file.layers[st.block]
+                .experts
+                .iter()
+                .map(|e| (e.gate.bytes() + e.up.bytes() + e.down.bytes()) as u64)
+                .sum::<u64>()
+        })
+        .sum()
+}

@@ -119,6 +119,10 @@ pub enum EntryKind {
     PostAttnNorm = 26,
     /// RMSNorm weight on the FFN output before the residual add (`FLAG_POST_NORMS`).
     PostFfnNorm = 27,
+    /// Our extension: the shared expert's sigmoid gate (`d_model` f32, Qwen2-MoE's
+    /// `ffn_gate_inp_shexp`): the dense FFN's output is scaled by σ(w · x̂), x̂ its normalized
+    /// input. Only in layers with a dense FFN (the shared expert).
+    SharedGate = 28,
     Embedding = 32,
     LmHead = 33,
     FinalNorm = 34,
@@ -150,6 +154,7 @@ impl EntryKind {
             25 => ExpertTable,
             26 => PostAttnNorm,
             27 => PostFfnNorm,
+            28 => SharedGate,
             32 => Embedding,
             33 => LmHead,
             34 => FinalNorm,
@@ -187,6 +192,7 @@ impl EntryKind {
                 | KNorm
                 | PostAttnNorm
                 | PostFfnNorm
+                | SharedGate
                 | FinalNorm
         )
     }

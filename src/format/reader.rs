@@ -112,6 +112,8 @@ pub struct LayerView {
     /// RMSNorms of the attention and FFN outputs (`FLAG_POST_NORMS`).
     pub post_attn_norm: Option<Vec<f32>>,
     pub post_ffn_norm: Option<Vec<f32>>,
+    /// The shared expert's sigmoid gate over the dense FFN (Qwen2-MoE; `EntryKind::SharedGate`).
+    pub shared_gate: Option<Vec<f32>>,
     pub router: Option<Vec<f32>>,
     pub experts: Vec<ExpertView>,
 }
@@ -1013,6 +1015,14 @@ impl CflowFile {
                 format!("PostAttnNorm {}, PostFfnNorm {}", post.0, post.1),
             ));
         }
+        let shared_gate = read_vector(v, &dir, EntryKind::SharedGate, d, &what)?;
+        if shared_gate.is_some() && gate.is_none() {
+            return Err(v.mismatch(
+                format!("{what} directory"),
+                "a SharedGate entry only with a dense FFN (the shared expert)",
+                "SharedGate without a dense FFN",
+            ));
+        }
         let mut router = None;
         let mut experts = Vec::new();
         if c.has_experts() {
@@ -1116,6 +1126,7 @@ impl CflowFile {
             k_norm,
             post_attn_norm,
             post_ffn_norm,
+            shared_gate,
             router,
             experts,
         })
@@ -1284,6 +1295,7 @@ impl CflowFile {
             k_norm: l.k_norm.clone(),
             post_attn_norm: l.post_attn_norm.clone(),
             post_ffn_norm: l.post_ffn_norm.clone(),
+            shared_gate: l.shared_gate.clone(),
             gate: l.gate.as_ref().map(md),
             up: l.up.as_ref().map(md),
             down: l.down.as_ref().map(md),

@@ -545,6 +545,7 @@ fn build_group(
             &lv.k_norm,
             &lv.post_attn_norm,
             &lv.post_ffn_norm,
+            &lv.shared_gate,
             &lv.ffn_norm,
             &lv.moe_norm,
         ]
@@ -604,6 +605,7 @@ fn build_group(
             (EntryKind::KNorm, lv.k_norm.as_ref()),
             (EntryKind::PostAttnNorm, lv.post_attn_norm.as_ref()),
             (EntryKind::PostFfnNorm, lv.post_ffn_norm.as_ref()),
+            (EntryKind::SharedGate, lv.shared_gate.as_ref()),
             (EntryKind::Router, lv.router.as_ref()),
         ];
         for (k, x) in vecs {

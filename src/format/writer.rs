@@ -110,6 +110,9 @@ pub struct LayerData {
     /// config has `FLAG_POST_NORMS`.
     pub post_attn_norm: Option<Vec<f32>>,
     pub post_ffn_norm: Option<Vec<f32>>,
+    /// The shared expert's sigmoid gate (`d_model`; Qwen2-MoE): the dense FFN's output is scaled
+    /// by σ(w · x̂). Only with a dense FFN.
+    pub shared_gate: Option<Vec<f32>>,
     pub gate: Option<MatrixData>,
     pub up: Option<MatrixData>,
     pub down: Option<MatrixData>,
@@ -278,6 +281,7 @@ fn layer_entry_count(l: &LayerData) -> usize {
     n += l.q_bias.is_some() as usize + l.k_bias.is_some() as usize + l.v_bias.is_some() as usize;
     n += l.q_norm.is_some() as usize + l.k_norm.is_some() as usize;
     n += l.post_attn_norm.is_some() as usize + l.post_ffn_norm.is_some() as usize;
+    n += l.shared_gate.is_some() as usize;
     n += l.gate.is_some() as usize * 3 + l.ffn_norm.is_some() as usize;
     n += l.moe_norm.is_some() as usize + l.router.is_some() as usize;
     if !l.experts.is_empty() {
@@ -330,6 +334,9 @@ pub fn build_layer_region(base: u64, layer: u16, l: &LayerData) -> Vec<u8> {
     }
     if let Some(v) = &l.post_ffn_norm {
         rb.vector(EntryKind::PostFfnNorm, v);
+    }
+    if let Some(v) = &l.shared_gate {
+        rb.vector(EntryKind::SharedGate, v);
     }
     if let Some(r) = &l.router {
         rb.vector(EntryKind::Router, r);
@@ -689,6 +696,15 @@ fn check_layer(c: &ModelConfig, i: usize, l: &LayerData) -> Result<(), FormatErr
             return Err(FormatError::Invalid(p(
                 "post_attn_norm and post_ffn_norm (d_model each) must both be present exactly \
                  when FLAG_POST_NORMS is set",
+            )))
+        }
+    }
+    match (&l.shared_gate, &l.gate) {
+        (None, _) => {}
+        (Some(g), Some(_)) if g.len() == d => {}
+        _ => {
+            return Err(FormatError::Invalid(p(
+                "shared_gate (d_model) is only allowed with a dense FFN (the shared expert)",
             )))
         }
     }
