@@ -5,78 +5,9 @@
 
 mod common;
 
+use common::tmux::Tmux;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-struct Tmux {
-    name: String,
-}
-
-impl Tmux {
-    fn start(name: &str, cmd: &str, w: u16, h: u16) -> Tmux {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", name])
-            .output();
-        let ok = Command::new("tmux")
-            .args([
-                "new-session",
-                "-d",
-                "-s",
-                name,
-                "-x",
-                &w.to_string(),
-                "-y",
-                &h.to_string(),
-                cmd,
-            ])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "tmux new-session failed");
-        Tmux { name: name.into() }
-    }
-    fn keys(&self, k: &[&str]) {
-        let mut a = vec!["send-keys", "-t", &self.name];
-        a.extend_from_slice(k);
-        assert!(Command::new("tmux").args(&a).status().unwrap().success());
-    }
-    fn literal(&self, text: &str) {
-        assert!(Command::new("tmux")
-            .args(["send-keys", "-t", &self.name, "-l", text])
-            .status()
-            .unwrap()
-            .success());
-    }
-    fn screen(&self) -> String {
-        let o = Command::new("tmux")
-            .args(["capture-pane", "-p", "-t", &self.name])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).to_string()
-    }
-    /// Waits until `pred(screen)` holds (up to `secs`), returning the screen.
-    fn wait(&self, secs: u64, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let t0 = Instant::now();
-        loop {
-            let s = self.screen();
-            if pred(&s) {
-                return s;
-            }
-            if t0.elapsed() > Duration::from_secs(secs) {
-                panic!("timed out waiting for {what}; screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.name])
-            .output();
-    }
-}
 
 #[test]
 fn demo_session_and_replay_in_tmux() {

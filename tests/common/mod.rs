@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod gguf_writer;
+pub mod tmux;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

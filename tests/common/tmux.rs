@@ -1,0 +1,77 @@
+//! A real terminal for end-to-end tests of the binary: a detached tmux session of a given size,
+//! keys sent with `send-keys`, the screen read with `capture-pane`, and waits for a state
+//! change on screen (never fixed sleeps). The session is killed on drop.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub struct Tmux {
+    name: String,
+}
+
+impl Tmux {
+    pub fn start(name: &str, cmd: &str, w: u16, h: u16) -> Tmux {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", name])
+            .output();
+        let ok = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                &w.to_string(),
+                "-y",
+                &h.to_string(),
+                cmd,
+            ])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux new-session failed");
+        Tmux { name: name.into() }
+    }
+    pub fn keys(&self, k: &[&str]) {
+        let mut a = vec!["send-keys", "-t", &self.name];
+        a.extend_from_slice(k);
+        assert!(Command::new("tmux").args(&a).status().unwrap().success());
+    }
+    pub fn literal(&self, text: &str) {
+        assert!(Command::new("tmux")
+            .args(["send-keys", "-t", &self.name, "-l", text])
+            .status()
+            .unwrap()
+            .success());
+    }
+    pub fn screen(&self) -> String {
+        let o = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.name])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).to_string()
+    }
+    /// Waits until `pred(screen)` holds (up to `secs`), returning the screen.
+    pub fn wait(&self, secs: u64, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            if t0.elapsed() > Duration::from_secs(secs) {
+                panic!("timed out waiting for {what}; screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.name])
+            .output();
+    }
+}
+
