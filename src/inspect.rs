@@ -85,14 +85,16 @@ pub fn report(f: &CflowFile) -> Value {
             "embed_scale": c.embed_scale(), "v_norm": c.v_norm(), "final_logit_softcap": c.final_logit_softcap,
         },
         "attention": attention_report(c),
-        "moe": moe_report(f, sa, sd, se),
+        "moe": moe_report(f),
         "per_token_mib": {
             "attention": pa as f64 / MIB, "dense": pd as f64 / MIB, "experts_topk": pe as f64 / MIB,
+            "experts_all": if c.top_k > 0 { (pe * c.n_experts as u64 / c.top_k as u64) as f64 / MIB } else { 0.0 },
             "vocab": lm.payload_bytes() / MIB,
             "total": (pa + pd + pe) as f64 / MIB + lm.payload_bytes() / MIB,
         },
         "per_token_mib_with_scales": {
             "attention": sa as f64 / MIB, "dense": sd as f64 / MIB, "experts_topk": se as f64 / MIB,
+            "experts_all": crate::engine::streams::all_expert_bytes(f) as f64 / MIB,
             "vocab": lm.bytes() as f64 / MIB,
             "total": (sa + sd + se + lm.bytes() as u64) as f64 / MIB,
         },
@@ -107,16 +109,14 @@ pub fn report(f: &CflowFile) -> Value {
     })
 }
 
-/// The MoE geometry (null for a dense model) and the bytes per token of each part, as read
-/// (with scales): attention, dense (the shared expert, if any), the selected experts, and all
-/// experts (`selected = top_k / experts × all` when every expert has the same size).
-fn moe_report(f: &CflowFile, attn: u64, dense: u64, selected: u64) -> Value {
+/// The MoE geometry (null for a dense model): experts, top-k, expert FFN width, the shared
+/// expert (Qwen2-MoE: the dense FFN of a MoE layer, sigmoid-gated) and the router's weighting.
+fn moe_report(f: &CflowFile) -> Value {
     let c = &f.cfg;
     if !c.has_experts() {
         return Value::Null;
     }
     let shared = f.layers.iter().any(|l| l.shared_gate.is_some());
-    let all = crate::engine::streams::all_expert_bytes(f);
     json!({
         "experts": c.n_experts,
         "top_k": c.top_k,
@@ -124,24 +124,20 @@ fn moe_report(f: &CflowFile, attn: u64, dense: u64, selected: u64) -> Value {
         "shared_expert": shared,
         "shared_expert_ffn": if shared { c.d_ff } else { 0 },
         "router": c.meta.router_norm,
-        "mib_per_token": {
-            "attention": attn as f64 / MIB,
-            "dense": dense as f64 / MIB,
-            "experts_selected": selected as f64 / MIB,
-            "experts_all": all as f64 / MIB,
-        },
     })
 }
 
-/// The text line of [`moe_report`].
-fn moe_line(m: &Value) -> Option<String> {
+/// The text lines of [`moe_report`], with the bytes per token as read (with scales).
+fn moe_line(m: &Value, b: &Value) -> Option<String> {
     if m.is_null() {
         return None;
     }
     let f = |v: &Value| v.as_f64().unwrap_or(0.0);
-    let b = &m["mib_per_token"];
     let shared = if m["shared_expert"].as_bool() == Some(true) {
-        format!(" · shared expert FFN {} (sigmoid-gated, always run)", m["shared_expert_ffn"])
+        format!(
+            " · shared expert FFN {} (sigmoid-gated, always run)",
+            m["shared_expert_ffn"]
+        )
     } else {
         " · no shared expert".into()
     };
@@ -155,7 +151,7 @@ fn moe_line(m: &Value) -> Option<String> {
         m["router"].as_str().unwrap_or(""),
         f(&b["attention"]),
         f(&b["dense"]),
-        f(&b["experts_selected"]),
+        f(&b["experts_topk"]),
         f(&b["experts_all"]),
         m["top_k"],
         m["experts"],
@@ -278,7 +274,7 @@ pub fn render(r: &Value) -> String {
     if let Some(line) = attention_line(&r["attention"]) {
         let _ = writeln!(o, "{line}");
     }
-    if let Some(line) = moe_line(&r["moe"]) {
+    if let Some(line) = moe_line(&r["moe"], &r["per_token_mib_with_scales"]) {
         let _ = writeln!(o, "{line}");
     }
     let _ = writeln!(o, "\nper-layer streams, MiB/token as read (payload at the nominal bits/weight; with scales + tile headers in parentheses; a dense FFN whose input is zero, ℓ < δd, reads 0)");

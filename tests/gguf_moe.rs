@@ -147,10 +147,12 @@ fn run_json_bytes_are_dense_plus_attention_plus_k_over_e_of_experts() {
         assert_eq!(moe["experts"], 4);
         assert_eq!(moe["top_k"], 2);
         assert_eq!(moe["shared_expert"], arch == "qwen2moe");
-        let im = |k: &str| moe["mib_per_token"][k].as_f64().unwrap();
+        let im = |k: &str| r["per_token_mib_with_scales"][k].as_f64().unwrap();
         assert!((im("experts_all") - all).abs() < 1e-9);
-        assert!((im("experts_selected") - experts).abs() < 1e-9);
+        assert!((im("experts_topk") - experts).abs() < 1e-9);
         assert!((im("dense") - f("dense")).abs() < 1e-9);
+        let ip = |k: &str| r["per_token_mib"][k].as_f64().unwrap();
+        assert!((ip("experts_topk") * 2.0 - ip("experts_all")).abs() < 1e-9);
         let text = run_ok(bin().arg("inspect").arg(&out));
         assert!(text.contains("4 experts, top-2"), "{text}");
         assert!(text.contains("selected experts"), "{text}");
@@ -165,7 +167,15 @@ fn dump_routing_writes_every_position() {
     let o = bin()
         .args(["run"])
         .arg(&out)
-        .args(["--tokens", "5,6,7", "-n", "4", "--threads", "1", "--ignore-eos"])
+        .args([
+            "--tokens",
+            "5,6,7",
+            "-n",
+            "4",
+            "--threads",
+            "1",
+            "--ignore-eos",
+        ])
         .arg("--dump-routing")
         .arg(&dump)
         .output()
@@ -213,10 +223,16 @@ fn expert_benches_run_on_an_imported_moe() {
     let out = import(&MoeSpec::new("qwen3moe"), dir.path()).unwrap();
     for b in ["overlap", "prefetch"] {
         let s = run_ok(bin().args(["bench", b]).arg(&out).args([
-            "--tokens", "4", "--repeat", "1", "--json", "--threads", "1",
+            "--tokens",
+            "4",
+            "--repeat",
+            "1",
+            "--json",
+            "--threads",
+            "1",
         ]));
-        let v: serde_json::Value = serde_json::from_str(s.trim())
-            .unwrap_or_else(|e| panic!("bench {b}: {e}: {s}"));
+        let v: serde_json::Value =
+            serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("bench {b}: {e}: {s}"));
         assert!(v.is_object(), "bench {b}: {s}");
     }
 }
@@ -304,4 +320,79 @@ fn unsupported_architectures_are_named_with_the_supported_list() {
         matches!(&e, ImportError::BadKey { key, .. } if key == "qwen3.expert_count"),
         "{e}"
     );
+}
+
+/// The `gguf_parse` fuzz seeds of the MoE architectures (fuzz/corpus/gguf_parse/seed_moe_*):
+/// one valid small file per architecture and each corruption above. They must equal what this
+/// test generates (so they cannot drift from the importer's cases); `CFLOW_WRITE_SEEDS=1`
+/// rewrites them.
+#[test]
+fn moe_fuzz_seeds_are_current() {
+    let small = |arch| MoeSpec {
+        d: 32,
+        layers: 1,
+        expert_ffn: 32,
+        ..MoeSpec::new(arch)
+    };
+    let seeds: Vec<(&str, MoeSpec)> = vec![
+        ("qwen3moe", small("qwen3moe")),
+        ("qwen2moe", small("qwen2moe")),
+        ("olmoe", small("olmoe")),
+        ("mixtral", small("llama")),
+        (
+            "expert_count_0",
+            MoeSpec {
+                bad_expert_count: Some(0),
+                ..small("qwen3moe")
+            },
+        ),
+        (
+            "used_gt_count",
+            MoeSpec {
+                used: 5,
+                ..small("olmoe")
+            },
+        ),
+        (
+            "exps_dim",
+            MoeSpec {
+                bad_exps_dim: Some(3),
+                ..small("qwen3moe")
+            },
+        ),
+        (
+            "shexp_gate",
+            MoeSpec {
+                bad_shexp_gate_len: Some(16),
+                ..small("qwen2moe")
+            },
+        ),
+    ];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/gguf_parse");
+    let write = std::env::var_os("CFLOW_WRITE_SEEDS").is_some();
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, spec) in seeds {
+        let p = dir.join(format!("seed_moe_{name}"));
+        let bytes = spec.bytes();
+        if write {
+            std::fs::write(&p, &bytes).unwrap();
+        }
+        assert_eq!(
+            std::fs::read(&p).unwrap_or_default(),
+            bytes,
+            "{p:?} is stale: rerun with CFLOW_WRITE_SEEDS=1"
+        );
+        // Valid seeds import; corrupted ones are refused with a typed error.
+        let src = tmp.path().join(format!("{name}.gguf"));
+        std::fs::write(&src, &bytes).unwrap();
+        let r = import_gguf(
+            &src,
+            &tmp.path().join(format!("{name}.cflow")),
+            QuantTarget::Keep,
+            None,
+            |_, _| {},
+        );
+        let valid = !name.contains('_');
+        assert_eq!(r.is_ok(), valid, "{name}: {r:?}");
+    }
 }

@@ -207,7 +207,10 @@ impl Engine {
 
     /// The routing kept since `set_routing_log(true)` (or the last take), oldest first.
     pub fn take_routing_log(&mut self) -> Vec<routing_log::RoutedPosition> {
-        self.routing_log.as_mut().map(std::mem::take).unwrap_or_default()
+        self.routing_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     pub fn stats(&self) -> &TokenStats {

@@ -1,7 +1,9 @@
-//! A small importable llama GGUF (`layers` layers of width `d`, byte-level BPE tokenizer, f32
-//! tensors), for
-//! tests of `import` and `pull` that must not need SmolLM2 or the network. Included with
+//! Small importable GGUFs for tests of `import` and `pull` that must not need a download: a
+//! llama (`layers` layers of width `d`, byte-level BPE tokenizer, f32 tensors) and, with
+//! [`MoeSpec`], the MoE architectures with one corruption each on request. Included with
 //! `#[path = "common/tiny_gguf.rs"] mod tiny_gguf;`.
+
+#![allow(dead_code)] // each test binary uses its own subset
 
 // Also loaded by `mod common` in tests that include both (two copies of test-only code).
 #[allow(clippy::duplicate_mod)]
