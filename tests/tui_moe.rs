@@ -1,6 +1,8 @@
-//! End-to-end in tmux: an imported MoE GGUF (the committed tiny trained `qwen3moe`, converted by
-//! llama.cpp's own converter) opens in the TUI, and the Expert routing pane shows its real
-//! routing: 4 experts, top-2, per-layer counts that change as more tokens are routed.
+//! End-to-end in tmux: an imported MoE GGUF (the committed tiny trained `qwen3moe_k`, Q4_K_M by
+//! llama.cpp's own converter and quantizer) opens in the TUI, the Expert routing pane shows its
+//! real routing (4 experts, top-2, per-layer counts that change as more tokens are routed), and
+//! the Streams pane's bytes per token are those of `run --json`: attention + dense + k/E of the
+//! experts.
 //! SKIPs when tmux is not installed (`.ci/run` installs it).
 
 mod common;
@@ -28,7 +30,7 @@ fn imported_moe_routing_pane_counts_change_in_tmux() {
     }
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/reference/moe_tiny/qwen3moe/model-q8_0.gguf");
+        .join("tests/reference/moe_tiny/qwen3moe_k/model-q4_k_m.gguf");
     let model = dir.path().join("qwen3moe.cflow");
     import_gguf(&src, &model, QuantTarget::Keep, None, |_, _| {}).unwrap();
     let cache = dir.path().join("cache");
@@ -50,6 +52,31 @@ fn imported_moe_routing_pane_counts_change_in_tmux() {
         s.contains("E=4 k=2") && s.contains("this token: expert:weight")
     });
     let rows1 = routing_rows(&first);
+    // Streams: "Σ attn A · dense D · exp E" (MiB/token, 2 decimals) as `run --json` measures.
+    let sigma = first
+        .lines()
+        .find_map(|l| l.split('Σ').nth(1).map(str::to_owned))
+        .unwrap_or_else(|| panic!("no Σ line in Streams:\n{first}"));
+    let o = std::process::Command::new(common::BIN)
+        .arg("run")
+        .arg(&model)
+        .args(["--tokens", "5,6,7", "-n", "4", "--json", "--threads", "1"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = &v["mib_per_token"];
+    let f = |k: &str| m[k].as_f64().unwrap();
+    assert!((f("experts") - f("experts_all") / 2.0).abs() < 1e-9);
+    let want = format!(
+        " attn {:.2} · dense {:.2} · exp {:.2}",
+        f("attention"),
+        f("dense"),
+        f("experts")
+    );
+    assert!(
+        sigma.starts_with(&want),
+        "Streams Σ{sigma} vs run --json{want}"
+    );
     assert!(rows1.iter().any(|r| r.starts_with("L1")), "{first}");
     // A second turn routes more tokens: the per-layer counts (and the window) change.
     t.keys(&["Enter"]);

@@ -218,6 +218,23 @@ fn vflow_dense_llama() {
     check_equivalence(&p, &vp);
 }
 
+/// An imported MoE GGUF (Qwen2-MoE with its shared expert, `tests/reference/moe_tiny/`): the
+/// `.vflow` twin keeps the shared-expert gate and decodes identically.
+#[test]
+fn vflow_imported_moe_gguf() {
+    use cflow::convert::import_gguf::{import_gguf, QuantTarget};
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/reference/moe_tiny/qwen2moe/model-q8_0.gguf");
+    let p = dir.path().join("qwen2moe.cflow");
+    import_gguf(&src, &p, QuantTarget::Keep, None, |_, _| {}).unwrap();
+    let vp = to_vflow(&p, 2);
+    check_structure(&p, &vp, 2);
+    let v = VflowFile::open(&vp).unwrap();
+    assert!(v.file.layers.iter().all(|l| l.shared_gate.is_some()));
+    check_equivalence(&p, &vp);
+}
+
 #[test]
 fn vflow_engine_rejects_missing_or_foreign_twin() {
     let dir = tempfile::tempdir().unwrap();

@@ -215,6 +215,7 @@ pub fn gen_layer(rng: &mut Rng, c: &ModelConfig, q: QuantType) -> LayerData {
         post_attn_norm: None,
         post_ffn_norm: None,
         shared_gate: None,
+        router_bias: None,
         gate,
         up,
         down,

@@ -1227,6 +1227,7 @@ pub fn import_hf(
             post_attn_norm: None,
             post_ffn_norm: None,
             shared_gate: None,
+            router_bias: None,
             gate: None,
             up: None,
             down: None,

@@ -546,6 +546,7 @@ pub fn import_gguf(
             post_attn_norm: None,
             post_ffn_norm: None,
             shared_gate: None,
+            router_bias: None,
             gate: None,
             up: None,
             down: None,

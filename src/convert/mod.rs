@@ -8,5 +8,6 @@ pub mod gguf_gemma3;
 pub mod gguf_tokenizer;
 pub mod hf;
 pub mod import_gguf;
+pub mod moefy;
 pub mod pull;
 pub mod pull_gemma3;

@@ -217,7 +217,10 @@ impl Token<'_, '_> {
             }
 
             // Route: the selection is queued for injection at step ℓ+δe (eq. 4.16).
-            if cfg.has_experts() && !lv.experts.is_empty() {
+            let ahead = cfg.meta.route_ahead as usize;
+            if cfg.has_experts() && ahead > 0 {
+                self.route_ahead(w, l, ahead);
+            } else if cfg.has_experts() && !lv.experts.is_empty() {
                 self.route_and_queue(w, l, p, next, lane.as_deref_mut());
             }
 

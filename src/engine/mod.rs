@@ -11,6 +11,7 @@
 //! `expert_io` (fetch/prefetch points), `vertical` (the second core), `weights` (where tiles
 //! come from, matvec), `scratch` (buffers and their shapes), `streams` (bytes per stream).
 
+pub mod capture;
 pub mod critical;
 pub mod decode;
 pub mod expert_io;
@@ -198,6 +199,19 @@ impl Engine {
     /// `EngineOptions::step_split`, and under the vertical schedule), and a fresh start.
     pub fn take_step_split(&mut self) -> step_split::StepSplit {
         std::mem::take(&mut self.split)
+    }
+
+    /// Keeps (or stops keeping) what each layer's dense FFN saw at the last step
+    /// ([`capture::FfnCapture`]; the token-by-token path: batched prefill is off while it is on).
+    pub fn set_ffn_capture(&mut self, on: bool) {
+        self.s.capture =
+            on.then(|| vec![capture::FfnCapture::default(); self.cfg.effective_layers()]);
+        self.opts.batch_prefill &= !on;
+    }
+
+    /// What each layer's dense FFN saw at the last step, when capturing.
+    pub fn ffn_capture(&self) -> Option<&[capture::FfnCapture]> {
+        self.s.capture.as_deref()
     }
 
     /// Keeps (or stops keeping) the routing of every position stepped from now on.

@@ -12,24 +12,38 @@ use crate::model::{ModelConfig, RouterNorm};
 /// Router: returns the normalized activation (saved for the deferred expert computation) and the
 /// top-k (expert, weight) list, best first.
 pub fn route(cfg: &ModelConfig, lv: &LayerView, src: &[f32]) -> (Vec<f32>, Vec<(usize, f32)>) {
-    let d = cfg.d_model;
-    let mut act = vec![0.0; d];
+    let act = expert_input(cfg, lv, src);
+    let sel = select(cfg, lv, &act);
+    (act, sel)
+}
+
+/// The experts' (and the router's) input: `N_m(src)`.
+pub fn expert_input(cfg: &ModelConfig, lv: &LayerView, src: &[f32]) -> Vec<f32> {
+    let mut act = vec![0.0; cfg.d_model];
     rmsnorm(&mut act, src, lv.moe_norm.as_deref(), cfg.rms_eps);
+    act
+}
+
+/// The top-k (expert, weight) list of router `lv` on its normalized input `act`, best first.
+pub fn select(cfg: &ModelConfig, lv: &LayerView, act: &[f32]) -> Vec<(usize, f32)> {
+    let d = cfg.d_model;
     let r = lv.router.as_ref().expect("router");
+    let bias = |e: usize| lv.router_bias.as_ref().map_or(0.0, |b| b[e]);
     let mut logits: Vec<f32> = (0..cfg.n_experts)
         .map(|e| {
             r[e * d..(e + 1) * d]
                 .iter()
-                .zip(&act)
+                .zip(act)
                 .map(|(a, b)| a * b)
-                .sum()
+                .sum::<f32>()
+                + bias(e)
         })
         .collect();
     let mut idx: Vec<usize> = (0..cfg.n_experts).collect();
     // Stable: ties broken by lower expert id.
     idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
     idx.truncate(cfg.top_k);
-    let sel = match cfg.meta.router_norm {
+    match cfg.meta.router_norm {
         RouterNorm::SoftmaxTopk => {
             let mut w: Vec<f32> = idx.iter().map(|&i| logits[i]).collect();
             softmax(&mut w);
@@ -39,8 +53,8 @@ pub fn route(cfg: &ModelConfig, lv: &LayerView, src: &[f32]) -> (Vec<f32>, Vec<(
             softmax(&mut logits);
             idx.iter().map(|&i| (i, logits[i])).collect()
         }
-    };
-    (act, sel)
+        RouterNorm::TopkUnweighted => idx.iter().map(|&i| (i, 1.0)).collect(),
+    }
 }
 
 /// Runs the selected experts `sel` of block `p` on `act` into `es.acc`; `staged[i]` holds

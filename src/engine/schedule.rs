@@ -113,6 +113,18 @@ impl DelaySchedule {
         self.queue[t].push(pe);
     }
 
+    /// Queues expert work for injection at the end of step `step` (route-ahead: the routing of
+    /// a later layer, decided now).
+    pub fn defer_at(&mut self, step: usize, pe: Pending) {
+        let t = step.min(self.steps - 1);
+        self.queue[t].push(pe);
+    }
+
+    /// The expert work queued for step `l`, still in the queue (to complete its input).
+    pub fn due_mut(&mut self, l: usize) -> &mut [Pending] {
+        &mut self.queue[l]
+    }
+
     /// The expert work due at the end of step `l`.
     pub fn due(&mut self, l: usize) -> Vec<Pending> {
         std::mem::take(&mut self.queue[l])

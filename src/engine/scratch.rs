@@ -40,6 +40,8 @@ pub struct Scratch {
     pub rope: RopeCache,
     /// The dense FFN's buffers (main core under the sequential schedule).
     pub dense: DenseScratch,
+    /// Per layer, what its dense FFN saw at the last step (`Engine::set_ffn_capture`).
+    pub capture: Option<Vec<super::capture::FfnCapture>>,
     /// The experts' buffers (main core under the sequential schedule).
     pub experts: ExpertScratch,
 }
@@ -118,6 +120,7 @@ impl Scratch {
             xq: Q8Act::default(),
             rope: RopeCache::default(),
             dense: DenseScratch::new(cfg),
+            capture: None,
             experts: ExpertScratch::new(cfg),
         }
     }

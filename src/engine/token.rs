@@ -4,7 +4,7 @@
 
 use super::expert_io::TokenIo;
 use super::layer::{dense, dense_bytes};
-use super::moe::{route, run_pending};
+use super::moe::{expert_input, route, run_pending, select};
 use super::schedule::{DelayInput, DelaySchedule, Pending};
 use super::scratch::Scratch;
 use super::styles::StyleRule;
@@ -71,6 +71,14 @@ impl Token<'_, '_> {
             DelayInput::Current => {
                 let (src, ds) = rule.read_with_dense(s, rule.dense_in);
                 dense(w, lv, p, src, ds);
+                let mut cap = s.capture.take();
+                if let Some(c) = cap.as_mut().and_then(|c| c.get_mut(l)) {
+                    c.residual.clear();
+                    c.residual.extend_from_slice(rule.read(s, rule.dense_in));
+                    c.input.clone_from(&s.dense.xb);
+                    c.hidden.clone_from(&s.dense.hb);
+                }
+                s.capture = cap;
             }
         }
         (dense_bytes(lv), None)
@@ -117,6 +125,55 @@ impl Token<'_, '_> {
             tickets,
             offloaded,
         });
+        if self.timings {
+            self.stats.layers[l].ns_router = t2.elapsed().as_nanos() as u64;
+        }
+    }
+
+    /// Route-ahead (`meta.route_ahead` = D ≥ 1, moefy's `--route-from D`): at step ℓ the routers
+    /// of layer ℓ+D (at step 0: of layers 0..=D) select their experts from this step's router
+    /// input, so their tiles can be read D layers early; the selection is queued for the layer
+    /// it belongs to. Then this layer's queued experts get their input: this layer's own
+    /// `N_m(x)`, exactly what they read without route-ahead.
+    pub(super) fn route_ahead(&mut self, w: &Weights, l: usize, d: usize) {
+        let (rule, cfg) = (self.rule, w.cfg);
+        let n = cfg.n_layers;
+        let targets = if l == 0 {
+            0..(d + 1).min(n)
+        } else if l + d < n {
+            l + d..l + d + 1
+        } else {
+            0..0
+        };
+        let t2 = Instant::now();
+        let src: &[f32] = rule.read(&*self.s, rule.route_in);
+        for t in targets {
+            let lt = &w.file.layers[t];
+            if lt.experts.is_empty() {
+                continue;
+            }
+            let sel = select(cfg, lt, &expert_input(cfg, lt, src));
+            self.stats.layers[t].routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
+            let tickets = self.io.routed(lt, &sel, None);
+            self.sched.defer_at(
+                t,
+                Pending {
+                    block: t,
+                    from: l,
+                    act: Vec::new(),
+                    sel,
+                    scale: rule.scale,
+                    tickets,
+                    offloaded: false,
+                },
+            );
+        }
+        let lv = &w.file.layers[l];
+        for pe in self.sched.due_mut(l) {
+            if pe.act.is_empty() {
+                pe.act = expert_input(cfg, lv, src);
+            }
+        }
         if self.timings {
             self.stats.layers[l].ns_router = t2.elapsed().as_nanos() as u64;
         }

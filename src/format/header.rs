@@ -123,6 +123,8 @@ pub enum EntryKind {
     /// `ffn_gate_inp_shexp`): the dense FFN's output is scaled by σ(w · x̂), x̂ its normalized
     /// input. Only in layers with a dense FFN (the shared expert).
     SharedGate = 28,
+    /// Our extension (`moefy`): a bias per expert added to the router logits (`n_experts` f32).
+    RouterBias = 29,
     Embedding = 32,
     LmHead = 33,
     FinalNorm = 34,
@@ -155,6 +157,7 @@ impl EntryKind {
             26 => PostAttnNorm,
             27 => PostFfnNorm,
             28 => SharedGate,
+            29 => RouterBias,
             32 => Embedding,
             33 => LmHead,
             34 => FinalNorm,
@@ -193,6 +196,7 @@ impl EntryKind {
                 | PostAttnNorm
                 | PostFfnNorm
                 | SharedGate
+                | RouterBias
                 | FinalNorm
         )
     }

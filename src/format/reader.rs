@@ -115,6 +115,8 @@ pub struct LayerView {
     /// The shared expert's sigmoid gate over the dense FFN (Qwen2-MoE; `EntryKind::SharedGate`).
     pub shared_gate: Option<Vec<f32>>,
     pub router: Option<Vec<f32>>,
+    /// A bias per expert added to the router logits (`moefy`; `EntryKind::RouterBias`).
+    pub router_bias: Option<Vec<f32>>,
     pub experts: Vec<ExpertView>,
 }
 
@@ -1023,6 +1025,14 @@ impl CflowFile {
                 "SharedGate without a dense FFN",
             ));
         }
+        let router_bias = read_vector(v, &dir, EntryKind::RouterBias, c.n_experts, &what)?;
+        if router_bias.is_some() && !c.has_experts() {
+            return Err(v.mismatch(
+                format!("{what} directory"),
+                "no RouterBias entry (no experts)",
+                "a RouterBias entry",
+            ));
+        }
         let mut router = None;
         let mut experts = Vec::new();
         if c.has_experts() {
@@ -1128,6 +1138,7 @@ impl CflowFile {
             post_ffn_norm,
             shared_gate,
             router,
+            router_bias,
             experts,
         })
     }
@@ -1296,6 +1307,7 @@ impl CflowFile {
             post_attn_norm: l.post_attn_norm.clone(),
             post_ffn_norm: l.post_ffn_norm.clone(),
             shared_gate: l.shared_gate.clone(),
+            router_bias: l.router_bias.clone(),
             gate: l.gate.as_ref().map(md),
             up: l.up.as_ref().map(md),
             down: l.down.as_ref().map(md),

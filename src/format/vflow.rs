@@ -546,6 +546,7 @@ fn build_group(
             &lv.post_attn_norm,
             &lv.post_ffn_norm,
             &lv.shared_gate,
+            &lv.router_bias,
             &lv.ffn_norm,
             &lv.moe_norm,
         ]
@@ -606,6 +607,7 @@ fn build_group(
             (EntryKind::PostAttnNorm, lv.post_attn_norm.as_ref()),
             (EntryKind::PostFfnNorm, lv.post_ffn_norm.as_ref()),
             (EntryKind::SharedGate, lv.shared_gate.as_ref()),
+            (EntryKind::RouterBias, lv.router_bias.as_ref()),
             (EntryKind::Router, lv.router.as_ref()),
         ];
         for (k, x) in vecs {

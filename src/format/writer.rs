@@ -113,6 +113,8 @@ pub struct LayerData {
     /// The shared expert's sigmoid gate (`d_model`; Qwen2-MoE): the dense FFN's output is scaled
     /// by σ(w · x̂). Only with a dense FFN.
     pub shared_gate: Option<Vec<f32>>,
+    /// A bias per expert added to the router logits (`n_experts`; `moefy`).
+    pub router_bias: Option<Vec<f32>>,
     pub gate: Option<MatrixData>,
     pub up: Option<MatrixData>,
     pub down: Option<MatrixData>,
@@ -281,7 +283,7 @@ fn layer_entry_count(l: &LayerData) -> usize {
     n += l.q_bias.is_some() as usize + l.k_bias.is_some() as usize + l.v_bias.is_some() as usize;
     n += l.q_norm.is_some() as usize + l.k_norm.is_some() as usize;
     n += l.post_attn_norm.is_some() as usize + l.post_ffn_norm.is_some() as usize;
-    n += l.shared_gate.is_some() as usize;
+    n += l.shared_gate.is_some() as usize + l.router_bias.is_some() as usize;
     n += l.gate.is_some() as usize * 3 + l.ffn_norm.is_some() as usize;
     n += l.moe_norm.is_some() as usize + l.router.is_some() as usize;
     if !l.experts.is_empty() {
@@ -337,6 +339,9 @@ pub fn build_layer_region(base: u64, layer: u16, l: &LayerData) -> Vec<u8> {
     }
     if let Some(v) = &l.shared_gate {
         rb.vector(EntryKind::SharedGate, v);
+    }
+    if let Some(v) = &l.router_bias {
+        rb.vector(EntryKind::RouterBias, v);
     }
     if let Some(r) = &l.router {
         rb.vector(EntryKind::Router, r);
@@ -697,6 +702,13 @@ fn check_layer(c: &ModelConfig, i: usize, l: &LayerData) -> Result<(), FormatErr
                 "post_attn_norm and post_ffn_norm (d_model each) must both be present exactly \
                  when FLAG_POST_NORMS is set",
             )))
+        }
+    }
+    if let Some(b) = &l.router_bias {
+        if b.len() != c.n_experts || l.router.is_none() {
+            return Err(FormatError::Invalid(p(
+                "router_bias (n_experts) is only allowed with a router",
+            )));
         }
     }
     match (&l.shared_gate, &l.gate) {

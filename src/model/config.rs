@@ -72,6 +72,9 @@ pub enum RouterNorm {
     SoftmaxTopk,
     /// Softmax over all experts, then take the top-k without renormalising (OLMoE).
     SoftmaxAll,
+    /// Our extension (`moefy`): the selected experts are summed with weight 1, as the slices of
+    /// a dense FFN they were cut from; the router only ranks.
+    TopkUnweighted,
 }
 
 /// Feature flag bits of the header.
@@ -92,6 +95,10 @@ pub const FLAG_POST_NORMS: u32 = 1 << 6;
 
 fn is_off(v: &f32) -> bool {
     *v == 0.0
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// Semantic fields that do not fit in the 88-byte header (stored in the JSON metadata).
@@ -124,6 +131,12 @@ pub struct ModelMeta {
     pub query_pre_attn_scalar: f32,
     pub ffn_act: FfnAct,
     pub router_norm: RouterNorm,
+    /// Our extension (`moefy --route-from D`): the router of layer ℓ reads the residual of
+    /// layer ℓ−D (clamped at 0) so its experts are known D layers before they run; the experts
+    /// still read layer ℓ's own FFN input. 0 = the layer's own input. Omitted from the JSON
+    /// when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub route_ahead: u32,
     /// DecoupledStreams: merge the two residual streams every this many layers.
     pub merge_interval: u32,
     /// FixedPoint: iterations per physical block.
@@ -153,6 +166,7 @@ impl Default for ModelMeta {
             query_pre_attn_scalar: 0.0,
             ffn_act: FfnAct::Swiglu,
             router_norm: RouterNorm::SoftmaxTopk,
+            route_ahead: 0,
             merge_interval: 3,
             fixed_point_iterations: 3,
             bos_id: None,
@@ -351,6 +365,23 @@ impl ModelConfig {
                     format!(
                         "{} blocks × {it} iterations exceeds {MAX_EFFECTIVE_LAYERS} layer \
                          executions per token",
+                        self.n_layers
+                    ),
+                );
+            }
+        }
+        if m.route_ahead > 0 {
+            let ok = self.has_experts()
+                && self.combine_style == CombineStyle::Sequential
+                && self.expert_delay == 0
+                && (m.route_ahead as usize) < self.n_layers;
+            if !ok {
+                return bad(
+                    "route_ahead",
+                    m.route_ahead.to_string(),
+                    format!(
+                        "needs experts, the Sequential style, expert_delay 0 and fewer than \
+                         {} layers",
                         self.n_layers
                     ),
                 );
