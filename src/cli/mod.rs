@@ -7,6 +7,7 @@ mod chat;
 mod convert;
 mod inspect;
 mod model;
+mod moefy;
 mod perplexity;
 mod run;
 mod trace;
@@ -22,6 +23,7 @@ use chat::cmd_chat;
 use clap::Parser;
 use convert::{cmd_convert, cmd_gen, cmd_import, cmd_pull};
 use inspect::cmd_inspect;
+use moefy::cmd_moefy;
 use perplexity::cmd_perplexity;
 use run::cmd_run;
 use trace::{cmd_export, cmd_replay};
@@ -105,6 +107,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         }
         Some(Cmd::Perplexity(a)) => cmd_perplexity(a),
         Some(Cmd::Import(a)) => cmd_import(a),
+        Some(Cmd::Moefy(a)) => cmd_moefy(a),
         Some(Cmd::Pull(a)) => cmd_pull(a),
         Some(Cmd::Chat(a)) => cmd_chat(a),
         Some(Cmd::Replay(a)) => cmd_replay(a),

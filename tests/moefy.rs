@@ -1,0 +1,225 @@
+//! `moefy` end to end on a tiny generated dense model (F32 weights, so cutting the FFN into
+//! experts is exact): K = E is the dense model (logits within 1e-4, `--act f32 --kv f32`), also
+//! with a shared expert and with route-ahead; the same seed gives a bit-identical file (routers
+//! included); `run --dump-routing` on the MoE shows K distinct experts per layer; the retrofitted
+//! expert delay and a random router run.
+
+use cflow::convert::generate::{generate, GenSpec};
+use cflow::convert::moefy::{moefy, Cluster, MoefySpec, RouterKind};
+use cflow::engine::{Engine, EngineOptions};
+use cflow::format::CflowFile;
+use cflow::model::kv::KvType;
+use cflow::quant::QuantType;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn dense(dir: &Path) -> PathBuf {
+    let p = dir.join("dense.cflow");
+    let mut s = GenSpec::new("llama");
+    s.seed = 5;
+    s.layers = Some(3);
+    s.hidden = Some(64);
+    s.heads = Some(4);
+    s.ffn = Some(128);
+    s.vocab = Some(300);
+    s.ctx = Some(512);
+    s.quant = QuantType::F32;
+    generate(&s, &p, |_, _| {}).unwrap();
+    p
+}
+
+fn tokens(n: usize) -> Vec<u32> {
+    let mut x = 12345u32;
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(1103515245).wrapping_add(12345);
+            (x >> 16) % 300
+        })
+        .collect()
+}
+
+fn spec(e: usize, k: usize) -> MoefySpec {
+    MoefySpec {
+        experts: e,
+        top_k: k,
+        shared: 0,
+        route_from: 0,
+        expert_delay: 0,
+        cluster: Cluster::CoActivation,
+        router: RouterKind::Trained,
+        seed: 1,
+        threads: 1,
+        ridge: 1e-3,
+    }
+}
+
+fn logits(f: &Arc<CflowFile>, ids: &[u32]) -> Vec<Vec<f32>> {
+    let mut e = Engine::new(
+        f.clone(),
+        EngineOptions {
+            threads: 1,
+            int_act: false,
+            kv: KvType::F32,
+            ..Default::default()
+        },
+    );
+    ids.iter()
+        .map(|&t| e.step(t, true).unwrap().unwrap().to_vec())
+        .collect()
+}
+
+fn make(src: &Path, s: &MoefySpec, out: &Path) -> Arc<CflowFile> {
+    let f = Arc::new(CflowFile::open(src).unwrap());
+    moefy(&f, &tokens(512), s, out, &mut |_, _, _| {}).unwrap();
+    Arc::new(CflowFile::open(out).unwrap())
+}
+
+#[test]
+fn k_equal_e_is_the_dense_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dense(dir.path());
+    let want = logits(&Arc::new(CflowFile::open(&src).unwrap()), &tokens(40)[..40]);
+    let cases = [
+        ("plain", spec(4, 4)),
+        (
+            "shared",
+            MoefySpec {
+                shared: 32,
+                ..spec(4, 4)
+            },
+        ),
+        (
+            "route-from-1",
+            MoefySpec {
+                route_from: 1,
+                ..spec(4, 4)
+            },
+        ),
+        (
+            "weights-clusters",
+            MoefySpec {
+                cluster: Cluster::Weights,
+                ..spec(2, 2)
+            },
+        ),
+    ];
+    for (name, s) in cases {
+        let out = dir.path().join(format!("{name}.cflow"));
+        let m = make(&src, &s, &out);
+        assert_eq!(m.cfg.n_experts, s.experts);
+        assert_eq!(m.cfg.d_ff, s.shared);
+        let got = logits(&m, &tokens(40)[..40]);
+        let mut max = 0f32;
+        for (a, b) in got.iter().zip(&want) {
+            for (x, y) in a.iter().zip(b) {
+                max = max.max((x - y).abs());
+            }
+        }
+        assert!(max < 1e-4, "{name}: max |Δlogit| {max} vs dense");
+    }
+}
+
+#[test]
+fn same_seed_same_file_and_fewer_experts_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dense(dir.path());
+    let s = MoefySpec {
+        shared: 32,
+        route_from: 1,
+        ..spec(4, 2)
+    };
+    let a = dir.path().join("a.cflow");
+    let b = dir.path().join("b.cflow");
+    let fa = make(&src, &s, &a);
+    make(&src, &s, &b);
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    for l in &fa.layers {
+        assert_eq!(l.experts.len(), 4);
+        assert!(l.router_bias.is_some());
+    }
+    assert_eq!(fa.cfg.meta.route_ahead, 1);
+    // K < E is a different model.
+    let want = logits(&Arc::new(CflowFile::open(&src).unwrap()), &tokens(8));
+    let got = logits(&fa, &tokens(8));
+    assert!(got
+        .iter()
+        .flatten()
+        .zip(want.iter().flatten())
+        .any(|(x, y)| (x - y).abs() > 1e-3));
+    // The retrofitted delay and the random router make runnable models.
+    for (name, s) in [
+        (
+            "delay",
+            MoefySpec {
+                expert_delay: 1,
+                ..spec(4, 2)
+            },
+        ),
+        (
+            "random",
+            MoefySpec {
+                router: RouterKind::Random,
+                ..spec(4, 2)
+            },
+        ),
+    ] {
+        let m = make(&src, &s, &dir.path().join(format!("{name}.cflow")));
+        assert_eq!(m.cfg.expert_delay, s.expert_delay);
+        assert!(logits(&m, &tokens(4))
+            .iter()
+            .flatten()
+            .all(|v| v.is_finite()));
+    }
+}
+
+#[test]
+fn dump_routing_shows_k_distinct_experts_per_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dense(dir.path());
+    let out = dir.path().join("moe.cflow");
+    make(
+        &src,
+        &MoefySpec {
+            route_from: 1,
+            ..spec(4, 2)
+        },
+        &out,
+    );
+    let dump = dir.path().join("r.jsonl");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_cflow-tui"))
+        .arg("run")
+        .arg(&out)
+        .args([
+            "--tokens",
+            "5,6,7,8",
+            "-n",
+            "3",
+            "--threads",
+            "1",
+            "--ignore-eos",
+        ])
+        .arg("--dump-routing")
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&dump).unwrap();
+    assert_eq!(text.lines().count(), 7);
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let layers = v["layers"].as_array().unwrap();
+        assert_eq!(layers.len(), 3, "{line}");
+        for l in layers {
+            let mut ids: Vec<u64> = l["experts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), 2, "{line}");
+            assert!(l["weights"].as_array().unwrap().iter().all(|w| w == 1.0));
+        }
+    }
+}
