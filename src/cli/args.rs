@@ -624,26 +624,29 @@ falls as K shrinks; docs/MOE.md has the measured table.")]
 pub struct MoefyArgs {
     /// The dense source model (.cflow; standard pre-norm, e.g. an imported Llama/SmolLM2).
     pub model: PathBuf,
-    /// Output .cflow file.
+    /// Output .cflow file; with several variants, each is written beside it as
+    /// `STEM-k{K}-d{D}.cflow` (`-de{δe}` for an expert delay).
     #[arg(short, long)]
     pub out: PathBuf,
     /// Routed experts per layer: (d_ff − shared) / E units each.
     #[arg(long, default_value_t = 8)]
     pub experts: usize,
-    /// Experts each token runs.
-    #[arg(long, default_value_t = 2)]
-    pub top_k: usize,
+    /// Experts each token runs; a list (`2,4,6`) writes one model per value (see --out).
+    #[arg(long, default_value = "2", value_delimiter = ',')]
+    pub top_k: Vec<usize>,
     /// Width of the shared expert (always run): the units active for the most training tokens.
     #[arg(long, default_value_t = 0)]
     pub shared: usize,
     /// The router of layer ℓ reads the residual D layers earlier, so layer ℓ's expert tiles are
     /// known D layers before they are needed (0: its own FFN input).
-    #[arg(long, default_value_t = 0, value_name = "D")]
-    pub route_from: usize,
+    /// A list writes one model per value, sharing the clustering pass.
+    #[arg(long, default_value = "0", value_name = "D", value_delimiter = ',')]
+    pub route_from: Vec<usize>,
     /// The paper's expert delay retrofitted: layer ℓ's experts, computed from layer ℓ's input,
     /// are added to the residual δe layers later.
-    #[arg(long, default_value_t = 0, value_name = "δe")]
-    pub expert_delay: usize,
+    /// A list writes one model per nonzero value (with the layer's own router input).
+    #[arg(long, default_value = "0", value_name = "δe", value_delimiter = ',')]
+    pub expert_delay: Vec<usize>,
     /// What groups units into experts: `coact` (co-activation over the training text) or
     /// `weights` (the gate/up rows).
     #[arg(long, default_value = "coact", value_parser = ["coact", "weights"])]
@@ -657,6 +660,10 @@ pub struct MoefyArgs {
     /// Training tokens read from the start of the text.
     #[arg(long, default_value_t = 8192)]
     pub train_tokens: usize,
+    /// Held-out text: report each router's recall of the oracle's top-k experts (the k largest
+    /// activation norms) on its first 2,048 tokens.
+    #[arg(long, value_name = "FILE")]
+    pub heldout: Option<PathBuf>,
     /// Seed of the random router.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -40,6 +40,8 @@ pub enum RouterKind {
     Random,
 }
 
+/// One MoE to make: the grouping and router settings plus the variant (`top_k`, `route_from`,
+/// `expert_delay`). [`analyze`] serves every variant of one grouping at once.
 #[derive(Clone, Debug)]
 pub struct MoefySpec {
     pub experts: usize,
@@ -71,9 +73,10 @@ pub struct MoefyReport {
     pub expert_ffn: usize,
     pub route_from: usize,
     pub expert_delay: usize,
-    /// Per layer: mean share of the layer's total expert activation norm² held by the experts
-    /// its trained router puts in its top-k on the training text (1 = the oracle's choice).
-    pub train_recall: Vec<f64>,
+    /// Router recall on the held-out tokens given to [`analyze`] (None without them): the mean
+    /// share of the oracle's top-k experts (the k largest activation norms ‖h_e‖) the router
+    /// picks, over layers, positions.
+    pub heldout_recall: Option<f64>,
 }
 
 fn check_source(c: &ModelConfig) -> Result<(), String> {
@@ -99,16 +102,10 @@ pub fn check_spec(c: &ModelConfig, s: &MoefySpec) -> Result<usize, String> {
         return Err(format!("--experts {}: must be in [2, 255]", s.experts));
     }
     if s.top_k == 0 || s.top_k > s.experts {
-        return Err(format!(
-            "--top-k {}: must be in [1, {}]",
-            s.top_k, s.experts
-        ));
+        return Err(format!("--top-k {}: must be in [1, {}]", s.top_k, s.experts));
     }
     if s.shared >= c.d_ff {
-        return Err(format!(
-            "--shared {}: must be below d_ff {}",
-            s.shared, c.d_ff
-        ));
+        return Err(format!("--shared {}: must be below d_ff {}", s.shared, c.d_ff));
     }
     let routed = c.d_ff - s.shared;
     if !routed.is_multiple_of(s.experts) {
@@ -121,10 +118,7 @@ pub fn check_spec(c: &ModelConfig, s: &MoefySpec) -> Result<usize, String> {
         return Err("--route-from and --expert-delay are separate variants: give one".into());
     }
     if s.route_from >= c.n_layers || s.expert_delay >= c.n_layers {
-        return Err(format!(
-            "a distance must be below the {} layers",
-            c.n_layers
-        ));
+        return Err(format!("a distance must be below the {} layers", c.n_layers));
     }
     Ok(routed / s.experts)
 }
@@ -150,16 +144,63 @@ fn collect(
     Ok(())
 }
 
-/// Makes the MoE of `src` into `out` from the training `tokens`. `progress(phase, done, total)`.
-pub fn moefy(
+/// The grouping of every layer and the routers for each route-from distance: everything the
+/// variants of one `(experts, shared, cluster, router)` setting share.
+pub struct Analysis {
+    pub tokens: usize,
+    pub shared: Vec<Vec<usize>>,
+    pub groups: Vec<Vec<Vec<usize>>>,
+    /// (route_from, per layer (router e×d, bias e)).
+    pub routers: Vec<(usize, Vec<(Vec<f32>, Vec<f32>)>)>,
+    /// (route_from, top_k, held-out recall).
+    pub recall: Vec<(usize, usize, f64)>,
+}
+
+/// The router input of layer `l` reading from `route_from` layers back.
+fn router_input(
+    c: &ModelConfig,
+    caps: &[crate::engine::capture::FfnCapture],
+    norm: &[f32],
+    l: usize,
+    route_from: usize,
+    x: &mut [f32],
+) {
+    rmsnorm(x, &caps[l.saturating_sub(route_from)].residual, Some(norm), c.rms_eps);
+}
+
+/// Experts ranked by router `(r, b)` on input `x`, best first (ties → lower id).
+fn rank(r: &[f32], b: &[f32], x: &[f32]) -> Vec<usize> {
+    let d = x.len();
+    let mut score: Vec<(f32, usize)> = b
+        .iter()
+        .enumerate()
+        .map(|(k, bk)| {
+            let s: f32 = r[k * d..(k + 1) * d].iter().zip(x).map(|(a, b)| a * b).sum();
+            (s + bk, k)
+        })
+        .collect();
+    score.sort_by(|p, q| q.0.total_cmp(&p.0).then(p.1.cmp(&q.1)));
+    score.into_iter().map(|s| s.1).collect()
+}
+
+/// Groups every layer's units and fits its routers for each distance of `route_froms` on
+/// `tokens`; with `heldout` tokens, measures each router's recall for each k of `top_ks`.
+#[allow(clippy::too_many_arguments)] // the source, the texts, the setting and its variants
+pub fn analyze(
     src: &Arc<CflowFile>,
     tokens: &[u32],
+    heldout: &[u32],
     spec: &MoefySpec,
-    out: &Path,
+    route_froms: &[usize],
+    top_ks: &[usize],
     progress: &mut dyn FnMut(&str, usize, usize),
-) -> Result<MoefyReport, String> {
+) -> Result<Analysis, String> {
     let c = &src.cfg;
-    let ef = check_spec(c, spec)?;
+    for &rf in route_froms {
+        for &k in top_ks {
+            check_spec(c, &MoefySpec { route_from: rf, top_k: k, expert_delay: 0, ..spec.clone() })?;
+        }
+    }
     if tokens.is_empty() {
         return Err("no training tokens".into());
     }
@@ -245,88 +286,130 @@ pub fn moefy(
         progress("cluster", l + 1, n_layers);
     }
 
-    // Pass 2: the routers' normal equations (input: the residual D layers back, normalized with
-    // the layer's own FFN norm, as the engine's route-ahead computes it; target: ‖h_e‖).
-    let ffn_norms: Vec<Vec<f32>> = layers
+    // Pass 2: the routers' normal equations for every distance (input: the residual D layers
+    // back, normalized with the layer's own FFN norm, as the engine's route-ahead computes it;
+    // target: ‖h_e‖).
+    let norms: Vec<Vec<f32>> = layers
         .iter()
         .map(|l| l.ffn_norm.clone().unwrap_or_else(|| vec![1.0; d]))
         .collect();
-    let mut routers = Vec::with_capacity(n_layers);
-    let mut recall = vec![0f64; n_layers];
+    let expert_norms = |caps: &[crate::engine::capture::FfnCapture], l: usize| -> Vec<f32> {
+        groups[l]
+            .iter()
+            .map(|g: &Vec<usize>| {
+                g.iter()
+                    .map(|&i| caps[l].hidden[i] * caps[l].hidden[i])
+                    .sum::<f32>()
+                    .sqrt()
+            })
+            .collect()
+    };
+    let mut routers = Vec::new();
     match spec.router {
         RouterKind::Random => {
             let mut rng = fastrand::Rng::with_seed(spec.seed);
-            for _ in 0..n_layers {
-                let r: Vec<f32> = (0..ne * d).map(|_| rng.f32() * 2.0 - 1.0).collect();
-                routers.push((r, vec![0f32; ne]));
+            let rs: Vec<_> = (0..n_layers)
+                .map(|_| {
+                    let r: Vec<f32> = (0..ne * d).map(|_| rng.f32() * 2.0 - 1.0).collect();
+                    (r, vec![0f32; ne])
+                })
+                .collect();
+            for &rf in route_froms {
+                routers.push((rf, rs.clone()));
             }
         }
         RouterKind::Trained => {
-            let mut accs: Vec<router::RidgeAcc> = (0..n_layers)
-                .map(|_| router::RidgeAcc::new(d, ne))
+            let mut accs: Vec<Vec<router::RidgeAcc>> = route_froms
+                .iter()
+                .map(|_| (0..n_layers).map(|_| router::RidgeAcc::new(d, ne)).collect())
                 .collect();
             let mut x = vec![0f32; d];
-            let mut y = vec![0f32; ne];
             collect(
                 &mut e,
                 tokens,
                 |caps| {
                     for l in 0..n_layers {
-                        let from = l.saturating_sub(spec.route_from);
-                        rmsnorm(&mut x, &caps[from].residual, Some(&ffn_norms[l]), c.rms_eps);
-                        for (ye, g) in y.iter_mut().zip(&groups[l]) {
-                            *ye = g
-                                .iter()
-                                .map(|&i| caps[l].hidden[i] * caps[l].hidden[i])
-                                .sum::<f32>()
-                                .sqrt();
+                        let y = expert_norms(caps, l);
+                        for (ri, &rf) in route_froms.iter().enumerate() {
+                            router_input(c, caps, &norms[l], l, rf, &mut x);
+                            accs[ri][l].add(&x, &y);
                         }
-                        accs[l].add(&x, &y);
                     }
                 },
                 &mut |dn, t| progress("router data", dn, t),
             )?;
-            for acc in &accs {
-                routers.push(acc.solve(spec.ridge)?);
+            for (ri, &rf) in route_froms.iter().enumerate() {
+                let rs = accs[ri]
+                    .iter()
+                    .map(|a| a.solve(spec.ridge))
+                    .collect::<Result<Vec<_>, _>>()?;
+                routers.push((rf, rs));
             }
-            // Training recall: share of the activation norm² the trained top-k keeps.
-            let mut n = 0u64;
-            collect(
-                &mut e,
-                &tokens[..tokens.len().min(2 * SEQ)],
-                |caps| {
-                    for l in 0..n_layers {
-                        let from = l.saturating_sub(spec.route_from);
-                        rmsnorm(&mut x, &caps[from].residual, Some(&ffn_norms[l]), c.rms_eps);
-                        let (r, b) = &routers[l];
-                        let mut score: Vec<(f32, usize)> = (0..ne)
-                            .map(|k| {
-                                let s: f32 = r[k * d..(k + 1) * d]
-                                    .iter()
-                                    .zip(&x)
-                                    .map(|(a, b)| a * b)
-                                    .sum();
-                                (s + b[k], k)
-                            })
-                            .collect();
-                        score.sort_by(|p, q| q.0.total_cmp(&p.0).then(p.1.cmp(&q.1)));
-                        let e2: Vec<f64> = groups[l]
-                            .iter()
-                            .map(|g| g.iter().map(|&i| (caps[l].hidden[i] as f64).powi(2)).sum())
-                            .collect();
-                        let tot: f64 = e2.iter().sum();
-                        let kept: f64 = score[..spec.top_k].iter().map(|s| e2[s.1]).sum();
-                        recall[l] += if tot > 0.0 { kept / tot } else { 1.0 };
-                    }
-                    n += 1;
-                },
-                &mut |_, _| {},
-            )?;
-            recall.iter_mut().for_each(|r| *r /= n.max(1) as f64);
         }
     }
 
-    // Write the MoE.
+    // Held-out recall: the share of the oracle's top-k (largest ‖h_e‖) the router picks.
+    let mut recall = Vec::new();
+    if !heldout.is_empty() {
+        let mut hits = vec![vec![0u64; top_ks.len()]; route_froms.len()];
+        let mut n = 0u64;
+        let mut x = vec![0f32; d];
+        collect(
+            &mut e,
+            heldout,
+            |caps| {
+                for l in 0..n_layers {
+                    let y = expert_norms(caps, l);
+                    let mut oracle: Vec<usize> = (0..ne).collect();
+                    oracle.sort_by(|&p, &q| y[q].total_cmp(&y[p]).then(p.cmp(&q)));
+                    for (ri, (rf, rs)) in routers.iter().enumerate() {
+                        router_input(c, caps, &norms[l], l, *rf, &mut x);
+                        let r = rank(&rs[l].0, &rs[l].1, &x);
+                        for (ki, &k) in top_ks.iter().enumerate() {
+                            hits[ri][ki] +=
+                                r[..k].iter().filter(|e| oracle[..k].contains(e)).count() as u64;
+                        }
+                    }
+                }
+                n += 1;
+            },
+            &mut |dn, t| progress("held-out recall", dn, t),
+        )?;
+        for (ri, &rf) in route_froms.iter().enumerate() {
+            for (ki, &k) in top_ks.iter().enumerate() {
+                let denom = (n * n_layers as u64 * k as u64).max(1) as f64;
+                recall.push((rf, k, hits[ri][ki] as f64 / denom));
+            }
+        }
+    }
+    Ok(Analysis {
+        tokens: tokens.len(),
+        shared,
+        groups,
+        routers,
+        recall,
+    })
+}
+
+/// Writes the MoE of `spec` (its `top_k`, `route_from`, `expert_delay`) from `an`.
+pub fn write_moe(
+    src: &Arc<CflowFile>,
+    an: &Analysis,
+    spec: &MoefySpec,
+    out: &Path,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<MoefyReport, String> {
+    let c = &src.cfg;
+    let ef = check_spec(c, spec)?;
+    let (n_layers, d, ne) = (c.n_layers, c.d_model, spec.experts);
+    // With an expert delay the router reads the layer's own input (distance 0).
+    let rf = spec.route_from;
+    let routers = &an
+        .routers
+        .iter()
+        .find(|(r, _)| *r == rf)
+        .ok_or_else(|| format!("no routers were fitted for --route-from {rf}"))?
+        .1;
     let mut cfg = c.clone();
     cfg.d_ff = spec.shared;
     cfg.n_experts = ne;
@@ -334,28 +417,29 @@ pub fn moefy(
     cfg.expert_ffn = ef;
     cfg.expert_delay = spec.expert_delay;
     cfg.meta.router_norm = RouterNorm::TopkUnweighted;
-    cfg.meta.route_ahead = spec.route_from as u32;
+    cfg.meta.route_ahead = rf as u32;
     cfg.meta.name = format!("{}-moe", c.meta.name);
     cfg.meta.provenance = serde_json::json!({
         "converter": "cflow-tui moefy",
         "source": src.path.file_name().map(|s| s.to_string_lossy().to_string()),
         "source_provenance": c.meta.provenance,
         "experts": ne, "top_k": spec.top_k, "shared": spec.shared,
-        "route_from": spec.route_from, "expert_delay": spec.expert_delay,
+        "route_from": rf, "expert_delay": spec.expert_delay,
         "cluster": format!("{:?}", spec.cluster), "router": format!("{:?}", spec.router),
-        "training_tokens": tokens.len(), "seed": spec.seed,
+        "training_tokens": an.tokens, "seed": spec.seed,
     });
     let mut w = CflowWriter::create_for(out, &cfg, &[&src.path]).map_err(|e| e.to_string())?;
-    for (l, ld) in layers.into_iter().enumerate() {
+    for l in 0..n_layers {
+        let ld = src.layer_data(l);
         let (g, u, dn) = (
             ld.gate.clone().expect("dense"),
             ld.up.clone().expect("dense"),
             ld.down.clone().expect("dense"),
         );
         let ffn_norm = ld.ffn_norm.clone();
-        let sh = &shared[l];
+        let sh = &an.shared[l];
         let mut experts = Vec::with_capacity(ne);
-        for grp in &groups[l] {
+        for grp in &an.groups[l] {
             experts.push(ExpertData {
                 gate: slice::rows_subset(&g, grp),
                 up: slice::rows_subset(&u, grp),
@@ -371,11 +455,7 @@ pub fn moefy(
             } else {
                 Some(slice::cols_subset(&dn, sh)?)
             },
-            ffn_norm: if sh.is_empty() {
-                None
-            } else {
-                ffn_norm.clone()
-            },
+            ffn_norm: if sh.is_empty() { None } else { ffn_norm.clone() },
             moe_norm: Some(ffn_norm.unwrap_or_else(|| vec![1.0; d])),
             router: Some(router),
             router_bias: Some(bias),
@@ -388,13 +468,29 @@ pub fn moefy(
     w.finish(&src.vocab_data(), &cfg.meta)
         .map_err(|e| e.to_string())?;
     Ok(MoefyReport {
-        tokens: tokens.len(),
+        tokens: an.tokens,
         experts: ne,
         top_k: spec.top_k,
         shared: spec.shared,
         expert_ffn: ef,
-        route_from: spec.route_from,
+        route_from: rf,
         expert_delay: spec.expert_delay,
-        train_recall: recall,
+        heldout_recall: an
+            .recall
+            .iter()
+            .find(|(r, k, _)| *r == rf && *k == spec.top_k)
+            .map(|x| x.2),
     })
+}
+
+/// Makes the MoE of `spec` into `out` from the training `tokens` ([`analyze`] + [`write_moe`]).
+pub fn moefy(
+    src: &Arc<CflowFile>,
+    tokens: &[u32],
+    spec: &MoefySpec,
+    out: &Path,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<MoefyReport, String> {
+    let an = analyze(src, tokens, &[], spec, &[spec.route_from], &[spec.top_k], progress)?;
+    write_moe(src, &an, spec, out, progress)
 }
