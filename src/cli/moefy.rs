@@ -34,8 +34,14 @@ fn variant_path(out: &Path, many: bool, k: usize, d: usize, de: usize) -> PathBu
     if !many {
         return out.to_path_buf();
     }
-    let stem = out.file_stem().map_or("moe".into(), |s| s.to_string_lossy().to_string());
-    let tail = if de > 0 { format!("-de{de}") } else { String::new() };
+    let stem = out
+        .file_stem()
+        .map_or("moe".into(), |s| s.to_string_lossy().to_string());
+    let tail = if de > 0 {
+        format!("-de{de}")
+    } else {
+        String::new()
+    };
     out.with_file_name(format!("{stem}-k{k}-d{d}{tail}.cflow"))
 }
 
@@ -143,7 +149,6 @@ pub(super) fn cmd_moefy(a: MoefyArgs) -> Result<()> {
         let r = write_moe(&src, &an, &spec, &out, &mut progress).map_err(anyhow::Error::msg)?;
         reports.push((out, r));
     }
-    drop(progress);
     if let Some((_, b)) = bar.take() {
         b.finish_and_clear();
     }
@@ -159,9 +164,9 @@ pub(super) fn cmd_moefy(a: MoefyArgs) -> Result<()> {
         outln!("{}", serde_json::Value::Array(v))?;
     } else {
         for (p, r) in &reports {
-            let recall = r
-                .heldout_recall
-                .map_or(String::new(), |x| format!("; held-out router recall {:.1}%", 100.0 * x));
+            let recall = r.heldout_recall.map_or(String::new(), |x| {
+                format!("; held-out router recall {:.1}%", 100.0 * x)
+            });
             errln!(
                 "moefied {} → {} ({} experts × {} units, top-{}, shared {}, route from {} back, \
                  expert delay {}; {} training tokens{recall})",

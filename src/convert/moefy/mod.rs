@@ -102,10 +102,16 @@ pub fn check_spec(c: &ModelConfig, s: &MoefySpec) -> Result<usize, String> {
         return Err(format!("--experts {}: must be in [2, 255]", s.experts));
     }
     if s.top_k == 0 || s.top_k > s.experts {
-        return Err(format!("--top-k {}: must be in [1, {}]", s.top_k, s.experts));
+        return Err(format!(
+            "--top-k {}: must be in [1, {}]",
+            s.top_k, s.experts
+        ));
     }
     if s.shared >= c.d_ff {
-        return Err(format!("--shared {}: must be below d_ff {}", s.shared, c.d_ff));
+        return Err(format!(
+            "--shared {}: must be below d_ff {}",
+            s.shared, c.d_ff
+        ));
     }
     let routed = c.d_ff - s.shared;
     if !routed.is_multiple_of(s.experts) {
@@ -118,7 +124,10 @@ pub fn check_spec(c: &ModelConfig, s: &MoefySpec) -> Result<usize, String> {
         return Err("--route-from and --expert-delay are separate variants: give one".into());
     }
     if s.route_from >= c.n_layers || s.expert_delay >= c.n_layers {
-        return Err(format!("a distance must be below the {} layers", c.n_layers));
+        return Err(format!(
+            "a distance must be below the {} layers",
+            c.n_layers
+        ));
     }
     Ok(routed / s.experts)
 }
@@ -144,6 +153,9 @@ fn collect(
     Ok(())
 }
 
+/// One layer's router: `e × d` row-major weights and `e` biases.
+pub type LayerRouter = (Vec<f32>, Vec<f32>);
+
 /// The grouping of every layer and the routers for each route-from distance: everything the
 /// variants of one `(experts, shared, cluster, router)` setting share.
 pub struct Analysis {
@@ -151,7 +163,7 @@ pub struct Analysis {
     pub shared: Vec<Vec<usize>>,
     pub groups: Vec<Vec<Vec<usize>>>,
     /// (route_from, per layer (router e×d, bias e)).
-    pub routers: Vec<(usize, Vec<(Vec<f32>, Vec<f32>)>)>,
+    pub routers: Vec<(usize, Vec<LayerRouter>)>,
     /// (route_from, top_k, held-out recall).
     pub recall: Vec<(usize, usize, f64)>,
 }
@@ -165,7 +177,12 @@ fn router_input(
     route_from: usize,
     x: &mut [f32],
 ) {
-    rmsnorm(x, &caps[l.saturating_sub(route_from)].residual, Some(norm), c.rms_eps);
+    rmsnorm(
+        x,
+        &caps[l.saturating_sub(route_from)].residual,
+        Some(norm),
+        c.rms_eps,
+    );
 }
 
 /// Experts ranked by router `(r, b)` on input `x`, best first (ties → lower id).
@@ -175,7 +192,11 @@ fn rank(r: &[f32], b: &[f32], x: &[f32]) -> Vec<usize> {
         .iter()
         .enumerate()
         .map(|(k, bk)| {
-            let s: f32 = r[k * d..(k + 1) * d].iter().zip(x).map(|(a, b)| a * b).sum();
+            let s: f32 = r[k * d..(k + 1) * d]
+                .iter()
+                .zip(x)
+                .map(|(a, b)| a * b)
+                .sum();
             (s + bk, k)
         })
         .collect();
@@ -198,7 +219,15 @@ pub fn analyze(
     let c = &src.cfg;
     for &rf in route_froms {
         for &k in top_ks {
-            check_spec(c, &MoefySpec { route_from: rf, top_k: k, expert_delay: 0, ..spec.clone() })?;
+            check_spec(
+                c,
+                &MoefySpec {
+                    route_from: rf,
+                    top_k: k,
+                    expert_delay: 0,
+                    ..spec.clone()
+                },
+            )?;
         }
     }
     if tokens.is_empty() {
@@ -321,7 +350,11 @@ pub fn analyze(
         RouterKind::Trained => {
             let mut accs: Vec<Vec<router::RidgeAcc>> = route_froms
                 .iter()
-                .map(|_| (0..n_layers).map(|_| router::RidgeAcc::new(d, ne)).collect())
+                .map(|_| {
+                    (0..n_layers)
+                        .map(|_| router::RidgeAcc::new(d, ne))
+                        .collect()
+                })
                 .collect();
             let mut x = vec![0f32; d];
             collect(
@@ -429,7 +462,7 @@ pub fn write_moe(
         "training_tokens": an.tokens, "seed": spec.seed,
     });
     let mut w = CflowWriter::create_for(out, &cfg, &[&src.path]).map_err(|e| e.to_string())?;
-    for l in 0..n_layers {
+    for (l, (router, bias)) in routers.iter().cloned().enumerate() {
         let ld = src.layer_data(l);
         let (g, u, dn) = (
             ld.gate.clone().expect("dense"),
@@ -446,7 +479,6 @@ pub fn write_moe(
                 down: slice::cols_subset(&dn, grp)?,
             });
         }
-        let (router, bias) = routers[l].clone();
         let nl = LayerData {
             gate: (!sh.is_empty()).then(|| slice::rows_subset(&g, sh)),
             up: (!sh.is_empty()).then(|| slice::rows_subset(&u, sh)),
@@ -455,7 +487,11 @@ pub fn write_moe(
             } else {
                 Some(slice::cols_subset(&dn, sh)?)
             },
-            ffn_norm: if sh.is_empty() { None } else { ffn_norm.clone() },
+            ffn_norm: if sh.is_empty() {
+                None
+            } else {
+                ffn_norm.clone()
+            },
             moe_norm: Some(ffn_norm.unwrap_or_else(|| vec![1.0; d])),
             router: Some(router),
             router_bias: Some(bias),
@@ -491,6 +527,14 @@ pub fn moefy(
     out: &Path,
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<MoefyReport, String> {
-    let an = analyze(src, tokens, &[], spec, &[spec.route_from], &[spec.top_k], progress)?;
+    let an = analyze(
+        src,
+        tokens,
+        &[],
+        spec,
+        &[spec.route_from],
+        &[spec.top_k],
+        progress,
+    )?;
     write_moe(src, &an, spec, out, progress)
 }
