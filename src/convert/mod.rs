@@ -11,3 +11,4 @@ pub mod import_gguf;
 pub mod moefy;
 pub mod pull;
 pub mod pull_gemma3;
+pub mod pull_moby;
