@@ -134,6 +134,7 @@ impl Session {
             max_ctx: c.max_ctx as u32,
             dense_delay: c.dense_delay as u32,
             expert_delay: c.expert_delay as u32,
+            route_ahead: c.meta.route_ahead,
             combine_style: c.combine_style.name().to_string(),
             quant_types: quants,
             has_chat_template: c.meta.chat_template.is_some(),

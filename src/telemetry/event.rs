@@ -22,6 +22,10 @@ pub struct ModelSummary {
     pub max_ctx: u32,
     pub dense_delay: u32,
     pub expert_delay: u32,
+    /// Route-ahead distance (`moefy --route-from D`): layer ℓ's experts are chosen at layer ℓ−D.
+    /// 0 (omitted) for every other model and in older traces.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub route_ahead: u32,
     pub combine_style: String,
     /// Quant type names in use, e.g. ["Q4_1", "Q8_0", "F32"].
     pub quant_types: Vec<String>,
@@ -55,6 +59,10 @@ pub struct ModelSummary {
     pub inspect: Option<serde_json::Value>,
     /// Hash of header + directory, hex.
     pub file_hash: String,
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
 }
 
 impl ModelSummary {

@@ -167,7 +167,17 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             ),
             Span::styled(format!(" (chance {:.0}%)", 100.0 * chance), th.dim()),
         ]),
-        prefetch_line(app, st.prefetch),
+        if model.route_ahead > 0 {
+            dim_line(
+                app,
+                &format!(
+                    "route-ahead {}: experts chosen {} layer(s) early (exact, not predicted)",
+                    model.route_ahead, model.route_ahead
+                ),
+            )
+        } else {
+            prefetch_line(app, st.prefetch)
+        },
         Line::from(vec![
             Span::styled("balance max/mean ", th.dim()),
             Span::styled(
