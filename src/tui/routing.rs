@@ -170,7 +170,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         if model.route_ahead > 0 {
             dim_line(
                 app,
-                &format!(
+                format!(
                     "route-ahead {}: experts chosen {} layer(s) early (exact, not predicted)",
                     model.route_ahead, model.route_ahead
                 ),
