@@ -10,3 +10,4 @@ pub mod hf;
 pub mod import_gguf;
 pub mod pull;
 pub mod pull_gemma3;
+pub mod validate;
