@@ -1078,8 +1078,7 @@ fn load_tokenizer(dir: &Path, meta: &mut ModelMeta, vocab: usize) -> Result<(), 
     )?;
     let tok = match read_model_file(&tj, MAX_TOKENIZER_JSON_BYTES)? {
         Some(text) => {
-            let t: tokenizers::Tokenizer = text
-                .parse()
+            let t = crate::chat::tokenizer_load::load(&text)
                 .map_err(|e| HfError::Tokenizer(format!("{}: {e}", tj.display())))?;
             meta.tokenizer_json = Some(text);
             Some(t)

@@ -10,4 +10,5 @@ pub mod hf;
 pub mod import_gguf;
 pub mod pull;
 pub mod pull_gemma3;
+pub mod spm_merges;
 pub mod validate;
