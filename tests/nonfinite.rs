@@ -146,8 +146,10 @@ fn rope_base_must_be_finite_and_above_one() {
     import(dir.path(), bytes, QuantTarget::Keep).unwrap();
 }
 
+type Poison = dyn Fn(&mut [LayerData], &mut VocabData);
+
 /// A model with a poisoned weight written by hand (the importers refuse it).
-fn poisoned(dir: &Path, arch: &str, poison: &dyn Fn(&mut [LayerData], &mut VocabData)) -> PathBuf {
+fn poisoned(dir: &Path, arch: &str, poison: &Poison) -> PathBuf {
     let mut spec = GenSpec::new(arch);
     spec.layers = Some(3);
     spec.hidden = Some(64);
@@ -193,12 +195,7 @@ fn first_error(path: &Path, batch_prefill: bool) -> cflow::engine::finite::NonFi
 #[test]
 fn run_time_guard_names_the_first_layer_and_phase() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(
-        &str,
-        &dyn Fn(&mut [LayerData], &mut VocabData),
-        Option<usize>,
-        Phase,
-    ); 4] = [
+    let cases: [(&str, &Poison, Option<usize>, Phase); 4] = [
         (
             "attn_norm[1]",
             &|l, _| l[1].attn_norm[3] = f32::NAN,
