@@ -13,7 +13,6 @@ mod tiny_llama_gguf;
 use base64::Engine as _;
 use cflow::chat::tokenizer::TokenizerWrap;
 use cflow::convert::generate::{generate, GenSpec};
-use cflow::convert::gguf::GgufValue;
 use cflow::convert::hf::import_hf;
 use cflow::convert::import_gguf::{import_gguf, QuantTarget};
 use cflow::quant::QuantType;
