@@ -442,6 +442,73 @@ fn temp_next_to(target: &Path, existing: Option<&Metadata>) -> io::Result<NamedT
     Ok(t)
 }
 
+/// A hard link to a file about to be replaced, `.NAME.XXXXXX.old` next to it: an output
+/// that is committed first and written on (a trace recording) can put the old content back
+/// with [`Backup::restore`] when a later write fails. Costs no space (a second name for the
+/// same inode). Removed on drop and, like the temporary files, on a terminating signal.
+pub struct Backup {
+    link: PathBuf,
+    target: PathBuf,
+}
+
+impl Backup {
+    /// A backup of `path` when it is (a symlink to) a regular file; `None` when it does not
+    /// exist or is something else.
+    pub fn of(path: &Path) -> io::Result<Option<Backup>> {
+        let target = match std::fs::canonicalize(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if !std::fs::metadata(&target)?.is_file() {
+            return Ok(None);
+        }
+        install_signal_cleanup();
+        let dir = target.parent().unwrap_or(Path::new("/"));
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for _ in 0..100 {
+            let link = dir.join(format!(
+                ".{}.{}.old",
+                temp_stem(&name),
+                std::iter::repeat_with(fastrand::alphanumeric)
+                    .take(6)
+                    .collect::<String>()
+            ));
+            let mut live = lock_live();
+            match std::fs::hard_link(&target, &link) {
+                Ok(()) => {
+                    live.push(link.clone());
+                    return Ok(Some(Backup { link, target }));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "no free backup name",
+        ))
+    }
+
+    /// Puts the old content back at the path (an atomic rename; needs no space).
+    pub fn restore(self) -> io::Result<()> {
+        let r = std::fs::rename(&self.link, &self.target);
+        unregister(&self.link);
+        std::mem::forget(self);
+        r
+    }
+}
+
+impl Drop for Backup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.link);
+        unregister(&self.link);
+    }
+}
+
 /// The longest file name (`NAME_MAX` on Linux file systems).
 const NAME_MAX: usize = 255;
 
