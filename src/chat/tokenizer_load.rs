@@ -11,8 +11,24 @@
 use base64::Engine as _;
 use serde_json::Value;
 
-/// Checks the parts of `doc` the library would abort or panic on. `Err` names the field.
+/// Longest added (special) token: the library matches them with an Aho-Corasick automaton whose
+/// construction is quadratic in the length of one pattern (a 400 KB token took ~15 minutes).
+/// Real special tokens are a few dozen bytes.
+pub const MAX_ADDED_TOKEN_BYTES: usize = 256;
+
+/// Checks the parts of `doc` the library would abort or panic on, or spend time out of
+/// proportion on. `Err` names the field.
 pub fn check(doc: &Value) -> Result<(), String> {
+    if let Some(a) = doc["added_tokens"].as_array() {
+        for (i, t) in a.iter().enumerate() {
+            let n = t["content"].as_str().map_or(0, str::len);
+            if n > MAX_ADDED_TOKEN_BYTES {
+                return Err(format!(
+                    "added_tokens[{i}].content: {n} bytes, more than {MAX_ADDED_TOKEN_BYTES}"
+                ));
+            }
+        }
+    }
     let mut err = Ok(());
     visit_precompiled(&doc["normalizer"], &mut |map| {
         if err.is_ok() {

@@ -262,7 +262,19 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<GgufTokenizer, TokenizerBuild
     };
 
     let mut added = Vec::new();
+    let max_added = crate::chat::tokenizer_load::MAX_ADDED_TOKEN_BYTES;
     for (i, (t, &ty)) in tokens.iter().zip(&types).enumerate() {
+        let special = matches!(
+            ty,
+            token_type::CONTROL | token_type::UNKNOWN | token_type::USER_DEFINED
+        );
+        if special && t.len() > max_added {
+            return Err(bad(format!(
+                "tokenizer.ggml.tokens[{i}]: a control/user-defined token of {} bytes (more \
+                 than {max_added})",
+                t.len()
+            )));
+        }
         match ty {
             token_type::CONTROL | token_type::UNKNOWN => added.push(added_token(i as u32, t, true)),
             token_type::USER_DEFINED => added.push(added_token(i as u32, t, false)),

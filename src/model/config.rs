@@ -144,6 +144,7 @@ pub struct ModelMeta {
     pub tokenizer_json: Option<String>,
     pub chat_template: Option<String>,
     /// Free-form provenance (source file, converter, seed...).
+    #[serde(deserialize_with = "super::bounded_json::deserialize")]
     pub provenance: serde_json::Value,
 }
 
