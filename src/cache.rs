@@ -19,7 +19,7 @@ pub fn sha256_file(p: &Path) -> std::io::Result<String> {
     let named = |e: std::io::Error| {
         std::io::Error::new(e.kind(), format!("{}: cannot read: {e}", p.display()))
     };
-    let mut f = File::open(p).map_err(named)?;
+    let (mut f, _) = crate::input::open_regular(p).map_err(named)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -144,8 +144,12 @@ pub fn verify(entry: &Path) -> Result<Check> {
         return Ok(Check::Missing);
     }
     let side = sidecar_path(entry);
-    let recorded = match std::fs::read_to_string(&side) {
-        Ok(s) => s.split_whitespace().next().unwrap_or("").to_string(),
+    let recorded = match crate::input::read_regular(&side, 4096) {
+        Ok(s) => String::from_utf8_lossy(&s)
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok(Check::Stale(format!(
                 "no recorded sha256 ({})",

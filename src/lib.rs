@@ -25,6 +25,7 @@ pub mod convert;
 pub mod engine;
 #[allow(unsafe_code)]
 pub mod format;
+pub mod input;
 pub mod inspect;
 #[allow(unsafe_code)]
 pub mod io;

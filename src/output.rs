@@ -17,11 +17,13 @@
 //! counts with every entry in it.
 //!
 //! Temporary files never outlive the process: they are removed on drop (every error path, early
-//! return or panic), and on SIGINT, SIGTERM, SIGHUP and SIGXFSZ (`ulimit -f` exceeded) a watcher
-//! thread removes the live ones before the process dies with the default action (exit status
-//! "killed by signal" as before).
+//! return or panic), and on every catchable terminating signal ([`TERMINATING_SIGNALS`]: SIGINT,
+//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2, SIGALRM, SIGXFSZ when `ulimit -f` is exceeded, …) a
+//! watcher thread removes the live ones before the process dies with the default action (exit
+//! status "killed by signal" as before).
 //! Signals whose disposition is not the default (ignored under `nohup`, or `run`/`chat`'s own
-//! SIGINT handler) are left alone. Only SIGKILL can leave one behind, named `.NAME.XXXXXX.tmp`.
+//! SIGINT handler) are left alone. Only SIGKILL (or a crash) can leave one behind, named
+//! `.NAME.XXXXXX.tmp` (NAME cut short when the whole would exceed 255 bytes).
 //!
 //! Every error names its path ([`OutputError`]); bytes written through `impl Write for Output`
 //! fail with an `io::Error` of the same kind whose message names the output path.
@@ -418,7 +420,7 @@ fn temp_next_to(target: &Path, existing: Option<&Metadata>) -> io::Result<NamedT
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "output".into());
-    let prefix = format!(".{name}.");
+    let prefix = format!(".{}.", temp_stem(&name));
     let mut b = tempfile::Builder::new();
     b.prefix(&prefix).suffix(".tmp");
     if existing.is_none() {
@@ -440,6 +442,111 @@ fn temp_next_to(target: &Path, existing: Option<&Metadata>) -> io::Result<NamedT
     Ok(t)
 }
 
+/// A hard link to a file about to be replaced, `.NAME.XXXXXX.old` next to it: an output
+/// that is committed first and written on (a trace recording) can put the old content back
+/// with [`Backup::restore`] when a later write fails. Costs no space (a second name for the
+/// same inode). Removed on drop and, like the temporary files, on a terminating signal.
+pub struct Backup {
+    link: PathBuf,
+    target: PathBuf,
+}
+
+impl Backup {
+    /// A backup of `path` when it is (a symlink to) a regular file; `None` when it does not
+    /// exist or is something else.
+    pub fn of(path: &Path) -> io::Result<Option<Backup>> {
+        let target = match std::fs::canonicalize(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if !std::fs::metadata(&target)?.is_file() {
+            return Ok(None);
+        }
+        install_signal_cleanup();
+        let dir = target.parent().unwrap_or(Path::new("/"));
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for _ in 0..100 {
+            let link = dir.join(format!(
+                ".{}.{}.old",
+                temp_stem(&name),
+                std::iter::repeat_with(fastrand::alphanumeric)
+                    .take(6)
+                    .collect::<String>()
+            ));
+            let mut live = lock_live();
+            match std::fs::hard_link(&target, &link) {
+                Ok(()) => {
+                    live.push(link.clone());
+                    return Ok(Some(Backup { link, target }));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "no free backup name",
+        ))
+    }
+
+    /// Puts the old content back at the path (an atomic rename; needs no space).
+    pub fn restore(self) -> io::Result<()> {
+        let r = std::fs::rename(&self.link, &self.target);
+        unregister(&self.link);
+        std::mem::forget(self);
+        r
+    }
+}
+
+impl Drop for Backup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.link);
+        unregister(&self.link);
+    }
+}
+
+/// The longest file name (`NAME_MAX` on Linux file systems).
+const NAME_MAX: usize = 255;
+
+/// `name`, cut (at a character boundary) so that `.NAME.XXXXXX.tmp` fits in [`NAME_MAX`]
+/// bytes: an output name of 244–255 bytes is valid, its temporary name must be too.
+fn temp_stem(name: &str) -> &str {
+    const EXTRA: usize = ".".len() + ".".len() + 6 + ".tmp".len();
+    let max = NAME_MAX - EXTRA;
+    if name.len() <= max {
+        return name;
+    }
+    let mut end = max;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
+/// Signals whose default action terminates the process and that can be caught: the watcher
+/// removes the live temporary files on each (SIGKILL cannot be caught; SIGSEGV, SIGILL, SIGFPE
+/// and SIGABRT are faults of this process, SIGBUS is `format::sigbus`'s; SIGPIPE is ignored by
+/// the Rust runtime).
+pub const TERMINATING_SIGNALS: [libc::c_int; 13] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+    libc::SIGIO,
+    libc::SIGPWR,
+];
+
 /// Temporary files alive right now (removed by the signal watcher).
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
@@ -451,12 +558,12 @@ fn unregister(p: &Path) {
     lock_live().retain(|q| q != p);
 }
 
-/// Starts (once) the thread that removes live temporary files on SIGINT, SIGTERM, SIGHUP or
-/// SIGXFSZ and then lets the signal take its default action. See the module docs.
+/// Starts (once) the thread that removes live temporary files on any of the
+/// [`TERMINATING_SIGNALS`] and then lets the signal take its default action. See the module docs.
 fn install_signal_cleanup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let sigs: Vec<i32> = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGXFSZ]
+        let sigs: Vec<i32> = TERMINATING_SIGNALS
             .into_iter()
             .filter(|&s| crate::io::signal::has_default_action(s))
             .collect();
@@ -598,6 +705,29 @@ mod tests {
         o.commit().unwrap();
         let m = std::fs::metadata("/dev/null").unwrap();
         assert!(m.file_type().is_char_device());
+    }
+
+    #[test]
+    fn names_up_to_name_max_get_a_temporary_name_that_fits() {
+        let d = tempfile::tempdir().unwrap();
+        for name in [
+            "a".repeat(243),
+            "b".repeat(244),
+            "c".repeat(255),
+            "é".repeat(127) + "x",
+        ] {
+            assert!(name.len() <= NAME_MAX);
+            let p = d.path().join(&name);
+            std::fs::write(&p, b"old").unwrap();
+            let mut o = Output::create(&p, &[]).unwrap();
+            o.write_all(b"new").unwrap();
+            o.commit().unwrap();
+            assert_eq!(std::fs::read(&p).unwrap(), b"new");
+            std::fs::remove_file(&p).unwrap();
+        }
+        assert_eq!(names(d.path()), Vec::<String>::new());
+        assert_eq!(temp_stem("short"), "short");
+        assert_eq!(temp_stem(&"é".repeat(127)).len(), 242);
     }
 
     #[test]

@@ -283,9 +283,12 @@ fn run_record_on_a_full_disk_keeps_the_lines_written() {
         s(&trace),
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
-    // Generation itself succeeds; the recording stops with a warning.
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(err.contains("recording stopped"), "{err}");
+    // The recording stops with an error and the run fails (issue 44: it exited 0).
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("recording stopped") && err.contains("--record"),
+        "{err}"
+    );
     assert!(
         err.contains("No space left") || err.contains("too large"),
         "{err}"
@@ -294,6 +297,47 @@ fn run_record_on_a_full_disk_keeps_the_lines_written() {
     assert!(r.events.len() > 3, "{} events", r.events.len());
     // At most the last line is cut.
     assert!(r.warnings.len() <= 1, "{:?}", r.warnings);
+}
+
+/// Issue 44: `run --record` over an existing trace on a full disk exited 0 and left a
+/// truncated trace in place of the old one. Now it fails and the old trace is put back.
+#[test]
+fn run_record_on_a_full_disk_keeps_the_old_trace() {
+    let Some(lim) = Limited::new() else {
+        eprintln!("SKIP: cannot mount a tmpfs or set ulimit -f");
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let model = tiny_model(work.path());
+    let trace = lim.dir().join("t.jsonl");
+    let old: Vec<u8> = b"{\"old\": true}\n".repeat(1000);
+    std::fs::write(&trace, &old).unwrap();
+    let o = lim.run(&[
+        "run",
+        s(&model),
+        "--tokens",
+        "1,2,3",
+        "-n",
+        "400",
+        "--ignore-eos",
+        "--threads",
+        "1",
+        "--record",
+        s(&trace),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("put back"), "{err}");
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        old,
+        "the old trace was replaced"
+    );
+    assert_eq!(
+        lim.files(),
+        vec![trace.clone()],
+        "a backup or temporary file was left"
+    );
 }
 
 /// `--dump-logits` on a full disk said only "No space left on device (os error 28)" and left

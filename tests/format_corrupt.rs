@@ -297,6 +297,11 @@ fn metadata_numbers_are_validated_at_open() {
             })),
         ),
         ("bos_id", with_meta(&good, |m| m["bos_id"] = json!(130))),
+        // Issue 44: a RoPE base <= 1 makes every logit NaN.
+        (
+            "rope_theta_per_layer",
+            with_meta(&good, |m| m["rope_theta_per_layer"] = json!([1e4, 0.5])),
+        ),
     ];
     for (i, (field, b)) in cases.iter().enumerate() {
         let name = format!("meta{i}.cflow");
@@ -306,6 +311,15 @@ fn metadata_numbers_are_validated_at_open() {
             "{field}: {e}"
         );
         assert!(e.to_string().contains(field), "{e}");
+    }
+    // The header's RoPE base must be finite and > 1 too (issue 44: 1e-45 gave NaN logits).
+    for theta in [1e-45f32, 1.0, f32::NAN] {
+        let mut b = good.clone();
+        let mut h = header(&b);
+        h.rope_theta = theta;
+        put_header(&mut b, &h);
+        let e = open_bytes(dir.path(), "theta.cflow", &b).to_string();
+        assert!(e.contains("rope_theta") && e.contains("> 1"), "{theta}: {e}");
     }
     // The reported crashes, end to end: a clear error and exit 1, no panic, no abort.
     for (i, _) in cases.iter().enumerate().filter(|(_, c)| c.0 != "bos_id") {

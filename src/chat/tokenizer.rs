@@ -306,10 +306,14 @@ impl TokenBytes {
         let inv = byte_level_inverse();
         let mut bytes: Vec<Vec<u8>> = Vec::new();
         let mut special: Vec<bool> = Vec::new();
+        // Ids come from the document: a table indexed by id is bounded by the number of
+        // entries (a lone id of 16 M would cost 400 MB), ids past that have no bytes.
+        let entries = model["vocab"].as_object().map_or(0, |v| v.len())
+            + doc["added_tokens"].as_array().map_or(0, |a| a.len());
+        let max_id = (2 * entries + 1024).min(1 << 24);
         let mut put = |id: usize, b: Vec<u8>, s: bool| {
             if id >= bytes.len() {
-                // Bound growth: ids come from the document we were given.
-                if id > 1 << 24 {
+                if id > max_id {
                     return;
                 }
                 bytes.resize(id + 1, Vec::new());
@@ -425,9 +429,8 @@ impl TokenizerWrap {
         for p in &patterns {
             all_known &= regex_allowed(p).map_err(TokenizerError::Load)?;
         }
-        let tok: tokenizers::Tokenizer = crate::chat::guard::guarded(|| json.parse())
-            .map_err(|p| TokenizerError::Load(format!("the tokenizer library panicked: {p}")))?
-            .map_err(|e: tokenizers::Error| TokenizerError::Load(e.to_string()))?;
+        super::tokenizer_load::check(&doc).map_err(TokenizerError::Load)?;
+        let tok = super::tokenizer_load::parse_checked(json).map_err(TokenizerError::Load)?;
         let spm = has_type(&doc["pre_tokenizer"], "Metaspace")
             || has_type(&doc["normalizer"], "Prepend")
             || has_type(&doc["normalizer"], "Precompiled");

@@ -227,8 +227,7 @@ impl Transcript {
             path: name.clone(),
             err,
         };
-        let f = std::fs::File::open(path).map_err(io)?;
-        let meta = f.metadata().map_err(io)?;
+        let (f, meta) = crate::input::open_regular(path).map_err(io)?;
         if meta.is_dir() {
             return Err(io(std::io::Error::other("is a directory")));
         }

@@ -165,7 +165,8 @@ pub fn sniff_model(path: &Path) -> Result<ModelKind> {
     }
     let mut magic = [0u8; 8];
     let n = if meta.is_file() {
-        let mut f = std::fs::File::open(path).with_context(|| format!("{shown}: cannot open"))?;
+        let (mut f, _) =
+            crate::input::open_regular(path).with_context(|| format!("{shown}: cannot open"))?;
         f.read(&mut magic)
             .with_context(|| format!("{shown}: cannot read"))?
     } else {

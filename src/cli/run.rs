@@ -131,6 +131,9 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     if out.error.is_some() {
         bail!("generation failed");
     }
+    if let Some(e) = tap.and_then(|t| t.failed) {
+        bail!("--record: {e}");
+    }
     Ok(())
 }
 
@@ -252,6 +255,7 @@ fn write_routing(sess: &mut Session, path: &Path) -> Result<()> {
 /// ([`crate::telemetry::recorder::Tap`]); a write error is reported once on stderr.
 pub(super) struct RecordTap {
     tap: crate::telemetry::recorder::Tap,
+    failed: Option<String>,
 }
 
 impl RecordTap {
@@ -272,7 +276,10 @@ impl RecordTap {
             &s.engine.input_files(),
         )
         .context("--record")?;
-        let mut t = RecordTap { tap: Tap::new() };
+        let mut t = RecordTap {
+            tap: Tap::new(),
+            failed: None,
+        };
         t.tap.start(rec);
         t.emit(Event::Session {
             model: Box::new(s.summary()),
@@ -287,7 +294,8 @@ impl RecordTap {
     pub(super) fn emit(&mut self, e: Event) {
         self.tap.emit(e);
         if let Some(err) = self.tap.take_error() {
-            errln!("warning: {err}");
+            errln!("error: {err}");
+            self.failed = Some(err);
         }
     }
 }

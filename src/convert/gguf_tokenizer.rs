@@ -164,44 +164,6 @@ fn post_processor(tokens: &[&str], sp: &SpecialTokens) -> Value {
     })
 }
 
-/// SentencePiece merges from scores: every split of a piece into two vocabulary pieces, ranked by
-/// the merged piece's score (higher first), then by the merged piece's id.
-fn spm_merges(
-    tokens: &[&str],
-    scores: &[f32],
-    vocab: &HashMap<&str, u32>,
-) -> Vec<(String, String)> {
-    let mut merges: Vec<(f32, u32, u32, u32)> = Vec::new();
-    for (id, piece) in tokens.iter().enumerate() {
-        let id = id as u32;
-        if piece.chars().count() < 2 {
-            continue;
-        }
-        for (pos, _) in piece.char_indices().skip(1) {
-            let (l, r) = piece.split_at(pos);
-            if let (Some(&li), Some(&ri)) = (vocab.get(l), vocab.get(r)) {
-                let s = scores.get(id as usize).copied().unwrap_or(0.0);
-                merges.push((s, id, li, ri));
-            }
-        }
-    }
-    merges.sort_by(|a, b| {
-        b.0.partial_cmp(&a.0)
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(a.1.cmp(&b.1))
-            .then(a.2.cmp(&b.2))
-    });
-    merges
-        .into_iter()
-        .map(|(_, _, l, r)| {
-            (
-                tokens[l as usize].to_string(),
-                tokens[r as usize].to_string(),
-            )
-        })
-        .collect()
-}
-
 /// Build the tokenizer described by a GGUF file's metadata.
 pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<GgufTokenizer, TokenizerBuildError> {
     let file = f.name().to_string();
@@ -300,7 +262,19 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<GgufTokenizer, TokenizerBuild
     };
 
     let mut added = Vec::new();
+    let max_added = crate::chat::tokenizer_load::MAX_ADDED_TOKEN_BYTES;
     for (i, (t, &ty)) in tokens.iter().zip(&types).enumerate() {
+        let special = matches!(
+            ty,
+            token_type::CONTROL | token_type::UNKNOWN | token_type::USER_DEFINED
+        );
+        if special && t.len() > max_added {
+            return Err(bad(format!(
+                "tokenizer.ggml.tokens[{i}]: a control/user-defined token of {} bytes (more \
+                 than {max_added})",
+                t.len()
+            )));
+        }
         match ty {
             token_type::CONTROL | token_type::UNKNOWN => added.push(added_token(i as u32, t, true)),
             token_type::USER_DEFINED => added.push(added_token(i as u32, t, false)),
@@ -324,7 +298,14 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<GgufTokenizer, TokenizerBuild
                 scores.len()
             )));
         }
-        let merges = spm_merges(&tokens, &scores, &vocab);
+        // A NaN score has no rank (and made the merge sort panic).
+        if let Some(i) = scores.iter().position(|s| s.is_nan()) {
+            return Err(bad(format!("tokenizer.ggml.scores[{i}] is NaN")));
+        }
+        let bytes = tokens.iter().map(|t| t.len()).sum();
+        let budget = super::spm_merges::MergeBudget::for_vocab(n, bytes);
+        let merges = super::spm_merges::spm_merges(&tokens, &scores, &vocab, budget)
+            .map_err(|e| bad(format!("tokenizer.ggml.tokens: {e}")))?;
         let add_space_prefix = f
             .opt_bool("tokenizer.ggml.add_space_prefix")?
             .unwrap_or(true);
@@ -352,7 +333,10 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<GgufTokenizer, TokenizerBuild
                 "byte_fallback": true,
                 "ignore_merges": false,
                 "vocab": vocab_json,
-                "merges": merges.iter().map(|(a, b)| json!([a, b])).collect::<Vec<_>>(),
+                "merges": merges
+                    .iter()
+                    .map(|&(a, b)| json!([tokens[a as usize], tokens[b as usize]]))
+                    .collect::<Vec<_>>(),
             }),
             json!({"type": "Sequence", "normalizers": norm}),
             Value::Null,
@@ -433,12 +417,12 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<GgufTokenizer, TokenizerBuild
         file: file.clone(),
         reason: e.to_string(),
     })?;
-    let tokenizer: tokenizers::Tokenizer =
-        json.parse()
-            .map_err(|e: tokenizers::Error| TokenizerBuildError::Build {
-                file: file.clone(),
-                reason: e.to_string(),
-            })?;
+    let tokenizer = crate::chat::tokenizer_load::parse_checked(&json).map_err(|reason| {
+        TokenizerBuildError::Build {
+            file: file.clone(),
+            reason,
+        }
+    })?;
     Ok(GgufTokenizer {
         json,
         tokenizer,

@@ -79,6 +79,8 @@ pub enum HfError {
     Tokenizer(String),
     #[error(transparent)]
     Format(#[from] FormatError),
+    #[error(transparent)]
+    NonFinite(#[from] super::validate::NonFiniteTensor),
 }
 
 /// Size caps for the small files an import reads whole (`config.json`, `generation_config.json`,
@@ -473,7 +475,11 @@ impl Weights {
         q: QuantType,
     ) -> Result<MatrixData, HfError> {
         let w = self.shaped(name, &[rows, cols])?;
-        Ok(MatrixData::quantize(q, rows, cols, &w))
+        let m = MatrixData::quantize(q, rows, cols, &w);
+        // Finite weights can still overflow an f16 block scale (|w| > 65504 · 7 for Q4_0).
+        let file = self.info(name).map(|(s, _)| s.path.display().to_string());
+        super::validate::matrix(&file.unwrap_or_default(), name, &m)?;
+        Ok(m)
     }
 
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, HfError> {
@@ -705,6 +711,12 @@ fn plan(dir: &Path, w: &Weights, max_ctx: Option<usize>, q: QuantType) -> Result
         (None, Some(t)) => t.as_f64().unwrap_or(10000.0) as f32,
         _ => 10000.0,
     };
+    if !crate::model::rope_theta_ok(theta) {
+        return Err(c.err(format!(
+            "rope_theta = {theta}: {}",
+            crate::model::ROPE_THETA_RULE
+        )));
+    }
     for key in ["rope_scaling", "rope_parameters"] {
         if let Some(rs) = v.get(key).filter(|x| x.is_object()) {
             let ty = rs
@@ -1066,8 +1078,7 @@ fn load_tokenizer(dir: &Path, meta: &mut ModelMeta, vocab: usize) -> Result<(), 
     )?;
     let tok = match read_model_file(&tj, MAX_TOKENIZER_JSON_BYTES)? {
         Some(text) => {
-            let t: tokenizers::Tokenizer = text
-                .parse()
+            let t = crate::chat::tokenizer_load::load(&text)
                 .map_err(|e| HfError::Tokenizer(format!("{}: {e}", tj.display())))?;
             meta.tokenizer_json = Some(text);
             Some(t)

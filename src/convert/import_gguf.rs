@@ -26,6 +26,8 @@ pub enum ImportError {
     Tokenizer(#[from] TokenizerBuildError),
     #[error(transparent)]
     Format(#[from] FormatError),
+    #[error(transparent)]
+    NonFinite(#[from] super::validate::NonFiniteTensor),
     #[error("{file}: unsupported architecture `{arch}` (supported: {supported})")]
     Arch {
         file: String,
@@ -175,6 +177,7 @@ impl Imp<'_> {
                 why: format!("{} data bytes, expected {}", data.len(), row_bytes * rows),
             });
         }
+        super::validate::gguf_data(&self.file, name, src, data, cols)?;
         let mut m = MatrixData {
             quant: target,
             rows,
@@ -206,6 +209,7 @@ impl Imp<'_> {
                 crate::quant::quantize_row(target, &row, &mut m.scales, &mut m.qs);
             }
         }
+        super::validate::matrix(&self.file, name, &m)?;
         Ok(m)
     }
 
@@ -237,6 +241,7 @@ impl Imp<'_> {
         let (mut sc, mut qs) = (Vec::new(), Vec::new());
         split_blocks(src, t.data, &mut sc, &mut qs);
         dequantize_row(src, &sc, &qs, &mut out);
+        super::validate::vector(&self.file, name, &out)?;
         Ok(Some(out))
     }
 }
@@ -383,11 +388,11 @@ pub fn import_gguf(
             "must be in (0, 1)".into(),
         ));
     }
-    if !(theta.is_finite() && theta > 0.0) {
+    if !crate::model::rope_theta_ok(theta) {
         return Err(bad_key(
             k("rope.freq_base"),
             theta.to_string(),
-            "must be positive".into(),
+            crate::model::ROPE_THETA_RULE.into(),
         ));
     }
     let emb = g

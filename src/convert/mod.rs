@@ -12,3 +12,5 @@ pub mod moefy;
 pub mod pull;
 pub mod pull_gemma3;
 pub mod pull_moby;
+pub mod spm_merges;
+pub mod validate;

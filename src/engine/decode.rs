@@ -7,6 +7,7 @@
 //! (dense FFN, route, inject) are [`Token`] methods in `token.rs`.
 
 use super::expert_io::TokenIo;
+use super::finite::{check, Phase};
 use super::layer::{attention, attn_bytes, lm_head};
 use super::ops::add_into;
 use super::styles::{steps, Step};
@@ -95,6 +96,7 @@ impl Engine {
             let k = (cfg.d_model as f32).sqrt();
             s.x.iter_mut().for_each(|v| *v *= k);
         }
+        check(&s.x, None, 0, Phase::Embedding, pos)?;
         let mut t = Token {
             rule: *rule,
             sched,
@@ -128,6 +130,9 @@ impl Engine {
             let t4 = Instant::now();
             stats.vocab_bytes = lm_head(&w, s);
             stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
+            // The final norm's output too: the integer kernels quantize a NaN input to 0.
+            check(&s.xb, None, 0, Phase::Logits, pos)?;
+            check(&s.logits, None, 0, Phase::Logits, pos)?;
             if pmu.is_enabled() {
                 pmu.phase("lm_head");
             }
@@ -201,6 +206,11 @@ impl Token<'_, '_> {
             if pmu_on {
                 self.pmu.phase("attention");
             }
+            // Norm(x), the attention's heads and its projection: the integer kernels quantize a
+            // NaN input to 0, so each stage is checked, not only the output.
+            for v in [&self.s.xb, &self.s.att, &self.s.attn_out] {
+                check(v, Some(p), l, Phase::Attention, self.pos)?;
+            }
             self.s.xa.copy_from_slice(&self.s.x);
             add_into(&mut self.s.xa, &self.s.attn_out);
 
@@ -238,6 +248,13 @@ impl Token<'_, '_> {
                 st.ns_experts = ns;
             }
             self.io.layer_end(st, t_layer.elapsed().as_nanos() as u64);
+            let d = &self.s.dense;
+            for v in [&d.xb, &d.hb, &d.out, &self.s.x] {
+                check(v, Some(p), l, Phase::FeedForward, self.pos)?;
+            }
+            if rule.two_streams() {
+                check(&self.s.sf, Some(p), l, Phase::FeedForward, self.pos)?;
+            }
 
             // DecoupledStreams: merge the two streams every merge_interval layers.
             rule.merge(self.s, l);

@@ -4,8 +4,9 @@
 //!
 //! Size: effective layers × 2 (K and V) × kv heads × head dim × bytes per value (2 for `--kv f16`,
 //! 4 for `--kv f32`) × context positions. Available memory is
-//! `MemAvailable` from `/proc/meminfo`, or the room left under a cgroup v2 `memory.max` when
-//! that is smaller. It is read after the engine is built, so the weights that are not mmapped
+//! `MemAvailable` from `/proc/meminfo`, or the room left under the cgroup memory limit when
+//! that is smaller (v2 `memory.max` or v1 `memory.limit_in_bytes`, in the process's own cgroup
+//! and at the mount root). It is read after the engine is built, so the weights that are not mmapped
 //! (the in-memory row-major copy) are already taken out of it; mmapped weights are page cache.
 //! The context can be lowered at run time ([`cap_context`], `--max-ctx N`) to open a model
 //! whose declared context does not fit.
@@ -13,6 +14,7 @@
 use super::Engine;
 use crate::model::kv::KvType;
 use crate::model::ModelConfig;
+use std::path::{Path, PathBuf};
 
 /// Memory that can be allocated now, and where the number comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,10 +88,21 @@ pub fn cap_context(engine: &mut Engine, n: usize) {
     engine.cap_context(n);
 }
 
-/// `MemAvailable`, or the room under the cgroup v2 limit when smaller; `None` when neither can
-/// be read (the check is then skipped).
+/// `MemAvailable`, or the room under the cgroup memory limit when smaller (cgroup v2
+/// `memory.max` or v1 `memory.limit_in_bytes`, see [`cgroup_room`]); `None` when nothing can be
+/// read (the check is then skipped).
 pub fn available_memory() -> Option<Available> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+    available_memory_in(
+        Path::new("/proc/meminfo"),
+        Path::new("/sys/fs/cgroup"),
+        Path::new("/proc/self/cgroup"),
+    )
+}
+
+/// [`available_memory`] with the files it reads given: `meminfo` (`/proc/meminfo`), the cgroup
+/// mount `root` (`/sys/fs/cgroup`) and the process's `self_cgroup` (`/proc/self/cgroup`).
+pub fn available_memory_in(meminfo: &Path, root: &Path, self_cgroup: &Path) -> Option<Available> {
+    let meminfo = std::fs::read_to_string(meminfo).ok().and_then(|s| {
         s.lines()
             .find_map(|l| l.strip_prefix("MemAvailable:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
@@ -98,15 +111,66 @@ pub fn available_memory() -> Option<Available> {
                 source: "MemAvailable",
             })
     });
-    let read = |p: &str| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
-    let cgroup = read("/sys/fs/cgroup/memory.max").map(|max| Available {
-        bytes: max.saturating_sub(read("/sys/fs/cgroup/memory.current").unwrap_or(0)),
-        source: "cgroup memory.max",
-    });
-    match (meminfo, cgroup) {
+    let membership = std::fs::read_to_string(self_cgroup).unwrap_or_default();
+    match (meminfo, cgroup_room(root, &membership)) {
         (Some(m), Some(c)) => Some(if c.bytes < m.bytes { c } else { m }),
         (m, c) => m.or(c),
     }
+}
+
+/// v1 "no limit" is a page-rounded `i64::MAX`; anything this large is no limit.
+const NO_LIMIT: u64 = 1 << 60;
+
+/// The room left under the process's cgroup memory limit, the smallest over both hierarchies:
+/// v2 (`0::/path` in `membership`; `memory.max`, `memory.current`) and v1 (a `memory`
+/// controller line; `memory/…/memory.limit_in_bytes`, `memory.usage_in_bytes`). Each is looked
+/// up in the process's own cgroup directory and at the mount root (inside a container with a
+/// cgroup namespace the own cgroup is the root). `None` without any limit.
+pub fn cgroup_room(root: &Path, membership: &str) -> Option<Available> {
+    let read = |p: PathBuf| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    let mut v2_path = None;
+    let mut v1_path = None;
+    for line in membership.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, ctrl, path) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+        let rel = path.trim_start_matches('/');
+        if ctrl.is_empty() {
+            v2_path = Some(rel.to_string());
+        } else if ctrl.split(',').any(|c| c == "memory") {
+            v1_path = Some(rel.to_string());
+        }
+    }
+    let mut best: Option<Available> = None;
+    let mut consider = |limit: Option<u64>, used: Option<u64>, source: &'static str| {
+        if let Some(l) = limit.filter(|&l| l < NO_LIMIT) {
+            let room = Available {
+                bytes: l.saturating_sub(used.unwrap_or(0)),
+                source,
+            };
+            if best.is_none_or(|b| room.bytes < b.bytes) {
+                best = Some(room);
+            }
+        }
+    };
+    let v2_dirs = [v2_path.map(|p| root.join(p)), Some(root.to_path_buf())];
+    for dir in v2_dirs.into_iter().flatten() {
+        // "max" does not parse: no limit.
+        consider(
+            read(dir.join("memory.max")),
+            read(dir.join("memory.current")),
+            "cgroup v2 memory.max",
+        );
+    }
+    let v1_root = root.join("memory");
+    let v1_dirs = [v1_path.map(|p| v1_root.join(p)), Some(v1_root.clone())];
+    for dir in v1_dirs.into_iter().flatten() {
+        consider(
+            read(dir.join("memory.limit_in_bytes")),
+            read(dir.join("memory.usage_in_bytes")),
+            "cgroup v1 memory.limit_in_bytes",
+        );
+    }
+    best
 }
 
 #[cfg(test)]
@@ -157,6 +221,82 @@ mod tests {
         assert!(check(&cfg(2 * fits + 2), KvType::F16, Some(avail)).is_err());
         // Unknown memory: no check.
         assert!(check(&cfg(1 << 24), KvType::F32, None).is_ok());
+    }
+
+    fn fake(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (p, v) in files {
+            let p = d.path().join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, v).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn cgroup_v1_and_v2_limits_are_both_read() {
+        const G: u64 = 1 << 30;
+        let meminfo = format!("MemTotal: 1 kB\nMemAvailable: {} kB\n", 64 * G / 1024);
+        // v1 only (the OOM case of issue 44): 2 GiB limit, 0.5 GiB used, in the own cgroup.
+        let d = fake(&[
+            ("meminfo", &meminfo),
+            ("self", "12:memory:/job/7\n11:cpu,cpuacct:/job/7\n"),
+            (
+                "cg/memory/job/7/memory.limit_in_bytes",
+                &(2 * G).to_string(),
+            ),
+            (
+                "cg/memory/job/7/memory.usage_in_bytes",
+                &(G / 2).to_string(),
+            ),
+            ("cg/memory/memory.limit_in_bytes", "9223372036854771712"),
+        ]);
+        let a = available_memory_in(
+            &d.path().join("meminfo"),
+            &d.path().join("cg"),
+            &d.path().join("self"),
+        )
+        .unwrap();
+        assert_eq!(
+            (a.bytes, a.source),
+            (3 * G / 2, "cgroup v1 memory.limit_in_bytes")
+        );
+        // v1 at the mount root (a container with a cgroup namespace).
+        let d = fake(&[
+            ("self", "5:memory:/\n"),
+            ("cg/memory/memory.limit_in_bytes", &G.to_string()),
+        ]);
+        assert_eq!(
+            cgroup_room(&d.path().join("cg"), "5:memory:/\n")
+                .unwrap()
+                .bytes,
+            G
+        );
+        // v2: "max" is no limit, a number is; the smaller of v1 and v2 wins.
+        let d = fake(&[("cg/memory.max", "max\n")]);
+        assert!(cgroup_room(&d.path().join("cg"), "0::/\n").is_none());
+        let d = fake(&[
+            ("cg/user/memory.max", &(3 * G).to_string()),
+            ("cg/user/memory.current", &G.to_string()),
+            ("cg/memory/memory.limit_in_bytes", &(4 * G).to_string()),
+        ]);
+        let a = cgroup_room(&d.path().join("cg"), "0::/user\n").unwrap();
+        assert_eq!((a.bytes, a.source), (2 * G, "cgroup v2 memory.max"));
+        // MemAvailable wins when it is smaller; nothing readable: None.
+        let d = fake(&[("meminfo", "MemAvailable: 1024 kB\n")]);
+        let a = available_memory_in(
+            &d.path().join("meminfo"),
+            &d.path().join("cg"),
+            &d.path().join("x"),
+        )
+        .unwrap();
+        assert_eq!((a.bytes, a.source), (1 << 20, "MemAvailable"));
+        assert!(available_memory_in(
+            &d.path().join("no"),
+            &d.path().join("no"),
+            &d.path().join("no")
+        )
+        .is_none());
     }
 
     #[test]

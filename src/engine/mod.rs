@@ -15,6 +15,7 @@ pub mod capture;
 pub mod critical;
 pub mod decode;
 pub mod expert_io;
+pub mod finite;
 pub mod kv_budget;
 pub mod layer;
 pub mod moe;
@@ -75,6 +76,8 @@ pub enum ForwardError {
     /// this token is discarded and every later one is refused until the model is reopened.
     #[error(transparent)]
     ModelChanged(crate::format::FormatError),
+    #[error(transparent)]
+    NonFinite(#[from] finite::NonFinite),
 }
 
 /// The `Auto` schedule's measurement: decode steps alternate sequential / vertical until each

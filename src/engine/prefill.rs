@@ -4,6 +4,7 @@
 //! the same per-token functions as decode (`qkv_post`, `attend`, `gated`, `lm_head`) around
 //! batched matvecs.
 
+use super::finite::{check, NonFinite, Phase};
 use super::layer::{attend_batch, attn_bytes, dense_bytes, gated, lm_head, qkv_post};
 use super::ops::*;
 use super::scratch::BatchScratch;
@@ -113,6 +114,7 @@ impl Engine {
                 xb.iter_mut().for_each(|v| *v *= k);
             }
         }
+        check(&bs.x, None, 0, Phase::Embedding, pos0).map_err(|e| at_row(e, d))?;
 
         let mut stats = TokenStats {
             pos: pos0 as u32,
@@ -178,6 +180,9 @@ impl Engine {
                 }
             }
             add_into(&mut bs.x, &bs.o);
+            check(&bs.xb, Some(l), l, Phase::Attention, pos0).map_err(|e| at_row(e, d))?;
+            check(&bs.att, Some(l), l, Phase::Attention, pos0).map_err(|e| at_row(e, qd))?;
+            check(&bs.x, Some(l), l, Phase::Attention, pos0).map_err(|e| at_row(e, d))?;
             let st = &mut stats.layers[l];
             st.bytes.attn = attn_bytes(lv);
             st.ns_attn = t0.elapsed().as_nanos() as u64;
@@ -229,6 +234,9 @@ impl Engine {
                 }
             }
             add_into(&mut bs.x, &bs.o);
+            check(&bs.xb, Some(l), l, Phase::FeedForward, pos0).map_err(|e| at_row(e, d))?;
+            check(&bs.g, Some(l), l, Phase::FeedForward, pos0).map_err(|e| at_row(e, ff))?;
+            check(&bs.x, Some(l), l, Phase::FeedForward, pos0).map_err(|e| at_row(e, d))?;
             st.bytes.dense = dense_bytes(lv);
             st.ns_dense = t1.elapsed().as_nanos() as u64;
         }
@@ -238,11 +246,20 @@ impl Engine {
             let t4 = Instant::now();
             stats.vocab_bytes = lm_head(&ctx, s);
             stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
+            check(&s.xb, None, 0, Phase::Logits, pos0 + n - 1)?;
+            check(&s.logits, None, 0, Phase::Logits, pos0 + n - 1)?;
         }
         stats.ns_total = t_start.elapsed().as_nanos() as u64;
         self.stats = stats;
         Ok(())
     }
+}
+
+/// A [`NonFinite`] found in a batch buffer of `d`-wide rows: its position is the row's.
+fn at_row(mut e: NonFinite, d: usize) -> NonFinite {
+    e.pos += e.index / d;
+    e.index %= d;
+    e
 }
 
 /// Quantizes each `width`-wide row of `xs` into `out[row]` (grown as needed, buffers reused)

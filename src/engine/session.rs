@@ -313,7 +313,8 @@ impl Session {
             ForwardError::ContextFull { .. } => StopReason::ContextFull,
             ForwardError::BadToken { .. }
             | ForwardError::ExpertRead { .. }
-            | ForwardError::ModelChanged(_) => StopReason::Error,
+            | ForwardError::ModelChanged(_)
+            | ForwardError::NonFinite(_) => StopReason::Error,
         };
         let msg = (reason != StopReason::Stopped).then(|| e.to_string());
         self.fail_msg(out, reason, msg, emit)

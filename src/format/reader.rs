@@ -261,8 +261,8 @@ pub(crate) fn config_from_header(
         return Err(v.field("rms_eps", eps, "must be in (0, 1)"));
     }
     let theta = h.rope_theta;
-    if !(theta.is_finite() && theta > 0.0) {
-        return Err(v.field("rope_theta", theta, "must be positive"));
+    if !crate::model::rope_theta_ok(theta) {
+        return Err(v.field("rope_theta", theta, crate::model::ROPE_THETA_RULE));
     }
     let cap = h.final_logit_softcap;
     if !(cap.is_finite() && cap >= 0.0) {

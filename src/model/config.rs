@@ -77,6 +77,15 @@ pub enum RouterNorm {
     TopkUnweighted,
 }
 
+/// What a RoPE base must satisfy (checked by every importer and at open): with a base <= 1
+/// (or NaN/Inf) the rotation frequencies overflow and every logit is NaN.
+pub const ROPE_THETA_RULE: &str = "must be finite and > 1";
+
+/// Whether `theta` is a usable RoPE base ([`ROPE_THETA_RULE`]).
+pub fn rope_theta_ok(theta: f32) -> bool {
+    theta.is_finite() && theta > 1.0
+}
+
 /// Feature flag bits of the header.
 pub const FLAG_EMBED_SCALE: u32 = 1 << 0;
 pub const FLAG_V_NORM: u32 = 1 << 1;
@@ -148,6 +157,7 @@ pub struct ModelMeta {
     pub tokenizer_json: Option<String>,
     pub chat_template: Option<String>,
     /// Free-form provenance (source file, converter, seed...).
+    #[serde(deserialize_with = "super::bounded_json::deserialize")]
     pub provenance: serde_json::Value,
 }
 
@@ -332,12 +342,12 @@ impl ModelConfig {
             .iter()
             .take(self.n_layers)
             .enumerate()
-            .find(|(_, t)| !(t.is_finite() && **t > 0.0))
+            .find(|(_, t)| !rope_theta_ok(**t))
         {
             return bad(
                 "rope_theta_per_layer",
                 format!("[{i}] = {t}"),
-                "every theta must be positive and finite".into(),
+                format!("every theta {ROPE_THETA_RULE}"),
             );
         }
         let cap = m.attn_logit_softcap;

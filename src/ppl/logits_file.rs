@@ -280,8 +280,7 @@ impl LogitsReader {
                 err,
             }
         };
-        let f = File::open(path).map_err(io("open"))?;
-        let meta = f.metadata().map_err(io("stat"))?;
+        let (f, meta) = crate::input::open_regular(path).map_err(io("open"))?;
         if !meta.is_file() {
             return Err(LogitsFileError::Field {
                 path: p(),

@@ -201,6 +201,21 @@ fn meta(name: &str, tid: Option<u32>, value: &str) -> Value {
 
 /// Build the trace events (without writing). Useful for tests and for embedding.
 pub fn chrome_events(r: &Replay) -> Vec<Value> {
+    let mut all = Vec::new();
+    let _ = for_each_event(r, &mut |v| {
+        all.push(v);
+        Ok(())
+    });
+    all
+}
+
+/// Hands every trace event to `sink` as it is produced: the spans of one input event are built,
+/// passed on and dropped, so memory does not grow with the trace (only the replay itself is
+/// held). Stops at the first error of `sink`.
+pub fn for_each_event(
+    r: &Replay,
+    sink: &mut dyn FnMut(Value) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let m = &r.header.model;
     let mut b = Builder {
         out: vec![
@@ -224,6 +239,9 @@ pub fn chrome_events(r: &Replay) -> Vec<Value> {
     // Token text by index, from the Token event preceding its Stats.
     let mut pending: HashMap<u32, (u32, String)> = HashMap::new();
     for Stamped { t_ns, event } in r {
+        for v in b.out.drain(..) {
+            sink(v)?;
+        }
         match event {
             Event::Token { index, id, text } => {
                 pending.insert(*index, (*id, text.clone()));
@@ -269,22 +287,33 @@ pub fn chrome_events(r: &Replay) -> Vec<Value> {
             | Event::History { .. } => {}
         }
     }
-    b.out
+    for v in b.out.drain(..) {
+        sink(v)?;
+    }
+    Ok(())
 }
 
 /// Write the Chrome Trace Event JSON object (`{"traceEvents": [...], ...}`) to `out`.
+/// Streamed: each event is written as it is built ([`for_each_event`]), never the whole array
+/// in memory (it took ~75× the trace's size).
 pub fn export_chrome(r: &Replay, out: &mut impl Write) -> std::io::Result<()> {
-    let doc = json!({
-        "traceEvents": chrome_events(r),
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "format": "cflow-trace chrome export",
-            "trace_version": r.header.version,
-            "created": r.header.created,
-            "model": r.header.model.name,
+    out.write_all(b"{\"traceEvents\":[")?;
+    let mut first = true;
+    for_each_event(r, &mut |v| {
+        if !first {
+            out.write_all(b",")?;
         }
+        first = false;
+        serde_json::to_writer(&mut *out, &v).map_err(std::io::Error::other)
+    })?;
+    let other = json!({
+        "format": "cflow-trace chrome export",
+        "trace_version": r.header.version,
+        "created": r.header.created,
+        "model": r.header.model.name,
     });
-    serde_json::to_writer(&mut *out, &doc).map_err(std::io::Error::other)?;
-    out.write_all(b"\n")?;
+    out.write_all(b"],\"displayTimeUnit\":\"ms\",\"otherData\":")?;
+    serde_json::to_writer(&mut *out, &other).map_err(std::io::Error::other)?;
+    out.write_all(b"}\n")?;
     out.flush()
 }

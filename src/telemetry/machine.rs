@@ -130,7 +130,8 @@ impl MachineProfile {
 
     /// Reads the cached profile at `path` (None when absent, unreadable, or for another key).
     pub fn cached_bandwidth(&self, path: &std::path::Path) -> Option<Bandwidth> {
-        std::fs::read(path)
+        // A profile is a few hundred bytes; a FIFO planted there must not block the launch.
+        crate::input::read_regular(path, 1 << 20)
             .ok()
             .and_then(|b| serde_json::from_slice::<CachedProbe>(&b).ok())
             .filter(|c| c.key == self.cache_key())

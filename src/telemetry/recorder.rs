@@ -109,6 +109,10 @@ pub struct Recorder<W: Write = File> {
     path: PathBuf,
     events: u64,
     line: Vec<u8>,
+    /// The file this recording replaced, put back if a write fails (disk full).
+    backup: Option<crate::output::Backup>,
+    /// A write failed and the replaced file was put back.
+    restored: bool,
 }
 
 impl Recorder<File> {
@@ -166,12 +170,20 @@ impl Recorder<File> {
         out.file_mut()
             .write_all(&line)
             .map_err(|e| io_err(&path, e))?;
+        // The old trace (if any) stays reachable until this recording is complete.
+        let backup = if out.is_direct() {
+            None
+        } else {
+            crate::output::Backup::of(&path).map_err(|e| io_err(&path, e))?
+        };
         let f = out.commit()?;
         Ok(Recorder {
             out: BufWriter::with_capacity(64 << 10, f),
             path,
             events: 0,
             line: Vec::with_capacity(4096),
+            backup,
+            restored: false,
         })
     }
 }
@@ -188,6 +200,8 @@ impl<W: Write> Recorder<W> {
             path: name.as_ref().to_path_buf(),
             events: 0,
             line: Vec::with_capacity(4096),
+            backup: None,
+            restored: false,
         };
         r.write_line(&header)?;
         r.flush()?;
@@ -203,10 +217,24 @@ impl<W: Write> Recorder<W> {
     }
 
     /// Append one event and flush it to the OS.
+    /// On a write error the file this recording replaced, if any, is put back
+    /// ([`Recorder::restored`]).
     pub fn record(&mut self, ev: &Stamped) -> Result<(), TraceError> {
-        self.write_line(ev)?;
-        self.events += 1;
-        self.flush()
+        let r = self.write_line(ev).and_then(|()| {
+            self.events += 1;
+            self.flush()
+        });
+        if r.is_err() {
+            if let Some(b) = self.backup.take() {
+                self.restored = b.restore().is_ok();
+            }
+        }
+        r
+    }
+
+    /// A write failed and the file this recording replaced was put back at the path.
+    pub fn restored(&self) -> bool {
+        self.restored
     }
 
     /// Flush buffered lines to the OS.
@@ -310,10 +338,15 @@ impl<W: Write> Tap<W> {
     pub fn record(&mut self, st: &Stamped) {
         if let Some(r) = self.rec.as_mut() {
             if let Err(err) = r.record(st) {
+                self.error = Some(if r.restored() {
+                    format!(
+                        "recording stopped: {err} (the previous file at {} was put back)",
+                        r.path().display()
+                    )
+                } else {
+                    format!("recording stopped: {err} (the trace keeps every line written so far)")
+                });
                 self.rec = None;
-                self.error = Some(format!(
-                    "recording stopped: {err} (the trace keeps every line written so far)"
-                ));
             }
         }
     }

@@ -90,7 +90,7 @@ impl Replay {
     /// Open and fully read a trace file.
     pub fn open(path: impl AsRef<Path>) -> Result<Replay, TraceError> {
         let path = path.as_ref();
-        let f = std::fs::File::open(path).map_err(|e| TraceError::Io {
+        let (f, _) = crate::input::open_regular(path).map_err(|e| TraceError::Io {
             path: path.display().to_string(),
             source: e,
         })?;
