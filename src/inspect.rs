@@ -141,7 +141,10 @@ fn moe_line(m: &Value) -> Option<String> {
     let f = |v: &Value| v.as_f64().unwrap_or(0.0);
     let b = &m["mib_per_token"];
     let shared = if m["shared_expert"].as_bool() == Some(true) {
-        format!(" · shared expert FFN {} (sigmoid-gated, always run)", m["shared_expert_ffn"])
+        format!(
+            " · shared expert FFN {} (sigmoid-gated, always run)",
+            m["shared_expert_ffn"]
+        )
     } else {
         " · no shared expert".into()
     };

@@ -165,7 +165,15 @@ fn dump_routing_writes_every_position() {
     let o = bin()
         .args(["run"])
         .arg(&out)
-        .args(["--tokens", "5,6,7", "-n", "4", "--threads", "1", "--ignore-eos"])
+        .args([
+            "--tokens",
+            "5,6,7",
+            "-n",
+            "4",
+            "--threads",
+            "1",
+            "--ignore-eos",
+        ])
         .arg("--dump-routing")
         .arg(&dump)
         .output()
@@ -213,10 +221,16 @@ fn expert_benches_run_on_an_imported_moe() {
     let out = import(&MoeSpec::new("qwen3moe"), dir.path()).unwrap();
     for b in ["overlap", "prefetch"] {
         let s = run_ok(bin().args(["bench", b]).arg(&out).args([
-            "--tokens", "4", "--repeat", "1", "--json", "--threads", "1",
+            "--tokens",
+            "4",
+            "--repeat",
+            "1",
+            "--json",
+            "--threads",
+            "1",
         ]));
-        let v: serde_json::Value = serde_json::from_str(s.trim())
-            .unwrap_or_else(|e| panic!("bench {b}: {e}: {s}"));
+        let v: serde_json::Value =
+            serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("bench {b}: {e}: {s}"));
         assert!(v.is_object(), "bench {b}: {s}");
     }
 }

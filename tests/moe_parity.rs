@@ -111,7 +111,10 @@ fn f32_gguf_matches_transformers_logits_and_routing() {
                 let mut ws = want.clone();
                 gs.sort_unstable();
                 ws.sort_unstable();
-                assert_eq!(gs, ws, "{case} layer {l} pos {i}: experts {got:?} vs HF {want:?}");
+                assert_eq!(
+                    gs, ws,
+                    "{case} layer {l} pos {i}: experts {got:?} vs HF {want:?}"
+                );
             }
         }
         assert!(max_d < 1e-3, "{case}: max |Δlogit| {max_d} vs transformers");
@@ -126,7 +129,10 @@ fn f32_gguf_matches_transformers_logits_and_routing() {
             b.prefill(&toks).unwrap();
             let last = hf[toks.len() - 1].as_array().unwrap();
             for (a, w) in b.logits().iter().zip(last) {
-                assert!((*a as f64 - w.as_f64().unwrap()).abs() < 1e-3, "{case} prefill");
+                assert!(
+                    (*a as f64 - w.as_f64().unwrap()).abs() < 1e-3,
+                    "{case} prefill"
+                );
             }
         }
     }
@@ -186,7 +192,10 @@ fn quantized_ggufs_agree_with_llama_cpp_at_least_as_well_as_it_agrees_with_itsel
             let l = e.step(t, true).unwrap().unwrap();
             agree += (argmax(l) as u32 == top1(&top[i])) as usize;
             for x in top[i].as_array().unwrap() {
-                let (id, v) = (x[0].as_u64().unwrap() as usize, x[1].as_f64().unwrap() as f32);
+                let (id, v) = (
+                    x[0].as_u64().unwrap() as usize,
+                    x[1].as_f64().unwrap() as f32,
+                );
                 max_dl = max_dl.max((l[id] - v).abs());
             }
         }
@@ -208,7 +217,10 @@ fn quantized_ggufs_agree_with_llama_cpp_at_least_as_well_as_it_agrees_with_itsel
             toks.len(),
             got == want[..n]
         );
-        assert!(agree >= floor, "{case} {quant}: top-1 {agree} < floor {floor}");
+        assert!(
+            agree >= floor,
+            "{case} {quant}: top-1 {agree} < floor {floor}"
+        );
         assert_eq!(got, want[..n], "{case} {quant}: greedy");
     }
 }

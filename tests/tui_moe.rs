@@ -13,7 +13,9 @@ use std::path::Path;
 fn routing_rows(s: &str) -> Vec<String> {
     s.lines()
         .filter_map(|l| {
-            let i = l.find("Expert routing").or_else(|| l.find("L0 ").or(l.find("L1 ")))?;
+            let i = l
+                .find("Expert routing")
+                .or_else(|| l.find("L0 ").or(l.find("L1 ")))?;
             Some(l[i..].chars().take(40).collect())
         })
         .collect()

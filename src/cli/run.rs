@@ -43,7 +43,9 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         if !sess.engine.cfg().has_experts() {
             bail!(
                 "--dump-routing: {} has no experts (a dense model routes nothing)",
-                a.model.as_deref().map_or("the model".into(), |p| p.display().to_string())
+                a.model
+                    .as_deref()
+                    .map_or("the model".into(), |p| p.display().to_string())
             );
         }
         sess.engine.set_routing_log(true);
@@ -231,14 +233,18 @@ fn dump_logits(sess: &mut Session, ids: &[u32], top: usize, path: &Path) -> Resu
 /// line (docs/JSON.md, "Routing dump"); the file appears only when complete.
 fn write_routing(sess: &mut Session, path: &Path) -> Result<()> {
     let log = sess.engine.take_routing_log();
-    let out =
-        crate::output::Output::create(path, &sess.engine.input_files()).context("--dump-routing")?;
+    let out = crate::output::Output::create(path, &sess.engine.input_files())
+        .context("--dump-routing")?;
     let mut w = std::io::BufWriter::new(out);
     for r in &log {
         writeln!(w, "{}", serde_json::to_string(r)?)?;
     }
     w.into_inner().map_err(|e| e.into_error())?.commit()?;
-    errln!("wrote the routing of {} positions to {}", log.len(), path.display());
+    errln!(
+        "wrote the routing of {} positions to {}",
+        log.len(),
+        path.display()
+    );
     Ok(())
 }
 

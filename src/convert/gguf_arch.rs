@@ -161,7 +161,10 @@ mod tests {
         assert_eq!(q3.router, RouterNorm::SoftmaxTopk);
         assert_eq!(q3.qk_norm, QkNorm::PerHead);
         let ol = arch_spec("olmoe").unwrap();
-        assert_eq!((ol.router, ol.qk_norm), (RouterNorm::SoftmaxAll, QkNorm::Whole));
+        assert_eq!(
+            (ol.router, ol.qk_norm),
+            (RouterNorm::SoftmaxAll, QkNorm::Whole)
+        );
         let q2 = arch_spec("qwen2moe").unwrap();
         assert!(q2.shared_expert && q2.qkv_bias);
         assert_eq!(q2.router, RouterNorm::SoftmaxAll);

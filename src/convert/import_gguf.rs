@@ -12,8 +12,8 @@ use super::gguf_arch::{arch_spec, supported_list, Moe, QkNorm};
 use super::gguf_tokenizer::{tokenizer_from_gguf, TokenizerBuildError};
 use crate::format::{CflowWriter, ExpertData, FormatError, LayerData, MatrixData, VocabData};
 use crate::model::{
-    CombineStyle, FfnAct, ModelConfig, ModelMeta, FLAG_EMBED_SCALE, FLAG_POST_NORMS,
-    FLAG_QKV_BIAS, FLAG_QK_NORM, FLAG_QK_NORM_PER_HEAD, FLAG_TIED_EMBED,
+    CombineStyle, FfnAct, ModelConfig, ModelMeta, FLAG_EMBED_SCALE, FLAG_POST_NORMS, FLAG_QKV_BIAS,
+    FLAG_QK_NORM, FLAG_QK_NORM_PER_HEAD, FLAG_TIED_EMBED,
 };
 use crate::quant::{dequantize_row, split_blocks, QuantType};
 use std::path::Path;

@@ -173,7 +173,10 @@ pub fn gated(isa: Isa, act: FfnAct, g: &mut [f32], u: &[f32]) {
 /// σ(w_g · Norm(src)) ([`shared_gate_scale`]).
 pub fn dense(w: &Weights, lv: &LayerView, p: usize, src: &[f32], ds: &mut DenseScratch) {
     rmsnorm(&mut ds.xb, src, lv.ffn_norm.as_deref(), w.cfg.rms_eps);
-    let gate_scale = lv.shared_gate.as_deref().map(|g| shared_gate_scale(g, &ds.xb));
+    let gate_scale = lv
+        .shared_gate
+        .as_deref()
+        .map(|g| shared_gate_scale(g, &ds.xb));
     let (g, u, dn) = (
         lv.gate.as_ref().expect("dense"),
         lv.up.as_ref().expect("dense"),

@@ -207,7 +207,10 @@ impl Engine {
 
     /// The routing kept since `set_routing_log(true)` (or the last take), oldest first.
     pub fn take_routing_log(&mut self) -> Vec<routing_log::RoutedPosition> {
-        self.routing_log.as_mut().map(std::mem::take).unwrap_or_default()
+        self.routing_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     pub fn stats(&self) -> &TokenStats {
@@ -479,7 +482,7 @@ impl Engine {
             if self.opts.fetch == FetchMode::Staged && self.cfg.expert_delay == 0 {
                 notes.push("staged fetch with δe = 0 degenerates to sync".into());
             }
-            if self.opts.layout == Layout::RowMajor {
+            if self.opts.layout == Layout::RowMajor && self.cfg.has_experts() {
                 notes.push("rowmajor layout: experts come from the in-memory copy".into());
             }
         } else if self.opts.fetch == FetchMode::Staged && self.cfg.has_experts() {

@@ -892,13 +892,14 @@ impl App {
                 self.ab_focus = Toggle::Prefetch;
                 let on = self.live.config.as_ref().is_some_and(|c| c.prefetch);
                 self.say(format!(
-                    "prefetch → {} (next token)",
-                    if on { "OFF" } else { "ON" }
+                    "prefetch → {} (next token){}",
+                    if on { "OFF" } else { "ON" },
+                    self.inert_note(Toggle::Prefetch)
                 ));
                 return Effects::cmd(Command::SetPrefetch(!on));
             }
             Action::ToggleFetch => {
-                if self.toggles_blocked() {
+                if self.toggles_blocked() || self.refuse_without_experts(Toggle::Fetch) {
                     return Effects::default();
                 }
                 self.ab_focus = Toggle::Fetch;
@@ -908,7 +909,10 @@ impl App {
                 } else {
                     FetchArm::Sync
                 };
-                self.say(format!("fetch → {next} (next token)"));
+                self.say(format!(
+                    "fetch → {next} (next token){}",
+                    self.inert_note(Toggle::Fetch)
+                ));
                 return Effects::cmd(Command::SetFetch(next));
             }
             Action::ToggleSchedule => {
@@ -921,11 +925,12 @@ impl App {
                     "vertical"
                 };
                 self.schedule = Some(next);
+                self.ab_focus = Toggle::Schedule;
                 self.say(format!("schedule → {next} (next token)"));
                 return Effects::cmd(Command::SetSchedule(next.into()));
             }
             Action::ToggleTier => {
-                if self.toggles_blocked() {
+                if self.toggles_blocked() || self.refuse_without_experts(Toggle::Tier) {
                     return Effects::default();
                 }
                 self.ab_focus = Toggle::Tier;
@@ -935,7 +940,10 @@ impl App {
                 } else {
                     TierArm::Mmap
                 };
-                self.say(format!("expert tier → {next} (next token)"));
+                self.say(format!(
+                    "expert tier → {next} (next token){}",
+                    self.inert_note(Toggle::Tier)
+                ));
                 return Effects::cmd(Command::SetExpertTier(next));
             }
             Action::CycleLayout => {
@@ -1124,7 +1132,14 @@ impl App {
             return;
         };
         let t = self.ab_focus;
-        let cur = Setting::of(cfg).arm(t).to_string();
+        if let Some(why) = self.not_an_ab(t) {
+            self.say(format!("A/B auto refused: {why}"));
+            return;
+        }
+        let Some(now) = self.live.current_setting() else {
+            return;
+        };
+        let cur = now.arm(t).to_string();
         let other = match t {
             Toggle::Layout => {
                 let at = LAYOUTS.iter().position(|l| l.name() == cur).unwrap_or(0);
@@ -1148,12 +1163,18 @@ impl App {
 
     /// Advance A/B auto after a measured token: the toggle command when a block ends.
     fn ab_auto_step(&mut self) -> Effects {
-        let (Some(auto), Some(cfg)) = (self.ab_auto.as_mut(), self.live.config.as_ref()) else {
+        // The token just measured, keyed by what the engine reports it ran.
+        let ran = self
+            .live
+            .last
+            .as_ref()
+            .and_then(|s| Setting::of_stats(s, self.live.config.as_ref()));
+        let (Some(auto), Some(ran)) = (self.ab_auto.as_mut(), ran) else {
             return Effects::default();
         };
         let t = auto.toggle;
         let half = self.live.ab.estimate(t).map(|e| e.half_width());
-        match auto.on_token(&Setting::of(cfg), half) {
+        match auto.on_token(&ran, half) {
             AutoStep::Continue => Effects::default(),
             AutoStep::Done(m) => {
                 self.ab_auto = None;
@@ -1173,6 +1194,7 @@ impl App {
                     Toggle::Fetch => FetchArm::parse(&arm).map(Command::SetFetch),
                     Toggle::Layout => LayoutArm::parse(&arm).map(Command::SetLayout),
                     Toggle::Tier => TierArm::parse(&arm).map(Command::SetExpertTier),
+                    Toggle::Schedule => Some(Command::SetSchedule(arm.clone())),
                 };
                 match cmd {
                     Some(c) => Effects::cmd(c),
@@ -1183,6 +1205,68 @@ impl App {
                     }
                 }
             }
+        }
+    }
+
+    /// True (and says why) when `t` does nothing on this model: the fetch mode and the expert
+    /// tier on a model without experts. Nothing is sent, so nothing is recorded.
+    fn refuse_without_experts(&mut self, t: Toggle) -> bool {
+        let dense = self.live.model.as_ref().is_some_and(|m| m.n_experts == 0);
+        if dense {
+            self.say(format!(
+                "{}: this model has no experts — {} does nothing here (nothing sent, nothing recorded)",
+                t.name(),
+                t.key()
+            ));
+        }
+        dense
+    }
+
+    /// A note for a toggle that is accepted but has no effect in the current setting.
+    fn inert_note(&self, t: Toggle) -> &'static str {
+        let Some(c) = self.live.config.as_ref() else {
+            return "";
+        };
+        let moe = self.live.has_experts();
+        match t {
+            Toggle::Prefetch if c.layout == "rowmajor" => {
+                " — no effect under rowmajor: it sends no prefetch hints"
+            }
+            Toggle::Fetch if moe && c.expert_tier == "mmap" => {
+                " — no effect on tier mmap: the experts are read from memory"
+            }
+            Toggle::Fetch | Toggle::Tier if moe && c.layout == "rowmajor" => {
+                " — no effect under rowmajor: its experts come from the in-memory copy"
+            }
+            _ => "",
+        }
+    }
+
+    /// Why an A/B of `t` cannot be run in the current setting (A/B auto refuses it).
+    fn not_an_ab(&self, t: Toggle) -> Option<String> {
+        let c = self.live.config.as_ref()?;
+        let moe = self.live.has_experts();
+        let dense = self.live.model.as_ref().is_some_and(|m| m.n_experts == 0);
+        match t {
+            Toggle::Fetch | Toggle::Tier if dense => {
+                Some(format!("this model has no experts: {} does nothing", t.name()))
+            }
+            Toggle::Layout if moe && c.expert_tier == "direct" => Some(
+                "on tier direct rowmajor reads the experts from memory, cflow from disk —                  t → mmap for a layout A/B"
+                    .into(),
+            ),
+            Toggle::Layout if c.prefetch => Some(
+                "rowmajor sends no prefetch hints, cflow does — p → off for a layout A/B".into(),
+            ),
+            Toggle::Prefetch | Toggle::Fetch | Toggle::Tier
+                if c.layout == "rowmajor" && (moe || t == Toggle::Prefetch) =>
+            {
+                Some(format!("{} has no effect under rowmajor", t.name()))
+            }
+            Toggle::Fetch if c.expert_tier == "mmap" => {
+                Some("fetch has no effect on tier mmap (t → direct first)".into())
+            }
+            _ => None,
         }
     }
 
@@ -1199,6 +1283,14 @@ impl App {
             let cand = LAYOUTS[(cur + i) % LAYOUTS.len()];
             if cfg.layouts_available.iter().any(|l| l == cand.name()) {
                 let mut m = format!("layout → {cand} (next token)");
+                if cand == LayoutArm::RowMajor
+                    && self.live.has_experts()
+                    && cfg.expert_tier == "direct"
+                {
+                    m.push_str(
+                        " — its experts come from memory, not disk: not a layout A/B on tier direct (t → mmap)",
+                    );
+                }
                 if !skipped.is_empty() {
                     m.push_str(&format!("; skipped {} (unavailable)", skipped.join(", ")));
                 }
@@ -1258,9 +1350,16 @@ mod tests {
         assert!(v.decode_tps.unwrap() > 0.0);
         let f = v.ab.view(Toggle::Fetch);
         assert_eq!(f.arms, vec![("sync".into(), 10), ("staged".into(), 10)]);
-        let e = v.ab.estimate(Toggle::Fetch).unwrap();
-        assert_eq!((e.n_a, e.n_b), (10, 10));
-        assert!(e.ratio > 1.0, "staged must beat sync in the fixture: {e:?}");
+        // One run of 10 tokens per arm: one block each (after the warm-up token), too few.
+        assert_eq!(
+            v.ab.view(Toggle::Fetch).verdict,
+            crate::telemetry::ab::Verdict::TooFew {
+                a: "sync".into(),
+                b: "staged".into(),
+                n_a: 1,
+                n_b: 1
+            }
+        );
         assert_eq!(v.ab.view(Toggle::Prefetch).arms.len(), 1);
         assert!(v.ab.estimate(Toggle::Prefetch).is_none());
     }
@@ -1342,6 +1441,53 @@ mod tests {
             act(&mut app, Action::ToggleTier).commands,
             vec![Command::SetExpertTier(TierArm::Mmap)]
         );
+    }
+
+    /// Issue 43: `s` and `t` on a dense model do nothing; they say so and send (record) nothing.
+    #[test]
+    fn fetch_and_tier_on_a_dense_model_say_so_and_send_nothing() {
+        let mut app = app_with(dense_events());
+        app.apply(Msg::Event(Event::Done {
+            reason: StopReason::Eos,
+            n_tokens: 5,
+            decode_ns: 1,
+            pos: None,
+        }));
+        for (a, name) in [(Action::ToggleFetch, "fetch"), (Action::ToggleTier, "tier")] {
+            let fx = act(&mut app, a);
+            assert!(fx.is_empty(), "{a:?}: {fx:?}");
+            let m = app.status_message().unwrap();
+            assert!(m.starts_with(name) && m.contains("no experts"), "{m}");
+        }
+        // A/B auto on them is refused too.
+        app.ab_focus = Toggle::Tier;
+        act(&mut app, Action::AbAuto);
+        assert!(app.ab_auto.is_none());
+        assert!(app.status_message().unwrap().contains("no experts"));
+    }
+
+    /// Issue 43: on the direct tier rowmajor reads the experts from memory: `l` says so and A/B
+    /// auto refuses a layout A/B there, with the reason.
+    #[test]
+    fn a_layout_ab_on_the_direct_tier_is_refused_with_the_reason() {
+        let mut app = app_with(demo_events(4, true));
+        let fx = act(&mut app, Action::CycleLayout);
+        assert_eq!(fx.commands, vec![Command::SetLayout(LayoutArm::RowMajor)]);
+        let m = app.status_message().unwrap();
+        assert!(m.contains("experts come from memory, not disk"), "{m}");
+        act(&mut app, Action::AbAuto);
+        assert!(app.ab_auto.is_none());
+        let m = app.status_message().unwrap();
+        assert!(
+            m.contains("A/B auto refused") && m.contains("t → mmap"),
+            "{m}"
+        );
+        // On the mmap tier it runs.
+        let mut cfg = demo_config("staged");
+        cfg.expert_tier = "mmap".into();
+        app.apply(Msg::Event(Event::Config(cfg)));
+        act(&mut app, Action::AbAuto);
+        assert!(app.ab_auto.is_some(), "{:?}", app.status_message());
     }
 
     #[test]
