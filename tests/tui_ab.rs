@@ -86,8 +86,12 @@ fn a_known_20_percent_effect_reads_1_20x_inside_its_interval() {
     assert!(!s.contains("no significant difference"), "{s}");
 }
 
+/// Issue 43: the shipped demo trace (prefetch, then fetch, each alternated by A/B auto on the
+/// direct tier, recorded with this binary) shows a controlled comparison for every toggle it
+/// changes. The trace it replaced switched prefetch and fetch together between two replies, and
+/// both rows said `not comparable`.
 #[test]
-fn the_demo_trace_no_longer_shows_prefetch_and_fetch_with_the_same_samples() {
+fn the_demo_trace_shows_a_valid_ab_for_each_toggle_it_changes() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/traces/demo-toggles.trace.jsonl"
@@ -101,21 +105,29 @@ fn the_demo_trace_no_longer_shows_prefetch_and_fetch_with_the_same_samples() {
         },
     );
     let ab = &app.view().ab;
-    // Prefetch and fetch were switched together between the two replies: neither arm pair ran
-    // with the other toggles equal.
-    for (t, other) in [(Toggle::Prefetch, "fetch"), (Toggle::Fetch, "prefetch")] {
-        match &ab.view(t).verdict {
-            Verdict::Confounded { with, .. } => assert_eq!(with, &vec![other], "{t:?}"),
-            v => panic!("{t:?}: {v:?}"),
+    let changed: Vec<Toggle> = Toggle::ALL
+        .iter()
+        .copied()
+        .filter(|&t| ab.view(t).arms.len() > 1)
+        .collect();
+    assert!(
+        changed.contains(&Toggle::Prefetch) && changed.contains(&Toggle::Fetch),
+        "{changed:?}"
+    );
+    for &t in &changed {
+        if t == Toggle::Schedule {
+            // `--schedule auto` alternates the two for its first steps: single tokens, no block.
+            continue;
         }
+        let e = ab
+            .estimate(t)
+            .unwrap_or_else(|| panic!("{t:?}: {:?}", ab.view(t).verdict));
+        assert!(e.n_a >= 3 && e.n_b >= 3, "{t:?}: {e:?}");
     }
     for size in [(80, 24), (100, 30), (160, 48)] {
         let s = pane(&app, size);
-        assert!(!s.contains("1.55×"), "{s}");
-        assert!(
-            s.contains("not comparable: fetch changed with it") || s.contains("confounded (fetch)"),
-            "{s}"
-        );
+        assert!(!s.contains("not comparable"), "{s}");
+        assert!(s.contains("on/off ") && s.contains("sync/staged "), "{s}");
     }
 }
 

@@ -60,8 +60,10 @@ pub const TIGHT: f64 = 0.02;
 pub const AUTO_BLOCK: u32 = (BLOCK + WARMUP) as u32;
 /// Arm turns A/B auto runs at least before it may stop ([`MIN_BLOCKS`] of each arm).
 pub const AUTO_MIN_BLOCKS: u32 = 2 * MIN_BLOCKS as u32;
-/// Tokens A/B auto waits for a requested switch to show in the engine's report.
-pub const AUTO_PENDING_MAX: u32 = 4;
+/// Tokens A/B auto waits for a requested switch to show in the engine's report (the UI sees
+/// tokens in batches, one per frame: at 30 frames/s and 6 ms/token a switch shows ~5 tokens
+/// late).
+pub const AUTO_PENDING_MAX: u32 = 64;
 /// At this many distinct settings, a new one first drops those no kept sample refers to (so
 /// there are never more than `max(MAX_SETTINGS, WINDOW + 1)`).
 const MAX_SETTINGS: usize = 256;
