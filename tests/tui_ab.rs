@@ -4,7 +4,7 @@
 //! together not compared, and A/B auto alternating the toggle every N tokens until tight.
 
 use cflow::stats::median;
-use cflow::telemetry::ab::{Toggle, Verdict, AUTO_BLOCK, AUTO_MIN_BLOCKS, TIGHT};
+use cflow::telemetry::ab::{Toggle, AUTO_BLOCK, AUTO_MIN_BLOCKS, TIGHT};
 use cflow::telemetry::event::{Command, EngineConfigInfo, Event, Stamped};
 use cflow::tui::app::{Action, App, Msg, PaneId, TuiOptions};
 use cflow::tui::fixture::{ab_events, demo_config, demo_model, demo_stats, ran_of, Lcg};
