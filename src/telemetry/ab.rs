@@ -724,6 +724,11 @@ impl AbBook {
             }
         }
         arms.sort_by_key(|(l, _)| t.rank(l));
+        // "" = not in effect (fetch when the experts came from memory): not an arm, unless it is
+        // all there is.
+        if arms.iter().any(|(l, _)| !l.is_empty()) {
+            arms.retain(|(l, _)| !l.is_empty());
+        }
         let mut view = ToggleView {
             toggle: t,
             arms,
@@ -769,7 +774,7 @@ impl AbBook {
             for (k, &i) in g.iter().enumerate() {
                 for &j in &g[k + 1..] {
                     let (si, sj) = (&self.settings[i as usize], &self.settings[j as usize]);
-                    if si.arm(t) == sj.arm(t) {
+                    if si.arm(t) == sj.arm(t) || si.arm(t).is_empty() || sj.arm(t).is_empty() {
                         continue;
                     }
                     let (i, j) = if t.rank(si.arm(t)) <= t.rank(sj.arm(t)) {
@@ -798,7 +803,7 @@ impl AbBook {
                 for (k, &i) in recent.iter().enumerate() {
                     for &j in &recent[k + 1..] {
                         let (si, sj) = (&self.settings[i as usize], &self.settings[j as usize]);
-                        if si.arm(t) == sj.arm(t) {
+                        if si.arm(t) == sj.arm(t) || si.arm(t).is_empty() || sj.arm(t).is_empty() {
                             continue;
                         }
                         let d = si.differences(sj, t);

@@ -1248,12 +1248,12 @@ impl App {
         let moe = self.live.has_experts();
         let dense = self.live.model.as_ref().is_some_and(|m| m.n_experts == 0);
         match t {
-            Toggle::Fetch | Toggle::Tier if dense => {
-                Some(format!("this model has no experts: {} does nothing", t.name()))
-            }
+            Toggle::Fetch | Toggle::Tier if dense => Some(format!(
+                "this model has no experts: {} does nothing",
+                t.name()
+            )),
             Toggle::Layout if moe && c.expert_tier == "direct" => Some(
-                "on tier direct rowmajor reads the experts from memory, cflow from disk —                  t → mmap for a layout A/B"
-                    .into(),
+                "rowmajor's experts come from memory, not disk (tier direct) — t → mmap".into(),
             ),
             Toggle::Layout if c.prefetch => Some(
                 "rowmajor sends no prefetch hints, cflow does — p → off for a layout A/B".into(),
@@ -1287,9 +1287,7 @@ impl App {
                     && self.live.has_experts()
                     && cfg.expert_tier == "direct"
                 {
-                    m.push_str(
-                        " — its experts come from memory, not disk: not a layout A/B on tier direct (t → mmap)",
-                    );
+                    m.push_str(" — its experts come from memory, not disk");
                 }
                 if !skipped.is_empty() {
                     m.push_str(&format!("; skipped {} (unavailable)", skipped.join(", ")));
