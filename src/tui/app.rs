@@ -796,6 +796,13 @@ impl App {
                 });
             }
             Event::Error { message, fatal } => {
+                // The recorder could not start (`r` in a read-only directory) or stopped on a
+                // write error: the ● REC badge goes off with it.
+                if message.starts_with("cannot record:")
+                    || message.starts_with("recording stopped:")
+                {
+                    self.recording = false;
+                }
                 let text = if fatal {
                     format!("fatal: {message}")
                 } else {
@@ -1603,6 +1610,31 @@ mod tests {
             act(&mut app, Action::Record).requests,
             vec![UiRequest::StopRecording]
         );
+    }
+
+    /// Issue 43: `r` in a read-only directory: the engine says it cannot record and the REC
+    /// badge goes off (it stayed on).
+    #[test]
+    fn a_failed_recording_turns_the_rec_badge_off() {
+        let mut app = app_with(demo_events(2, true));
+        act(&mut app, Action::Record);
+        assert!(app.recording);
+        app.apply(Msg::Event(Event::Error {
+            message: "cannot record: /ro/cflow-x.trace.jsonl: Permission denied (os error 13)"
+                .into(),
+            fatal: false,
+        }));
+        assert!(!app.recording);
+        // `r` again starts a new attempt (not a stop).
+        assert_eq!(
+            act(&mut app, Action::Record).requests,
+            vec![UiRequest::StartRecording]
+        );
+        app.apply(Msg::Event(Event::Error {
+            message: "recording stopped: No space left on device (the trace keeps every line written so far)".into(),
+            fatal: false,
+        }));
+        assert!(!app.recording);
     }
 
     #[test]
