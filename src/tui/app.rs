@@ -391,6 +391,12 @@ pub struct ReplayState {
     pub speed: f64,
     /// Timestamp of the latest event applied (ns since the recorded session started).
     pub t_ns: u64,
+    /// Tokens shown since the trace's `Session` (the player counts the same way).
+    pub shown: u64,
+    /// A backward step in flight: (the token count it ends at, its rewind has begun). The
+    /// player re-sends the trace from its start; until it reaches the target the screen would
+    /// show intermediate tokens, so the host does not draw ([`App::seeking`]).
+    pub seek: Option<(u64, bool)>,
 }
 
 /// The whole UI state.
@@ -486,6 +492,8 @@ impl App {
                 paused: false,
                 speed: opts.replay_speed,
                 t_ns: 0,
+                shown: 0,
+                seek: None,
             }),
             whatif: None,
             scroll: 0,
@@ -535,6 +543,12 @@ impl App {
             .is_some_and(|m| m.has_chat_template)
     }
 
+    /// A backward replay step is being re-played from the trace's start: the screen would show
+    /// intermediate tokens, so the host waits with drawing until it is done.
+    pub fn seeking(&self) -> bool {
+        self.replay.is_some_and(|r| r.seek.is_some())
+    }
+
     /// The current status message, if not expired.
     pub fn status_message(&self) -> Option<&str> {
         self.message
@@ -562,6 +576,21 @@ impl App {
             Msg::Stamped(s) => {
                 if let Some(r) = &mut self.replay {
                     r.t_ns = s.t_ns;
+                    match s.event {
+                        Event::Session { .. } => {
+                            r.shown = 0;
+                            if let Some((_, begun)) = &mut r.seek {
+                                *begun = true;
+                            }
+                        }
+                        Event::Token { .. } => r.shown += 1,
+                        _ => {}
+                    }
+                    if let Some((target, true)) = r.seek {
+                        if r.shown >= target {
+                            r.seek = None;
+                        }
+                    }
                 }
                 let stats = matches!(s.event, Event::Stats(_));
                 self.on_event(s.event);
@@ -1031,6 +1060,14 @@ impl App {
             }
             Action::ReplayStep(n) => {
                 if let Some(r) = &mut self.replay {
+                    // Steps add up from the target of a step still in flight.
+                    let from = r.seek.map_or(r.shown, |(t, _)| t);
+                    let target = (from as i64 + n as i64).max(0) as u64;
+                    if n < 0 && (target < r.shown || r.seek.is_some()) {
+                        r.seek = Some((target, false));
+                    } else if let Some(seek) = &mut r.seek {
+                        seek.0 = target;
+                    }
                     let mut fx = Effects::default();
                     if !r.paused {
                         r.paused = true;
@@ -1716,6 +1753,40 @@ mod tests {
         }
         assert!(act(&mut app, Action::TogglePrefetch).commands.is_empty());
         assert!(app.replay.unwrap().t_ns > 0);
+    }
+
+    /// Issue 43: ← re-plays the trace from its start; until it reaches the wanted token the app
+    /// is `seeking` (the host does not draw the intermediate tokens), and held-key steps add up.
+    #[test]
+    fn a_backward_step_is_seeking_until_the_wanted_token() {
+        let evs = demo_events(6, true);
+        let mut app = App::new(&TuiOptions {
+            replay: true,
+            ..TuiOptions::default()
+        });
+        for e in evs.iter().cloned() {
+            app.apply(Msg::Stamped(e));
+        }
+        assert_eq!(app.replay.unwrap().shown, 6);
+        assert!(!app.seeking());
+        act(&mut app, Action::ReplayStep(-1));
+        act(&mut app, Action::ReplayStep(-1));
+        assert!(app.seeking());
+        assert_eq!(app.replay.unwrap().seek, Some((4, false)));
+        // The player's rewind: from the start up to (not including) the 5th token.
+        let mut tokens = 0;
+        for e in evs.iter().cloned() {
+            if matches!(e.event, Event::Token { .. }) {
+                if tokens == 4 {
+                    break;
+                }
+                tokens += 1;
+            }
+            assert!(app.seeking() || tokens == 4, "drawn at token {tokens}");
+            app.apply(Msg::Stamped(e));
+        }
+        assert!(!app.seeking());
+        assert_eq!(app.replay.unwrap().shown, 4);
     }
 
     /// First launch: the bandwidth probe runs in the background; its result replaces
