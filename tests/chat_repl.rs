@@ -4,6 +4,8 @@
 //! answered with the earlier turns still in the context. Driven through the real binary with
 //! stdin bytes, on a tiny generated model with the GPT-2 tokenizer and a chat template.
 
+mod common;
+
 use cflow::convert::generate::{generate, GenSpec};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -175,4 +177,39 @@ fn on_a_terminal_lines_are_kept_in_the_history_file() {
     assert!(hist.contains("hello history"), "{hist}");
     assert!(hist.contains("/quit"), "{hist}");
     assert!(text.contains("context "), "no reply summary:\n{text}");
+}
+
+/// Issue 43: `chat` on a terminal (tmux) stops a reply on Ctrl-C and stays in the REPL. The
+/// line editor (rustyline) installed its own SIGINT handler when it was created, after ours, so
+/// the reply ran to its end; it worked only when stdin was a pipe.
+#[test]
+fn on_a_terminal_ctrl_c_stops_the_reply() {
+    if !common::have_tmux() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let m = model(tmp.path());
+    let cmd = format!(
+        "CFLOW_CACHE={} {BIN} chat -n 4000 {}; echo EXITED $?; sleep 30",
+        tmp.path().join("cache").display(),
+        m.display()
+    );
+    let t = common::tmux::Tmux::start("cflow-chat-ctrlc", &cmd, 120, 40);
+    t.wait(60, "the chat banner", |s| {
+        s.contains("Ctrl-C stops a reply")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.literal("hello");
+    t.keys(&["Enter"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    t.keys(&["C-c"]);
+    let s = t.wait(30, "the reply to stop", |s| {
+        s.contains("(stopped)") || s.contains("EXITED")
+    });
+    assert!(s.contains("(stopped)"), "{s}");
+    assert!(!s.contains("EXITED"), "the REPL must stay:\n{s}");
+    // The REPL goes on: /quit leaves it normally.
+    t.literal("/quit");
+    t.keys(&["Enter"]);
+    t.wait(20, "exit", |s| s.contains("EXITED 0"));
 }

@@ -179,3 +179,25 @@ fn a_reference_that_does_not_fit_is_refused_and_writes_nothing() {
         "{e}"
     );
 }
+
+/// Issue 43: on a terminal (tmux) the progress is an indicatif bar; it printed
+/// `[n] ppl so far …\u000d` lines, the carriage return shown escaped by the console layer.
+#[test]
+fn progress_on_a_terminal_is_a_bar_not_escaped_carriage_returns() {
+    if !common::have_tmux() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let r = crafted_ref(dir.path(), "crafted.logits", VOCAB, 70, 32);
+    let cmd = format!(
+        "{BIN} perplexity {} --kl-divergence {} --threads 1; echo EXITED $?; sleep 30",
+        m.display(),
+        r.display()
+    );
+    let t = common::tmux::Tmux::start("cflow-ppl-bar", &cmd, 120, 40);
+    let s = t.wait(60, "the end", |s| s.contains("EXITED"));
+    assert!(s.contains("EXITED 0"), "{s}");
+    assert!(!s.contains("u000d") && !s.contains("ppl so far"), "{s}");
+    assert!(s.to_lowercase().contains("perplexity"), "{s}");
+}

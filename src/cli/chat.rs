@@ -146,6 +146,10 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         Some(p) => Some(RecordTap::start(p, &sess, Some(&conv))?),
         None => None,
     };
+    // The line editor first: on a terminal rustyline installs its own SIGINT handler when it is
+    // created (and keeps it until it is dropped), which replaced ours, so Ctrl-C did not stop a
+    // reply. While it reads a line the terminal is raw and Ctrl-C reaches it as a key instead.
+    let mut lines = Lines::open();
     // Ctrl-C stops the current reply (not the REPL): the handler sets the engine's stop flag.
     let stop = sess.engine.stop_flag().clone();
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -162,7 +166,6 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
     if sess.engine.cfg().meta.synthetic {
         errln!("note: synthetic model (random weights): replies are noise. `cflow-tui pull smollm2` gets a real model.");
     }
-    let mut lines = Lines::open();
     let mut last: Option<GenOutcome> = None;
     loop {
         let line = match lines.read()? {

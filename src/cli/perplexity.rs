@@ -5,12 +5,12 @@
 //! or from a second file (`--logits`).
 
 use super::args::PplArgs;
-use super::model::build_session;
+use super::model::{build_session, progress_bar};
 use crate::engine::session::Session;
 use crate::ppl::kld::{log_softmax, KldAccum, KldSummary};
 use crate::ppl::logits_file::{LogitsHeader, LogitsReader, LogitsWriter};
 use crate::telemetry::SamplingParams;
-use crate::{err, errln, outln};
+use crate::{errln, outln};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
@@ -156,6 +156,18 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
     let mut acc = KldAccum::default();
     let mut test_lp = vec![0f64; n_vocab];
     let mut ref_lp = vec![0f64; n_vocab];
+    // Progress over the positions scored (each chunk's last token predicts nothing): an
+    // indicatif bar on a terminal (a `\r` line showed as a literal `\u000d` there, since
+    // stderr escapes control characters), nothing otherwise.
+    let scored: u64 = ids
+        .chunks(ctx)
+        .map(|c| c.len().saturating_sub(1) as u64)
+        .sum();
+    let pb = if a.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        progress_bar(scored, "perplexity")
+    };
     for chunk in ids.chunks(ctx) {
         if let Source::Model(s) = &mut src {
             s.reset();
@@ -189,16 +201,13 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
             nll2 += nll_test * nll_test;
             count += 1;
         }
-        if !a.json {
-            err!(
-                "[{count}] ppl so far {:.4}\r",
-                (nll / count.max(1) as f64).exp()
-            );
-        }
+        pb.set_position(count as u64);
+        pb.set_message(format!(
+            "perplexity {:.4} so far",
+            (nll / count.max(1) as f64).exp()
+        ));
     }
-    if !a.json {
-        errln!();
-    }
+    pb.finish_and_clear();
     if let Some(w) = writer {
         w.finish()?;
         errln!(

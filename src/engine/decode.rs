@@ -15,7 +15,7 @@ use super::token::Token;
 use super::vertical::{with_second_core, Job, Lane, Shared};
 use super::weights::{embed, use_q8, Weights};
 use super::{Engine, ForwardError, Layout, Schedule};
-use crate::telemetry::{LayerStat, TokenStats};
+use crate::telemetry::{LayerStat, RunInfo, TokenStats};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -38,6 +38,7 @@ impl Engine {
         if schedule == Schedule::Vertical && self.cores.is_none() {
             self.cores = Some(super::vertical::Cores::new(self.opts.threads, &self.cfg));
         }
+        let ran = self.run_info(fetching, schedule);
         let Engine {
             file,
             vflow,
@@ -86,6 +87,7 @@ impl Engine {
         let mut stats = TokenStats {
             pos: pos as u32,
             layers: vec![LayerStat::default(); le],
+            ran: Some(ran),
             ..Default::default()
         };
         if pmu.is_enabled() {
@@ -148,6 +150,46 @@ impl Engine {
         self.auto_record(schedule, stats.ns_total);
         self.stats = stats;
         Ok(())
+    }
+}
+
+impl Engine {
+    /// What this token runs with, as run (see [`RunInfo`]): `fetching` = the experts are read
+    /// from disk through the fetcher, `schedule` = the schedule chosen for this token.
+    fn run_info(&self, fetching: bool, schedule: Schedule) -> RunInfo {
+        let (act, kv) = self.opts.numerics();
+        let active = match (self.opts.layout, &self.vflow) {
+            (Layout::Vflow, Some(v)) => v,
+            _ => &self.file,
+        };
+        let experts = self.cfg.has_experts();
+        RunInfo {
+            // The same condition as the hints the forward pass sends (none under rowmajor).
+            prefetch: self.prefetcher.is_some()
+                && self.opts.prefetch
+                && self.opts.layout != Layout::RowMajor,
+            fetch: if fetching {
+                self.opts.fetch.name().into()
+            } else {
+                String::new()
+            },
+            tier: match (experts, fetching) {
+                (false, _) => "",
+                (true, true) => "direct",
+                (true, false) => "mmap",
+            }
+            .into(),
+            layout: self.opts.layout.name().into(),
+            schedule: schedule.name().into(),
+            threads: self.pool.threads() as u32,
+            weights: if active.is_repacked() {
+                format!("{} repacked", active.weights_mode())
+            } else {
+                active.weights_mode().into()
+            },
+            act: act.into(),
+            kv: kv.into(),
+        }
     }
 }
 

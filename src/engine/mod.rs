@@ -499,7 +499,7 @@ impl Engine {
             if self.opts.fetch == FetchMode::Staged && self.cfg.expert_delay == 0 {
                 notes.push("staged fetch with δe = 0 degenerates to sync".into());
             }
-            if self.opts.layout == Layout::RowMajor {
+            if self.opts.layout == Layout::RowMajor && self.cfg.has_experts() {
                 notes.push("rowmajor layout: experts come from the in-memory copy".into());
             }
         } else if self.opts.fetch == FetchMode::Staged && self.cfg.has_experts() {

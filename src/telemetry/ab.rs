@@ -1,63 +1,92 @@
-//! Controlled A/B statistics of ms/token for the four engine toggles (prefetch, fetch, layout,
-//! expert tier), and the A/B auto schedule that interleaves a toggle's arms.
+//! Controlled A/B statistics of ms/token for the engine toggles (prefetch, fetch, layout, expert
+//! tier, schedule), and the A/B auto schedule that interleaves a toggle's arms.
 //!
-//! Every measured token is kept as a [`Sample`] tagged with the full [`Setting`] it ran with and
-//! its context position. A toggle's two arms are compared only under one *condition* — all other
-//! toggles equal — choosing the condition where the smaller arm has the most samples; tokens run
-//! under other conditions are not pooled in (pooling is what made prefetch and fetch show the same
-//! samples when both were switched between two replies).
+//! **The key is what the engine ran.** Every measured token is kept as a [`Sample`] tagged with
+//! the full [`Setting`] it ran with, built from the engine's own per-token report
+//! ([`RunInfo`] in `TokenStats::ran`), not from what the UI asked: prefetch, fetch, layout,
+//! expert tier, schedule *as run* (also `auto`'s own switching while it measures), threads,
+//! weights mode, activation and KV numerics, and the context bucket ([`ctx_bucket`]). Requests the
+//! engine did not carry out show as what happened instead: the rowmajor layout sends no prefetch
+//! hints and reads the experts from its in-memory copy, so on the direct tier its tokens carry
+//! `tier mmap`, not `direct`. Traces recorded before the report existed fall back to the
+//! configuration (`Setting::asked`), with the schedule and numerics unknown.
 //!
-//! ms/token grows with the context position (attention reads the whole KV cache), so arms run at
-//! different positions differ even when the toggle does nothing. The correction has two steps:
-//! 1. **matched positions** (caliper matching): a sample is used only if the other arm has a
-//!    sample within [`CALIPER`] positions of it, so both arms cover the same positions. Arms that
-//!    never ran at nearby positions are reported as such instead of compared;
-//! 2. **a common-slope fit** for what is left: `ln(ms)` is regressed on position with one slope
-//!    for both arms (the pooled within-arm least-squares slope), each sample is moved along it to
-//!    a common position, and the arms' medians are compared there.
+//! A toggle's two arms are compared only when **every other setting is equal**: each arm is one
+//! exact setting, and the two differ in the toggle alone (for the tier, also in the fetch mode,
+//! which only means something on the direct tier). When no such pair ran, the verdict names the
+//! settings that changed with the toggle ([`Verdict::Confounded`]) instead of a ratio.
 //!
-//! Why both: a single straight line over the whole session misfits a curved ms(position) as soon
-//! as the arms' position mixes differ (a manual toggle between replies, then A/B auto): on such a
-//! synthetic stream with no effect it read 1.017× [1.011–1.023], a false positive; matching makes
-//! the mixes alike. Matching alone is biased by the alternation itself: with blocks A A A A B B B
-//! B … every A sits a few positions before its B, so a rising context makes A look faster; the
-//! local slope removes that offset. The log scale makes a toggle's effect a constant shift
-//! whatever the position dependence (scaling a token's time by r adds ln r), so one slope fits
-//! both arms of a multiplicative effect. Medians, not means, keep the estimate robust to the
-//! occasional slow token (page faults, a preempted thread).
+//! **Blocks, not tokens, are the unit.** Neighbouring tokens share caches, page-cache state and
+//! the machine's load, so their times are not independent samples: a per-token interval is far
+//! too narrow (the issue-43 session read 0.78× [0.73–0.86] and 1.37× [1.33–1.42] for one toggle
+//! in one run). A *run* is a stretch of consecutive context positions under one setting; its
+//! first [`WARMUP`] token is dropped (it pays for the switch: a thread started, a reader opened),
+//! and the rest is cut into blocks of at least [`BLOCK`] tokens (a short tail joins the last
+//! block). A block's value is the mean of ln(ms) over its tokens (a batch mean), at the mean
+//! position. A/B auto's alternation gives one block per arm turn.
 //!
-//! The ratio's 95% confidence interval is a percentile bootstrap ([`RESAMPLES`] stratified
-//! resamples of each arm, slope refitted each time) with a fixed seed, so identical samples give
-//! identical intervals (stable snapshots). Results are cached in [`AbBook`] and recomputed when
-//! enough new samples arrived (every sample while few, then every 1/16 of the samples kept) or
-//! when a caller flushes at a natural boundary (config change, end of a reply), which bounds the
-//! cost: about 0.1 ms per token amortized with a full window (measured, release build).
+//! The comparison is an analysis of covariance over blocks: ln(ms) = arm + slope·position, one
+//! slope for both arms (attention reads the whole KV cache, so ms/token grows with the context:
+//! arms run at different positions differ even when the toggle does nothing). The ratio is
+//! exp(difference of the adjusted arm means), its 95% interval Student's t with the residual
+//! degrees of freedom (n_a + n_b − 3), so few blocks give a wide interval. A block is used only
+//! if the other arm has a block within [`CALIPER`] positions (arms that never ran near each
+//! other are reported as too few rather than extrapolated), and only the most recent
+//! [`ARM_CAP`] blocks per arm. An interval that includes 1.0 is "no significant difference".
+//!
+//! Verdicts are cached in [`AbBook`] and recomputed when a sample arrives or on `flush`; without
+//! resampling this is cheap (a pass over at most [`WINDOW`] samples).
 
 use std::collections::VecDeque;
 
-use super::event::EngineConfigInfo;
-use crate::stats::{median, median_in_place, percentile_sorted};
+use super::event::{EngineConfigInfo, RunInfo, TokenStats};
 
 /// Samples kept (oldest dropped first).
 pub const WINDOW: usize = 2048;
-/// Most recent matched samples per arm used in one comparison.
-pub const ARM_CAP: usize = 256;
-/// Samples each arm needs (at matching positions, under one condition) before a ratio is shown.
-pub const MIN_PER_ARM: usize = 8;
-/// A sample is used only if the other arm has one within this many context positions.
-pub const CALIPER: u32 = 16;
-/// Bootstrap resamples per comparison.
-pub const RESAMPLES: usize = 1000;
+/// Tokens per block (at least; the tail of a run joins its last block).
+pub const BLOCK: usize = 8;
+/// Tokens dropped at the start of every run (the switch's own cost).
+pub const WARMUP: usize = 1;
+/// Blocks each arm needs (at matching positions, all other settings equal) before a ratio is
+/// shown.
+pub const MIN_BLOCKS: usize = 3;
+/// Most recent matched blocks per arm used in one comparison.
+pub const ARM_CAP: usize = 64;
+/// A block is used only if the other arm has a block whose mean position is this close.
+pub const CALIPER: f64 = 32.0;
 /// Relative half-width of the 95% interval at which A/B auto stops.
 pub const TIGHT: f64 = 0.02;
-/// Tokens per block in A/B auto (A for N tokens, then B for N, …).
-pub const AUTO_BLOCK: u32 = 8;
-/// Blocks A/B auto runs at least before it may stop (two of each arm).
-pub const AUTO_MIN_BLOCKS: u32 = 4;
-const SEED: u64 = 0xab5e_ed00_c0ff_ee11;
+/// Tokens per arm turn in A/B auto: the warm-up token and one block.
+pub const AUTO_BLOCK: u32 = (BLOCK + WARMUP) as u32;
+/// Arm turns A/B auto runs at least before it may stop ([`MIN_BLOCKS`] of each arm).
+pub const AUTO_MIN_BLOCKS: u32 = 2 * MIN_BLOCKS as u32;
+/// Tokens A/B auto waits for a requested switch to show in the engine's report (the UI sees
+/// tokens in batches, one per frame: at 30 frames/s and 6 ms/token a switch shows ~5 tokens
+/// late).
+pub const AUTO_PENDING_MAX: u32 = 64;
 /// At this many distinct settings, a new one first drops those no kept sample refers to (so
 /// there are never more than `max(MAX_SETTINGS, WINDOW + 1)`).
 const MAX_SETTINGS: usize = 256;
+
+/// The context bucket of a position: 0 for 0–255, then one per power of two (256–511 → 1,
+/// 512–1023 → 2, …). Samples are compared only within one bucket.
+pub fn ctx_bucket(pos: u32) -> u8 {
+    if pos < 256 {
+        0
+    } else {
+        (31 - pos.leading_zeros() - 7) as u8
+    }
+}
+
+/// The positions of a context bucket, as text ("0–255", "256–511", …).
+pub fn bucket_label(b: u8) -> String {
+    if b == 0 {
+        "0–255".into()
+    } else {
+        let lo = 1u64 << (b as u32 + 7);
+        format!("{lo}–{}", 2 * lo - 1)
+    }
+}
 
 /// One engine toggle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,15 +95,17 @@ pub enum Toggle {
     Fetch,
     Layout,
     Tier,
+    Schedule,
 }
 
 impl Toggle {
     /// Display order.
-    pub const ALL: [Toggle; 4] = [
+    pub const ALL: [Toggle; 5] = [
         Toggle::Prefetch,
         Toggle::Fetch,
         Toggle::Layout,
         Toggle::Tier,
+        Toggle::Schedule,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +114,18 @@ impl Toggle {
             Toggle::Fetch => "fetch",
             Toggle::Layout => "layout",
             Toggle::Tier => "tier",
+            Toggle::Schedule => "schedule",
+        }
+    }
+
+    /// The key that switches it.
+    pub fn key(self) -> char {
+        match self {
+            Toggle::Prefetch => 'p',
+            Toggle::Fetch => 's',
+            Toggle::Layout => 'l',
+            Toggle::Tier => 't',
+            Toggle::Schedule => 'v',
         }
     }
 
@@ -93,6 +136,7 @@ impl Toggle {
             Toggle::Fetch => &["sync", "staged"],
             Toggle::Layout => &["cflow", "vflow", "rowmajor"],
             Toggle::Tier => &["mmap", "direct"],
+            Toggle::Schedule => &["sequential", "vertical"],
         }
     }
 
@@ -106,22 +150,72 @@ impl Toggle {
     }
 }
 
-/// The values of the four toggles a token ran with.
+/// Every setting a token ran with that changes its time: the comparison key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Setting {
     pub prefetch: bool,
+    /// "" when the fetch mode had no effect (experts not read from disk).
     pub fetch: String,
     pub layout: String,
+    /// Where the experts came from: "direct" (disk), "mmap" (memory), "" (no experts).
     pub tier: String,
+    /// As run; "" when unknown (traces without the engine's report).
+    pub schedule: String,
+    pub threads: u32,
+    pub weights: String,
+    pub act: String,
+    pub kv: String,
+    /// [`ctx_bucket`] of the token's position.
+    pub ctx: u8,
 }
 
+/// The settings other than the toggles, in the order they are named.
+const HIDDEN: [&str; 5] = ["threads", "weights", "act", "kv", "ctx"];
+
 impl Setting {
-    pub fn of(c: &EngineConfigInfo) -> Self {
+    /// The key of a token from the engine's report.
+    pub fn ran(r: &RunInfo, pos: u32) -> Self {
+        Setting {
+            prefetch: r.prefetch,
+            fetch: r.fetch.clone(),
+            layout: r.layout.clone(),
+            tier: r.tier.clone(),
+            schedule: r.schedule.clone(),
+            threads: r.threads,
+            weights: r.weights.clone(),
+            act: r.act.clone(),
+            kv: r.kv.clone(),
+            ctx: ctx_bucket(pos),
+        }
+    }
+
+    /// The key from the configuration as asked (traces recorded before the engine reported what
+    /// it ran): schedule and numerics unknown.
+    pub fn asked(c: &EngineConfigInfo, pos: u32) -> Self {
         Setting {
             prefetch: c.prefetch,
             fetch: c.fetch.clone(),
             layout: c.layout.clone(),
             tier: c.expert_tier.clone(),
+            schedule: String::new(),
+            threads: c.threads,
+            weights: if c.repacked {
+                format!("{} repacked", c.weights)
+            } else {
+                c.weights.clone()
+            },
+            act: String::new(),
+            kv: String::new(),
+            ctx: ctx_bucket(pos),
+        }
+    }
+
+    /// The key of a measured token: its report, else the configuration in force.
+    pub fn of_stats(s: &TokenStats, cfg: Option<&EngineConfigInfo>) -> Option<Self> {
+        match (&s.ran, cfg) {
+            (Some(r), _) => Some(Setting::ran(r, s.pos)),
+            (None, Some(c)) => Some(Setting::asked(c, s.pos)),
+            (None, None) => None,
         }
     }
 
@@ -138,24 +232,61 @@ impl Setting {
             Toggle::Fetch => &self.fetch,
             Toggle::Layout => &self.layout,
             Toggle::Tier => &self.tier,
+            Toggle::Schedule => &self.schedule,
         }
     }
 
-    /// True when every toggle except `t` has the same value in both settings.
-    pub fn same_except(&self, o: &Setting, t: Toggle) -> bool {
-        Toggle::ALL
-            .iter()
-            .all(|&u| u == t || self.arm(u) == o.arm(u))
+    fn hidden(&self, name: &str) -> String {
+        match name {
+            "threads" => self.threads.to_string(),
+            "weights" => self.weights.clone(),
+            "act" => self.act.clone(),
+            "kv" => self.kv.clone(),
+            _ => self.ctx.to_string(),
+        }
     }
 
-    /// The other toggles' values, e.g. "fetch staged · layout cflow · tier direct".
-    pub fn others(&self, t: Toggle) -> String {
-        Toggle::ALL
+    /// The settings other than `t` in which `o` differs from this one. For the tier, the fetch
+    /// mode is not compared: it means nothing on the mmap tier.
+    pub fn differences(&self, o: &Setting, t: Toggle) -> Vec<&'static str> {
+        let mut d: Vec<&'static str> = Toggle::ALL
             .iter()
-            .filter(|&&u| u != t)
+            .filter(|&&u| u != t && !(t == Toggle::Tier && u == Toggle::Fetch))
+            .filter(|&&u| self.arm(u) != o.arm(u))
+            .map(|u| u.name())
+            .collect();
+        d.extend(
+            HIDDEN
+                .iter()
+                .filter(|h| self.hidden(h) != o.hidden(h))
+                .copied(),
+        );
+        d
+    }
+
+    /// True when every setting except `t` is the same in both.
+    pub fn same_except(&self, o: &Setting, t: Toggle) -> bool {
+        self.differences(o, t).is_empty()
+    }
+
+    /// The other settings' values, e.g. "prefetch off · fetch staged · tier direct · schedule
+    /// sequential · 2 thr · mmap · q8/f16 · ctx 0–255" (unknown ones left out).
+    pub fn others(&self, t: Toggle) -> String {
+        let mut v: Vec<String> = Toggle::ALL
+            .iter()
+            .filter(|&&u| u != t && !(t == Toggle::Tier && u == Toggle::Fetch))
+            .filter(|&&u| !self.arm(u).is_empty())
             .map(|&u| format!("{} {}", u.name(), self.arm(u)))
-            .collect::<Vec<_>>()
-            .join(" · ")
+            .collect();
+        v.push(format!("{} thr", self.threads));
+        if !self.weights.is_empty() {
+            v.push(self.weights.clone());
+        }
+        if !self.act.is_empty() {
+            v.push(format!("{}/{}", self.act, self.kv));
+        }
+        v.push(format!("ctx {}", bucket_label(self.ctx)));
+        v.join(" · ")
     }
 }
 
@@ -168,23 +299,67 @@ pub struct Sample {
     pub ms: f64,
 }
 
-/// A position-corrected comparison of two arms (see the module doc).
+/// One block: a batch of at least [`BLOCK`] consecutive tokens of one run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockMean {
+    /// Mean context position of its tokens.
+    pub pos: f64,
+    /// Mean of ln(ms/token) over its tokens.
+    pub ln_ms: f64,
+    pub tokens: u32,
+}
+
+/// The blocks of one run of samples (consecutive positions, one setting), oldest first: the
+/// first [`WARMUP`] tokens dropped, the rest cut into blocks of [`BLOCK`] tokens, a shorter tail
+/// joining the last block.
+pub fn run_blocks(run: &[(u32, f64)]) -> Vec<BlockMean> {
+    let body: Vec<(u32, f64)> = run
+        .iter()
+        .skip(WARMUP)
+        .filter(|(_, ms)| ms.is_finite() && *ms > 0.0)
+        .copied()
+        .collect();
+    let nb = body.len() / BLOCK;
+    (0..nb)
+        .map(|k| {
+            let end = if k + 1 == nb {
+                body.len()
+            } else {
+                (k + 1) * BLOCK
+            };
+            let chunk = &body[k * BLOCK..end];
+            let n = chunk.len() as f64;
+            BlockMean {
+                pos: chunk.iter().map(|x| x.0 as f64).sum::<f64>() / n,
+                ln_ms: chunk.iter().map(|x| x.1.ln()).sum::<f64>() / n,
+                tokens: chunk.len() as u32,
+            }
+        })
+        .collect()
+}
+
+/// A position-corrected comparison of two arms over blocks (see the module doc).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Estimate {
-    /// Median ms/token of each arm, corrected to `pos_ref`.
-    pub median_a: f64,
-    pub median_b: f64,
-    /// median_a / median_b.
+    /// Geometric-mean ms/token of each arm, corrected to `pos_ref`.
+    pub ms_a: f64,
+    pub ms_b: f64,
+    /// ms_a / ms_b.
     pub ratio: f64,
-    /// 95% bootstrap percentile interval of the ratio.
+    /// 95% confidence interval of the ratio (Student's t over blocks).
     pub ci: (f64, f64),
+    /// Blocks per arm.
     pub n_a: usize,
     pub n_b: usize,
-    /// Context position the medians are corrected to (median position of the samples used).
+    /// Tokens in those blocks.
+    pub tokens_a: usize,
+    pub tokens_b: usize,
+    /// Residual degrees of freedom of the fit.
+    pub df: usize,
+    /// Context position the arm means are corrected to (mean position of the blocks used).
     pub pos_ref: u32,
     /// Fitted common slope: relative change of ms/token per 1000 positions.
     pub slope_per_kpos: f64,
-    pub resamples: usize,
 }
 
 impl Estimate {
@@ -199,131 +374,103 @@ impl Estimate {
     }
 }
 
-/// Scratch buffers of one fit.
-#[derive(Default)]
-struct Fit {
-    xa: Vec<f64>,
-    ya: Vec<f64>,
-    xb: Vec<f64>,
-    yb: Vec<f64>,
-    r: Vec<f64>,
-}
-
-impl Fit {
-    /// (slope, median residual of a, median residual of b) of ln(ms) = arm + slope·pos.
-    fn run(&mut self) -> Option<(f64, f64, f64)> {
-        fn moments(x: &[f64], y: &[f64]) -> (f64, f64) {
-            let n = x.len() as f64;
-            let mx = x.iter().sum::<f64>() / n;
-            let my = y.iter().sum::<f64>() / n;
-            x.iter().zip(y).fold((0.0, 0.0), |(sxy, sxx), (&xi, &yi)| {
-                (sxy + (xi - mx) * (yi - my), sxx + (xi - mx) * (xi - mx))
-            })
-        }
-        let (sxy_a, sxx_a) = moments(&self.xa, &self.ya);
-        let (sxy_b, sxx_b) = moments(&self.xb, &self.yb);
-        let sxx = sxx_a + sxx_b;
-        let slope = if sxx > 0.0 {
-            (sxy_a + sxy_b) / sxx
-        } else {
-            0.0
-        };
-        let mut med = |x: &[f64], y: &[f64]| {
-            self.r.clear();
-            self.r
-                .extend(x.iter().zip(y).map(|(&xi, &yi)| yi - slope * xi));
-            median_in_place(&mut self.r)
-        };
-        let ma = med(&self.xa, &self.ya)?;
-        let mb = med(&self.xb, &self.yb)?;
-        Some((slope, ma, mb))
+/// The 0.975 quantile of Student's t with `df` degrees of freedom (table to 30, then an
+/// approximation good to 0.002).
+pub fn t975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        1..=30 => T[df - 1],
+        _ => 1.96 + 2.4 / df as f64,
     }
 }
 
-fn finite(v: &[(u32, f64)]) -> Vec<(f64, f64)> {
-    v.iter()
-        .filter(|(_, ms)| ms.is_finite() && *ms > 0.0)
-        .map(|&(p, ms)| (p as f64, ms.ln()))
-        .collect()
-}
-
-/// Compare arm `a` with arm `b`, each given as (context position, ms/token) samples: the
-/// position-corrected ratio of medians with its 95% bootstrap interval from `resamples`
-/// resamples seeded with `seed`. None when an arm has fewer than 2 usable samples.
-pub fn estimate(
-    a: &[(u32, f64)],
-    b: &[(u32, f64)],
-    resamples: usize,
-    seed: u64,
-) -> Option<Estimate> {
-    let (a, b) = (finite(a), finite(b));
+/// Compare arm `a` with arm `b`, given as blocks: ln(ms) = arm + slope·pos (common slope), the
+/// ratio of the position-corrected arm means with its 95% t interval. None when an arm has
+/// fewer than 2 blocks or no degree of freedom is left.
+pub fn estimate(a: &[BlockMean], b: &[BlockMean]) -> Option<Estimate> {
+    let ok = |v: &[BlockMean]| -> Vec<BlockMean> {
+        v.iter()
+            .filter(|x| x.ln_ms.is_finite() && x.pos.is_finite())
+            .copied()
+            .collect()
+    };
+    let (a, b) = (ok(a), ok(b));
     if a.len() < 2 || b.len() < 2 {
         return None;
     }
-    let mut fit = Fit::default();
-    let fill = |dst_x: &mut Vec<f64>, dst_y: &mut Vec<f64>, src: &[(f64, f64)]| {
-        dst_x.clear();
-        dst_y.clear();
-        for &(x, y) in src {
-            dst_x.push(x);
-            dst_y.push(y);
-        }
+    let mean = |v: &[BlockMean], f: fn(&BlockMean) -> f64| -> f64 {
+        v.iter().map(f).sum::<f64>() / v.len() as f64
     };
-    fill(&mut fit.xa, &mut fit.ya, &a);
-    fill(&mut fit.xb, &mut fit.yb, &b);
-    let (slope, ma, mb) = fit.run()?;
-    let pos_ref = median(a.iter().chain(&b).map(|&(x, _)| x))?.round();
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let mut logs = Vec::with_capacity(resamples);
-    for _ in 0..resamples {
-        fit.xa.clear();
-        fit.ya.clear();
-        fit.xb.clear();
-        fit.yb.clear();
-        for _ in 0..a.len() {
-            let (x, y) = a[rng.usize(..a.len())];
-            fit.xa.push(x);
-            fit.ya.push(y);
-        }
-        for _ in 0..b.len() {
-            let (x, y) = b[rng.usize(..b.len())];
-            fit.xb.push(x);
-            fit.yb.push(y);
-        }
-        if let Some((_, ra, rb)) = fit.run() {
-            logs.push(ra - rb);
-        }
+    let (xa, ya) = (mean(&a, |x| x.pos), mean(&a, |x| x.ln_ms));
+    let (xb, yb) = (mean(&b, |x| x.pos), mean(&b, |x| x.ln_ms));
+    let moments = |v: &[BlockMean], mx: f64, my: f64| -> (f64, f64) {
+        v.iter().fold((0.0, 0.0), |(sxy, sxx), p| {
+            (
+                sxy + (p.pos - mx) * (p.ln_ms - my),
+                sxx + (p.pos - mx) * (p.pos - mx),
+            )
+        })
+    };
+    let (sxy_a, sxx_a) = moments(&a, xa, ya);
+    let (sxy_b, sxx_b) = moments(&b, xb, yb);
+    let sxx = sxx_a + sxx_b;
+    let n = a.len() + b.len();
+    // The slope is fitted only when the arms' blocks spread over positions.
+    let fit_slope = sxx > 1e-9 && n > 3;
+    let slope = if fit_slope {
+        (sxy_a + sxy_b) / sxx
+    } else {
+        0.0
+    };
+    let params = if fit_slope { 3 } else { 2 };
+    let df = n - params;
+    if df == 0 {
+        return None;
     }
-    logs.sort_by(f64::total_cmp);
-    let point = (ma - mb).exp();
-    let lo = percentile_sorted(&logs, 0.025).map_or(point, f64::exp);
-    let hi = percentile_sorted(&logs, 0.975).map_or(point, f64::exp);
+    let rss = |v: &[BlockMean], mx: f64, my: f64| -> f64 {
+        v.iter()
+            .map(|p| {
+                let r = p.ln_ms - my - slope * (p.pos - mx);
+                r * r
+            })
+            .sum::<f64>()
+    };
+    let sigma2 = (rss(&a, xa, ya) + rss(&b, xb, yb)) / df as f64;
+    let diff = (ya - yb) - slope * (xa - xb);
+    let mut var = sigma2 * (1.0 / a.len() as f64 + 1.0 / b.len() as f64);
+    if fit_slope {
+        var += sigma2 * (xa - xb) * (xa - xb) / sxx;
+    }
+    let half = t975(df) * var.max(0.0).sqrt();
+    let pos_ref = (xa * a.len() as f64 + xb * b.len() as f64) / n as f64;
+    let tokens = |v: &[BlockMean]| v.iter().map(|x| x.tokens as usize).sum();
     Some(Estimate {
-        median_a: (ma + slope * pos_ref).exp(),
-        median_b: (mb + slope * pos_ref).exp(),
-        ratio: point,
-        ci: (lo.min(point), hi.max(point)),
+        ms_a: (ya + slope * (pos_ref - xa)).exp(),
+        ms_b: (yb + slope * (pos_ref - xb)).exp(),
+        ratio: diff.exp(),
+        ci: ((diff - half).exp(), (diff + half).exp()),
         n_a: a.len(),
         n_b: b.len(),
-        pos_ref: pos_ref as u32,
+        tokens_a: tokens(&a),
+        tokens_b: tokens(&b),
+        df,
+        pos_ref: pos_ref.round().max(0.0) as u32,
         slope_per_kpos: (slope * 1000.0).exp() - 1.0,
-        resamples,
     })
 }
 
-/// The most recent [`ARM_CAP`] samples of `v` that have a sample of `other` within [`CALIPER`]
+/// The most recent [`ARM_CAP`] blocks of `v` that have a block of `other` within [`CALIPER`]
 /// positions, oldest first.
-fn matched(v: &[(u32, f64)], other: &[(u32, f64)]) -> Vec<(u32, f64)> {
-    let mut pos: Vec<u32> = other.iter().map(|x| x.0).collect();
-    pos.sort_unstable();
-    let near = |p: u32| {
-        let i = pos.partition_point(|&q| q < p.saturating_sub(CALIPER));
-        pos.get(i).is_some_and(|&q| q <= p.saturating_add(CALIPER))
-    };
-    let mut out: Vec<(u32, f64)> = v
+fn matched(v: &[BlockMean], other: &[BlockMean]) -> Vec<BlockMean> {
+    let mut out: Vec<BlockMean> = v
         .iter()
         .rev()
-        .filter(|x| near(x.0))
+        .filter(|x| other.iter().any(|o| (o.pos - x.pos).abs() <= CALIPER))
         .take(ARM_CAP)
         .copied()
         .collect();
@@ -331,37 +478,31 @@ fn matched(v: &[(u32, f64)], other: &[(u32, f64)]) -> Vec<(u32, f64)> {
     out
 }
 
-/// One condition's arms for a comparison: (score = the smaller matched arm, condition, arm a,
-/// arm b, a's matched samples, b's matched samples).
-type Candidate = (
-    usize,
-    usize,
-    String,
-    String,
-    Vec<(u32, f64)>,
-    Vec<(u32, f64)>,
-);
+/// A pair of settings for a comparison: (score = the smaller matched arm, setting a, setting
+/// b, a's matched blocks, b's matched blocks).
+type Candidate = (usize, u16, u16, Vec<BlockMean>, Vec<BlockMean>);
 
 /// What can be said about one toggle.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verdict {
     /// Fewer than two arms seen.
     OneArm,
-    /// The arms never ran with all other toggles equal; `with` names the toggles that differed.
+    /// The arms never ran with every other setting equal; `with` names the settings that
+    /// changed with the toggle (in the closest pair of settings).
     Confounded {
         a: String,
         b: String,
         with: Vec<&'static str>,
     },
-    /// Both arms ran under one condition, but not yet [`MIN_PER_ARM`] samples each at matching
-    /// positions.
+    /// Both arms ran with all other settings equal, but not yet [`MIN_BLOCKS`] blocks each at
+    /// matching positions.
     TooFew {
         a: String,
         b: String,
         n_a: usize,
         n_b: usize,
     },
-    /// A controlled comparison under the condition `others`.
+    /// A controlled comparison under the setting `others`.
     Compared {
         a: String,
         b: String,
@@ -370,7 +511,7 @@ pub enum Verdict {
     },
 }
 
-/// One toggle's arms (every sample seen, per arm, in canonical order) and its verdict.
+/// One toggle's arms (tokens seen per arm, in canonical order) and its verdict.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToggleView {
     pub toggle: Toggle,
@@ -393,6 +534,36 @@ impl ToggleView {
             Verdict::Compared { est, .. } => Some(est),
             _ => None,
         }
+    }
+}
+
+/// Why a toggle's arms are not an A/B, in words: `with` are the settings that changed with it
+/// ([`Verdict::Confounded`]). Side effects the engine is known to have are named as such.
+pub fn confound_reason(t: Toggle, with: &[&str], long: bool) -> String {
+    let has = |n: &str| with.contains(&n);
+    if t == Toggle::Layout && has("tier") {
+        return if long {
+            "not an A/B: rowmajor reads the experts from memory, cflow from disk (tier direct) — t → mmap for a layout A/B".into()
+        } else {
+            "not an A/B: experts memory vs disk".into()
+        };
+    }
+    if t == Toggle::Layout && has("prefetch") {
+        return if long {
+            "not an A/B: rowmajor sends no prefetch hints — p → off for a layout A/B".into()
+        } else {
+            "not an A/B: prefetch off under rowmajor".into()
+        };
+    }
+    let w = if with.is_empty() {
+        "other settings".to_string()
+    } else {
+        with.join("+")
+    };
+    if long {
+        format!("not comparable: {w} changed with it")
+    } else {
+        format!("confounded ({w})")
     }
 }
 
@@ -420,19 +591,18 @@ impl Default for AbBook {
 }
 
 impl AbBook {
-    /// Record one token's time, measured with `cfg` at context position `pos`.
-    pub fn record(&mut self, cfg: &EngineConfigInfo, pos: u32, ms: f64) {
+    /// Record one token's time, measured with setting `s` at context position `pos`.
+    pub fn record(&mut self, s: &Setting, pos: u32, ms: f64) {
         if !(ms.is_finite() && ms > 0.0) {
             return;
         }
-        let s = Setting::of(cfg);
-        let idx = match self.settings.iter().position(|x| *x == s) {
+        let idx = match self.settings.iter().position(|x| x == s) {
             Some(i) => i,
             None => {
                 if self.settings.len() >= MAX_SETTINGS {
                     self.compact_settings();
                 }
-                self.settings.push(s);
+                self.settings.push(s.clone());
                 self.settings.len() - 1
             }
         };
@@ -495,6 +665,26 @@ impl AbBook {
         self.view(t).estimate()
     }
 
+    /// The blocks of the kept samples, oldest first, with the index of their setting.
+    pub fn blocks(&self) -> Vec<(u16, BlockMean)> {
+        let mut out = Vec::new();
+        let mut run: Vec<(u32, f64)> = Vec::new();
+        let mut run_setting = 0u16;
+        for s in &self.samples {
+            let breaks = run
+                .last()
+                .is_some_and(|&(p, _)| s.setting != run_setting || s.pos != p.wrapping_add(1));
+            if breaks {
+                out.extend(run_blocks(&run).into_iter().map(|b| (run_setting, b)));
+                run.clear();
+            }
+            run_setting = s.setting;
+            run.push((s.pos, s.ms));
+        }
+        out.extend(run_blocks(&run).into_iter().map(|b| (run_setting, b)));
+        out
+    }
+
     fn compact_settings(&mut self) {
         let mut used = vec![false; self.settings.len()];
         for s in &self.samples {
@@ -516,11 +706,15 @@ impl AbBook {
 
     fn recompute(&mut self) {
         self.computed = self.pushed;
-        self.views = Toggle::ALL.iter().map(|&t| self.evaluate(t)).collect();
+        let blocks = self.blocks();
+        self.views = Toggle::ALL
+            .iter()
+            .map(|&t| self.evaluate(t, &blocks))
+            .collect();
     }
 
-    fn evaluate(&self, t: Toggle) -> ToggleView {
-        // Pooled counts per arm, canonical order first.
+    fn evaluate(&self, t: Toggle, blocks: &[(u16, BlockMean)]) -> ToggleView {
+        // Tokens per arm, canonical order first.
         let mut arms: Vec<(String, usize)> = Vec::new();
         for (s, _) in self.samples() {
             let l = s.arm(t);
@@ -530,6 +724,11 @@ impl AbBook {
             }
         }
         arms.sort_by_key(|(l, _)| t.rank(l));
+        // "" = not in effect (fetch when the experts came from memory): not an arm, unless it is
+        // all there is.
+        if arms.iter().any(|(l, _)| !l.is_empty()) {
+            arms.retain(|(l, _)| !l.is_empty());
+        }
         let mut view = ToggleView {
             toggle: t,
             arms,
@@ -538,94 +737,107 @@ impl AbBook {
         if view.arms.len() < 2 {
             return view;
         }
-        // The condition of each setting: the first setting equal to it in every other toggle.
-        let cond: Vec<usize> = self
-            .settings
-            .iter()
-            .map(|s| {
-                self.settings
-                    .iter()
-                    .position(|o| o.same_except(s, t))
-                    .unwrap_or(0)
-            })
-            .collect();
-        let mut best: Option<Candidate> = None;
-        let mut any_shared = false;
-        let mut conds: Vec<usize> = cond.clone();
-        conds.sort_unstable();
-        conds.dedup();
-        for &c in &conds {
-            // Arms present under condition c, canonical order.
-            let mut labels: Vec<&str> = Vec::new();
-            for (s, smp) in self.samples() {
-                if cond[smp.setting as usize] == c && !labels.contains(&s.arm(t)) {
-                    labels.push(s.arm(t));
-                }
-            }
-            if labels.len() < 2 {
-                continue;
-            }
-            any_shared = true;
-            labels.sort_by_key(|l| t.rank(l));
-            let (la, lb) = (labels[0], labels[1]);
-            let take = |label: &str| -> Vec<(u32, f64)> {
-                self.samples()
-                    .filter(|(s, smp)| cond[smp.setting as usize] == c && s.arm(t) == label)
-                    .map(|(_, smp)| (smp.pos, smp.ms))
-                    .collect()
-            };
-            let (a_all, b_all) = (take(la), take(lb));
-            let (a, b) = (matched(&a_all, &b_all), matched(&b_all, &a_all));
-            let score = a.len().min(b.len());
-            if best.as_ref().is_none_or(|bst| score > bst.0) {
-                best = Some((score, c, la.to_string(), lb.to_string(), a, b));
+        // Settings in use (most recently used last), grouped by everything but `t`: pairs
+        // within a group differ in `t` alone.
+        let mut used: Vec<u16> = Vec::new();
+        for s in self.samples.iter().rev() {
+            if !used.contains(&s.setting) {
+                used.push(s.setting);
             }
         }
-        view.verdict = match best {
-            None if !any_shared => {
-                let (la, lb) = (view.arms[0].0.clone(), view.arms[1].0.clone());
-                let with = Toggle::ALL
-                    .iter()
-                    .filter(|&&u| u != t)
-                    .filter(|&&u| {
-                        let vals = |l: &str| -> Vec<String> {
-                            self.samples()
-                                .filter(|(s, _)| s.arm(t) == l)
-                                .map(|(s, _)| s.arm(u).to_string())
-                                .collect()
-                        };
-                        let (va, vb) = (vals(&la), vals(&lb));
-                        !va.iter().any(|x| vb.contains(x))
-                    })
-                    .map(|&u| u.name())
-                    .collect();
-                Verdict::Confounded { a: la, b: lb, with }
+        used.reverse();
+        let mut groups: std::collections::HashMap<Setting, Vec<u16>> = Default::default();
+        for &i in &used {
+            let mut m = self.settings[i as usize].clone();
+            match t {
+                Toggle::Prefetch => m.prefetch = false,
+                Toggle::Fetch => m.fetch.clear(),
+                Toggle::Layout => m.layout.clear(),
+                Toggle::Tier => {
+                    m.tier.clear();
+                    m.fetch.clear();
+                }
+                Toggle::Schedule => m.schedule.clear(),
             }
-            None => Verdict::OneArm,
-            Some((score, c, a_label, b_label, a, b)) => {
-                if score < MIN_PER_ARM {
-                    Verdict::TooFew {
-                        a: a_label,
-                        b: b_label,
+            groups.entry(m).or_default().push(i);
+        }
+        let blocks_of = |i: u16| -> Vec<BlockMean> {
+            blocks
+                .iter()
+                .filter(|(s, _)| *s == i)
+                .map(|(_, b)| *b)
+                .collect()
+        };
+        // Best pair: (score = the smaller matched arm, a, b, a's blocks, b's blocks).
+        let mut best: Option<Candidate> = None;
+        for g in groups.values().filter(|g| g.len() > 1) {
+            for (k, &i) in g.iter().enumerate() {
+                for &j in &g[k + 1..] {
+                    let (si, sj) = (&self.settings[i as usize], &self.settings[j as usize]);
+                    if si.arm(t) == sj.arm(t) || si.arm(t).is_empty() || sj.arm(t).is_empty() {
+                        continue;
+                    }
+                    let (i, j) = if t.rank(si.arm(t)) <= t.rank(sj.arm(t)) {
+                        (i, j)
+                    } else {
+                        (j, i)
+                    };
+                    let (bi, bj) = (blocks_of(i), blocks_of(j));
+                    let (a, b) = (matched(&bi, &bj), matched(&bj, &bi));
+                    let score = a.len().min(b.len());
+                    let better = best.as_ref().is_none_or(|bst| {
+                        score > bst.0 || (score == bst.0 && (i, j) < (bst.1, bst.2))
+                    });
+                    if better {
+                        best = Some((score, i, j, a, b));
+                    }
+                }
+            }
+        }
+        let label = |i: u16| self.settings[i as usize].arm(t).to_string();
+        view.verdict = match best {
+            None => {
+                // The closest pair of settings with different arms: what changed with it.
+                let mut closest: Option<(usize, u16, u16, Vec<&'static str>)> = None;
+                let recent = &used[used.len().saturating_sub(32)..];
+                for (k, &i) in recent.iter().enumerate() {
+                    for &j in &recent[k + 1..] {
+                        let (si, sj) = (&self.settings[i as usize], &self.settings[j as usize]);
+                        if si.arm(t) == sj.arm(t) || si.arm(t).is_empty() || sj.arm(t).is_empty() {
+                            continue;
+                        }
+                        let d = si.differences(sj, t);
+                        if closest.as_ref().is_none_or(|c| d.len() < c.0) {
+                            closest = Some((d.len(), i, j, d));
+                        }
+                    }
+                }
+                match closest {
+                    Some((_, i, j, with)) => {
+                        let (mut a, mut b) = (label(i), label(j));
+                        if t.rank(&a) > t.rank(&b) {
+                            std::mem::swap(&mut a, &mut b);
+                        }
+                        Verdict::Confounded { a, b, with }
+                    }
+                    None => Verdict::OneArm,
+                }
+            }
+            Some((score, i, j, a, b)) => {
+                let est = (score >= MIN_BLOCKS).then(|| estimate(&a, &b)).flatten();
+                match est {
+                    Some(est) => Verdict::Compared {
+                        a: label(i),
+                        b: label(j),
+                        others: self.settings[i as usize].others(t),
+                        est,
+                    },
+                    None => Verdict::TooFew {
+                        a: label(i),
+                        b: label(j),
                         n_a: a.len(),
                         n_b: b.len(),
-                    }
-                } else {
-                    let seed = SEED ^ (t.index() as u64);
-                    match estimate(&a, &b, RESAMPLES, seed) {
-                        Some(est) => Verdict::Compared {
-                            a: a_label,
-                            b: b_label,
-                            others: self.settings[c].others(t),
-                            est,
-                        },
-                        None => Verdict::TooFew {
-                            a: a_label,
-                            b: b_label,
-                            n_a: a.len(),
-                            n_b: b.len(),
-                        },
-                    }
+                    },
                 }
             }
         };
@@ -644,8 +856,9 @@ pub enum AutoStep {
     Done(String),
 }
 
-/// The A/B auto schedule: run arm A for [`AUTO_BLOCK`] tokens, then B, then A… (the way
-/// hyperfine and criterion interleave), until the toggle's interval is tight.
+/// The A/B auto schedule: run arm A for [`AUTO_BLOCK`] tokens (a warm-up token and a block),
+/// then B, then A… (the way hyperfine and criterion interleave), until the toggle's interval is
+/// tight. It follows the engine's report of what ran, not its own requests.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AutoAb {
     pub toggle: Toggle,
@@ -658,8 +871,8 @@ pub struct AutoAb {
     pub in_block: u32,
     /// Blocks completed.
     pub blocks: u32,
-    /// A switch was requested and has not shown up in the config yet.
-    pending: bool,
+    /// A switch was requested and has not shown up in the engine's report yet: tokens since.
+    pending: Option<u32>,
 }
 
 impl AutoAb {
@@ -671,29 +884,40 @@ impl AutoAb {
             target: 0,
             in_block: 0,
             blocks: 0,
-            pending: false,
+            pending: None,
         }
     }
 
-    /// Feed one measured token (its setting) and the toggle's current interval half-width.
+    /// Feed one measured token (the setting it ran with) and the toggle's current interval
+    /// half-width.
     pub fn on_token(&mut self, s: &Setting, half_width: Option<f64>) -> AutoStep {
         let arm = s.arm(self.toggle);
         let Some(i) = self.arms.iter().position(|a| a == arm) else {
             return AutoStep::Done(format!(
-                "A/B auto stopped: {} is now {arm}",
-                self.toggle.name()
+                "A/B auto stopped: {} is now {}",
+                self.toggle.name(),
+                if arm.is_empty() { "not in effect" } else { arm }
             ));
         };
         if i != self.target {
-            if self.pending {
+            if let Some(n) = self.pending.as_mut() {
                 // The requested switch takes effect at a later token: not counted.
+                *n += 1;
+                if *n > AUTO_PENDING_MAX {
+                    return AutoStep::Done(format!(
+                        "A/B auto stopped: {} {} was asked for, but the engine still ran {arm} after {} tokens",
+                        self.toggle.name(),
+                        self.arms[self.target],
+                        AUTO_PENDING_MAX
+                    ));
+                }
                 return AutoStep::Continue;
             }
             // Switched by hand: follow it and start a new block.
             self.target = i;
             self.in_block = 0;
         }
-        self.pending = false;
+        self.pending = None;
         self.in_block += 1;
         if self.in_block < self.every {
             return AutoStep::Continue;
@@ -711,7 +935,7 @@ impl AutoAb {
             }
         }
         self.target ^= 1;
-        self.pending = true;
+        self.pending = Some(0);
         AutoStep::Switch(self.arms[self.target].clone())
     }
 }
@@ -736,66 +960,145 @@ mod tests {
         }
     }
 
+    fn ran(prefetch: bool, fetch: &str, schedule: &str) -> RunInfo {
+        RunInfo {
+            prefetch,
+            fetch: fetch.into(),
+            tier: "direct".into(),
+            layout: "cflow".into(),
+            schedule: schedule.into(),
+            threads: 2,
+            weights: "mmap".into(),
+            act: "q8".into(),
+            kv: "f16".into(),
+        }
+    }
+
+    fn rec(book: &mut AbBook, c: &EngineConfigInfo, pos: u32, ms: f64) {
+        book.record(&Setting::asked(c, pos), pos, ms);
+    }
+
     /// Multiplicative noise of about ±3%.
     fn noise(rng: &mut fastrand::Rng) -> f64 {
         1.0 + (rng.f64() - 0.5) * 0.06
     }
 
+    /// Blocks of an alternating stream (runs of `run` tokens): (a, b).
+    fn alternating(
+        n: u32,
+        run: u32,
+        mut ms: impl FnMut(u32, bool) -> f64,
+    ) -> (Vec<BlockMean>, Vec<BlockMean>) {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut cur: Vec<(u32, f64)> = Vec::new();
+        for pos in 0..n {
+            let arm_a = (pos / run).is_multiple_of(2);
+            cur.push((pos, ms(pos, arm_a)));
+            if (pos + 1).is_multiple_of(run) {
+                let bl = run_blocks(&cur);
+                if arm_a { &mut a } else { &mut b }.extend(bl);
+                cur.clear();
+            }
+        }
+        (a, b)
+    }
+
+    #[test]
+    fn context_buckets() {
+        assert_eq!(ctx_bucket(0), 0);
+        assert_eq!(ctx_bucket(255), 0);
+        assert_eq!(ctx_bucket(256), 1);
+        assert_eq!(ctx_bucket(511), 1);
+        assert_eq!(ctx_bucket(512), 2);
+        assert_eq!(bucket_label(2), "512–1023");
+        assert_eq!(bucket_label(0), "0–255");
+    }
+
+    #[test]
+    fn runs_become_blocks_of_at_least_eight_after_the_warm_up_token() {
+        let run: Vec<(u32, f64)> = (0..20)
+            .map(|p| (p, if p == 0 { 100.0 } else { 2.0 }))
+            .collect();
+        let b = run_blocks(&run);
+        assert_eq!(b.len(), 2);
+        assert_eq!((b[0].tokens, b[1].tokens), (8, 11));
+        assert!((b[0].ln_ms - 2f64.ln()).abs() < 1e-12, "warm-up dropped");
+        assert_eq!(b[0].pos, 4.5);
+        assert!(run_blocks(&run[..8]).is_empty());
+        assert_eq!(run_blocks(&run[..9]).len(), 1);
+    }
+
     #[test]
     fn null_effect_with_rising_context_includes_one() {
-        // Alternating blocks of 8 tokens while ms/token rises steeply with position.
         let mut rng = fastrand::Rng::with_seed(3);
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for pos in 0..400u32 {
-            let ms = (8.0 + 0.02 * pos as f64) * noise(&mut rng);
-            if (pos / 8) % 2 == 0 { &mut a } else { &mut b }.push((pos, ms));
-        }
-        let e = estimate(&a, &b, RESAMPLES, 1).unwrap();
+        let (a, b) = alternating(400, 9, |pos, _| (8.0 + 0.02 * pos as f64) * noise(&mut rng));
+        let e = estimate(&a, &b).unwrap();
         assert!(e.includes_one(), "{e:?}");
         assert!((e.ratio - 1.0).abs() < 0.01, "{e:?}");
         assert!(
             e.slope_per_kpos > 1.0,
             "the context effect is visible: {e:?}"
         );
+        assert_eq!(e.n_a + e.n_b, 44, "{e:?}");
     }
 
     #[test]
     fn twenty_percent_effect_is_found() {
         let mut rng = fastrand::Rng::with_seed(5);
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for pos in 0..400u32 {
-            let base = (8.0 + 0.02 * pos as f64) * noise(&mut rng);
-            if (pos / 8) % 2 == 0 {
-                a.push((pos, 1.2 * base));
-            } else {
-                b.push((pos, base));
-            }
-        }
-        let e = estimate(&a, &b, RESAMPLES, 1).unwrap();
+        let (a, b) = alternating(400, 9, |pos, arm_a| {
+            (8.0 + 0.02 * pos as f64) * noise(&mut rng) * if arm_a { 1.2 } else { 1.0 }
+        });
+        let e = estimate(&a, &b).unwrap();
         assert!(e.ci.0 <= 1.2 && 1.2 <= e.ci.1, "{e:?}");
         assert!((e.ratio - 1.2).abs() < 0.01, "{e:?}");
         assert!(!e.includes_one());
         assert!(e.half_width() < 0.02, "{e:?}");
     }
 
+    /// Tokens of one block share a slow or fast phase of the machine (here ±15%, drawn per
+    /// block): a per-token interval would call that a difference; blocks do not.
     #[test]
-    fn estimate_is_deterministic_and_needs_two_samples() {
-        let a = [(1, 2.0), (2, 2.1), (3, 2.2)];
-        let b = [(1, 1.0), (2, 1.1), (4, 1.05)];
-        assert_eq!(estimate(&a, &b, 200, 9), estimate(&a, &b, 200, 9));
-        assert!(estimate(&a[..1], &b, 200, 9).is_none());
-        assert!(estimate(&[(1, f64::NAN), (2, -1.0)], &b, 200, 9).is_none());
+    fn shared_noise_within_blocks_widens_the_interval() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut phase = 1.0;
+        let (a, b) = alternating(9 * 12, 9, |pos, _| {
+            if pos % 9 == 0 {
+                phase = 1.0 + (rng.f64() - 0.5) * 0.3;
+            }
+            8.0 * phase * (1.0 + (rng.f64() - 0.5) * 0.01)
+        });
+        let e = estimate(&a, &b).unwrap();
+        assert!(e.includes_one(), "{e:?}");
+        assert!(e.half_width() > 0.03, "{e:?}");
+        assert_eq!((e.n_a, e.n_b, e.df), (6, 6, 9));
     }
 
     #[test]
-    fn arms_are_compared_only_under_equal_other_toggles() {
+    fn estimate_is_deterministic_and_needs_two_blocks_each() {
+        let bl = |pos: f64, ms: f64| BlockMean {
+            pos,
+            ln_ms: f64::ln(ms),
+            tokens: 8,
+        };
+        let a = [bl(1.0, 2.0), bl(20.0, 2.1), bl(40.0, 2.2)];
+        let b = [bl(10.0, 1.0), bl(30.0, 1.1), bl(50.0, 1.05)];
+        assert_eq!(estimate(&a, &b), estimate(&a, &b));
+        assert!(estimate(&a[..1], &b).is_none());
+        let e = estimate(&a[..2], &b[..2]).unwrap();
+        assert_eq!(e.df, 1);
+        assert_eq!(t975(1), 12.706);
+        assert!((t975(60) - 2.000).abs() < 0.005);
+    }
+
+    #[test]
+    fn arms_are_compared_only_under_equal_other_settings() {
         // Prefetch and fetch switched together between two replies: neither can be compared.
         let mut book = AbBook::default();
         for pos in 0..40 {
-            book.record(&cfg(false, "staged"), pos, 8.0);
+            rec(&mut book, &cfg(false, "staged"), pos, 8.0);
         }
         for pos in 40..80 {
-            book.record(&cfg(true, "sync"), pos, 14.0);
+            rec(&mut book, &cfg(true, "sync"), pos, 14.0);
         }
         book.flush();
         for t in [Toggle::Prefetch, Toggle::Fetch] {
@@ -813,9 +1116,14 @@ mod tests {
         }
         assert_eq!(book.view(Toggle::Layout).verdict, Verdict::OneArm);
         // Now fetch alternates under prefetch on: fetch is comparable, prefetch still is not.
-        for pos in 80..160u32 {
-            let f = if (pos / 8) % 2 == 0 { "sync" } else { "staged" };
-            book.record(&cfg(true, f), pos, if f == "sync" { 14.0 } else { 10.0 });
+        for pos in 80..260u32 {
+            let f = if (pos / 9) % 2 == 0 { "sync" } else { "staged" };
+            rec(
+                &mut book,
+                &cfg(true, f),
+                pos,
+                if f == "sync" { 14.0 } else { 10.0 },
+            );
         }
         book.flush();
         let e = book.estimate(Toggle::Fetch).unwrap();
@@ -830,14 +1138,38 @@ mod tests {
         ));
     }
 
+    /// The engine's schedule changes halfway while only prefetch is visible in the
+    /// configuration: the prefetch arms are not compared.
+    #[test]
+    fn a_hidden_schedule_change_confounds_the_visible_toggle() {
+        let mut book = AbBook::default();
+        for pos in 0..100u32 {
+            let r = ran(false, "staged", "sequential");
+            book.record(&Setting::ran(&r, pos), pos, 10.0);
+        }
+        for pos in 100..200u32 {
+            let r = ran(true, "staged", "vertical");
+            book.record(&Setting::ran(&r, pos), pos, 7.0);
+        }
+        book.flush();
+        match &book.view(Toggle::Prefetch).verdict {
+            Verdict::Confounded { with, .. } => assert_eq!(with, &vec!["schedule"]),
+            v => panic!("{v:?}"),
+        }
+        assert!(matches!(
+            book.view(Toggle::Schedule).verdict,
+            Verdict::Confounded { .. }
+        ));
+    }
+
     #[test]
     fn arms_at_distant_positions_are_not_compared() {
         let mut book = AbBook::default();
         for pos in 0..40 {
-            book.record(&cfg(false, "staged"), pos, 8.0);
+            rec(&mut book, &cfg(false, "staged"), pos, 8.0);
         }
         for pos in 200..240 {
-            book.record(&cfg(false, "sync"), pos, 9.0);
+            rec(&mut book, &cfg(false, "sync"), pos, 9.0);
         }
         book.flush();
         assert_eq!(
@@ -858,33 +1190,33 @@ mod tests {
         // A hostile trace: a new layout string on every token, then two values only.
         for i in 0..600u32 {
             c.layout = format!("l{i}");
-            book.record(&c, i, 1.0);
+            rec(&mut book, &c, i % 200, 1.0);
         }
         assert_eq!(book.settings.len(), 600);
         for i in 0..WINDOW as u32 {
             c.layout = format!("y{}", i % 2);
-            book.record(&c, i, 1.0 + (i % 2) as f64);
+            rec(&mut book, &c, i % 200, 1.0 + (i % 2) as f64);
         }
         assert_eq!(book.len(), WINDOW);
         // The next new setting drops every setting no kept sample refers to.
         c.layout = "z".into();
-        book.record(&c, 7, 1.0);
-        assert_eq!(book.settings.len(), 3);
+        rec(&mut book, &c, 7, 1.0);
+        assert!(book.settings.len() <= 5, "{}", book.settings.len());
         for (s, x) in book.samples() {
             assert!(
                 s.layout == "z" || s.layout == format!("y{}", x.pos % 2),
                 "{s:?} {x:?}"
             );
         }
-        book.record(&c, 0, f64::NAN);
+        rec(&mut book, &c, 0, f64::NAN);
         assert_eq!(book.len(), WINDOW);
     }
 
     #[test]
     fn auto_alternates_every_block_and_waits_for_switches() {
         let mut auto = AutoAb::new(Toggle::Prefetch, "off", "on", 3);
-        let off = Setting::of(&cfg(false, "staged"));
-        let on = Setting::of(&cfg(true, "staged"));
+        let off = Setting::asked(&cfg(false, "staged"), 0);
+        let on = Setting::asked(&cfg(true, "staged"), 0);
         let steps: Vec<AutoStep> = (0..3).map(|_| auto.on_token(&off, None)).collect();
         assert_eq!(
             steps,
@@ -900,18 +1232,35 @@ mod tests {
         assert_eq!(auto.on_token(&on, None), AutoStep::Continue);
         assert_eq!(auto.on_token(&on, None), AutoStep::Switch("off".into()));
         // Tight, but only after AUTO_MIN_BLOCKS blocks.
-        for _ in 0..2 {
-            auto.on_token(&off, Some(0.01));
+        let mut cur = [&off, &on];
+        while auto.blocks + 1 < AUTO_MIN_BLOCKS {
+            let s = cur[auto.target];
+            auto.on_token(s, Some(0.01));
+            cur = [&off, &on];
         }
-        assert_eq!(
-            auto.on_token(&off, Some(0.01)),
-            AutoStep::Switch("on".into())
-        );
-        auto.on_token(&on, Some(0.05));
-        auto.on_token(&on, Some(0.05));
-        assert!(matches!(auto.on_token(&on, Some(0.01)), AutoStep::Done(_)));
+        let s = cur[auto.target];
+        auto.on_token(s, Some(0.05));
+        auto.on_token(s, Some(0.05));
+        assert!(matches!(auto.on_token(s, Some(0.01)), AutoStep::Done(_)));
         let mut other = AutoAb::new(Toggle::Fetch, "staged", "sync", 2);
-        let s = Setting::of(&cfg(false, "weird"));
+        let s = Setting::asked(&cfg(false, "weird"), 0);
         assert!(matches!(other.on_token(&s, None), AutoStep::Done(_)));
+    }
+
+    /// A switch the engine does not carry out (prefetch under rowmajor) stops A/B auto instead
+    /// of waiting forever.
+    #[test]
+    fn auto_stops_when_the_switch_never_shows_in_the_report() {
+        let mut auto = AutoAb::new(Toggle::Prefetch, "off", "on", 2);
+        let off = Setting::asked(&cfg(false, "staged"), 0);
+        auto.on_token(&off, None);
+        assert_eq!(auto.on_token(&off, None), AutoStep::Switch("on".into()));
+        for _ in 0..AUTO_PENDING_MAX {
+            assert_eq!(auto.on_token(&off, None), AutoStep::Continue);
+        }
+        match auto.on_token(&off, None) {
+            AutoStep::Done(m) => assert!(m.contains("still ran off"), "{m}"),
+            s => panic!("{s:?}"),
+        }
     }
 }

@@ -175,6 +175,38 @@ pub struct TokenStats {
     /// The prefetch thread's hints for this token (None when it is off; absent in old traces).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<PrefetchStat>,
+    /// What the engine actually ran for this token (absent in old traces): the key of the A/B
+    /// comparisons, which must not trust the UI's request (`Config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran: Option<RunInfo>,
+}
+
+/// The engine's own report of how it computed one token (filled by the decode step): every
+/// setting that changes ms/token, as run rather than as asked. A requested mode the engine could
+/// not or did not apply shows here as what happened instead (e.g. `prefetch: false` under the
+/// rowmajor layout, which issues no hints; `tier: "mmap"` when the experts came from memory on
+/// the direct tier).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+pub struct RunInfo {
+    /// The prefetch thread hinted this token's ranges.
+    pub prefetch: bool,
+    /// "sync" | "staged" when the experts were read from disk by the fetcher, "" otherwise (the
+    /// fetch mode then has no effect).
+    pub fetch: String,
+    /// Where the experts came from: "direct" (read from disk through the fetcher), "mmap"
+    /// (memory: the map or the row-major copy), "" (no experts).
+    pub tier: String,
+    /// "cflow" | "vflow" | "rowmajor".
+    pub layout: String,
+    /// The schedule the token ran under: "sequential" | "vertical" (also while `auto` measures).
+    pub schedule: String,
+    /// Pool threads.
+    pub threads: u32,
+    /// "mmap" | "resident" | "resident repacked".
+    pub weights: String,
+    /// Activation numerics ("q8" | "f32") and KV element type ("f16" | "f32").
+    pub act: String,
+    pub kv: String,
 }
 
 /// The prefetch hints of one token (paper §3.9.2). `predicted` counts the expert ids whose

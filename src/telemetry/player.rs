@@ -33,6 +33,21 @@ fn is_token(e: &Stamped) -> bool {
     matches!(e.event, Event::Token { .. })
 }
 
+/// Adds the steps already queued behind a step of `n` (a held arrow key queues one per key
+/// repeat): one rewind for all of them, not one each. Other controls found on the way are
+/// returned to be applied after the step.
+fn coalesce(n: i32, ctl: &Receiver<ReplayControl>) -> (i64, Vec<ReplayControl>) {
+    let mut sum = n as i64;
+    let mut rest = Vec::new();
+    while let Ok(c) = ctl.try_recv() {
+        match c {
+            ReplayControl::Step(m) => sum += m as i64,
+            other => rest.push(other),
+        }
+    }
+    (sum, rest)
+}
+
 /// Plays `events` into `tx` until the end of the trace, or until the UI goes away (`tx` or
 /// `ctl` disconnected). `speed0` is the initial speed (must be > 0).
 pub fn play(events: Vec<Stamped>, tx: Sender<Stamped>, ctl: Receiver<ReplayControl>, speed0: f64) {
@@ -61,8 +76,9 @@ pub fn play(events: Vec<Stamped>, tx: Sender<Stamped>, ctl: Receiver<ReplayContr
                     Ok(ReplayControl::Step(n)) if n < 0 => {
                         paused = true;
                         released = 0;
+                        let (n, _) = coalesce(n, &ctl);
                         let total = events.iter().filter(|e| is_token(e)).count() as i64;
-                        match rewind(&events, &tx, (total + n as i64).max(0)) {
+                        match rewind(&events, &tx, (total + n.min(0)).max(0)) {
                             Some(at) => i = at,
                             None => return,
                         }
@@ -98,12 +114,19 @@ pub fn play(events: Vec<Stamped>, tx: Sender<Stamped>, ctl: Receiver<ReplayContr
             }
             Ok(ReplayControl::Step(n)) => {
                 paused = true;
+                let (n, rest) = coalesce(n, &ctl);
+                if let Some(s) = rest.iter().rev().find_map(|c| match c {
+                    ReplayControl::SetSpeed(s) if *s > 0.0 && s.is_finite() => Some(*s),
+                    _ => None,
+                }) {
+                    speed = s;
+                }
                 if n >= 0 {
-                    released += n as i64;
+                    released += n;
                 } else {
                     // Tokens already shown, counted up to the current position.
                     let shown = events[..i].iter().filter(|e| is_token(e)).count() as i64;
-                    match rewind(&events, &tx, (shown + n as i64).max(0)) {
+                    match rewind(&events, &tx, (shown + n).max(0)) {
                         Some(at) => i = at,
                         None => return,
                     }
@@ -274,6 +297,42 @@ mod tests {
         assert_eq!(drain(&rx, 150), ["t1", "at1"]);
         ctl_tx.send(ReplayControl::Step(1)).unwrap();
         assert_eq!(drain(&rx, 150), ["t2", "at2", "D", "END"]);
+        drop(ctl_tx);
+        h.join().unwrap();
+    }
+
+    /// Issue 43: a held ← queues a step per key repeat; the player takes them together, so the
+    /// trace is re-sent once (one `P`), not once per press, and ends at the sum of the steps.
+    #[test]
+    fn queued_steps_are_taken_together() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (ctl_tx, ctl) = crossbeam_channel::unbounded();
+        let h = std::thread::spawn(move || play(trace(), tx, ctl, 1e6));
+        assert_eq!(drain(&rx, 150).last().map(String::as_str), Some("END"));
+        ctl_tx.send(ReplayControl::SetPaused(true)).unwrap();
+        for _ in 0..2 {
+            ctl_tx.send(ReplayControl::Step(-1)).unwrap();
+        }
+        assert_eq!(drain(&rx, 150), ["P", "t0", "at0"]);
+        for _ in 0..3 {
+            ctl_tx.send(ReplayControl::Step(1)).unwrap();
+        }
+        ctl_tx.send(ReplayControl::Step(-1)).unwrap();
+        ctl_tx.send(ReplayControl::Step(-1)).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        // 1 + 3 − 2 = 2 tokens shown, with at most one rewind from the start (none when the
+        // player saw the first forward step alone, then the rest together).
+        let got = drain(&rx, 150);
+        assert!(got.iter().filter(|l| *l == "P").count() <= 1, "{got:?}");
+        let mut shown = vec!["t0".to_string()];
+        for l in &got {
+            match l.as_str() {
+                "P" => shown.clear(),
+                t if t.starts_with('t') => shown.push(t.to_string()),
+                _ => {}
+            }
+        }
+        assert_eq!(shown, ["t0", "t1"], "{got:?}");
         drop(ctl_tx);
         h.join().unwrap();
     }

@@ -1,8 +1,10 @@
-//! A/B pane: for every toggle (prefetch, fetch, layout, expert tier) the controlled comparison
-//! of the A/B book (`telemetry::ab`): n and the position-corrected median ms/token per arm, the
-//! ratio with its 95% bootstrap interval ("no significant difference" when it includes 1.0), or
-//! why there is none (one arm, arms confounded with another toggle, too few samples). Marks the
-//! current arm, the toggle A/B auto works on, and A/B auto's progress.
+//! A/B pane: for every toggle (prefetch, fetch, layout, expert tier, schedule) the controlled
+//! comparison of the A/B book (`telemetry::ab`): per arm the blocks (n) and the
+//! position-corrected mean ms/token, the ratio with its 95% interval over blocks ("no
+//! significant difference" when it includes 1.0), or why there is none (one arm, another
+//! setting changed with it — a side effect named as such —, too few blocks, a toggle that does
+//! nothing on this model). Marks the arm the engine last ran, the toggle A/B auto works on, and
+//! A/B auto's progress.
 
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -12,7 +14,9 @@ use ratatui::Frame;
 
 use super::app::{App, PaneId};
 use super::common::{dim_line, pane_block, times};
-use crate::telemetry::ab::{Setting, Toggle, ToggleView, Verdict, MIN_PER_ARM, TIGHT};
+use crate::telemetry::ab::{
+    confound_reason, Toggle, ToggleView, Verdict, BLOCK, MIN_BLOCKS, TIGHT,
+};
 
 /// A run of spans that is never split across lines.
 type Chunk<'a> = Vec<Span<'a>>;
@@ -21,24 +25,11 @@ fn width(spans: &[Span]) -> usize {
     spans.iter().map(|s| s.content.chars().count()).sum()
 }
 
-fn key_of(t: Toggle) -> char {
-    match t {
-        Toggle::Prefetch => 'p',
-        Toggle::Fetch => 's',
-        Toggle::Layout => 'l',
-        Toggle::Tier => 't',
-    }
-}
-
 /// The chunks of one toggle's entry: head, one per arm, then the verdict.
 fn chunks<'a>(app: &App, tv: &ToggleView, long: bool) -> Vec<Chunk<'a>> {
     let th = &app.theme;
     let t = tv.toggle;
-    let cur = app
-        .view()
-        .config
-        .as_ref()
-        .map(|c| Setting::of(c).arm(t).to_string());
+    let cur = app.view().current_setting().map(|c| c.arm(t).to_string());
     let focus = app.ab_focus == t;
     let auto = app.ab_auto.as_ref().is_some_and(|a| a.toggle == t);
     let mut head = vec![
@@ -56,23 +47,44 @@ fn chunks<'a>(app: &App, tv: &ToggleView, long: bool) -> Vec<Chunk<'a>> {
             " "
         }
     };
-    let arm_chunk = |label: &str, median: Option<f64>, n: usize, first: bool| -> Chunk<'a> {
+    // (label, ms, count, unit)
+    let arm_chunk = |label: &str, ms: Option<f64>, n: usize, first: bool| -> Chunk<'a> {
         let mut c = Vec::new();
         if !first {
             c.push(Span::styled("│", th.dim()));
         }
         c.push(Span::styled(mark(label).to_string(), th.good()));
-        c.push(Span::raw(match median {
-            Some(m) => format!("{label} {m:.2}"),
-            None => label.to_string(),
+        let shown = if label.is_empty() { "n/a" } else { label };
+        c.push(Span::raw(match ms {
+            Some(m) => format!("{shown} {m:.2}"),
+            None => shown.to_string(),
         }));
-        c.push(Span::styled(format!(" n={n}"), th.dim()));
+        c.push(Span::styled(
+            if ms.is_some() {
+                format!(" n={n} blk")
+            } else {
+                format!(" {n} tok")
+            },
+            th.dim(),
+        ));
         c
     };
+    let dense = app.view().model.as_ref().is_some_and(|m| m.n_experts == 0);
+    if dense && matches!(t, Toggle::Fetch | Toggle::Tier) {
+        out.push(vec![Span::styled(
+            if long {
+                format!("no experts on this model: {} does nothing", t.key())
+            } else {
+                "no experts".into()
+            },
+            th.dim(),
+        )]);
+        return out;
+    }
     match &tv.verdict {
         Verdict::Compared { a, b, est, .. } => {
-            out.push(arm_chunk(a, Some(est.median_a), est.n_a, true));
-            out.push(arm_chunk(b, Some(est.median_b), est.n_b, false));
+            out.push(arm_chunk(a, Some(est.ms_a), est.n_a, true));
+            out.push(arm_chunk(b, Some(est.ms_b), est.n_b, false));
             let style: Style = if est.includes_one() {
                 th.dim()
             } else {
@@ -98,30 +110,31 @@ fn chunks<'a>(app: &App, tv: &ToggleView, long: bool) -> Vec<Chunk<'a>> {
             for (i, (label, n)) in tv.arms.iter().enumerate() {
                 out.push(arm_chunk(label, None, *n, i == 0));
             }
+            let unknown = tv.arms.len() == 1 && tv.arms[0].0.is_empty();
             let why = match other {
-                Verdict::Confounded { with, .. } => {
-                    let w = if with.is_empty() {
-                        "other toggles".to_string()
-                    } else {
-                        with.join("+")
-                    };
-                    if long {
-                        format!("not comparable: {w} changed with it")
-                    } else {
-                        format!("confounded ({w})")
-                    }
-                }
+                Verdict::Confounded { with, .. } => confound_reason(t, with, long),
                 Verdict::TooFew { n_a, n_b, .. } => {
                     if long {
-                        format!("too few at equal settings & ctx ({n_a}/{n_b} of {MIN_PER_ARM})")
+                        format!("too few blocks: {n_a}/{n_b} of {MIN_BLOCKS}")
                     } else {
-                        format!("too few ({n_a}/{n_b})")
+                        format!("too few ({n_a}/{n_b} blk)")
                     }
                 }
                 _ if tv.arms.is_empty() => String::new(),
+                _ if unknown && t == Toggle::Schedule => "not recorded in this trace".into(),
+                _ if unknown => {
+                    if long {
+                        format!(
+                            "not in effect (experts from memory) — {} switches",
+                            Toggle::Tier.key()
+                        )
+                    } else {
+                        "not in effect".into()
+                    }
+                }
                 _ => {
                     if long {
-                        format!("one arm — {} switches", key_of(t))
+                        format!("one arm — {} switches", t.key())
                     } else {
                         "one arm".into()
                     }
@@ -177,7 +190,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         PaneId::Ab,
         vec![
             Span::styled("A/B", th.title()),
-            Span::styled(" · median ms/token (controlled)", th.dim()),
+            Span::styled(" · ms/token over blocks (measured)", th.dim()),
         ],
     );
     let inner = block.inner(area);
@@ -188,7 +201,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(
             Paragraph::new(dim_line(
                 app,
-                "waiting for tokens — toggle with p s l t, a = A/B auto",
+                "waiting for tokens — toggle with p s l t v, a = A/B auto",
             )),
             inner,
         );
@@ -260,7 +273,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     }
     extras.push(pack(
         dim_chunks(
-            "● current · ▸ a=A/B auto · [95% CI] · other toggles equal, ctx-corrected".into(),
+            format!(
+                "● as run · ▸ a=A/B auto · n = blocks of ≥{BLOCK} tok · [95% CI over blocks] · all other settings equal, ctx-corrected"
+            ),
             None,
         ),
         w,

@@ -391,6 +391,12 @@ pub struct ReplayState {
     pub speed: f64,
     /// Timestamp of the latest event applied (ns since the recorded session started).
     pub t_ns: u64,
+    /// Tokens shown since the trace's `Session` (the player counts the same way).
+    pub shown: u64,
+    /// A backward step in flight: (the token count it ends at, its rewind has begun). The
+    /// player re-sends the trace from its start; until it reaches the target the screen would
+    /// show intermediate tokens, so the host does not draw ([`App::seeking`]).
+    pub seek: Option<(u64, bool)>,
 }
 
 /// The whole UI state.
@@ -486,6 +492,8 @@ impl App {
                 paused: false,
                 speed: opts.replay_speed,
                 t_ns: 0,
+                shown: 0,
+                seek: None,
             }),
             whatif: None,
             scroll: 0,
@@ -535,6 +543,12 @@ impl App {
             .is_some_and(|m| m.has_chat_template)
     }
 
+    /// A backward replay step is being re-played from the trace's start: the screen would show
+    /// intermediate tokens, so the host waits with drawing until it is done.
+    pub fn seeking(&self) -> bool {
+        self.replay.is_some_and(|r| r.seek.is_some())
+    }
+
     /// The current status message, if not expired.
     pub fn status_message(&self) -> Option<&str> {
         self.message
@@ -562,6 +576,21 @@ impl App {
             Msg::Stamped(s) => {
                 if let Some(r) = &mut self.replay {
                     r.t_ns = s.t_ns;
+                    match s.event {
+                        Event::Session { .. } => {
+                            r.shown = 0;
+                            if let Some((_, begun)) = &mut r.seek {
+                                *begun = true;
+                            }
+                        }
+                        Event::Token { .. } => r.shown += 1,
+                        _ => {}
+                    }
+                    if let Some((target, true)) = r.seek {
+                        if r.shown >= target {
+                            r.seek = None;
+                        }
+                    }
                 }
                 let stats = matches!(s.event, Event::Stats(_));
                 self.on_event(s.event);
@@ -796,6 +825,13 @@ impl App {
                 });
             }
             Event::Error { message, fatal } => {
+                // The recorder could not start (`r` in a read-only directory) or stopped on a
+                // write error: the ● REC badge goes off with it.
+                if message.starts_with("cannot record:")
+                    || message.starts_with("recording stopped:")
+                {
+                    self.recording = false;
+                }
                 let text = if fatal {
                     format!("fatal: {message}")
                 } else {
@@ -892,13 +928,14 @@ impl App {
                 self.ab_focus = Toggle::Prefetch;
                 let on = self.live.config.as_ref().is_some_and(|c| c.prefetch);
                 self.say(format!(
-                    "prefetch → {} (next token)",
-                    if on { "OFF" } else { "ON" }
+                    "prefetch → {} (next token){}",
+                    if on { "OFF" } else { "ON" },
+                    self.inert_note(Toggle::Prefetch)
                 ));
                 return Effects::cmd(Command::SetPrefetch(!on));
             }
             Action::ToggleFetch => {
-                if self.toggles_blocked() {
+                if self.toggles_blocked() || self.refuse_without_experts(Toggle::Fetch) {
                     return Effects::default();
                 }
                 self.ab_focus = Toggle::Fetch;
@@ -908,7 +945,10 @@ impl App {
                 } else {
                     FetchArm::Sync
                 };
-                self.say(format!("fetch → {next} (next token)"));
+                self.say(format!(
+                    "fetch → {next} (next token){}",
+                    self.inert_note(Toggle::Fetch)
+                ));
                 return Effects::cmd(Command::SetFetch(next));
             }
             Action::ToggleSchedule => {
@@ -921,11 +961,12 @@ impl App {
                     "vertical"
                 };
                 self.schedule = Some(next);
+                self.ab_focus = Toggle::Schedule;
                 self.say(format!("schedule → {next} (next token)"));
                 return Effects::cmd(Command::SetSchedule(next.into()));
             }
             Action::ToggleTier => {
-                if self.toggles_blocked() {
+                if self.toggles_blocked() || self.refuse_without_experts(Toggle::Tier) {
                     return Effects::default();
                 }
                 self.ab_focus = Toggle::Tier;
@@ -935,7 +976,10 @@ impl App {
                 } else {
                     TierArm::Mmap
                 };
-                self.say(format!("expert tier → {next} (next token)"));
+                self.say(format!(
+                    "expert tier → {next} (next token){}",
+                    self.inert_note(Toggle::Tier)
+                ));
                 return Effects::cmd(Command::SetExpertTier(next));
             }
             Action::CycleLayout => {
@@ -1016,6 +1060,14 @@ impl App {
             }
             Action::ReplayStep(n) => {
                 if let Some(r) = &mut self.replay {
+                    // Steps add up from the target of a step still in flight.
+                    let from = r.seek.map_or(r.shown, |(t, _)| t);
+                    let target = (from as i64 + n as i64).max(0) as u64;
+                    if n < 0 && (target < r.shown || r.seek.is_some()) {
+                        r.seek = Some((target, false));
+                    } else if let Some(seek) = &mut r.seek {
+                        seek.0 = target;
+                    }
                     let mut fx = Effects::default();
                     if !r.paused {
                         r.paused = true;
@@ -1124,7 +1176,14 @@ impl App {
             return;
         };
         let t = self.ab_focus;
-        let cur = Setting::of(cfg).arm(t).to_string();
+        if let Some(why) = self.not_an_ab(t) {
+            self.say(format!("A/B auto refused: {why}"));
+            return;
+        }
+        let Some(now) = self.live.current_setting() else {
+            return;
+        };
+        let cur = now.arm(t).to_string();
         let other = match t {
             Toggle::Layout => {
                 let at = LAYOUTS.iter().position(|l| l.name() == cur).unwrap_or(0);
@@ -1148,12 +1207,18 @@ impl App {
 
     /// Advance A/B auto after a measured token: the toggle command when a block ends.
     fn ab_auto_step(&mut self) -> Effects {
-        let (Some(auto), Some(cfg)) = (self.ab_auto.as_mut(), self.live.config.as_ref()) else {
+        // The token just measured, keyed by what the engine reports it ran.
+        let ran = self
+            .live
+            .last
+            .as_ref()
+            .and_then(|s| Setting::of_stats(s, self.live.config.as_ref()));
+        let (Some(auto), Some(ran)) = (self.ab_auto.as_mut(), ran) else {
             return Effects::default();
         };
         let t = auto.toggle;
         let half = self.live.ab.estimate(t).map(|e| e.half_width());
-        match auto.on_token(&Setting::of(cfg), half) {
+        match auto.on_token(&ran, half) {
             AutoStep::Continue => Effects::default(),
             AutoStep::Done(m) => {
                 self.ab_auto = None;
@@ -1173,6 +1238,7 @@ impl App {
                     Toggle::Fetch => FetchArm::parse(&arm).map(Command::SetFetch),
                     Toggle::Layout => LayoutArm::parse(&arm).map(Command::SetLayout),
                     Toggle::Tier => TierArm::parse(&arm).map(Command::SetExpertTier),
+                    Toggle::Schedule => Some(Command::SetSchedule(arm.clone())),
                 };
                 match cmd {
                     Some(c) => Effects::cmd(c),
@@ -1183,6 +1249,68 @@ impl App {
                     }
                 }
             }
+        }
+    }
+
+    /// True (and says why) when `t` does nothing on this model: the fetch mode and the expert
+    /// tier on a model without experts. Nothing is sent, so nothing is recorded.
+    fn refuse_without_experts(&mut self, t: Toggle) -> bool {
+        let dense = self.live.model.as_ref().is_some_and(|m| m.n_experts == 0);
+        if dense {
+            self.say(format!(
+                "{}: this model has no experts — {} does nothing here (nothing sent, nothing recorded)",
+                t.name(),
+                t.key()
+            ));
+        }
+        dense
+    }
+
+    /// A note for a toggle that is accepted but has no effect in the current setting.
+    fn inert_note(&self, t: Toggle) -> &'static str {
+        let Some(c) = self.live.config.as_ref() else {
+            return "";
+        };
+        let moe = self.live.has_experts();
+        match t {
+            Toggle::Prefetch if c.layout == "rowmajor" => {
+                " — no effect under rowmajor: it sends no prefetch hints"
+            }
+            Toggle::Fetch if moe && c.expert_tier == "mmap" => {
+                " — no effect on tier mmap: the experts are read from memory"
+            }
+            Toggle::Fetch | Toggle::Tier if moe && c.layout == "rowmajor" => {
+                " — no effect under rowmajor: its experts come from the in-memory copy"
+            }
+            _ => "",
+        }
+    }
+
+    /// Why an A/B of `t` cannot be run in the current setting (A/B auto refuses it).
+    fn not_an_ab(&self, t: Toggle) -> Option<String> {
+        let c = self.live.config.as_ref()?;
+        let moe = self.live.has_experts();
+        let dense = self.live.model.as_ref().is_some_and(|m| m.n_experts == 0);
+        match t {
+            Toggle::Fetch | Toggle::Tier if dense => Some(format!(
+                "this model has no experts: {} does nothing",
+                t.name()
+            )),
+            Toggle::Layout if moe && c.expert_tier == "direct" => Some(
+                "rowmajor's experts come from memory, not disk (tier direct) — t → mmap".into(),
+            ),
+            Toggle::Layout if c.prefetch => Some(
+                "rowmajor sends no prefetch hints, cflow does — p → off for a layout A/B".into(),
+            ),
+            Toggle::Prefetch | Toggle::Fetch | Toggle::Tier
+                if c.layout == "rowmajor" && (moe || t == Toggle::Prefetch) =>
+            {
+                Some(format!("{} has no effect under rowmajor", t.name()))
+            }
+            Toggle::Fetch if c.expert_tier == "mmap" => {
+                Some("fetch has no effect on tier mmap (t → direct first)".into())
+            }
+            _ => None,
         }
     }
 
@@ -1199,6 +1327,12 @@ impl App {
             let cand = LAYOUTS[(cur + i) % LAYOUTS.len()];
             if cfg.layouts_available.iter().any(|l| l == cand.name()) {
                 let mut m = format!("layout → {cand} (next token)");
+                if cand == LayoutArm::RowMajor
+                    && self.live.has_experts()
+                    && cfg.expert_tier == "direct"
+                {
+                    m.push_str(" — its experts come from memory, not disk");
+                }
                 if !skipped.is_empty() {
                     m.push_str(&format!("; skipped {} (unavailable)", skipped.join(", ")));
                 }
@@ -1258,9 +1392,16 @@ mod tests {
         assert!(v.decode_tps.unwrap() > 0.0);
         let f = v.ab.view(Toggle::Fetch);
         assert_eq!(f.arms, vec![("sync".into(), 10), ("staged".into(), 10)]);
-        let e = v.ab.estimate(Toggle::Fetch).unwrap();
-        assert_eq!((e.n_a, e.n_b), (10, 10));
-        assert!(e.ratio > 1.0, "staged must beat sync in the fixture: {e:?}");
+        // One run of 10 tokens per arm: one block each (after the warm-up token), too few.
+        assert_eq!(
+            v.ab.view(Toggle::Fetch).verdict,
+            crate::telemetry::ab::Verdict::TooFew {
+                a: "sync".into(),
+                b: "staged".into(),
+                n_a: 1,
+                n_b: 1
+            }
+        );
         assert_eq!(v.ab.view(Toggle::Prefetch).arms.len(), 1);
         assert!(v.ab.estimate(Toggle::Prefetch).is_none());
     }
@@ -1342,6 +1483,53 @@ mod tests {
             act(&mut app, Action::ToggleTier).commands,
             vec![Command::SetExpertTier(TierArm::Mmap)]
         );
+    }
+
+    /// Issue 43: `s` and `t` on a dense model do nothing; they say so and send (record) nothing.
+    #[test]
+    fn fetch_and_tier_on_a_dense_model_say_so_and_send_nothing() {
+        let mut app = app_with(dense_events());
+        app.apply(Msg::Event(Event::Done {
+            reason: StopReason::Eos,
+            n_tokens: 5,
+            decode_ns: 1,
+            pos: None,
+        }));
+        for (a, name) in [(Action::ToggleFetch, "fetch"), (Action::ToggleTier, "tier")] {
+            let fx = act(&mut app, a);
+            assert!(fx.is_empty(), "{a:?}: {fx:?}");
+            let m = app.status_message().unwrap();
+            assert!(m.starts_with(name) && m.contains("no experts"), "{m}");
+        }
+        // A/B auto on them is refused too.
+        app.ab_focus = Toggle::Tier;
+        act(&mut app, Action::AbAuto);
+        assert!(app.ab_auto.is_none());
+        assert!(app.status_message().unwrap().contains("no experts"));
+    }
+
+    /// Issue 43: on the direct tier rowmajor reads the experts from memory: `l` says so and A/B
+    /// auto refuses a layout A/B there, with the reason.
+    #[test]
+    fn a_layout_ab_on_the_direct_tier_is_refused_with_the_reason() {
+        let mut app = app_with(demo_events(4, true));
+        let fx = act(&mut app, Action::CycleLayout);
+        assert_eq!(fx.commands, vec![Command::SetLayout(LayoutArm::RowMajor)]);
+        let m = app.status_message().unwrap();
+        assert!(m.contains("experts come from memory, not disk"), "{m}");
+        act(&mut app, Action::AbAuto);
+        assert!(app.ab_auto.is_none());
+        let m = app.status_message().unwrap();
+        assert!(
+            m.contains("A/B auto refused") && m.contains("t → mmap"),
+            "{m}"
+        );
+        // On the mmap tier it runs.
+        let mut cfg = demo_config("staged");
+        cfg.expert_tier = "mmap".into();
+        app.apply(Msg::Event(Event::Config(cfg)));
+        act(&mut app, Action::AbAuto);
+        assert!(app.ab_auto.is_some(), "{:?}", app.status_message());
     }
 
     #[test]
@@ -1461,6 +1649,31 @@ mod tests {
         );
     }
 
+    /// Issue 43: `r` in a read-only directory: the engine says it cannot record and the REC
+    /// badge goes off (it stayed on).
+    #[test]
+    fn a_failed_recording_turns_the_rec_badge_off() {
+        let mut app = app_with(demo_events(2, true));
+        act(&mut app, Action::Record);
+        assert!(app.recording);
+        app.apply(Msg::Event(Event::Error {
+            message: "cannot record: /ro/cflow-x.trace.jsonl: Permission denied (os error 13)"
+                .into(),
+            fatal: false,
+        }));
+        assert!(!app.recording);
+        // `r` again starts a new attempt (not a stop).
+        assert_eq!(
+            act(&mut app, Action::Record).requests,
+            vec![UiRequest::StartRecording]
+        );
+        app.apply(Msg::Event(Event::Error {
+            message: "recording stopped: No space left on device (the trace keeps every line written so far)".into(),
+            fatal: false,
+        }));
+        assert!(!app.recording);
+    }
+
     #[test]
     fn freeze_keeps_applying_to_live() {
         let evs = demo_events(10, true);
@@ -1540,6 +1753,40 @@ mod tests {
         }
         assert!(act(&mut app, Action::TogglePrefetch).commands.is_empty());
         assert!(app.replay.unwrap().t_ns > 0);
+    }
+
+    /// Issue 43: ← re-plays the trace from its start; until it reaches the wanted token the app
+    /// is `seeking` (the host does not draw the intermediate tokens), and held-key steps add up.
+    #[test]
+    fn a_backward_step_is_seeking_until_the_wanted_token() {
+        let evs = demo_events(6, true);
+        let mut app = App::new(&TuiOptions {
+            replay: true,
+            ..TuiOptions::default()
+        });
+        for e in evs.iter().cloned() {
+            app.apply(Msg::Stamped(e));
+        }
+        assert_eq!(app.replay.unwrap().shown, 6);
+        assert!(!app.seeking());
+        act(&mut app, Action::ReplayStep(-1));
+        act(&mut app, Action::ReplayStep(-1));
+        assert!(app.seeking());
+        assert_eq!(app.replay.unwrap().seek, Some((4, false)));
+        // The player's rewind: from the start up to (not including) the 5th token.
+        let mut tokens = 0;
+        for e in evs.iter().cloned() {
+            if matches!(e.event, Event::Token { .. }) {
+                if tokens == 4 {
+                    break;
+                }
+                tokens += 1;
+            }
+            assert!(app.seeking() || tokens == 4, "drawn at token {tokens}");
+            app.apply(Msg::Stamped(e));
+        }
+        assert!(!app.seeking());
+        assert_eq!(app.replay.unwrap().shown, 4);
     }
 
     /// First launch: the bandwidth probe runs in the background; its result replaces

@@ -197,6 +197,32 @@ pub fn dense_config() -> EngineConfigInfo {
     }
 }
 
+/// The engine's report of a token run exactly as `cfg` asks (sequential schedule, q8 numerics
+/// with an f16 KV cache); `experts`: the model has experts.
+pub fn ran_of(cfg: &EngineConfigInfo, experts: bool) -> crate::telemetry::RunInfo {
+    let direct = experts && cfg.expert_tier == "direct" && cfg.layout != "rowmajor";
+    crate::telemetry::RunInfo {
+        prefetch: cfg.prefetch && cfg.layout != "rowmajor",
+        fetch: if direct {
+            cfg.fetch.clone()
+        } else {
+            String::new()
+        },
+        tier: match (experts, direct) {
+            (false, _) => "",
+            (true, true) => "direct",
+            (true, false) => "mmap",
+        }
+        .into(),
+        layout: cfg.layout.clone(),
+        schedule: "sequential".into(),
+        threads: cfg.threads,
+        weights: cfg.weights.clone(),
+        act: "q8".into(),
+        kv: "f16".into(),
+    }
+}
+
 const NOISE: &[&str] = &[
     " quarterly",
     " the",
@@ -280,6 +306,7 @@ pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStat
         ns_lm_head,
     ];
     TokenStats {
+        ran: Some(ran_of(&demo_config(fetch), true)),
         index,
         pos,
         ns_total: layer_ns + ns_lm_head,
@@ -419,6 +446,7 @@ pub fn dense_stats(index: u32, pos: u32, rng: &mut Lcg) -> TokenStats {
         )
     };
     TokenStats {
+        ran: Some(ran_of(&dense_config(), false)),
         index,
         pos,
         ns_total: layer_ns + ns_lm_head,
@@ -574,7 +602,7 @@ pub fn ab_events(on_factor: f64, n: u32) -> Vec<Stamped> {
         } else if i < n * 4 / 5 {
             true
         } else {
-            ((i - n * 4 / 5) / 8) % 2 == 1
+            ((i - n * 4 / 5) / crate::telemetry::ab::AUTO_BLOCK) % 2 == 1
         }
     };
     for i in 0..n {
@@ -583,6 +611,7 @@ pub fn ab_events(on_factor: f64, n: u32) -> Vec<Stamped> {
         }
         let pos = 4 + i;
         let mut stats = demo_stats(i, pos, "staged", &mut rng);
+        stats.ran = Some(ran_of(&cfg(arm(i)), true));
         let noise = 1.0 + (rng.below(6001) as f64 - 3000.0) / 100_000.0;
         let factor = if arm(i) { on_factor } else { 1.0 };
         let ms = (8.0 + 0.02 * pos as f64) * noise * factor;

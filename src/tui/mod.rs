@@ -52,6 +52,8 @@ use crate::telemetry::event::{Command, Stamped};
 /// Target frame interval (10 fps, like a fast btop: smooth enough for streaming text, and leaves the cores to
 /// decode — measured with benches/tui_overhead.sh).
 pub const FRAME: Duration = Duration::from_millis(100);
+/// Longest time the screen waits for a backward replay step to finish before drawing anyway.
+const SEEK_MAX: Duration = Duration::from_secs(2);
 /// Longest time spent draining events before drawing a frame.
 const DRAIN_BUDGET: Duration = Duration::from_millis(20);
 
@@ -166,6 +168,7 @@ pub fn run(
     let mut closed = false;
     let mut last_draw = Instant::now() - FRAME;
     let mut last_tick = Instant::now();
+    let mut seek_since: Option<Instant> = None;
 
     let dispatch = |fx: Effects,
                     guard: &mut terminal::TerminalGuard,
@@ -210,8 +213,14 @@ pub fn run(
             }
         }
 
-        // 2. Draw at most once per frame interval.
-        if dirty && last_draw.elapsed() >= FRAME {
+        // 2. Draw at most once per frame interval; not while a backward replay step re-plays
+        // the trace from its start (its intermediate tokens would flash by), for at most 2 s.
+        let seeking =
+            app.seeking() && seek_since.get_or_insert_with(Instant::now).elapsed() < SEEK_MAX;
+        if !app.seeking() {
+            seek_since = None;
+        }
+        if dirty && !seeking && last_draw.elapsed() >= FRAME {
             guard.terminal.draw(|f| screen::draw(f, &app))?;
             last_draw = Instant::now();
             dirty = false;

@@ -198,20 +198,23 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     lines.push(model_line(app));
     let arm = |label: &str, m: Option<(f64, usize)>| {
         m.map_or(format!("{label} —"), |(m, n)| {
-            format!("{label} {m:.2} (n={n})")
+            format!("{label} {m:.2} (n={n} blk)")
         })
     };
     lines.push(Line::from(vec![
         Span::styled("ms/tok ", th.dim()),
-        Span::styled(arm("sync", fetch.map(|e| (e.median_a, e.n_a))), th.text()),
+        Span::styled(arm("sync", fetch.map(|e| (e.ms_a, e.n_a))), th.text()),
         Span::styled(" │ ", th.dim()),
-        Span::styled(arm("staged", fetch.map(|e| (e.median_b, e.n_b))), th.text()),
+        Span::styled(arm("staged", fetch.map(|e| (e.ms_b, e.n_b))), th.text()),
     ]));
     lines.push(dim_line(
         app,
         match fetch {
-            Some(e) => format!("medians at ctx {}, other toggles equal", e.pos_ref),
-            None => "medians at equal other toggles and ctx (A/B pane)".into(),
+            Some(e) => format!(
+                "block means at ctx {}, all else equal (measured)",
+                e.pos_ref
+            ),
+            None => "block means, all else equal (A/B pane)".into(),
         },
     ));
     frame.render_widget(Paragraph::new(lines), inner);

@@ -298,7 +298,7 @@ fn metrics<'a>(app: &App, compact: bool) -> Vec<Span<'a>> {
         ));
         spans.push(Span::styled(times(e.ratio), th.measured()));
         spans.push(Span::styled(
-            format!(" [{:.2}–{:.2}] n={}/{}", e.ci.0, e.ci.1, e.n_a, e.n_b),
+            format!(" [{:.2}–{:.2}] n={}/{} blk", e.ci.0, e.ci.1, e.n_a, e.n_b),
             th.dim(),
         ));
     }

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use super::io_totals::IoTotals;
-use crate::telemetry::ab::AbBook;
+use crate::telemetry::ab::{AbBook, Setting};
 use crate::telemetry::event::{EngineConfigInfo, ModelSummary, TokenStats};
 
 /// Tokens kept for windowed views (routing heatmap, per-layer times, overlap).
@@ -69,8 +69,11 @@ impl Telemetry {
     }
 
     pub(crate) fn on_stats(&mut self, s: TokenStats) {
+        // Keyed by what the engine reports it ran (the configuration only for old traces).
+        if let Some(key) = Setting::of_stats(&s, self.config.as_ref()) {
+            self.ab.record(&key, s.pos, s.ns_total as f64 / 1e6);
+        }
         if let Some(cfg) = &self.config {
-            self.ab.record(cfg, s.pos, s.ns_total as f64 / 1e6);
             if let Some(io) = IoTotals::of(&s) {
                 if self.io_window.len() == WINDOW {
                     self.io_window.pop_front();
@@ -110,6 +113,20 @@ impl Telemetry {
 }
 
 impl Telemetry {
+    /// The setting the engine ran the last token with (its report), else the configuration as
+    /// asked (before any token, or in a trace without the report).
+    pub fn current_setting(&self) -> Option<Setting> {
+        self.last
+            .as_ref()
+            .filter(|s| s.ran.is_some())
+            .and_then(|s| Setting::of_stats(s, None))
+            .or_else(|| {
+                self.config
+                    .as_ref()
+                    .map(|c| Setting::asked(c, self.ctx_used))
+            })
+    }
+
     /// Marks `m` before the next token.
     pub(crate) fn mark(&mut self, m: Mark) {
         self.marks.push_back((self.tokens_seen, m));
