@@ -4,7 +4,6 @@
 //! recorded hash, concurrent generation of the demo model, and a cache directory that cannot be
 //! written.
 
-#[allow(dead_code)] // MoeSpec is used by the MoE tests only
 #[path = "common/tiny_gguf.rs"]
 mod tiny_gguf;
 

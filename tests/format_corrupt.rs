@@ -319,7 +319,10 @@ fn metadata_numbers_are_validated_at_open() {
         h.rope_theta = theta;
         put_header(&mut b, &h);
         let e = open_bytes(dir.path(), "theta.cflow", &b).to_string();
-        assert!(e.contains("rope_theta") && e.contains("> 1"), "{theta}: {e}");
+        assert!(
+            e.contains("rope_theta") && e.contains("> 1"),
+            "{theta}: {e}"
+        );
     }
     // The reported crashes, end to end: a clear error and exit 1, no panic, no abort.
     for (i, _) in cases.iter().enumerate().filter(|(_, c)| c.0 != "bos_id") {

@@ -15,7 +15,6 @@
 //! then checks `/dev/null` itself.
 
 mod common;
-#[allow(dead_code)] // MoeSpec is used by the MoE tests only
 #[path = "common/tiny_gguf.rs"]
 mod tiny_gguf;
 
