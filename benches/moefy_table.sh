@@ -37,6 +37,9 @@ moefy() { # NAME ARGS...
 moefy plain --top-k 2,4,6 --route-from 0,1,2
 moefy shared --shared 256 --top-k 2,4,6 --route-from 0,1,2 --expert-delay 1,2
 moefy random --shared 256 --top-k 2,4,6 --router random
+# K = E: every expert runs, so the only difference from dense is W_down's re-quantization.
+moefy keq --top-k 8 --router random
+moefy keqshared --shared 256 --top-k 8 --router random
 for f in "$WORK"/*.moefy.json; do
     python3 - "$f" <<'PY' > "$f.list"
 import json, sys
@@ -63,7 +66,7 @@ for mf in sorted(glob.glob(f"{work}/*.moefy.json")):
         i = json.load(open(r["out"] + ".inspect.json"))["per_token_mib_with_scales"]
         kl = p["kl_divergence"]
         rows.append({
-            "router": "random" if kind == "random" else "trained",
+            "router": "random" if kind == "random" else ("none (K = E)" if kind.startswith("keq") else "trained"),
             "experts": r["experts"], "top_k": r["top_k"], "shared": r["shared"],
             "route_from": r["route_from"], "expert_delay": r["expert_delay"],
             "ppl": p["ppl"], "kld_mean": kl["kld"]["mean"], "kld_stderr": kl["kld"]["stderr"],

@@ -618,7 +618,7 @@ pub struct GenArgs {
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
 benches/fetch_moby_dick.sh /tmp/moby.txt\n  \
-cflow-tui moefy smollm2.cflow --experts 8 --top-k 4 --shared 256 --route-from 1 --text /tmp/moby.txt -o smollm2-moe.cflow\n  \
+cflow-tui moefy smollm2.cflow --experts 8 --top-k 6 --shared 256 --route-from 1 --text /tmp/moby.txt -o smollm2-moe.cflow\n  \
 cflow-tui moefy tiny.cflow --experts 4 --top-k 4 --text notes.txt -o same-as-dense.cflow   # K = E is the dense model
 
 The selected experts are summed with weight 1 (they are slices of the dense FFN), so quality

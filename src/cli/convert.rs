@@ -193,7 +193,7 @@ pub(super) fn cmd_pull(a: PullArgs) -> Result<()> {
 
 /// The settings `pull smollm2-moe` makes (docs/MOE.md, "The default": the smallest K with D ≥ 1
 /// whose held-out KL divergence from the dense model is within the bar).
-pub const SMOLLM2_MOE: (usize, usize, usize, usize) = (8, 4, 256, 1); // experts, top-k, shared, route-from
+pub const SMOLLM2_MOE: (usize, usize, usize, usize) = (8, 6, 256, 1); // experts, top-k, shared, route-from
 /// Training tokens of `pull smollm2-moe`.
 pub const SMOLLM2_MOE_TOKENS: usize = 4096;
 
