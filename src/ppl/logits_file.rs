@@ -280,7 +280,19 @@ impl LogitsReader {
                 err,
             }
         };
-        let (f, meta) = crate::input::open_regular(path).map_err(io("open"))?;
+        // A FIFO, directory or device is refused before it is read (`input::open_regular`).
+        let (f, meta) = crate::input::open_regular(path).map_err(|err| {
+            if err.kind() == std::io::ErrorKind::InvalidInput {
+                LogitsFileError::Field {
+                    path: p(),
+                    field: "file type",
+                    value: 0,
+                    why: err.to_string(),
+                }
+            } else {
+                io("open")(err)
+            }
+        })?;
         if !meta.is_file() {
             return Err(LogitsFileError::Field {
                 path: p(),
