@@ -380,6 +380,31 @@ fn pmu_pane_shows_per_phase_software_counters_and_the_reason_once() {
     assert!(p.contains("task ms") && p.contains("faults"), "{p}");
 }
 
+/// Issue 43 §3: the engine's reason used to start with "no hardware PMU:" too, so the pane said
+/// it twice; a trace recorded then still says it once.
+#[test]
+fn pmu_pane_says_no_hardware_pmu_once() {
+    use cflow::telemetry::event::Event;
+    let mut events = demo_events(3, true);
+    for e in &mut events {
+        if let Event::Stats(st) = &mut e.event {
+            if let Some(p) = st.pmu.as_mut() {
+                p.unavailable = Some(
+                    "no hardware PMU: perf_event_open(L1-dcache-loads) failed: No such file or \
+                     directory (virtual machines often expose no PMU; using software counters)"
+                        .into(),
+                );
+            }
+        }
+    }
+    let mut app = demo((160, 48));
+    for e in events {
+        app.apply(Msg::Event(e.event));
+    }
+    let p = render_pane(&app, PaneId::Pmu, (160, 48));
+    assert_eq!(p.matches("no hardware PMU").count(), 1, "{p}");
+}
+
 #[test]
 fn model_info_overlay_is_the_inspect_report() {
     use cflow::convert::generate::{generate, GenSpec};

@@ -118,7 +118,7 @@ fn open_hw() -> Result<CounterGroup, String> {
             .build()
             .map_err(|e| {
                 format!(
-                    "no hardware PMU: perf_event_open({name}) failed: {e} \
+                    "perf_event_open({name}) failed: {e} \
                      (virtual machines often expose no PMU; using software counters)"
                 )
             })?;

@@ -153,7 +153,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         }
         lines.push(Line::from(vec![
             Span::styled("no hardware PMU: ", th.warn()),
-            Span::styled(reason.clone(), th.dim()),
+            // Traces recorded before the reason lost its own prefix say it twice otherwise.
+            Span::styled(
+                reason
+                    .strip_prefix("no hardware PMU: ")
+                    .unwrap_or(reason)
+                    .to_string(),
+                th.dim(),
+            ),
         ]));
         lines.push(dim_line(
             app,
