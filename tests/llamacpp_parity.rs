@@ -18,6 +18,7 @@ use cflow::engine::{Engine, EngineOptions};
 use cflow::format::CflowFile;
 use cflow::model::kv::KvType;
 use cflow::telemetry::SamplingParams;
+use common::greedy_cmp_len;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -45,19 +46,6 @@ fn top_list(v: &Value) -> Vec<(usize, f32)> {
             )
         })
         .collect()
-}
-
-/// Number of leading greedy steps to compare: up to the first near-tie (margin < 0.05) of the
-/// reference's own choice.
-fn greedy_cmp_len(p: &Value) -> usize {
-    let gref = p["greedy"].as_array().unwrap().len();
-    p["greedy_margin"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .position(|m| m.as_f64().unwrap() < 0.05)
-        .unwrap_or(gref)
-        .min(gref)
 }
 
 #[test]

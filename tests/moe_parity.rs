@@ -14,11 +14,14 @@
 //!
 //! Everything needed is committed under `tests/reference/moe_tiny/` (no model download).
 
+mod common;
+
 use cflow::convert::import_gguf::{import_gguf, QuantTarget};
 use cflow::engine::sampler::argmax;
 use cflow::engine::{Engine, EngineOptions};
 use cflow::format::CflowFile;
 use cflow::model::kv::KvType;
+use common::greedy_cmp_len;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -144,18 +147,6 @@ fn f32_gguf_matches_transformers_logits_and_routing() {
 /// `[[id, logit], ...]` of one position.
 fn top1(v: &Value) -> u32 {
     v[0][0].as_u64().unwrap() as u32
-}
-
-/// Leading greedy steps to compare: up to the reference's first near-tie (margin < 0.05).
-fn greedy_cmp_len(g: &Value) -> usize {
-    let n = g["greedy"].as_array().unwrap().len();
-    g["greedy_margin"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .position(|m| m.as_f64().unwrap() < 0.05)
-        .unwrap_or(n)
-        .min(n)
 }
 
 #[test]

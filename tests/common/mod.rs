@@ -120,3 +120,16 @@ pub fn have_tmux() -> bool {
     }
     ok
 }
+
+/// Leading greedy steps of a llama.cpp golden (`greedy`, `greedy_margin`) to compare: up to the
+/// reference's first near-tie (margin < 0.05), issue 19's rule.
+pub fn greedy_cmp_len(p: &serde_json::Value) -> usize {
+    let n = p["greedy"].as_array().unwrap().len();
+    p["greedy_margin"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|m| m.as_f64().unwrap() < 0.05)
+        .unwrap_or(n)
+        .min(n)
+}
