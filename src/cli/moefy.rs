@@ -17,8 +17,8 @@ use std::sync::Arc;
 /// The text of `path` tokenized by `src`'s tokenizer (at most `cap` tokens).
 fn tokens(src: &Arc<CflowFile>, path: &Path, cap: usize) -> Result<Vec<u32>> {
     // 64 MiB of text is far more than any token budget needs.
-    let text = crate::util::read_text_file(path, 64 << 20)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    // The error names the file.
+    let text = crate::util::read_text_file(path, 64 << 20).map_err(anyhow::Error::msg)?;
     let sess = Session::new(
         Engine::new(src.clone(), EngineOptions::default()),
         SamplingParams::default(),
