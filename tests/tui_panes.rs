@@ -286,7 +286,7 @@ fn streams_counts_kv_reads_and_uses_the_ceiling_of_the_threads_in_use() {
     // Per-layer attention / dense / expert ms beside the bytes.
     let l0 = &last.layers[0];
     let times = format!(
-        "{:.2} {:.2} {:.2}",
+        "{:.2}  {:.2}  {:.2}",
         l0.ns_attn as f64 / 1e6,
         l0.ns_dense as f64 / 1e6,
         (l0.ns_router + l0.ns_experts) as f64 / 1e6
@@ -631,4 +631,95 @@ fn routing_pane_shows_prefetch_hit_rate_and_drops() {
     }
     let s = render_pane(&demo((80, 24)), PaneId::Routing, (80, 24));
     assert!(s.contains("prefetch hit — (prefetch off)"), "{s}");
+}
+
+/// The column (in cells) where `needle`'s first occurrence at or after column `from` ends.
+fn col_end(line: &str, needle: &str, from: usize) -> Option<usize> {
+    let chars: Vec<char> = line.chars().collect();
+    let n: Vec<char> = needle.chars().collect();
+    (from..chars.len().saturating_sub(n.len() - 1))
+        .find(|&i| chars[i..i + n.len()] == n[..])
+        .map(|i| i + n.len())
+}
+
+#[test]
+fn streams_and_critical_column_heads_sit_over_their_columns() {
+    // Issue 43 §3: `ms` sat over the Streams pane's MiB column, which had no head; the
+    // Critical path's measured-ms head disappeared in the full layout (≤ 160 columns).
+    for size in SIZES {
+        let app = demo(size);
+        for (what, s) in [
+            ("pane", render_pane(&app, PaneId::Streams, size)),
+            ("screen", render_screen(&app, size)),
+        ] {
+            let Some(head) = s.lines().find(|l| {
+                l.contains("MiB")
+                    && !l.contains("Streams")
+                    && !l.contains("MiB/token")
+                    && !l.contains("MiB (")
+            }) else {
+                // The pane is not on this screen size's default layout.
+                assert!(what == "screen" && !s.contains("Streams"), "{s}");
+                continue;
+            };
+            // The Streams pane's columns start after the Text pane on a screen.
+            let start = if what == "screen" {
+                col_end(head, "┃│", 0).unwrap_or(0)
+            } else {
+                0
+            };
+            // Layer 1's row (its MiB are 3.21; on a screen the Critical pane's L1 is a row up).
+            let row = s.lines().find(|l| l.contains("3.21")).unwrap();
+            let from = col_end(row, "L1 ", start).unwrap();
+            let mib_head = col_end(head, "MiB  attn", start)
+                .map(|c| c - 6)
+                .or_else(|| col_end(head, "MiB", start));
+            assert_eq!(
+                mib_head,
+                col_end(row, "3.21", from),
+                "MiB head over the MiB column ({what} {size:?}):\n{s}"
+            );
+            if head.contains("attn dense   exp") {
+                let dense = col_end(head, "attn dense", start).unwrap();
+                assert_eq!(
+                    col_end(head, "exp", dense),
+                    col_end(row, "0.74", from),
+                    "exp head over the expert ms column ({what} {size:?}):\n{s}"
+                );
+            }
+        }
+        // Critical path: the measured column keeps its head, right over it.
+        for (what, s) in [
+            ("pane", render_pane(&app, PaneId::Critical, size)),
+            ("screen", render_screen(&app, size)),
+        ] {
+            if !s.contains("Critical path") {
+                continue;
+            }
+            let head = s
+                .lines()
+                .find(|l| l.contains("undel") && l.contains("δe=2"))
+                .unwrap();
+            let from = col_end(head, "δe=2", 0).unwrap();
+            let row = s.lines().find(|l| l.contains("0.84/1.69")).unwrap();
+            let num = col_end(row, "0.84/1.69", 0).unwrap();
+            assert_eq!(
+                col_end(head, "ms", from),
+                col_end(row, "1.04", num),
+                "ms head over the measured column ({what} {size:?}):\n{s}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pmu_pane_is_titled_by_what_it_shows() {
+    // Issue 43 §3: titled "L1-d per phase" while it showed task ms · faults · ctx-sw.
+    for size in SIZES {
+        let s = render_pane(&demo(size), PaneId::Pmu, size);
+        let title = s.lines().next().unwrap();
+        assert!(!title.contains("L1-d"), "{title}");
+        assert!(title.contains("Software counters · per phase"), "{title}");
+        assert!(s.contains("task ms") && s.contains("ctx-sw"), "{s}");
+    }
 }

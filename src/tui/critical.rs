@@ -81,24 +81,46 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let n = cp.layers.len();
     let label_w = format!("L{}", n.saturating_sub(1)).len() + 1;
     let num_w = 11usize; // " 0.75/1.50"
-    let meas_w = if has_measured { 8usize } else { 0 };
+    let meas_w = if has_measured { 7usize } else { 0 }; // " {:>6}"
     let bar_w = w.saturating_sub(label_w + num_w + meas_w) as u16;
     let scale = cp.layers.iter().map(|l| l.undelayed).fold(0.0, f64::max);
 
     let mut lines: Vec<Line> = Vec::new();
-    let mut head = vec![
-        Span::styled("█", th.model()),
-        Span::styled(" critical ", th.dim()),
-        Span::styled("░", th.dim()),
-        Span::styled(" undelayed (with scales) ", th.dim()),
-        Span::styled(format!("δd={dd} δe={de}"), th.strong()),
-    ];
+    // The legend, shortened until the measured column's "ms" head fits beside it: the head
+    // must never be the part that disappears (at ≤ 160 columns the pane is ~46 wide).
+    let legend = |critical: &'static str, undelayed: &'static str| {
+        vec![
+            Span::styled("█", th.model()),
+            Span::styled(critical, th.dim()),
+            Span::styled("░", th.dim()),
+            Span::styled(undelayed, th.dim()),
+            Span::styled(format!("δd={dd} δe={de}"), th.strong()),
+        ]
+    };
+    let width = |spans: &[Span]| {
+        spans
+            .iter()
+            .map(|s| s.content.chars().count())
+            .sum::<usize>()
+    };
+    let mut head = legend(" critical ", " undelayed (with scales) ");
     if has_measured {
-        // Right-align "ms" over the measured column.
-        let used: usize = head.iter().map(|s| s.content.chars().count()).sum();
+        for (c, u) in [(" critical ", " undelayed "), (" crit ", " undel ")] {
+            if width(&head) + 3 <= w {
+                break;
+            }
+            head = legend(c, u);
+        }
+        // Right-align "ms" over the measured column (its values end at the pane's edge).
+        let used = width(&head);
         if used + 3 <= w {
             head.push(Span::raw(" ".repeat(w - used - 2)));
             head.push(Span::styled("ms", th.measured()));
+        } else {
+            head = vec![
+                Span::raw(" ".repeat(w.saturating_sub(2))),
+                Span::styled("ms", th.measured()),
+            ];
         }
     }
     lines.push(Line::from(head));
@@ -126,7 +148,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             Span::styled("█".repeat(crit as usize), style),
             Span::styled("░".repeat((full - crit) as usize), th.dim()),
             Span::raw(" ".repeat((bar_w - full) as usize)),
-            Span::raw(format!(" {:>4}/{:<4}", mib(l.critical), mib(l.undelayed))),
+            Span::raw(format!(" {:>4}/{:<5}", mib(l.critical), mib(l.undelayed))),
         ];
         if has_measured {
             let m = measured.get(i).copied().unwrap_or(0.0);

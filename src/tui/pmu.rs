@@ -1,4 +1,4 @@
-//! PMU pane: per phase L1-d read accesses, misses, miss rate, instructions and IPC from the
+//! PMU pane, titled by what it shows: per phase L1-d read accesses, misses, miss rate, instructions and IPC from the
 //! latest token's hardware counters — or, when hardware counters are unavailable (e.g. under KVM),
 //! the per-phase software counters that were recorded (task-clock, page faults, context
 //! switches) and, once, the reason.
@@ -77,6 +77,22 @@ fn software_line<'a>(app: &App, sw: &[(String, u64)]) -> Line<'a> {
     Line::from(spans)
 }
 
+/// The pane's title says what it shows: hardware L1-d counters when the token carries them,
+/// the software counters otherwise (no L1-d data exists then).
+fn title<'a>(app: &App, pmu: Option<&crate::telemetry::event::PmuSample>) -> Vec<Span<'a>> {
+    let th = &app.theme;
+    let what = match pmu {
+        Some(p) if p.unavailable.is_some() => " · per phase (this token)",
+        Some(_) => " · L1-d per phase (this token)",
+        None => " · per phase (this token)",
+    };
+    let name = match pmu {
+        Some(p) if p.unavailable.is_some() => "Software counters",
+        _ => "PMU",
+    };
+    vec![Span::styled(name, th.title()), Span::styled(what, th.dim())]
+}
+
 fn opt<T>(x: Option<T>, f: impl Fn(T) -> String) -> String {
     x.map(f).unwrap_or_else(|| "—".into())
 }
@@ -84,17 +100,11 @@ fn opt<T>(x: Option<T>, f: impl Fn(T) -> String) -> String {
 /// Render the PMU pane.
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
-    let block = pane_block(
-        app,
-        PaneId::Pmu,
-        vec![
-            Span::styled("PMU", th.title()),
-            Span::styled(" · L1-d per phase (this token)", th.dim()),
-        ],
-    );
+    let v = app.view();
+    let pmu_now = v.last.as_ref().and_then(|l| l.pmu.as_ref());
+    let block = pane_block(app, PaneId::Pmu, title(app, pmu_now));
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let v = app.view();
     let Some(last) = v.last.as_ref() else {
         frame.render_widget(
             Paragraph::new(dim_line(app, "waiting for the first token…")),

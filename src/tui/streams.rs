@@ -14,8 +14,10 @@ use ratatui::Frame;
 use super::app::{App, PaneId};
 use super::common::{dim_line, mib, pane_block, stacked_bar, MIB};
 
-/// Width of the per-layer time columns (" 0.14 0.36 0.71").
-const TIMES_W: usize = 15;
+/// Width of the per-layer time columns ("  0.14  0.36  0.71"): three columns of 6.
+const TIMES_W: usize = 18;
+/// Width of one time column (a space, then the value right-aligned in 5).
+const TIME_COL: usize = 6;
 
 /// Render the streams pane.
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
@@ -25,7 +27,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         PaneId::Streams,
         vec![
             Span::styled("Streams", th.title()),
-            Span::styled(" · MiB/token with scales (measured)", th.dim()),
+            Span::styled(" · MiB, ms (measured)", th.dim()),
         ],
     );
     let inner = block.inner(area);
@@ -49,18 +51,44 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     });
     let kv_at = |i: usize| kv.as_ref().and_then(|k| k.get(i).copied()).unwrap_or(0);
     let mut lines: Vec<Line> = Vec::new();
-    let mut legend = vec![
-        Span::styled(format!("token #{}  ", last.index), th.dim()),
-        Span::styled("█", th.attn()),
-        Span::styled(" attn  ", th.dim()),
-        Span::styled("▓", th.dense()),
-        Span::styled(" dense  ", th.dim()),
-        Span::styled("▒", th.experts()),
-        Span::styled(" experts (at injection layer)  ", th.dim()),
-    ];
-    if kv.is_some() {
-        legend.push(Span::styled("░", th.kv()));
-        legend.push(Span::styled(" kv", th.dim()));
+    // The legend, in its long form where it fits beside the column heads, else shorter.
+    let legend_of = |long: bool, index: bool| {
+        let mut l = vec![
+            Span::styled(
+                if index {
+                    format!("token #{}  ", last.index)
+                } else {
+                    String::new()
+                },
+                th.dim(),
+            ),
+            Span::styled("█", th.attn()),
+            Span::styled(" attn  ", th.dim()),
+            Span::styled("▓", th.dense()),
+            Span::styled(" dense  ", th.dim()),
+            Span::styled("▒", th.experts()),
+            Span::styled(
+                if long {
+                    " experts (at injection layer)  "
+                } else {
+                    " experts  "
+                },
+                th.dim(),
+            ),
+        ];
+        if kv.is_some() {
+            l.push(Span::styled("░", th.kv()));
+            l.push(Span::styled(" kv", th.dim()));
+        }
+        l
+    };
+    let len = |l: &[Span]| l.iter().map(|s| s.content.chars().count()).sum::<usize>();
+    let mut legend = legend_of(true, true);
+    for (long, index) in [(false, true), (false, false)] {
+        if len(&legend) <= w {
+            break;
+        }
+        legend = legend_of(long, index);
     }
     lines.push(Line::from(legend));
 
@@ -77,23 +105,35 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let num_w = 6usize;
     // Per-layer times when the bar keeps at least 16 cells.
     let times = w >= label_w + num_w + 1 + TIMES_W + 16;
-    let bar_w = w.saturating_sub(label_w + num_w + 1 + if times { TIMES_W } else { 0 }) as u16;
+    let bar_w = w.saturating_sub(label_w + num_w + if times { TIMES_W } else { 0 }) as u16;
     let shown = if n > room { room.saturating_sub(1) } else { n };
-    if times && shown > 0 && lines.len() < h {
-        // Column heads over the time columns, right-aligned.
-        let head = "ms  attn dense  exp";
+    if shown > 0 && lines.len() < h {
+        // Column heads over the MiB column and each time column, right-aligned like them.
+        let head = if times {
+            format!(
+                "{:>nw$}{:>tc$}{:>tc$}{:>tc$}",
+                "MiB",
+                "attn",
+                "dense",
+                "exp",
+                nw = num_w,
+                tc = TIME_COL
+            )
+        } else {
+            format!("{:>num_w$}", "MiB")
+        };
         if let Some(first) = lines.first_mut() {
             let used: usize = first.spans.iter().map(|s| s.content.chars().count()).sum();
             if used + head.len() + 1 > w {
                 lines.push(Line::from(vec![
                     Span::raw(" ".repeat(w.saturating_sub(head.len()))),
-                    Span::styled(head, th.measured()),
+                    Span::styled(head, th.dim()),
                 ]));
             } else {
                 first
                     .spans
                     .push(Span::raw(" ".repeat(w - used - head.len())));
-                first.spans.push(Span::styled(head, th.measured()));
+                first.spans.push(Span::styled(head, th.dim()));
             }
         }
     }
@@ -116,7 +156,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         ));
         spans.push(Span::raw(format!(" {:>5}", mib(layer_total(i) as f64))));
         if times {
-            let t = |ns: u64| format!(" {:>4.2}", ns as f64 / 1e6);
+            let t = |ns: u64| format!(" {:>5}", super::common::ms(ns as f64));
             spans.push(Span::styled(
                 format!(
                     "{}{}{}",
@@ -198,7 +238,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         0.0
     };
-    lines.push(Line::from(vec![
+    let mut totals = vec![
         Span::styled(format!("{:.2} MiB/token", total as f64 / MIB), th.strong()),
         Span::raw(" · "),
         Span::styled(format!("{gbs:.1} GB/s"), th.measured()),
@@ -210,7 +250,18 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             },
             th.dim(),
         ),
-    ]));
+    ];
+    // The bytes are as stored (scales included), said where there is room.
+    if totals
+        .iter()
+        .map(|s| s.content.chars().count())
+        .sum::<usize>()
+        + 14
+        <= w
+    {
+        totals.insert(1, Span::styled(" with scales", th.dim()));
+    }
+    lines.push(Line::from(totals));
     let threads = v.config.as_ref().map_or(1, |c| c.threads);
     match app
         .bandwidth
