@@ -1,5 +1,6 @@
-//! Descriptive statistics shared by the UI and the reports: the one home of the median and of
-//! percentiles (linear interpolation between order statistics, "type 7").
+//! Descriptive statistics shared by the UI and the reports: the one home of the median, of
+//! percentiles (linear interpolation between order statistics, "type 7") and of the rule for
+//! when a token count carries a rate at all.
 
 /// Median of finite values (mean of the middle two for an even count); None when there are none.
 pub fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
@@ -43,6 +44,27 @@ pub fn percentile(values: impl IntoIterator<Item = f64>, q: f64) -> Option<f64> 
     percentile_sorted(&v, q)
 }
 
+/// The fewest tokens a rate (tok/s) is computed from. One token's time is a latency made of
+/// fixed costs (the first token of a reply is only sampled from the prompt's logits), not a
+/// throughput: `run --max-ctx 1` once printed `decode 18348.3 tok/s` from it.
+pub const MIN_RATE_TOKENS: u64 = 2;
+
+/// Tokens per second for `n` tokens in `ns`; None below [`MIN_RATE_TOKENS`] or without time.
+pub fn tok_per_s(n: u64, ns: u64) -> Option<f64> {
+    (n >= MIN_RATE_TOKENS && ns > 0).then(|| n as f64 * 1e9 / ns as f64)
+}
+
+/// A rate for text reports: "85.1 tok/s", or why there is none ("no rate: 1 token").
+pub fn tok_per_s_text(n: u64, ns: u64) -> String {
+    match tok_per_s(n, ns) {
+        Some(r) => format!("{r:.1} tok/s"),
+        None => format!(
+            "no rate: {n} token{} (a rate needs ≥ {MIN_RATE_TOKENS})",
+            if n == 1 { "" } else { "s" }
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +87,18 @@ mod tests {
         assert_eq!(percentile(v, 0.9), Some(4.6));
         assert_eq!(percentile([2.0, 1.0], 0.25), Some(1.25));
         assert_eq!(percentile(std::iter::empty(), 0.5), None);
+    }
+
+    #[test]
+    fn no_rate_from_zero_or_one_token() {
+        assert_eq!(tok_per_s(0, 1_000), None);
+        assert_eq!(tok_per_s(1, 54_500), None);
+        assert_eq!(tok_per_s(2, 0), None);
+        assert_eq!(tok_per_s(2, 1_000_000_000), Some(2.0));
+        assert_eq!(
+            tok_per_s_text(1, 54_500),
+            "no rate: 1 token (a rate needs ≥ 2)"
+        );
+        assert_eq!(tok_per_s_text(4, 2_000_000_000), "2.0 tok/s");
     }
 }

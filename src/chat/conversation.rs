@@ -15,6 +15,9 @@ pub enum TurnError {
     Template(TemplateError),
     #[error("cannot tokenize the chat prompt: {0}")]
     Tokenizer(String),
+    /// Even with every older turn dropped, the prompt leaves no position for a reply.
+    #[error("{0}")]
+    NoRoom(String),
 }
 
 /// A user message made ready to send: the whole rendered prompt's tokens, and how many old
@@ -68,8 +71,10 @@ impl Conversation {
 
     /// Adds the user message `text`, drops the oldest turns until the prompt plus `reserve`
     /// tokens fits in `max_ctx` ([`Conversation::fit`]), renders and tokenizes the prompt. On a
-    /// template or tokenizer error the conversation is restored as it was (including turns
-    /// `fit` had dropped) and the message is not added.
+    /// template or tokenizer error, or when even then the prompt leaves no position for a reply
+    /// ([`TurnError::NoRoom`], which says whether the system prompt alone is too long), the
+    /// conversation is restored as it was (including turns `fit` had dropped) and the message
+    /// is not added.
     pub fn prepare_turn(
         &mut self,
         text: &str,
@@ -90,10 +95,42 @@ impl Conversation {
                     .map_err(|e| TurnError::Tokenizer(e.to_string()))?;
                 Ok(PreparedTurn { ids, dropped })
             });
+        let r = match r {
+            Ok(t) if t.ids.len() >= max_ctx => Err(self.no_room(t.ids.len(), max_ctx, &count)),
+            r => r,
+        };
         if r.is_err() {
             self.turns = kept;
         }
         r
+    }
+
+    /// Why a prompt of `n` tokens leaves no room for a reply in `max_ctx` positions: the
+    /// system prompt alone (rendered with an empty message, so with the template's framing),
+    /// or this message.
+    fn no_room(&mut self, n: usize, max_ctx: usize, count: &dyn Fn(&str) -> usize) -> TurnError {
+        let turns = std::mem::replace(&mut self.turns, vec![ChatMessage::new("user", "")]);
+        let base = self.render().map_or(n, |p| count(&p));
+        self.turns = turns;
+        let own = if self.system.is_some() {
+            "the system prompt alone (with the chat template's framing) is"
+        } else {
+            "the chat template's framing alone (with any default system prompt it adds) is"
+        };
+        TurnError::NoRoom(if base + 1 >= max_ctx {
+            format!(
+                "{own} {base} tokens and the context is {max_ctx} positions (--max-ctx): no \
+                 room for a message and a reply. Raise --max-ctx above {} or shorten the \
+                 system prompt",
+                base + 1
+            )
+        } else {
+            format!(
+                "this message makes the prompt {n} tokens ({base} before any message); the \
+                 context is {max_ctx} positions (--max-ctx), which leaves no room for a reply. \
+                 Shorten the message or raise --max-ctx"
+            )
+        })
     }
 
     pub fn messages(&self) -> Vec<ChatMessage> {
@@ -173,9 +210,35 @@ mod tests {
         assert!(matches!(e, TurnError::Template(_)), "{e}");
         assert!(e.to_string().contains("no boom"), "{e}");
         assert_eq!(c.turns.len(), before);
-        // A context that holds only the newest turn drops the older pair.
-        let p = c.prepare_turn("again", &tok, 12, 4).unwrap();
+        // A context that holds only the newest turn (13 tokens) and one reply position drops
+        // the older pair.
+        let p = c.prepare_turn("again", &tok, 14, 4).unwrap();
         assert_eq!(p.dropped, 2);
         assert_eq!(c.turns.len(), 1);
+    }
+
+    #[test]
+    fn a_context_smaller_than_the_system_prompt_says_exactly_that() {
+        // Issue 43 §3: `--max-ctx` smaller than the system prompt.
+        let (mut c, tok) = conv(
+            "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}\
+             {% if add_generation_prompt %}<|assistant|>{% endif %}",
+        );
+        c.system = Some("You are a careful assistant who answers in one short line.".into());
+        let e = c.prepare_turn("Hi", &tok, 8, 0).unwrap_err().to_string();
+        assert!(
+            e.starts_with("the system prompt alone (with the chat template's framing) is "),
+            "{e}"
+        );
+        assert!(e.contains("--max-ctx"), "{e}");
+        assert!(c.turns.is_empty(), "the message is not added");
+        // Room for the system prompt but not for this message and a reply.
+        let e = c
+            .prepare_turn(&"word ".repeat(60), &tok, 64, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("this message makes the prompt "), "{e}");
+        // It fits: no error.
+        assert!(c.prepare_turn("Hi", &tok, 64, 0).is_ok());
     }
 }

@@ -115,7 +115,8 @@ pub enum ConvertTo {
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  cflow-tui chat                       # SmolLM2 from `cflow-tui pull smollm2`\n  \
-cflow-tui chat model.cflow --system \"Answer briefly.\" --temperature 0.7\n\n\
+cflow-tui chat model.cflow --system \"Answer briefly.\" --temperature 0.7\n  \
+cflow-tui chat gemma-3-270m-q4_k_m.cflow    # no chat template: completion mode (or --template chatml)\n\n\
 In the REPL: /help lists the commands; arrow keys edit the line and walk the history."
 )]
 pub struct ChatArgs {
@@ -127,6 +128,10 @@ pub struct ChatArgs {
     /// System prompt.
     #[arg(long)]
     pub system: Option<String>,
+    /// Chat template for a model that has none (a base model, e.g. Gemma 3 270M): `chatml`,
+    /// or a Jinja template file. Without it such a model runs in completion mode
+    #[arg(long, value_name = "chatml|FILE")]
+    pub template: Option<String>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Record the event stream to FILE.

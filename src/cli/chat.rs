@@ -25,20 +25,22 @@ pub const HELP: &str = "commands:
 Ctrl-C stops a reply; on a terminal the arrow keys edit the line and walk the history.";
 
 /// The line printed after each reply: tokens, prefill and decode speed, ms/token, total time
-/// and the context use.
+/// and the context use. No rate or ms/token from zero or one token (`stats::MIN_RATE_TOKENS`).
 pub fn reply_summary(o: &GenOutcome, pos: usize, max_ctx: usize) -> String {
-    let ms_tok = if o.tokens.is_empty() {
-        0.0
-    } else {
-        o.decode_ns as f64 / 1e6 / o.tokens.len() as f64
+    let rate = |n: usize, ns: u64| crate::stats::tok_per_s_text(n as u64, ns);
+    let ms_tok = match crate::stats::tok_per_s(o.tokens.len() as u64, o.decode_ns) {
+        Some(_) => format!(
+            ", {:.2} ms/token",
+            o.decode_ns as f64 / 1e6 / o.tokens.len() as f64
+        ),
+        None => String::new(),
     };
     format!(
-        "[{} tokens · prompt {} tokens, prefill {:.1} tok/s · decode {:.1} tok/s, {:.2} ms/token · total {:.2} s · context {pos}/{max_ctx}]",
+        "[{} tokens · prompt {} tokens, prefill {} · decode {}{ms_tok} · total {:.2} s · context {pos}/{max_ctx}]",
         o.tokens.len(),
         o.prompt_tokens,
-        o.prefill_tok_s(),
-        o.decode_tok_s(),
-        ms_tok,
+        rate(o.prompt_tokens, o.prefill_ns),
+        rate(o.tokens.len(), o.decode_ns),
         (o.prefill_ns + o.decode_ns) as f64 / 1e9,
     )
 }
@@ -139,11 +141,29 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
     let Some(tok) = sess.tok.clone() else {
         bail!("this model has no tokenizer; chat needs one");
     };
-    let mut conv = Conversation::for_tokenizer(sess.engine.cfg(), Some(&tok))
-        .map_err(|e| anyhow::anyhow!("chat template: {e}"))?;
-    conv.system = a.system.clone();
+    let name = sess.engine.cfg().meta.name.clone();
+    let mut conv = match chat_template(&sess, &tok, a.template.as_deref())? {
+        Some(t) => Some(Conversation {
+            template: t,
+            system: a.system.clone(),
+            turns: Vec::new(),
+        }),
+        None => {
+            // No chat template and none given: completion mode, as the TUI does on such a
+            // model, rather than ChatML the model was never trained on (which loops).
+            errln!(
+                "{name} has no chat template (a base model): completion mode. Each line is \
+                 continued as text in one running context (/reset clears it); \
+                 `--template chatml` (or a Jinja file) chats with a template anyway."
+            );
+            if a.system.is_some() {
+                errln!("note: --system is ignored in completion mode");
+            }
+            None
+        }
+    };
     let mut tap = match &a.record {
-        Some(p) => Some(RecordTap::start(p, &sess, Some(&conv))?),
+        Some(p) => Some(RecordTap::start(p, &sess, conv.as_ref())?),
         None => None,
     };
     // The line editor first: on a terminal rustyline installs its own SIGINT handler when it is
@@ -154,13 +174,16 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
     let stop = sess.engine.stop_flag().clone();
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     install_sigint(stop.clone(), interrupted.clone());
-    let name = sess.engine.cfg().meta.name.clone();
     errln!(
-        "chatting with {name}{}. /help lists the commands. Ctrl-C stops a reply; Ctrl-D quits.",
-        if conv.template.is_fallback() {
-            " (no template in the model: ChatML)"
+        "{} {name}{}. /help lists the commands. Ctrl-C stops a reply; Ctrl-D quits.",
+        if conv.is_some() {
+            "chatting with"
         } else {
-            ""
+            "completing with"
+        },
+        match (&conv, &a.template) {
+            (Some(_), Some(t)) => format!(" (template: --template {t})"),
+            _ => String::new(),
         }
     );
     if sess.engine.cfg().meta.synthetic {
@@ -188,13 +211,19 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             continue;
         }
         if line == "/reset" {
-            conv.clear();
+            if let Some(c) = conv.as_mut() {
+                c.clear();
+            }
             sess.reset();
             errln!("(context cleared)");
             continue;
         }
         if let Some(sys) = line.strip_prefix("/system") {
             let sys = sys.trim();
+            let Some(conv) = conv.as_mut() else {
+                errln!("(completion mode has no system prompt)");
+                continue;
+            };
             conv.system = if sys.is_empty() {
                 None
             } else {
@@ -209,10 +238,19 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         if line == "/stats" {
             match &last {
                 Some(o) => errln!(
-                    "last reply: {} tokens, prefill {:.1} tok/s ({} tokens), decode {:.1} tok/s; context {}/{}",
-                    o.tokens.len(), o.prefill_tok_s(), o.prompt_tokens, o.decode_tok_s(), sess.engine.pos(), sess.engine.cfg().max_ctx
+                    "last reply: {} tokens, prefill {} ({} tokens), decode {}; context {}/{}",
+                    o.tokens.len(),
+                    crate::stats::tok_per_s_text(o.prompt_tokens as u64, o.prefill_ns),
+                    o.prompt_tokens,
+                    crate::stats::tok_per_s_text(o.tokens.len() as u64, o.decode_ns),
+                    sess.engine.pos(),
+                    sess.engine.cfg().max_ctx
                 ),
-                None => errln!("no reply yet; context {}/{}", sess.engine.pos(), sess.engine.cfg().max_ctx),
+                None => errln!(
+                    "no reply yet; context {}/{}",
+                    sess.engine.pos(),
+                    sess.engine.cfg().max_ctx
+                ),
             }
             continue;
         }
@@ -220,23 +258,36 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             errln!("unknown command {line}; /help lists the commands");
             continue;
         }
-        // A template exception or limit, or a tokenizer error, refuses this message and keeps
-        // the conversation as it was (including turns `fit` would have dropped).
         let max_ctx = sess.engine.cfg().max_ctx;
-        let turn = match conv.prepare_turn(&line, &tok, max_ctx, a.n.min(max_ctx / 2)) {
-            Ok(t) => t,
-            Err(e) => {
-                errln!("error: {e}\n(message not sent; the conversation is kept)");
-                continue;
+        let suffix = match conv.as_mut() {
+            // A template exception or limit, a tokenizer error, or a prompt leaving no room for
+            // a reply refuses this message and keeps the conversation as it was (including
+            // turns `fit` would have dropped).
+            Some(conv) => {
+                let turn = match conv.prepare_turn(&line, &tok, max_ctx, a.n.min(max_ctx / 2)) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        errln!("error: {e}\n(message not sent; the conversation is kept)");
+                        continue;
+                    }
+                };
+                if turn.dropped > 0 {
+                    errln!(
+                        "(context full: dropped the {} oldest messages)",
+                        turn.dropped
+                    );
+                }
+                sess.sync_prompt(&turn.ids)
             }
+            // Completion mode: the line continues the running context.
+            None => match sess.encode(&line) {
+                Ok(ids) => ids,
+                Err(e) => {
+                    errln!("error: {e}");
+                    continue;
+                }
+            },
         };
-        if turn.dropped > 0 {
-            errln!(
-                "(context full: dropped the {} oldest messages)",
-                turn.dropped
-            );
-        }
-        let suffix = sess.sync_prompt(&turn.ids);
         if let Some(t) = tap.as_mut() {
             t.emit(Event::Prompt {
                 text: line.clone(),
@@ -274,11 +325,39 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             "{}",
             reply_summary(&out, sess.engine.pos(), sess.engine.cfg().max_ctx)
         );
-        conv.turns.push(crate::chat::template::ChatMessage::new(
-            "assistant",
-            out.text.clone(),
-        ));
+        if out.reason == Some(crate::telemetry::StopReason::ContextFull) {
+            errln!("(the context is full: /reset clears it)");
+        }
+        if let Some(conv) = conv.as_mut() {
+            conv.turns.push(crate::chat::template::ChatMessage::new(
+                "assistant",
+                out.text.clone(),
+            ));
+        }
         last = Some(out);
     }
     Ok(())
+}
+
+/// The template `chat` uses: `--template` (`chatml`, or a Jinja file), else the model's own;
+/// `None` when the model has none and none was given (completion mode).
+fn chat_template(
+    sess: &crate::engine::session::Session,
+    tok: &crate::chat::tokenizer::TokenizerWrap,
+    given: Option<&str>,
+) -> Result<Option<crate::chat::template::ChatTemplate>> {
+    use crate::chat::template::ChatTemplate;
+    let (bos, eos) = crate::chat::conversation::special_strings(Some(tok));
+    let source = match given {
+        Some("chatml") => crate::chat::template::CHATML_TEMPLATE.to_string(),
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("--template {path}: {e} (give `chatml` or a file)"))?,
+        None => match sess.engine.cfg().meta.chat_template.as_deref() {
+            Some(s) if !s.trim().is_empty() => s.to_string(),
+            _ => return Ok(None),
+        },
+    };
+    ChatTemplate::new(&source, &bos, &eos)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("chat template: {e}"))
 }

@@ -119,7 +119,10 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     if json {
         outln!("{}", serde_json::to_string(&report)?)?;
     } else {
-        err!("{}", render_run_report(&report));
+        err!(
+            "{}",
+            render_run_report(&report, &out, sess.engine.cfg().max_ctx)
+        );
     }
     if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
         errln!(
@@ -158,13 +161,16 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
     let vocab = f.lm_head().bytes() as f64;
     let experts_all = crate::engine::streams::all_expert_bytes(f);
     let total = attn as f64 + dense as f64 + experts + vocab;
+    // Per-token figures only from timed decode steps, rates only from ≥ 2 tokens
+    // (`stats::MIN_RATE_TOKENS`): `null` otherwise, and the text report says why.
+    let ms_per_token = (!out.token_ns.is_empty()).then(|| {
+        serde_json::json!({
+            "median": percentile(&out.token_ns, 0.5) / 1e6,
+            "p90": percentile(&out.token_ns, 0.9) / 1e6,
+        })
+    });
     let ms_median = percentile(&out.token_ns, 0.5) / 1e6;
-    let ms_p90 = percentile(&out.token_ns, 0.9) / 1e6;
-    let gbs = if ms_median > 0.0 {
-        total / (ms_median / 1e3) / 1e9
-    } else {
-        0.0
-    };
+    let gbs = (ms_median > 0.0).then(|| total / (ms_median / 1e3) / 1e9);
     let (act, kv) = sess.engine.opts().numerics();
     serde_json::json!({
         "model": f.path.display().to_string(),
@@ -177,9 +183,9 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         "kv": kv,
         "prompt_tokens": out.prompt_tokens,
         "generated_tokens": out.tokens.len(),
-        "prefill_tok_s": out.prefill_tok_s(),
-        "decode_tok_s": out.decode_tok_s(),
-        "ms_per_token": {"median": ms_median, "p90": ms_p90},
+        "prefill_tok_s": crate::stats::tok_per_s(out.prompt_tokens as u64, out.prefill_ns),
+        "decode_tok_s": crate::stats::tok_per_s(out.tokens.len() as u64, out.decode_ns),
+        "ms_per_token": ms_per_token,
         "mib_per_token": {
             "attention": mib(attn), "dense": mib(dense), "experts": experts / MIB,
             "experts_all": mib(experts_all), "vocab": vocab / MIB, "total": total / MIB
@@ -192,17 +198,38 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
     })
 }
 
-fn render_run_report(r: &serde_json::Value) -> String {
+fn render_run_report(r: &serde_json::Value, out: &GenOutcome, max_ctx: usize) -> String {
     let g = |p: &str| r.pointer(p).and_then(|v| v.as_f64()).unwrap_or(0.0);
+    let rate = |n: usize, ns: u64| crate::stats::tok_per_s_text(n as u64, ns);
+    let per_token = if r["ms_per_token"].is_null() {
+        "ms/token: no decode step was timed".to_string()
+    } else {
+        format!(
+            "{:.2} ms/token (median), {:.2} ms (p90)",
+            g("/ms_per_token/median"),
+            g("/ms_per_token/p90")
+        )
+    };
+    let gbs = match r["effective_gb_s"].as_f64() {
+        Some(x) => format!(" · {x:.2} GB/s effective"),
+        None => String::new(),
+    };
+    let ended = match out.reason {
+        Some(crate::telemetry::StopReason::ContextFull) => format!(
+            "stopped: the context is full ({max_ctx} position{}; --max-ctx sets it)\n",
+            if max_ctx == 1 { "" } else { "s" }
+        ),
+        _ => String::new(),
+    };
     format!(
-        "\n--- {} generated, {} prompt tokens, {} threads, {}\n\
-         prefill {:.1} tok/s · decode {:.1} tok/s · {:.2} ms/token (median), {:.2} ms (p90)\n\
-         MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2} · {:.2} GB/s effective\n\
+        "\n--- {} generated, {} prompt tokens, {} threads, {}\n{ended}\
+         prefill {} · decode {} · {per_token}\n\
+         MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2}{gbs}\n\
          {}\n",
         r["generated_tokens"], r["prompt_tokens"], r["threads"], r["isa"].as_str().unwrap_or(""),
-        g("/prefill_tok_s"), g("/decode_tok_s"), g("/ms_per_token/median"), g("/ms_per_token/p90"),
+        rate(out.prompt_tokens, out.prefill_ns), rate(out.tokens.len(), out.decode_ns),
         g("/mib_per_token/attention"), g("/mib_per_token/dense"), g("/mib_per_token/experts"),
-        g("/mib_per_token/vocab"), g("/mib_per_token/total"), g("/effective_gb_s"),
+        g("/mib_per_token/vocab"), g("/mib_per_token/total"),
         crate::inspect::critical_path_line(&r["critical_path_mib"]),
     )
 }

@@ -236,6 +236,13 @@ impl Session {
                 out.reason = Some(StopReason::Eos);
                 break;
             }
+            // The context ran out (the caller capped `max_new` at the room left, or it did
+            // not): that is the reason, not the token budget. The last token still fits.
+            let max_ctx = self.engine.cfg().max_ctx;
+            if self.engine.pos() + 1 >= max_ctx {
+                out.reason = Some(StopReason::ContextFull);
+                break;
+            }
             if index + 1 == max_new {
                 out.reason = Some(StopReason::Length);
                 break;
@@ -272,6 +279,14 @@ impl Session {
             }
         }
         out.decode_ns = td.elapsed().as_nanos() as u64;
+        if out.reason.is_none() {
+            // No token was asked for (`max_new` 0: a caller's cap at the room left).
+            out.reason = Some(if self.engine.pos() >= self.engine.cfg().max_ctx {
+                StopReason::ContextFull
+            } else {
+                StopReason::Length
+            });
+        }
         emit(Event::Done {
             reason: out.reason.unwrap_or(StopReason::Length),
             n_tokens: out.tokens.len() as u32,

@@ -475,16 +475,10 @@ pub fn summary(r: &Replay) -> ReplaySummary {
             ..m
         };
     }
-    s.decode_tok_s = if done_tok > 0 && done_ns > 0 {
-        Some(done_tok as f64 * 1e9 / done_ns as f64)
-    } else if s.n_stats > 0 && sum_ns > 0 {
-        Some(s.n_stats as f64 * 1e9 / sum_ns as f64)
-    } else {
-        None
-    };
-    if pre_tok > 0 && pre_ns > 0 {
-        s.prefill_tok_s = Some(pre_tok as f64 * 1e9 / pre_ns as f64);
-    }
+    // No rate from zero or one token (`stats::MIN_RATE_TOKENS`).
+    s.decode_tok_s = crate::stats::tok_per_s(done_tok, done_ns)
+        .or_else(|| crate::stats::tok_per_s(s.n_stats as u64, sum_ns));
+    s.prefill_tok_s = crate::stats::tok_per_s(pre_tok, pre_ns);
     s
 }
 

@@ -18,6 +18,8 @@ use crate::telemetry::event::GenSettings;
 pub const MESSAGE_TICKS: u64 = 120;
 /// Largest hypothetical delay in what-if mode.
 pub const MAX_WHATIF_DELAY: u32 = 8;
+/// How the message after a generation that ran out of context begins (cleared by a reset).
+const CONTEXT_FULL: &str = "context full";
 /// Layout cycle order.
 pub const LAYOUTS: &[LayoutArm] = LayoutArm::ALL;
 
@@ -771,10 +773,12 @@ impl App {
                     self.live.ctx_used = p;
                 }
                 if reason == StopReason::ContextFull {
-                    self.say("context full — Ctrl+L resets it (clears the KV cache)");
+                    self.say(format!(
+                        "{CONTEXT_FULL} — Ctrl+L resets it (clears the KV cache)"
+                    ));
                 }
-                if decode_ns > 0 && n_tokens > 0 {
-                    self.live.decode_tps = Some(n_tokens as f64 * 1e9 / decode_ns as f64);
+                if let Some(r) = crate::stats::tok_per_s(n_tokens as u64, decode_ns) {
+                    self.live.decode_tps = Some(r);
                 }
                 self.model_turn().end = Some(reason);
                 self.reply.tokens = n_tokens;
@@ -788,6 +792,14 @@ impl App {
             Event::Snapshot { ctx_pos } => self.live.ctx_used = ctx_pos,
             Event::Reset => {
                 self.live.ctx_used = 0;
+                // The context is empty now: a "context full" message is stale.
+                if self
+                    .message
+                    .as_ref()
+                    .is_some_and(|(m, _)| m.starts_with(CONTEXT_FULL))
+                {
+                    self.message = None;
+                }
                 self.transcript.push(Turn {
                     role: Role::System,
                     text: "context reset".into(),
@@ -1449,6 +1461,23 @@ mod tests {
         act(&mut app, Action::Insert('x'));
         let fx = act(&mut app, Action::Submit);
         assert_eq!(fx.commands.len(), 1, "{:?}", app.status_message());
+    }
+
+    #[test]
+    fn a_reset_clears_the_stale_context_full_message() {
+        // Issue 43 §3: after Ctrl+L the "context full" message stayed.
+        let mut app = app_with(demo_events(4, true));
+        app.apply(Msg::Event(Event::Done {
+            reason: StopReason::ContextFull,
+            n_tokens: 3,
+            decode_ns: 1_000_000,
+            pos: Some(2048),
+        }));
+        assert!(app
+            .status_message()
+            .is_some_and(|m| m.starts_with("context full")));
+        app.apply(Msg::Event(Event::Reset));
+        assert_eq!(app.status_message(), None);
     }
 
     #[test]

@@ -89,8 +89,8 @@ impl Telemetry {
         }
         self.gen_tokens += 1;
         self.gen_ns += s.ns_total;
-        if self.gen_ns > 0 {
-            self.decode_tps = Some(self.gen_tokens as f64 * 1e9 / self.gen_ns as f64);
+        if let Some(r) = crate::stats::tok_per_s(self.gen_tokens as u64, self.gen_ns) {
+            self.decode_tps = Some(r);
         }
         // The engine position of the token just computed: the KV length is one more.
         self.ctx_used = s.pos + 1;

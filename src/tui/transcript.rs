@@ -22,12 +22,9 @@ pub struct ReplyStats {
     pub decode_ns: u64,
 }
 
+/// "85.1", or "—" from zero or one token (`stats::MIN_RATE_TOKENS`).
 fn rate(n: u32, ns: u64) -> String {
-    if ns == 0 {
-        "—".into()
-    } else {
-        format!("{:.1}", n as f64 * 1e9 / ns as f64)
-    }
+    crate::stats::tok_per_s(n as u64, ns).map_or("—".into(), |r| format!("{r:.1}"))
 }
 
 impl ReplyStats {
