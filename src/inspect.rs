@@ -5,6 +5,7 @@ use crate::engine::critical::{
     critical_path_both, fixed_point_accounting, fixed_point_line, payload_stream_bytes,
 };
 use crate::engine::stream_bytes;
+use crate::format::quant_mix::{self, layer_matrices};
 use crate::format::CflowFile;
 use serde_json::{json, Value};
 
@@ -26,11 +27,11 @@ pub fn report(f: &CflowFile) -> Value {
                 "layer": i,
                 "offset": l.offset,
                 "bytes": l.len,
-                "quant": {
-                    "attention": l.q.quant.name(),
-                    "dense": l.gate.as_ref().map(|m| m.quant.name()),
-                    "experts": ex.map(|e| e.gate.quant.name()),
-                },
+                // Each matrix's own type (a Q4_K_M file mixes them within a layer).
+                "quant": layer_matrices(l)
+                    .into_iter()
+                    .map(|(name, q)| (name.to_string(), Value::from(q.name())))
+                    .collect::<serde_json::Map<String, Value>>(),
                 "stream_mib": {
                     "attention": payload.get(i).map_or(0.0, |s| s.attn as f64 / MIB),
                     "dense": payload.get(i).map_or(0.0, |s| s.dense as f64 / MIB),
@@ -84,6 +85,7 @@ pub fn report(f: &CflowFile) -> Value {
             "feature_flags": c.feature_flags, "tied_embeddings": c.tied_embeddings(),
             "embed_scale": c.embed_scale(), "v_norm": c.v_norm(), "final_logit_softcap": c.final_logit_softcap,
         },
+        "quant_mix": quant_mix_report(f),
         "attention": attention_report(c),
         "moe": moe_report(f),
         "per_token_mib": {
@@ -106,6 +108,22 @@ pub fn report(f: &CflowFile) -> Value {
         "metadata_keys": meta_keys,
         "has_tokenizer": c.meta.tokenizer_json.is_some(),
         "has_chat_template": c.meta.chat_template.is_some(),
+    })
+}
+
+/// The file's weight types: `file_type` (the GGUF's name for its mix, when the import
+/// recorded it, else null), `matrices` (how many matrices of each type, the most common
+/// first) and `label` (one type's name, or `Q4_K_M mix: Q5_0 ×81 · …`).
+fn quant_mix_report(f: &CflowFile) -> Value {
+    let ft = quant_mix::file_type(f);
+    let mix: Vec<(String, u64)> = quant_mix::mix(f)
+        .into_iter()
+        .map(|(q, n)| (q.name().to_string(), n as u64))
+        .collect();
+    json!({
+        "file_type": ft,
+        "matrices": mix.iter().map(|(q, n)| json!({"quant": q, "count": n})).collect::<Vec<_>>(),
+        "label": quant_mix::label(ft.as_deref(), &mix),
     })
 }
 
@@ -267,6 +285,9 @@ pub fn render(r: &Value) -> String {
             ""
         }
     );
+    if let Some(label) = r["quant_mix"]["label"].as_str() {
+        let _ = writeln!(o, "weights   {label} (matrices per type)");
+    }
     let _ = writeln!(o, "geometry  L={} (effective {}) d={} heads={}/{} kv head_dim={} d_ff={} experts={} top-k={} expert_ffn={} vocab={} ctx={}",
         g["layers"], g["effective_layers"], g["d_model"], g["heads"], g["kv_heads"], g["head_dim"], g["d_ff"], g["experts"], g["top_k"], g["expert_ffn"], g["vocab"], g["max_ctx"]);
     let _ = writeln!(o, "semantics {} · δd={} δe={} · eps {} · rope θ={} {} · flags {:#x} (tied {}, embed-scale {}, v-norm {}) · final softcap {}",
@@ -280,15 +301,14 @@ pub fn render(r: &Value) -> String {
     let _ = writeln!(o, "\nper-layer streams, MiB/token as read (payload at the nominal bits/weight; with scales + tile headers in parentheses; a dense FFN whose input is zero, ℓ < δd, reads 0)");
     let _ = writeln!(
         o,
-        "{:>5} {:>8} {:>10}  {:>18} {:>18} {:>18}",
-        "layer", "quant", "region MiB", "attention", "dense", "experts top-k"
+        "{:>5} {:>10}  {:>18} {:>18} {:>18}",
+        "layer", "region MiB", "attention", "dense", "experts top-k"
     );
     for l in r["layers"].as_array().into_iter().flatten() {
         let _ = writeln!(
             o,
-            "{:>5} {:>8} {:>10.2}  {:>7.2} ({:>7.3})  {:>7.2} ({:>7.3})  {:>7.2} ({:>7.3})",
+            "{:>5} {:>10.2}  {:>7.2} ({:>7.3})  {:>7.2} ({:>7.3})  {:>7.2} ({:>7.3})",
             l["layer"],
-            l["quant"]["attention"].as_str().unwrap_or(""),
             f(&l["bytes"]) / MIB,
             f(&l["stream_mib"]["attention"]),
             f(&l["stream_mib_with_scales"]["attention"]),
@@ -298,6 +318,7 @@ pub fn render(r: &Value) -> String {
             f(&l["stream_mib_with_scales"]["experts_topk"])
         );
     }
+    matrix_types(&mut o, r);
     let p = &r["per_token_mib"];
     let w = &r["per_token_mib_with_scales"];
     let _ = writeln!(o, "\nper token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2} MiB  (with scales: {:.2} MiB)",
@@ -322,4 +343,48 @@ pub fn render(r: &Value) -> String {
         .collect();
     let _ = writeln!(o, "metadata: {}", keys.join(", "));
     o
+}
+
+/// The per-layer table of each matrix's type (`layers[].quant`), one column per matrix name.
+fn matrix_types(o: &mut String, r: &Value) {
+    use std::fmt::Write;
+    let layers: Vec<&serde_json::Map<String, Value>> = r["layers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["quant"].as_object())
+        .collect();
+    // File order (`quant_mix::layer_matrices`), not the JSON object's.
+    let names: Vec<&str> = [
+        "q",
+        "k",
+        "v",
+        "o",
+        "gate",
+        "up",
+        "down",
+        "expert_gate",
+        "expert_up",
+        "expert_down",
+    ]
+    .into_iter()
+    .filter(|n| layers.iter().any(|q| q.contains_key(*n)))
+    .collect();
+    if names.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\nper-layer matrix types");
+    let mut head = format!("{:>5}", "layer");
+    for n in &names {
+        let _ = write!(head, " {n:>w$}", w = n.len().max(5));
+    }
+    let _ = writeln!(o, "{head}");
+    for (i, q) in layers.iter().enumerate() {
+        let mut row = format!("{i:>5}");
+        for n in &names {
+            let t = q.get(*n).and_then(|v| v.as_str()).unwrap_or("—");
+            let _ = write!(row, " {t:>w$}", w = n.len().max(5));
+        }
+        let _ = writeln!(o, "{row}");
+    }
 }

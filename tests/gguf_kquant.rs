@@ -1,7 +1,8 @@
 //! Issue 19: GGUFs with Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors. `import --quant keep` stores
 //! their blocks byte for byte (every tile's bytes are checked against the GGUF's rows); the
 //! imported model decodes like its dequantized (`--quant f32`) twin on every ISA and activation
-//! path; a re-quantizing import warns; a retyped K-quant directory entry is refused on open.
+//! path; a re-quantizing import warns; a retyped K-quant directory entry is refused on open;
+//! `inspect` shows the mix of types and each matrix's own (issue 43 §3).
 
 mod common;
 
@@ -62,6 +63,8 @@ fn gguf() -> Vec<u8> {
     tokens.extend((3..VOCAB).map(|i| format!("▁t{i}")));
     let mut g = TestGguf::default()
         .kv("general.architecture", GgufValue::String("llama".into()))
+        // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M: the name it gives such a mix.
+        .kv("general.file_type", GgufValue::U32(15))
         .kv("llama.block_count", GgufValue::U32(1))
         .kv("llama.embedding_length", GgufValue::U32(D as u32))
         .kv("llama.feed_forward_length", GgufValue::U32(FF as u32))
@@ -267,4 +270,53 @@ fn retyped_kquant_directory_entry_is_refused_on_open() {
     std::fs::write(&bad, &bytes).unwrap();
     let e = CflowFile::open(&bad).unwrap_err().to_string();
     assert!(e.contains("bad.cflow"), "{e}");
+}
+
+/// Issue 43 §3: a file that mixes types was shown as its first matrix's type (`Q5_0`) in the
+/// header and in `inspect`. The report names the mix, with the GGUF's file type, and each
+/// matrix's type, in JSON and in text.
+#[test]
+fn inspect_shows_the_mix_of_types_and_each_matrix_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = import(dir.path(), QuantTarget::Keep, "mix.cflow");
+    let f = CflowFile::open(&p).unwrap();
+    let r = cflow::inspect::report(&f);
+    let mix = &r["quant_mix"];
+    assert_eq!(mix["file_type"], "Q4_K_M", "{mix}");
+    assert_eq!(
+        mix["label"], "Q4_K_M mix: Q4_K ×2 · Q5_K ×2 · Q6_K ×2 · Q5_0 ×1 · Q5_1 ×1",
+        "{mix}"
+    );
+    let q = &r["layers"][0]["quant"];
+    for (m, t) in [
+        ("q", "Q4_K"),
+        ("k", "Q5_K"),
+        ("v", "Q5_0"),
+        ("o", "Q5_1"),
+        ("gate", "Q4_K"),
+        ("up", "Q6_K"),
+        ("down", "Q5_K"),
+    ] {
+        assert_eq!(q[m], t, "{m}: {q}");
+    }
+    let text = cflow::inspect::render(&r);
+    assert!(
+        text.contains("weights   Q4_K_M mix: Q4_K ×2 · Q5_K ×2"),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .skip_while(|l| !l.starts_with("per-layer matrix types"))
+        .nth(2)
+        .unwrap_or_default();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        ["0", "Q4_K", "Q5_K", "Q5_0", "Q5_1", "Q4_K", "Q6_K", "Q5_K"],
+        "{text}"
+    );
+    // A re-quantized import is one type: no GGUF file type is claimed for it.
+    let p = import(dir.path(), QuantTarget::To(QuantType::Q8_0), "q8.cflow");
+    let r = cflow::inspect::report(&CflowFile::open(&p).unwrap());
+    assert!(r["quant_mix"]["file_type"].is_null(), "{}", r["quant_mix"]);
 }

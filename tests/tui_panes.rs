@@ -723,3 +723,51 @@ fn pmu_pane_is_titled_by_what_it_shows() {
         assert!(s.contains("task ms") && s.contains("ctx-sw"), "{s}");
     }
 }
+
+#[test]
+fn header_shows_the_mix_of_weight_types_not_the_first() {
+    // Issue 43 §3: a Q4_K_M file (Q5_0, Q4_K, Q6_K and Q8_0 matrices) was shown as `Q5_0`.
+    use cflow::telemetry::event::Event;
+    let with = |inspect: Option<serde_json::Value>, types: &[&str], size: (u16, u16)| {
+        let mut events = dense_events();
+        if let Event::Session { model, .. } = &mut events[0].event {
+            model.quant_types = types.iter().map(|s| s.to_string()).collect();
+            model.inspect = inspect;
+        }
+        let app = app_from(events, TuiOptions::default(), size);
+        render_screen(&app, size)
+            .lines()
+            .nth(0)
+            .unwrap()
+            .to_string()
+    };
+    let report = serde_json::json!({"quant_mix": {
+        "file_type": "Q4_K_M",
+        "matrices": [
+            {"quant": "Q5_0", "count": 81}, {"quant": "Q4_K", "count": 27},
+            {"quant": "Q6_K", "count": 10}, {"quant": "Q8_0", "count": 1}
+        ],
+        "label": "Q4_K_M mix: Q5_0 ×81 · Q4_K ×27 · Q6_K ×10 · Q8_0 ×1"
+    }});
+    let types = ["Q5_0", "Q4_K", "Q6_K", "Q8_0"];
+    let wide = with(Some(report.clone()), &types, (160, 48));
+    assert!(
+        wide.contains("Q4_K_M mix: Q5_0 ×81 · Q4_K ×27 · Q6_K ×10 · Q8_0 ×1"),
+        "{wide}"
+    );
+    for size in [(100, 30), (80, 24)] {
+        let h = with(Some(report.clone()), &types, size);
+        assert!(
+            !h.contains("· Q5_0 ") && !h.contains("· Q5_0│"),
+            "{size:?}: {h}"
+        );
+        // An older trace (no inspect report): the type names, or how many, never just one.
+        let old = with(None, &types, size);
+        assert!(
+            !old.contains("· Q5_0 │") && !old.ends_with("· Q5_0"),
+            "{size:?}: {old}"
+        );
+    }
+    let old = with(None, &types, (160, 48));
+    assert!(old.contains("Q5_0/Q4_K/Q6_K/Q8_0"), "{old}");
+}

@@ -490,6 +490,11 @@ pub fn import_gguf(
             "converter": "cflow-tui import",
             "quant": format!("{target:?}"),
             "gguf_version": g.version(),
+            // The GGUF's own name for its mix of types (`Q4_K_M`): kept types only.
+            "file_type": matches!(target, QuantTarget::Keep)
+                .then(|| g.opt_u32("general.file_type").ok().flatten())
+                .flatten()
+                .and_then(crate::format::quant_mix::gguf_file_type_name),
         }),
         ..Default::default()
     };

@@ -9,6 +9,7 @@ pub mod content;
 pub mod error;
 pub mod header;
 pub mod mmap;
+pub mod quant_mix;
 pub mod reader;
 pub mod sigbus;
 pub mod vflow;
