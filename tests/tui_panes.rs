@@ -771,3 +771,45 @@ fn header_shows_the_mix_of_weight_types_not_the_first() {
     let old = with(None, &types, (160, 48));
     assert!(old.contains("Q5_0/Q4_K/Q6_K/Q8_0"), "{old}");
 }
+
+#[test]
+fn contention_and_the_prefetch_core_are_shown() {
+    // Issue 43 §3: the prefetch thread takes one of the two cores; the A/B pane and the header
+    // must say so, and the status bar shows the machine's contention.
+    use cflow::telemetry::contention::Contention;
+    use cflow::telemetry::event::Event;
+    let size = (160, 48);
+    let mut app = app_from(demo_events(24, false), TuiOptions::default(), size);
+    let mut cfg = cflow::tui::fixture::demo_config("sync");
+    cfg.prefetch = true;
+    app.apply(Msg::Event(Event::Config(cfg)));
+    let before = render_screen(&app, size);
+    assert!(!before.contains("shares a core"), "unknown CPUs: no claim");
+    app.apply(Msg::Contention(Contention {
+        run_queue: 5,
+        cpus: 2,
+        steal_pct: 3.0,
+        load1: 5.2,
+        others_busy_cpus: 1.4,
+    }));
+    let s = render_screen(&app, size);
+    let header = s.lines().next().unwrap();
+    assert!(header.contains("prefetch ON (shares a core)"), "{header}");
+    let ab = render_pane(&app, PaneId::Ab, size);
+    assert!(
+        ab.contains("its thread shares a core with the 2 compute threads (2 CPUs)"),
+        "{ab}"
+    );
+    let footer = s.lines().nth(s.lines().count() - 2).unwrap();
+    assert!(
+        footer.contains("run-queue 5/2 CPUs · steal 3% · load 5.2"),
+        "{footer}\n{s}"
+    );
+    // One thread per CPU left for prefetch: no note.
+    app.apply(Msg::Contention(Contention {
+        run_queue: 1,
+        cpus: 4,
+        ..Default::default()
+    }));
+    assert!(!render_screen(&app, size).contains("shares a core"));
+}

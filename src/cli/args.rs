@@ -4,7 +4,7 @@
 use super::model::MAX_CTX;
 use crate::convert::generate::ARCHS;
 use crate::convert::import_gguf::QuantTarget;
-use crate::engine::{default_threads, Engine, EngineOptions, Layout};
+use crate::engine::{Engine, EngineOptions, Layout};
 use crate::io::{ExpertTier, FetchMode};
 use crate::kernels::Isa;
 use crate::model::kv::KvType;
@@ -209,8 +209,9 @@ pub struct PullArgs {
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Engine")]
 pub struct EngineArgs {
-    /// Compute threads (default: all cores). `bench decode` and `bench overlap` take a
-    /// comma-separated list (default 1,2), `bench prefetch` one count (default 1).
+    /// Compute threads (default: the CPUs other processes leave free, measured at start).
+    /// `bench decode` and `bench overlap` take a comma-separated list (default 1,2), `bench
+    /// prefetch` one count (default 1).
     #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
     /// Kernel ISA.
@@ -479,7 +480,17 @@ impl EngineArgs {
     pub fn options(&self) -> Result<EngineOptions> {
         // The one home of the default numerics: `--act auto` is q8 (issue 18 §1).
         let int_act = !self.f32_act && self.act != ActArg::F32;
-        let threads = self.thread_count()?.unwrap_or_else(default_threads);
+        // Default: the CPUs other processes leave free (`telemetry::contention`, measured).
+        let threads = match self.thread_count()? {
+            Some(t) => t,
+            None => {
+                let (t, why) = crate::telemetry::contention::default_threads();
+                if let Some(why) = why {
+                    note_once(&why);
+                }
+                t
+            }
+        };
         if threads == 0 || threads > 256 {
             bail!("--threads {threads}: must be between 1 and 256");
         }
@@ -782,4 +793,12 @@ pub struct PplArgs {
     pub json: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
+}
+
+/// Prints `msg` on stderr once per process (the engine options are built more than once).
+fn note_once(msg: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::errln!("note: {msg}");
+    }
 }

@@ -4,6 +4,7 @@
 
 pub mod ab;
 pub mod chrome;
+pub mod contention;
 pub mod event;
 pub mod machine;
 pub mod membw;

@@ -254,6 +254,19 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             2,
         ));
     }
+    if let Some((t, c)) = app.prefetch_shares_core() {
+        // Prefetch's arms differ in more than prefetching: "on" adds a thread to a full machine.
+        let text = format!(
+            "prefetch: its thread shares a core with the {t} compute thread{} ({c} CPUs) · \
+             \"on\" also takes compute time",
+            if t == 1 { "" } else { "s" }
+        );
+        extras.push(pack(
+            dim_chunks(text, Some(Span::styled("⚠ ", th.warn()))),
+            w,
+            2,
+        ));
+    }
     let focus = v.ab.view(app.ab_focus);
     let shown = match &focus.verdict {
         Verdict::Compared { .. } => Some(focus),

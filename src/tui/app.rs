@@ -199,6 +199,8 @@ pub enum Msg {
     SourceClosed,
     /// The background bandwidth probe finished (None: it ended without a result).
     Bandwidth(Option<crate::telemetry::membw::Bandwidth>),
+    /// This machine's contention now (run queue, steal, load; live runs only).
+    Contention(crate::telemetry::contention::Contention),
 }
 
 impl From<Event> for Msg {
@@ -425,6 +427,8 @@ pub struct App {
     pub show_timeline: bool,
     pub recording: bool,
     pub replay: Option<ReplayState>,
+    /// This machine's contention, sampled by the host about once a second (live runs).
+    pub contention: Option<crate::telemetry::contention::Contention>,
     /// Hypothetical (δd, δe) while in what-if mode.
     pub whatif: Option<(u32, u32)>,
     /// Transcript lines scrolled up from the bottom (0 = follow the stream).
@@ -497,6 +501,7 @@ impl App {
                 shown: 0,
                 seek: None,
             }),
+            contention: None,
             whatif: None,
             scroll: 0,
             message: None,
@@ -552,6 +557,14 @@ impl App {
     }
 
     /// The current status message, if not expired.
+    /// (compute threads, CPUs) when the prefetch thread cannot have a core of its own: the
+    /// engine's threads plus the prefetch thread outnumber the CPUs (known on a live run).
+    pub fn prefetch_shares_core(&self) -> Option<(u32, u32)> {
+        let threads = self.live.config.as_ref()?.threads;
+        let cpus = self.contention?.cpus;
+        (threads + 1 > cpus).then_some((threads, cpus))
+    }
+
     pub fn status_message(&self) -> Option<&str> {
         self.message
             .as_ref()
@@ -609,6 +622,10 @@ impl App {
             }
             Msg::Resize(w, h) => {
                 self.size = (w, h);
+                Effects::default()
+            }
+            Msg::Contention(c) => {
+                self.contention = Some(c);
                 Effects::default()
             }
             Msg::Bandwidth(b) => {

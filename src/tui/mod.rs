@@ -54,6 +54,8 @@ use crate::telemetry::event::{Command, Stamped};
 pub const FRAME: Duration = Duration::from_millis(100);
 /// Longest time the screen waits for a backward replay step to finish before drawing anyway.
 const SEEK_MAX: Duration = Duration::from_secs(2);
+/// How often a live run samples the machine's contention (/proc/stat, /proc/loadavg).
+const CONTENTION_EVERY: Duration = Duration::from_secs(1);
 /// Longest time spent draining events before drawing a frame.
 const DRAIN_BUDGET: Duration = Duration::from_millis(20);
 
@@ -169,6 +171,9 @@ pub fn run(
     let mut last_draw = Instant::now() - FRAME;
     let mut last_tick = Instant::now();
     let mut seek_since: Option<Instant> = None;
+    // This machine's contention, once a second on a live run (a replay's was another run's).
+    let mut contention = (!opts.replay).then(crate::telemetry::contention::Sampler::default);
+    let mut last_contention = Instant::now() - CONTENTION_EVERY;
 
     let dispatch = |fx: Effects,
                     guard: &mut terminal::TerminalGuard,
@@ -197,6 +202,16 @@ pub fn run(
             if !fx.is_empty() {
                 let fx = local_requests(fx, &mut app, &mut guard)?;
                 dispatch(fx, &mut guard, &mut on_request)?;
+            }
+        }
+
+        if let Some(sampler) = contention.as_mut() {
+            if last_contention.elapsed() >= CONTENTION_EVERY {
+                last_contention = Instant::now();
+                if let Some(c) = sampler.sample() {
+                    app.apply(Msg::Contention(c));
+                    dirty = true;
+                }
             }
         }
 

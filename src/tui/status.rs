@@ -188,7 +188,13 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
     };
     let (machine, toggles) = match &v.config {
         Some(c) => {
-            let onoff = if c.prefetch { "ON" } else { "OFF" };
+            // The prefetch thread is one more thread than the CPUs: it takes compute time.
+            let shared = c.prefetch && app.prefetch_shares_core().is_some();
+            let onoff = match (c.prefetch, shared) {
+                (true, true) => "ON (shares a core)",
+                (true, false) => "ON",
+                _ => "OFF",
+            };
             (
                 // Where decode reads the weights (`--weights`) is the first detail to go.
                 Part::new(
@@ -281,6 +287,28 @@ fn metrics<'a>(app: &App, compact: bool) -> Vec<Span<'a>> {
         spans.push(Span::raw(" "));
         spans.push(Span::styled("▰".repeat(fill), th.measured()));
         spans.push(Span::styled("▱".repeat(wgt - fill), th.dim()));
+    }
+    // Contention on this machine (measured, live runs): threads running or runnable against
+    // the CPUs, stolen time, load.
+    if let Some(c) = &app.contention {
+        let hot = c.run_queue > c.cpus || c.steal_pct >= 5.0;
+        spans.push(Span::styled(
+            if compact { " · rq " } else { " · run-queue " },
+            th.dim(),
+        ));
+        spans.push(Span::styled(
+            format!("{}/{}", c.run_queue, c.cpus),
+            if hot { th.warn() } else { th.strong() },
+        ));
+        spans.push(Span::styled(
+            if compact { " st " } else { " CPUs · steal " },
+            th.dim(),
+        ));
+        spans.push(Span::styled(format!("{:.0}%", c.steal_pct), th.strong()));
+        if !compact {
+            spans.push(Span::styled(" · load ", th.dim()));
+            spans.push(Span::styled(format!("{:.1}", c.load1), th.strong()));
+        }
     }
     if let Some(msg) = app.status_message() {
         spans.push(Span::styled(" · ", th.dim()));
