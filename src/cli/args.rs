@@ -35,6 +35,14 @@ pub struct Cli {
     pub cmd: Option<Cmd>,
     /// Model to open in the TUI: a .cflow or a .vflow file (default: the built-in demo).
     pub model: Option<PathBuf>,
+    /// The model, as llama.cpp's `-m` (the same as the MODEL argument).
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "FILE",
+        conflicts_with = "model"
+    )]
+    pub model_flag: Option<PathBuf>,
     /// Record the session's event stream to FILE (JSON Lines trace).
     #[arg(long)]
     pub record: Option<PathBuf>,
@@ -45,9 +53,10 @@ pub struct Cli {
     /// no PMU).
     #[arg(long)]
     pub no_pmu: bool,
-    /// Reply budget per prompt in the TUI.
-    #[arg(long, default_value_t = 256)]
-    pub max_tokens: u32,
+    /// Reply budget per prompt in the TUI (`-n -1`: until the context is full).
+    #[arg(short = 'n', long, default_value = "256", value_parser = parse_max_tokens,
+          allow_negative_numbers = true)]
+    pub max_tokens: usize,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -122,8 +131,17 @@ In the REPL: /help lists the commands; arrow keys edit the line and walk the his
 pub struct ChatArgs {
     /// Model file (default: SmolLM2 from the pull cache, else the demo model).
     pub model: Option<PathBuf>,
-    /// Reply budget per turn.
-    #[arg(short = 'n', long, default_value_t = 256)]
+    /// The model, as llama.cpp's `-m` (the same as the MODEL argument).
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "FILE",
+        conflicts_with = "model"
+    )]
+    pub model_flag: Option<PathBuf>,
+    /// Reply budget per turn (`-n -1`: until the context is full).
+    #[arg(short = 'n', long = "max-tokens", alias = "n", default_value = "256",
+          value_parser = parse_max_tokens, allow_negative_numbers = true)]
     pub n: usize,
     /// System prompt.
     #[arg(long)]
@@ -212,7 +230,7 @@ pub struct EngineArgs {
     /// Compute threads (default: the CPUs other processes leave free, measured at start).
     /// `bench decode` and `bench overlap` take a comma-separated list (default 1,2), `bench
     /// prefetch` one count (default 1).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(short = 't', long, value_delimiter = ',')]
     pub threads: Vec<usize>,
     /// Kernel ISA.
     #[arg(long, value_enum, default_value_t = IsaArg::Auto)]
@@ -261,8 +279,8 @@ pub struct EngineArgs {
     pub schedule: crate::engine::Schedule,
     /// Run with at most N context positions (default: the model's context). A model whose KV
     /// cache for its context does not fit in available memory is refused at open; this lowers
-    /// the context so it fits.
-    #[arg(long)]
+    /// the context so it fits. `-c` as llama.cpp's.
+    #[arg(short = 'c', long)]
     pub max_ctx: Option<usize>,
     /// Where decode reads the weights from: mmap (the file's page cache, 4 KiB pages), resident
     /// (a private copy in transparent huge pages, made at open: fewer TLB misses, ~20% faster
@@ -538,14 +556,23 @@ cflow-tui run model.cflow --tokens 1,2,3 -n 8 --json"
 pub struct RunArgs {
     /// Model file (default: the built-in demo model).
     pub model: Option<PathBuf>,
+    /// The model, as llama.cpp's `-m` (the same as the MODEL argument).
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "FILE",
+        conflicts_with = "model"
+    )]
+    pub model_flag: Option<PathBuf>,
     /// Prompt text.
     #[arg(long, short)]
     pub prompt: Option<String>,
     /// Comma-separated token ids instead of a text prompt.
     #[arg(long, value_delimiter = ',')]
     pub tokens: Option<Vec<u32>>,
-    /// Tokens to generate.
-    #[arg(short = 'n', long, default_value_t = 64)]
+    /// Tokens to generate (`-n -1`: until end-of-sequence or the context is full).
+    #[arg(short = 'n', long = "max-tokens", alias = "n", default_value = "64",
+          value_parser = parse_max_tokens, allow_negative_numbers = true)]
     pub n: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,
@@ -802,3 +829,17 @@ fn note_once(msg: &str) {
         crate::errln!("note: {msg}");
     }
 }
+
+/// A token budget, `-1` (llama.cpp's "no limit") meaning until the context is full:
+/// [`UNLIMITED`].
+pub fn parse_max_tokens(s: &str) -> std::result::Result<usize, String> {
+    match s.trim() {
+        "-1" => Ok(UNLIMITED),
+        t => t
+            .parse::<usize>()
+            .map_err(|_| format!("{s}: a token count, or -1 for no limit")),
+    }
+}
+
+/// The budget `-n -1` asks for: none (the context bounds it).
+pub const UNLIMITED: usize = usize::MAX;

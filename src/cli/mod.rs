@@ -77,13 +77,20 @@ pub fn error_line(e: &anyhow::Error) -> String {
     line
 }
 
-fn dispatch(cli: Cli) -> Result<()> {
+fn dispatch(mut cli: Cli) -> Result<()> {
+    // llama.cpp's `-m FILE` is the MODEL argument (clap refuses both at once).
+    if cli.model.is_none() {
+        cli.model = cli.model_flag.take();
+    }
     if cli.cmd.is_none() {
         return default_command(&cli);
     }
     match cli.cmd {
         None => default_command(&cli),
-        Some(Cmd::Run(a)) => {
+        Some(Cmd::Run(mut a)) => {
+            if a.model.is_none() {
+                a.model = a.model_flag.take();
+            }
             let eng = a.engine.clone();
             cmd_run(a, &eng)
         }
@@ -109,7 +116,12 @@ fn dispatch(cli: Cli) -> Result<()> {
         Some(Cmd::Import(a)) => cmd_import(a),
         Some(Cmd::Moefy(a)) => cmd_moefy(a),
         Some(Cmd::Pull(a)) => cmd_pull(a),
-        Some(Cmd::Chat(a)) => cmd_chat(a),
+        Some(Cmd::Chat(mut a)) => {
+            if a.model.is_none() {
+                a.model = a.model_flag.take();
+            }
+            cmd_chat(a)
+        }
         Some(Cmd::Replay(a)) => cmd_replay(a),
         Some(Cmd::Export(a)) => cmd_export(a),
         Some(Cmd::Convert(a)) => cmd_convert(a),

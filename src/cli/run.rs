@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
-    if a.n > 1_000_000 {
+    if a.n > 1_000_000 && a.n != super::args::UNLIMITED {
         bail!("-n {}: too many tokens (max 1000000)", a.n);
     }
     let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?)?;

@@ -20,6 +20,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         errln!("cflow-tui: stdout is not a terminal (or --no-tui): running the headless demo instead of the TUI.");
         let a = RunArgs {
             model: cli.model.clone(),
+            model_flag: None,
             prompt: Some("Once upon a time".into()),
             tokens: None,
             n: 32,
@@ -76,7 +77,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         recording: cli.record.is_some(),
         bandwidth_pending: probe.is_some(),
         bandwidth,
-        max_tokens: cli.max_tokens,
+        max_tokens: u32::try_from(cli.max_tokens).unwrap_or(u32::MAX),
         mouse: true,
         theme: crate::tui::Theme::from_env(),
         ..Default::default()
