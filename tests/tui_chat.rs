@@ -96,24 +96,24 @@ fn the_chat_header_fits_by_priority() {
         (
             100,
             &[
-                "SmolLM2-135M-Instruct · Q4_1",
+                // A mix of types is never shown as its first type (issue 43 §3).
+                "SmolLM2-135M-Instruct · 3 types",
                 "f32",
                 "kv f32",
                 "T0.7 k40 p0.95 m0.05 r1.1 s0",
                 "ctx 2048",
             ],
-            &["prefetch"],
+            &["prefetch", "Q4_1"],
         ),
         (
             80,
             &[
                 "SmolLM2-135M-In",
-                "Q4_1",
                 "f32",
                 "kv f32",
                 "T0.7 k40 p0.95 m0.05 r1.1 s0",
             ],
-            &["prefetch"],
+            &["prefetch", "Q4_1"],
         ),
     ];
     for (w, must, must_not) in want {
