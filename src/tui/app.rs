@@ -427,6 +427,9 @@ pub struct App {
     pub show_timeline: bool,
     pub recording: bool,
     pub replay: Option<ReplayState>,
+    /// The input gave the keys to the panes when a prompt was sent; it takes them back when the
+    /// reply ends (unless Esc or Tab left it meanwhile).
+    pub refocus_after_reply: bool,
     /// This machine's contention, sampled by the host about once a second (live runs).
     pub contention: Option<crate::telemetry::contention::Contention>,
     /// Hypothetical (δd, δe) while in what-if mode.
@@ -502,6 +505,7 @@ impl App {
                 seek: None,
             }),
             contention: None,
+            refocus_after_reply: false,
             whatif: None,
             scroll: 0,
             message: None,
@@ -784,6 +788,9 @@ impl App {
                 self.generating = false;
                 self.interrupt_armed = false;
                 self.live.ab.flush();
+                if std::mem::take(&mut self.refocus_after_reply) && self.replay.is_none() {
+                    self.input_focused = true;
+                }
                 // The engine's own count replaces the running estimate (a refused prompt was
                 // counted at `Prompt` but never entered the KV cache).
                 if let Some(p) = pos {
@@ -1059,10 +1066,11 @@ impl App {
                 } else if self.show_info {
                     self.show_info = false;
                 } else if self.input_focused {
+                    // Esc in the input only leaves it; outside, Esc stops a generation.
                     self.input_focused = false;
+                    self.refocus_after_reply = false;
                     if self.generating && self.replay.is_none() {
-                        self.say("generation stopped");
-                        return Effects::cmd(Command::Stop);
+                        self.say("Esc again stops the generation");
                     }
                 } else if self.generating && self.replay.is_none() {
                     self.say("generation stopped");
@@ -1182,6 +1190,10 @@ impl App {
             self.input.history.push(text.clone());
         }
         self.scroll = 0;
+        // During the reply keys are commands (a toggle is never typed into the next prompt);
+        // `i` types a draft, and the input takes the keys back when the reply ends.
+        self.input_focused = false;
+        self.refocus_after_reply = true;
         let max_tokens = self.max_tokens;
         Effects::cmd(if self.chat_mode() {
             Command::Chat { text, max_tokens }
@@ -1654,15 +1666,41 @@ mod tests {
     }
 
     #[test]
-    fn escape_leaves_input_and_stops_generation() {
+    fn escape_only_leaves_the_input_and_a_second_escape_stops() {
+        // Issue 43 §4: Esc both left the input and stopped the generation.
         let mut app = app_with(demo_events(3, false));
         assert!(app.input_focused);
         let fx = act(&mut app, Action::Escape);
-        assert_eq!(fx.commands, vec![Command::Stop]);
+        assert!(fx.commands.is_empty(), "{fx:?}");
         assert!(!app.input_focused);
+        assert_eq!(act(&mut app, Action::Escape).commands, vec![Command::Stop]);
         act(&mut app, Action::FocusInput);
         assert!(app.input_focused);
         assert_eq!(app.focus, PaneId::Text);
+    }
+
+    #[test]
+    fn during_a_reply_toggle_keys_are_not_typed_into_the_prompt() {
+        // Issue 43 §4: `p` during a reply went into the prompt.
+        use crate::tui::keymap::{resolve, KeyState};
+        use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+        let mut app = app_with(demo_events(3, true));
+        act(&mut app, Action::Insert('x'));
+        assert!(!act(&mut app, Action::Submit).is_empty());
+        let p = KeyEvent::new(KeyCode::Char('p'), KeyModifiers::NONE);
+        assert_eq!(
+            resolve(&p, KeyState::of(&app)),
+            Some(Action::TogglePrefetch)
+        );
+        // The reply ends: the input has the keys again.
+        app.apply(Msg::Event(Event::Done {
+            reason: StopReason::Eos,
+            n_tokens: 2,
+            decode_ns: 1_000,
+            pos: Some(40),
+        }));
+        assert!(app.input_focused);
+        assert_eq!(resolve(&p, KeyState::of(&app)), Some(Action::Insert('p')));
     }
 
     #[test]

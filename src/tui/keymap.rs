@@ -183,7 +183,7 @@ pub const BINDINGS: &[Binding] = &[
         "new line",
         None,
     ),
-    b(&[k(KeyCode::Esc)], Action::Escape, Ctx::Input, "leave input (stops generation)", None),
+    b(&[k(KeyCode::Esc)], Action::Escape, Ctx::Input, "leave input (Esc again stops a generation)", None),
     b(&[k(KeyCode::Up)], Action::HistoryPrev, Ctx::Input, "previous prompt", None),
     b(&[k(KeyCode::Down)], Action::HistoryNext, Ctx::Input, "next prompt", None),
     b(&[k(KeyCode::Backspace)], Action::Backspace, Ctx::Input, "", None),
