@@ -10,6 +10,10 @@
 //!
 //! At the end of the trace the player sends one [`END_OF_TRACE`] notice and stays, so ← still
 //! steps back from the last token; it returns when the UI hangs up its controls.
+//!
+//! Idle time is skipped: a recorded gap between two events longer than [`MAX_IDLE_NS`] (the
+//! user reading or typing, a run paused) plays as that long, so a replay starts with its first
+//! prompt rather than seconds of dead air.
 
 use super::{Event, Stamped};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -25,6 +29,9 @@ pub enum ReplayControl {
     /// Playback speed multiplier (1.0 = recorded pace).
     SetSpeed(f64),
 }
+
+/// The longest recorded gap between two events that a replay plays out (longer ones shrink to it).
+pub const MAX_IDLE_NS: u64 = 300_000_000;
 
 /// The notice the player sends when it has played the last event.
 pub const END_OF_TRACE: &str = "end of trace — ← steps back, q quits";
@@ -156,6 +163,13 @@ pub fn play(events: Vec<Stamped>, tx: Sender<Stamped>, ctl: Receiver<ReplayContr
             return;
         }
         i += 1;
+        // Idle time: the next event comes at most MAX_IDLE_NS (recorded) after this one.
+        if let Some(next) = events.get(i) {
+            let gap = next.t_ns.saturating_sub(events[i - 1].t_ns);
+            if gap > MAX_IDLE_NS {
+                anchor.1 += gap - MAX_IDLE_NS;
+            }
+        }
     }
 }
 
@@ -238,6 +252,27 @@ mod tests {
             v.push(label(&s));
         }
         v
+    }
+
+    #[test]
+    fn idle_time_is_skipped() {
+        // Issue 43 §4: a replay began with seconds of dead air (the user typing the prompt).
+        let mut v = trace();
+        for (i, s) in v.iter_mut().enumerate() {
+            // Ten seconds of nothing before the prompt's tokens, at the recorded pace.
+            s.t_ns += if i == 0 { 0 } else { 10_000_000_000 };
+        }
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (_ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+        let t0 = Instant::now();
+        std::thread::spawn(move || play(v, tx, ctl_rx, 1.0));
+        let got = drain(&rx, 3_000);
+        assert_eq!(got.last().map(String::as_str), Some("END"), "{got:?}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(6),
+            "{:?} for a trace of 10 s idle + 9 µs",
+            t0.elapsed()
+        );
     }
 
     #[test]

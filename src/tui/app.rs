@@ -852,6 +852,9 @@ impl App {
             }
             // The PMU pane shows why hardware counters are missing; said once, there.
             Event::Notice { message } if message.starts_with("PMU: ") => {}
+            // The recorded run's own recording: a replay records nothing.
+            Event::Notice { message }
+                if self.replay.is_some() && message.starts_with("recording to ") => {}
             Event::Notice { message } => {
                 self.say(message.clone());
                 self.transcript.push(Turn {
@@ -1802,6 +1805,25 @@ mod tests {
         assert_eq!(app.live.delays(), (1, 2));
         act(&mut app, Action::WhatIf);
         assert_eq!(app.whatif, None);
+    }
+
+    #[test]
+    fn a_replay_does_not_show_the_recorded_runs_recording_notice() {
+        // Issue 43 §4: a replay showed "recording to …" from the run it replays.
+        let notice = || {
+            Msg::Event(Event::Notice {
+                message: "recording to /tmp/x.trace.jsonl".into(),
+            })
+        };
+        let mut replay = App::new(&TuiOptions {
+            replay: true,
+            ..TuiOptions::default()
+        });
+        replay.apply(notice());
+        assert_eq!(replay.status_message(), None);
+        let mut live = App::new(&TuiOptions::default());
+        live.apply(notice());
+        assert!(live.status_message().is_some());
     }
 
     #[test]
