@@ -775,6 +775,11 @@ pub struct PplArgs {
     /// Print one JSON object on stdout (assets/schema/perplexity.json).
     #[arg(long)]
     pub json: bool,
+    /// Diagnostic, not a router: every MoE layer runs the K experts whose hidden activation is
+    /// largest on its own input (all E experts' gate/up are computed to find them). The bound
+    /// for moefy's trained routers; only for models whose experts are summed with weight 1.
+    #[arg(long)]
+    pub oracle_router: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

@@ -72,6 +72,7 @@ impl Engine {
             rowmajor: rowmajor
                 .as_ref()
                 .filter(|_| opts.layout == Layout::RowMajor),
+            oracle: opts.oracle_router,
         };
         let prefetch = prefetcher
             .as_ref()

@@ -383,6 +383,27 @@ impl Engine {
         self.auto = AutoPick::default();
     }
 
+    /// Turns the oracle router on or off (a diagnostic: [`EngineOptions::oracle_router`]).
+    /// Refused for a model without experts, and for one whose selected experts are weighted
+    /// (the oracle knows which experts matter, not their router weights): only
+    /// `router_norm = topk_unweighted` models (moefy's) qualify.
+    pub fn set_oracle_router(&mut self, on: bool) -> Result<(), String> {
+        if on {
+            if !self.cfg.has_experts() {
+                return Err("the model has no routed experts".into());
+            }
+            if self.cfg.meta.router_norm != crate::model::RouterNorm::TopkUnweighted {
+                return Err(format!(
+                    "the oracle router needs experts summed with weight 1 (as moefy writes them); this model weights them ({:?})",
+                    self.cfg.meta.router_norm
+                ));
+            }
+        }
+        self.quiesce();
+        self.opts.oracle_router = on;
+        Ok(())
+    }
+
     /// Turns the prefetch thread on or off.
     pub fn set_prefetch(&mut self, on: bool) {
         self.opts.prefetch = on;

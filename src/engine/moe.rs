@@ -71,6 +71,13 @@ pub fn run_experts(
     staged: &[Option<&[u8]>],
     es: &mut ExpertScratch,
 ) -> u64 {
+    let oracle_sel;
+    let (sel, staged) = if w.oracle {
+        oracle_sel = oracle_select(w, lv, p, act, sel.len(), es);
+        (&oracle_sel[..], &[][..])
+    } else {
+        (sel, staged)
+    };
     if sel.len() > 1 && staged.iter().all(Option::is_none) {
         return run_experts_fused(w, lv, p, act, sel, es);
     }
@@ -102,6 +109,38 @@ pub fn run_experts(
         bytes += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
     }
     bytes
+}
+
+/// The oracle's selection (`EngineOptions::oracle_router`, a diagnostic): the `k` experts of
+/// layer `p` whose hidden activation `h_e = act(W_gate x) ⊙ W_up x` on `act` has the largest
+/// norm, ties to the lower id, each with weight 1 (the oracle is offered only for
+/// `router_norm = topk_unweighted` models, whose experts are summed with weight 1). Computes
+/// every expert's gate and up projections from the map. moefy's routers are fitted to rank
+/// experts by this norm, and its `--heldout` recall compares them with this selection.
+pub fn oracle_select(
+    w: &Weights,
+    lv: &LayerView,
+    p: usize,
+    act: &[f32],
+    k: usize,
+    es: &mut ExpertScratch,
+) -> Vec<(usize, f32)> {
+    let mut norms: Vec<(usize, f32)> = Vec::with_capacity(lv.experts.len());
+    for (e, ex) in lv.experts.iter().enumerate() {
+        w.mv_in(
+            w.file.bytes(),
+            p,
+            e as u8,
+            &mut es.xq,
+            act,
+            &mut [(&ex.gate, &mut es.eh), (&ex.up, &mut es.eh2)],
+        );
+        gated(w.isa, w.cfg.meta.ffn_act, &mut es.eh, &es.eh2);
+        norms.push((e, es.eh.iter().map(|v| v * v).sum::<f32>()));
+    }
+    norms.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    norms.truncate(k);
+    norms.into_iter().map(|(e, _)| (e, 1.0)).collect()
 }
 
 /// [`run_experts`] with every selected expert read from the map: all gate and up projections in

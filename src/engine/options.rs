@@ -105,6 +105,10 @@ pub struct EngineOptions {
     /// dense delay; a gated FFN of zero is zero). Off: they are skipped. On only to measure
     /// the saving; the tokens are the same.
     pub read_known_zero: bool,
+    /// Diagnostic, not a router: every MoE layer runs the K experts with the largest hidden
+    /// activation norm ‖h_e‖ on the layer's own input, computing all E experts' gate and up
+    /// projections to find them (moefy's upper bound; `perplexity --oracle-router`).
+    pub oracle_router: bool,
 }
 
 impl EngineOptions {
@@ -144,6 +148,7 @@ impl Default for EngineOptions {
             batch_prefill: std::env::var_os("CFLOW_NO_BATCH_PREFILL").is_none(),
             schedule: Schedule::Auto,
             read_known_zero: false,
+            oracle_router: false,
         }
     }
 }

@@ -25,6 +25,8 @@ pub struct Weights<'a> {
     /// Quantize activations to Q8 for blocked weight types.
     pub q8: bool,
     pub rowmajor: Option<&'a RowMajorWeights>,
+    /// Replace the routers' selection by the oracle's ([`super::options::EngineOptions::oracle_router`]).
+    pub oracle: bool,
 }
 
 impl Weights<'_> {
@@ -136,6 +138,7 @@ impl Weights<'_> {
             isa: self.isa,
             q8: self.q8,
             rowmajor: self.rowmajor,
+            oracle: self.oracle,
         }
     }
 }
