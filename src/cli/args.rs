@@ -247,6 +247,11 @@ pub struct EngineArgs {
     /// Reader threads for the direct tier.
     #[arg(long, default_value_t = 2)]
     pub readers: usize,
+    /// Direct tier: keep up to N MiB of expert regions in memory after their experts ran and
+    /// serve later selections of them without a read (0 = off; least recently used evicted
+    /// first). Hits and misses: the Overlap pane, `bench --json` `expert_cache`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub expert_cache_mib: u64,
     /// Stream placement: sequential; vertical (the dense/expert streams of the layers whose
     /// input is ready δd/δe layers early run on a second core while attention runs on the
     /// first; same tokens); or auto: the faster of the two on this model, measured over the
@@ -506,6 +511,10 @@ impl EngineArgs {
             },
             prefetch: self.prefetch == OnOff::On,
             schedule: self.schedule,
+            expert_cache_mib: match self.expert_cache_mib {
+                0..=1_048_576 => self.expert_cache_mib,
+                n => bail!("--expert-cache-mib {n}: at most 1048576 (1 TiB)"),
+            },
             ..Default::default()
         })
     }

@@ -54,14 +54,26 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         let (mut dec, mut pre) = (Vec::new(), Vec::new());
         let mut mib_tok = 0.0;
         let mut split = crate::engine::step_split::StepSplit::default();
+        let mut cache: Option<crate::telemetry::ExpertCacheStat> = None;
+        let (mut disk_bytes, mut disk_tokens) = (Some(0u64), 0u64);
         for r in 0..=a.repeat {
             sess.reset();
+            let io0 = proc_read_bytes();
             let out = sess.generate(&prompt, a.tokens, false, &mut |_| {});
+            let io1 = proc_read_bytes();
             let this_split = sess.engine.take_step_split();
             if r == 0 {
                 continue; // warm-up
             }
             split.add(&this_split);
+            for c in out.stats.iter().filter_map(|s| s.expert_cache.as_ref()) {
+                cache.get_or_insert_with(Default::default).add(c);
+            }
+            disk_bytes = match (disk_bytes, io0, io1) {
+                (Some(b), Some(x), Some(y)) => Some(b + y.saturating_sub(x)),
+                _ => None,
+            };
+            disk_tokens += (out.stats.len() + prompt.len()) as u64;
             dec.push(out.decode_tok_s());
             pre.push(out.prefill_tok_s());
             let n = out.stats.len().max(1) as f64;
@@ -95,6 +107,23 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         if let Some(j) = split.json() {
             row["time_split"] = j;
         }
+        // Measured: bytes the process caused to be read from storage (/proc/self/io
+        // `read_bytes`: page-cache misses of the map and direct reads alike), per prefilled or
+        // generated token of the measured repeats.
+        row["disk_read_mib_per_token"] = match disk_bytes {
+            Some(b) if disk_tokens > 0 => serde_json::json!(b as f64 / disk_tokens as f64 / crate::util::MIB),
+            _ => serde_json::Value::Null,
+        };
+        row["expert_cache"] = match cache {
+            Some(c) => serde_json::json!({
+                "capacity_mib": c.capacity_bytes as f64 / crate::util::MIB,
+                "cached_mib": c.cached_bytes as f64 / crate::util::MIB,
+                "hits": c.hits,
+                "misses": c.misses,
+                "hit_rate": c.hit_rate(),
+            }),
+            None => serde_json::Value::Null,
+        };
         results.push(row);
     }
     if a.json {
@@ -153,4 +182,13 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `read_bytes` of /proc/self/io: bytes this process caused to be fetched from storage (None
+/// where the file is missing, e.g. no task I/O accounting).
+fn proc_read_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/io").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
 }

@@ -190,6 +190,11 @@ impl Engine {
             },
             act: act.into(),
             kv: kv.into(),
+            expert_cache_mib: if fetching {
+                self.opts.expert_cache_mib
+            } else {
+                0
+            },
         }
     }
 }

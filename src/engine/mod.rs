@@ -404,6 +404,16 @@ impl Engine {
         Ok(())
     }
 
+    /// Sets the direct tier's expert cache to `mib` MiB (0: off; takes effect at the next token,
+    /// shrinking evicts the least recently used regions).
+    pub fn set_expert_cache_mib(&mut self, mib: u64) {
+        self.quiesce();
+        self.opts.expert_cache_mib = mib;
+        if let Some(f) = self.fetcher.as_mut() {
+            f.set_cache_bytes(mib << 20);
+        }
+    }
+
     /// Turns the prefetch thread on or off.
     pub fn set_prefetch(&mut self, on: bool) {
         self.opts.prefetch = on;
@@ -481,10 +491,11 @@ impl Engine {
         if self.fetching() && self.fetcher.is_none() {
             let path = self.active().path.clone();
             match ExpertFetcher::new(&path, self.opts.readers, self.opts.fetch_hooks.clone()) {
-                Ok(f) => {
+                Ok(mut f) => {
                     if let Some(n) = f.note() {
                         self.note(n.to_string());
                     }
+                    f.set_cache_bytes(self.opts.expert_cache_mib << 20);
                     self.fetcher = Some(f);
                 }
                 Err(e) => self.note(format!(

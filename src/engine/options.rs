@@ -109,6 +109,10 @@ pub struct EngineOptions {
     /// activation norm ‖h_e‖ on the layer's own input, computing all E experts' gate and up
     /// projections to find them (moefy's upper bound; `perplexity --oracle-router`).
     pub oracle_router: bool,
+    /// The direct tier's expert cache: MiB of expert regions kept in memory after their experts
+    /// ran, served again without a read (0: off). No effect on the mmap tier (the page cache
+    /// plays that part there).
+    pub expert_cache_mib: u64,
 }
 
 impl EngineOptions {
@@ -149,6 +153,7 @@ impl Default for EngineOptions {
             schedule: Schedule::Auto,
             read_known_zero: false,
             oracle_router: false,
+            expert_cache_mib: 0,
         }
     }
 }

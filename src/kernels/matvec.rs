@@ -728,7 +728,9 @@ mod tests {
         let isa = Isa::cached();
         let q = QuantType::Q4_1;
         let mut buf = Vec::new();
-        let rows = [130, 64, 300, 8, 256, 129, 40, 520, 96, 200];
+        let rows = [
+            130, 64, 300, 8, 256, 129, 40, 520, 96, 200, 33, 128, 7, 384, 90, 1, 260, 72,
+        ];
         let mats: Vec<Matrix> = rows.iter().map(|&r| matrix(q, r, 64, &mut buf)).collect();
         assert!(mats.len() > MAX_OUTS);
         let (x, xq) = ramp(64, 13, 29);
