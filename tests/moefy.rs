@@ -229,7 +229,12 @@ fn mean_max_diff(got: &[Vec<f32>], want: &[Vec<f32>]) -> f32 {
     let per: Vec<f32> = got
         .iter()
         .zip(want)
-        .map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max))
+        .map(|(a, b)| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        })
         .collect();
     per.iter().sum::<f32>() / per.len() as f32
 }
@@ -263,7 +268,10 @@ fn oracle_router_bounds_the_trained_router() {
     let want = logits(&dense_f, ids);
     let all = make(&src, &spec(4, 4), &dir.path().join("k4.cflow"));
     let d = mean_max_diff(&logits_with(&all, ids, true), &want);
-    assert!(d < 1e-4, "oracle with K = E: mean max |Δlogit| {d} vs dense");
+    assert!(
+        d < 1e-4,
+        "oracle with K = E: mean max |Δlogit| {d} vs dense"
+    );
     let two = make(&src, &spec(4, 2), &dir.path().join("k2.cflow"));
     let oracle = mean_max_diff(&logits_with(&two, ids, true), &want);
     let trained = mean_max_diff(&logits_with(&two, ids, false), &want);

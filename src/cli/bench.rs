@@ -111,7 +111,9 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         // `read_bytes`: page-cache misses of the map and direct reads alike), per prefilled or
         // generated token of the measured repeats.
         row["disk_read_mib_per_token"] = match disk_bytes {
-            Some(b) if disk_tokens > 0 => serde_json::json!(b as f64 / disk_tokens as f64 / crate::util::MIB),
+            Some(b) if disk_tokens > 0 => {
+                serde_json::json!(b as f64 / disk_tokens as f64 / crate::util::MIB)
+            }
             _ => serde_json::Value::Null,
         };
         row["expert_cache"] = match cache {

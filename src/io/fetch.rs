@@ -729,11 +729,18 @@ mod tests {
             hit
         };
         let mut f = ExpertFetcher::new(&p, 2, FetchHooks::default()).unwrap();
-        assert!(!read(&mut f, 0, 1000) && !read(&mut f, 0, 1000), "cache off");
+        assert!(
+            !read(&mut f, 0, 1000) && !read(&mut f, 0, 1000),
+            "cache off"
+        );
         assert_eq!((f.counters.cache_hits, f.counters.bytes), (0, 2000));
         // Room for two 1000-byte regions.
         f.set_cache_bytes(2000);
-        let (a, b, c) = ((0u64, 1000usize), (4096u64, 1000usize), (8192u64, 1000usize));
+        let (a, b, c) = (
+            (0u64, 1000usize),
+            (4096u64, 1000usize),
+            (8192u64, 1000usize),
+        );
         assert!(!read(&mut f, a.0, a.1), "first read of a");
         assert!(!read(&mut f, b.0, b.1));
         assert!(read(&mut f, a.0, a.1), "a again: from the cache");

@@ -117,7 +117,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
 
     // Disk read rate and the expert cache, this token (measured).
     if tok.is_some() {
-        let bytes: u64 = last.layers.iter().filter_map(|l| l.io).map(|io| io.bytes).sum();
+        let bytes: u64 = last
+            .layers
+            .iter()
+            .filter_map(|l| l.io)
+            .map(|io| io.bytes)
+            .sum();
         let secs = last.ns_total as f64 / 1e9;
         let mut spans = vec![
             Span::styled("disk ", th.dim()),
