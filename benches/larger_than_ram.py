@@ -87,20 +87,23 @@ def run(cmd, env=None):
     return out, last, time.time() - t0
 
 
-def llama_arm(a, t):
+def llama_arm(a, t, extra):
     # Two repetitions; the second is reported (the first and llama-bench's own warm-up fill
-    # the cache, as cflow's warm-up repeat does).
-    cmd = [a.llama_bench, "-m", a.gguf, "-p", "0", "-n", str(a.tokens), "-t", str(t), "-r", "2", "-o", "json"]
-    return cmd
+    # the cache, as cflow's warm-up repeat does). llama-bench's tg test feeds a random token
+    # at every step; cflow's arms do the same (`--feed random`).
+    return [a.llama_bench, "-m", a.gguf, "-p", "0", "-n", str(a.tokens), "-t", str(t), "-r", "2", "-o", "json"] + extra
 
 
 def cflow_arm(a, t, extra):
     return [a.cflow, "bench", "decode", a.cflow_model, "--threads", str(t), "--repeat", "2", "--tokens", str(a.tokens),
-            "--prompt-len", str(a.prompt), "--max-ctx", "256", "--json"] + extra
+            "--prompt-len", str(a.prompt), "--max-ctx", "256", "--feed", "random", "--json"] + extra
 
 
 ARMS = [
-    ("llama.cpp mmap", None),
+    ("llama.cpp mmap", ("llama", [])),
+    # llama.cpp's default repacks Q4_0 weights into anonymous memory; without it, every weight
+    # stays in the map (what a user whose run was OOM-killed would try).
+    ("llama.cpp mmap --repack 0", ("llama", ["--repack", "0"])),
     ("cflow mmap", ["--expert-tier", "mmap"]),
     ("cflow direct sync", ["--expert-tier", "direct", "--fetch", "sync"]),
     ("cflow direct staged+prefetch", ["--expert-tier", "direct", "--fetch", "staged", "--prefetch", "on"]),
@@ -169,18 +172,22 @@ def main():
                     for name, extra in order:
                         if (limit, t, pair, name) in done:
                             continue
-                        cmd = llama_arm(a, t) if extra is None else cflow_arm(a, t, extra)
+                        is_llama = isinstance(extra, tuple)
+                        cmd = llama_arm(a, t, extra[1]) if is_llama else cflow_arm(a, t, extra)
                         lim = None if limit == "none" else int(float(limit[:-1]) * 2**30)
                         cg = Cgroup(f"cflow-ltr-{os.getpid()}", lim) if lim else None
                         cold = drop_caches()
                         try:
                             out, rb, wall = run(cg.wrap(cmd) if cg else cmd, env)
-                            tokens_total = (2 * a.tokens + 1) if extra is None else None
+                            tokens_total = (2 * a.tokens + 1) if is_llama else None
                             r = parse(name, out, rb, tokens_total or 1)
                             r.update({"limit": limit, "threads": t, "pair": pair, "arm": name, "wall_s": wall,
                                       "cold_start": cold, "process_read_mib": rb / 2**20})
                         except RuntimeError as e:
-                            r = {"limit": limit, "threads": t, "pair": pair, "arm": name, "error": str(e)[-500:]}
+                            msg = str(e)
+                            if "exited -9" in msg:
+                                msg = "killed by SIGKILL (the cgroup's OOM killer: the limit is below what it needs)"
+                            r = {"limit": limit, "threads": t, "pair": pair, "arm": name, "error": msg[-500:]}
                         finally:
                             if cg:
                                 cg.remove()
@@ -203,36 +210,43 @@ def summarize(results):
     keys = sorted({(r["limit"], r["threads"]) for r in runs}, key=lambda k: (k[1], k[0]))
     for limit, t in keys:
         sel = [r for r in runs if r["limit"] == limit and r["threads"] == t]
-        llama = {r["pair"]: r["tok_s"] for r in sel if r["arm"].startswith("llama")}
+        bases = {b: {r["pair"]: r["tok_s"] for r in sel if r["arm"] == b}
+                 for b in ("llama.cpp mmap", "llama.cpp mmap --repack 0")}
         for arm in sorted({r["arm"] for r in sel}):
             rs = [r for r in sel if r["arm"] == arm]
             v = [r["tok_s"] for r in rs]
-            ratios = [r["tok_s"] / llama[r["pair"]] for r in rs if r["pair"] in llama and llama[r["pair"]] > 0]
             row = {"limit": limit, "threads": t, "arm": arm, "n": len(v), "tok_s_median": statistics.median(v),
                    "tok_s_min": min(v), "tok_s_max": max(v),
                    "disk_mib_per_token_median": statistics.median(r["disk_mib_per_token"] for r in rs)}
-            if ratios:
-                row["ratio_to_llama_median"] = statistics.median(ratios)
-                row["ratio_to_llama_min_max"] = [min(ratios), max(ratios)]
+            for key, base in (("llama", bases["llama.cpp mmap"]), ("llama_repack0", bases["llama.cpp mmap --repack 0"])):
+                ratios = [r["tok_s"] / base[r["pair"]] for r in rs if base.get(r["pair"], 0) > 0]
+                if not ratios:
+                    continue
+                row[f"ratio_to_{key}_median"] = statistics.median(ratios)
+                row[f"ratio_to_{key}_min_max"] = [min(ratios), max(ratios)]
                 if len(ratios) > 1:
                     logs = [math.log(x) for x in ratios]
                     h = T95.get(len(logs), 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
-                    row["ratio_to_llama_ci95"] = [math.exp(statistics.mean(logs) - h), math.exp(statistics.mean(logs) + h)]
+                    row[f"ratio_to_{key}_ci95"] = [math.exp(statistics.mean(logs) - h), math.exp(statistics.mean(logs) + h)]
             caches = [r.get("expert_cache") for r in rs if r.get("expert_cache")]
             if caches:
                 row["expert_cache_hit_rate_median"] = statistics.median(c["hit_rate"] or 0 for c in caches)
             summary.append(row)
     results["summary"] = summary
-    print("| limit | threads | arm | n | tok/s median [min–max] | × llama.cpp (median [min–max], 95% CI) | disk MiB/token |")
-    print("|---|---|---|---|---|---|---|")
+    fails = [r for r in results["runs"] if "error" in r]
+    print("| limit | threads | arm | n | tok/s median [min–max] | × llama.cpp default | × llama.cpp --repack 0 | disk MiB/token |")
+    print("|---|---|---|---|---|---|---|---|")
+    def ratio(s, key):
+        if f"ratio_to_{key}_median" not in s:
+            return "—"
+        out = f"{s[f'ratio_to_{key}_median']:.2f} [{s[f'ratio_to_{key}_min_max'][0]:.2f}–{s[f'ratio_to_{key}_min_max'][1]:.2f}]"
+        if f"ratio_to_{key}_ci95" in s:
+            out += f", CI {s[f'ratio_to_{key}_ci95'][0]:.2f}–{s[f'ratio_to_{key}_ci95'][1]:.2f}"
+        return out
     for s in summary:
-        ratio = "—"
-        if "ratio_to_llama_median" in s:
-            ratio = f"{s['ratio_to_llama_median']:.2f} [{s['ratio_to_llama_min_max'][0]:.2f}–{s['ratio_to_llama_min_max'][1]:.2f}]"
-            if "ratio_to_llama_ci95" in s:
-                ratio += f", CI {s['ratio_to_llama_ci95'][0]:.2f}–{s['ratio_to_llama_ci95'][1]:.2f}"
-        print(f"| {s['limit']} | {s['threads']} | {s['arm']} | {s['n']} | {s['tok_s_median']:.2f} [{s['tok_s_min']:.2f}–{s['tok_s_max']:.2f}] | {ratio} | {s['disk_mib_per_token_median']:.0f} |")
-
+        print(f"| {s['limit']} | {s['threads']} | {s['arm']} | {s['n']} | {s['tok_s_median']:.2f} [{s['tok_s_min']:.2f}–{s['tok_s_max']:.2f}] | {ratio(s, 'llama')} | {ratio(s, 'llama_repack0')} | {s['disk_mib_per_token_median']:.0f} |")
+    for r in fails:
+        print(f"| {r['limit']} | {r['threads']} | {r['arm']} | pair {r['pair']} | failed: {r['error'][:120]} | | | |")
 
 if __name__ == "__main__":
     main()

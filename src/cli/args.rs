@@ -522,6 +522,13 @@ impl EngineArgs {
 
 pub use crate::chat::sampling::SamplingArgs;
 
+/// `bench decode --feed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FeedArg {
+    Sampled,
+    Random,
+}
+
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  cflow-tui run --prompt \"Once upon a time\" -n 32\n  \
@@ -735,6 +742,12 @@ pub struct BenchDecodeArgs {
     /// Prompt length for the prefill measurement.
     #[arg(long, default_value_t = 8)]
     pub prompt_len: usize,
+    /// What each decode step is fed: `sampled` (the greedy choice, as a user's generation) or
+    /// `random` (a pseudo-random token, seeded, as llama-bench feeds its tg test). On a model with
+    /// random weights the sampled text repeats and routes the same experts every token; use
+    /// `random` to compare with llama-bench on such a model.
+    #[arg(long, value_enum, default_value_t = FeedArg::Sampled)]
+    pub feed: FeedArg,
     /// Disable per-layer timing telemetry and the split of each decode step into pool runs,
     /// waiting and serial work (to measure their cost).
     #[arg(long)]

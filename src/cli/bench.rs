@@ -48,6 +48,9 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         }
         let mut sess =
             Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
+        if a.feed == super::args::FeedArg::Random {
+            sess.random_feed = Some(0x5eed);
+        }
         let prompt: Vec<u32> = (0..a.prompt_len as u32)
             .map(|i| (i * 7919 + 13) % sess.engine.cfg().vocab as u32)
             .collect();
@@ -141,6 +144,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             "tokens_per_repeat": a.tokens,
             "repeat": a.repeat,
             "prompt_tokens": a.prompt_len,
+            "feed": if a.feed == super::args::FeedArg::Random { "random" } else { "sampled" },
             "rows": results,
         });
         outln!("{}", serde_json::to_string(&report)?)?;
