@@ -150,6 +150,54 @@ fn combinations_bit_identical_on_disk() {
     }
 }
 
+/// The direct tier's expert cache changes where expert bytes come from, never the result:
+/// with a cache too small for one layer's selection, one that holds part of the model and one
+/// that holds all of it, sync and staged, the tokens and logits are bit-identical to the mmap
+/// tier; a cache that holds everything serves every repeat selection from memory (hits > 0),
+/// fewer bytes are read from disk than the experts touched, and nothing is read twice once
+/// warm; reads and completions balance.
+#[test]
+fn expert_cache_is_bit_identical_at_every_size() {
+    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let p = gen(dir.path(), "arch2_4_combined", 8, 128);
+    let f = Arc::new(CflowFile::open(&p).unwrap());
+    let mut base = engine(
+        &f,
+        ExpertTier::Mmap,
+        FetchMode::Sync,
+        false,
+        FetchHooks::default(),
+    );
+    let (toks, logits) = decode(&mut base, 12);
+    let all_mib = (cflow::engine::streams::all_expert_bytes(&f) >> 20) + 1;
+    for mib in [1, all_mib / 2, all_mib] {
+        for fetch in [FetchMode::Sync, FetchMode::Staged] {
+            let mut e = engine(&f, ExpertTier::Direct, fetch, false, FetchHooks::default());
+            e.set_expert_cache_mib(mib);
+            let (t, l) = decode(&mut e, 12);
+            let what = format!("cache {mib} MiB {fetch:?}");
+            assert_eq!(t, toks, "tokens differ: {what}");
+            assert!(l == logits, "logits differ: {what}");
+            let c = e.fetch_counters().expect("fetcher used");
+            assert_eq!(c.submitted, c.completed, "{what}: {c:?}");
+            assert_eq!((c.failed, c.reuse_violations), (0, 0), "{what}");
+            assert_eq!(c.cache_hits + c.cache_misses, c.submitted, "{what}: {c:?}");
+            let st = e.stats();
+            let cache = st.expert_cache.expect("the token reports the cache");
+            assert_eq!(cache.capacity_bytes, mib << 20, "{what}");
+            assert!(cache.cached_bytes <= mib << 20, "{what}: {cache:?}");
+            if mib == all_mib {
+                assert!(c.cache_hits > 0, "{what}: {c:?}");
+                // Warm: a second decode of the same tokens reads nothing from disk.
+                let before = c.bytes;
+                decode(&mut e, 12);
+                let c2 = e.fetch_counters().unwrap();
+                assert_eq!(c2.bytes, before, "{what}: warm cache read from disk");
+            }
+        }
+    }
+}
+
 #[test]
 fn combinations_bit_identical_on_tmpfs() {
     // /dev/shm is tmpfs: O_DIRECT is refused on older kernels (the fallback path) and accepted on

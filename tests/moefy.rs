@@ -223,3 +223,72 @@ fn dump_routing_shows_k_distinct_experts_per_layer() {
         }
     }
 }
+
+/// Mean over positions of max |Δlogit| against `want`.
+fn mean_max_diff(got: &[Vec<f32>], want: &[Vec<f32>]) -> f32 {
+    let per: Vec<f32> = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        })
+        .collect();
+    per.iter().sum::<f32>() / per.len() as f32
+}
+
+fn logits_with(f: &Arc<CflowFile>, ids: &[u32], oracle: bool) -> Vec<Vec<f32>> {
+    let mut e = Engine::new(
+        f.clone(),
+        EngineOptions {
+            threads: 2,
+            int_act: false,
+            kv: KvType::F32,
+            ..Default::default()
+        },
+    );
+    e.set_oracle_router(oracle).unwrap();
+    ids.iter()
+        .map(|&t| e.step(t, true).unwrap().unwrap().to_vec())
+        .collect()
+}
+
+/// `--oracle-router` (the diagnostic bound of the MoE table): with K = E it runs every expert,
+/// so it is the dense model; with K < E it picks the experts with the largest hidden activation,
+/// which is closer to dense than the router trained to predict them and much closer than the
+/// experts with the smallest (a random router); a dense model refuses it.
+#[test]
+fn oracle_router_bounds_the_trained_router() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dense(dir.path());
+    let dense_f = Arc::new(CflowFile::open(&src).unwrap());
+    let ids = &tokens(48)[..48];
+    let want = logits(&dense_f, ids);
+    let all = make(&src, &spec(4, 4), &dir.path().join("k4.cflow"));
+    let d = mean_max_diff(&logits_with(&all, ids, true), &want);
+    assert!(
+        d < 1e-4,
+        "oracle with K = E: mean max |Δlogit| {d} vs dense"
+    );
+    let two = make(&src, &spec(4, 2), &dir.path().join("k2.cflow"));
+    let oracle = mean_max_diff(&logits_with(&two, ids, true), &want);
+    let trained = mean_max_diff(&logits_with(&two, ids, false), &want);
+    let random = make(
+        &src,
+        &MoefySpec {
+            router: RouterKind::Random,
+            ..spec(4, 2)
+        },
+        &dir.path().join("k2r.cflow"),
+    );
+    let random = mean_max_diff(&logits_with(&random, ids, false), &want);
+    assert!(
+        oracle <= trained && oracle < random,
+        "oracle {oracle} trained {trained} random {random} (mean max |Δlogit| vs dense)"
+    );
+    let mut e = Engine::new(dense_f, EngineOptions::default());
+    let err = e.set_oracle_router(true).unwrap_err();
+    assert!(err.contains("no routed experts"), "{err}");
+}

@@ -137,7 +137,17 @@ fn stats(index: u32) -> TokenStats {
             weights: "mmap".into(),
             act: "q8".into(),
             kv: "f16".into(),
+            expert_cache_mib: 64,
         }),
+        // Even tokens also ran with the direct tier's expert cache.
+        expert_cache: index
+            .is_multiple_of(2)
+            .then_some(cflow::telemetry::ExpertCacheStat {
+                hits: 3,
+                misses: 5,
+                capacity_bytes: 64 << 20,
+                cached_bytes: 10 << 20,
+            }),
         pmu: Some(PmuSample {
             unavailable: Some("no hardware PMU: perf_event_open(L1-dcache-loads) failed".into()),
             phases: vec![

@@ -813,3 +813,28 @@ fn contention_and_the_prefetch_core_are_shown() {
     }));
     assert!(!render_screen(&app, size).contains("shares a core"));
 }
+
+/// The Overlap pane shows this token's disk read rate and, with the expert cache on, its hits
+/// out of the regions the token selected and the capacity (measured, from `expert_cache`).
+#[test]
+fn overlap_pane_shows_disk_rate_and_expert_cache_hits() {
+    use cflow::telemetry::event::Event;
+    let mut events = demo_events(24, false);
+    for e in events.iter_mut() {
+        if let Event::Stats(s) = &mut e.event {
+            s.expert_cache = Some(cflow::telemetry::ExpertCacheStat {
+                hits: 3,
+                misses: 5,
+                capacity_bytes: 64 << 20,
+                cached_bytes: 10 << 20,
+            });
+        }
+    }
+    let app = app_from(events, TuiOptions::default(), (160, 48));
+    let s = render_pane(&app, PaneId::Overlap, (80, 24));
+    assert!(s.contains("cache 38% hits (3/8) of 64 MiB"), "{s}");
+    assert!(s.contains("disk ") && s.contains(" MB/s ("), "{s}");
+    // Without the cache the pane says it is off.
+    let s = render_pane(&demo((160, 48)), PaneId::Overlap, (80, 24));
+    assert!(s.contains("cache off"), "{s}");
+}

@@ -271,6 +271,11 @@ pub struct EngineArgs {
     /// Reader threads for the direct tier.
     #[arg(long, default_value_t = 2)]
     pub readers: usize,
+    /// Direct tier: keep up to N MiB of expert regions in memory after their experts ran and
+    /// serve later selections of them without a read (0 = off; least recently used evicted
+    /// first). Hits and misses: the Overlap pane, `bench --json` `expert_cache`.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub expert_cache_mib: u64,
     /// Stream placement: sequential; vertical (the dense/expert streams of the layers whose
     /// input is ready δd/δe layers early run on a second core while attention runs on the
     /// first; same tokens); or auto: the faster of the two on this model, measured over the
@@ -540,12 +545,23 @@ impl EngineArgs {
             },
             prefetch: self.prefetch == OnOff::On,
             schedule: self.schedule,
+            expert_cache_mib: match self.expert_cache_mib {
+                0..=1_048_576 => self.expert_cache_mib,
+                n => bail!("--expert-cache-mib {n}: at most 1048576 (1 TiB)"),
+            },
             ..Default::default()
         })
     }
 }
 
 pub use crate::chat::sampling::SamplingArgs;
+
+/// `bench decode --feed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FeedArg {
+    Sampled,
+    Random,
+}
 
 #[derive(Args, Debug)]
 #[command(
@@ -769,6 +785,12 @@ pub struct BenchDecodeArgs {
     /// Prompt length for the prefill measurement.
     #[arg(long, default_value_t = 8)]
     pub prompt_len: usize,
+    /// What each decode step is fed: `sampled` (the greedy choice, as a user's generation) or
+    /// `random` (a pseudo-random token, seeded, as llama-bench feeds its tg test). On a model with
+    /// random weights the sampled text repeats and routes the same experts every token; use
+    /// `random` to compare with llama-bench on such a model.
+    #[arg(long, value_enum, default_value_t = FeedArg::Sampled)]
+    pub feed: FeedArg,
     /// Disable per-layer timing telemetry and the split of each decode step into pool runs,
     /// waiting and serial work (to measure their cost).
     #[arg(long)]
@@ -818,6 +840,11 @@ pub struct PplArgs {
     /// Print one JSON object on stdout (assets/schema/perplexity.json).
     #[arg(long)]
     pub json: bool,
+    /// Diagnostic, not a router: every MoE layer runs the K experts whose hidden activation is
+    /// largest on its own input (all E experts' gate/up are computed to find them). The bound
+    /// for moefy's trained routers; only for models whose experts are summed with weight 1.
+    #[arg(long)]
+    pub oracle_router: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

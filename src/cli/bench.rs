@@ -48,20 +48,35 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         }
         let mut sess =
             Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
+        if a.feed == super::args::FeedArg::Random {
+            sess.random_feed = Some(0x5eed);
+        }
         let prompt: Vec<u32> = (0..a.prompt_len as u32)
             .map(|i| (i * 7919 + 13) % sess.engine.cfg().vocab as u32)
             .collect();
         let (mut dec, mut pre) = (Vec::new(), Vec::new());
         let mut mib_tok = 0.0;
         let mut split = crate::engine::step_split::StepSplit::default();
+        let mut cache: Option<crate::telemetry::ExpertCacheStat> = None;
+        let (mut disk_bytes, mut disk_tokens) = (Some(0u64), 0u64);
         for r in 0..=a.repeat {
             sess.reset();
+            let io0 = proc_read_bytes();
             let out = sess.generate(&prompt, a.tokens, false, &mut |_| {});
+            let io1 = proc_read_bytes();
             let this_split = sess.engine.take_step_split();
             if r == 0 {
                 continue; // warm-up
             }
             split.add(&this_split);
+            for c in out.stats.iter().filter_map(|s| s.expert_cache.as_ref()) {
+                cache.get_or_insert_with(Default::default).add(c);
+            }
+            disk_bytes = match (disk_bytes, io0, io1) {
+                (Some(b), Some(x), Some(y)) => Some(b + y.saturating_sub(x)),
+                _ => None,
+            };
+            disk_tokens += (out.stats.len() + prompt.len()) as u64;
             dec.push(out.decode_tok_s());
             pre.push(out.prefill_tok_s());
             let n = out.stats.len().max(1) as f64;
@@ -95,6 +110,25 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         if let Some(j) = split.json() {
             row["time_split"] = j;
         }
+        // Measured: bytes the process caused to be read from storage (/proc/self/io
+        // `read_bytes`: page-cache misses of the map and direct reads alike), per prefilled or
+        // generated token of the measured repeats.
+        row["disk_read_mib_per_token"] = match disk_bytes {
+            Some(b) if disk_tokens > 0 => {
+                serde_json::json!(b as f64 / disk_tokens as f64 / crate::util::MIB)
+            }
+            _ => serde_json::Value::Null,
+        };
+        row["expert_cache"] = match cache {
+            Some(c) => serde_json::json!({
+                "capacity_mib": c.capacity_bytes as f64 / crate::util::MIB,
+                "cached_mib": c.cached_bytes as f64 / crate::util::MIB,
+                "hits": c.hits,
+                "misses": c.misses,
+                "hit_rate": c.hit_rate(),
+            }),
+            None => serde_json::Value::Null,
+        };
         results.push(row);
     }
     if a.json {
@@ -110,6 +144,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             "tokens_per_repeat": a.tokens,
             "repeat": a.repeat,
             "prompt_tokens": a.prompt_len,
+            "feed": if a.feed == super::args::FeedArg::Random { "random" } else { "sampled" },
             "rows": results,
         });
         outln!("{}", serde_json::to_string(&report)?)?;
@@ -153,4 +188,13 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `read_bytes` of /proc/self/io: bytes this process caused to be fetched from storage (None
+/// where the file is missing, e.g. no task I/O accounting).
+fn proc_read_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/io").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
 }

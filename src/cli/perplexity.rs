@@ -39,6 +39,11 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
         (None, Some(p)) => Source::File(LogitsReader::open(p).context("--logits")?),
         (None, None) => bail!("give MODEL, or --logits FILE with --kl-divergence"),
     };
+    if let (true, Source::Model(s)) = (a.oracle_router, &mut src) {
+        s.engine
+            .set_oracle_router(true)
+            .map_err(|e| anyhow::anyhow!("--oracle-router: {e}"))?;
+    }
     let text_ids = match &a.file {
         Some(f) => {
             let Source::Model(sess) = &src else {
@@ -126,11 +131,16 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
             let (act, kv) = s.engine.opts().numerics();
             let f = s.engine.file();
             format!(
-                "cflow-tui {} act={act} kv={kv} isa={} weights={}{} model={}",
+                "cflow-tui {} act={act} kv={kv} isa={} weights={}{}{} model={}",
                 env!("CARGO_PKG_VERSION"),
                 s.engine.opts().isa.name(),
                 f.weights_mode(),
                 if f.is_repacked() { "+repacked" } else { "" },
+                if a.oracle_router {
+                    " router=oracle"
+                } else {
+                    ""
+                },
                 f.path.file_name().unwrap_or_default().to_string_lossy()
             )
         }
@@ -249,6 +259,7 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
             "kv": kv,
             "isa": isa,
             "threads": threads,
+            "router": if a.oracle_router { "oracle" } else { "model" },
             "ctx": ctx,
             "n_tokens": ids.len(),
             "predictions": count,

@@ -72,6 +72,7 @@ impl Engine {
             rowmajor: rowmajor
                 .as_ref()
                 .filter(|_| opts.layout == Layout::RowMajor),
+            oracle: opts.oracle_router,
         };
         let prefetch = prefetcher
             .as_ref()
@@ -189,6 +190,11 @@ impl Engine {
             },
             act: act.into(),
             kv: kv.into(),
+            expert_cache_mib: if fetching {
+                self.opts.expert_cache_mib
+            } else {
+                0
+            },
         }
     }
 }

@@ -12,7 +12,7 @@ use super::ForwardError;
 use crate::format::reader::LayerView;
 use crate::format::CflowFile;
 use crate::io::{ExpertFetcher, FetchMode, PrefetchCmd, Prefetcher, Ticket};
-use crate::telemetry::{LayerIo, PrefetchStat, TokenStats};
+use crate::telemetry::{ExpertCacheStat, LayerIo, PrefetchStat, TokenStats};
 use std::sync::Arc;
 
 pub struct TokenIo<'a> {
@@ -30,6 +30,8 @@ pub struct TokenIo<'a> {
     predicted: Option<(usize, Vec<usize>)>,
     /// This token's hint counts.
     pf: PrefetchStat,
+    /// This token's expert-cache hits and misses (direct tier with the cache on).
+    cache: ExpertCacheStat,
 }
 
 impl<'a> TokenIo<'a> {
@@ -52,6 +54,7 @@ impl<'a> TokenIo<'a> {
             step: 0,
             predicted: None,
             pf: PrefetchStat::default(),
+            cache: ExpertCacheStat::default(),
         }
     }
 
@@ -103,7 +106,15 @@ impl<'a> TokenIo<'a> {
         if let Some(f) = self.fetcher.as_deref_mut() {
             for &(e, _) in sel {
                 let ex = &lv.experts[e];
-                tickets.push(f.submit(ex.offset, ex.len as usize));
+                let t = f.submit(ex.offset, ex.len as usize);
+                if f.cache_bytes() > 0 {
+                    if f.was_hit(t) {
+                        self.cache.hits += 1;
+                    } else {
+                        self.cache.misses += 1;
+                    }
+                }
+                tickets.push(t);
             }
             if self.mode == FetchMode::Sync {
                 for t in &tickets {
@@ -204,9 +215,14 @@ impl<'a> TokenIo<'a> {
     }
 
     /// End of the token: reader-busy time and bytes of the reads issued at each step.
-    pub fn finish(self, stats: &mut TokenStats) {
+    pub fn finish(mut self, stats: &mut TokenStats) {
         if self.prefetch.is_some() {
             stats.prefetch = Some(self.pf);
+        }
+        if let Some(f) = self.fetcher.as_deref().filter(|f| f.cache_bytes() > 0) {
+            self.cache.capacity_bytes = f.cache_bytes();
+            self.cache.cached_bytes = f.cached_bytes();
+            stats.expert_cache = Some(self.cache);
         }
         for (st, (busy, b)) in stats.layers.iter_mut().zip(&self.io_acc) {
             if let Some(io) = st.io.as_mut() {

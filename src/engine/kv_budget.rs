@@ -128,6 +128,12 @@ const NO_LIMIT: u64 = 1 << 60;
 /// cgroup namespace the own cgroup is the root). `None` without any limit.
 pub fn cgroup_room(root: &Path, membership: &str) -> Option<Available> {
     let read = |p: PathBuf| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    // Usage minus the file pages charged to the cgroup (the page cache, also of the model's own
+    // mapping): the kernel reclaims those before it fails an allocation, so they are room.
+    let used = |dir: &Path, usage: &str| -> Option<u64> {
+        let u = read(dir.join(usage))?;
+        Some(u.saturating_sub(file_pages(&dir.join("memory.stat"))))
+    };
     let mut v2_path = None;
     let mut v1_path = None;
     for line in membership.lines() {
@@ -157,7 +163,7 @@ pub fn cgroup_room(root: &Path, membership: &str) -> Option<Available> {
         // "max" does not parse: no limit.
         consider(
             read(dir.join("memory.max")),
-            read(dir.join("memory.current")),
+            used(&dir, "memory.current"),
             "cgroup v2 memory.max",
         );
     }
@@ -166,11 +172,29 @@ pub fn cgroup_room(root: &Path, membership: &str) -> Option<Available> {
     for dir in v1_dirs.into_iter().flatten() {
         consider(
             read(dir.join("memory.limit_in_bytes")),
-            read(dir.join("memory.usage_in_bytes")),
+            used(&dir, "memory.usage_in_bytes"),
             "cgroup v1 memory.limit_in_bytes",
         );
     }
     best
+}
+
+/// File-backed (page-cache) bytes in a cgroup's `memory.stat`: `active_file + inactive_file`
+/// (v1: the hierarchical `total_*` when present). 0 when unreadable.
+fn file_pages(stat: &Path) -> u64 {
+    let Ok(text) = std::fs::read_to_string(stat) else {
+        return 0;
+    };
+    let get = |k: &str| -> Option<u64> {
+        text.lines().find_map(|l| {
+            let (key, v) = l.split_once(' ')?;
+            (key == k).then(|| v.trim().parse().ok()).flatten()
+        })
+    };
+    match (get("total_active_file"), get("total_inactive_file")) {
+        (Some(a), Some(i)) => a + i,
+        _ => get("active_file").unwrap_or(0) + get("inactive_file").unwrap_or(0),
+    }
 }
 
 #[cfg(test)]
@@ -261,6 +285,33 @@ mod tests {
             (a.bytes, a.source),
             (3 * G / 2, "cgroup v1 memory.limit_in_bytes")
         );
+        // The page cache charged to the cgroup is room (the kernel reclaims it first): 2 GiB
+        // limit, 1.5 GiB used of which 1 GiB file pages → 1.5 GiB room (v1 hierarchical keys).
+        let d = fake(&[
+            ("cg/memory/job/memory.limit_in_bytes", &(2 * G).to_string()),
+            ("cg/memory/job/memory.usage_in_bytes", &(3 * G / 2).to_string()),
+            (
+                "cg/memory/job/memory.stat",
+                &format!(
+                    "cache 1\nactive_file 5\ninactive_file 5\ntotal_active_file {}\ntotal_inactive_file {}\n",
+                    G / 4,
+                    3 * G / 4
+                ),
+            ),
+        ]);
+        let a = cgroup_room(&d.path().join("cg"), "4:memory:/job\n").unwrap();
+        assert_eq!(a.bytes, 3 * G / 2);
+        // v2's memory.stat: active_file + inactive_file.
+        let d = fake(&[
+            ("cg/u/memory.max", &(2 * G).to_string()),
+            ("cg/u/memory.current", &(2 * G).to_string()),
+            (
+                "cg/u/memory.stat",
+                &format!("anon 5\nactive_file {G}\ninactive_file {}\n", G / 2),
+            ),
+        ]);
+        let a = cgroup_room(&d.path().join("cg"), "0::/u\n").unwrap();
+        assert_eq!(a.bytes, 3 * G / 2);
         // v1 at the mount root (a container with a cgroup namespace).
         let d = fake(&[
             ("self", "5:memory:/\n"),

@@ -383,6 +383,37 @@ impl Engine {
         self.auto = AutoPick::default();
     }
 
+    /// Turns the oracle router on or off (a diagnostic: [`EngineOptions::oracle_router`]).
+    /// Refused for a model without experts, and for one whose selected experts are weighted
+    /// (the oracle knows which experts matter, not their router weights): only
+    /// `router_norm = topk_unweighted` models (moefy's) qualify.
+    pub fn set_oracle_router(&mut self, on: bool) -> Result<(), String> {
+        if on {
+            if !self.cfg.has_experts() {
+                return Err("the model has no routed experts".into());
+            }
+            if self.cfg.meta.router_norm != crate::model::RouterNorm::TopkUnweighted {
+                return Err(format!(
+                    "the oracle router needs experts summed with weight 1 (as moefy writes them); this model weights them ({:?})",
+                    self.cfg.meta.router_norm
+                ));
+            }
+        }
+        self.quiesce();
+        self.opts.oracle_router = on;
+        Ok(())
+    }
+
+    /// Sets the direct tier's expert cache to `mib` MiB (0: off; takes effect at the next token,
+    /// shrinking evicts the least recently used regions).
+    pub fn set_expert_cache_mib(&mut self, mib: u64) {
+        self.quiesce();
+        self.opts.expert_cache_mib = mib;
+        if let Some(f) = self.fetcher.as_mut() {
+            f.set_cache_bytes(mib << 20);
+        }
+    }
+
     /// Turns the prefetch thread on or off.
     pub fn set_prefetch(&mut self, on: bool) {
         self.opts.prefetch = on;
@@ -460,10 +491,11 @@ impl Engine {
         if self.fetching() && self.fetcher.is_none() {
             let path = self.active().path.clone();
             match ExpertFetcher::new(&path, self.opts.readers, self.opts.fetch_hooks.clone()) {
-                Ok(f) => {
+                Ok(mut f) => {
                     if let Some(n) = f.note() {
                         self.note(n.to_string());
                     }
+                    f.set_cache_bytes(self.opts.expert_cache_mib << 20);
                     self.fetcher = Some(f);
                 }
                 Err(e) => self.note(format!(

@@ -6,7 +6,7 @@ use super::ops::*;
 use super::schedule::Pending;
 use super::scratch::ExpertScratch;
 use super::weights::Weights;
-use crate::format::reader::{ExpertView, LayerView};
+use crate::format::reader::{ExpertView, LayerView, Matrix};
 use crate::model::{ModelConfig, RouterNorm};
 
 /// Router: returns the normalized activation (saved for the deferred expert computation) and the
@@ -71,6 +71,16 @@ pub fn run_experts(
     staged: &[Option<&[u8]>],
     es: &mut ExpertScratch,
 ) -> u64 {
+    let oracle_sel;
+    let (sel, staged) = if w.oracle {
+        oracle_sel = oracle_select(w, lv, p, act, sel.len(), es);
+        (&oracle_sel[..], &[][..])
+    } else {
+        (sel, staged)
+    };
+    if sel.len() > 1 && staged.iter().all(Option::is_none) {
+        return run_experts_fused(w, lv, p, act, sel, es);
+    }
     es.acc.fill(0.0);
     let mut bytes = 0;
     for (i, &(e, wt)) in sel.iter().enumerate() {
@@ -99,6 +109,93 @@ pub fn run_experts(
         bytes += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
     }
     bytes
+}
+
+/// The oracle's selection (`EngineOptions::oracle_router`, a diagnostic): the `k` experts of
+/// layer `p` whose hidden activation `h_e = act(W_gate x) ⊙ W_up x` on `act` has the largest
+/// norm, ties to the lower id, each with weight 1 (the oracle is offered only for
+/// `router_norm = topk_unweighted` models, whose experts are summed with weight 1). Computes
+/// every expert's gate and up projections from the map. moefy's routers are fitted to rank
+/// experts by this norm, and its `--heldout` recall compares them with this selection.
+pub fn oracle_select(
+    w: &Weights,
+    lv: &LayerView,
+    p: usize,
+    act: &[f32],
+    k: usize,
+    es: &mut ExpertScratch,
+) -> Vec<(usize, f32)> {
+    let mut norms: Vec<(usize, f32)> = Vec::with_capacity(lv.experts.len());
+    for (e, ex) in lv.experts.iter().enumerate() {
+        w.mv_in(
+            w.file.bytes(),
+            p,
+            e as u8,
+            &mut es.xq,
+            act,
+            &mut [(&ex.gate, &mut es.eh), (&ex.up, &mut es.eh2)],
+        );
+        gated(w.isa, w.cfg.meta.ffn_act, &mut es.eh, &es.eh2);
+        norms.push((e, es.eh.iter().map(|v| v * v).sum::<f32>()));
+    }
+    norms.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    norms.truncate(k);
+    norms.into_iter().map(|(e, _)| (e, 1.0)).collect()
+}
+
+/// [`run_experts`] with every selected expert read from the map: all gate and up projections in
+/// one pool run, then all down projections in another (each on its own expert's hidden
+/// activation), instead of two runs per expert. The arithmetic, and the order of the weighted
+/// sum, are those of the one-expert-at-a-time loop, so the result is bit-identical; at 2 threads
+/// it saves 2(K−1) pool synchronizations per layer (docs/MOE.md, "Speed at the default").
+fn run_experts_fused(
+    w: &Weights,
+    lv: &LayerView,
+    p: usize,
+    act: &[f32],
+    sel: &[(usize, f32)],
+    es: &mut ExpertScratch,
+) -> u64 {
+    let k = sel.len();
+    es.ensure_slots(k, w.cfg.expert_ffn, w.cfg.d_model);
+    let bytes = w.file.bytes();
+    let mut ids = Vec::with_capacity(2 * k);
+    let mut outs: Vec<(&Matrix, &mut [f32])> = Vec::with_capacity(2 * k);
+    for (slot, &(e, _)) in es.slots.iter_mut().zip(sel) {
+        let ex = &lv.experts[e];
+        outs.push((&ex.gate, &mut slot.h));
+        outs.push((&ex.up, &mut slot.h2));
+        ids.extend([e as u8, e as u8]);
+    }
+    w.mv_each(
+        bytes,
+        p,
+        &ids,
+        std::slice::from_mut(&mut es.xq),
+        &[act],
+        &mut outs,
+    );
+    drop(outs);
+    let mut xs: Vec<&[f32]> = Vec::with_capacity(k);
+    let mut outs: Vec<(&Matrix, &mut [f32])> = Vec::with_capacity(k);
+    ids.clear();
+    for (slot, &(e, _)) in es.slots.iter_mut().zip(sel) {
+        gated(w.isa, w.cfg.meta.ffn_act, &mut slot.h, &slot.h2);
+        let ex = &lv.experts[e];
+        xs.push(&slot.h);
+        outs.push((&ex.down, &mut slot.o));
+        ids.push(e as u8);
+    }
+    w.mv_each(bytes, p, &ids, &mut es.slot_xq, &xs, &mut outs);
+    drop(outs);
+    es.acc.fill(0.0);
+    let mut touched = 0;
+    for (slot, &(e, wt)) in es.slots.iter().zip(sel) {
+        add_scaled(&mut es.acc, &slot.o, wt);
+        let ex = &lv.experts[e];
+        touched += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
+    }
+    touched
 }
 
 /// Runs the experts of `pe` (see [`run_experts`]).

@@ -105,6 +105,14 @@ pub struct EngineOptions {
     /// dense delay; a gated FFN of zero is zero). Off: they are skipped. On only to measure
     /// the saving; the tokens are the same.
     pub read_known_zero: bool,
+    /// Diagnostic, not a router: every MoE layer runs the K experts with the largest hidden
+    /// activation norm ‖h_e‖ on the layer's own input, computing all E experts' gate and up
+    /// projections to find them (moefy's upper bound; `perplexity --oracle-router`).
+    pub oracle_router: bool,
+    /// The direct tier's expert cache: MiB of expert regions kept in memory after their experts
+    /// ran, served again without a read (0: off). No effect on the mmap tier (the page cache
+    /// plays that part there).
+    pub expert_cache_mib: u64,
 }
 
 impl EngineOptions {
@@ -144,6 +152,8 @@ impl Default for EngineOptions {
             batch_prefill: std::env::var_os("CFLOW_NO_BATCH_PREFILL").is_none(),
             schedule: Schedule::Auto,
             read_known_zero: false,
+            oracle_router: false,
+            expert_cache_mib: 0,
         }
     }
 }

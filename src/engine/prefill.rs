@@ -98,6 +98,7 @@ impl Engine {
             isa: self.opts.isa,
             q8: use_q8(self.opts.int_act, self.opts.force_int, self.opts.isa),
             rowmajor: None,
+            oracle: false,
         };
         let cfg = ctx.cfg;
         let n = toks.len();

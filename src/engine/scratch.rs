@@ -74,6 +74,36 @@ pub struct ExpertScratch {
     pub acc: Vec<f32>,
     /// Q8 copy of the current matvec input.
     pub xq: Q8Act,
+    /// The fused evaluation of all selected experts (`moe::run_experts`): one slot per
+    /// selected expert, grown on first use.
+    pub slots: Vec<ExpertSlot>,
+    /// Q8 copies of the slots' hidden activations (the down projections' inputs).
+    pub slot_xq: Vec<Q8Act>,
+}
+
+/// Buffers of one selected expert in the fused evaluation.
+#[derive(Default)]
+pub struct ExpertSlot {
+    /// [eff] gate projection, then act(gate) · up.
+    pub h: Vec<f32>,
+    /// [eff] up projection.
+    pub h2: Vec<f32>,
+    /// [d] the expert's output.
+    pub o: Vec<f32>,
+}
+
+impl ExpertScratch {
+    /// Makes sure there are `k` slots for experts of hidden width `eff` and model width `d`.
+    pub fn ensure_slots(&mut self, k: usize, eff: usize, d: usize) {
+        while self.slots.len() < k {
+            self.slots.push(ExpertSlot {
+                h: vec![0.0; eff],
+                h2: vec![0.0; eff],
+                o: vec![0.0; d],
+            });
+            self.slot_xq.push(Q8Act::default());
+        }
+    }
 }
 
 impl DenseScratch {
@@ -98,6 +128,8 @@ impl ExpertScratch {
             eo: vec![0.0; d],
             acc: vec![0.0; d],
             xq: Q8Act::default(),
+            slots: Vec::new(),
+            slot_xq: Vec::new(),
         }
     }
 }

@@ -63,6 +63,11 @@ pub struct Session {
     pub sampler: Sampler,
     /// Every token in the context, in order.
     pub context: Vec<u32>,
+    /// Benchmarks only: feed a pseudo-random token at every step instead of the sampled one
+    /// (the state of a 64-bit LCG), as llama-bench does. On a model with random weights the
+    /// sampled text repeats itself and so routes the same experts every token; random tokens
+    /// make the routing as varied as the router allows.
+    pub random_feed: Option<u64>,
 }
 
 impl Session {
@@ -93,6 +98,7 @@ impl Session {
             boundary: None,
             sampler: Sampler::new(sampling),
             context: Vec::new(),
+            random_feed: None,
         })
     }
 
@@ -216,7 +222,7 @@ impl Session {
         }
         let mut detok = self.tok.as_ref().map(|t| Detok::new(t.token_bytes()));
         let td = Instant::now();
-        let mut next = self.sampler.sample(self.engine.logits(), &self.context);
+        let mut next = self.next_token();
         for index in 0..max_new {
             let mut piece = detok.as_mut().map(|d| d.push(next)).unwrap_or_default();
             let ending = (stop_at_eos && self.is_eos(next)) || index + 1 == max_new;
@@ -269,7 +275,7 @@ impl Session {
             st.index = index as u32;
             emit(Event::Stats(st.clone()));
             out.stats.push(st);
-            next = self.sampler.sample(self.engine.logits(), &self.context);
+            next = self.next_token();
         }
         // The last sampled token was not fed back yet: feed it (no logits needed) so a follow-up
         // turn continues right after it.
@@ -294,6 +300,19 @@ impl Session {
             pos: Some(self.engine.pos() as u32),
         });
         out
+    }
+
+    /// The token to feed next: sampled, or with [`Session::random_feed`] the LCG's next draw.
+    fn next_token(&mut self) -> u32 {
+        match self.random_feed.as_mut() {
+            Some(state) => {
+                *state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((*state >> 33) % self.engine.cfg().vocab as u64) as u32
+            }
+            None => self.sampler.sample(self.engine.logits(), &self.context),
+        }
     }
 
     /// A helper thread of the engine failed and was restarted (see

@@ -160,6 +160,7 @@ pub struct Shared<'a> {
     pub isa: Isa,
     pub q8: bool,
     pub rowmajor: Option<&'a RowMajorWeights>,
+    pub oracle: bool,
 }
 
 impl<'a> Shared<'a> {
@@ -170,6 +171,7 @@ impl<'a> Shared<'a> {
             isa: w.isa,
             q8: w.q8,
             rowmajor: w.rowmajor,
+            oracle: w.oracle,
         }
     }
 }
@@ -216,6 +218,7 @@ fn serve(
         isa: sh.isa,
         q8: sh.q8,
         rowmajor: sh.rowmajor,
+        oracle: sh.oracle,
     };
     while let Some(job) = recv_spin(&jobs) {
         let t0 = Instant::now();

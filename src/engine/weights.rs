@@ -5,7 +5,7 @@
 
 use crate::format::reader::{ExpertView, Matrix};
 use crate::format::{CflowFile, MatrixData};
-use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
+use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, tiled_matvec_acts, Act};
 use crate::kernels::pool::ThreadPool;
 use crate::kernels::{Isa, Q8Act};
 use crate::model::ModelConfig;
@@ -25,6 +25,8 @@ pub struct Weights<'a> {
     /// Quantize activations to Q8 for blocked weight types.
     pub q8: bool,
     pub rowmajor: Option<&'a RowMajorWeights>,
+    /// Replace the routers' selection by the oracle's ([`super::options::EngineOptions::oracle_router`]).
+    pub oracle: bool,
 }
 
 impl Weights<'_> {
@@ -71,6 +73,62 @@ impl Weights<'_> {
         }
     }
 
+    /// Several matvecs of one layer in one pool run: output `i` is matrix `outs[i].0` of expert
+    /// `experts[i]` (the row-major copy's key) on activation `xs[i]`, or on `xs[0]` when only
+    /// one is given; `xqs[j]` receives the Q8 copy of `xs[j]`. Each output's arithmetic is that
+    /// of [`Weights::mv_in`] on its own (a stripe is computed whole by one task).
+    pub fn mv_each(
+        &self,
+        bytes: &[u8],
+        layer: usize,
+        experts: &[u8],
+        xqs: &mut [Q8Act],
+        xs: &[&[f32]],
+        outs: &mut [(&Matrix, &mut [f32])],
+    ) {
+        assert!(
+            xs.len() == 1 || xs.len() == outs.len(),
+            "one input, or one per output"
+        );
+        assert_eq!(experts.len(), outs.len(), "one expert id per output");
+        assert!(xqs.len() >= xs.len(), "one Q8 buffer per input");
+        let which = |i: usize| if xs.len() == 1 { 0 } else { i };
+        let mut q8 = [false; 32];
+        let mut q8_heap = Vec::new();
+        let q8: &mut [bool] = if xs.len() <= q8.len() {
+            &mut q8[..xs.len()]
+        } else {
+            q8_heap.resize(xs.len(), false);
+            &mut q8_heap
+        };
+        for (j, (x, xq)) in xs.iter().zip(xqs.iter_mut()).enumerate() {
+            let users = || outs.iter().enumerate().filter(move |(i, _)| which(*i) == j);
+            let blocked = users().any(|(_, (m, _))| m.quant.is_blocked());
+            if self.q8 && blocked && x.len().is_multiple_of(32) {
+                xq.quantize_for(x, users().any(|(_, (m, _))| m.quant.is_k()));
+                q8[j] = true;
+            }
+        }
+        let acts: Vec<Act> = xs
+            .iter()
+            .zip(xqs.iter())
+            .zip(q8.iter())
+            .map(|((x, xq), &q)| Act {
+                x,
+                q8: if q { Some(xq) } else { None },
+            })
+            .collect();
+        match self.rowmajor {
+            Some(rm) => {
+                for (i, (m, y)) in outs.iter_mut().enumerate() {
+                    let md = &rm[&(layer, m.kind as u8, experts[i])];
+                    rowmajor_matvec(self.pool, self.isa, md, &acts[which(i)], y);
+                }
+            }
+            None => tiled_matvec_acts(self.pool, self.isa, bytes, outs, &acts),
+        }
+    }
+
     /// The same weights with the matvecs split over `pool`.
     pub fn with_pool<'b>(&'b self, pool: &'b ThreadPool) -> Weights<'b> {
         Weights {
@@ -80,6 +138,7 @@ impl Weights<'_> {
             isa: self.isa,
             q8: self.q8,
             rowmajor: self.rowmajor,
+            oracle: self.oracle,
         }
     }
 }

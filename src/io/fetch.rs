@@ -207,6 +207,15 @@ struct Slot {
     read_no: u64,
     /// Injected: `wait` on this read panics (once).
     waiter_panic: bool,
+    /// The file region (offset, len) the buffer holds after a successful read; kept while the
+    /// slot is free, so that with the expert cache on a later read of it is served from memory.
+    holds: Option<(u64, usize)>,
+    /// The region (offset, len) of the current or last submission.
+    region: (u64, usize),
+    /// The current ticket was served from the cache.
+    hit: bool,
+    /// When the slot was last handed out (a submission number; least recently used evicts first).
+    last_use: u64,
 }
 
 /// A submitted read: the slot index and a generation check.
@@ -225,6 +234,10 @@ pub struct FetchCounters {
     /// Slots found with a non-zero pending counter while marked free (must stay 0).
     pub reuse_violations: u64,
     pub bytes: u64,
+    /// With the expert cache on: submissions served from a cached region (no read), and
+    /// submissions that had to read.
+    pub cache_hits: u64,
+    pub cache_misses: u64,
 }
 
 pub struct ExpertFetcher {
@@ -236,6 +249,8 @@ pub struct ExpertFetcher {
     direct: bool,
     note: Option<String>,
     fault: Option<FaultPlan>,
+    /// Bytes of expert regions kept in free slots for reuse (0: the cache is off).
+    cache_cap: u64,
     pub counters: FetchCounters,
 }
 
@@ -267,8 +282,63 @@ impl ExpertFetcher {
             direct,
             note,
             fault: hooks.fault,
+            cache_cap: 0,
             counters: FetchCounters::default(),
         })
+    }
+
+    /// Sets the expert cache's capacity: up to `bytes` of expert regions stay in memory after
+    /// their experts ran, and a later read of the same region is served from there (0: off;
+    /// every read goes to the file). Least recently used regions are evicted first.
+    pub fn set_cache_bytes(&mut self, bytes: u64) {
+        self.cache_cap = bytes;
+        if bytes == 0 {
+            for s in &mut self.slots {
+                s.holds = None;
+            }
+        }
+        self.evict_to_cap();
+    }
+
+    /// The cache's capacity in bytes (0: off).
+    pub fn cache_bytes(&self) -> u64 {
+        self.cache_cap
+    }
+
+    /// Bytes of expert regions cached now (in free slots).
+    pub fn cached_bytes(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|s| s.state == SlotState::Free)
+            .filter_map(|s| s.holds.map(|(_, l)| l as u64))
+            .sum()
+    }
+
+    /// Whether the read of `t` was served from the cache.
+    pub fn was_hit(&self, t: Ticket) -> bool {
+        self.gens[t.slot] == t.gen && self.slots[t.slot].hit
+    }
+
+    /// Drops the least recently used cached regions until the cache fits its capacity (their
+    /// slots stay as free staging slots).
+    fn evict_to_cap(&mut self) {
+        loop {
+            if self.cached_bytes() <= self.cache_cap {
+                return;
+            }
+            let lru = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.state == SlotState::Free && s.holds.is_some())
+                .min_by_key(|(_, s)| s.last_use)
+                .map(|(i, _)| i);
+            match lru {
+                // The slot stays as a free staging slot; `acquire` hands it out first.
+                Some(i) => self.slots[i].holds = None,
+                None => return,
+            }
+        }
     }
 
     /// True when reads bypass the page cache (`O_DIRECT` accepted).
@@ -312,11 +382,37 @@ impl ExpertFetcher {
 
     /// Submits a read of `len` bytes at file offset `offset`; returns its ticket.
     pub fn submit(&mut self, offset: u64, len: usize) -> Ticket {
+        if self.cache_cap > 0 {
+            let hit = self.slots.iter().position(|s| {
+                s.state == SlotState::Free
+                    && s.holds == Some((offset, len))
+                    && s.buf.is_some()
+                    && s.pending.load(Ordering::Acquire) == 0
+            });
+            let read_no = self.counters.submitted;
+            self.counters.submitted += 1;
+            if let Some(idx) = hit {
+                self.counters.cache_hits += 1;
+                self.counters.completed += 1;
+                let s = &mut self.slots[idx];
+                s.state = SlotState::Ready;
+                s.busy_ns = 0;
+                s.hit = true;
+                s.last_use = read_no;
+                self.gens[idx] += 1;
+                return Ticket {
+                    slot: idx,
+                    gen: self.gens[idx],
+                };
+            }
+            self.counters.cache_misses += 1;
+            self.counters.submitted -= 1;
+        }
         let a = ALIGN as u64;
         let off = offset / a * a;
         let delta = (offset - off) as usize;
         let need = delta + len;
-        let idx = self.acquire(round_up(need));
+        let idx = self.acquire(round_up(need), len);
         let read_no = self.counters.submitted;
         let fault = FaultPlan::for_read(self.fault, read_no);
         let slot = &mut self.slots[idx];
@@ -327,6 +423,10 @@ impl ExpertFetcher {
         slot.error = None;
         slot.read_no = read_no;
         slot.waiter_panic = fault == Some(FaultKind::WaiterPanic);
+        slot.holds = None;
+        slot.hit = false;
+        slot.last_use = read_no;
+        slot.region = (offset, len);
         slot.pending.fetch_add(1, Ordering::AcqRel);
         let buf = slot.buf.take().expect("free slot owns its buffer");
         self.gens[idx] += 1;
@@ -357,9 +457,13 @@ impl ExpertFetcher {
         }
     }
 
-    /// A free slot with a buffer of at least `cap` bytes (allocating a new slot if needed).
-    fn acquire(&mut self, cap: usize) -> usize {
+    /// A free slot with a buffer of at least `cap` bytes for a region of `len` bytes (allocating
+    /// a new slot if needed).
+    fn acquire(&mut self, cap: usize, len: usize) -> usize {
+        // A free slot holding no cached region first; with the cache on, a new slot while the
+        // cache has room, else the least recently used cached region's slot.
         let mut found = None;
+        let mut lru: Option<(usize, u64)> = None;
         for (i, s) in self.slots.iter().enumerate() {
             if s.state != SlotState::Free {
                 continue;
@@ -368,8 +472,17 @@ impl ExpertFetcher {
                 self.counters.reuse_violations += 1;
                 continue;
             }
+            if s.holds.is_some() && self.cache_cap > 0 {
+                if lru.is_none_or(|(_, u)| s.last_use < u) {
+                    lru = Some((i, s.last_use));
+                }
+                continue;
+            }
             found = Some(i);
             break;
+        }
+        if found.is_none() && self.cached_bytes() + len as u64 > self.cache_cap {
+            found = lru.map(|(i, _)| i);
         }
         match found {
             Some(i) => {
@@ -390,6 +503,10 @@ impl ExpertFetcher {
                     error: None,
                     read_no: 0,
                     waiter_panic: false,
+                    holds: None,
+                    last_use: 0,
+                    hit: false,
+                    region: (0, 0),
                 });
                 self.gens.push(0);
                 self.slots.len() - 1
@@ -407,6 +524,7 @@ impl ExpertFetcher {
             Ok(()) => {
                 s.state = SlotState::Ready;
                 self.counters.bytes += s.len as u64;
+                s.holds = Some(s.region);
             }
             Err(e) => {
                 s.state = SlotState::Failed;
@@ -481,6 +599,11 @@ impl ExpertFetcher {
         self.wait(t);
         let s = &mut self.slots[t.slot];
         s.state = SlotState::Free;
+        if self.cache_cap == 0 {
+            s.holds = None;
+        } else {
+            self.evict_to_cap();
+        }
     }
 
     /// Waits for every in-flight read and frees every slot (after an interrupted token).
@@ -588,5 +711,66 @@ mod tests {
             f.release(t);
             assert_eq!(f.counters.reuse_violations, 0);
         }
+    }
+
+    /// The expert cache: off, nothing is served from memory; on, a released region is served
+    /// again without a read (same bytes), the cache never holds more than its capacity, the
+    /// least recently used region is evicted first, and a failed read is never cached.
+    #[test]
+    fn expert_cache_hits_bounds_and_evicts_lru() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let (p, data) = sample(dir.path());
+        let read = |f: &mut ExpertFetcher, o: u64, l: usize| {
+            let t = f.submit(o, l);
+            f.wait(t);
+            assert_eq!(f.view(t).unwrap(), &data[o as usize..o as usize + l]);
+            let hit = f.was_hit(t);
+            f.release(t);
+            hit
+        };
+        let mut f = ExpertFetcher::new(&p, 2, FetchHooks::default()).unwrap();
+        assert!(
+            !read(&mut f, 0, 1000) && !read(&mut f, 0, 1000),
+            "cache off"
+        );
+        assert_eq!((f.counters.cache_hits, f.counters.bytes), (0, 2000));
+        // Room for two 1000-byte regions.
+        f.set_cache_bytes(2000);
+        let (a, b, c) = (
+            (0u64, 1000usize),
+            (4096u64, 1000usize),
+            (8192u64, 1000usize),
+        );
+        assert!(!read(&mut f, a.0, a.1), "first read of a");
+        assert!(!read(&mut f, b.0, b.1));
+        assert!(read(&mut f, a.0, a.1), "a again: from the cache");
+        assert!(f.cached_bytes() <= 2000);
+        // c evicts the least recently used, b.
+        assert!(!read(&mut f, c.0, c.1));
+        assert!(f.cached_bytes() <= 2000, "{}", f.cached_bytes());
+        assert!(read(&mut f, a.0, a.1), "a was used after b");
+        assert!(!read(&mut f, b.0, b.1), "b was evicted");
+        // The same offset with another length is another region.
+        assert!(!read(&mut f, a.0, 500));
+        assert_eq!(f.counters.reuse_violations, 0);
+        assert_eq!(f.counters.submitted, f.counters.completed);
+        // A failed read (past the end) is not cached.
+        f.set_cache_bytes(1 << 20);
+        for _ in 0..2 {
+            let t = f.submit(5 * 4096, 4096);
+            f.wait(t);
+            assert!(f.view(t).is_err() && !f.was_hit(t));
+            f.release(t);
+        }
+        // Two reads of one region in flight at once use two slots, both correct.
+        let (t1, t2) = (f.submit(c.0, c.1), f.submit(4096 * 3, 700));
+        f.wait(t1);
+        f.wait(t2);
+        assert_eq!(f.view(t2).unwrap(), &data[4096 * 3..4096 * 3 + 700]);
+        f.release(t1);
+        f.release(t2);
+        f.set_cache_bytes(0);
+        assert_eq!(f.cached_bytes(), 0);
+        assert!(!read(&mut f, a.0, a.1), "off again: no hits");
     }
 }

@@ -152,7 +152,6 @@ fn row_bytes(m: &Matrix, cols: usize) -> (usize, usize) {
 /// tok/s, since each part reads a piece of every tile of its stripe rather than one run. Guided
 /// claims, long runs first and single stripes last, made no difference: "Where the two-thread
 /// time goes".)
-#[allow(clippy::needless_range_loop)] // a task index picks an entry of `order` or of the table
 pub fn tiled_matvec(
     pool: &ThreadPool,
     isa: Isa,
@@ -160,13 +159,32 @@ pub fn tiled_matvec(
     outs: &mut [(&Matrix, &mut [f32])],
     act: &Act,
 ) {
+    tiled_matvec_acts(pool, isa, bytes, outs, std::slice::from_ref(act));
+}
+
+/// [`tiled_matvec`] with one activation per output (`acts.len() == outs.len()`), or one shared
+/// by all (`acts.len() == 1`): the down projections of several experts, each on its own hidden
+/// activation, in one pool run instead of one run per expert.
+#[allow(clippy::needless_range_loop)] // a task index picks an entry of `order` or of the table
+pub fn tiled_matvec_acts(
+    pool: &ThreadPool,
+    isa: Isa,
+    bytes: &[u8],
+    outs: &mut [(&Matrix, &mut [f32])],
+    acts: &[Act],
+) {
+    assert!(
+        acts.len() == 1 || acts.len() == outs.len(),
+        "one activation, or one per output"
+    );
+    let act_of = |i: usize| &acts[if acts.len() == 1 { 0 } else { i }];
     // Task t is stripe t − first[i] of output i, where first[i] counts the stripes of the outputs
     // before i. A decode step makes ~150 of these calls, so the table lives on the stack for
     // the usual handful of outputs (a heap table only past MAX_OUTS).
     let mut n_tasks = 0;
-    for (m, y) in outs.iter() {
+    for (i, (m, y)) in outs.iter().enumerate() {
         assert_eq!(y.len(), m.rows, "output length");
-        assert_eq!(act.x.len(), m.cols, "activation length");
+        assert_eq!(act_of(i).x.len(), m.cols, "activation length");
         n_tasks += m.n_stripes();
     }
     let mut stack: [Option<(usize, &Matrix, OutPtr)>; MAX_OUTS] = [None; MAX_OUTS];
@@ -192,7 +210,7 @@ pub fn tiled_matvec(
     let ptrs = |t: usize| {
         let i = table.partition_point(|e| e.is_some_and(|(f, _, _)| f <= t)) - 1;
         let (f, m, p) = table[i].expect("filled");
-        (t - f, m, p)
+        (t - f, m, p, i)
     };
     // The stripes of a small multi-output call (Q/K/V, gate/up) run in the order the writer
     // stores a group of matrices: round-robin by stripe index (q 0, k 0, v 0, q 1, …; gate 0,
@@ -216,13 +234,14 @@ pub fn tiled_matvec(
     let kernel = packed::Kernel::of(isa);
     pool.run(n_tasks.div_ceil(run), &|g| {
         for t in g * run..((g + 1) * run).min(n_tasks) {
-            let (s, m, p) = if ordered {
+            let (s, m, p, i) = if ordered {
                 let (i, s) = order[t];
                 let (_, m, p) = table[i as usize].expect("filled");
-                (s as usize, m, p)
+                (s as usize, m, p, i as usize)
             } else {
                 ptrs(t)
             };
+            let act = act_of(i);
             let r0 = s * TILE_ROWS;
             let rows = m.stripe_rows(s);
             debug_assert!(r0 + rows <= p.1);
@@ -239,7 +258,7 @@ pub fn tiled_matvec(
 }
 
 /// Outputs of one fused matvec whose stripe table lives on the stack.
-const MAX_OUTS: usize = 8;
+const MAX_OUTS: usize = 16;
 
 /// Stripes of a multi-output matvec that run in the writer's group order (the order table is on
 /// the stack; a stripe index fits in a byte).
@@ -561,6 +580,51 @@ mod tests {
         }
     }
 
+    /// One activation per output (the experts' down projections): ten 576×160 matrices on
+    /// ten different inputs, more outputs than the stack table holds, equal per-stripe calls
+    /// on each input bit for bit on 1–3 threads; a mismatched activation count is refused.
+    #[test]
+    fn per_output_activations_equal_separate_calls() {
+        let isa = Isa::cached();
+        for q in [QuantType::Q4_1, QuantType::Q8_0] {
+            let mut buf = Vec::new();
+            let ms: Vec<Matrix> = (0..10).map(|_| matrix(q, 576, 160, &mut buf)).collect();
+            let inputs: Vec<(Vec<f32>, Q8Act)> =
+                (0..10).map(|i| ramp(160, 7 + 2 * i, 97)).collect();
+            let acts: Vec<Act> = inputs
+                .iter()
+                .map(|(x, xq)| Act { x, q8: Some(xq) })
+                .collect();
+            let want: Vec<Vec<f32>> = ms
+                .iter()
+                .zip(&acts)
+                .map(|(m, a)| per_stripe(isa, &buf, m, a))
+                .collect();
+            for threads in [1, 2, 3] {
+                let pool = ThreadPool::new(threads);
+                let mut ys = vec![vec![0f32; 576]; 10];
+                let mut outs: Vec<(&Matrix, &mut [f32])> = ms
+                    .iter()
+                    .zip(ys.iter_mut())
+                    .map(|(m, y)| (m, &mut y[..]))
+                    .collect();
+                tiled_matvec_acts(&pool, isa, &buf, &mut outs, &acts);
+                assert_eq!(ys, want, "{q} threads {threads}");
+            }
+            let pool = ThreadPool::new(1);
+            let mut ys = vec![vec![0f32; 576]; 3];
+            let mut outs: Vec<(&Matrix, &mut [f32])> = ms
+                .iter()
+                .zip(ys.iter_mut())
+                .map(|(m, y)| (m, &mut y[..]))
+                .collect();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                tiled_matvec_acts(&pool, isa, &buf, &mut outs, &acts[..2])
+            }));
+            assert!(r.is_err(), "2 activations for 3 outputs must be refused");
+        }
+    }
+
     /// Repacked matrices (`quant::packed`): SmolLM2's shapes and a tall one with a 48-row last
     /// stripe, fused with a matrix left in the file's layout, on 1–4 threads, equal the
     /// per-stripe calls bit for bit, and no row is skipped (outputs start as NaN).
@@ -664,7 +728,9 @@ mod tests {
         let isa = Isa::cached();
         let q = QuantType::Q4_1;
         let mut buf = Vec::new();
-        let rows = [130, 64, 300, 8, 256, 129, 40, 520, 96, 200];
+        let rows = [
+            130, 64, 300, 8, 256, 129, 40, 520, 96, 200, 33, 128, 7, 384, 90, 1, 260, 72,
+        ];
         let mats: Vec<Matrix> = rows.iter().map(|&r| matrix(q, r, 64, &mut buf)).collect();
         assert!(mats.len() > MAX_OUTS);
         let (x, xq) = ramp(64, 13, 29);

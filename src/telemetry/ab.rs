@@ -165,12 +165,14 @@ pub struct Setting {
     pub weights: String,
     pub act: String,
     pub kv: String,
+    /// The direct tier's expert cache capacity in MiB (0: off, or unknown in older traces).
+    pub expert_cache_mib: u64,
     /// [`ctx_bucket`] of the token's position.
     pub ctx: u8,
 }
 
 /// The settings other than the toggles, in the order they are named.
-const HIDDEN: [&str; 5] = ["threads", "weights", "act", "kv", "ctx"];
+const HIDDEN: [&str; 6] = ["threads", "weights", "act", "kv", "expert cache", "ctx"];
 
 impl Setting {
     /// The key of a token from the engine's report.
@@ -185,6 +187,7 @@ impl Setting {
             weights: r.weights.clone(),
             act: r.act.clone(),
             kv: r.kv.clone(),
+            expert_cache_mib: r.expert_cache_mib,
             ctx: ctx_bucket(pos),
         }
     }
@@ -206,6 +209,7 @@ impl Setting {
             },
             act: String::new(),
             kv: String::new(),
+            expert_cache_mib: 0,
             ctx: ctx_bucket(pos),
         }
     }
@@ -242,6 +246,7 @@ impl Setting {
             "weights" => self.weights.clone(),
             "act" => self.act.clone(),
             "kv" => self.kv.clone(),
+            "expert cache" => format!("{} MiB", self.expert_cache_mib),
             _ => self.ctx.to_string(),
         }
     }
@@ -971,6 +976,7 @@ mod tests {
             weights: "mmap".into(),
             act: "q8".into(),
             kv: "f16".into(),
+            expert_cache_mib: 0,
         }
     }
 

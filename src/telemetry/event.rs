@@ -179,6 +179,10 @@ pub struct TokenStats {
     /// comparisons, which must not trust the UI's request (`Config`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ran: Option<RunInfo>,
+    /// The direct tier's expert cache over this token (None when it is off or the experts came
+    /// from memory; absent in older traces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_cache: Option<ExpertCacheStat>,
 }
 
 /// The engine's own report of how it computed one token (filled by the decode step): every
@@ -207,6 +211,40 @@ pub struct RunInfo {
     /// Activation numerics ("q8" | "f32") and KV element type ("f16" | "f32").
     pub act: String,
     pub kv: String,
+    /// The direct tier's expert cache capacity in MiB (0: off, or the experts came from
+    /// memory; absent in older traces).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub expert_cache_mib: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The direct tier's expert cache over one token: regions served from memory (`hits`) and read
+/// from disk (`misses`), and the cache's capacity and fill at the end of the token.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExpertCacheStat {
+    pub hits: u32,
+    pub misses: u32,
+    pub capacity_bytes: u64,
+    pub cached_bytes: u64,
+}
+
+impl ExpertCacheStat {
+    /// Add another token's hits and misses (capacity and fill: the later token's).
+    pub fn add(&mut self, o: &ExpertCacheStat) {
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.capacity_bytes = o.capacity_bytes;
+        self.cached_bytes = o.cached_bytes;
+    }
+
+    /// hits / (hits + misses) (None before any read).
+    pub fn hit_rate(&self) -> Option<f64> {
+        let n = self.hits + self.misses;
+        (n > 0).then(|| self.hits as f64 / n as f64)
+    }
 }
 
 /// The prefetch hints of one token (paper §3.9.2). `predicted` counts the expert ids whose

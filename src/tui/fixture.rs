@@ -220,6 +220,7 @@ pub fn ran_of(cfg: &EngineConfigInfo, experts: bool) -> crate::telemetry::RunInf
         weights: cfg.weights.clone(),
         act: "q8".into(),
         kv: "f16".into(),
+        expert_cache_mib: 0,
     }
 }
 
@@ -314,6 +315,7 @@ pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStat
         vocab_bytes: model.vocab_bytes,
         layers,
         prefetch: None,
+        expert_cache: None,
         pmu: Some(PmuSample {
             unavailable: Some(
                 "perf_event_open: hardware events not supported (KVM guest without vPMU)".into(),
@@ -454,6 +456,7 @@ pub fn dense_stats(index: u32, pos: u32, rng: &mut Lcg) -> TokenStats {
         vocab_bytes: model.vocab_bytes,
         layers,
         prefetch: None,
+        expert_cache: None,
         pmu: Some(PmuSample {
             unavailable: None,
             phases: vec![

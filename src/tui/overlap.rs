@@ -115,6 +115,50 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         }
     }
 
+    // Disk read rate and the expert cache, this token (measured).
+    if tok.is_some() {
+        let bytes: u64 = last
+            .layers
+            .iter()
+            .filter_map(|l| l.io)
+            .map(|io| io.bytes)
+            .sum();
+        let secs = last.ns_total as f64 / 1e9;
+        let mut spans = vec![
+            Span::styled("disk ", th.dim()),
+            Span::styled(
+                if secs > 0.0 {
+                    format!("{:.0} MB/s", bytes as f64 / 1e6 / secs)
+                } else {
+                    "—".into()
+                },
+                th.experts(),
+            ),
+            Span::styled(format!(" ({:.1} MB read)", bytes as f64 / 1e6), th.dim()),
+        ];
+        match last.expert_cache {
+            Some(c) => spans.extend([
+                Span::styled(" · cache ", th.dim()),
+                Span::styled(
+                    c.hit_rate()
+                        .map_or("—".into(), |r| format!("{:.0}% hits", 100.0 * r)),
+                    th.strong(),
+                ),
+                Span::styled(
+                    format!(
+                        " ({}/{}) of {:.0} MiB",
+                        c.hits,
+                        c.hits + c.misses,
+                        c.capacity_bytes as f64 / crate::util::MIB
+                    ),
+                    th.dim(),
+                ),
+            ]),
+            None => spans.push(Span::styled(" · cache off", th.dim())),
+        }
+        lines.push(Line::from(spans));
+    }
+
     // Per-layer bars: compute █ then wait ▒; IO drawn as a number. Each row is the layer where
     // the compute ran and the wait happened (experts are waited for at their injection layer).
     let footer = 6usize;
