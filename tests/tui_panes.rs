@@ -737,7 +737,7 @@ fn header_shows_the_mix_of_weight_types_not_the_first() {
         let app = app_from(events, TuiOptions::default(), size);
         render_screen(&app, size)
             .lines()
-            .nth(0)
+            .next()
             .unwrap()
             .to_string()
     };

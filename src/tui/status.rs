@@ -388,6 +388,34 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(Line::from(top)), area);
 }
 
+/// The model's weight types, longest form first: from the inspect report's `quant_mix` (a
+/// mix names every type with its matrix count, never only its first type), else the older
+/// traces' list of type names.
+fn quant_forms(m: &crate::telemetry::ModelSummary) -> Option<Vec<String>> {
+    let mix = m.inspect.as_ref().map(|r| &r["quant_mix"]);
+    if let Some(label) = mix.and_then(|x| x["label"].as_str()) {
+        let n = mix
+            .and_then(|x| x["matrices"].as_array())
+            .map_or(0, Vec::len);
+        if n <= 1 {
+            return Some(vec![format!(" · {label}")]);
+        }
+        let short = match mix.and_then(|x| x["file_type"].as_str()) {
+            Some(t) => format!(" · {t} mix"),
+            None => format!(" · {n} types"),
+        };
+        return Some(vec![format!(" · {label}"), short]);
+    }
+    match m.quant_types.as_slice() {
+        [] => None,
+        [q] => Some(vec![format!(" · {q}")]),
+        qs => Some(vec![
+            format!(" · {}", qs.join("/")),
+            format!(" · {} types", qs.len()),
+        ]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,33 +454,5 @@ mod tests {
             part(&["CCC"], true),
         ];
         assert_eq!(fit(&parts, &prio, 5), vec![Some(1), None, Some(0)]);
-    }
-}
-
-/// The model's weight types, longest form first: from the inspect report's `quant_mix` (a
-/// mix names every type with its matrix count, never only its first type), else the older
-/// traces' list of type names.
-fn quant_forms(m: &crate::telemetry::ModelSummary) -> Option<Vec<String>> {
-    let mix = m.inspect.as_ref().map(|r| &r["quant_mix"]);
-    if let Some(label) = mix.and_then(|x| x["label"].as_str()) {
-        let n = mix
-            .and_then(|x| x["matrices"].as_array())
-            .map_or(0, Vec::len);
-        if n <= 1 {
-            return Some(vec![format!(" · {label}")]);
-        }
-        let short = match mix.and_then(|x| x["file_type"].as_str()) {
-            Some(t) => format!(" · {t} mix"),
-            None => format!(" · {n} types"),
-        };
-        return Some(vec![format!(" · {label}"), short]);
-    }
-    match m.quant_types.as_slice() {
-        [] => None,
-        [q] => Some(vec![format!(" · {q}")]),
-        qs => Some(vec![
-            format!(" · {}", qs.join("/")),
-            format!(" · {} types", qs.len()),
-        ]),
     }
 }
