@@ -905,6 +905,9 @@ impl App {
         if a != Action::Interrupt {
             self.interrupt_armed = false;
         }
+        // A key pressed during the reply means the user is at the panes: the input does not
+        // take the keys back at its end (Submit sets it again).
+        self.refocus_after_reply = false;
         if self.show_help || self.show_info {
             let page = self.page();
             let s = &mut self.help_scroll;
@@ -1695,7 +1698,7 @@ mod tests {
             resolve(&p, KeyState::of(&app)),
             Some(Action::TogglePrefetch)
         );
-        // The reply ends: the input has the keys again.
+        // The reply ends with no key pressed meanwhile: the input has the keys again.
         app.apply(Msg::Event(Event::Done {
             reason: StopReason::Eos,
             n_tokens: 2,
@@ -1704,6 +1707,17 @@ mod tests {
         }));
         assert!(app.input_focused);
         assert_eq!(resolve(&p, KeyState::of(&app)), Some(Action::Insert('p')));
+        // A key pressed during the reply (Tab to a pane, a toggle): the panes keep the keys.
+        act(&mut app, Action::Insert('y'));
+        assert!(!act(&mut app, Action::Submit).is_empty());
+        act(&mut app, Action::TogglePrefetch);
+        app.apply(Msg::Event(Event::Done {
+            reason: StopReason::Eos,
+            n_tokens: 2,
+            decode_ns: 1_000,
+            pos: Some(44),
+        }));
+        assert!(!app.input_focused);
     }
 
     #[test]
