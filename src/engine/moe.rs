@@ -167,9 +167,11 @@ fn run_experts_fused(
         outs.push((&ex.up, &mut slot.h2));
         ids.extend([e as u8, e as u8]);
     }
+    // An expert's gate and up are stored interleaved (one group); experts apart.
     w.mv_each(
         bytes,
         p,
+        2,
         &ids,
         std::slice::from_mut(&mut es.xq),
         &[act],
@@ -186,7 +188,7 @@ fn run_experts_fused(
         outs.push((&ex.down, &mut slot.o));
         ids.push(e as u8);
     }
-    w.mv_each(bytes, p, &ids, &mut es.slot_xq, &xs, &mut outs);
+    w.mv_each(bytes, p, 1, &ids, &mut es.slot_xq, &xs, &mut outs);
     drop(outs);
     es.acc.fill(0.0);
     let mut touched = 0;

@@ -75,12 +75,15 @@ impl Weights<'_> {
 
     /// Several matvecs of one layer in one pool run: output `i` is matrix `outs[i].0` of expert
     /// `experts[i]` (the row-major copy's key) on activation `xs[i]`, or on `xs[0]` when only
-    /// one is given; `xqs[j]` receives the Q8 copy of `xs[j]`. Each output's arithmetic is that
-    /// of [`Weights::mv_in`] on its own (a stripe is computed whole by one task).
+    /// one is given; `xqs[j]` receives the Q8 copy of `xs[j]`; `group` as in
+    /// [`tiled_matvec_acts`]. Each output's arithmetic is that of [`Weights::mv_in`] on its own
+    /// (a stripe is computed whole by one task).
+    #[allow(clippy::too_many_arguments)]
     pub fn mv_each(
         &self,
         bytes: &[u8],
         layer: usize,
+        group: usize,
         experts: &[u8],
         xqs: &mut [Q8Act],
         xs: &[&[f32]],
@@ -125,7 +128,7 @@ impl Weights<'_> {
                     rowmajor_matvec(self.pool, self.isa, md, &acts[which(i)], y);
                 }
             }
-            None => tiled_matvec_acts(self.pool, self.isa, bytes, outs, &acts),
+            None => tiled_matvec_acts(self.pool, self.isa, bytes, outs, &acts, group),
         }
     }
 

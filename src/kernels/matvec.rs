@@ -159,12 +159,16 @@ pub fn tiled_matvec(
     outs: &mut [(&Matrix, &mut [f32])],
     act: &Act,
 ) {
-    tiled_matvec_acts(pool, isa, bytes, outs, std::slice::from_ref(act));
+    let n = outs.len();
+    tiled_matvec_acts(pool, isa, bytes, outs, std::slice::from_ref(act), n);
 }
 
 /// [`tiled_matvec`] with one activation per output (`acts.len() == outs.len()`), or one shared
 /// by all (`acts.len() == 1`): the down projections of several experts, each on its own hidden
-/// activation, in one pool run instead of one run per expert.
+/// activation, in one pool run instead of one run per expert. `group`: how many consecutive
+/// outputs the writer stored interleaved stripe by stripe (an expert's gate and up: 2; separate
+/// regions: 1); tasks run group after group, round-robin inside a group, so each claim streams
+/// one region of the file in order.
 #[allow(clippy::needless_range_loop)] // a task index picks an entry of `order` or of the table
 pub fn tiled_matvec_acts(
     pool: &ThreadPool,
@@ -172,7 +176,9 @@ pub fn tiled_matvec_acts(
     bytes: &[u8],
     outs: &mut [(&Matrix, &mut [f32])],
     acts: &[Act],
+    group: usize,
 ) {
+    let group = group.clamp(1, outs.len().max(1));
     assert!(
         acts.len() == 1 || acts.len() == outs.len(),
         "one activation, or one per output"
@@ -221,12 +227,15 @@ pub fn tiled_matvec_acts(
     let ordered = n_outs > 1 && n_tasks <= ORDERED_MAX;
     if ordered {
         let stripes = |i: usize| table[i].expect("filled").1.n_stripes();
-        let most = (0..n_outs).map(stripes).max().unwrap_or(0);
         let mut k = 0;
-        for s in 0..most {
-            for i in (0..n_outs).filter(|&i| s < stripes(i)) {
-                order[k] = (i as u8, s as u8);
-                k += 1;
+        for g0 in (0..n_outs).step_by(group) {
+            let g = g0..(g0 + group).min(n_outs);
+            let most = g.clone().map(stripes).max().unwrap_or(0);
+            for s in 0..most {
+                for i in g.clone().filter(|&i| s < stripes(i)) {
+                    order[k] = (i as u8, s as u8);
+                    k += 1;
+                }
             }
         }
     }
@@ -608,7 +617,7 @@ mod tests {
                     .zip(ys.iter_mut())
                     .map(|(m, y)| (m, &mut y[..]))
                     .collect();
-                tiled_matvec_acts(&pool, isa, &buf, &mut outs, &acts);
+                tiled_matvec_acts(&pool, isa, &buf, &mut outs, &acts, 1 + threads % 2);
                 assert_eq!(ys, want, "{q} threads {threads}");
             }
             let pool = ThreadPool::new(1);
@@ -619,7 +628,7 @@ mod tests {
                 .map(|(m, y)| (m, &mut y[..]))
                 .collect();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                tiled_matvec_acts(&pool, isa, &buf, &mut outs, &acts[..2])
+                tiled_matvec_acts(&pool, isa, &buf, &mut outs, &acts[..2], 1)
             }));
             assert!(r.is_err(), "2 activations for 3 outputs must be refused");
         }
