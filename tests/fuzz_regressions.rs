@@ -189,3 +189,41 @@ fn chat_template_backwards_slice_of_an_empty_value_does_not_panic() {
         .to_string()
         .contains("cycle"));
 }
+
+/// The fuzzer's differential oracle (bounded render vs plain minijinja): a slice bound that is
+/// an undefined variable (`big[:n:-1]`) was read as omitted by the bounded backwards slice and
+/// rendered, where minijinja refuses to convert undefined to an integer. Both refuse now; an
+/// omitted bound (`none`) still slices.
+#[test]
+fn chat_template_undefined_slice_bound_is_refused_like_minijinja() {
+    use cflow::chat::template::{render_unbounded_reference, ChatMessage, ChatTemplate};
+    let src = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/fuzz/chat_template_crash_undefined_slice_bound"
+    ))
+    .unwrap();
+    let src = String::from_utf8_lossy(&src).into_owned();
+    let msgs = [ChatMessage::new("user", "hi")];
+    for src in [src.as_str(), "{% set big = [1, 2] %}{{ big[:n:-1] }}"] {
+        let Ok(t) = ChatTemplate::new(src, "<s>", "</s>") else {
+            continue;
+        };
+        for gen in [true, false] {
+            let ours = t.render(&msgs, gen);
+            let theirs = render_unbounded_reference(src, &msgs, gen, "<s>", "</s>");
+            assert_eq!(
+                ours.is_ok(),
+                theirs.is_ok(),
+                "{src}: {ours:?} vs {theirs:?}"
+            );
+        }
+    }
+    let src = "{{ [1, 2, 3][:0:-1] }}{{ [1, 2, 3][::-1] }}";
+    let t = ChatTemplate::new(src, "", "").unwrap();
+    let ours = t.render(&msgs, true).unwrap();
+    assert_eq!(
+        ours,
+        render_unbounded_reference(src, &msgs, true, "", "").unwrap()
+    );
+    assert!(ours.ends_with("[3, 2, 1]"), "{ours}");
+}

@@ -451,8 +451,10 @@ fn safe_backwards_slice(
     stop: &Value,
     step: &Value,
 ) -> Result<Option<Value>, Error> {
+    // An omitted bound is `none`; an undefined variable is not (minijinja refuses to convert it,
+    // and so does the builtin this falls through to).
     let as_opt = |x: &Value| -> Option<Option<i64>> {
-        if x.is_none() || x.is_undefined() {
+        if x.is_none() {
             Some(None)
         } else {
             i64::try_from(x.clone()).ok().map(Some)
