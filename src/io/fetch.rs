@@ -389,9 +389,9 @@ impl ExpertFetcher {
                     && s.buf.is_some()
                     && s.pending.load(Ordering::Acquire) == 0
             });
-            let read_no = self.counters.submitted;
-            self.counters.submitted += 1;
             if let Some(idx) = hit {
+                let read_no = self.counters.submitted;
+                self.counters.submitted += 1;
                 self.counters.cache_hits += 1;
                 self.counters.completed += 1;
                 let s = &mut self.slots[idx];
@@ -406,7 +406,6 @@ impl ExpertFetcher {
                 };
             }
             self.counters.cache_misses += 1;
-            self.counters.submitted -= 1;
         }
         let a = ALIGN as u64;
         let off = offset / a * a;
