@@ -129,6 +129,16 @@ fn check_all_combinations(path: &Path, expect_direct: Option<bool>) {
                     if pf {
                         let (cmds, _, _) = e.prefetch_counters().expect("prefetcher");
                         let _ = cmds; // the thread may lag; only its existence is checked
+                        let st = e.stats();
+                        let p = st.prefetch.expect("the token reports its prefetch");
+                        let routed = st.layers.iter().filter(|l| !l.routing.is_empty()).count();
+                        if tier == ExpertTier::Direct && routed > 1 {
+                            // Speculative reads: every routed layer after the first was predicted.
+                            assert!(p.predicted > 0 && p.hits <= p.predicted, "{what}: {p:?}");
+                        }
+                        if tier == ExpertTier::Mmap {
+                            assert_eq!(p.wasted_bytes, 0, "{what}");
+                        }
                     }
                 }
             }

@@ -125,6 +125,7 @@ fn stats(index: u32) -> TokenStats {
             dropped: 1,
             predicted: 2,
             hits: 1,
+            wasted_bytes: 4096,
         }),
         // Even tokens carry the engine's report of what it ran (the schema checks it).
         ran: index.is_multiple_of(2).then(|| cflow::telemetry::RunInfo {

@@ -614,6 +614,7 @@ fn routing_pane_shows_prefetch_hit_rate_and_drops() {
                     dropped: (s.index % 4 == 0) as u32,
                     predicted: 10,
                     hits: 4,
+                    ..Default::default()
                 });
             }
             e

@@ -259,7 +259,12 @@ pub struct EngineArgs {
     /// Shorthand for --kv f16.
     #[arg(long, conflicts_with = "kv")]
     pub kv_f16: bool,
-    /// PREFETCHT0 prefetch thread.
+    /// Fetch the next layer's weights ahead. A thread hints the next layer's attention and dense
+    /// tiles with PREFETCHT0; the next layer's experts are predicted and fetched too: on the
+    /// mmap tier the current layer's expert ids, hinted (paper §3.9.2); on the direct tier the
+    /// next layer's own router applied one layer early, its experts read into staging slots
+    /// (an extension; unused reads count as wasted). Hit rate: the Routing pane, `bench --json`
+    /// `prefetch`.
     #[arg(long, value_enum, default_value_t = OnOff::Off)]
     pub prefetch: OnOff,
     /// Expert fetch on the direct tier: sync (blocking at routing) or staged (until injection).

@@ -58,6 +58,8 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         let mut mib_tok = 0.0;
         let mut split = crate::engine::step_split::StepSplit::default();
         let mut cache: Option<crate::telemetry::ExpertCacheStat> = None;
+        let (mut prefetch, mut pf_tokens): (Option<crate::telemetry::PrefetchStat>, u64) =
+            (None, 0);
         let (mut disk_bytes, mut disk_tokens) = (Some(0u64), 0u64);
         for r in 0..=a.repeat {
             sess.reset();
@@ -71,6 +73,10 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             split.add(&this_split);
             for c in out.stats.iter().filter_map(|s| s.expert_cache.as_ref()) {
                 cache.get_or_insert_with(Default::default).add(c);
+            }
+            for p in out.stats.iter().filter_map(|s| s.prefetch.as_ref()) {
+                prefetch.get_or_insert_with(Default::default).add(p);
+                pf_tokens += 1;
             }
             disk_bytes = match (disk_bytes, io0, io1) {
                 (Some(b), Some(x), Some(y)) => Some(b + y.saturating_sub(x)),
@@ -126,6 +132,21 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
                 "hits": c.hits,
                 "misses": c.misses,
                 "hit_rate": c.hit_rate(),
+            }),
+            None => serde_json::Value::Null,
+        };
+        // The next-layer expert prediction (--prefetch on): ids fetched ahead, how many the
+        // routing then selected, and (direct tier) the bytes read ahead and not used.
+        row["prefetch"] = match prefetch {
+            Some(p) => serde_json::json!({
+                "predicted": p.predicted,
+                "hits": p.hits,
+                "hit_rate": p.hit_rate(),
+                "wasted_mib_per_token": p.wasted_bytes as f64
+                    / pf_tokens.max(1) as f64
+                    / crate::util::MIB,
+                "hints_sent": p.sent,
+                "hints_dropped": p.dropped,
             }),
             None => serde_json::Value::Null,
         };

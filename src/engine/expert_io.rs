@@ -15,6 +15,9 @@ use crate::io::{ExpertFetcher, FetchMode, PrefetchCmd, Prefetcher, Ticket};
 use crate::telemetry::{ExpertCacheStat, LayerIo, PrefetchStat, TokenStats};
 use std::sync::Arc;
 
+/// A speculative read: (expert id, its ticket, its bytes).
+type SpecRead = (usize, Ticket, u64);
+
 pub struct TokenIo<'a> {
     file: &'a Arc<CflowFile>,
     fetcher: Option<&'a mut ExpertFetcher>,
@@ -28,6 +31,9 @@ pub struct TokenIo<'a> {
     step: usize,
     /// The expert ids hinted for the next routed layer: (the step they are for, ids).
     predicted: Option<(usize, Vec<usize>)>,
+    /// Direct tier with prefetch: the speculative reads submitted for the next routed layer:
+    /// (the step they are for, (expert id, ticket, bytes)).
+    spec: Option<(usize, Vec<SpecRead>)>,
     /// This token's hint counts.
     pf: PrefetchStat,
     /// This token's expert-cache hits and misses (direct tier with the cache on).
@@ -53,6 +59,7 @@ impl<'a> TokenIo<'a> {
             wait_ns: 0,
             step: 0,
             predicted: None,
+            spec: None,
             pf: PrefetchStat::default(),
             cache: ExpertCacheStat::default(),
         }
@@ -61,6 +68,13 @@ impl<'a> TokenIo<'a> {
     /// True when experts are read into staging slots (they then run where the reads land).
     pub fn fetching(&self) -> bool {
         self.fetcher.is_some()
+    }
+
+    /// True when the next routed layer's experts are read speculatively (direct tier with
+    /// prefetch on): the caller then passes [`routed`](Self::routed) the next layer's router's
+    /// prediction.
+    pub fn speculating(&self) -> bool {
+        self.fetcher.is_some() && self.prefetch.is_some()
     }
 
     /// Start of a step: hints the attention and dense tiles of the next block (`next`).
@@ -93,36 +107,81 @@ impl<'a> TokenIo<'a> {
     }
 
     /// After routing at block `lv`: submits the reads of the selected experts (waiting for them
-    /// at once under sync fetch) and returns the tickets (empty on the mmap tier). With the
-    /// prefetch thread on the mmap tier instead: checks the previous step's prediction against
-    /// `sel`, then hints the tiles of the same expert ids in `next` (the next step's block).
+    /// at once under sync fetch) and returns the tickets (empty on the mmap tier). With prefetch
+    /// on the direct tier, a selected expert already read speculatively for this step takes that
+    /// read's ticket (a hit), the unused speculative reads are abandoned, and `spec` — the next
+    /// layer's router's prediction for `next` — is read ahead. With the prefetch thread on the
+    /// mmap tier instead: checks the previous step's prediction against `sel`, then hints the
+    /// tiles of the same expert ids in `next` (the next step's block).
     pub fn routed(
         &mut self,
         lv: &LayerView,
         sel: &[(usize, f32)],
         next: Option<&LayerView>,
+        spec: Option<&[usize]>,
     ) -> Vec<Ticket> {
         let mut tickets = Vec::new();
+        let now = self.step.saturating_sub(1);
         if let Some(f) = self.fetcher.as_deref_mut() {
-            for &(e, _) in sel {
-                let ex = &lv.experts[e];
-                let t = f.submit(ex.offset, ex.len as usize);
-                if f.cache_bytes() > 0 {
-                    if f.was_hit(t) {
-                        self.cache.hits += 1;
-                    } else {
-                        self.cache.misses += 1;
+            let mut ahead = match self.spec.take() {
+                Some((at, reads)) if at == now => reads,
+                Some((_, reads)) => {
+                    // Not for this step (cannot happen in a token's order): give them up.
+                    for (_, t, b) in reads {
+                        f.abandon(t);
+                        self.pf.wasted_bytes += b;
                     }
+                    Vec::new()
                 }
-                tickets.push(t);
+                None => Vec::new(),
+            };
+            if !ahead.is_empty() {
+                self.pf.predicted += ahead.len() as u32;
+            }
+            let cache_on = f.cache_bytes() > 0;
+            let submit =
+                |f: &mut ExpertFetcher, off: u64, len: usize, cache: &mut ExpertCacheStat| {
+                    let t = f.submit(off, len);
+                    if cache_on {
+                        if f.was_hit(t) {
+                            cache.hits += 1;
+                        } else {
+                            cache.misses += 1;
+                        }
+                    }
+                    t
+                };
+            for &(e, _) in sel {
+                if let Some(i) = ahead.iter().position(|&(id, _, _)| id == e) {
+                    self.pf.hits += 1;
+                    tickets.push(ahead.swap_remove(i).1);
+                    continue;
+                }
+                let ex = &lv.experts[e];
+                tickets.push(submit(f, ex.offset, ex.len as usize, &mut self.cache));
+            }
+            for (_, t, b) in ahead {
+                f.abandon(t);
+                self.pf.wasted_bytes += b;
             }
             if self.mode == FetchMode::Sync {
                 for t in &tickets {
                     self.wait_ns += f.wait(*t);
                 }
             }
+            if let (Some(ids), Some(nv)) = (spec, next.filter(|nv| !nv.experts.is_empty())) {
+                let reads: Vec<SpecRead> = ids
+                    .iter()
+                    .filter(|&&e| e < nv.experts.len())
+                    .map(|&e| {
+                        let ex = &nv.experts[e];
+                        let t = submit(f, ex.offset, ex.len as usize, &mut self.cache);
+                        (e, t, ex.len)
+                    })
+                    .collect();
+                self.spec = Some((now + 1, reads));
+            }
         } else if let Some(pf) = self.prefetch {
-            let now = self.step.saturating_sub(1);
             if let Some((_, ids)) = self.predicted.take().filter(|(at, _)| *at == now) {
                 self.pf.predicted += ids.len() as u32;
                 self.pf.hits += ids
@@ -202,6 +261,21 @@ impl<'a> TokenIo<'a> {
         }
     }
 
+    /// Abandons the speculative reads still outstanding and waits for every abandoned read, so
+    /// that between tokens every staging slot is free.
+    fn give_up_speculation(&mut self) {
+        let Some(f) = self.fetcher.as_deref_mut() else {
+            return;
+        };
+        if let Some((_, reads)) = self.spec.take() {
+            for (_, t, b) in reads {
+                f.abandon(t);
+                self.pf.wasted_bytes += b;
+            }
+        }
+        f.reap();
+    }
+
     /// End of step `l` that took `layer_ns`: its compute / wait split (direct tier only).
     pub fn layer_end(&self, st: &mut crate::telemetry::LayerStat, layer_ns: u64) {
         if self.fetching() {
@@ -216,6 +290,7 @@ impl<'a> TokenIo<'a> {
 
     /// End of the token: reader-busy time and bytes of the reads issued at each step.
     pub fn finish(mut self, stats: &mut TokenStats) {
+        self.give_up_speculation();
         if self.prefetch.is_some() {
             stats.prefetch = Some(self.pf);
         }
@@ -230,6 +305,13 @@ impl<'a> TokenIo<'a> {
                 io.bytes = *b;
             }
         }
+    }
+}
+
+impl Drop for TokenIo<'_> {
+    /// A token that ends early (stopped, or a failed read) leaves no speculative read behind.
+    fn drop(&mut self) {
+        self.give_up_speculation();
     }
 }
 
@@ -256,11 +338,11 @@ mod tests {
         let mut io = TokenIo::new(&file, None, Some(&pf), FetchMode::Sync, 3);
         let l = &file.layers;
         io.layer_start(Some(&l[1]));
-        io.routed(&l[0], &[(1, 0.6), (3, 0.4)], Some(&l[1]));
+        io.routed(&l[0], &[(1, 0.6), (3, 0.4)], Some(&l[1]), None);
         io.layer_start(Some(&l[2]));
-        io.routed(&l[1], &[(3, 0.7), (5, 0.3)], Some(&l[2]));
+        io.routed(&l[1], &[(3, 0.7), (5, 0.3)], Some(&l[2]), None);
         io.layer_start(None);
-        io.routed(&l[2], &[(5, 0.5), (3, 0.5)], None);
+        io.routed(&l[2], &[(5, 0.5), (3, 0.5)], None, None);
         // Commands in order: ranges of ℓ1, tiles of ℓ1's experts 1 and 3, ranges of ℓ2, ...
         let cmds: Vec<PrefetchCmd> = rx.try_iter().collect();
         let tiles: Vec<Vec<(usize, usize)>> = cmds
@@ -303,9 +385,9 @@ mod tests {
         let mut io = TokenIo::new(&file, None, Some(&pf), FetchMode::Sync, 2);
         let l = &file.layers;
         io.layer_start(Some(&l[1])); // attention range queued, dense range dropped
-        io.routed(&l[0], &[(1, 0.6), (3, 0.4)], Some(&l[1])); // dropped
+        io.routed(&l[0], &[(1, 0.6), (3, 0.4)], Some(&l[1]), None); // dropped
         io.layer_start(None);
-        io.routed(&l[1], &[(1, 0.6), (3, 0.4)], None);
+        io.routed(&l[1], &[(1, 0.6), (3, 0.4)], None, None);
         let mut stats = TokenStats {
             layers: vec![Default::default(); 2],
             ..Default::default()
@@ -323,5 +405,57 @@ mod tests {
         let mut stats = TokenStats::default();
         TokenIo::new(&file, None, None, FetchMode::Sync, 0).finish(&mut stats);
         assert!(stats.prefetch.is_none());
+    }
+
+    /// Direct tier with prefetch: the next layer's predicted experts are read ahead; a routed
+    /// expert that was read ahead takes that read (no second submission), the others are read
+    /// then, and the unused reads count as wasted. Predicted {1, 3}, routed {3, 5}: 2 predicted,
+    /// 1 hit, expert 1's bytes wasted, 2 + 2 + 1 submissions; every slot is free afterwards.
+    #[test]
+    fn speculative_reads_are_reused_or_abandoned() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = model(dir.path());
+        let mut f = ExpertFetcher::new(&file.path, 1, Default::default()).unwrap();
+        let (pf, _rx) = Prefetcher::stalled(64);
+        let l = &file.layers;
+        {
+            let mut io = TokenIo::new(&file, Some(&mut f), Some(&pf), FetchMode::Staged, 2);
+            assert!(io.speculating());
+            io.layer_start(Some(&l[1]));
+            let t0 = io.routed(&l[0], &[(0, 0.5), (2, 0.5)], Some(&l[1]), Some(&[1, 3]));
+            assert_eq!(t0.len(), 2);
+            io.layer_start(None);
+            let t1 = io.routed(&l[1], &[(3, 0.5), (5, 0.5)], None, None);
+            for (ts, block, sel) in [(&t0, 0, [0, 2]), (&t1, 1, [3, 5])] {
+                let pe = Pending {
+                    block,
+                    from: block,
+                    act: Vec::new(),
+                    sel: sel.iter().map(|&e| (e, 0.5)).collect(),
+                    scale: 1.0,
+                    tickets: ts.clone(),
+                    offloaded: false,
+                };
+                io.before_experts(&pe).unwrap();
+                for (i, v) in io.staged(&pe).into_iter().enumerate() {
+                    let ex = &l[block].experts[sel[i]];
+                    let want = &file.bytes()[ex.offset as usize..(ex.offset + ex.len) as usize];
+                    assert_eq!(v.unwrap(), want, "block {block} expert {}", sel[i]);
+                }
+                io.after_experts(&pe);
+            }
+            let mut stats = TokenStats {
+                layers: vec![Default::default(); 2],
+                ..Default::default()
+            };
+            io.finish(&mut stats);
+            let p = stats.prefetch.unwrap();
+            assert_eq!((p.predicted, p.hits), (2, 1));
+            assert_eq!(p.wasted_bytes, l[1].experts[1].len);
+        }
+        assert_eq!(f.counters.submitted, 5);
+        assert_eq!(f.counters.submitted, f.counters.completed);
+        assert_eq!(f.free_slots(), f.n_slots());
+        assert_eq!(f.counters.reuse_violations, 0);
     }
 }

@@ -98,10 +98,22 @@ impl Token<'_, '_> {
         let (rule, cfg) = (self.rule, w.cfg);
         let lv = &w.file.layers[p];
         let t2 = Instant::now();
-        let (act, sel) = route(cfg, lv, rule.read(self.s, rule.route_in));
+        let src = rule.read(self.s, rule.route_in);
+        let (act, sel) = route(cfg, lv, src);
+        let nv = next.map(|b| &w.file.layers[b]);
+        // Direct tier with prefetch: the next layer's router on this layer's router input
+        // predicts the experts to read ahead (an extension: docs/SEMANTICS.md).
+        let spec: Option<Vec<usize>> = nv
+            .filter(|nv| self.io.speculating() && nv.router.is_some() && !nv.experts.is_empty())
+            .map(|nv| {
+                select(cfg, nv, &expert_input(cfg, nv, src))
+                    .into_iter()
+                    .map(|(e, _)| e)
+                    .collect()
+            });
         let st = &mut self.stats.layers[l];
         st.routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
-        let tickets = self.io.routed(lv, &sel, next.map(|b| &w.file.layers[b]));
+        let tickets = self.io.routed(lv, &sel, nv, spec.as_deref());
         let later = self.experts_aside && self.sched.inject_step(l) > l && !self.io.fetching();
         let offloaded = match lane {
             Some(lane) if later => {
@@ -154,7 +166,7 @@ impl Token<'_, '_> {
             }
             let sel = select(cfg, lt, &expert_input(cfg, lt, src));
             self.stats.layers[t].routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
-            let tickets = self.io.routed(lt, &sel, None);
+            let tickets = self.io.routed(lt, &sel, None, None);
             self.sched.defer_at(
                 t,
                 Pending {

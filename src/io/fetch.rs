@@ -214,6 +214,9 @@ struct Slot {
     region: (u64, usize),
     /// The current ticket was served from the cache.
     hit: bool,
+    /// The read's ticket was given up while in flight (a mispredicted speculative read): the
+    /// slot becomes free when the read completes, without a `wait` on it.
+    abandoned: bool,
     /// When the slot was last handed out (a submission number; least recently used evicts first).
     last_use: u64,
 }
@@ -424,6 +427,7 @@ impl ExpertFetcher {
         slot.waiter_panic = fault == Some(FaultKind::WaiterPanic);
         slot.holds = None;
         slot.hit = false;
+        slot.abandoned = false;
         slot.last_use = read_no;
         slot.region = (offset, len);
         slot.pending.fetch_add(1, Ordering::AcqRel);
@@ -505,6 +509,7 @@ impl ExpertFetcher {
                     holds: None,
                     last_use: 0,
                     hit: false,
+                    abandoned: false,
                     region: (0, 0),
                 });
                 self.gens.push(0);
@@ -531,6 +536,53 @@ impl ExpertFetcher {
                 self.counters.failed += 1;
             }
         }
+        if s.abandoned {
+            s.abandoned = false;
+            self.free_slot(d.slot);
+        }
+    }
+
+    /// Marks slot `i` free (keeping the region it holds only while the cache is on).
+    fn free_slot(&mut self, i: usize) {
+        let s = &mut self.slots[i];
+        s.state = SlotState::Free;
+        if s.error.is_some() || self.cache_cap == 0 {
+            s.holds = None;
+        } else {
+            self.evict_to_cap();
+        }
+    }
+
+    /// Gives up ticket `t` without waiting: a completed slot is freed now, an in-flight one when
+    /// its read completes (its bytes count in `counters.bytes`; with the cache on the region is
+    /// kept like any other). For speculative reads the routing did not select.
+    pub fn abandon(&mut self, t: Ticket) {
+        if self.gens[t.slot] != t.gen {
+            return;
+        }
+        // A pending injected waiter panic belongs to a wait that will not happen.
+        self.slots[t.slot].waiter_panic = false;
+        if self.slots[t.slot].state == SlotState::InFlight {
+            self.slots[t.slot].abandoned = true;
+        } else {
+            self.free_slot(t.slot);
+        }
+    }
+
+    /// Blocks until every abandoned read has completed (and its slot is free): called at the end
+    /// of a token, so that between tokens every slot is free. Returns the ns spent blocked.
+    pub fn reap(&mut self) -> u64 {
+        let mut ns = 0;
+        for i in 0..self.slots.len() {
+            if self.slots[i].abandoned {
+                let t = Ticket {
+                    slot: i,
+                    gen: self.gens[i],
+                };
+                ns += self.wait(t);
+            }
+        }
+        ns
     }
 
     /// Blocks until the read of `t` has completed. Returns the ns spent blocked.
@@ -556,6 +608,11 @@ impl ExpertFetcher {
                             s.error = Some("reader pool stopped".into());
                             s.buf = AlignedBuf::new(round_up(s.delta + s.len));
                             s.pending.store(0, Ordering::Release);
+                            if s.abandoned {
+                                s.abandoned = false;
+                                s.state = SlotState::Free;
+                                s.holds = None;
+                            }
                         }
                     }
                 }
@@ -596,13 +653,7 @@ impl ExpertFetcher {
             return;
         }
         self.wait(t);
-        let s = &mut self.slots[t.slot];
-        s.state = SlotState::Free;
-        if self.cache_cap == 0 {
-            s.holds = None;
-        } else {
-            self.evict_to_cap();
-        }
+        self.free_slot(t.slot);
     }
 
     /// Waits for every in-flight read and frees every slot (after an interrupted token).
@@ -771,5 +822,43 @@ mod tests {
         f.set_cache_bytes(0);
         assert_eq!(f.cached_bytes(), 0);
         assert!(!read(&mut f, a.0, a.1), "off again: no hits");
+    }
+
+    /// An abandoned read frees its slot when it completes, with no `wait` on it: in flight it
+    /// stays out of `acquire`'s hands (no reuse violation), `reap` leaves every slot free, the
+    /// slot's bytes count as read, and with the cache on the abandoned region is served later.
+    #[test]
+    fn abandoned_reads_free_their_slots_and_may_be_cached() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let (p, data) = sample(dir.path());
+        for cache in [0u64, 1 << 20] {
+            let hooks = FetchHooks {
+                reader_delay: Duration::from_millis(20),
+                ..Default::default()
+            };
+            let mut f = ExpertFetcher::new(&p, 1, hooks).unwrap();
+            f.set_cache_bytes(cache);
+            let spec = f.submit(4096, 1000);
+            f.abandon(spec);
+            assert_eq!(f.in_flight(), 1, "still in flight after abandon");
+            // A new read meanwhile gets another slot and the right bytes.
+            let t = f.submit(0, 100);
+            f.wait(t);
+            assert_eq!(f.view(t).unwrap(), &data[..100]);
+            f.release(t);
+            f.reap();
+            assert_eq!(f.free_slots(), f.n_slots());
+            assert_eq!(f.counters.reuse_violations, 0);
+            assert_eq!(f.counters.bytes, 1100);
+            // Abandoning a stale ticket does nothing.
+            f.abandon(spec);
+            assert_eq!(f.free_slots(), f.n_slots());
+            let again = f.submit(4096, 1000);
+            assert_eq!(f.was_hit(again), cache > 0, "cache {cache}");
+            f.wait(again);
+            assert_eq!(f.view(again).unwrap(), &data[4096..5096]);
+            f.abandon(again); // completed: freed at once
+            assert_eq!(f.free_slots(), f.n_slots());
+        }
     }
 }

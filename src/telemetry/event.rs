@@ -247,16 +247,22 @@ impl ExpertCacheStat {
     }
 }
 
-/// The prefetch hints of one token (paper §3.9.2). `predicted` counts the expert ids whose
-/// tiles were hinted for the next routed layer (the current routing's ids, sent on the channel),
-/// `hits` those of them that layer then actually routed; `sent` / `dropped` count every hint
-/// command (attention and dense ranges, expert tiles) queued / dropped on a full channel.
+/// The prefetch of one token. `sent` / `dropped` count the prefetch thread's hint commands
+/// (attention and dense ranges, and on the mmap tier expert tiles) queued / dropped on a full
+/// channel. `predicted` counts the expert ids fetched ahead for the next routed layer, `hits`
+/// those of them that layer then actually routed. The prediction depends on the tier: on the
+/// mmap tier the current routing's ids, hinted with `PREFETCHT0` (paper §3.9.2); on the direct
+/// tier the next layer's own router applied one layer early, its experts read into staging
+/// slots (an extension, docs/SEMANTICS.md), and `wasted_bytes` counts the bytes of those reads
+/// the routing did not use.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PrefetchStat {
     pub sent: u32,
     pub dropped: u32,
     pub predicted: u32,
     pub hits: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wasted_bytes: u64,
 }
 
 impl PrefetchStat {
@@ -266,6 +272,7 @@ impl PrefetchStat {
         self.dropped += o.dropped;
         self.predicted += o.predicted;
         self.hits += o.hits;
+        self.wasted_bytes += o.wasted_bytes;
     }
 
     /// hits / predicted (None before any prediction was checked).
