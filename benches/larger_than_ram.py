@@ -87,15 +87,17 @@ def run(cmd, env=None):
     return out, last, time.time() - t0
 
 
-def llama_arm(a, t, extra):
-    # Two repetitions; the second is reported (the first and llama-bench's own warm-up fill
-    # the cache, as cflow's warm-up repeat does). llama-bench's tg test feeds a random token
-    # at every step; cflow's arms do the same (`--feed random`).
-    return [a.llama_bench, "-m", a.gguf, "-p", "0", "-n", str(a.tokens), "-t", str(t), "-r", "2", "-o", "json"] + extra
+def llama_arm(a, t, n, reps, extra):
+    # Without a limit two repetitions, the second reported (the first and llama-bench's own
+    # warm-up fill the page cache, as cflow's warm-up repeat does); under a limit one (the cache
+    # cannot hold the model, so a second repetition is as cold as the first, and each costs
+    # minutes). llama-bench's tg test feeds a random token at every step; cflow's arms do the
+    # same (`--feed random`).
+    return [a.llama_bench, "-m", a.gguf, "-p", "0", "-n", str(n), "-t", str(t), "-r", str(reps), "-o", "json"] + extra
 
 
-def cflow_arm(a, t, extra):
-    return [a.cflow, "bench", "decode", a.cflow_model, "--threads", str(t), "--repeat", "2", "--tokens", str(a.tokens),
+def cflow_arm(a, t, n, extra):
+    return [a.cflow, "bench", "decode", a.cflow_model, "--threads", str(t), "--repeat", "2", "--tokens", str(n),
             "--prompt-len", str(a.prompt), "--max-ctx", "256", "--feed", "random", "--json"] + extra
 
 
@@ -106,6 +108,9 @@ ARMS = [
     ("llama.cpp mmap --repack 0", ("llama", ["--repack", "0"])),
     ("cflow mmap", ["--expert-tier", "mmap"]),
     ("cflow direct sync", ["--expert-tier", "direct", "--fetch", "sync"]),
+    ("cflow direct staged", ["--expert-tier", "direct", "--fetch", "staged"]),
+    # --prefetch on, direct tier: the next layer's experts read speculatively, predicted by its
+    # router applied one layer early (docs/SEMANTICS.md X2); the hit rate is reported.
     ("cflow direct staged+prefetch", ["--expert-tier", "direct", "--fetch", "staged", "--prefetch", "on"]),
 ]
 
@@ -124,7 +129,7 @@ def parse(name, out, read_bytes, tokens_total):
     # cflow: the median of its two measured repeats (after its own warm-up repeat).
     return {"tok_s": reps["median"], "disk_mib_per_token": r["disk_read_mib_per_token"],
             "disk_note": "measured repeats", "expert_cache": c, "mib_per_token": r["mib_per_token"],
-            "time_split": r.get("time_split")}
+            "prefetch": r.get("prefetch"), "time_split": r.get("time_split")}
 
 
 def main():
@@ -138,12 +143,14 @@ def main():
     ap.add_argument("--threads", default="2 1")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--tokens-limited", type=int, default=8, help="decode tokens under a limit (each costs seconds there)")
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--cache-mib", default="", help="LIMIT=MiB,... : add a direct staged+prefetch arm with the expert cache")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     cache = dict(kv.split("=") for kv in a.cache_mib.split(",") if kv)
-    results = {"gguf": a.gguf, "cflow_model": a.cflow_model, "tokens": a.tokens, "prompt": a.prompt,
+    results = {"gguf": a.gguf, "cflow_model": a.cflow_model, "tokens": a.tokens,
+               "tokens_limited": a.tokens_limited, "prompt": a.prompt,
                "routing": "random routers: close to uniform, the worst case for any cache", "runs": []}
     if os.path.exists(a.out):
         results = json.load(open(a.out))
@@ -172,22 +179,28 @@ def main():
                     for name, extra in order:
                         if (limit, t, pair, name) in done:
                             continue
+                        if any(r.get("oom") and (r["limit"], r["threads"], r["arm"]) == (limit, t, name)
+                               for r in results["runs"]):
+                            continue  # OOM-killed at this limit already: it would be again
                         is_llama = isinstance(extra, tuple)
-                        cmd = llama_arm(a, t, extra[1]) if is_llama else cflow_arm(a, t, extra)
                         lim = None if limit == "none" else int(float(limit[:-1]) * 2**30)
+                        n = a.tokens if lim is None else a.tokens_limited
+                        reps = 2 if lim is None else 1
+                        cmd = llama_arm(a, t, n, reps, extra[1]) if is_llama else cflow_arm(a, t, n, extra)
                         cg = Cgroup(f"cflow-ltr-{os.getpid()}", lim) if lim else None
                         cold = drop_caches()
                         try:
                             out, rb, wall = run(cg.wrap(cmd) if cg else cmd, env)
-                            tokens_total = (2 * a.tokens + 1) if is_llama else None
+                            tokens_total = (reps * n + 1) if is_llama else None
                             r = parse(name, out, rb, tokens_total or 1)
                             r.update({"limit": limit, "threads": t, "pair": pair, "arm": name, "wall_s": wall,
-                                      "cold_start": cold, "process_read_mib": rb / 2**20})
+                                      "tokens": n, "cold_start": cold, "process_read_mib": rb / 2**20})
                         except RuntimeError as e:
                             msg = str(e)
-                            if "exited -9" in msg:
+                            oom = "exited -9" in msg
+                            if oom:
                                 msg = "killed by SIGKILL (the cgroup's OOM killer: the limit is below what it needs)"
-                            r = {"limit": limit, "threads": t, "pair": pair, "arm": name, "error": msg[-500:]}
+                            r = {"limit": limit, "threads": t, "pair": pair, "arm": name, "error": msg[-500:], "oom": oom}
                         finally:
                             if cg:
                                 cg.remove()
@@ -231,11 +244,15 @@ def summarize(results):
             caches = [r.get("expert_cache") for r in rs if r.get("expert_cache")]
             if caches:
                 row["expert_cache_hit_rate_median"] = statistics.median(c["hit_rate"] or 0 for c in caches)
+            pfs = [r.get("prefetch") for r in rs if r.get("prefetch") and r["prefetch"].get("hit_rate") is not None]
+            if pfs:
+                row["prefetch_hit_rate_median"] = statistics.median(p["hit_rate"] for p in pfs)
+                row["prefetch_wasted_mib_per_token_median"] = statistics.median(p["wasted_mib_per_token"] for p in pfs)
             summary.append(row)
     results["summary"] = summary
     fails = [r for r in results["runs"] if "error" in r]
-    print("| limit | threads | arm | n | tok/s median [min–max] | × llama.cpp default | × llama.cpp --repack 0 | disk MiB/token |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| limit | threads | arm | n | tok/s median [min–max] | × llama.cpp default | × llama.cpp --repack 0 | disk MiB/token | hit rate |")
+    print("|---|---|---|---|---|---|---|---|---|")
     def ratio(s, key):
         if f"ratio_to_{key}_median" not in s:
             return "—"
@@ -244,9 +261,18 @@ def summarize(results):
             out += f", CI {s[f'ratio_to_{key}_ci95'][0]:.2f}–{s[f'ratio_to_{key}_ci95'][1]:.2f}"
         return out
     for s in summary:
-        print(f"| {s['limit']} | {s['threads']} | {s['arm']} | {s['n']} | {s['tok_s_median']:.2f} [{s['tok_s_min']:.2f}–{s['tok_s_max']:.2f}] | {ratio(s, 'llama')} | {ratio(s, 'llama_repack0')} | {s['disk_mib_per_token_median']:.0f} |")
+        print(f"| {s['limit']} | {s['threads']} | {s['arm']} | {s['n']} | {s['tok_s_median']:.2f} [{s['tok_s_min']:.2f}–{s['tok_s_max']:.2f}] | {ratio(s, 'llama')} | {ratio(s, 'llama_repack0')} | {s['disk_mib_per_token_median']:.0f} | {hits(s)} |")
     for r in fails:
-        print(f"| {r['limit']} | {r['threads']} | {r['arm']} | pair {r['pair']} | failed: {r['error'][:120]} | | | |")
+        print(f"| {r['limit']} | {r['threads']} | {r['arm']} | pair {r['pair']} | failed: {r['error'][:120]} | | | | |")
+
+
+def hits(s):
+    out = []
+    if "prefetch_hit_rate_median" in s:
+        out.append(f"prefetch {100 * s['prefetch_hit_rate_median']:.0f}% ({s['prefetch_wasted_mib_per_token_median']:.0f} MiB/token wasted)")
+    if "expert_cache_hit_rate_median" in s:
+        out.append(f"cache {100 * s['expert_cache_hit_rate_median']:.0f}%")
+    return ", ".join(out) or "—"
 
 if __name__ == "__main__":
     main()

@@ -39,7 +39,10 @@ fn make_cold(path: &Path, drop_all: bool) -> Result<serde_json::Value> {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Example:\n  cflow-tui bench overlap --threads 1,2 --repeat 3 --json   # on the cached overlap model"
+    after_help = "The sync arm runs without speculation; with --prefetch on the staged arm reads the next layer's \
+predicted experts ahead (its hit rate feeds the model: overlap_model::predict_with_speculation).\n\n\
+Examples:\n  cflow-tui bench overlap --threads 1,2 --repeat 3 --json   # on the cached overlap model\n  \
+cflow-tui bench overlap MOE.cflow --prefetch on --threads 2   # a model without an expert delay"
 )]
 pub struct OverlapArgs {
     /// Model (default: a generated MoE sized so expert reads matter, cached).
@@ -143,6 +146,7 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
     }
     let base = a.engine.with_threads(threads[0]).options()?;
     let readers = base.readers;
+    let speculate = base.prefetch;
     let (act, kv) = base.numerics();
     let path = match &a.model {
         Some(p) => p.clone(),
@@ -176,6 +180,9 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
         let (mut sy, mut stg) = (Vec::new(), Vec::new());
         for r in 0..a.repeat {
             for (mode, out) in [(FetchMode::Sync, &mut sy), (FetchMode::Staged, &mut stg)] {
+                // The sync arm is the model's input: no speculation there. With --prefetch on
+                // the staged arm reads the next layer's predicted experts ahead.
+                e.set_prefetch(speculate && mode == FetchMode::Staged);
                 pb.set_message(format!(
                     "bench overlap: {t} threads, repeat {}/{}, {}",
                     r + 1,
@@ -208,7 +215,22 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
             .map(|l| l.pre_ns + l.inject_ns + l.io_ns)
             .sum();
         let other = (sync_ms * 1e6 - in_layers).max(0.0);
-        let model = overlap_model::predict(&layers, file.cfg.expert_delay as usize, readers);
+        // With speculation: its hit rate is a count of the staged arm (which experts the
+        // prediction named and the routing chose), not a time; the times stay the sync arm's.
+        let mut pf = crate::telemetry::PrefetchStat::default();
+        for p in stg
+            .iter()
+            .flat_map(|r| &r.tokens)
+            .filter_map(|s| s.prefetch)
+        {
+            pf.add(&p);
+        }
+        let hit_rate = pf.hit_rate().filter(|_| speculate);
+        let de = file.cfg.expert_delay as usize;
+        let model = match hit_rate {
+            Some(h) => overlap_model::predict_with_speculation(&layers, de, readers, h),
+            None => overlap_model::predict(&layers, de, readers),
+        };
         let predicted = model.net(other);
         // The previous one-channel model (each layer's IO_eff as one block), for comparison.
         let one_channel: Vec<LayerTiming> = layers
@@ -221,7 +243,10 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
         // and read times, against the staged arm's measured ms/token.
         let replay_staged_ms = overlap_model::staged_layers(stg.iter().flat_map(|r| &r.tokens))
             .map(|(l, _)| {
-                let p = overlap_model::predict(&l, file.cfg.expert_delay as usize, readers);
+                let p = match hit_rate {
+                    Some(h) => overlap_model::predict_with_speculation(&l, de, readers, h),
+                    None => overlap_model::predict(&l, de, readers),
+                };
                 (p.staged_ns + other) / 1e6
             })
             .unwrap_or(0.0);
@@ -251,6 +276,7 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
             "replay_on_staged_inputs_ms_tok": replay_staged_ms,
             "predicted_net_steady_state": steady,
             "net_vs_predicted_pct": (net / predicted - 1.0) * 100.0,
+            "speculation_hit_rate": hit_rate,
         }));
     }
     pb.finish_and_clear();
@@ -275,7 +301,7 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "model: {} (δe = {}, {} layers, top-{} of {} experts); tokens {} × repeat {} (medians); readers {}; cold start: {} (model {} resident after it)",
+        "model: {} (δe = {}, {} layers, top-{} of {} experts); tokens {} × repeat {} (medians); readers {}; staged arm {}; cold start: {} (model {} resident after it)",
         path.display(),
         file.cfg.expert_delay,
         file.cfg.n_layers,
@@ -284,6 +310,13 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
         a.tokens,
         a.repeat,
         readers,
+        match rows.first().and_then(|r| r["speculation_hit_rate"].as_f64()) {
+            Some(h) => format!(
+                "with speculative next-layer reads (--prefetch on; hit rate {:.0}% counted there, fed to the model)",
+                100.0 * h
+            ),
+            None => "without speculation".into(),
+        },
         cold["method"].as_str().unwrap_or(""),
         cold["model_resident_pct"]
             .as_f64()

@@ -81,21 +81,65 @@ impl OverlapPrediction {
 /// Replays one token: layers in order, reads of layer ℓ on `readers` FIFO readers, injected at
 /// min(ℓ + δe, L − 1). Layers without experts have no reads and `inject_ns` = 0.
 pub fn predict(layers: &[LayerTiming], expert_delay: usize, readers: usize) -> OverlapPrediction {
+    replay(layers, expert_delay, readers, None)
+}
+
+/// [`predict`] with the direct tier's speculative next-layer reads (`--prefetch on`,
+/// docs/SEMANTICS.md X2) at hit rate `hit`: at each routed layer, after its own reads, the next
+/// routed layer's k reads are submitted (round(k·hit) of them that layer will use; the others are
+/// wasted but still keep a reader busy); at that next layer only its k − round(k·hit) misses are
+/// submitted. The first routed layer has no prediction.
+pub fn predict_with_speculation(
+    layers: &[LayerTiming],
+    expert_delay: usize,
+    readers: usize,
+    hit: f64,
+) -> OverlapPrediction {
+    replay(layers, expert_delay, readers, Some(hit.clamp(0.0, 1.0)))
+}
+
+fn replay(
+    layers: &[LayerTiming],
+    expert_delay: usize,
+    readers: usize,
+    spec: Option<f64>,
+) -> OverlapPrediction {
     let n = layers.len();
     let mut done = vec![0.0f64; n]; // when layer ℓ's reads complete
     let mut t = 0.0f64; // the compute thread's clock
     let mut free = vec![0.0f64; readers.max(1)]; // when each reader is next free
-    for (l, lt) in layers.iter().enumerate() {
-        t += lt.pre_ns;
-        let (k, each) = lt.jobs();
+                                                 // Queue `k` reads of `each` ns submitted at `at`; returns when the last of them completes.
+    let mut submit = |at: f64, k: usize, each: f64| {
+        let mut end_all = 0.0f64;
         for _ in 0..k {
             // FIFO from one queue: the read goes to the reader that frees up first.
             let r = (0..free.len())
                 .min_by(|&a, &b| free[a].total_cmp(&free[b]))
                 .unwrap_or(0);
-            let end = t.max(free[r]) + each;
+            let end = at.max(free[r]) + each;
             free[r] = end;
-            done[l] = done[l].max(end);
+            end_all = end_all.max(end);
+        }
+        end_all
+    };
+    let hits = |k: usize| spec.map_or(0, |h| ((k as f64 * h).round() as usize).min(k));
+    let mut predicted = vec![false; n]; // layer ℓ's reads were submitted ahead
+    for (l, lt) in layers.iter().enumerate() {
+        t += lt.pre_ns;
+        let (k, each) = lt.jobs();
+        if k > 0 {
+            let own = if predicted[l] { k - hits(k) } else { k };
+            done[l] = done[l].max(submit(t, own, each));
+            if spec.is_some() {
+                if let Some(nx) = (l + 1..n).find(|&m| layers[m].jobs().0 > 0) {
+                    let (kn, each_n) = layers[nx].jobs();
+                    let h = hits(kn);
+                    // Useful reads first (they were ranked first), then the wasted ones.
+                    done[nx] = done[nx].max(submit(t, h, each_n));
+                    submit(t, kn - h, each_n);
+                    predicted[nx] = true;
+                }
+            }
         }
         // Inject every routing whose (clamped) target is this layer.
         for (src, d) in done.iter().enumerate().take(l + 1) {
@@ -425,5 +469,32 @@ mod tests {
         // outside the layers: 50 − (10+20+10) = 10, 60 − (14+20+10) = 16 → 13.
         assert_eq!(other, 13.0);
         assert!(sync_layers(&[TokenStats::default()]).is_none());
+    }
+
+    /// Speculation on a model without an expert delay: 3 layers of pre 10, one read of 15 each,
+    /// no inject, one reader. Without it: sync, 3 × 25 = 75. With hit rate 1: layer 0 reads at
+    /// 10 (done 25) and layer 1's read is queued behind it (done 40); layer 1 starts at 25, its
+    /// pre ends at 35, waits to 40, queues layer 2's read (done 55); layer 2: 40 + 10 = 50,
+    /// waits to 55. With hit rate 0 every prediction is wasted: it keeps the reader busy, so
+    /// the token is slower than without speculation.
+    #[test]
+    fn speculation_hides_reads_by_hit_rate() {
+        let l = [lt(10.0, 0.0, 15.0); 3];
+        assert_eq!(predict(&l, 0, 1).staged_ns, 75.0);
+        assert_eq!(predict_with_speculation(&l, 0, 1, 1.0).staged_ns, 55.0);
+        assert!(predict_with_speculation(&l, 0, 1, 0.0).staged_ns > 75.0);
+        // Two reads per layer on one reader at hit rate 0.5: one of the two is read ahead (with
+        // two readers the miss alone costs as long as both reads in parallel).
+        let two = [LayerTiming {
+            reads: 2,
+            read_ns: 7.5,
+            ..lt(10.0, 0.0, 15.0)
+        }; 3];
+        let half = predict_with_speculation(&two, 0, 1, 0.5).staged_ns;
+        let (none, all) = (
+            predict(&two, 0, 1).staged_ns,
+            predict_with_speculation(&two, 0, 1, 1.0).staged_ns,
+        );
+        assert_eq!((all, half, none), (55.0, 70.0, 75.0));
     }
 }
