@@ -839,3 +839,33 @@ fn overlap_pane_shows_disk_rate_and_expert_cache_hits() {
     let s = render_pane(&demo((160, 48)), PaneId::Overlap, (80, 24));
     assert!(s.contains("cache off"), "{s}");
 }
+
+/// On the direct tier the Streams pane gives each layer's wait for its expert reads a column
+/// (when there is room) and a line with the token's disk read rate, total wait and cache hits;
+/// where there is no room for the column the line stays.
+#[test]
+fn streams_pane_shows_disk_rate_and_waits_on_the_direct_tier() {
+    use cflow::telemetry::event::Event;
+    let mut events = demo_events(24, false);
+    for e in events.iter_mut() {
+        if let Event::Stats(s) = &mut e.event {
+            s.expert_cache = Some(cflow::telemetry::ExpertCacheStat {
+                hits: 1,
+                misses: 3,
+                capacity_bytes: 64 << 20,
+                cached_bytes: 10 << 20,
+            });
+        }
+    }
+    let app = app_from(events, TuiOptions::default(), (160, 48));
+    let wide = render_pane(&app, PaneId::Streams, (110, 40));
+    assert!(wide.contains(" wait"), "{wide}");
+    assert!(
+        wide.contains("disk ") && wide.contains(" MB/s · waited "),
+        "{wide}"
+    );
+    assert!(wide.contains("cache 25% hits"), "{wide}");
+    let narrow = render_pane(&app, PaneId::Streams, (60, 40));
+    assert!(!narrow.contains(" wait "), "{narrow}");
+    assert!(narrow.contains("disk "), "{narrow}");
+}

@@ -176,7 +176,8 @@ impl<'a> TokenIo<'a> {
                     .map(|&e| {
                         let ex = &nv.experts[e];
                         let t = submit(f, ex.offset, ex.len as usize, &mut self.cache);
-                        (e, t, ex.len)
+                        // Bytes this read takes from disk (none when the cache served it).
+                        (e, t, if f.was_hit(t) { 0 } else { ex.len })
                     })
                     .collect();
                 self.spec = Some((now + 1, reads));
@@ -221,6 +222,8 @@ impl<'a> TokenIo<'a> {
         for (t, &(e, _)) in pe.tickets.iter().zip(&pe.sel) {
             self.wait_ns += f.wait(*t);
             let (busy, b) = f.io_of(*t);
+            // A region served by the expert cache was not read: no bytes from disk.
+            let b = if f.was_hit(*t) { 0 } else { b };
             self.io_acc[pe.from].0 += busy;
             self.io_acc[pe.from].1 += b;
             if let Err(error) = f.view(*t) {

@@ -141,11 +141,17 @@ pub struct LayerStat {
     pub io: Option<LayerIo>,
 }
 
+/// One layer's expert I/O on the direct tier (measured).
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct LayerIo {
+    /// The layer's time not spent waiting for expert reads.
     pub compute_ns: u64,
+    /// Reader-busy time of the expert reads issued at this layer (their preads).
     pub io_ns: u64,
+    /// Time the compute thread waited for expert reads in this layer.
     pub wait_ns: u64,
+    /// Bytes read from disk for the experts routed at this layer (regions the expert cache
+    /// served count 0; speculative reads the routing did not use: `PrefetchStat::wasted_bytes`).
     pub bytes: u64,
 }
 

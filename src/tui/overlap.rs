@@ -122,7 +122,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             .iter()
             .filter_map(|l| l.io)
             .map(|io| io.bytes)
-            .sum();
+            .sum::<u64>()
+            + last.prefetch.map_or(0, |p| p.wasted_bytes);
         let secs = last.ns_total as f64 / 1e9;
         let mut spans = vec![
             Span::styled("disk ", th.dim()),

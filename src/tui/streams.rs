@@ -4,7 +4,9 @@
 //! dense / expert time beside its bytes when there is room, the whole token's bytes on one bar
 //! with the LM head's share (bytes, % of all the bytes the token read, KV included, and its own time),
 //! MiB/token, effective GB/s (all bytes, KV included, / ns_total) and the share of the measured
-//! read ceiling for the thread count in use, with the probe's method.
+//! read ceiling for the thread count in use, with the probe's method. On the direct tier (experts
+//! read from disk) each layer's wait for its expert reads gets a column and a line gives the
+//! token's disk read rate, its total wait and the expert cache's hits.
 
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -93,8 +95,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     lines.push(Line::from(legend));
 
     let n = last.layers.len();
-    // Lines reserved below the bars: token share, lm head, Σ, totals, ceiling, method.
-    let footer = 6usize;
+    let io = super::io_totals::IoTotals::of(last);
+    // Lines reserved below the bars: token share, lm head, Σ, totals, ceiling, method (and the
+    // disk line on the direct tier).
+    let footer = 6usize + io.is_some() as usize;
     let room = h.saturating_sub(1 + footer);
     let layer_total = |i: usize| {
         let b = &last.layers[i].bytes;
@@ -105,17 +109,25 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let num_w = 6usize;
     // Per-layer times when the bar keeps at least 16 cells.
     let times = w >= label_w + num_w + 1 + TIMES_W + 16;
-    let bar_w = w.saturating_sub(label_w + num_w + if times { TIMES_W } else { 0 }) as u16;
+    // The wait column (direct tier) when the bar still keeps 16 cells.
+    let waits = times && io.is_some() && w >= label_w + num_w + 1 + TIMES_W + TIME_COL + 16;
+    let times_w = TIMES_W + if waits { TIME_COL } else { 0 };
+    let bar_w = w.saturating_sub(label_w + num_w + if times { times_w } else { 0 }) as u16;
     let shown = if n > room { room.saturating_sub(1) } else { n };
     if shown > 0 && lines.len() < h {
         // Column heads over the MiB column and each time column, right-aligned like them.
         let head = if times {
             format!(
-                "{:>nw$}{:>tc$}{:>tc$}{:>tc$}",
+                "{:>nw$}{:>tc$}{:>tc$}{:>tc$}{}",
                 "MiB",
                 "attn",
                 "dense",
                 "exp",
+                if waits {
+                    format!("{:>TIME_COL$}", "wait")
+                } else {
+                    String::new()
+                },
                 nw = num_w,
                 tc = TIME_COL
             )
@@ -166,6 +178,13 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 ),
                 th.measured(),
             ));
+            if waits {
+                let wait = l.io.map_or(0, |x| x.wait_ns);
+                spans.push(Span::styled(
+                    t(wait),
+                    if wait > 0 { th.bad() } else { th.dim() },
+                ));
+            }
         }
         lines.push(Line::from(spans));
     }
@@ -262,6 +281,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         totals.insert(1, Span::styled(" with scales", th.dim()));
     }
     lines.push(Line::from(totals));
+    if let Some(t) = io {
+        lines.push(disk_line(app, last, &t));
+    }
     let threads = v.config.as_ref().map_or(1, |c| c.threads);
     match app
         .bandwidth
@@ -304,4 +326,51 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         _ => lines.push(dim_line(app, "ceiling unknown (no bandwidth probe)")),
     }
     frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// The direct tier's line: bytes read from disk this token (experts routed, plus speculative
+/// reads not used) as MB/s over the token, the token's total wait for them, and the expert
+/// cache's hits.
+fn disk_line(
+    app: &App,
+    last: &crate::telemetry::TokenStats,
+    t: &super::io_totals::IoTotals,
+) -> Line<'static> {
+    let th = &app.theme;
+    let bytes = t.bytes + last.prefetch.map_or(0, |p| p.wasted_bytes);
+    let secs = last.ns_total as f64 / 1e9;
+    let mut spans = vec![
+        Span::styled("disk ", th.dim()),
+        Span::styled(
+            if secs > 0.0 {
+                format!("{:.0} MB/s", bytes as f64 / 1e6 / secs)
+            } else {
+                "—".into()
+            },
+            th.experts(),
+        ),
+        Span::styled(" · waited ", th.dim()),
+        Span::styled(
+            format!("{} ms", super::common::ms(t.wait_ns as f64)),
+            th.bad(),
+        ),
+    ];
+    if last.ns_total > 0 {
+        spans.push(Span::styled(
+            format!(
+                " ({:.0}% of the token)",
+                100.0 * t.wait_ns as f64 / last.ns_total as f64
+            ),
+            th.dim(),
+        ));
+    }
+    if let Some(c) = last.expert_cache {
+        spans.push(Span::styled(" · cache ", th.dim()));
+        spans.push(Span::styled(
+            c.hit_rate()
+                .map_or("—".into(), |r| format!("{:.0}% hits", 100.0 * r)),
+            th.strong(),
+        ));
+    }
+    Line::from(spans)
 }
