@@ -98,7 +98,15 @@ def llama_arm(a, t, n, reps, extra):
 
 def cflow_arm(a, t, n, extra):
     return [a.cflow, "bench", "decode", a.cflow_model, "--threads", str(t), "--repeat", "2", "--tokens", str(n),
-            "--prompt-len", str(a.prompt), "--max-ctx", "256", "--feed", "random", "--json"] + extra
+            "--prompt-len", str(a.prompt), "--max-ctx", "256", "--feed", a.feed, "--json"] + extra
+
+
+def parse_size(limit):
+    """'none' -> None; '8G', '64M' -> bytes."""
+    if limit == "none":
+        return None
+    unit = {"G": 2**30, "M": 2**20}[limit[-1].upper()]
+    return int(float(limit[:-1]) * unit)
 
 
 ARMS = [
@@ -135,23 +143,29 @@ def parse(name, out, read_bytes, tokens_total):
 def main():
     import argparse
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gguf", required=True)
+    ap.add_argument("--gguf", default=None)
     ap.add_argument("--cflow-model", required=True)
     ap.add_argument("--cflow", default="target/release/cflow-tui")
-    ap.add_argument("--llama-bench", required=True)
+    ap.add_argument("--llama-bench", default="")
     ap.add_argument("--limits", default="none 8G 4G")
     ap.add_argument("--threads", default="2 1")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--tokens-limited", type=int, default=8, help="decode tokens under a limit (each costs seconds there)")
     ap.add_argument("--prompt", type=int, default=8)
-    ap.add_argument("--cache-mib", default="", help="LIMIT=MiB,... : add a direct staged+prefetch arm with the expert cache")
+    ap.add_argument("--cache-mib", default="",
+                    help="LIMIT=MiB[|MiB...],... : add direct staged+prefetch arms with the expert cache of those sizes")
+    ap.add_argument("--routing", default="random routers: close to uniform, the worst case for any cache",
+                    help="how the model routes (recorded in the JSON)")
+    ap.add_argument("--cflow-only", action="store_true", help="no llama.cpp arms (a .cflow with no GGUF twin)")
+    ap.add_argument("--feed", default="random", choices=["random", "sampled"],
+                    help="what cflow feeds each step: random tokens (as llama-bench) or its own greedy text (real routing)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     cache = dict(kv.split("=") for kv in a.cache_mib.split(",") if kv)
-    results = {"gguf": a.gguf, "cflow_model": a.cflow_model, "tokens": a.tokens,
-               "tokens_limited": a.tokens_limited, "prompt": a.prompt,
-               "routing": "random routers: close to uniform, the worst case for any cache", "runs": []}
+    results = {"gguf": None if a.cflow_only else a.gguf, "cflow_model": a.cflow_model, "tokens": a.tokens,
+               "tokens_limited": a.tokens_limited, "prompt": a.prompt, "feed": a.feed,
+               "routing": a.routing, "runs": []}
     if os.path.exists(a.out):
         results = json.load(open(a.out))
     done = {(r["limit"], r["threads"], r["pair"], r["arm"]) for r in results["runs"]}
@@ -169,11 +183,12 @@ def main():
     try:
         for t in map(int, a.threads.split()):
             for limit in a.limits.split():
-                arms = list(ARMS)
-                if limit in cache:
-                    arms.append((f"cflow direct staged+prefetch cache {cache[limit]} MiB",
-                                 ["--expert-tier", "direct", "--fetch", "staged", "--prefetch", "on",
-                                  "--expert-cache-mib", cache[limit]]))
+                arms = [x for x in ARMS if not (a.cflow_only and isinstance(x[1], tuple))]
+                for mib in cache.get(limit, "").split("|"):
+                    if mib:
+                        arms.append((f"cflow direct staged+prefetch cache {mib} MiB",
+                                     ["--expert-tier", "direct", "--fetch", "staged", "--prefetch", "on",
+                                      "--expert-cache-mib", mib]))
                 for pair in range(a.pairs):
                     order = arms if pair % 2 == 0 else arms[::-1]
                     for name, extra in order:
@@ -183,7 +198,7 @@ def main():
                                for r in results["runs"]):
                             continue  # OOM-killed at this limit already: it would be again
                         is_llama = isinstance(extra, tuple)
-                        lim = None if limit == "none" else int(float(limit[:-1]) * 2**30)
+                        lim = parse_size(limit)
                         n = a.tokens if lim is None else a.tokens_limited
                         reps = 2 if lim is None else 1
                         cmd = llama_arm(a, t, n, reps, extra[1]) if is_llama else cflow_arm(a, t, n, extra)

@@ -17,8 +17,24 @@
 #   default docs/data/larger_than_ram.json; finished runs in it are kept and skipped).
 # Each run starts with the page cache dropped; the cgroup is created per run and removed after
 # it, also on Ctrl-C. Prints a Markdown table; the JSON has every run.
+# A .cflow argument runs cflow's arms alone (no GGUF twin, e.g. moefy's smollm2-moe: learned
+#   routing, which shows whether the expert cache pays), feeding its own greedy text:
+#   LIMITS="none 64M" CACHE="64M=8|16|32" OUT=docs/data/larger_than_ram_smollm2_moe.json \
+#   benches/larger_than_ram.sh ~/.cache/cflow-tui/smollm2/SmolLM2-135M-Instruct.Q4_1.moe-e8k6s256d1.cflow
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == *.cflow ]]; then
+    BIN=${BIN:-target/release/cflow-tui}
+    [ "$(id -u)" = 0 ] || { echo "larger_than_ram.sh: needs root (memory cgroups, drop_caches)" >&2; exit 2; }
+    [ -s "$1" ] || { echo "larger_than_ram.sh: no model at $1" >&2; exit 2; }
+    [ -x "$BIN" ] || cargo build --release --quiet
+    exec python3 benches/larger_than_ram.py --cflow-only --cflow-model "$1" --cflow "$BIN" \
+        --limits "${LIMITS:-none 64M}" --threads "${THREADS:-2 1}" --pairs "${PAIRS:-3}" \
+        --tokens "${TOKENS:-64}" --tokens-limited "${TOKENS_LIMITED:-64}" --prompt "${PROMPT:-8}" \
+        --cache-mib "${CACHE:-64M=8|16|32}" --feed sampled \
+        --routing "learned (moefy): the model's own greedy text" \
+        --out "${OUT:-docs/data/larger_than_ram_smollm2_moe.json}"
+fi
 GGUF=${1:-$HOME/.cache/cflow-tui/q3moe30b/qwen3moe-30b-a3b-synth.Q4_0.gguf}
 CFLOW_MODEL=${GGUF%.gguf}.cflow
 BIN=${BIN:-target/release/cflow-tui}

@@ -277,7 +277,7 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = 2)]
     pub readers: usize,
     /// Direct tier: keep up to N MiB of expert regions in memory after their experts ran and
-    /// serve later selections of them without a read (0 = off; least recently used evicted
+    /// serve later selections of them without a read (0 = off; the least used over recent tokens evicted
     /// first). Hits and misses: the Overlap pane, `bench --json` `expert_cache`.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub expert_cache_mib: u64,

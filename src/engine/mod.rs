@@ -405,7 +405,7 @@ impl Engine {
     }
 
     /// Sets the direct tier's expert cache to `mib` MiB (0: off; takes effect at the next token,
-    /// shrinking evicts the least recently used regions).
+    /// shrinking evicts the least used regions).
     pub fn set_expert_cache_mib(&mut self, mib: u64) {
         self.quiesce();
         self.opts.expert_cache_mib = mib;

@@ -19,6 +19,7 @@
 use super::aligned::{round_up, AlignedBuf, ALIGN};
 use super::fault::{panic_message, FaultKind, FaultPlan};
 use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
@@ -254,8 +255,15 @@ pub struct ExpertFetcher {
     fault: Option<FaultPlan>,
     /// Bytes of expert regions kept in free slots for reuse (0: the cache is off).
     cache_cap: u64,
+    /// Submissions of each region (offset, len), halved every [`AGING`] submissions: the cache
+    /// keeps the most often used regions (see [`ExpertFetcher::set_cache_bytes`]).
+    freq: HashMap<(u64, usize), u32>,
     pub counters: FetchCounters,
 }
+
+/// Submissions between two halvings of the regions' use counts (so that the cache follows a
+/// change of which experts are popular).
+const AGING: u64 = 4096;
 
 impl ExpertFetcher {
     /// Opens `path` (O_DIRECT unless refused or disabled) and starts `readers` reader threads.
@@ -286,13 +294,18 @@ impl ExpertFetcher {
             note,
             fault: hooks.fault,
             cache_cap: 0,
+            freq: HashMap::new(),
             counters: FetchCounters::default(),
         })
     }
 
     /// Sets the expert cache's capacity: up to `bytes` of expert regions stay in memory after
     /// their experts ran, and a later read of the same region is served from there (0: off;
-    /// every read goes to the file). Least recently used regions are evicted first.
+    /// every read goes to the file). When the cache is full the region used least often (over
+    /// the recent submissions) goes; among equally used ones the newest region is not admitted.
+    /// A token walks the layers in order, so least-recently-used eviction would evict each
+    /// layer's experts just before the next token needs them whenever one token's experts
+    /// exceed the cache (0 hits); counting uses keeps the popular experts instead.
     pub fn set_cache_bytes(&mut self, bytes: u64) {
         self.cache_cap = bytes;
         if bytes == 0 {
@@ -322,8 +335,33 @@ impl ExpertFetcher {
         self.gens[t.slot] == t.gen && self.slots[t.slot].hit
     }
 
-    /// Drops the least recently used cached regions until the cache fits its capacity (their
-    /// slots stay as free staging slots).
+    /// Eviction order of a cached region: fewest uses first, then the most recently used (a
+    /// region no more used than those cached is not admitted).
+    fn rank(&self, s: &Slot) -> (u32, std::cmp::Reverse<u64>) {
+        let uses = s
+            .holds
+            .and_then(|r| self.freq.get(&r))
+            .copied()
+            .unwrap_or(0);
+        (uses, std::cmp::Reverse(s.last_use))
+    }
+
+    /// Counts a submission of `region` (aging the counts every [`AGING`] submissions).
+    fn count_use(&mut self, region: (u64, usize)) {
+        if self.cache_cap == 0 {
+            return;
+        }
+        *self.freq.entry(region).or_insert(0) += 1;
+        if self.counters.submitted % AGING == AGING - 1 {
+            self.freq.retain(|_, n| {
+                *n /= 2;
+                *n > 0
+            });
+        }
+    }
+
+    /// Drops cached regions, least used first ([`Self::rank`]), until the cache fits its
+    /// capacity (their slots stay as free staging slots).
     fn evict_to_cap(&mut self) {
         loop {
             if self.cached_bytes() <= self.cache_cap {
@@ -334,7 +372,7 @@ impl ExpertFetcher {
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| s.state == SlotState::Free && s.holds.is_some())
-                .min_by_key(|(_, s)| s.last_use)
+                .min_by_key(|(_, s)| self.rank(s))
                 .map(|(i, _)| i);
             match lru {
                 // The slot stays as a free staging slot; `acquire` hands it out first.
@@ -385,6 +423,7 @@ impl ExpertFetcher {
 
     /// Submits a read of `len` bytes at file offset `offset`; returns its ticket.
     pub fn submit(&mut self, offset: u64, len: usize) -> Ticket {
+        self.count_use((offset, len));
         if self.cache_cap > 0 {
             let hit = self.slots.iter().position(|s| {
                 s.state == SlotState::Free
@@ -414,7 +453,7 @@ impl ExpertFetcher {
         let off = offset / a * a;
         let delta = (offset - off) as usize;
         let need = delta + len;
-        let idx = self.acquire(round_up(need), len);
+        let idx = self.acquire(round_up(need));
         let read_no = self.counters.submitted;
         let fault = FaultPlan::for_read(self.fault, read_no);
         let slot = &mut self.slots[idx];
@@ -460,13 +499,12 @@ impl ExpertFetcher {
         }
     }
 
-    /// A free slot with a buffer of at least `cap` bytes for a region of `len` bytes (allocating
-    /// a new slot if needed).
-    fn acquire(&mut self, cap: usize, len: usize) -> usize {
-        // A free slot holding no cached region first; with the cache on, a new slot while the
-        // cache has room, else the least recently used cached region's slot.
+    /// A free slot with a buffer of at least `cap` bytes (allocating a new slot if needed).
+    fn acquire(&mut self, cap: usize) -> usize {
+        // A free slot holding no cached region, else a new slot: a read never takes a cached
+        // region's slot (the region it reads competes for the cache when it is released, see
+        // `evict_to_cap`). Memory: the cache's capacity plus the slots of the reads in flight.
         let mut found = None;
-        let mut lru: Option<(usize, u64)> = None;
         for (i, s) in self.slots.iter().enumerate() {
             if s.state != SlotState::Free {
                 continue;
@@ -476,16 +514,10 @@ impl ExpertFetcher {
                 continue;
             }
             if s.holds.is_some() && self.cache_cap > 0 {
-                if lru.is_none_or(|(_, u)| s.last_use < u) {
-                    lru = Some((i, s.last_use));
-                }
                 continue;
             }
             found = Some(i);
             break;
-        }
-        if found.is_none() && self.cached_bytes() + len as u64 > self.cache_cap {
-            found = lru.map(|(i, _)| i);
         }
         match found {
             Some(i) => {
@@ -765,9 +797,9 @@ mod tests {
 
     /// The expert cache: off, nothing is served from memory; on, a released region is served
     /// again without a read (same bytes), the cache never holds more than its capacity, the
-    /// least recently used region is evicted first, and a failed read is never cached.
+    /// least used region is evicted first, and a failed read is never cached.
     #[test]
-    fn expert_cache_hits_bounds_and_evicts_lru() {
+    fn expert_cache_hits_bounds_and_evicts_the_least_used() {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let (p, data) = sample(dir.path());
         let read = |f: &mut ExpertFetcher, o: u64, l: usize| {
@@ -795,11 +827,17 @@ mod tests {
         assert!(!read(&mut f, b.0, b.1));
         assert!(read(&mut f, a.0, a.1), "a again: from the cache");
         assert!(f.cached_bytes() <= 2000);
-        // c evicts the least recently used, b.
+        // c, used once like b but newer, is not admitted: a (used twice) and b stay.
         assert!(!read(&mut f, c.0, c.1));
         assert!(f.cached_bytes() <= 2000, "{}", f.cached_bytes());
-        assert!(read(&mut f, a.0, a.1), "a was used after b");
-        assert!(!read(&mut f, b.0, b.1), "b was evicted");
+        assert!(read(&mut f, a.0, a.1), "a stays");
+        assert!(read(&mut f, b.0, b.1), "b stays");
+        // Used more often than b, c takes b's place.
+        assert!(!read(&mut f, c.0, c.1));
+        assert!(!read(&mut f, c.0, c.1));
+        assert!(read(&mut f, c.0, c.1), "c admitted");
+        assert!(!read(&mut f, b.0, b.1), "b evicted");
+        assert!(f.cached_bytes() <= 2000, "{}", f.cached_bytes());
         // The same offset with another length is another region.
         assert!(!read(&mut f, a.0, 500));
         assert_eq!(f.counters.reuse_violations, 0);
@@ -860,5 +898,32 @@ mod tests {
             f.abandon(again); // completed: freed at once
             assert_eq!(f.free_slots(), f.n_slots());
         }
+    }
+
+    /// A token reads the layers in order, a cyclic scan: with five regions and room for three,
+    /// least-recently-used eviction would never hit; the cache keeps three regions and hits
+    /// them on every later cycle (3 of 5 from the second cycle on).
+    #[test]
+    fn expert_cache_survives_a_cyclic_scan_larger_than_itself() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let (p, data) = sample(dir.path());
+        let mut f = ExpertFetcher::new(&p, 1, FetchHooks::default()).unwrap();
+        f.set_cache_bytes(3000);
+        let mut hits = Vec::new();
+        for _cycle in 0..6 {
+            let mut h = 0;
+            for r in 0..5u64 {
+                let o = r * 4096;
+                let t = f.submit(o, 1000);
+                f.wait(t);
+                assert_eq!(f.view(t).unwrap(), &data[o as usize..o as usize + 1000]);
+                h += f.was_hit(t) as u32;
+                f.release(t);
+                assert!(f.cached_bytes() <= 3000);
+            }
+            hits.push(h);
+        }
+        assert_eq!(hits[0], 0);
+        assert!(hits[1..].iter().all(|&h| h == 3), "{hits:?}");
     }
 }
