@@ -184,4 +184,15 @@ fn same_tokens_under_a_limit_below_the_model_size() {
         );
         assert_eq!(got, want, "under a {limit} B limit with {extra:?}");
     }
+    // The default tier (auto) reads the experts directly under the limit and maps them without.
+    let tier = |o: std::process::Output| -> String {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        j["expert_tier"].as_str().unwrap_or("").to_string()
+    };
+    let mut args = vec!["run".to_string()];
+    args.extend(run(&[]));
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    assert_eq!(tier(cg.command(&a).output().unwrap()), "direct");
+    assert_eq!(tier(Command::new(BIN).args(&a).output().unwrap()), "mmap");
 }

@@ -270,8 +270,11 @@ pub struct EngineArgs {
     /// Expert fetch on the direct tier: sync (blocking at routing) or staged (until injection).
     #[arg(long, value_enum, default_value_t = FetchArg::Staged)]
     pub fetch: FetchArg,
-    /// Expert tier: mmap (from the map) or direct (O_DIRECT reads into staging slots).
-    #[arg(long, value_enum, default_value_t = TierArg::Mmap)]
+    /// Expert tier: mmap (from the map), direct (O_DIRECT reads of the routed experts into
+    /// staging slots), or auto: direct when the model file is larger than the memory available
+    /// (cgroup limits included), else mmap — the faster of the two on each side (docs/MOE.md,
+    /// "Larger than memory").
+    #[arg(long, value_enum, default_value_t = TierArg::Auto)]
     pub expert_tier: TierArg,
     /// Reader threads for the direct tier.
     #[arg(long, default_value_t = 2)]
@@ -397,6 +400,7 @@ pub enum FetchArg {
 pub enum TierArg {
     Mmap,
     Direct,
+    Auto,
 }
 
 /// `gen --quant`.
@@ -543,6 +547,7 @@ impl EngineArgs {
             expert_tier: match self.expert_tier {
                 TierArg::Mmap => ExpertTier::Mmap,
                 TierArg::Direct => ExpertTier::Direct,
+                TierArg::Auto => ExpertTier::Auto,
             },
             readers: match self.readers {
                 1..=64 => self.readers,

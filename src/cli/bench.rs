@@ -36,6 +36,8 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
     let path = resolve_model(a.model.clone())?;
     let file = open_for_decode(&path, eng)?;
     let mut results = Vec::new();
+    // The expert tier as the engine resolved it (the same for every thread count).
+    let mut tier_as_run: Option<&str> = None;
     for &t in &threads {
         let e = eng.with_threads(t);
         let mut opts = e.options()?;
@@ -46,6 +48,10 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         if a.pmu {
             engine.set_pmu(crate::telemetry::pmu::Pmu::new());
         }
+        tier_as_run = engine
+            .cfg()
+            .has_experts()
+            .then(|| engine.opts().expert_tier.name());
         let mut sess =
             Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
         if a.feed == super::args::FeedArg::Random {
@@ -159,6 +165,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             "isa": eng.isa.resolve()?.name(),
             "kernels": eng.isa.resolve()?.kernels_with(file.is_repacked()),
             "weights": file.weights_mode(),
+            "expert_tier": tier_as_run,
             "repacked": file.is_repacked(),
             "act": act,
             "kv": kv,

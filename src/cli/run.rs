@@ -178,6 +178,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         "isa": sess.engine.opts().isa.name(),
         "kernels": sess.engine.opts().isa.kernels_with(sess.engine.file().is_repacked()),
         "weights": sess.engine.file().weights_mode(),
+        "expert_tier": sess.engine.cfg().has_experts().then(|| sess.engine.opts().expert_tier.name()),
         "repacked": sess.engine.file().is_repacked(),
         "act": act,
         "kv": kv,

@@ -166,6 +166,15 @@ impl Engine {
             routing_log: None,
             opts,
         };
+        if e.opts.expert_tier == ExpertTier::Auto {
+            let size = std::fs::metadata(&e.file.path).map_or(0, |m| m.len());
+            let avail = kv_budget::available_memory().map(|a| a.bytes);
+            let (tier, why) = ExpertTier::Auto.resolve(size, avail);
+            e.opts.expert_tier = tier;
+            if let Some(why) = why.filter(|_| e.cfg.has_experts()) {
+                e.note(why);
+            }
+        }
         e.experts_aside = vertical::experts_aside(&stream_bytes(&e.file), e.cfg.dense_delay);
         e.rel_experts = relative_experts(&e.file);
         if e.opts.layout == Layout::RowMajor {

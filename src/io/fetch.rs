@@ -60,6 +60,10 @@ pub enum ExpertTier {
     Mmap,
     /// Read with `O_DIRECT` (or buffered `pread` as a fallback) into staging slots.
     Direct,
+    /// Chosen when the engine opens the model: direct when the model file is larger than the
+    /// memory available to this process (cgroup limits included), else mmap
+    /// ([`ExpertTier::resolve`]).
+    Auto,
 }
 
 impl ExpertTier {
@@ -67,13 +71,38 @@ impl ExpertTier {
         match self {
             ExpertTier::Mmap => "mmap",
             ExpertTier::Direct => "direct",
+            ExpertTier::Auto => "auto",
         }
     }
     pub fn parse(s: &str) -> Option<ExpertTier> {
         match s {
             "mmap" => Some(ExpertTier::Mmap),
             "direct" => Some(ExpertTier::Direct),
+            "auto" => Some(ExpertTier::Auto),
             _ => None,
+        }
+    }
+
+    /// The tier `auto` picks for a model of `model_bytes` with `available` bytes of memory
+    /// (None: unknown, then mmap), and why. Measured (docs/MOE.md, "Larger than memory"): with
+    /// the model in memory the map is fastest (no reads at all); once it does not fit, the page
+    /// cache thrashes (readahead reads several times the routed experts' bytes) and reading
+    /// just the routed experts with `O_DIRECT` is faster.
+    pub fn resolve(self, model_bytes: u64, available: Option<u64>) -> (ExpertTier, Option<String>) {
+        if self != ExpertTier::Auto {
+            return (self, None);
+        }
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        match available {
+            Some(a) if model_bytes > a => (
+                ExpertTier::Direct,
+                Some(format!(
+                    "expert tier auto: direct (the model's {:.1} GiB exceed the {:.1} GiB of memory available)",
+                    gib(model_bytes),
+                    gib(a)
+                )),
+            ),
+            _ => (ExpertTier::Mmap, None),
         }
     }
 }
@@ -925,5 +954,32 @@ mod tests {
         }
         assert_eq!(hits[0], 0);
         assert!(hits[1..].iter().all(|&h| h == 3), "{hits:?}");
+    }
+
+    /// `--expert-tier auto`: direct exactly when the model is larger than the memory
+    /// available, mmap when it fits or the memory is unknown; explicit tiers stay as asked.
+    #[test]
+    fn auto_tier_is_direct_only_for_a_model_larger_than_memory() {
+        let g = 1u64 << 30;
+        let (t, why) = ExpertTier::Auto.resolve(17 * g, Some(8 * g));
+        assert_eq!(t, ExpertTier::Direct);
+        assert!(why.unwrap().contains("17.0 GiB exceed the 8.0 GiB"));
+        assert_eq!(
+            ExpertTier::Auto.resolve(4 * g, Some(8 * g)),
+            (ExpertTier::Mmap, None)
+        );
+        assert_eq!(
+            ExpertTier::Auto.resolve(17 * g, None),
+            (ExpertTier::Mmap, None)
+        );
+        assert_eq!(
+            ExpertTier::Mmap.resolve(17 * g, Some(g)).0,
+            ExpertTier::Mmap
+        );
+        assert_eq!(
+            ExpertTier::Direct.resolve(g, Some(8 * g)).0,
+            ExpertTier::Direct
+        );
+        assert_eq!(ExpertTier::parse("auto"), Some(ExpertTier::Auto));
     }
 }
