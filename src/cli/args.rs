@@ -280,10 +280,12 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = 2)]
     pub readers: usize,
     /// Direct tier: keep up to N MiB of expert regions in memory after their experts ran and
-    /// serve later selections of them without a read (0 = off; the least used over recent tokens evicted
-    /// first). Hits and misses: the Overlap pane, `bench --json` `expert_cache`.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub expert_cache_mib: u64,
+    /// serve later selections of them without a read (the most used kept; 0 = off), or auto:
+    /// a third of the memory available at open (cgroup limits included), at most every
+    /// expert's bytes (docs/MOE.md, "Larger than memory"). Hits and misses: the Overlap and
+    /// Streams panes, `bench --json` `expert_cache`.
+    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_cache_mib)]
+    pub expert_cache_mib: CacheMibArg,
     /// Stream placement: sequential; vertical (the dense/expert streams of the layers whose
     /// input is ready δd/δe layers early run on a second core while attention runs on the
     /// first; same tokens); or auto: the faster of the two on this model, measured over the
@@ -393,6 +395,22 @@ pub enum OnOff {
 pub enum FetchArg {
     Sync,
     Staged,
+}
+
+/// `--expert-cache-mib`: `auto` or a count of MiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheMibArg {
+    Auto,
+    Mib(u64),
+}
+
+fn parse_cache_mib(s: &str) -> Result<CacheMibArg, String> {
+    if s == "auto" {
+        return Ok(CacheMibArg::Auto);
+    }
+    s.parse::<u64>()
+        .map(CacheMibArg::Mib)
+        .map_err(|_| format!("'{s}': a number of MiB or auto"))
 }
 
 /// `--expert-tier`.
@@ -556,8 +574,9 @@ impl EngineArgs {
             prefetch: self.prefetch == OnOff::On,
             schedule: self.schedule,
             expert_cache_mib: match self.expert_cache_mib {
-                0..=1_048_576 => self.expert_cache_mib,
-                n => bail!("--expert-cache-mib {n}: at most 1048576 (1 TiB)"),
+                CacheMibArg::Auto => crate::engine::CACHE_AUTO,
+                CacheMibArg::Mib(n @ 0..=1_048_576) => n,
+                CacheMibArg::Mib(n) => bail!("--expert-cache-mib {n}: at most 1048576 (1 TiB)"),
             },
             ..Default::default()
         })

@@ -110,8 +110,9 @@ pub struct EngineOptions {
     /// projections to find them (moefy's upper bound; `perplexity --oracle-router`).
     pub oracle_router: bool,
     /// The direct tier's expert cache: MiB of expert regions kept in memory after their experts
-    /// ran, served again without a read (0: off). No effect on the mmap tier (the page cache
-    /// plays that part there).
+    /// ran, served again without a read (0: off; [`super::CACHE_AUTO`]: sized when the engine
+    /// opens the model, see [`super::auto_cache_mib`]). No effect on the mmap tier (the page
+    /// cache plays that part there).
     pub expert_cache_mib: u64,
 }
 
