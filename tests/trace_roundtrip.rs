@@ -617,9 +617,16 @@ fn chrome_export_structure() {
     assert_eq!(count(&|e| e["ph"] == "i" && e["name"] == "config"), 1);
     let tok0 = evs
         .iter()
-        .find(|e| e["ph"] == "i" && e["name"] == "token 0")
+        .find(|e| e["ph"] == "i" && e["name"] == "token" && e["args"]["index"] == 0)
         .unwrap();
     assert_eq!(tok0["args"]["text"], "é");
+    // Slice names carry no token index (Perfetto aggregates slices by name).
+    assert!(
+        evs.iter()
+            .all(|e| !e["name"].as_str().unwrap_or("").starts_with("token ")),
+        "a slice name with a token index"
+    );
+    assert_eq!(count(&|e| e["ph"] == "X" && e["name"] == "token"), 4);
     assert!(check_nesting(evs) > 30);
 
     // Token spans end at their Stats t_ns (laid back from it).

@@ -1,7 +1,8 @@
 //! Export a replayed trace as Chrome Trace Event JSON (open in Perfetto or chrome://tracing).
 //!
 //! Layout (all times in µs with ns precision, `pid` 1):
-//! * tid 1 "compute": per token a `token N` span containing per-layer `L{l}` spans, each holding
+//! * tid 1 "compute": per token a `token` span (its index in args: slice names carry no token
+//!   index, so Perfetto aggregates them) containing per-layer `L{l}` spans, each holding
 //!   `attention`, `dense`, `router`, `experts` spans (zero-length phases omitted), then
 //!   `lm_head`. **Placement:** the Stats event's `t_ns` is taken as the token's end and the
 //!   phases are laid *back* from it: the token starts at `t_ns − max(ns_total, Σ phases)` and its
@@ -15,7 +16,7 @@
 //! * tid 3 "I/O wait": `wait L{l}` spans of `wait_ns` at the start of that layer's experts phase.
 //! * Counters (`ph:"C"`) at each token end: `MiB/token` by stream, `pmu software`, and
 //!   `pmu <phase>` per phase with hardware or software values.
-//! * Instant events (`ph:"i"`, thread scope) at token ends named `token N` with id/text args;
+//! * Instant events (`ph:"i"`, thread scope) at token ends named `token` with index/id/text args;
 //!   global instants for config changes, resets and Done.
 //! * Metadata (`ph:"M"`) naming the process and threads.
 
@@ -58,14 +59,16 @@ impl Builder {
             + st.ns_lm_head;
         let dur = st.ns_total.max(phases_sum);
         let start = t_end.saturating_sub(dur).max(self.compute_end);
-        let name = format!("token {}", st.index);
+        // One name for every token (its index is in args), so that Perfetto's slice
+        // aggregation groups them.
+        let name = "token";
         let mut args = json!({"index": st.index, "pos": st.pos, "ns_total": st.ns_total});
         if let Some((id, t)) = text {
             args["id"] = json!(id);
             args["text"] = json!(t);
         }
         self.out
-            .push(span(&name, "token", TID_COMPUTE, start, dur, args.clone()));
+            .push(span(name, "token", TID_COMPUTE, start, dur, args.clone()));
         let mut t = start;
         for (l, layer) in st.layers.iter().enumerate() {
             let ldur = layer.ns_attn + layer.ns_dense + layer.ns_router + layer.ns_experts;
