@@ -227,6 +227,8 @@ pub struct PullArgs {
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Engine")]
 pub struct EngineArgs {
+    /// Compute threads, e.g. `-t 2`.
+    ///
     /// Compute threads (default: the CPUs other processes leave free, measured at start).
     /// `bench decode` and `bench overlap` take a comma-separated list (default 1,2), `bench
     /// prefetch` one count (default 1).
@@ -235,6 +237,8 @@ pub struct EngineArgs {
     /// Kernel ISA.
     #[arg(long, value_enum, default_value_t = IsaArg::Auto)]
     pub isa: IsaArg,
+    /// Weight layout: cflow, vflow or rowmajor, e.g. `--layout rowmajor`.
+    ///
     /// Weight layout: cflow (tiles), vflow (the .vflow twin: vertical groups + expert bank) or
     /// rowmajor (naive baseline copy).
     #[arg(long, value_enum, default_value_t = LayoutArg::Cflow)]
@@ -242,6 +246,8 @@ pub struct EngineArgs {
     /// The model's .vflow twin (default: MODEL with the extension .vflow, when it exists).
     #[arg(long)]
     pub vflow: Option<PathBuf>,
+    /// Activation numerics: auto, q8 or f32, e.g. `--act f32`.
+    ///
     /// Activations fed to the quantized matvecs: q8 (quantized once per matvec, integer dot
     /// products: fastest, llama.cpp's numerics), f32 (exact: matches a float64 forward to 1e-4),
     /// or auto: q8 everywhere (chat, the TUI, run, bench, perplexity), the default chosen by
@@ -251,6 +257,8 @@ pub struct EngineArgs {
     /// Shorthand for --act f32.
     #[arg(long)]
     pub f32_act: bool,
+    /// KV-cache element type: f16 or f32, e.g. `--kv f32`.
+    ///
     /// What the KV cache stores: f16 (the default, as llama.cpp's: half the memory and half the
     /// bytes each attention step reads, values rounded to nearest-even; chosen by KL divergence,
     /// docs/PERFORMANCE.md) or f32 (exact: the reference path with --act f32).
@@ -259,6 +267,8 @@ pub struct EngineArgs {
     /// Shorthand for --kv f16.
     #[arg(long, conflicts_with = "kv")]
     pub kv_f16: bool,
+    /// Fetch the next layer's weights and predicted experts ahead, e.g. `--prefetch on`.
+    ///
     /// Fetch the next layer's weights ahead. A thread hints the next layer's attention and dense
     /// tiles with PREFETCHT0; the next layer's experts are predicted and fetched too: on the
     /// mmap tier the current layer's expert ids, hinted (paper §3.9.2); on the direct tier the
@@ -270,6 +280,8 @@ pub struct EngineArgs {
     /// Expert fetch on the direct tier: sync (blocking at routing) or staged (until injection).
     #[arg(long, value_enum, default_value_t = FetchArg::Staged)]
     pub fetch: FetchArg,
+    /// Where experts are read from: auto, mmap or direct, e.g. `--expert-tier direct`.
+    ///
     /// Expert tier: mmap (from the map), direct (O_DIRECT reads of the routed experts into
     /// staging slots), or auto: direct when the model file is larger than the memory available
     /// (cgroup limits included), else mmap — the faster of the two on each side (docs/MOE.md,
@@ -279,6 +291,8 @@ pub struct EngineArgs {
     /// Reader threads for the direct tier.
     #[arg(long, default_value_t = 2)]
     pub readers: usize,
+    /// Direct tier's expert cache in MiB, or auto, e.g. `--expert-cache-mib 4096`.
+    ///
     /// Direct tier: keep up to N MiB of expert regions in memory after their experts ran and
     /// serve later selections of them without a read (the most used kept; 0 = off), or auto:
     /// a third of the memory available at open (cgroup limits included), at most every
@@ -286,17 +300,23 @@ pub struct EngineArgs {
     /// Streams panes, `bench --json` `expert_cache`.
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_cache_mib)]
     pub expert_cache_mib: CacheMibArg,
+    /// Stream placement: auto, sequential or vertical, e.g. `--schedule vertical`.
+    ///
     /// Stream placement: sequential; vertical (the dense/expert streams of the layers whose
     /// input is ready δd/δe layers early run on a second core while attention runs on the
     /// first; same tokens); or auto: the faster of the two on this model, measured over the
     /// first decode steps.
     #[arg(long, value_enum, default_value_t = crate::engine::Schedule::Auto)]
     pub schedule: crate::engine::Schedule,
+    /// Context positions to allocate, e.g. `-c 4096`.
+    ///
     /// Run with at most N context positions (default: the model's context). A model whose KV
     /// cache for its context does not fit in available memory is refused at open; this lowers
     /// the context so it fits. `-c` as llama.cpp's.
     #[arg(short = 'c', long)]
     pub max_ctx: Option<usize>,
+    /// Weights from the map or a resident copy: auto, mmap or resident, e.g. `--weights mmap`.
+    ///
     /// Where decode reads the weights from: mmap (the file's page cache, 4 KiB pages), resident
     /// (a private copy in transparent huge pages, made at open: fewer TLB misses, ~20% faster
     /// decode on the machines of docs/PERFORMANCE.md; costs the file's size in memory), or
@@ -305,6 +325,8 @@ pub struct EngineArgs {
     /// page-cache panes are about the mapping). `run --json` and the TUI header say which.
     #[arg(long, value_enum, env = "CFLOW_WEIGHTS", default_value_t = WeightsArg::Auto)]
     pub weights: WeightsArg,
+    /// Keep a resident copy in the file's tile layout (no repacking).
+    ///
     /// Keep a resident copy in the file's tile layout. By default, when decode takes the
     /// integer path (--act q8, the default, on a CPU with AVX2), the resident copy's
     /// Q4_0/Q4_1/Q8_0 layer matrices and LM head are repacked at open into records of 16 rows × 32 columns, whose kernels
@@ -624,6 +646,10 @@ pub struct RunArgs {
     /// Print exactly one JSON object on stdout (and nothing else there).
     #[arg(long)]
     pub json: bool,
+    /// Also print the critical-path accounting on a model without delays (where it is the same
+    /// before and after; a delayed model always shows it).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// Teacher-forced evaluation: write one JSON line per position of --tokens to FILE.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,

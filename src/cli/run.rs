@@ -121,7 +121,7 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     } else {
         err!(
             "{}",
-            render_run_report(&report, &out, sess.engine.cfg().max_ctx)
+            render_run_report(&report, &out, sess.engine.cfg().max_ctx, a.verbose)
         );
     }
     if interrupted.load(std::sync::atomic::Ordering::Relaxed) {
@@ -199,7 +199,14 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
     })
 }
 
-fn render_run_report(r: &serde_json::Value, out: &GenOutcome, max_ctx: usize) -> String {
+/// The text summary. The critical-path lines only where they say something (a delayed model,
+/// whose critical path is shorter than its weights) or with `verbose`.
+fn render_run_report(
+    r: &serde_json::Value,
+    out: &GenOutcome,
+    max_ctx: usize,
+    verbose: bool,
+) -> String {
     let g = |p: &str| r.pointer(p).and_then(|v| v.as_f64()).unwrap_or(0.0);
     let rate = |n: usize, ns: u64| crate::stats::tok_per_s_text(n as u64, ns);
     let per_token = if r["ms_per_token"].is_null() {
@@ -226,12 +233,20 @@ fn render_run_report(r: &serde_json::Value, out: &GenOutcome, max_ctx: usize) ->
         "\n--- {} generated, {} prompt tokens, {} threads, {}\n{ended}\
          prefill {} · decode {} · {per_token}\n\
          MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2}{gbs}\n\
-         {}\n",
+         {}",
         r["generated_tokens"], r["prompt_tokens"], r["threads"], r["isa"].as_str().unwrap_or(""),
         rate(out.prompt_tokens, out.prefill_ns), rate(out.tokens.len(), out.decode_ns),
         g("/mib_per_token/attention"), g("/mib_per_token/dense"), g("/mib_per_token/experts"),
         g("/mib_per_token/vocab"), g("/mib_per_token/total"),
-        crate::inspect::critical_path_line(&r["critical_path_mib"]),
+        {
+            let c = &r["critical_path_mib"];
+            let delayed = c["payload"]["ratio"].as_f64().is_some_and(|x| x != 1.0);
+            if delayed || verbose {
+                format!("{}\n", crate::inspect::critical_path_line(c))
+            } else {
+                String::new()
+            }
+        },
     )
 }
 

@@ -26,6 +26,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
             n: 32,
             sampling: cli.chat.sampling.clone(),
             json: false,
+            verbose: false,
             dump_logits: None,
             dump_routing: None,
             top: 10,
