@@ -115,11 +115,13 @@ ARMS = [
     # stays in the map (what a user whose run was OOM-killed would try).
     ("llama.cpp mmap --repack 0", ("llama", ["--repack", "0"])),
     ("cflow mmap", ["--expert-tier", "mmap"]),
-    ("cflow direct sync", ["--expert-tier", "direct", "--fetch", "sync"]),
-    ("cflow direct staged", ["--expert-tier", "direct", "--fetch", "staged"]),
+    # The cache off explicitly (its default, auto, sizes one): the cache arms are separate.
+    ("cflow direct sync", ["--expert-tier", "direct", "--fetch", "sync", "--expert-cache-mib", "0"]),
+    ("cflow direct staged", ["--expert-tier", "direct", "--fetch", "staged", "--expert-cache-mib", "0"]),
     # --prefetch on, direct tier: the next layer's experts read speculatively, predicted by its
     # router applied one layer early (docs/SEMANTICS.md X2); the hit rate is reported.
-    ("cflow direct staged+prefetch", ["--expert-tier", "direct", "--fetch", "staged", "--prefetch", "on"]),
+    ("cflow direct staged+prefetch", ["--expert-tier", "direct", "--fetch", "staged", "--prefetch", "on",
+                                      "--expert-cache-mib", "0"]),
 ]
 
 
