@@ -170,6 +170,8 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
                 fetch: FetchMode::Sync,
                 readers,
                 prefetch: false,
+                // Every expert read from disk: a cache would serve the arms' repeated tokens.
+                expert_cache_mib: 0,
                 ..base.clone()
             },
         );
@@ -430,6 +432,7 @@ pub fn prefetch(a: &PrefetchArgs, path: &Path) -> Result<()> {
     };
     if a.storage {
         opts.expert_tier = ExpertTier::Direct;
+        opts.expert_cache_mib = 0; // every expert from disk: the storage-bound regime
         opts.fetch = FetchMode::Sync;
     }
     let mut e = Engine::new(file.clone(), opts);
