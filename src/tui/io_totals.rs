@@ -13,6 +13,25 @@ pub struct IoTotals {
     pub layers_with_io: u32,
 }
 
+/// Bytes the token read from disk for its experts (routed, plus speculative reads it did not
+/// use) and that rate over the token, "N MB/s" ("—" for an untimed token). Measured.
+pub fn disk_read(stats: &TokenStats) -> (u64, String) {
+    let bytes = stats
+        .layers
+        .iter()
+        .filter_map(|l| l.io)
+        .map(|io| io.bytes)
+        .sum::<u64>()
+        + stats.prefetch.map_or(0, |p| p.wasted_bytes);
+    let secs = stats.ns_total as f64 / 1e9;
+    let rate = if secs > 0.0 {
+        format!("{:.0} MB/s", bytes as f64 / 1e6 / secs)
+    } else {
+        "—".into()
+    };
+    (bytes, rate)
+}
+
 impl IoTotals {
     /// Sum the `LayerStat.io` entries of a token (None when no layer had I/O).
     pub fn of(stats: &TokenStats) -> Option<IoTotals> {

@@ -117,24 +117,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
 
     // Disk read rate and the expert cache, this token (measured).
     if tok.is_some() {
-        let bytes: u64 = last
-            .layers
-            .iter()
-            .filter_map(|l| l.io)
-            .map(|io| io.bytes)
-            .sum::<u64>()
-            + last.prefetch.map_or(0, |p| p.wasted_bytes);
-        let secs = last.ns_total as f64 / 1e9;
+        let (bytes, rate) = super::io_totals::disk_read(last);
         let mut spans = vec![
             Span::styled("disk ", th.dim()),
-            Span::styled(
-                if secs > 0.0 {
-                    format!("{:.0} MB/s", bytes as f64 / 1e6 / secs)
-                } else {
-                    "—".into()
-                },
-                th.experts(),
-            ),
+            Span::styled(rate, th.experts()),
             Span::styled(format!(" ({:.1} MB read)", bytes as f64 / 1e6), th.dim()),
         ];
         match last.expert_cache {

@@ -337,18 +337,10 @@ fn disk_line(
     t: &super::io_totals::IoTotals,
 ) -> Line<'static> {
     let th = &app.theme;
-    let bytes = t.bytes + last.prefetch.map_or(0, |p| p.wasted_bytes);
-    let secs = last.ns_total as f64 / 1e9;
+    let (_, rate) = super::io_totals::disk_read(last);
     let mut spans = vec![
         Span::styled("disk ", th.dim()),
-        Span::styled(
-            if secs > 0.0 {
-                format!("{:.0} MB/s", bytes as f64 / 1e6 / secs)
-            } else {
-                "—".into()
-            },
-            th.experts(),
-        ),
+        Span::styled(rate, th.experts()),
         Span::styled(" · waited ", th.dim()),
         Span::styled(
             format!("{} ms", super::common::ms(t.wait_ns as f64)),
