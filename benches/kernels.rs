@@ -305,6 +305,12 @@ fn min_of_n() {
         (QuantType::F32, 128, 256),
         (QuantType::Q4_1, 1536, 576),
         (QuantType::Q8_0, 49152, 576),
+        // MoE experts: `pull smollm2-moe` (160 units of 576: gate/up, and the down projection
+        // 576 × 160, one partial chunk per row) and the Qwen3-30B-A3B geometry (768 of 2048).
+        (QuantType::Q4_1, 160, 576),
+        (QuantType::Q4_1, 576, 160),
+        (QuantType::Q4_0, 768, 2048),
+        (QuantType::Q4_0, 2048, 768),
     ];
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     println!(

@@ -320,16 +320,16 @@ pub struct EngineArgs {
     /// Where decode reads the weights from: mmap (the file's page cache, 4 KiB pages), resident
     /// (a private copy in transparent huge pages, made at open: fewer TLB misses, ~20% faster
     /// decode on the machines of docs/PERFORMANCE.md; costs the file's size in memory), or
-    /// auto: resident for a dense model that takes at most a quarter of available memory and
-    /// has no .vflow twin, else mmap (the expert I/O tiers, a twin's layout A/B and the
-    /// page-cache panes are about the mapping). `run --json` and the TUI header say which.
+    /// auto: resident for a model that takes at most a quarter of available memory, has no
+    /// .vflow twin and was not given `--expert-tier direct`, else mmap (a twin's layout A/B and
+    /// the direct tier are about the file). `run --json` and the TUI header say which.
     #[arg(long, value_enum, env = "CFLOW_WEIGHTS", default_value_t = WeightsArg::Auto)]
     pub weights: WeightsArg,
     /// Keep a resident copy in the file's tile layout (no repacking).
     ///
     /// Keep a resident copy in the file's tile layout. By default, when decode takes the
     /// integer path (--act q8, the default, on a CPU with AVX2), the resident copy's
-    /// Q4_0/Q4_1/Q8_0 layer matrices and LM head are repacked at open into records of 16 rows × 32 columns, whose kernels
+    /// Q4_0/Q4_1/Q8_0 layer matrices, experts and LM head are repacked at open into records of 16 rows × 32 columns, whose kernels
     /// run several times faster (docs/PERFORMANCE.md, "Repacked tiles"). Same weights and
     /// bytes per token; the logits differ from the file layout's only in float rounding (the
     /// sums are taken in another order). `run --json` says whether it happened (`repacked`).

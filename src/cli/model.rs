@@ -1,7 +1,7 @@
 //! Opening models for the commands: the built-in demo, `--vflow` twins, engine and session
 //! construction, and the progress bar the long steps share.
 
-use super::args::{EngineArgs, WeightsArg};
+use super::args::{EngineArgs, TierArg, WeightsArg};
 use crate::convert::generate::{generate, GenSpec};
 use crate::engine::session::Session;
 use crate::engine::{Engine, EngineOptions, Layout};
@@ -79,7 +79,8 @@ pub(super) fn open_for_decode(path: &Path, eng: &EngineArgs) -> Result<Arc<Cflow
     let mut file = open_mapped(path)?;
     let avail = crate::engine::kv_budget::available_memory().map(|a| a.bytes);
     let twin = twin_path(path, eng).is_some();
-    if let Placement::Resident = weights_placement(eng.weights, &file, twin, avail) {
+    let direct = eng.expert_tier == TierArg::Direct;
+    if let Placement::Resident = weights_placement(eng.weights, &file, twin, direct, avail) {
         file.make_resident(eng.repack()?)?;
     }
     Ok(Arc::new(file))
@@ -95,22 +96,25 @@ pub enum Placement {
 }
 
 /// The `--weights` policy. `auto` copies a model into memory only when nothing the tool shows
-/// is about its mapping: a dense model (experts are read by the I/O tiers and their panes),
-/// no `.vflow` twin (whose layout A/B would compare a copy with a mapping), not a `.vflow`
-/// itself, and at most a quarter of the available memory (the rest is left to the KV cache and
-/// the page cache).
+/// is about its mapping: no `.vflow` twin (whose layout A/B would compare a copy with a
+/// mapping), not a `.vflow` itself, not `--expert-tier direct` asked for explicitly (it reads
+/// the experts from the file; a copy would only hold memory), and at most a quarter of the
+/// available memory (the rest is left to the KV cache and the page cache). A model with
+/// experts that fits is copied too: its experts are repacked like the dense matrices, and the
+/// direct tier, when toggled on, still reads them from the file.
 pub fn weights_placement(
     want: WeightsArg,
     file: &CflowFile,
     twin: bool,
+    direct_tier: bool,
     available: Option<u64>,
 ) -> Placement {
     match want {
         WeightsArg::Mmap => Placement::Mmap(None),
         WeightsArg::Resident => Placement::Resident,
         WeightsArg::Auto => {
-            let why = if file.cfg.has_experts() {
-                Some("a model with experts (the expert I/O tiers read the mapping)")
+            let why = if file.cfg.has_experts() && direct_tier {
+                Some("--expert-tier direct reads the experts from the file")
             } else if twin {
                 Some("a .vflow twin is attached (its layout A/B reads a mapping)")
             } else if file.is_vflow_view() {
@@ -280,14 +284,14 @@ mod tests {
     }
 
     #[test]
-    fn auto_copies_only_a_dense_model_without_twin_that_fits() {
+    fn auto_copies_a_model_without_twin_that_fits() {
         let dir = tempfile::tempdir().unwrap();
         let dense = model(dir.path(), "llama");
         let moe = model(dir.path(), "arch2_4_combined");
         let size = dense.bytes().len() as u64;
         let plenty = Some(1 << 40);
         let auto = |f: &CflowFile, twin: bool, avail: Option<u64>| {
-            weights_placement(WeightsArg::Auto, f, twin, avail)
+            weights_placement(WeightsArg::Auto, f, twin, false, avail)
         };
         assert_eq!(auto(&dense, false, plenty), Placement::Resident);
         assert_eq!(auto(&dense, false, Some(4 * size)), Placement::Resident);
@@ -295,14 +299,19 @@ mod tests {
             Placement::Mmap(Some(w)) => w,
             p => panic!("{p:?}"),
         };
-        assert!(why(auto(&moe, false, plenty)).contains("experts"));
+        // A model with experts that fits is copied (and its experts repacked), unless the
+        // direct tier was asked for.
+        assert_eq!(auto(&moe, false, plenty), Placement::Resident);
+        let direct = weights_placement(WeightsArg::Auto, &moe, false, true, plenty);
+        assert!(why(direct).contains("direct"));
+        assert!(why(auto(&moe, false, Some(4 * moe.bytes().len() as u64 - 1))).contains("quarter"));
         assert!(why(auto(&dense, true, plenty)).contains("twin"));
         assert!(why(auto(&dense, false, Some(4 * size - 1))).contains("quarter"));
         assert!(why(auto(&dense, false, None)).contains("unknown"));
         // An explicit choice is followed whatever the model.
-        let mmap = weights_placement(WeightsArg::Mmap, &dense, false, plenty);
+        let mmap = weights_placement(WeightsArg::Mmap, &dense, false, false, plenty);
         assert_eq!(mmap, Placement::Mmap(None));
-        let res = weights_placement(WeightsArg::Resident, &moe, true, None);
+        let res = weights_placement(WeightsArg::Resident, &moe, true, true, None);
         assert_eq!(res, Placement::Resident);
     }
 }

@@ -560,6 +560,12 @@ impl Engine {
             if self.opts.layout == Layout::RowMajor && self.cfg.has_experts() {
                 notes.push("rowmajor layout: experts come from the in-memory copy".into());
             }
+            if self.active().is_repacked() && self.cfg.has_experts() {
+                notes.push(
+                    "direct tier reads experts in the file's layout, the resident copy's are                      repacked (other kernels): for a like-for-like tier A/B start with                      --weights mmap"
+                        .into(),
+                );
+            }
         } else if self.opts.fetch == FetchMode::Staged && self.cfg.has_experts() {
             notes.push("mmap tier: experts read from the map; fetch mode has no effect".into());
         }

@@ -199,6 +199,9 @@ pub fn build_rowmajor(f: &CflowFile) -> RowMajorWeights {
 fn relative_expert(e: &ExpertView) -> ExpertView {
     let rel = |m: &Matrix| Matrix {
         stripes: m.stripes.iter().map(|&o| o - e.offset as usize).collect(),
+        // A region read from the file is in the file's tile layout, even when the resident
+        // copy's expert is repacked (`CflowFile::make_resident`).
+        packed: false,
         ..m.clone()
     };
     ExpertView {

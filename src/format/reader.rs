@@ -742,9 +742,10 @@ impl CflowFile {
     /// Copies the whole file into private huge-page memory and reads it from there from now on
     /// (see [`ModelMap::make_resident`]): `--weights resident`, and `auto` on dense models.
     /// With `repack`, the copy's Q4_0/Q4_1/Q8_0 matrices that decode multiplies (the layers'
-    /// dense matrices and the LM head, which may be the tied embedding; not the experts, which
-    /// the I/O tiers read from the file) whose stripes are whole 16-row groups are rearranged
-    /// into the layout of `quant::packed`, tile by tile, and marked [`Matrix::packed`].
+    /// dense matrices, their experts, and the LM head, which may be the tied embedding) whose
+    /// stripes are whole 16-row groups are rearranged into the layout of `quant::packed`, tile
+    /// by tile, and marked [`Matrix::packed`]. The direct tier still reads experts from the
+    /// file, in its tile layout (`engine::weights::relative_experts` views are never packed).
     pub fn make_resident(&mut self, repack: bool) -> Result<(), FormatError> {
         let (layers, vocab) = (&mut self.layers, &mut self.vocab);
         let mut any = false;
@@ -759,6 +760,11 @@ impl CflowFile {
             for l in layers.iter_mut() {
                 for m in l.dense_matrices_mut() {
                     any |= repack_matrix(bytes, m);
+                }
+                for e in l.experts.iter_mut() {
+                    for m in [&mut e.gate, &mut e.up, &mut e.down] {
+                        any |= repack_matrix(bytes, m);
+                    }
                 }
             }
         })?;
