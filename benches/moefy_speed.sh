@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # moefy_speed.sh - decode speed of a moefied model against its dense source, alternating
-# A B A B (`bench decode --repeat 1`, one run per turn) at each thread count, both with
-# --weights mmap (the MoE's default; the same memory for both arms) and the default numerics.
+# A B A B (`bench decode --repeat 1`, one run per turn) at each thread count, both with the same
+# --weights (WEIGHTS, default auto: each model's default, resident and repacked when it fits a
+# quarter of available memory; mmap compares the file layout's kernels) and default numerics.
 # Prints per thread count: each arm's median/min/max tok/s, the ratio of medians, and the
 # FFN-bytes prediction (dense total bytes / MoE total bytes per token from `run --json`).
-# Usage: PAIRS=6 TOKENS=64 benches/moefy_speed.sh DENSE.cflow MOE.cflow
+# Usage: PAIRS=6 TOKENS=64 [WEIGHTS=auto|mmap|resident] benches/moefy_speed.sh DENSE.cflow MOE.cflow
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${BIN:-target/release/cflow-tui}; PAIRS=${PAIRS:-6}; TOKENS=${TOKENS:-64}
+BIN=${BIN:-target/release/cflow-tui}; PAIRS=${PAIRS:-6}; TOKENS=${TOKENS:-64}; WEIGHTS=${WEIGHTS:-auto}
 dense=$1; moe=$2
-tok() { "$BIN" bench decode "$1" --threads "$2" --repeat 1 --tokens "$TOKENS" --weights mmap --json 2>/dev/null \
+tok() { "$BIN" bench decode "$1" --threads "$2" --repeat 1 --tokens "$TOKENS" --weights "$WEIGHTS" --json 2>/dev/null \
   | python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["rows"] if isinstance(d,dict) else d; print(r[0]["decode_tok_s"]["median"])'; }
-mib() { "$BIN" run "$1" --tokens 1,2,3 -n 8 --json --weights mmap 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mib_per_token"]["total"])'; }
+mib() { "$BIN" run "$1" --tokens 1,2,3 -n 8 --json --weights "$WEIGHTS" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mib_per_token"]["total"])'; }
 md=$(mib "$dense"); mm=$(mib "$moe")
 for t in ${THREADS:-1 2}; do
   a=(); b=()
@@ -22,7 +23,7 @@ for t in ${THREADS:-1 2}; do
 import statistics as s, sys
 t, md, mm, a, b = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), list(map(float, sys.argv[4].split())), list(map(float, sys.argv[5].split()))
 r = [y / x for x, y in zip(a, b)]
-print(f"{t} thread(s): dense {s.median(a):.1f} [{min(a):.1f}-{max(a):.1f}] tok/s, moe {s.median(b):.1f} [{min(b):.1f}-{max(b):.1f}]; "
+print(f"{t} thread(s), weights {__import__('os').environ.get('WEIGHTS','auto')}: dense {s.median(a):.1f} [{min(a):.1f}-{max(a):.1f}] tok/s, moe {s.median(b):.1f} [{min(b):.1f}-{max(b):.1f}]; "
       f"moe/dense median of pair ratios {s.median(r):.3f} [{min(r):.3f}-{max(r):.3f}] (n={len(r)}); bytes predict {md/mm:.3f} ({md:.1f} vs {mm:.1f} MiB/token)")
 PY
 done

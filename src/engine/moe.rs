@@ -30,14 +30,9 @@ pub fn select(cfg: &ModelConfig, lv: &LayerView, act: &[f32]) -> Vec<(usize, f32
     let r = lv.router.as_ref().expect("router");
     let bias = |e: usize| lv.router_bias.as_ref().map_or(0.0, |b| b[e]);
     let mut logits: Vec<f32> = (0..cfg.n_experts)
-        .map(|e| {
-            r[e * d..(e + 1) * d]
-                .iter()
-                .zip(act)
-                .map(|(a, b)| a * b)
-                .sum::<f32>()
-                + bias(e)
-        })
+        // Eight accumulators (`kernels::attention::dot`), not one serial sum: a 128-expert
+        // router of width 2048 is 262 k additions per layer, latency-bound when serial.
+        .map(|e| crate::kernels::attention::dot(&r[e * d..(e + 1) * d], act) + bias(e))
         .collect();
     let mut idx: Vec<usize> = (0..cfg.n_experts).collect();
     // Stable: ties broken by lower expert id.
