@@ -142,15 +142,14 @@ pub fn open(
         Some(k) => (k.sha256, false),
         None => {
             let h = hash(gguf, &canon, stamp.size)?;
-            remember(
-                &index,
-                key,
-                Known {
-                    stamp: stamp.clone(),
-                    sha256: h.clone(),
-                },
-                log,
-            )?;
+            let known = Known {
+                stamp: stamp.clone(),
+                sha256: h.clone(),
+            };
+            // The index only saves a hash next time: a cache that cannot record it still opens.
+            if let Err(e) = remember(&index, key, known, log) {
+                log(&format!("note: {e} (the file is hashed again next time)"));
+            }
             (h, true)
         }
     };

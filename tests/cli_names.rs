@@ -421,3 +421,45 @@ fn an_old_trace_with_vocab_bytes_still_replays() {
     assert_eq!(a["mib_per_token"], b["mib_per_token"]);
     assert_eq!(a["tokens"], b["tokens"]);
 }
+
+/// `-p` is the prompt of `run`, as llama.cpp's (`bench decode -p` is llama-bench's prompt
+/// length: `token_ids_are_token_ids_and_tokens_is_a_count`).
+#[test]
+fn p_is_the_prompt_of_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("tok.cflow");
+    let o = Command::new(BIN)
+        .args(&common::TINY_GEN_ARGS[..15])
+        .args(["--vocab", "50257", "-o"])
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = m.to_str().unwrap();
+    let long = json(&[
+        "run",
+        m,
+        "--prompt",
+        "Once upon",
+        "-n",
+        "3",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    let short = json(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "Once upon",
+        "-n",
+        "3",
+        "-t",
+        "1",
+        "--json",
+    ]);
+    assert!(long["prompt_tokens"].as_u64().unwrap() >= 2, "{long}");
+    assert_eq!(long["prompt_tokens"], short["prompt_tokens"]);
+    assert_eq!(long["tokens"], short["tokens"]);
+}

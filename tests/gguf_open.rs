@@ -97,6 +97,11 @@ fn a_gguf_is_imported_once_and_reopened_from_the_cache() {
     let tokens = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap()["tokens"].clone();
     assert_eq!(tokens(&first), tokens(&want));
     let mtime = std::fs::metadata(&entry).unwrap().modified().unwrap();
+    // The index is written only when a file was hashed.
+    let index = cache.join("gguf").join("index.json");
+    let hashed = std::fs::read(&index).unwrap();
+    assert!(String::from_utf8_lossy(&hashed).contains(&sha256_file(&gguf).unwrap()));
+    let index_mtime = std::fs::metadata(&index).unwrap().modified().unwrap();
     // Second open: neither hashed nor imported.
     let (again, err) = ok(&run, &cache);
     assert!(!err.contains("importing"), "{err}");
@@ -105,6 +110,11 @@ fn a_gguf_is_imported_once_and_reopened_from_the_cache() {
     assert_eq!(
         std::fs::metadata(&entry).unwrap().modified().unwrap(),
         mtime
+    );
+    assert_eq!(
+        std::fs::metadata(&index).unwrap().modified().unwrap(),
+        index_mtime,
+        "an unchanged file was hashed again"
     );
     assert_eq!(
         entries(&cache),
