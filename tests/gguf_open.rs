@@ -288,3 +288,35 @@ fn smollm2_gguf_opens_directly() {
         "the cached import is the file `import` writes"
     );
 }
+
+#[test]
+fn concurrent_opens_of_one_gguf_import_it_once() {
+    let d = tempfile::tempdir().unwrap();
+    let cache = d.path().join("cache");
+    let gguf = d.path().join("big.gguf");
+    // ~28 MB of f32 weights: the import takes long enough for the opens to overlap.
+    tiny_gguf::write(&gguf, 3, 512, 4);
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(BIN)
+                .args(["inspect", gguf.to_str().unwrap()])
+                .env("CFLOW_CACHE", &cache)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let errs: Vec<String> = children
+        .into_iter()
+        .map(|c| {
+            let o = c.wait_with_output().unwrap();
+            let e = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert!(o.status.success(), "{e}");
+            e
+        })
+        .collect();
+    let imports = errs.iter().filter(|e| e.contains("importing")).count();
+    assert_eq!(imports, 1, "{errs:#?}");
+    assert_eq!(entries(&cache).len(), 2, "{:?}", entries(&cache));
+}
