@@ -12,7 +12,7 @@ BIN=${BIN:-target/release/cflow-tui}; PAIRS=${PAIRS:-6}; TOKENS=${TOKENS:-64}; W
 dense=$1; moe=$2
 tok() { "$BIN" bench decode "$1" --threads "$2" --repeat 1 --tokens "$TOKENS" --weights "$WEIGHTS" --json 2>/dev/null \
   | python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["rows"] if isinstance(d,dict) else d; print(r[0]["decode_tok_s"]["median"])'; }
-mib() { "$BIN" run "$1" --tokens 1,2,3 -n 8 --json --weights "$WEIGHTS" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mib_per_token"]["total"])'; }
+mib() { "$BIN" run "$1" --token-ids 1,2,3 -n 8 --json --weights "$WEIGHTS" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mib_per_token"]["total"])'; }
 md=$(mib "$dense"); mm=$(mib "$moe")
 for t in ${THREADS:-1 2}; do
   a=(); b=()

@@ -90,13 +90,13 @@ def speed(path):
             "moe_tok_s_median": statistics.median(b for _, b in pairs)}
 dense_ppl = json.load(open(f"{work}/dense.ppl.json"))
 di = json.load(open(f"{work}/dense.inspect.json"))
-dense_ffn = di["per_token_mib_with_scales"]["dense"]
+dense_ffn = di["mib_per_token_with_scales"]["dense"]
 rows = []
 for mf in sorted(glob.glob(f"{work}/*.moefy.json")):
     kind = os.path.basename(mf).split(".")[0]
     for r in json.load(open(mf)):
         p = json.load(open(r["out"] + ".ppl.json"))
-        i = json.load(open(r["out"] + ".inspect.json"))["per_token_mib_with_scales"]
+        i = json.load(open(r["out"] + ".inspect.json"))["mib_per_token_with_scales"]
         kl = p["kl_divergence"]
         base = {
             "router": "random" if kind == "random" else ("none (K = E)" if kind.startswith("keq") else "trained"),

@@ -149,7 +149,7 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
     let speculate = base.prefetch;
     let (act, kv) = base.numerics();
     let path = match &a.model {
-        Some(p) => p.clone(),
+        Some(p) => crate::cli::resolve_model(Some(p.clone()))?,
         None => overlap_model()?,
     };
     // Before the model is mapped: pages mapped by this process could not be evicted.

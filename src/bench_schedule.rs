@@ -243,7 +243,7 @@ pub fn bench(a: &ScheduleArgs, path: &Path) -> Result<()> {
         for k in ["sequential", "vertical"] {
             let m = |s: &str| r["stream_ms_tok"][k][s].as_f64().unwrap_or(0.0);
             outln!(
-                "  {:>10} ms/token in attn {:.3} · dense {:.3} · experts {:.3} · LM head {:.3}",
+                "  {:>10} ms/token in attn {:.3} · dense {:.3} · experts {:.3} · lm head {:.3}",
                 k,
                 m("attn"),
                 m("dense"),
@@ -252,7 +252,7 @@ pub fn bench(a: &ScheduleArgs, path: &Path) -> Result<()> {
             )?;
         }
         outln!(
-            "  eq. 4.23 ms/token: sequential {:.3} (alone bw); vertical {:.3} (alone bw), {:.3} (concurrent bw); incl. LM head {:.3}",
+            "  eq. 4.23 ms/token: sequential {:.3} (alone bw); vertical {:.3} (alone bw), {:.3} (concurrent bw); incl. lm head {:.3}",
             p("sequential_ms"),
             p("vertical_alone_bw_ms"),
             p("vertical_concurrent_bw_ms"),

@@ -88,16 +88,16 @@ pub fn report(f: &CflowFile) -> Value {
         "quant_mix": quant_mix_report(f),
         "attention": attention_report(c),
         "moe": moe_report(f),
-        "per_token_mib": {
+        "mib_per_token": {
             "attention": pa as f64 / MIB, "dense": pd as f64 / MIB, "experts_topk": pe as f64 / MIB,
             "experts_all": if c.top_k > 0 { (pe * c.n_experts as u64 / c.top_k as u64) as f64 / MIB } else { 0.0 },
-            "vocab": lm.payload_bytes() / MIB,
+            "lm_head": lm.payload_bytes() / MIB,
             "total": (pa + pd + pe) as f64 / MIB + lm.payload_bytes() / MIB,
         },
-        "per_token_mib_with_scales": {
+        "mib_per_token_with_scales": {
             "attention": sa as f64 / MIB, "dense": sd as f64 / MIB, "experts_topk": se as f64 / MIB,
             "experts_all": crate::engine::streams::all_expert_bytes(f) as f64 / MIB,
-            "vocab": lm.bytes() as f64 / MIB,
+            "lm_head": lm.bytes() as f64 / MIB,
             "total": (sa + sd + se + lm.bytes() as u64) as f64 / MIB,
         },
         "critical_path_mib": critical_path_both(f),
@@ -295,7 +295,7 @@ pub fn render(r: &Value) -> String {
     if let Some(line) = attention_line(&r["attention"]) {
         let _ = writeln!(o, "{line}");
     }
-    if let Some(line) = moe_line(&r["moe"], &r["per_token_mib_with_scales"]) {
+    if let Some(line) = moe_line(&r["moe"], &r["mib_per_token_with_scales"]) {
         let _ = writeln!(o, "{line}");
     }
     let _ = writeln!(o, "\nper-layer streams, MiB/token as read (payload at the nominal bits/weight; with scales + tile headers in parentheses; a dense FFN whose input is zero, ℓ < δd, reads 0)");
@@ -319,10 +319,10 @@ pub fn render(r: &Value) -> String {
         );
     }
     matrix_types(&mut o, r);
-    let p = &r["per_token_mib"];
-    let w = &r["per_token_mib_with_scales"];
-    let _ = writeln!(o, "\nper token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2} MiB  (with scales: {:.2} MiB)",
-        f(&p["attention"]), f(&p["dense"]), f(&p["experts_topk"]), f(&p["vocab"]), f(&p["total"]), f(&w["total"]));
+    let p = &r["mib_per_token"];
+    let w = &r["mib_per_token_with_scales"];
+    let _ = writeln!(o, "\nper token: attention {:.2} · dense {:.2} · experts {:.2} · lm head {:.2} · total {:.2} MiB  (with scales: {:.2} MiB)",
+        f(&p["attention"]), f(&p["dense"]), f(&p["experts_topk"]), f(&p["lm_head"]), f(&p["total"]), f(&w["total"]));
     let _ = writeln!(o, "{}", critical_path_line(&r["critical_path_mib"]));
     if !r["fixed_point_accounting"].is_null() {
         let _ = writeln!(o, "{}", fixed_point_line(&r["fixed_point_accounting"]));
@@ -330,7 +330,7 @@ pub fn render(r: &Value) -> String {
     let v = &r["vocab"];
     let _ = writeln!(
         o,
-        "vocab: embedding {} · LM head {} · tied {}",
+        "vocab: embedding {} · lm head {} · tied {}",
         v["embedding_quant"].as_str().unwrap_or(""),
         v["lm_head_quant"].as_str().unwrap_or(""),
         v["tied"]

@@ -5,7 +5,7 @@
 //! weight views, `engine` the forward pass and scheduler, `io` prefetch and expert fetch,
 //! `telemetry` events/PMU/traces, `convert` importers and generators, `chat` tokenizers and
 //! templates, `tui` the terminal UI, `output` how every output path is written, `cache` cache
-//! entries shared between processes. The engine never imports `tui`.
+//! entries shared between processes, `gguf_cache` a `.gguf` opened through its cached import. The engine never imports `tui`.
 #![deny(unsafe_code)]
 
 // Lets `cflow::` paths resolve inside the crate: the unit tests include the shared test GGUF
@@ -25,6 +25,7 @@ pub mod convert;
 pub mod engine;
 #[allow(unsafe_code)]
 pub mod format;
+pub mod gguf_cache;
 pub mod input;
 pub mod inspect;
 #[allow(unsafe_code)]

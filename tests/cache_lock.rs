@@ -136,7 +136,7 @@ fn concurrent_demo_model_generation_builds_once() {
     let d = tempfile::tempdir().unwrap();
     let cache = d.path().join("cache");
     let env = [("CFLOW_CACHE", cache.as_path())];
-    let run = ["run", "--tokens", "1,2", "-n", "2", "--threads", "1"];
+    let run = ["run", "--token-ids", "1,2", "-n", "2", "--threads", "1"];
     let outs = all((0..3).map(|_| spawn(&run, &env)).collect());
     for o in &outs {
         assert!(o.status.success(), "{}", err(o));

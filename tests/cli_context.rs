@@ -64,7 +64,7 @@ fn run_with_max_ctx_1_prints_no_rate_from_one_token() {
     let dir = tempfile::tempdir().unwrap();
     let m = tiny_model(dir.path(), "2048");
     let m = m.to_str().unwrap();
-    let args = ["run", m, "--tokens", "1", "--max-ctx", "1", "-n", "5"];
+    let args = ["run", m, "--token-ids", "1", "--max-ctx", "1", "-n", "5"];
     let (ok, _, err) = run(&args, b"");
     assert!(ok, "{err}");
     assert!(
@@ -95,7 +95,7 @@ fn a_generation_that_ran_out_of_context_says_context_full_not_max_tokens() {
         let args = [
             "run",
             m,
-            "--tokens",
+            "--token-ids",
             "1,2,3",
             "--max-ctx",
             ctx,

@@ -272,7 +272,7 @@ fn run_record_on_a_full_disk_keeps_the_lines_written() {
     let o = lim.run(&[
         "run",
         s(&model),
-        "--tokens",
+        "--token-ids",
         "1,2,3",
         "-n",
         "400",
@@ -315,7 +315,7 @@ fn run_record_on_a_full_disk_keeps_the_old_trace() {
     let o = lim.run(&[
         "run",
         s(&model),
-        "--tokens",
+        "--token-ids",
         "1,2,3",
         "-n",
         "400",
@@ -358,7 +358,7 @@ fn dump_logits_on_a_full_disk_names_the_file_and_leaves_nothing() {
         s(&model),
         "--threads",
         "1",
-        "--tokens",
+        "--token-ids",
         &tokens.join(","),
         "--dump-logits",
         s(&out),
@@ -386,7 +386,7 @@ fn export_on_a_full_disk_names_the_file_and_leaves_nothing() {
         .args([
             "run",
             s(&model),
-            "--tokens",
+            "--token-ids",
             "1,2,3",
             "-n",
             "300",

@@ -1,4 +1,4 @@
-//! Resource limits: absurd `--threads`, `--readers`, `--max-ctx`, `-n`, `--ctx` are rejected with
+//! Resource limits: absurd `--threads`, `--readers`, `--max-ctx` (of `run` and of `gen`), `-n` are rejected with
 //! a clear message (exit code 1, no panic, no output file); a model whose KV cache for its full
 //! context does not fit in available memory is refused at open with the computed sizes; a prompt
 //! longer than the context is covered in `fault_model_file.rs`.
@@ -23,23 +23,26 @@ fn absurd_values_are_rejected() {
     let out = dir.path().join("m.cflow");
     let out = out.to_str().unwrap();
     let gen = |ctx: &'static str| -> Vec<&str> {
-        // The tiny model's `gen` arguments with their `--ctx` value replaced.
+        // The tiny model's `gen` arguments with their `--max-ctx` value replaced.
         let mut v = common::TINY_GEN_ARGS[..common::TINY_GEN_ARGS.len() - 1].to_vec();
         v.extend([ctx, "-o", out]);
         v
     };
-    fails_with(&gen("0"), "--ctx 0: must be between 1 and");
-    fails_with(&gen("100000000"), "--ctx 100000000: must be between 1 and");
+    fails_with(&gen("0"), "--max-ctx 0: must be between 1 and");
+    fails_with(
+        &gen("100000000"),
+        "--max-ctx 100000000: must be between 1 and",
+    );
     assert!(!std::path::Path::new(out).exists());
     fails_with(
-        &["import", "/nonexistent.gguf", "-o", out, "--ctx", "0"],
-        "--ctx 0: must be between",
+        &["import", "/nonexistent.gguf", "-o", out, "--max-ctx", "0"],
+        "--max-ctx 0: must be between",
     );
     // A valid model for the run checks.
     let o = Command::new(BIN).args(gen("64")).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let run = |extra: &[&'static str]| -> Vec<&str> {
-        let mut v = vec!["run", out, "--tokens", "1,2"];
+        let mut v = vec!["run", out, "--token-ids", "1,2"];
         v.extend_from_slice(extra);
         v
     };
@@ -64,12 +67,12 @@ fn absurd_values_are_rejected() {
         "--max-ctx 0: must be between 1 and 16777216",
     );
     fails_with(&run(&["-n", "99999999999"]), "too many tokens");
-    fails_with(&run(&["--tokens", "1,99999"]), "out of range");
+    fails_with(&run(&["--token-ids", "1,99999"]), "out of range");
     // A prompt longer than the 64-token context: the documented refusal, exit 1.
     let long: Vec<String> = (0..80).map(|i| (i % 100).to_string()).collect();
     let long = long.join(",");
     let o = Command::new(BIN)
-        .args(["run", out, "--tokens", &long])
+        .args(["run", out, "--token-ids", &long])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -114,7 +117,7 @@ fn kv_cache_larger_than_memory_is_refused_at_open() {
             "64",
             "--vocab",
             "130",
-            "--ctx",
+            "--max-ctx",
             "16777216",
             "-o",
         ])
@@ -134,18 +137,24 @@ fn kv_cache_larger_than_memory_is_refused_at_open() {
     // The default f16 cache stores 2 B per value.
     let sizes16 = "KV cache for ctx 16777216: 4 layers × 2 × 4 kv heads × 256 dims × 2 B × \
                    16777216 positions = 256.0 GiB > ";
-    fails_with(&["run", big, "--tokens", "1,2"], sizes16);
-    fails_with(&["run", big, "--tokens", "1,2"], "GiB available memory (");
-    fails_with(&["run", big, "--tokens", "1,2"], "it fits with --max-ctx ");
-    fails_with(&["run", big, "--tokens", "1,2", "--kv", "f16"], sizes16);
-    fails_with(&["run", big, "--tokens", "1,2", "--kv-f16"], sizes16);
-    fails_with(&["run", big, "--tokens", "1,2", "--kv", "f32"], sizes);
+    fails_with(&["run", big, "--token-ids", "1,2"], sizes16);
+    fails_with(
+        &["run", big, "--token-ids", "1,2"],
+        "GiB available memory (",
+    );
+    fails_with(
+        &["run", big, "--token-ids", "1,2"],
+        "it fits with --max-ctx ",
+    );
+    fails_with(&["run", big, "--token-ids", "1,2", "--kv", "f16"], sizes16);
+    fails_with(&["run", big, "--token-ids", "1,2", "--kv-f16"], sizes16);
+    fails_with(&["run", big, "--token-ids", "1,2", "--kv", "f32"], sizes);
     // A lower context opens it.
     let o = Command::new(BIN)
         .args([
             "run",
             big,
-            "--tokens",
+            "--token-ids",
             "1,2",
             "-n",
             "2",
@@ -160,7 +169,7 @@ fn kv_cache_larger_than_memory_is_refused_at_open() {
     let o = Command::new(BIN)
         .arg("run")
         .arg(&small)
-        .args(["--tokens", "1,2", "-n", "2"])
+        .args(["--token-ids", "1,2", "-n", "2"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

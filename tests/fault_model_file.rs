@@ -130,8 +130,22 @@ fn big(dir: &Path) -> std::path::PathBuf {
     let p = dir.join("big.cflow");
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_cflow-tui"))
         .args([
-            "gen", "--arch", "llama", "--layers", "8", "--hidden", "1024", "--heads", "16",
-            "--ffn", "4096", "--vocab", "32000", "--ctx", "4096", "-o",
+            "gen",
+            "--arch",
+            "llama",
+            "--layers",
+            "8",
+            "--hidden",
+            "1024",
+            "--heads",
+            "16",
+            "--ffn",
+            "4096",
+            "--vocab",
+            "32000",
+            "--max-ctx",
+            "4096",
+            "-o",
         ])
         .arg(&p)
         .output()
@@ -163,7 +177,7 @@ fn truncated_during_a_headless_run_exits_with_an_error_not_a_signal() {
                 "run",
                 "--weights",
                 "mmap",
-                "--tokens",
+                "--token-ids",
                 "1,2,3",
                 "-n",
                 "3000",

@@ -35,7 +35,7 @@ fn signal_during_record(sig: i32) {
         .arg("run")
         .arg(&model)
         .args([
-            "--tokens",
+            "--token-ids",
             "1,2,3",
             "-n",
             "150000",

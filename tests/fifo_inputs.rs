@@ -89,7 +89,7 @@ fn every_cli_input_refuses_a_fifo_at_once() {
         &model,
         &"--file",
         &text,
-        &"--ctx",
+        &"--max-ctx",
         &"32",
         &"--save-logits",
         &reference,
@@ -108,7 +108,7 @@ fn every_cli_input_refuses_a_fifo_at_once() {
             &fifo,
         ],
         vec![&"perplexity", &model, &"--file", &fifo],
-        vec![&"run", &fifo, &"--tokens", &"1,2", &"-n", &"1"],
+        vec![&"run", &fifo, &"--token-ids", &"1,2", &"-n", &"1"],
         vec![&"inspect", &fifo],
     ];
     for args in cases {

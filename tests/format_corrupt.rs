@@ -327,7 +327,10 @@ fn metadata_numbers_are_validated_at_open() {
     // The reported crashes, end to end: a clear error and exit 1, no panic, no abort.
     for (i, _) in cases.iter().enumerate().filter(|(_, c)| c.0 != "bos_id") {
         let p = dir.path().join(format!("meta{i}.cflow"));
-        for args in [&["inspect"][..], &["run", "--tokens", "1,2", "-n", "2"][..]] {
+        for args in [
+            &["inspect"][..],
+            &["run", "--token-ids", "1,2", "-n", "2"][..],
+        ] {
             let (code, sig, err) = limited(args, &p);
             assert_eq!(
                 (code, sig),

@@ -200,7 +200,7 @@ fn float_imports_take_any_width_block_types_refuse_before_writing() {
             assert!((a - b).abs() <= 1e-4 * norm + 1e-5, "{q:?}: {a} vs {b}");
         }
         let o = Command::new(BIN)
-            .args(["run", "--tokens", "1,2,3", "-n", "4"])
+            .args(["run", "--token-ids", "1,2,3", "-n", "4"])
             .arg(&out)
             .output()
             .unwrap();

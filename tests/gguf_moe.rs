@@ -118,7 +118,7 @@ fn run_json_bytes_are_dense_plus_attention_plus_k_over_e_of_experts() {
     for arch in ["qwen3moe", "qwen2moe"] {
         let out = import(&MoeSpec::new(arch), dir.path()).unwrap();
         let s = run_ok(bin().args(["run"]).arg(&out).args([
-            "--tokens",
+            "--token-ids",
             "5,6,7",
             "-n",
             "6",
@@ -135,7 +135,7 @@ fn run_json_bytes_are_dense_plus_attention_plus_k_over_e_of_experts() {
             (experts - all * 2.0 / 4.0).abs() < 1e-9,
             "{arch}: experts {experts} vs all {all}"
         );
-        let total = f("attention") + f("dense") + f("experts") + f("vocab");
+        let total = f("attention") + f("dense") + f("experts") + f("lm_head");
         assert!((total - f("total")).abs() < 1e-9);
         if arch == "qwen2moe" {
             assert!(f("dense") > 0.0, "the shared expert is read every token");
@@ -147,11 +147,11 @@ fn run_json_bytes_are_dense_plus_attention_plus_k_over_e_of_experts() {
         assert_eq!(moe["experts"], 4);
         assert_eq!(moe["top_k"], 2);
         assert_eq!(moe["shared_expert"], arch == "qwen2moe");
-        let im = |k: &str| r["per_token_mib_with_scales"][k].as_f64().unwrap();
+        let im = |k: &str| r["mib_per_token_with_scales"][k].as_f64().unwrap();
         assert!((im("experts_all") - all).abs() < 1e-9);
         assert!((im("experts_topk") - experts).abs() < 1e-9);
         assert!((im("dense") - f("dense")).abs() < 1e-9);
-        let ip = |k: &str| r["per_token_mib"][k].as_f64().unwrap();
+        let ip = |k: &str| r["mib_per_token"][k].as_f64().unwrap();
         assert!((ip("experts_topk") * 2.0 - ip("experts_all")).abs() < 1e-9);
         let text = run_ok(bin().arg("inspect").arg(&out));
         assert!(text.contains("4 experts, top-2"), "{text}");
@@ -168,7 +168,7 @@ fn dump_routing_writes_every_position() {
         .args(["run"])
         .arg(&out)
         .args([
-            "--tokens",
+            "--token-ids",
             "5,6,7",
             "-n",
             "4",
@@ -208,7 +208,7 @@ fn dump_routing_writes_every_position() {
     let o = bin()
         .args(["run"])
         .arg(&dense_out)
-        .args(["--tokens", "5", "-n", "1", "--dump-routing"])
+        .args(["--token-ids", "5", "-n", "1", "--dump-routing"])
         .arg(&nd)
         .output()
         .unwrap();

@@ -137,7 +137,7 @@ fn float_experts_48_wide_import_and_run() {
             "simd rowmajor",
         );
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_cflow-tui"))
-            .args(["run", "--tokens", "1,2,3", "-n", "8"])
+            .args(["run", "--token-ids", "1,2,3", "-n", "8"])
             .arg(&out)
             .output()
             .unwrap();

@@ -18,7 +18,7 @@ fn critical_path_is_the_same_object_in_run_and_inspect() {
     let dir = tempfile::tempdir().unwrap();
     let m = tiny_model(dir.path(), "2048");
     let m = m.to_str().unwrap();
-    let run = json(&["run", m, "--tokens", "1,2", "-n", "2", "--json"]);
+    let run = json(&["run", m, "--token-ids", "1,2", "-n", "2", "--json"]);
     let ins = json(&["inspect", m, "--json"]);
     let (a, b) = (&run["critical_path_mib"], &ins["critical_path_mib"]);
     assert_eq!(
@@ -116,7 +116,7 @@ fn every_json_output_matches_its_schema_with_one_vocabulary() {
     let run = json(&[
         "run",
         m,
-        "--tokens",
+        "--token-ids",
         "1,2",
         "-n",
         "3",
@@ -159,7 +159,7 @@ fn every_json_output_matches_its_schema_with_one_vocabulary() {
         (run["act"].as_str(), run["kv"].as_str()),
         (Some("q8"), Some("f32"))
     );
-    for s in ["attention", "dense", "experts", "vocab", "total"] {
+    for s in ["attention", "dense", "experts", "lm_head", "total"] {
         let (a, b) = (&run["mib_per_token"][s], &rep["mib_per_token"][s]);
         assert!(
             (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-9,
@@ -261,7 +261,7 @@ fn act_reports_the_numerics_that_run() {
         let base = ["--threads", "1", "--isa", isa, "--act", "q8"];
         let run = json(
             &[
-                &["run", m, "--tokens", "1,2", "-n", "2", "--json"][..],
+                &["run", m, "--token-ids", "1,2", "-n", "2", "--json"][..],
                 &base,
             ]
             .concat(),
@@ -293,7 +293,7 @@ fn q8_is_the_default_for_chat_too() {
     let base = [
         "run",
         m,
-        "--tokens",
+        "--token-ids",
         "1,2",
         "-n",
         "2",

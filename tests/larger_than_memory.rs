@@ -129,7 +129,7 @@ fn same_tokens_under_a_limit_below_the_model_size() {
     let run = |extra: &[&str]| {
         let mut a = vec![
             m,
-            "--tokens",
+            "--token-ids",
             "1,2,3",
             "-n",
             "12",

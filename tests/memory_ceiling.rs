@@ -146,7 +146,7 @@ fn export_chrome_streams() {
             "128",
             "--vocab",
             "130",
-            "--ctx",
+            "--max-ctx",
             "4096",
             "-o",
         ])
@@ -159,7 +159,7 @@ fn export_chrome_streams() {
         .arg("run")
         .arg(&model)
         .args([
-            "--tokens",
+            "--token-ids",
             "1,2,3",
             "-n",
             "4000",

@@ -190,7 +190,7 @@ fn dump_routing_shows_k_distinct_experts_per_layer() {
         .arg("run")
         .arg(&out)
         .args([
-            "--tokens",
+            "--token-ids",
             "5,6,7,8",
             "-n",
             "3",

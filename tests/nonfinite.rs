@@ -263,7 +263,7 @@ fn session_emits_an_error_event_and_run_fails() {
     let o = Command::new(BIN)
         .arg("run")
         .arg(&p)
-        .args(["--tokens", "1,2,3", "-n", "4"])
+        .args(["--token-ids", "1,2,3", "-n", "4"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);

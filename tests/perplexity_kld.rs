@@ -161,9 +161,9 @@ fn a_reference_that_does_not_fit_is_refused_and_writes_nothing() {
     check(&r, &["cut.logits", "bytes"]);
     // Not a reference file at all (the model itself).
     check(Path::new(m), &["tiny.cflow", "not a reference-logits file"]);
-    // --ctx that contradicts the reference.
+    // --chunk that contradicts the reference.
     let r = crafted_ref(dir.path(), "c4.logits", VOCAB, 10, 4);
-    let o = ppl(&[m, "--kl-divergence", r.to_str().unwrap(), "--ctx", "8"]);
+    let o = ppl(&[m, "--kl-divergence", r.to_str().unwrap(), "--chunk", "8"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("chunks of 4"));
     // --logits from a file with other tokens.
     let other = crafted_ref(dir.path(), "c5.logits", VOCAB, 11, 4);

@@ -50,7 +50,14 @@ impl Fixture {
         assert_eq!(common::tiny_model(d, "2048"), d.join(MODEL));
         ok(Command::new(BIN)
             .args([
-                "run", MODEL, "--tokens", "1,2,3", "-n", "4", "--record", TRACE,
+                "run",
+                MODEL,
+                "--token-ids",
+                "1,2,3",
+                "-n",
+                "4",
+                "--record",
+                TRACE,
             ])
             .current_dir(d)
             .output()
@@ -139,7 +146,7 @@ fn writers(out: &Path) -> Vec<Writer> {
         },
         Writer {
             name: "run --record",
-            args: a(&["run", MODEL, "--tokens", "1,2", "-n", "3", "--record"]),
+            args: a(&["run", MODEL, "--token-ids", "1,2", "-n", "3", "--record"]),
             input: Some(MODEL),
             stdin: None,
         },
@@ -157,7 +164,7 @@ fn writers(out: &Path) -> Vec<Writer> {
         },
         Writer {
             name: "run --dump-logits",
-            args: a(&["run", MODEL, "--tokens", "1,2,3", "--dump-logits"]),
+            args: a(&["run", MODEL, "--token-ids", "1,2,3", "--dump-logits"]),
             input: Some(MODEL),
             stdin: None,
         },

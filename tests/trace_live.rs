@@ -69,7 +69,7 @@ fn live_record_replays_to_the_same_tokens_text_and_bytes() {
         ("attention", "attention"),
         ("dense", "dense"),
         ("experts", "experts"),
-        ("vocab", "vocab"),
+        ("lm_head", "lm_head"),
     ] {
         let x = sum["mib_per_token"][a].as_f64().unwrap();
         let y = live["mib_per_token"][b].as_f64().unwrap();

@@ -42,7 +42,7 @@ fn model() -> ModelSummary {
             };
             2
         ],
-        vocab_bytes: 14 << 20,
+        lm_head_bytes: 14 << 20,
         file_hash: "00ff".into(),
         ..Default::default()
     }
@@ -117,7 +117,7 @@ fn stats(index: u32) -> TokenStats {
         pos: 5 + index,
         ns_total: 1_000_000,
         ns_lm_head: 80_000,
-        vocab_bytes: 14 << 20,
+        lm_head_bytes: 14 << 20,
         layers: vec![layer(0), layer(1)],
         // Odd tokens ran with the prefetch thread (the field is absent from the others' lines).
         prefetch: (index % 2 == 1).then_some(cflow::telemetry::PrefetchStat {
@@ -267,7 +267,7 @@ fn roundtrip_identical() {
     assert!(rep.skipped.is_empty());
     assert_eq!(rep.lines, evs.len() as u64 + 1);
     let text = std::fs::read_to_string(&p).unwrap();
-    assert!(text.starts_with("{\"format\":\"cflow-trace\",\"version\":\"1.0\""));
+    assert!(text.starts_with("{\"format\":\"cflow-trace\",\"version\":\"2.0\""));
     assert_eq!(text.lines().count(), evs.len() + 1);
 }
 
@@ -409,8 +409,8 @@ fn future_major_version_refused_newer_minor_tolerated() {
     let d = tmp();
     let p = write_raw(
         d.path(),
-        "v2.jsonl",
-        header_line("cflow-trace", "2.0").as_bytes(),
+        "v3.jsonl",
+        header_line("cflow-trace", "3.0").as_bytes(),
     );
     let err = Replay::open(&p).unwrap_err();
     assert!(
@@ -418,7 +418,7 @@ fn future_major_version_refused_newer_minor_tolerated() {
         "{err}"
     );
     let msg = err.to_string();
-    assert!(msg.contains("2.0") && msg.contains("newer"), "{msg}");
+    assert!(msg.contains("3.0") && msg.contains("newer"), "{msg}");
 
     let p = write_raw(
         d.path(),
@@ -430,9 +430,9 @@ fn future_major_version_refused_newer_minor_tolerated() {
         .to_string()
         .contains("version"));
 
-    // 1.3: unknown kinds and unknown fields are skipped.
+    // 2.3: unknown kinds and unknown fields are skipped.
     let mut hv = serde_json::to_value(header()).unwrap();
-    hv["version"] = "1.3".into();
+    hv["version"] = "2.3".into();
     hv["future_field"] = serde_json::json!({"x": 1});
     let mut s = hv.to_string() + "\n";
     s += r#"{"t_ns":1,"kind":"gpu_stats","sm":3}"#;

@@ -22,7 +22,7 @@ fn a_prompt_refused_for_context_ends_the_turn_and_keeps_the_gauge_in_range() {
         .args([
             "--max-ctx",
             "8",
-            "--tokens",
+            "--token-ids",
             &ids.join(","),
             "-n",
             "4",

@@ -60,7 +60,15 @@ fn imported_moe_routing_pane_counts_change_in_tmux() {
     let o = std::process::Command::new(common::BIN)
         .arg("run")
         .arg(&model)
-        .args(["--tokens", "5,6,7", "-n", "4", "--json", "--threads", "1"])
+        .args([
+            "--token-ids",
+            "5,6,7",
+            "-n",
+            "4",
+            "--json",
+            "--threads",
+            "1",
+        ])
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -252,7 +252,7 @@ fn streams_counts_kv_reads_and_uses_the_ceiling_of_the_threads_in_use() {
         .iter()
         .map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts)
         .sum();
-    let gbs = (layers + kv + last.vocab_bytes) as f64 / last.ns_total as f64;
+    let gbs = (layers + kv + last.lm_head_bytes) as f64 / last.ns_total as f64;
     assert!(
         s.contains(&format!("{gbs:.1} GB/s effective, KV incl.")),
         "{gbs}\n{s}"
@@ -508,8 +508,8 @@ fn streams_shows_the_lm_head_share_of_the_token_on_one_bar() {
         .map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts)
         .sum();
     let kv = 6 * 2 * 512 * 4 * (last.pos as u64 + 1);
-    let total = layers + kv + last.vocab_bytes;
-    let pct = 100.0 * last.vocab_bytes as f64 / total as f64;
+    let total = layers + kv + last.lm_head_bytes;
+    let pct = 100.0 * last.lm_head_bytes as f64 / total as f64;
     let s = render_pane(&app, PaneId::Streams, (160, 48));
     let want = format!("({pct:.0}% of the token)");
     assert!(s.contains(&want), "{want}\n{s}");

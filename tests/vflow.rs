@@ -488,7 +488,7 @@ fn a_twin_of_other_weights_with_the_same_header_is_rejected() {
     // Through the CLI: the stale twin at MODEL.vflow is ignored with a message; asked for
     // explicitly (--layout vflow) it is an error.
     std::fs::copy(b.with_extension("g2.vflow"), a.with_extension("vflow")).unwrap();
-    let o = cli(&["run", "--tokens", "1,2", "-n", "2"], &a);
+    let o = cli(&["run", "--token-ids", "1,2", "-n", "2"], &a);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(
@@ -496,7 +496,7 @@ fn a_twin_of_other_weights_with_the_same_header_is_rejected() {
         "{err}"
     );
     let o = cli(
-        &["run", "--tokens", "1,2", "-n", "2", "--layout", "vflow"],
+        &["run", "--token-ids", "1,2", "-n", "2", "--layout", "vflow"],
         &a,
     );
     let err = String::from_utf8_lossy(&o.stderr);
@@ -505,7 +505,7 @@ fn a_twin_of_other_weights_with_the_same_header_is_rejected() {
     // The real twin is used.
     std::fs::copy(to_vflow(&a, 2), a.with_extension("vflow")).unwrap();
     let o = cli(
-        &["run", "--tokens", "1,2", "-n", "2", "--layout", "vflow"],
+        &["run", "--token-ids", "1,2", "-n", "2", "--layout", "vflow"],
         &a,
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -524,7 +524,7 @@ fn a_fifo_at_model_vflow_is_ignored_without_hanging() {
         .unwrap();
     assert!(mk.success());
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cflow-tui"))
-        .args(["run", "--tokens", "1,2", "-n", "2"])
+        .args(["run", "--token-ids", "1,2", "-n", "2"])
         .arg(&a)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -549,7 +549,7 @@ fn a_fifo_at_model_vflow_is_ignored_without_hanging() {
     assert!(err.contains("FIFO") && err.contains("ignoring"), "{err}");
     // Given explicitly, it is a clear error (not a hang either).
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_cflow-tui"))
-        .args(["run", "--tokens", "1", "-n", "1", "--vflow"])
+        .args(["run", "--token-ids", "1", "-n", "1", "--vflow"])
         .arg(&fifo)
         .arg(&a)
         .output()

@@ -24,6 +24,7 @@ the built-in demo model (a synthetic arch2_4_combined MoE at the paper's geometr
 directory on first use; its text is noise).",
     after_help = "Examples:\n  cflow-tui                           # the TUI on the built-in demo model\n  \
 cflow-tui model.cflow --threads 2   # the TUI on a model (a .vflow opens the same way)\n  \
+cflow-tui model.gguf                # a GGUF: imported into the cache once, then opened\n  \
 cflow-tui import model.gguf -o model.cflow\n  cflow-tui run --prompt \"Once upon a time\" -n 32\n  \
 cflow-tui gen --arch arch2_4_combined -o demo.cflow\n  cflow-tui inspect demo.cflow\n  \
 cflow-tui bench decode --threads 1,2\n\n\
@@ -33,7 +34,8 @@ cflow-tui bench decode --threads 1,2\n\n\
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Option<Cmd>,
-    /// Model to open in the TUI: a .cflow or a .vflow file (default: the built-in demo).
+    /// Model to open in the TUI: a .cflow or a .vflow file, or a .gguf (imported into the cache
+    /// once, keyed by its content hash) (default: the built-in demo).
     pub model: Option<PathBuf>,
     /// The model, as llama.cpp's `-m` (the same as the MODEL argument).
     #[arg(
@@ -129,7 +131,8 @@ cflow-tui chat gemma-3-270m-q4_k_m.cflow    # no chat template: completion mode 
 In the REPL: /help lists the commands; arrow keys edit the line and walk the history."
 )]
 pub struct ChatArgs {
-    /// Model file (default: SmolLM2 from the pull cache, else the demo model).
+    /// Model file: .cflow, .vflow or .gguf (imported into the cache once) (default: SmolLM2 from
+    /// the pull cache, else the demo model).
     pub model: Option<PathBuf>,
     /// The model, as llama.cpp's `-m` (the same as the MODEL argument).
     #[arg(
@@ -202,9 +205,10 @@ pub struct ImportArgs {
     /// Weight type (`keep` copies GGUF blocks unchanged; for a directory it means f16).
     #[arg(long, value_enum, default_value_t = ImportQuant::Keep)]
     pub quant: ImportQuant,
-    /// Maximum context length stored in the model (default: the GGUF's).
-    #[arg(long)]
-    pub ctx: Option<usize>,
+    /// Context length stored in the model, e.g. `-c 4096` (default: the GGUF's; for a
+    /// directory its `max_position_embeddings`, at most 8192).
+    #[arg(short = 'c', long)]
+    pub max_ctx: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -618,10 +622,11 @@ pub enum FeedArg {
 #[command(
     after_help = "Examples:\n  cflow-tui run --prompt \"Once upon a time\" -n 32\n  \
 cflow-tui run model.cflow --chat --prompt \"What is a tile?\" --temperature 0.7 --threads 2\n  \
-cflow-tui run model.cflow --tokens 1,2,3 -n 8 --json"
+cflow-tui run model.cflow --token-ids 1,2,3 -n 8 --json"
 )]
 pub struct RunArgs {
-    /// Model file (default: the built-in demo model).
+    /// Model file: .cflow, .vflow or .gguf (imported into the cache once) (default: the
+    /// built-in demo model).
     pub model: Option<PathBuf>,
     /// The model, as llama.cpp's `-m` (the same as the MODEL argument).
     #[arg(
@@ -634,9 +639,14 @@ pub struct RunArgs {
     /// Prompt text.
     #[arg(long, short)]
     pub prompt: Option<String>,
-    /// Comma-separated token ids instead of a text prompt.
-    #[arg(long, value_delimiter = ',')]
-    pub tokens: Option<Vec<u32>>,
+    /// Comma-separated token ids instead of a text prompt, e.g. `--token-ids 1,2,3`.
+    #[arg(
+        long,
+        value_name = "ID,ID,...",
+        value_delimiter = ',',
+        conflicts_with = "prompt"
+    )]
+    pub token_ids: Option<Vec<u32>>,
     /// Tokens to generate (`-n -1`: until end-of-sequence or the context is full).
     #[arg(short = 'n', long = "max-tokens", alias = "n", default_value = "64",
           value_parser = parse_max_tokens, allow_negative_numbers = true)]
@@ -650,7 +660,7 @@ pub struct RunArgs {
     /// before and after; a delayed model always shows it).
     #[arg(long, short = 'v')]
     pub verbose: bool,
-    /// Teacher-forced evaluation: write one JSON line per position of --tokens to FILE.
+    /// Teacher-forced evaluation: write one JSON line per position of --token-ids to FILE.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
     /// Number of top logits per position for --dump-logits.
@@ -715,9 +725,9 @@ pub struct GenArgs {
     /// Vocabulary size (50257 embeds the bundled GPT-2 tokenizer).
     #[arg(long)]
     pub vocab: Option<usize>,
-    /// Maximum context length.
-    #[arg(long)]
-    pub ctx: Option<usize>,
+    /// Context length stored in the model, e.g. `-c 4096` (default 2048).
+    #[arg(short = 'c', long)]
+    pub max_ctx: Option<usize>,
     /// Weight type.
     #[arg(long, value_enum, default_value_t = QuantArg::Q4_0)]
     pub quant: QuantArg,
@@ -796,7 +806,7 @@ pub struct MoefyArgs {
     after_help = "Examples:\n  cflow-tui inspect model.cflow\n  cflow-tui inspect model.vflow --json"
 )]
 pub struct InspectArgs {
-    /// Model file (.cflow or .vflow).
+    /// Model file (.cflow, .vflow, or a .gguf: its import in the cache).
     pub file: PathBuf,
     /// Print one JSON object (see docs/JSON.md).
     #[arg(long)]
@@ -826,19 +836,29 @@ pub enum BenchCmd {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Example:\n  cflow-tui bench decode model.cflow --threads 1,2 --tokens 64 --repeat 5 --json"
+    after_help = "Examples:\n  cflow-tui bench decode model.cflow --threads 1,2 --tokens 64 --repeat 5 --json\n  \
+cflow-tui bench decode -m model.cflow -t 2 -n 64 -p 512 -r 5   # llama-bench's spellings"
 )]
 pub struct BenchDecodeArgs {
-    /// Model file (default: the built-in demo model).
+    /// Model file: .cflow, .vflow or .gguf (imported into the cache once) (default: the
+    /// built-in demo model).
     pub model: Option<PathBuf>,
-    /// Tokens generated per repeat.
-    #[arg(long, default_value_t = 128)]
+    /// The model, as llama-bench's `-m` (the same as the MODEL argument).
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "FILE",
+        conflicts_with = "model"
+    )]
+    pub model_flag: Option<PathBuf>,
+    /// Tokens generated per repeat (a count; `-n` as llama-bench's).
+    #[arg(short = 'n', long, default_value_t = 128)]
     pub tokens: usize,
-    /// Measured repeats per thread count (after one warm-up).
-    #[arg(long, default_value_t = 5)]
+    /// Measured repeats per thread count (after one warm-up; `-r` as llama-bench's).
+    #[arg(short = 'r', long, default_value_t = 5)]
     pub repeat: usize,
-    /// Prompt length for the prefill measurement.
-    #[arg(long, default_value_t = 8)]
+    /// Prompt length for the prefill measurement (`-p` as llama-bench's).
+    #[arg(short = 'p', long, default_value_t = 8)]
     pub prompt_len: usize,
     /// What each decode step is fed: `sampled` (the greedy choice, as a user's generation) or
     /// `random` (a pseudo-random token, seeded, as llama-bench feeds its tg test). On a model with
@@ -863,7 +883,7 @@ pub struct BenchDecodeArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  cflow-tui perplexity model.cflow --file wiki.test.raw --ctx 512\n  \
+    after_help = "Examples:\n  cflow-tui perplexity model.cflow --file wiki.test.raw -c 512   # chunks of 512, as llama-perplexity\n  \
 cflow-tui perplexity model.cflow --file text.txt --act f32 --save-logits ref.logits\n  \
 cflow-tui perplexity model.cflow --kl-divergence ref.logits --act q8 --json\n  \
 cflow-tui perplexity --kl-divergence ref.logits --logits other.logits   # two files, no model\n\n\
@@ -871,16 +891,29 @@ A reference-logits file (docs/FORMAT.md) holds the tokens, the chunk length and 
 position's full distribution; --kl-divergence takes its tokens and chunking from it."
 )]
 pub struct PplArgs {
-    /// Model file (not with --logits).
-    #[arg(required_unless_present = "logits", conflicts_with = "logits")]
+    /// Model file: .cflow, .vflow or .gguf (imported into the cache once); not with --logits.
+    #[arg(required_unless_present_any = ["logits", "model_flag"], conflicts_with = "logits")]
     pub model: Option<PathBuf>,
+    /// The model, as llama-perplexity's `-m` (the same as the MODEL argument).
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "FILE",
+        conflicts_with_all = ["model", "logits"]
+    )]
+    pub model_flag: Option<PathBuf>,
     /// Text file to evaluate (with --kl-divergence optional: the tokens come from REF, and the
-    /// text, when given, must tokenize to them).
-    #[arg(long, required_unless_present = "kl_divergence")]
+    /// text, when given, must tokenize to them; `-f` as llama-perplexity's).
+    #[arg(short = 'f', long, required_unless_present = "kl_divergence")]
     pub file: Option<PathBuf>,
-    /// Context (chunk) length [default: 512, or REF's].
-    #[arg(long)]
-    pub ctx: Option<usize>,
+    /// Tokens per evaluated chunk, e.g. `--chunk 512` [default: `-c`, else REF's, else 512].
+    ///
+    /// Tokens per evaluated chunk: the text is cut into chunks of N tokens, each evaluated from
+    /// an empty context (llama-perplexity's `-c N` does the same: its context is the chunk).
+    /// Without --chunk, `-c` / `--max-ctx` N sets both the context and the chunk, as in
+    /// llama.cpp; a chunk longer than the context is cut to it.
+    #[arg(long, value_name = "N")]
+    pub chunk: Option<usize>,
     /// Write every position's distribution to FILE, a reference for --kl-divergence.
     #[arg(long, value_name = "FILE", conflicts_with = "logits")]
     pub save_logits: Option<PathBuf>,

@@ -100,7 +100,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
                         .iter()
                         .map(|l| l.bytes.attn + l.bytes.dense + l.bytes.experts)
                         .sum::<u64>()
-                        + s.vocab_bytes
+                        + s.lm_head_bytes
                 })
                 .sum::<u64>() as f64
                 / n

@@ -38,16 +38,18 @@ fn output_is_file(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file())
 }
 
-/// `--ctx` for gen/import: reject what the reader would refuse to open later.
+/// `--max-ctx` for gen/import: reject what the reader would refuse to open later.
 fn check_ctx(ctx: Option<usize>) -> Result<()> {
     match ctx {
-        Some(c) if c == 0 || c > MAX_CTX => bail!("--ctx {c}: must be between 1 and {MAX_CTX}"),
+        Some(c) if c == 0 || c > MAX_CTX => {
+            bail!("--max-ctx {c}: must be between 1 and {MAX_CTX}")
+        }
         _ => Ok(()),
     }
 }
 
 pub(super) fn cmd_gen(a: GenArgs) -> Result<()> {
-    check_ctx(a.ctx)?;
+    check_ctx(a.max_ctx)?;
     let quant = a.quant.quant();
     let mut spec = GenSpec::new(&a.arch);
     spec.seed = a.seed;
@@ -60,7 +62,7 @@ pub(super) fn cmd_gen(a: GenArgs) -> Result<()> {
     spec.top_k = a.top_k;
     spec.expert_ffn = a.expert_ffn;
     spec.vocab = a.vocab;
-    spec.ctx = a.ctx;
+    spec.ctx = a.max_ctx;
     spec.quant = quant;
     spec.tied = a.tied;
     if spec.vocab.unwrap_or(50257) == 50257 {
@@ -83,7 +85,7 @@ pub(super) fn cmd_gen(a: GenArgs) -> Result<()> {
 
 pub(super) fn cmd_import(a: ImportArgs) -> Result<()> {
     use crate::convert::import_gguf::{import_gguf, QuantTarget};
-    check_ctx(a.ctx)?;
+    check_ctx(a.max_ctx)?;
     let target = a.quant.target();
     if a.src.is_dir() {
         // HF safetensors directory; `keep` means f16 (HF weights are bf16/f16/f32 tensors).
@@ -92,7 +94,7 @@ pub(super) fn cmd_import(a: ImportArgs) -> Result<()> {
             QuantTarget::To(q) => q,
         };
         let pb = progress_bar(0, "import");
-        let cfg = crate::convert::hf::import_hf(&a.src, &a.out, q, a.ctx, |d, t| {
+        let cfg = crate::convert::hf::import_hf(&a.src, &a.out, q, a.max_ctx, |d, t| {
             pb.set_length(t as u64);
             pb.set_position(d as u64);
         })?;
@@ -116,7 +118,7 @@ pub(super) fn cmd_import(a: ImportArgs) -> Result<()> {
         );
     }
     let pb = progress_bar(0, "import");
-    let cfg = import_gguf(&a.src, &a.out, target, a.ctx, |d, t| {
+    let cfg = import_gguf(&a.src, &a.out, target, a.max_ctx, |d, t| {
         pb.set_length(t as u64);
         pb.set_position(d as u64);
     })?;
@@ -184,7 +186,7 @@ pub(super) fn cmd_pull(a: PullArgs) -> Result<()> {
             src: gguf,
             out: out.to_path_buf(),
             quant: super::args::ImportQuant::Keep,
-            ctx: None,
+            max_ctx: None,
         })
     })?;
     outln!("{}", out.display())?;
@@ -212,7 +214,7 @@ fn pull_smollm2_moe() -> Result<()> {
                 src: gguf,
                 out: out.to_path_buf(),
                 quant: super::args::ImportQuant::Keep,
-                ctx: None,
+                max_ctx: None,
             })
         },
     )?;

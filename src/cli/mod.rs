@@ -96,7 +96,12 @@ fn dispatch(mut cli: Cli) -> Result<()> {
         }
         Some(Cmd::Gen(a)) => cmd_gen(a),
         Some(Cmd::Inspect(a)) => cmd_inspect(a),
-        Some(Cmd::Bench(BenchCmd::Decode(a))) => cmd_bench_decode(a),
+        Some(Cmd::Bench(BenchCmd::Decode(mut a))) => {
+            if a.model.is_none() {
+                a.model = a.model_flag.take();
+            }
+            cmd_bench_decode(a)
+        }
         Some(Cmd::Bench(BenchCmd::Overlap(a))) => crate::bench_io::overlap(&a),
         Some(Cmd::Bench(BenchCmd::OverlapModel(a))) => {
             crate::outln!("{}", crate::telemetry::overlap_model::report(&a)?)?;
@@ -112,7 +117,12 @@ fn dispatch(mut cli: Cli) -> Result<()> {
             let path = model::resolve_model(a.model.clone())?;
             crate::bench_schedule::bench(&a, &path)
         }
-        Some(Cmd::Perplexity(a)) => cmd_perplexity(a),
+        Some(Cmd::Perplexity(mut a)) => {
+            if a.model.is_none() {
+                a.model = a.model_flag.take();
+            }
+            cmd_perplexity(a)
+        }
         Some(Cmd::Import(a)) => cmd_import(a),
         Some(Cmd::Moefy(a)) => cmd_moefy(a),
         Some(Cmd::Pull(a)) => cmd_pull(a),

@@ -53,16 +53,25 @@ pub fn demo_model_path() -> Result<PathBuf> {
     )
 }
 
+/// The model file a command opens: MODEL, or for a `.gguf` its import in the cache (imported
+/// once, keyed by content hash: [`crate::gguf_cache`]), or the built-in demo. A directory or a
+/// missing file is refused in one line saying what to do.
 pub fn resolve_model(model: Option<PathBuf>) -> Result<PathBuf> {
     match model {
-        Some(p) => Ok(p),
+        Some(p) => match sniff_model(&p)? {
+            ModelKind::Gguf => {
+                let opened = crate::gguf_cache::open(&p, &cache_dir()?, &mut |m| errln!("{m}"))?;
+                Ok(opened.cflow)
+            }
+            ModelKind::Cflow | ModelKind::Vflow => Ok(p),
+        },
         None => demo_model_path(),
     }
 }
 
 /// Opens a model file: a `.cflow`, or a `.vflow` (self-contained: its views are an ordinary
-/// `CflowFile`), reading it through its mapping. A directory, a GGUF or a missing file is
-/// refused in one line saying what to do.
+/// `CflowFile`), reading it through its mapping. A directory, a GGUF (give it to
+/// [`resolve_model`] first) or a missing file is refused in one line saying what to do.
 pub fn open_model(path: &Path) -> Result<Arc<CflowFile>> {
     Ok(Arc::new(open_mapped(path)?))
 }
@@ -71,6 +80,15 @@ fn open_mapped(path: &Path) -> Result<CflowFile> {
     Ok(match sniff_model(path)? {
         ModelKind::Vflow => crate::format::vflow::open_views(path)?,
         ModelKind::Cflow => CflowFile::open(path)?,
+        ModelKind::Gguf => {
+            let out = path.with_extension("cflow");
+            bail!(
+                "{}: a GGUF file, not a .cflow model: import it first: cflow-tui import {} -o {}",
+                path.display(),
+                path.display(),
+                out.display()
+            )
+        }
     })
 }
 
@@ -147,11 +165,13 @@ fn twin_path(path: &Path, eng: &EngineArgs) -> Option<PathBuf> {
 pub enum ModelKind {
     Cflow,
     Vflow,
+    /// A GGUF file (by its magic, or a `.gguf` too short to have one).
+    Gguf,
 }
 
-/// Classifies `path` by its first bytes (a `.vflow` by its magic), refusing, with what to do, a
-/// directory (import it), a GGUF file (import it) or a missing file. Anything else, including
-/// a device or a FIFO (not read here), goes to the `.cflow` reader, whose errors name the field.
+/// Classifies `path` by its first bytes (a `.vflow` or a GGUF by its magic), refusing, with
+/// what to do, a directory (import it) or a missing file. Anything else, including a device or
+/// a FIFO (not read here), goes to the `.cflow` reader, whose errors name the field.
 pub fn sniff_model(path: &Path) -> Result<ModelKind> {
     use std::io::Read;
     let shown = path.display();
@@ -180,11 +200,7 @@ pub fn sniff_model(path: &Path) -> Result<ModelKind> {
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
     if magic[..n.min(4)] == *b"GGUF" || (gguf_ext && n < 4) {
-        let out = path.with_extension("cflow");
-        bail!(
-            "{shown}: a GGUF file, not a .cflow model: import it first: cflow-tui import {shown} -o {}",
-            out.display()
-        );
+        return Ok(ModelKind::Gguf);
     }
     if n == 8 && magic == crate::format::vflow::VFLOW_MAGIC {
         return Ok(ModelKind::Vflow);

@@ -1,5 +1,5 @@
-//! `perplexity`: teacher-forced perplexity of a text in chunks of `--ctx` tokens (like
-//! llama.cpp's perplexity tool), optionally writing every position's distribution
+//! `perplexity`: teacher-forced perplexity of a text in chunks of `--chunk` tokens (`-c`'s
+//! context when not given, as llama.cpp's perplexity tool), optionally writing every position's distribution
 //! (`--save-logits`) and comparing against a reference distribution file (`--kl-divergence`,
 //! with the statistics of `crate::ppl::kld`), the evaluated distributions coming from the model
 //! or from a second file (`--logits`).
@@ -16,7 +16,8 @@ use std::path::Path;
 
 /// Largest `perplexity --file` (64 MiB of text is ~16 M tokens, days of evaluation).
 const PPL_MAX_FILE: u64 = 64 << 20;
-/// `--ctx` when neither the flag nor a reference gives one.
+/// The chunk length when neither `--chunk`, `-c` nor a reference gives one (llama-perplexity's
+/// default `-c`).
 const DEFAULT_CTX: usize = 512;
 
 /// Where the evaluated distributions come from.
@@ -69,16 +70,17 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
                     );
                 }
             }
-            if let Some(c) = a.ctx.filter(|&c| c != h.n_ctx) {
+            if let Some(c) = a.chunk.filter(|&c| c != h.n_ctx) {
                 bail!(
-                    "--ctx {c}: the reference {} was made with chunks of {}",
+                    "--chunk {c}: the reference {} was made with chunks of {}",
                     r.path().display(),
                     h.n_ctx
                 );
             }
             (h.tokens.clone(), h.n_ctx)
         }
-        (None, Some(t)) => (t, a.ctx.unwrap_or(DEFAULT_CTX)),
+        // As llama-perplexity: the context (`-c`) is the chunk unless --chunk says otherwise.
+        (None, Some(t)) => (t, a.chunk.or(a.engine.max_ctx).unwrap_or(DEFAULT_CTX)),
         (None, None) => bail!("give --file TEXT (or --kl-divergence REF)"),
     };
     if ids.len() < 2 {
@@ -260,7 +262,7 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
             "isa": isa,
             "threads": threads,
             "router": if a.oracle_router { "oracle" } else { "model" },
-            "ctx": ctx,
+            "chunk": ctx,
             "n_tokens": ids.len(),
             "predictions": count,
             "ppl": ppl,
@@ -275,7 +277,7 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
         outln!("{}", serde_json::to_string(&report)?)?;
     } else {
         outln!(
-            "perplexity: {ppl:.4} ± {:.4} over {count} predictions (ctx {ctx}) [{label}]",
+            "perplexity: {ppl:.4} ± {:.4} over {count} predictions (chunks of {ctx}) [{label}]",
             ppl * se
         )?;
         if let (Some(s), Some(r)) = (&kld, &reference) {

@@ -19,7 +19,7 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         bail!("-n {}: too many tokens (max 1000000)", a.n);
     }
     let mut sess = build_session(a.model.clone(), eng, a.sampling.params()?)?;
-    let ids = match (&a.tokens, &a.prompt) {
+    let ids = match (&a.token_ids, &a.prompt) {
         (Some(t), _) => t.clone(),
         (None, Some(p)) if a.chat => {
             let tok = sess.tok.as_ref().context("this model has no tokenizer")?;
@@ -28,7 +28,7 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
             conv.prepare_turn(p, tok, sess.engine.cfg().max_ctx, 0)?.ids
         }
         (None, Some(p)) => sess.encode(p).map_err(anyhow::Error::msg)?,
-        (None, None) => bail!("give --prompt TEXT or --tokens ID,ID,..."),
+        (None, None) => bail!("give --prompt TEXT or --token-ids ID,ID,..."),
     };
     if ids.is_empty() {
         bail!("the prompt is empty after tokenization");
@@ -158,9 +158,9 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         .map(|s| s.layers.iter().map(|l| l.bytes.experts).sum::<u64>())
         .sum::<u64>() as f64
         / n;
-    let vocab = f.lm_head().bytes() as f64;
+    let lm_head = f.lm_head().bytes() as f64;
     let experts_all = crate::engine::streams::all_expert_bytes(f);
-    let total = attn as f64 + dense as f64 + experts + vocab;
+    let total = attn as f64 + dense as f64 + experts + lm_head;
     // Per-token figures only from timed decode steps, rates only from ≥ 2 tokens
     // (`stats::MIN_RATE_TOKENS`): `null` otherwise, and the text report says why.
     let ms_per_token = (!out.token_ns.is_empty()).then(|| {
@@ -189,7 +189,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         "ms_per_token": ms_per_token,
         "mib_per_token": {
             "attention": mib(attn), "dense": mib(dense), "experts": experts / MIB,
-            "experts_all": mib(experts_all), "vocab": vocab / MIB, "total": total / MIB
+            "experts_all": mib(experts_all), "lm_head": lm_head / MIB, "total": total / MIB
         },
         "effective_gb_s": gbs,
         "critical_path_mib": crate::engine::critical::critical_path_both(f),
@@ -232,12 +232,12 @@ fn render_run_report(
     format!(
         "\n--- {} generated, {} prompt tokens, {} threads, {}\n{ended}\
          prefill {} · decode {} · {per_token}\n\
-         MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · vocab {:.2} · total {:.2}{gbs}\n\
+         MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · lm head {:.2} · total {:.2}{gbs}\n\
          {}",
         r["generated_tokens"], r["prompt_tokens"], r["threads"], r["isa"].as_str().unwrap_or(""),
         rate(out.prompt_tokens, out.prefill_ns), rate(out.tokens.len(), out.decode_ns),
         g("/mib_per_token/attention"), g("/mib_per_token/dense"), g("/mib_per_token/experts"),
-        g("/mib_per_token/vocab"), g("/mib_per_token/total"),
+        g("/mib_per_token/lm_head"), g("/mib_per_token/total"),
         {
             let c = &r["critical_path_mib"];
             let delayed = c["payload"]["ratio"].as_f64().is_some_and(|x| x != 1.0);

@@ -12,17 +12,19 @@ use std::path::PathBuf;
 pub(super) fn default_command(cli: &Cli) -> Result<()> {
     use std::io::IsTerminal;
     let tty = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
-    if let Some(p) = &cli.model {
-        // A directory, a GGUF or a missing file: one line, before anything else is printed.
-        super::model::sniff_model(p)?;
-    }
+    // A directory or a missing file: one line, before anything else is printed; a GGUF: its
+    // import in the cache.
+    let model = match &cli.model {
+        Some(p) => Some(resolve_model(Some(p.clone()))?),
+        None => None,
+    };
     if cli.no_tui || !tty {
         errln!("cflow-tui: stdout is not a terminal (or --no-tui): running the headless demo instead of the TUI.");
         let a = RunArgs {
-            model: cli.model.clone(),
+            model: model.clone(),
             model_flag: None,
             prompt: Some("Once upon a time".into()),
-            tokens: None,
+            token_ids: None,
             n: 32,
             sampling: cli.chat.sampling.clone(),
             json: false,
@@ -37,7 +39,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         };
         return cmd_run(a, &cli.engine);
     }
-    let path = resolve_model(cli.model.clone())?;
+    let path = resolve_model(model)?;
     let file = open_for_decode(&path, &cli.engine)?;
     let opts = cli.engine.options()?;
     let engine = new_engine(&path, file, opts, &cli.engine)?;

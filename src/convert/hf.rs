@@ -38,7 +38,7 @@ pub const SUPPORTED: [&str; 6] = [
 ];
 
 /// Default context when the config's `max_position_embeddings` is larger (the KV cache is
-/// allocated for `max_ctx`); `--ctx` overrides.
+/// allocated for `max_ctx`); `--max-ctx` overrides.
 pub const DEFAULT_MAX_CTX: usize = 8192;
 
 #[derive(Debug, thiserror::Error)]

@@ -131,7 +131,7 @@ impl Engine {
         io.finish(&mut stats);
         if want_logits {
             let t4 = Instant::now();
-            stats.vocab_bytes = lm_head(&w, s);
+            stats.lm_head_bytes = lm_head(&w, s);
             stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
             // The final norm's output too: the integer kernels quantize a NaN input to 0.
             check(&s.xb, None, 0, Phase::Logits, pos)?;

@@ -245,7 +245,7 @@ impl Engine {
         s.x.copy_from_slice(&bs.x[(n - 1) * d..n * d]);
         if want_logits {
             let t4 = Instant::now();
-            stats.vocab_bytes = lm_head(&ctx, s);
+            stats.lm_head_bytes = lm_head(&ctx, s);
             stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
             check(&s.xb, None, 0, Phase::Logits, pos0 + n - 1)?;
             check(&s.logits, None, 0, Phase::Logits, pos0 + n - 1)?;

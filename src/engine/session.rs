@@ -147,7 +147,7 @@ impl Session {
             layer_bytes: stream_bytes(f),
             layer_payload_bytes: crate::engine::critical::payload_stream_bytes(f),
             layer_payload_bytes_all: crate::engine::critical::payload_stream_bytes_all(f),
-            vocab_bytes: f.lm_head().bytes() as u64,
+            lm_head_bytes: f.lm_head().bytes() as u64,
             kv_dim: c.kv_dim() as u32,
             kv_elem_bytes: self.engine.kv_type().bytes() as u32,
             kv_window: super::styles::steps(c)
@@ -162,7 +162,7 @@ impl Session {
         let tok = self
             .tok
             .as_ref()
-            .ok_or("this model has no tokenizer; use --tokens")?;
+            .ok_or("this model has no tokenizer; use --token-ids")?;
         let mut ids = tok.encode(text, false).map_err(|e| e.to_string())?;
         let m = &self.engine.cfg().meta;
         if m.add_bos && self.context.is_empty() {

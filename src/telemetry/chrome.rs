@@ -142,7 +142,7 @@ impl Builder {
                 TID_COMPUTE,
                 t,
                 st.ns_lm_head,
-                json!({"vocab_bytes": st.vocab_bytes}),
+                json!({"lm_head_bytes": st.lm_head_bytes}),
             ));
         }
         let end = start + dur;
@@ -163,7 +163,7 @@ impl Builder {
             "MiB/token",
             end,
             json!({"attn": a as f64 / MIB, "dense": d as f64 / MIB,
-                   "experts": e as f64 / MIB, "lm_head": st.vocab_bytes as f64 / MIB}),
+                   "experts": e as f64 / MIB, "lm_head": st.lm_head_bytes as f64 / MIB}),
         );
         if let Some(p) = &st.pmu {
             if !p.software.is_empty() {

@@ -41,8 +41,9 @@ pub struct ModelSummary {
     /// eq. 4.23 (Table 4.1). Absent in older traces.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layer_payload_bytes_all: Vec<StreamBytes>,
-    /// Bytes of the vocabulary (LM head) stream per token.
-    pub vocab_bytes: u64,
+    /// Bytes of the LM head stream per token (`vocab_bytes` in traces before 2.0).
+    #[serde(alias = "vocab_bytes")]
+    pub lm_head_bytes: u64,
     /// K (and V) width per position of one layer's KV cache (n_kv_heads × head_dim); 0 when
     /// unknown (traces recorded before the KV stream was counted).
     #[serde(default)]
@@ -175,7 +176,9 @@ pub struct TokenStats {
     pub pos: u32,
     pub ns_total: u64,
     pub ns_lm_head: u64,
-    pub vocab_bytes: u64,
+    /// Bytes the LM head read (`vocab_bytes` in traces before 2.0).
+    #[serde(alias = "vocab_bytes")]
+    pub lm_head_bytes: u64,
     pub layers: Vec<LayerStat>,
     pub pmu: Option<PmuSample>,
     /// The prefetch thread's hints for this token (None when it is off; absent in old traces).

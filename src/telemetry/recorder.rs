@@ -26,9 +26,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Value of the header's `format` field.
 pub const TRACE_FORMAT: &str = "cflow-trace";
 /// Version written by this build ("MAJOR.MINOR"). Readers accept any minor of their major.
-pub const TRACE_VERSION: &str = "1.0";
-/// Major version this build reads.
-pub const TRACE_MAJOR: u32 = 1;
+/// 2.0 renamed `vocab_bytes` (header `model`, `stats` events) to `lm_head_bytes`.
+pub const TRACE_VERSION: &str = "2.0";
+/// Newest major version this build reads; older majors read too (1.x's `vocab_bytes` through
+/// serde aliases).
+pub const TRACE_MAJOR: u32 = 2;
 
 /// Errors of recording and replaying traces.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +77,7 @@ pub enum TraceError {
 pub struct TraceHeader {
     /// Always "cflow-trace".
     pub format: String,
-    /// "MAJOR.MINOR", currently "1.0".
+    /// "MAJOR.MINOR", currently "2.0".
     pub version: String,
     /// RFC 3339 UTC creation time.
     pub created: String,

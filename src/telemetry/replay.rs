@@ -265,7 +265,7 @@ pub struct StreamMib {
     pub attn: f64,
     pub dense: f64,
     pub experts: f64,
-    #[serde(rename = "vocab")]
+    #[serde(alias = "vocab")]
     pub lm_head: f64,
     pub total: f64,
 }
@@ -386,7 +386,7 @@ pub fn summary(r: &Replay) -> ReplaySummary {
             Event::Stats(st) => {
                 s.n_stats += 1;
                 sum_ns += st.ns_total;
-                bytes[3] += st.vocab_bytes;
+                bytes[3] += st.lm_head_bytes;
                 if s.routing.len() < st.layers.len() {
                     s.routing.resize(st.layers.len(), vec![0; n_exp]);
                 }
@@ -535,7 +535,7 @@ impl fmt::Display for ReplaySummary {
         let m = &self.mib_per_token;
         writeln!(
             f,
-            "MiB/tok attn {:.2} · dense {:.2} · experts {:.2} · lm_head {:.2} · total {:.2}",
+            "MiB/tok attn {:.2} · dense {:.2} · experts {:.2} · lm head {:.2} · total {:.2}",
             m.attn, m.dense, m.experts, m.lm_head, m.total
         )?;
         if !self.text.is_empty() {

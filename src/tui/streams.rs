@@ -203,7 +203,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         e += l.bytes.experts;
     }
     let kv_total: u64 = kv.as_ref().map_or(0, |k| k.iter().sum());
-    let total = a + d + e + kv_total + last.vocab_bytes;
+    let total = a + d + e + kv_total + last.lm_head_bytes;
     // The whole token on one bar, the LM head included: on a large-vocabulary model (Gemma 3's
     // 262k rows) it is most of the bytes, which the per-layer bars alone would hide.
     let share_w = w.saturating_sub(6) as u16;
@@ -214,7 +214,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             (d as f64, '▓', th.dense()),
             (e as f64, '▒', th.experts()),
             (kv_total as f64, '░', th.kv()),
-            (last.vocab_bytes as f64, '■', th.vocab()),
+            (last.lm_head_bytes as f64, '■', th.vocab()),
         ],
         total as f64,
         share_w,
@@ -230,9 +230,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     };
     lines.push(Line::from(vec![
         Span::styled("■ lm head ", th.vocab()),
-        Span::styled(format!("{} MiB", mib(last.vocab_bytes as f64)), th.vocab()),
         Span::styled(
-            format!(" ({:.0}% of the token)", pct(last.vocab_bytes)),
+            format!("{} MiB", mib(last.lm_head_bytes as f64)),
+            th.vocab(),
+        ),
+        Span::styled(
+            format!(" ({:.0}% of the token)", pct(last.lm_head_bytes)),
             th.strong(),
         ),
         Span::styled(

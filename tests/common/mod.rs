@@ -11,7 +11,7 @@ use std::process::Command;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_cflow-tui");
 
-/// `gen` arguments of the tiny arch2_4_combined model (append `--ctx N` and `-o FILE`).
+/// `gen` arguments of the tiny arch2_4_combined model (append `--max-ctx N` and `-o FILE`).
 pub const TINY_GEN_ARGS: [&str; 19] = [
     "gen",
     "--arch",
@@ -30,7 +30,7 @@ pub const TINY_GEN_ARGS: [&str; 19] = [
     "64",
     "--vocab",
     "130",
-    "--ctx",
+    "--max-ctx",
     "2048",
 ];
 
@@ -39,7 +39,7 @@ pub fn tiny_model(dir: &Path, ctx: &str) -> PathBuf {
     let p = dir.join("tiny.cflow");
     let o = Command::new(BIN)
         .args(&TINY_GEN_ARGS[..17])
-        .args(["--ctx", ctx, "-o"])
+        .args(["--max-ctx", ctx, "-o"])
         .arg(&p)
         .output()
         .unwrap();
