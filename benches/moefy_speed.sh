@@ -5,7 +5,9 @@
 # quarter of available memory; mmap compares the file layout's kernels) and default numerics.
 # Prints per thread count: each arm's median/min/max tok/s, the ratio of medians, and the
 # FFN-bytes prediction (dense total bytes / MoE total bytes per token from `run --json`).
-# Usage: PAIRS=6 TOKENS=64 [WEIGHTS=auto|mmap|resident] benches/moefy_speed.sh DENSE.cflow MOE.cflow
+# With OUT=FILE.json, appends one row per thread count (every pair's tok/s, the ratios, the
+# bytes prediction and the load average) to that JSON list.
+# Usage: PAIRS=6 TOKENS=64 [WEIGHTS=auto|mmap|resident] [OUT=F.json] benches/moefy_speed.sh DENSE.cflow MOE.cflow
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/cflow-tui}; PAIRS=${PAIRS:-6}; TOKENS=${TOKENS:-64}; WEIGHTS=${WEIGHTS:-auto}
@@ -23,6 +25,16 @@ for t in ${THREADS:-1 2}; do
 import statistics as s, sys
 t, md, mm, a, b = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), list(map(float, sys.argv[4].split())), list(map(float, sys.argv[5].split()))
 r = [y / x for x, y in zip(a, b)]
+import json, os
+out = os.environ.get("OUT")
+if out:
+    rows = json.load(open(out)) if os.path.exists(out) and os.path.getsize(out) else []
+    rows.append({"threads": int(t), "weights": os.environ.get("WEIGHTS", "auto"),
+                 "dense_tok_s": a, "moe_tok_s": b, "pair_ratios": r,
+                 "median_ratio": s.median(r), "bytes_predict": md / mm,
+                 "dense_mib_per_token": md, "moe_mib_per_token": mm,
+                 "load_avg": os.getloadavg()[0]})
+    json.dump(rows, open(out, "w"), indent=1)
 print(f"{t} thread(s), weights {__import__('os').environ.get('WEIGHTS','auto')}: dense {s.median(a):.1f} [{min(a):.1f}-{max(a):.1f}] tok/s, moe {s.median(b):.1f} [{min(b):.1f}-{max(b):.1f}]; "
       f"moe/dense median of pair ratios {s.median(r):.3f} [{min(r):.3f}-{max(r):.3f}] (n={len(r)}); bytes predict {md/mm:.3f} ({md:.1f} vs {mm:.1f} MiB/token)")
 PY

@@ -136,6 +136,10 @@ fn same_tokens_under_a_limit_below_the_model_size() {
             "--max-ctx",
             "64",
             "--json",
+            // The same kernels in every run: unlimited, `auto` would copy and repack the model
+            // (other float rounding than the file layout that the limited runs read).
+            "--weights",
+            "mmap",
         ];
         a.extend_from_slice(extra);
         a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
