@@ -6,7 +6,7 @@
 //! kernels. A matrix marked [`Matrix::packed`] (a resident copy's repacked tiles) runs the
 //! kernels of `dot::packed` instead, in decode and, one token at a time, in prefill.
 
-use super::dot::kquant::tile_matvec_act;
+use super::dot::kquant::{self, tile_matvec_act, BatchAct, Q8KRef};
 use super::dot::{packed, tile_matmul, tile_matvec, Isa, Q8Act, XqBlocks};
 use super::pool::ThreadPool;
 use crate::format::header::{tile_bytes, TileHeader};
@@ -416,6 +416,7 @@ pub fn tiled_matvec_batch(
     pool.run(tasks.len(), &|t| {
         let (i, s, b0, b1) = tasks[t];
         let (m, p) = ptrs[i];
+        let asked = isa;
         let isa = isa.for_quant(m.quant);
         let kernel = packed::Kernel::of(isa);
         let r0 = s * TILE_ROWS;
@@ -424,6 +425,7 @@ pub fn tiled_matvec_batch(
         // The stripe's outputs for tokens b0..b1, token-major, accumulated over the column tiles.
         let mut acc = vec![0f32; nt * rows];
         let mut xq: Vec<XqBlocks> = Vec::with_capacity(nt);
+        let mut xk: Vec<Q8KRef> = Vec::with_capacity(nt);
         for c in 0..m.n_col_tiles() {
             let tile = tile_at(bytes, m, s, c);
             let c0 = c * TILE_COLS;
@@ -451,7 +453,35 @@ pub fn tiled_matvec_batch(
                 continue;
             }
             if m.quant.is_interleaved() {
-                // The GGUF block types (Q5_x, K-quants): one call per token, accumulated.
+                // The GGUF block types (Q5_x, K-quants): the batched integer kernels when every
+                // token has its activation in the type's form (with the ISA asked for, not
+                // `for_quant`'s: the batched builds are bit-identical to the per-token AVX2
+                // kernel), else one call per token, accumulated.
+                if let Some(q) = q8 {
+                    xq.clear();
+                    xk.clear();
+                    if m.quant.is_k() {
+                        xk.extend(q[b0..b1].iter().map_while(|a| a.k.slice(c0, tile.cols)));
+                    } else {
+                        let (k0, k1) = (c0 / QK, c1 / QK);
+                        xq.extend(
+                            q[b0..b1]
+                                .iter()
+                                .map(|a| (&a.d[k0..k1], &a.s[k0..k1], &a.qs[c0..c1])),
+                        );
+                    }
+                    if (if m.quant.is_k() { xk.len() } else { xq.len() }) == nt {
+                        let acts = if m.quant.is_k() {
+                            BatchAct::K(&xk)
+                        } else {
+                            BatchAct::Q8(&xq)
+                        };
+                        kquant::tile_matmul(
+                            asked, m.quant, tile.rows, tile.cols, tile.qs, acts, &mut acc,
+                        );
+                        continue;
+                    }
+                }
                 for b in b0..b1 {
                     let j = b - b0;
                     tile_matvec_act(
@@ -784,23 +814,33 @@ mod tests {
     }
 
     /// The batched prefill matvec equals the per-token matvec bit for bit, per token, on every
-    /// ISA and both activation paths (so prefill in batches stays the decode's numerics).
+    /// ISA and both activation paths (so prefill in batches stays the decode's numerics): the
+    /// split types and the interleaved ones a Q4_K_M file mixes (Q5_0 on 576 columns, the
+    /// K-quants on 768 = 3 tiles), whose batched integer kernels run on the ISA asked for.
     #[test]
     fn batch_equals_per_token_bit_for_bit() {
         let pool = ThreadPool::new(2);
         for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-            for q in [QuantType::Q4_1, QuantType::Q4_0, QuantType::Q8_0] {
+            for q in [
+                QuantType::Q4_1,
+                QuantType::Q4_0,
+                QuantType::Q8_0,
+                QuantType::Q5_0,
+                QuantType::Q4_K,
+                QuantType::Q6_K,
+            ] {
+                let cols = if q.is_k() { 768 } else { 576 };
                 let mut buf = Vec::new();
-                let m = matrix(q, 300, 576, &mut buf);
+                let m = matrix(q, 300, cols, &mut buf);
                 for n in [1usize, 3, 32, 35] {
-                    let xs: Vec<f32> = (0..n * 576)
+                    let xs: Vec<f32> = (0..n * cols)
                         .map(|i| ((i * 53 % 211) as f32 - 105.0) / 60.0)
                         .collect();
                     let acts: Vec<Q8Act> = xs
-                        .chunks_exact(576)
+                        .chunks_exact(cols)
                         .map(|x| {
                             let mut a = Q8Act::default();
-                            a.quantize_from(x);
+                            a.quantize_for(x, q.is_k());
                             a
                         })
                         .collect();
@@ -810,7 +850,7 @@ mod tests {
                         tiled_matvec_batch(&pool, isa, &buf, &mut [(&m, &mut got)], &xs, q8, n);
                         for b in 0..n {
                             let act = Act {
-                                x: &xs[b * 576..(b + 1) * 576],
+                                x: &xs[b * cols..(b + 1) * cols],
                                 q8: q8.map(|a| &a[b]),
                             };
                             let mut want = vec![0f32; 300];
