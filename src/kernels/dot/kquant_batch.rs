@@ -70,6 +70,9 @@ macro_rules! batch_kernels {
         pub mod $name {
             use super::*;
 
+            /// Tokens per run of [`q5_tokens`] (VNNI: 32 vector registers, AVX2: 16).
+            const TT: usize = if $vnni { 4 } else { 2 };
+
             /// For every token `j` of `acts`, `y[j·rows + r] += W[r] · x_j` over one tile of an
             /// interleaved type `q` (`qs` = `rows` rows of GGUF blocks), on the integer path.
             ///
@@ -179,7 +182,6 @@ macro_rules! batch_kernels {
                 let mut qv = [[_mm256_setzero_si256(); CH]; R];
                 let mut dl = [_mm_setzero_ps(); CH];
                 let mut ml = [_mm_setzero_ps(); CH];
-                let mut dd = Lanes4([0.0; 4]);
                 let mut c0 = 0;
                 while c0 < t.nb {
                     let cn = CH.min(t.nb - c0);
@@ -198,36 +200,95 @@ macro_rules! batch_kernels {
                             qv[i][b] = _mm256_or_si256(nib, _mm256_and_si256(bits, b16));
                         }
                     }
-                    for (j, &(xd, xs, xqs)) in xq.iter().enumerate() {
-                        let mut a = acc[j];
-                        let mut mn = mins[j];
-                        for b in 0..cn {
-                            let cb = c0 + b;
-                            let yv =
-                                _mm256_loadu_si256(xqs.as_ptr().add(cb * QK) as *const __m256i);
-                            let dx = _mm_set1_ps(*xd.as_ptr().add(cb));
-                            _mm_store_ps(dd.0.as_mut_ptr(), _mm_mul_ps(dl[b], dx));
-                            if ONE {
-                                let sx = _mm_set1_ps(*xs.as_ptr().add(cb));
-                                mn = _mm_add_ps(mn, _mm_mul_ps(ml[b], sx));
-                            }
-                            let base = q5_base::<ONE>(yv);
-                            for i in 0..R {
-                                let p32 = q5_dot::<ONE>(base, qv[i][b], yv);
-                                a[i] = _mm256_fmadd_ps(
-                                    _mm256_broadcast_ss(&dd.0[i]),
-                                    _mm256_cvtepi32_ps(p32),
-                                    a[i],
-                                );
-                            }
-                        }
-                        acc[j] = a;
-                        mins[j] = mn;
+                    // Tokens in runs of `TT`: `TT · R` independent FMA chains, each weight
+                    // vector loaded once per run.
+                    let mut j = 0;
+                    while j + TT <= xq.len() {
+                        q5_tokens::<ONE, R, TT>(
+                            &xq[j..j + TT],
+                            c0,
+                            cn,
+                            &qv,
+                            &dl,
+                            &ml,
+                            &mut acc[j..],
+                            &mut mins[j..],
+                        );
+                        j += TT;
+                    }
+                    while j < xq.len() {
+                        q5_tokens::<ONE, R, 1>(
+                            &xq[j..j + 1],
+                            c0,
+                            cn,
+                            &qv,
+                            &dl,
+                            &ml,
+                            &mut acc[j..],
+                            &mut mins[j..],
+                        );
+                        j += 1;
                     }
                     c0 += cn;
                 }
                 for j in 0..xq.len() {
                     finish::<R>(&acc[j], mins[j], false, y.add(j * rows + r0));
+                }
+            }
+
+            /// Blocks `c0..c0 + cn` of [`q5`]'s row group (levels `qv`, scales `dl`, minimums `ml`
+            /// per block of the run) for the `T` tokens of `xq`, accumulated into their `acc`
+            /// and `mins`: per token and row the operations of the per-token kernel, in its order.
+            #[inline]
+            #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+            #[target_feature(enable = $feat)]
+            unsafe fn q5_tokens<const ONE: bool, const R: usize, const T: usize>(
+                xq: &[XqBlocks],
+                c0: usize,
+                cn: usize,
+                qv: &[[__m256i; CH]; R],
+                dl: &[__m128; CH],
+                ml: &[__m128; CH],
+                acc: &mut [[__m256; R]],
+                mins: &mut [__m128],
+            ) {
+                let mut a = [[_mm256_setzero_ps(); R]; T];
+                let mut mn = [_mm_setzero_ps(); T];
+                for t in 0..T {
+                    a[t] = acc[t];
+                    mn[t] = mins[t];
+                }
+                let mut dd = [[0f32; 4]; T];
+                for b in 0..cn {
+                    let cb = c0 + b;
+                    let mut yv = [_mm256_setzero_si256(); T];
+                    let mut base = [_mm256_setzero_si256(); T];
+                    for t in 0..T {
+                        let (xd, xs, xqs) = xq[t];
+                        yv[t] = _mm256_loadu_si256(xqs.as_ptr().add(cb * QK) as *const __m256i);
+                        let dx = _mm_set1_ps(*xd.as_ptr().add(cb));
+                        _mm_storeu_ps(dd[t].as_mut_ptr(), _mm_mul_ps(dl[b], dx));
+                        if ONE {
+                            let sx = _mm_set1_ps(*xs.as_ptr().add(cb));
+                            mn[t] = _mm_add_ps(mn[t], _mm_mul_ps(ml[b], sx));
+                        }
+                        base[t] = q5_base::<ONE>(yv[t]);
+                    }
+                    for i in 0..R {
+                        let w = qv[i][b];
+                        for t in 0..T {
+                            let p32 = q5_dot::<ONE>(base[t], w, yv[t]);
+                            a[t][i] = _mm256_fmadd_ps(
+                                _mm256_broadcast_ss(&dd[t][i]),
+                                _mm256_cvtepi32_ps(p32),
+                                a[t][i],
+                            );
+                        }
+                    }
+                }
+                for t in 0..T {
+                    acc[t] = a[t];
+                    mins[t] = mn[t];
                 }
             }
 
