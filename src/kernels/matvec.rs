@@ -376,8 +376,8 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
 /// `ys[b·rows ..][..rows] = W · xs[b·cols ..][..cols]`. Each tile is loaded once and applied to
 /// all `n` activations while it is hot in cache ([`tile_matmul`]), so weight traffic is paid
 /// once per batch. `q8`, when given, holds each token's quantized activation. Per token the
-/// result is bit-identical to [`tiled_matvec`] on the same ISA, except for Q5_0 and Q4_K on
-/// the integer path with AVX-512 VNNI, whose batched kernels sum each row in one lane
+/// result is bit-identical to [`tiled_matvec`] on the same ISA, except for Q5_0 on the integer
+/// path with AVX-512 VNNI, whose batched kernel sums each row in one lane
 /// (`dot::kquant_batch`): the same value within the kernels' bound.
 ///
 /// A task is one stripe for a range of the batch's tokens. When the batch has fewer than
@@ -858,13 +858,9 @@ mod tests {
                             let mut want = vec![0f32; 300];
                             tiled_matvec(&pool, isa, &buf, &mut [(&m, &mut want)], &act);
                             let got = &got[b * 300..(b + 1) * 300];
-                            if int
-                                && matches!(q, QuantType::Q5_0 | QuantType::Q4_K)
-                                && isa == Isa::Avx512
-                                && isa.has_vnni()
-                            {
-                                // Q5_0's and Q4_K's VNNI batches sum each block in one lane
-                                // per row (`kquant_batch::*_lanes`): the same value within the
+                            if int && q == QuantType::Q5_0 && isa == Isa::Avx512 && isa.has_vnni() {
+                                // Q5_0's VNNI batch sums each block in one lane per row
+                                // (`kquant_batch::q5_0_lanes`): the same value within the
                                 // kernels' bound, 1e-4 of the output's norm.
                                 let norm = want.iter().map(|v| v * v).sum::<f32>().sqrt();
                                 for (g, w) in got.iter().zip(&want) {

@@ -217,8 +217,8 @@ fn batch_vnni(isa: Isa) -> bool {
 /// tokens (`kquant_batch`): its AVX-512 VL + VNNI build when `isa` is AVX-512 and the CPU has
 /// them, else its AVX2 build on any non-scalar `isa` the CPU supports. Both are bit-identical
 /// to one AVX2 [`tile_matvec`] call per token (what decode runs for these types, see
-/// `Isa::for_quant`), except the VNNI build's Q5_0 and Q4_K groups of 8 rows, which sum each
-/// row in one lane (within the scalar reference's bound; see `kquant_batch`). On
+/// `Isa::for_quant`), except the VNNI build's Q5_0 groups of 8 rows, which sum each row in
+/// one lane (within the scalar reference's bound; see `kquant_batch`). On
 /// `Isa::Scalar` or without AVX2: one scalar call per token.
 #[allow(clippy::too_many_arguments)]
 pub fn tile_matmul(

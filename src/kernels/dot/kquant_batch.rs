@@ -4,7 +4,7 @@
 //!
 //! Reference: the per-token kernel decode runs for these types (`kquant_avx2::tile_matvec`, on
 //! AVX2 and AVX-512 machines alike, see `Isa::for_quant`). Per token and row the arithmetic of
-//! the row-group kernels here ([`avx2`], and [`vnni`] for Q5_1, Q5_K, Q6_K and row tails) is
+//! the row-group kernels here ([`avx2`], and [`vnni`] for all but Q5_0's whole 8-row groups) is
 //! that kernel's: the same exact integer sums in the same 8 lanes (the dots never saturate:
 //! |pair| ≤ 2 · 63 · 127), then the same float multiplies, FMAs and row reductions in the same
 //! order (`kquant_avx2::finish`, `add_rows`). So each token's result is bit-identical to one
@@ -13,15 +13,18 @@
 //! norm + 1e-6). Without AVX2 the batch is one scalar per-token call per token
 //! (`kquant::tile_matmul`).
 //!
-//! The exception, for speed: the [`vnni`] build runs Q5_0 and Q4_K (most of a Q4_K_M file's
-//! multiply-adds) in whole groups of 8 rows *with the rows in the lanes* (`q5_0_lanes`,
-//! `q4_k_lanes`): each block's levels are transposed once (lane r = 4 bytes of row r), each
-//! token's 4-byte activation groups are broadcast to `vpdpbusd`, so a (sub-)block's exact
+//! The exception, for speed: the [`vnni`] build runs Q5_0 (most of a Q4_K_M file's
+//! multiply-adds: its 640- and 576-wide matrices) in whole groups of 8 rows *with the rows in
+//! the lanes* (`q5_0_lanes`): each block's levels are transposed once (lane r = 4 bytes of row
+//! r), each token's 4-byte activation groups are broadcast to `vpdpbusd`, so a block's exact
 //! integer sum of every row lands in its lane, and the float work is one convert and FMA per 8
-//! rows instead of per row. The integer sums are the same; the float rounding is the scalar
-//! reference's form (one f32 accumulator per row), not the per-token kernel's 8 partial lanes.
-//! Tested within the scalar reference's bound above; prefill's logits then differ from
-//! token-by-token decode by float rounding only (the parity tests with llama.cpp hold).
+//! rows instead of per row (1.2–1.4× the row-group kernel in `kquant_matmul_32tok`). The integer
+//! sums are the same; the float rounding is the scalar reference's form (one f32 accumulator
+//! per row), not the per-token kernel's 8 partial lanes. Tested within the scalar reference's
+//! bound above; prefill's logits then differ from token-by-token decode by float rounding only
+//! (the parity tests with llama.cpp hold). The same form for Q4_K (sub-block sums per lane,
+//! scales by `vpmulld`) was tried and measured no faster than its row-group kernel, so Q4_K
+//! stays bit-identical.
 //!
 //! What batching saves: per row group the levels (nibbles, 5th bits, 6-bit pairs) and the i16
 //! sub-block scale vectors are unpacked once for all tokens instead of once per token, and every
@@ -130,11 +133,7 @@ macro_rules! batch_kernels {
                     (QuantType::Q4_K, BatchAct::K(x)) => {
                         for (c, x) in x.chunks(TB).enumerate() {
                             let yc = t.y.add(c * TB * rows);
-                            let mut r0 = 0;
-                            if $vnni {
-                                r0 = q4_k_lanes(t, rows, x, yc);
-                            }
-                            by_rows!(from r0, rows, k4::<false>(t, rows, x, yc));
+                            by_rows!(rows, k4::<false>(t, rows, x, yc));
                         }
                     }
                     (QuantType::Q5_K, BatchAct::K(x)) => {
@@ -346,105 +345,6 @@ macro_rules! batch_kernels {
                         }
                     }
                     c0 += cn;
-                }
-                8 * groups
-            }
-
-            /// VNNI build only: Q4_K · Q8_K with the rows in the lanes, for the whole groups of
-            /// 8 rows; returns the first row left to [`k4`]. Per block each sub-block's levels
-            /// are transposed once as in [`q5_0_lanes`]; per token a sub-block's exact sum
-            /// Σ q·y of every row comes out of 8 `vpdpbusd` in its lane, times the row's scale
-            /// (`vpmulld`), and the minimums' Σ m_j · bsum_j the same way; then per block
-            /// `y += d·d_y·S − dmin·d_y·M` for 8 rows at once. Not bit-identical to the
-            /// per-token kernel (its 8 partial lanes per row are gone): within the scalar
-            /// reference's bound (tested).
-            #[allow(clippy::needless_range_loop)] // parallel per-token arrays
-            #[target_feature(enable = $feat)]
-            unsafe fn q4_k_lanes(t: Rows, rows: usize, xk: &[Q8KRef], y: *mut f32) -> usize {
-                const T: usize = 2;
-                let n = xk.len();
-                let groups = rows / 8;
-                if !$vnni || groups == 0 {
-                    return 0;
-                }
-                let bb = 144;
-                let m4 = _mm256_set1_epi8(0x0F);
-                for g in 0..groups {
-                    let r0 = 8 * g;
-                    for b in 0..t.nb {
-                        let mut tv = [[_mm256_setzero_si256(); 8]; 8];
-                        let (mut sc, mut mn) = ([[0i32; 8]; 8], [[0i32; 8]; 8]);
-                        let (mut hd, mut hm) = ([0i16; 8], [0i16; 8]);
-                        let mut l = [[_mm256_setzero_si256(); 8]; 8];
-                        for r in 0..8 {
-                            let blk = t.qs.add((r0 + r) * t.rb + b * bb);
-                            hd[r] = blk.cast::<i16>().read_unaligned();
-                            hm[r] = blk.add(2).cast::<i16>().read_unaligned();
-                            let (s8, m8) = scales_mins_u64(blk.add(4));
-                            for j in 0..8 {
-                                sc[j][r] = ((s8 >> (8 * j)) & 0xFF) as i32;
-                                mn[j][r] = ((m8 >> (8 * j)) & 0xFF) as i32;
-                            }
-                            for k in 0..4 {
-                                let qb = _mm256_loadu_si256(blk.add(16 + 32 * k) as *const __m256i);
-                                l[2 * k][r] = _mm256_and_si256(qb, m4);
-                                l[2 * k + 1][r] =
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4);
-                            }
-                        }
-                        for j in 0..8 {
-                            tv[j] = transpose8(l[j]);
-                        }
-                        let load = |v: &[i32; 8]| _mm256_loadu_si256(v.as_ptr() as *const __m256i);
-                        let scv: [__m256i; 8] = std::array::from_fn(|j| load(&sc[j]));
-                        let mnv: [__m256i; 8] = std::array::from_fn(|j| load(&mn[j]));
-                        let dv = _mm256_cvtph_ps(_mm_loadu_si128(hd.as_ptr() as *const __m128i));
-                        let dmv = _mm256_cvtph_ps(_mm_loadu_si128(hm.as_ptr() as *const __m128i));
-                        let mut j0 = 0;
-                        while j0 < n {
-                            let m = T.min(n - j0);
-                            let mut sumi = [_mm256_setzero_si256(); T];
-                            let mut summ = [_mm256_setzero_si256(); T];
-                            for j in 0..8 {
-                                let mut s0 = [_mm256_setzero_si256(); T];
-                                let mut s1 = [_mm256_setzero_si256(); T];
-                                for k in 0..4 {
-                                    let (w0, w1) = (tv[j][2 * k], tv[j][2 * k + 1]);
-                                    for u in 0..m {
-                                        let xp = xk[j0 + u].qs.as_ptr().add(b * QK_K + 32 * j)
-                                            as *const i32;
-                                        let x0 = _mm256_set1_epi32(xp.add(2 * k).read_unaligned());
-                                        let x1 =
-                                            _mm256_set1_epi32(xp.add(2 * k + 1).read_unaligned());
-                                        s0[u] = _mm256_dpbusd_epi32(s0[u], w0, x0);
-                                        s1[u] = _mm256_dpbusd_epi32(s1[u], w1, x1);
-                                    }
-                                }
-                                for u in 0..m {
-                                    let bs = xk[j0 + u].bsums.as_ptr().add(16 * b + 2 * j);
-                                    let bsp = *bs as i32 + *bs.add(1) as i32;
-                                    let s = _mm256_add_epi32(s0[u], s1[u]);
-                                    sumi[u] = _mm256_add_epi32(sumi[u], _mm256_mullo_epi32(s, scv[j]));
-                                    summ[u] = _mm256_add_epi32(
-                                        summ[u],
-                                        _mm256_mullo_epi32(mnv[j], _mm256_set1_epi32(bsp)),
-                                    );
-                                }
-                            }
-                            for u in 0..m {
-                                let yd = _mm256_set1_ps(*xk[j0 + u].d.as_ptr().add(b));
-                                let v = _mm256_mul_ps(_mm256_mul_ps(dv, yd), _mm256_cvtepi32_ps(sumi[u]));
-                                let v = _mm256_fnmadd_ps(
-                                    _mm256_mul_ps(dmv, yd),
-                                    _mm256_cvtepi32_ps(summ[u]),
-                                    v,
-                                );
-                                let yp = y.add((j0 + u) * rows + r0);
-                                _mm256_storeu_ps(yp, _mm256_add_ps(_mm256_loadu_ps(yp), v));
-                            }
-                            j0 += m;
-                        }
-                    }
                 }
                 8 * groups
             }
@@ -788,7 +688,7 @@ mod tests {
     }
 
     /// Each batched build equals one `kquant_avx2::tile_matvec` call per token, bit for bit,
-    /// for every interleaved type (but the VNNI build's Q5_0 and Q4_K row groups of 8, see below).
+    /// for every interleaved type (but the VNNI build's Q5_0 row groups of 8, see below).
     #[test]
     fn batched_match_per_token_avx2_bit_for_bit() {
         if !Isa::Avx2.available() {
@@ -836,12 +736,11 @@ mod tests {
                             super::avx2::tile_matmul(q, rows, cols, &c.qs, acts, &mut got)
                         }
                     };
-                    // The VNNI build runs Q5_0's and Q4_K's whole groups of 8 rows with the rows
-                    // in the lanes (`q5_0_lanes`, `q4_k_lanes`, not bit-identical: checked within the scalar
+                    // The VNNI build runs Q5_0's whole groups of 8 rows with the rows in the
+                    // lanes (`q5_0_lanes`, not bit-identical: checked within the scalar
                     // reference's bound by `dispatch_matches_scalar_reference_within_bound`);
                     // its tail rows are the per-token arithmetic.
-                    let lanes = if build == "vnni" && matches!(q, QuantType::Q5_0 | QuantType::Q4_K)
-                    {
+                    let lanes = if build == "vnni" && q == QuantType::Q5_0 {
                         rows / 8 * 8
                     } else {
                         0
