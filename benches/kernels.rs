@@ -5,6 +5,9 @@
 //! activation quantization per matvec, as the engine pays it. Q4_0/Q4_1 also run over the
 //! repacked layout of a resident copy (`-int-repacked`: `quant::packed`, `dot::packed`).
 //!
+//! `kquant_matmul_32tok`: the batched prefill kernels of Q5_0, Q4_K and Q6_K against per-token
+//! calls (`-- kquant_matmul`).
+//!
 //! Also the gated FFN activations (`act`: GELU and SiLU per ISA, in values per second) and
 //! single-query attention over an f32 and an f16 KV cache (`attention`: SmolLM2's and Gemma 3's
 //! head shapes at 128 and 512 cached positions, per ISA, in cached positions per second).
@@ -285,6 +288,65 @@ fn batched_tile(c: &mut Criterion) {
     g.finish();
 }
 
+/// The batched prefill kernels of the interleaved types a Q4_K_M file mixes
+/// (`kquant::tile_matmul`: Q5_0 · Q8_0, Q4_K and Q6_K · Q8_K): one 128×256 tile applied to 32
+/// tokens, per ISA (AVX-512 = the VL + VNNI build), against 32 per-token calls of the kernel
+/// decode runs (`tile_matvec_act` with `Isa::for_quant`). Throughput counts the weight bytes
+/// once per token.
+fn batched_kquant_tile(c: &mut Criterion) {
+    use cflow::kernels::dot::kquant::{self, BatchAct};
+    const N: usize = 32;
+    let mut g = c.benchmark_group("kquant_matmul_32tok");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_millis(1200));
+    for q in [QuantType::Q5_0, QuantType::Q4_K, QuantType::Q6_K] {
+        let m = build(q, TR, TC);
+        let t = &m.tiles[0];
+        let mut s = 9u64;
+        let xs: Vec<f32> = (0..N * TC).map(|_| lcg(&mut s)).collect();
+        let acts: Vec<Q8Act> = xs
+            .chunks_exact(TC)
+            .map(|x| {
+                let mut a = Q8Act::default();
+                a.quantize_for(x, q.is_k());
+                a
+            })
+            .collect();
+        let xq: Vec<_> = acts.iter().map(|a| a.tile_slice(0, TC)).collect();
+        let xk: Vec<_> = acts.iter().filter_map(|a| a.k.slice(0, TC)).collect();
+        let batch = if q.is_k() {
+            BatchAct::K(&xk)
+        } else {
+            BatchAct::Q8(&xq)
+        };
+        let mut y = vec![0f32; N * TR];
+        g.throughput(Throughput::Bytes((N * q.matrix_bytes(TR, TC)) as u64));
+        for isa in isas() {
+            let name = format!("{q}/{}-per-token", isa.name());
+            g.bench_function(BenchmarkId::from_parameter(name), |b| {
+                b.iter(|| {
+                    for (j, a) in acts.iter().enumerate() {
+                        let yj = &mut y[j * TR..(j + 1) * TR];
+                        let x = &xs[j * TC..(j + 1) * TC];
+                        let i = isa.for_quant(q);
+                        tile_matvec_act(i, q, TR, TC, &t.scales, &t.qs, x, Some(a), 0, yj);
+                    }
+                    black_box(&y);
+                })
+            });
+            let name = format!("{q}/{}-batched", isa.name());
+            g.bench_function(BenchmarkId::from_parameter(name), |b| {
+                b.iter(|| {
+                    kquant::tile_matmul(isa, q, TR, TC, &t.qs, batch, &mut y);
+                    black_box(&y);
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 /// `KBENCH_MIN=1 cargo bench --bench kernels`: instead of criterion, time every kernel many
 /// times and print best-of-N and median GB/s. On a shared, loaded machine the best run is the
 /// least disturbed one, so it is the more stable figure for comparing kernels.
@@ -506,6 +568,7 @@ criterion_group!(
     gemma3,
     single_tile,
     batched_tile,
+    batched_kquant_tile,
     activations,
     attention,
     attention_batch

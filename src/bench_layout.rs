@@ -121,14 +121,10 @@ pub fn tile(m: &MatrixData, kind: EntryKind, buf: &mut Vec<u8>) -> Matrix {
                 quant_group: q as u16,
             };
             buf.extend_from_slice(&th.encode());
-            let (sb, qb) = (
-                (cols / QK) * q.scale_bytes_per_block(),
-                (cols / QK) * q.quant_bytes_per_block(),
-            );
-            let (so, qo) = (
-                (c0 / QK) * q.scale_bytes_per_block(),
-                (c0 / QK) * q.quant_bytes_per_block(),
-            );
+            // Per-row byte counts of the tile layout (also right for the interleaved types,
+            // whose blocks are 32 or 256 weights).
+            let (sb, qb) = (q.row_scale_bytes(cols), q.row_quant_bytes(cols));
+            let (so, qo) = (q.row_scale_bytes(c0), q.row_quant_bytes(c0));
             for r in r0..r0 + rows {
                 buf.extend_from_slice(&m.scales[r * rsb + so..r * rsb + so + sb]);
             }

@@ -6,7 +6,7 @@
 //! kernels. A matrix marked [`Matrix::packed`] (a resident copy's repacked tiles) runs the
 //! kernels of `dot::packed` instead, in decode and, one token at a time, in prefill.
 
-use super::dot::kquant::tile_matvec_act;
+use super::dot::kquant::{self, tile_matvec_act, BatchAct, Q8KRef};
 use super::dot::{packed, tile_matmul, tile_matvec, Isa, Q8Act, XqBlocks};
 use super::pool::ThreadPool;
 use crate::format::header::{tile_bytes, TileHeader};
@@ -376,7 +376,9 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
 /// `ys[b·rows ..][..rows] = W · xs[b·cols ..][..cols]`. Each tile is loaded once and applied to
 /// all `n` activations while it is hot in cache ([`tile_matmul`]), so weight traffic is paid
 /// once per batch. `q8`, when given, holds each token's quantized activation. Per token the
-/// result is bit-identical to [`tiled_matvec`] on the same ISA.
+/// result is bit-identical to [`tiled_matvec`] on the same ISA, except for Q5_0 on the integer
+/// path with AVX-512 VNNI, whose batched kernel sums each row in one lane
+/// (`dot::kquant_batch`): the same value within the kernels' bound.
 ///
 /// A task is one stripe for a range of the batch's tokens. When the batch has fewer than
 /// [`STRIPES_PER_THREAD`] stripes per thread (SmolLM2's 576-row matrices are 4.5 stripes), the
@@ -416,6 +418,7 @@ pub fn tiled_matvec_batch(
     pool.run(tasks.len(), &|t| {
         let (i, s, b0, b1) = tasks[t];
         let (m, p) = ptrs[i];
+        let asked = isa;
         let isa = isa.for_quant(m.quant);
         let kernel = packed::Kernel::of(isa);
         let r0 = s * TILE_ROWS;
@@ -424,6 +427,7 @@ pub fn tiled_matvec_batch(
         // The stripe's outputs for tokens b0..b1, token-major, accumulated over the column tiles.
         let mut acc = vec![0f32; nt * rows];
         let mut xq: Vec<XqBlocks> = Vec::with_capacity(nt);
+        let mut xk: Vec<Q8KRef> = Vec::with_capacity(nt);
         for c in 0..m.n_col_tiles() {
             let tile = tile_at(bytes, m, s, c);
             let c0 = c * TILE_COLS;
@@ -451,7 +455,35 @@ pub fn tiled_matvec_batch(
                 continue;
             }
             if m.quant.is_interleaved() {
-                // The GGUF block types (Q5_x, K-quants): one call per token, accumulated.
+                // The GGUF block types (Q5_x, K-quants): the batched integer kernels when every
+                // token has its activation in the type's form (with the ISA asked for, not
+                // `for_quant`'s: on AVX-512 the VNNI build, see `kquant::tile_matmul`), else
+                // one call per token, accumulated.
+                if let Some(q) = q8 {
+                    xq.clear();
+                    xk.clear();
+                    if m.quant.is_k() {
+                        xk.extend(q[b0..b1].iter().map_while(|a| a.k.slice(c0, tile.cols)));
+                    } else {
+                        let (k0, k1) = (c0 / QK, c1 / QK);
+                        xq.extend(
+                            q[b0..b1]
+                                .iter()
+                                .map(|a| (&a.d[k0..k1], &a.s[k0..k1], &a.qs[c0..c1])),
+                        );
+                    }
+                    if (if m.quant.is_k() { xk.len() } else { xq.len() }) == nt {
+                        let acts = if m.quant.is_k() {
+                            BatchAct::K(&xk)
+                        } else {
+                            BatchAct::Q8(&xq)
+                        };
+                        kquant::tile_matmul(
+                            asked, m.quant, tile.rows, tile.cols, tile.qs, acts, &mut acc,
+                        );
+                        continue;
+                    }
+                }
                 for b in b0..b1 {
                     let j = b - b0;
                     tile_matvec_act(
@@ -784,23 +816,33 @@ mod tests {
     }
 
     /// The batched prefill matvec equals the per-token matvec bit for bit, per token, on every
-    /// ISA and both activation paths (so prefill in batches stays the decode's numerics).
+    /// ISA and both activation paths (so prefill in batches stays the decode's numerics): the
+    /// split types and the interleaved ones a Q4_K_M file mixes (Q5_0 on 576 columns, the
+    /// K-quants on 768 = 3 tiles), whose batched integer kernels run on the ISA asked for.
     #[test]
     fn batch_equals_per_token_bit_for_bit() {
         let pool = ThreadPool::new(2);
         for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-            for q in [QuantType::Q4_1, QuantType::Q4_0, QuantType::Q8_0] {
+            for q in [
+                QuantType::Q4_1,
+                QuantType::Q4_0,
+                QuantType::Q8_0,
+                QuantType::Q5_0,
+                QuantType::Q4_K,
+                QuantType::Q6_K,
+            ] {
+                let cols = if q.is_k() { 768 } else { 576 };
                 let mut buf = Vec::new();
-                let m = matrix(q, 300, 576, &mut buf);
+                let m = matrix(q, 300, cols, &mut buf);
                 for n in [1usize, 3, 32, 35] {
-                    let xs: Vec<f32> = (0..n * 576)
+                    let xs: Vec<f32> = (0..n * cols)
                         .map(|i| ((i * 53 % 211) as f32 - 105.0) / 60.0)
                         .collect();
                     let acts: Vec<Q8Act> = xs
-                        .chunks_exact(576)
+                        .chunks_exact(cols)
                         .map(|x| {
                             let mut a = Q8Act::default();
-                            a.quantize_from(x);
+                            a.quantize_for(x, q.is_k());
                             a
                         })
                         .collect();
@@ -810,16 +852,23 @@ mod tests {
                         tiled_matvec_batch(&pool, isa, &buf, &mut [(&m, &mut got)], &xs, q8, n);
                         for b in 0..n {
                             let act = Act {
-                                x: &xs[b * 576..(b + 1) * 576],
+                                x: &xs[b * cols..(b + 1) * cols],
                                 q8: q8.map(|a| &a[b]),
                             };
                             let mut want = vec![0f32; 300];
                             tiled_matvec(&pool, isa, &buf, &mut [(&m, &mut want)], &act);
-                            assert_eq!(
-                                &got[b * 300..(b + 1) * 300],
-                                &want[..],
-                                "{q} {isa:?} int={int} n={n} token {b}"
-                            );
+                            let got = &got[b * 300..(b + 1) * 300];
+                            if int && q == QuantType::Q5_0 && isa == Isa::Avx512 && isa.has_vnni() {
+                                // Q5_0's VNNI batch sums each block in one lane per row
+                                // (`kquant_batch::q5_0_lanes`): the same value within the
+                                // kernels' bound, 1e-4 of the output's norm.
+                                let norm = want.iter().map(|v| v * v).sum::<f32>().sqrt();
+                                for (g, w) in got.iter().zip(&want) {
+                                    assert!((g - w).abs() <= 1e-4 * norm + 1e-6, "{q} token {b}");
+                                }
+                                continue;
+                            }
+                            assert_eq!(got, &want[..], "{q} {isa:?} int={int} n={n} token {b}");
                         }
                     }
                 }

@@ -11,7 +11,7 @@
 //! VNNI `vpdpbusd`; K-quant integer paths only, the rest runs the AVX2 kernels) → AVX2 → scalar. [`tile_matvec_act`] is what the matvec drivers call: it hands each
 //! type the activation form its integer kernel takes.
 
-use super::{kquant_scalar as scalar, Isa, Q8Act, XqRef};
+use super::{kquant_scalar as scalar, Isa, Q8Act, XqBlocks, XqRef};
 use crate::quant::kquants::QK_K;
 use crate::quant::{QuantType, QK};
 
@@ -173,6 +173,97 @@ pub fn tile_matvec(
     }
     let _ = isa;
     scalar::tile_matvec(q, rows, cols, qs, x, xq, xk, y)
+}
+
+/// The integer activations of the tokens of one batched tile ([`tile_matmul`]), covering its
+/// columns: Q8 blocks (`d`, `s`, quants) for Q5_0/Q5_1, Q8_K blocks for the K-quants.
+#[derive(Clone, Copy, Debug)]
+pub enum BatchAct<'a> {
+    Q8(&'a [XqBlocks<'a>]),
+    K(&'a [Q8KRef<'a>]),
+}
+
+impl<'a> BatchAct<'a> {
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        match self {
+            BatchAct::Q8(x) => x.len(),
+            BatchAct::K(x) => x.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Token `j`'s activation as [`tile_matvec`] takes it (`xq`, `xk`).
+    fn token(&self, j: usize) -> (XqRef<'a>, Option<Q8KRef<'a>>) {
+        match self {
+            BatchAct::Q8(x) => (Some(x[j]), None),
+            BatchAct::K(x) => (None, Some(x[j])),
+        }
+    }
+}
+
+/// Whether [`tile_matmul`] on `isa` runs the `vnni` build of `kquant_batch`.
+#[cfg(target_arch = "x86_64")]
+fn batch_vnni(isa: Isa) -> bool {
+    isa == Isa::Avx512 && isa.has_vnni() && is_x86_feature_detected!("avx512vl")
+}
+
+/// Batched [`tile_matvec`] on the integer path, for prefill: for every token `j` of `acts`,
+/// `y[j·rows + r] += W_tile[r] · x_j`, with `acts` in the form of `q` (Q8 blocks for
+/// Q5_0/Q5_1, Q8_K for the K-quants). The weights are unpacked once per group of rows for all
+/// tokens (`kquant_batch`): its AVX-512 VL + VNNI build when `isa` is AVX-512 and the CPU has
+/// them, else its AVX2 build on any non-scalar `isa` the CPU supports. Both are bit-identical
+/// to one AVX2 [`tile_matvec`] call per token (what decode runs for these types, see
+/// `Isa::for_quant`), except the VNNI build's Q5_0 groups of 8 rows, which sum each row in
+/// one lane (within the scalar reference's bound; see `kquant_batch`). On
+/// `Isa::Scalar` or without AVX2: one scalar call per token.
+#[allow(clippy::too_many_arguments)]
+pub fn tile_matmul(
+    isa: Isa,
+    q: QuantType,
+    rows: usize,
+    cols: usize,
+    qs: &[u8],
+    acts: BatchAct,
+    y: &mut [f32],
+) {
+    let n = acts.len();
+    assert!(y.len() >= n * rows, "y too short for {n} tokens");
+    assert!(
+        matches!(
+            (q.is_k(), acts),
+            (true, BatchAct::K(_)) | (false, BatchAct::Q8(_))
+        ),
+        "{q}: activation form {acts:?} does not match"
+    );
+    for j in 0..n {
+        let (xq, xk) = acts.token(j);
+        let (int8, intk) = check(q, rows, cols, qs, &[], xq, xk, &y[j * rows..]);
+        assert!(int8 || intk, "{q}: batched tiles take the integer path");
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if batch_vnni(isa) {
+            // SAFETY: AVX-512 F/BW/VL/VNNI (+ AVX2/FMA/F16C) detected by `batch_vnni`; the
+            // activation form matches `q` and every token's slices passed `check` above; `y`
+            // holds `n · rows` outputs.
+            unsafe { super::kquant_batch::vnni::tile_matmul(q, rows, cols, qs, acts, y) };
+            return;
+        }
+        if isa != Isa::Scalar && Isa::Avx2.available() {
+            // SAFETY: AVX2/FMA/F16C detected just above; form, slices and `y` checked above.
+            unsafe { super::kquant_batch::avx2::tile_matmul(q, rows, cols, qs, acts, y) };
+            return;
+        }
+    }
+    for j in 0..n {
+        let (xq, xk) = acts.token(j);
+        let yj = &mut y[j * rows..(j + 1) * rows];
+        scalar::tile_matvec(q, rows, cols, qs, &[], xq, xk, yj);
+    }
 }
 
 /// Test support: random interleaved tiles and SIMD-vs-scalar checks.

@@ -101,22 +101,28 @@ pub(crate) unsafe fn hsum(v: __m256) -> f32 {
 
 /// Raw view of one interleaved tile: `rb` bytes per row of `nb` blocks.
 #[derive(Clone, Copy)]
-struct Rows {
-    qs: *const u8,
-    rb: usize,
-    nb: usize,
-    y: *mut f32,
+pub(super) struct Rows {
+    pub(super) qs: *const u8,
+    pub(super) rb: usize,
+    pub(super) nb: usize,
+    pub(super) y: *mut f32,
 }
 
 /// 16-byte aligned scratch for the per-row scales of a group.
 #[repr(C, align(16))]
-struct Lanes4([f32; 4]);
+pub(super) struct Lanes4(pub(super) [f32; 4]);
 
 /// The f16 at byte `off` of block `b` of rows `r0..r0 + R` as f32 lanes (lanes ≥ R are 0).
 /// `vcvtph2ps` converts exactly, as `half` does.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_lanes<const R: usize>(t: Rows, r0: usize, bb: usize, b: usize, off: usize) -> __m128 {
+pub(super) unsafe fn f16_lanes<const R: usize>(
+    t: Rows,
+    r0: usize,
+    bb: usize,
+    b: usize,
+    off: usize,
+) -> __m128 {
     let h = |i: usize| -> i16 {
         if i < R {
             // SAFETY: row r0 + i of the tile has `nb` blocks of `bb` bytes; `off + 2 <= bb`.
@@ -133,7 +139,7 @@ unsafe fn f16_lanes<const R: usize>(t: Rows, r0: usize, bb: usize, b: usize, off
 /// Lane `i` (0..4) of `v` in all 8 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lane(v: __m128, i: usize) -> __m256 {
+pub(super) unsafe fn lane(v: __m128, i: usize) -> __m256 {
     _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(i as i32))
 }
 
@@ -141,7 +147,12 @@ unsafe fn lane(v: __m128, i: usize) -> __m256 {
 /// gives the same bits as one row at a time.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn finish<const R: usize>(acc: &[__m256; R], extra: __m128, sub: bool, y: *mut f32) {
+pub(super) unsafe fn finish<const R: usize>(
+    acc: &[__m256; R],
+    extra: __m128,
+    sub: bool,
+    y: *mut f32,
+) {
     let v = |i: usize| if i < R { acc[i] } else { _mm256_setzero_ps() };
     let h = hsum4([v(0), v(1), v(2), v(3)]);
     let r = if sub {
@@ -170,7 +181,7 @@ pub(crate) unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
 /// `y[i] += v[i]` for `i < R`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn add_rows<const R: usize>(v: __m128, y: *mut f32) {
+pub(super) unsafe fn add_rows<const R: usize>(v: __m128, y: *mut f32) {
     if R == 4 {
         _mm_storeu_ps(y, _mm_add_ps(_mm_loadu_ps(y), v));
     } else {
@@ -185,14 +196,14 @@ unsafe fn add_rows<const R: usize>(v: __m128, y: *mut f32) {
 /// Sums of each of 4 vectors of 4 i32 (lane i = Σ v_i), 3 `vphaddd`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum4_i32(v: [__m128i; 4]) -> __m128i {
+pub(super) unsafe fn hsum4_i32(v: [__m128i; 4]) -> __m128i {
     _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]))
 }
 
 /// [`hsum4_i32`] of 4 vectors of 8 i32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum4_i32x8(v: [__m256i; 4]) -> __m128i {
+pub(super) unsafe fn hsum4_i32x8(v: [__m256i; 4]) -> __m128i {
     let f = |x: __m256i| _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
     hsum4_i32([f(v[0]), f(v[1]), f(v[2]), f(v[3])])
 }
@@ -200,7 +211,7 @@ unsafe fn hsum4_i32x8(v: [__m256i; 4]) -> __m128i {
 /// 0xFF in byte i where bit i of the little-endian u32 at `p` is set.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_bits(p: *const u8) -> __m256i {
+pub(super) unsafe fn q5_bits(p: *const u8) -> __m256i {
     let v = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
     let shuf = _mm256_setr_epi8(
         0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
@@ -268,7 +279,7 @@ unsafe fn q5_group<const ONE: bool, const R: usize>(
 /// `p`, as two little-endian u64 (byte j = sub-block j); ggml's `get_scale_min_k4` for all j at
 /// once with 32-bit masks.
 #[inline]
-unsafe fn scales_mins_u64(p: *const u8) -> (u64, u64) {
+pub(super) unsafe fn scales_mins_u64(p: *const u8) -> (u64, u64) {
     let u = |k: usize| p.add(4 * k).cast::<u32>().read_unaligned();
     let (u0, u1, u2) = (u(0), u(1), u(2));
     let (m6, m4, m2) = (0x3F3F_3F3Fu32, 0x0F0F_0F0Fu32, 0x0303_0303u32);

@@ -33,6 +33,8 @@ pub mod kquant;
 pub mod kquant_avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod kquant_avx512;
+#[cfg(target_arch = "x86_64")]
+pub mod kquant_batch;
 pub mod kquant_scalar;
 pub mod packed;
 pub mod scalar;
