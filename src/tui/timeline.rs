@@ -302,12 +302,15 @@ mod tests {
         }
         let h = &app.view().history;
         assert_eq!(h.tokens, 40);
-        // The fixture prefills before token 0 and switches fetch to sync at token 10.
+        // The fixture prefills before token 0 and switches fetch to sync halfway.
         let (cols, _) = h.columns(100, 1, 0);
         assert_eq!(cols[0].marks & MARK_PREFILL, MARK_PREFILL);
-        assert!(cols
+        let toggles: Vec<u64> = cols
             .iter()
-            .any(|b| b.marks & MARK_TOGGLE != 0 && b.first == 10));
+            .filter(|b| b.marks & MARK_TOGGLE != 0)
+            .map(|b| b.first)
+            .collect();
+        assert_eq!(toggles, vec![20]);
         app.apply(Msg::Action(Action::TimelinePan(-1)));
         assert_eq!(app.timeline_view.offset, 16);
         app.apply(Msg::Action(Action::TimelinePan(-1)));
