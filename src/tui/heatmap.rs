@@ -45,11 +45,12 @@ pub fn expert_glyph(s: &TokenStats, l: usize) -> char {
 /// The shade of `v` between the window's smallest and largest non-zero cells (' ' only for 0;
 /// quarters of the range from ░ to █).
 pub fn shade(v: f64, (min, max): (f64, f64)) -> char {
-    if !(v > 0.0) || !(max > 0.0) {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !positive(v) || !positive(max) {
         return SHADES[0];
     }
     let span = max - min;
-    if !(span > 0.0) {
+    if !positive(span) {
         return SHADES[4];
     }
     SHADES[1 + (((v - min) / span * 4.0).floor() as usize).min(3)]

@@ -52,9 +52,7 @@ pub fn flops_per_cycle(isa: &str) -> f64 {
         64.0
     } else if i.contains("avx2") || i.contains("fma") {
         32.0
-    } else if i.contains("avx") {
-        16.0
-    } else if i.contains("neon") || i.contains("sve") || i.contains("sse") {
+    } else if ["avx", "neon", "sve", "sse"].iter().any(|x| i.contains(x)) {
         16.0
     } else {
         4.0
