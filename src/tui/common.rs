@@ -53,11 +53,19 @@ pub fn spans_width(spans: &[Span]) -> usize {
     spans.iter().map(|s| s.content.chars().count()).sum()
 }
 
-/// A title in at most `room` characters: trailing spans dropped first, then the first one
-/// shortened with "…".
+/// A title in at most `room` characters: the last span shortened with "…" while it keeps 8
+/// characters, else dropped, then the first one shortened.
 pub fn fit_title(mut title: Vec<Span<'_>>, room: usize) -> Vec<Span<'_>> {
     while title.len() > 1 && spans_width(&title) > room {
-        title.pop();
+        let rest = spans_width(&title[..title.len() - 1]);
+        match title.last_mut() {
+            Some(last) if room.saturating_sub(rest) >= 8 => {
+                last.content = truncate(&last.content, room - rest).into();
+            }
+            _ => {
+                title.pop();
+            }
+        }
     }
     if let Some(first) = title.first_mut() {
         if first.content.chars().count() > room {
@@ -281,6 +289,8 @@ mod tests {
         let w = |v: &[Span]| spans_width(v);
         assert_eq!(w(&fit_title(t.clone(), 100)), 30);
         assert_eq!(w(&fit_title(t.clone(), 26)), 24);
+        let cut = fit_title(t.clone(), 20);
+        assert_eq!(cut[1].content, " · staged vs…");
         assert_eq!(w(&fit_title(t.clone(), 7)), 7);
         let short = fit_title(t, 4);
         assert_eq!(short[0].content, "Ove…");
