@@ -192,6 +192,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             Span::styled("A/B", th.title()),
             Span::styled(" · ms/token over blocks (measured)", th.dim()),
         ],
+        area.width,
     );
     let inner = block.inner(area);
     frame.render_widget(block, area);

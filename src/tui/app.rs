@@ -31,18 +31,76 @@ pub enum PaneId {
     Critical,
     Routing,
     Overlap,
+    /// The run's ms/token or GB/s over time (the view slot under the Text pane).
+    Timeline,
+    /// Per layer × token: ms, bytes or expert ids.
+    Heatmap,
+    /// Each phase's GB/s against the read ceiling and a modelled compute roof.
+    Roofline,
     Pmu,
     Ab,
 }
 
+/// The views that take turns in the slot under the Text pane (`c` cycles them).
+pub const TIME_VIEWS: [PaneId; 3] = [PaneId::Timeline, PaneId::Heatmap, PaneId::Roofline];
+
+/// What the Timeline plots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimelineMetric {
+    /// Measured ms per token.
+    #[default]
+    Ms,
+    /// Effective read rate: the token's bytes (as stored) over its measured time.
+    Gbs,
+}
+
+/// What the heatmap shades.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HeatMetric {
+    /// Measured ms per layer.
+    #[default]
+    Ms,
+    /// Bytes per layer (as stored, KV included when known).
+    Bytes,
+    /// The top expert picked at each layer (MoE only).
+    Experts,
+}
+
+/// The Timeline's window over the run: tokens back from the newest (0 = live), tokens per
+/// column, and what it plots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimelineView {
+    pub offset: u64,
+    pub zoom: u64,
+    pub metric: TimelineMetric,
+}
+
+impl Default for TimelineView {
+    fn default() -> Self {
+        TimelineView {
+            offset: 0,
+            zoom: 1,
+            metric: TimelineMetric::Ms,
+        }
+    }
+}
+
+/// Largest Timeline zoom (tokens per column).
+pub const MAX_ZOOM: u64 = 1 << 16;
+/// Columns one pan step moves.
+pub const PAN_COLUMNS: u64 = 16;
+
 impl PaneId {
     /// Focus order.
-    pub const ALL: [PaneId; 7] = [
+    pub const ALL: [PaneId; 10] = [
         PaneId::Text,
         PaneId::Streams,
         PaneId::Critical,
         PaneId::Routing,
         PaneId::Overlap,
+        PaneId::Timeline,
+        PaneId::Heatmap,
+        PaneId::Roofline,
         PaneId::Pmu,
         PaneId::Ab,
     ];
@@ -55,6 +113,9 @@ impl PaneId {
             PaneId::Critical => "Critical path",
             PaneId::Routing => "Routing",
             PaneId::Overlap => "Overlap",
+            PaneId::Timeline => "Timeline",
+            PaneId::Heatmap => "Heatmap",
+            PaneId::Roofline => "Roofline",
             PaneId::Pmu => "PMU",
             PaneId::Ab => "A/B",
         }
@@ -84,6 +145,18 @@ pub enum Action {
     ModelInfo,
     /// Show / hide the ms/token timeline.
     Timeline,
+    /// Cycle the view under the Text pane: Timeline → Heatmap → Roofline.
+    CycleView,
+    /// Pan the Timeline by ±[`PAN_COLUMNS`] columns (−1 = back in time).
+    TimelinePan(i32),
+    /// Back to the newest token (live).
+    TimelineLive,
+    /// Zoom the Timeline: +1 = fewer tokens per column, −1 = more.
+    TimelineZoom(i32),
+    /// Timeline: ms/token ↔ GB/s.
+    TimelineMetric,
+    /// Heatmap: ms → bytes → expert ids (MoE).
+    HeatMetric,
     FocusNext,
     FocusPrev,
     /// Maximize / restore the focused pane.
@@ -425,6 +498,12 @@ pub struct App {
     pub show_info: bool,
     /// The ms/token timeline is shown in the Text column.
     pub show_timeline: bool,
+    /// The view in the slot under the Text pane (one of [`TIME_VIEWS`]).
+    pub time_view: PaneId,
+    /// The Timeline's window over the run.
+    pub timeline_view: TimelineView,
+    /// What the heatmap shades.
+    pub heat_metric: HeatMetric,
     pub recording: bool,
     pub replay: Option<ReplayState>,
     /// The input gave the keys to the panes when a prompt was sent; it takes them back when the
@@ -496,6 +575,9 @@ impl App {
             help_scroll: 0,
             show_info: false,
             show_timeline: true,
+            time_view: PaneId::Timeline,
+            timeline_view: TimelineView::default(),
+            heat_metric: HeatMetric::default(),
             recording: opts.recording,
             replay: opts.replay.then_some(ReplayState {
                 paused: false,
@@ -945,6 +1027,60 @@ impl App {
                 if self.focus != PaneId::Text {
                     self.compact_pane = self.focus;
                 }
+                if TIME_VIEWS.contains(&self.focus) {
+                    self.time_view = self.focus;
+                    self.show_timeline = true;
+                }
+            }
+            Action::CycleView => {
+                let i = TIME_VIEWS
+                    .iter()
+                    .position(|&p| p == self.time_view)
+                    .unwrap_or(0);
+                let next = TIME_VIEWS[(i + 1) % TIME_VIEWS.len()];
+                self.time_view = next;
+                self.show_timeline = true;
+                if TIME_VIEWS.contains(&self.focus) || TIME_VIEWS.contains(&self.compact_pane) {
+                    self.compact_pane = next;
+                }
+                if TIME_VIEWS.contains(&self.focus) {
+                    self.focus = next;
+                }
+                self.say(format!(
+                    "view: {} (c cycles, z zooms when focused)",
+                    next.name()
+                ));
+            }
+            Action::TimelinePan(dir) => {
+                let zoom = self.timeline_view.zoom;
+                let step = PAN_COLUMNS * self.view().history.effective_zoom(zoom);
+                let newest = self.view().history.tokens;
+                let tv = &mut self.timeline_view;
+                tv.offset = if dir < 0 {
+                    tv.offset.saturating_add(step).min(newest)
+                } else {
+                    tv.offset.saturating_sub(step)
+                };
+            }
+            Action::TimelineLive => self.timeline_view.offset = 0,
+            Action::TimelineZoom(dir) => {
+                let z = &mut self.timeline_view.zoom;
+                *z = if dir < 0 { *z * 2 } else { *z / 2 }.clamp(1, MAX_ZOOM);
+            }
+            Action::TimelineMetric => {
+                let m = &mut self.timeline_view.metric;
+                *m = match m {
+                    TimelineMetric::Ms => TimelineMetric::Gbs,
+                    TimelineMetric::Gbs => TimelineMetric::Ms,
+                };
+            }
+            Action::HeatMetric => {
+                let moe = self.view().has_experts();
+                self.heat_metric = match self.heat_metric {
+                    HeatMetric::Ms => HeatMetric::Bytes,
+                    HeatMetric::Bytes if moe => HeatMetric::Experts,
+                    _ => HeatMetric::Ms,
+                };
             }
             Action::Maximize => self.maximized = !self.maximized,
             Action::Freeze => {

@@ -11,13 +11,20 @@ use super::app::{App, PaneId};
 pub use crate::util::MIB;
 
 /// The bordered block of a pane: title, focus highlight, FROZEN badge on metric panes.
-pub fn pane_block<'a>(app: &App, pane: PaneId, title: Vec<Span<'a>>) -> Block<'a> {
+///
+/// `width` is the pane's width: when the title and the badge do not fit on the top border, the
+/// title's trailing spans are dropped (then its first one shortened with "…") so that the badge
+/// stays whole.
+pub fn pane_block<'a>(app: &App, pane: PaneId, title: Vec<Span<'a>>, width: u16) -> Block<'a> {
     let th = &app.theme;
     let focused = app.focus == pane;
+    let frozen = app.frozen.is_some() && pane != PaneId::Text;
+    // Borders (2), the spaces around the title (2), the badge and its space.
+    let room = (width as usize).saturating_sub(4 + if frozen { 9 } else { 0 });
     let mut spans = vec![Span::raw(" ")];
-    spans.extend(title);
+    spans.extend(fit_title(title, room));
     spans.push(Span::raw(" "));
-    if app.frozen.is_some() && pane != PaneId::Text {
+    if frozen {
         spans.push(Span::styled(" FROZEN ", th.badge()));
         spans.push(Span::raw(" "));
     }
@@ -39,6 +46,44 @@ pub fn pane_block<'a>(app: &App, pane: PaneId, title: Vec<Span<'a>>) -> Block<'a
         } else {
             th.title()
         }))
+}
+
+/// Characters in `spans`.
+pub fn spans_width(spans: &[Span]) -> usize {
+    spans.iter().map(|s| s.content.chars().count()).sum()
+}
+
+/// A title in at most `room` characters: the last span shortened with "…" while it keeps 8
+/// characters, else dropped, then the first one shortened.
+pub fn fit_title(mut title: Vec<Span<'_>>, room: usize) -> Vec<Span<'_>> {
+    while title.len() > 1 && spans_width(&title) > room {
+        let rest = spans_width(&title[..title.len() - 1]);
+        match title.last_mut() {
+            Some(last) if room.saturating_sub(rest) >= 8 => {
+                last.content = truncate(&last.content, room - rest).into();
+            }
+            _ => {
+                title.pop();
+            }
+        }
+    }
+    if let Some(first) = title.first_mut() {
+        if first.content.chars().count() > room {
+            first.content = truncate(&first.content, room).into();
+        }
+    }
+    title
+}
+
+/// The first of `forms` (longest first) that fits in `width` characters, else the last one.
+pub fn fit_line<'a>(forms: Vec<Vec<Span<'a>>>, width: usize) -> Line<'a> {
+    let n = forms.len();
+    for (i, f) in forms.into_iter().enumerate() {
+        if i + 1 == n || spans_width(&f) <= width {
+            return Line::from(f);
+        }
+    }
+    Line::default()
 }
 
 /// "0.75" (MiB, two decimals).
@@ -232,6 +277,29 @@ mod tests {
         let spans = stacked_bar(&[(1.0, 'a', s), (2.0, 'b', s)], 4.0, 8, ('.', s));
         let text: String = spans.iter().map(|s| s.content.as_ref()).collect();
         assert_eq!(text, "aabbbb..");
+    }
+
+    #[test]
+    fn titles_and_lines_fit_their_room() {
+        let t = vec![
+            Span::raw("Overlap"),
+            Span::raw(" · staged vs sync"),
+            Span::raw(" · now"),
+        ];
+        let w = |v: &[Span]| spans_width(v);
+        assert_eq!(w(&fit_title(t.clone(), 100)), 30);
+        assert_eq!(w(&fit_title(t.clone(), 26)), 24);
+        let cut = fit_title(t.clone(), 20);
+        assert_eq!(cut[1].content, " · staged vs…");
+        assert_eq!(w(&fit_title(t.clone(), 7)), 7);
+        let short = fit_title(t, 4);
+        assert_eq!(short[0].content, "Ove…");
+        assert!(fit_title(vec![], 0).is_empty());
+        let forms = vec![vec![Span::raw("long form")], vec![Span::raw("short")]];
+        assert_eq!(fit_line(forms.clone(), 9).to_string(), "long form");
+        assert_eq!(fit_line(forms.clone(), 8).to_string(), "short");
+        assert_eq!(fit_line(forms, 2).to_string(), "short");
+        assert_eq!(fit_line(vec![], 2).to_string(), "");
     }
 
     #[test]

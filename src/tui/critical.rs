@@ -50,7 +50,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             Span::styled(" · MiB/token (model)", th.dim()),
         ]
     };
-    let block = pane_block(app, PaneId::Critical, title);
+    let block = pane_block(app, PaneId::Critical, title, area.width);
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let v = app.view();

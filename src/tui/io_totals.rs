@@ -1,7 +1,60 @@
-//! Per-token expert-I/O totals (summed over layers). The overlap model's prediction lives in
-//! `telemetry::overlap_model`.
+//! Per-token byte totals: the expert I/O (summed over layers) and the bytes a token read by
+//! stream (the Streams pane's MiB/token and effective GB/s, also the Timeline's GB/s and the
+//! Roofline's phases). The overlap model's prediction lives in `telemetry::overlap_model`.
 
-use crate::telemetry::event::TokenStats;
+use crate::telemetry::event::{ModelSummary, TokenStats};
+
+/// The bytes one token read, by stream (as stored, scales included; KV at its position when the
+/// session described its cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TokenBytes {
+    pub attn: u64,
+    pub dense: u64,
+    pub experts: u64,
+    /// None: the session did not describe its KV cache.
+    pub kv: Option<u64>,
+    pub vocab: u64,
+}
+
+impl TokenBytes {
+    /// Sum the token's streams; `model` gives the KV reads at the token's position.
+    pub fn of(model: Option<&ModelSummary>, stats: &TokenStats) -> TokenBytes {
+        let mut t = TokenBytes {
+            vocab: stats.lm_head_bytes,
+            ..TokenBytes::default()
+        };
+        for l in &stats.layers {
+            t.attn += l.bytes.attn;
+            t.dense += l.bytes.dense;
+            t.experts += l.bytes.experts;
+        }
+        t.kv = model.and_then(|m| {
+            (0..stats.layers.len() as u32)
+                .map(|l| m.kv_layer_read_bytes(l, stats.pos))
+                .sum::<Option<u64>>()
+        });
+        t
+    }
+
+    /// Every byte of the token (KV included when known): the MiB/token.
+    pub fn total(&self) -> u64 {
+        self.attn + self.dense + self.experts + self.kv.unwrap_or(0) + self.vocab
+    }
+
+    /// The effective read rate over the token's time, GB/s (0 for an untimed token).
+    pub fn gbps(&self, ns: u64) -> f64 {
+        gbps(self.total(), ns)
+    }
+}
+
+/// `bytes` over `ns` in GB/s (0 when `ns` is 0).
+pub fn gbps(bytes: u64, ns: u64) -> f64 {
+    if ns > 0 {
+        bytes as f64 / ns as f64
+    } else {
+        0.0
+    }
+}
 
 /// Per-token expert-I/O totals (summed over layers), tagged with the fetch mode in force.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -9,7 +9,9 @@
 //! Files: `app` (state and its mutation), `telemetry` (the engine-derived state the panes draw),
 //! `io_totals` and `critical_model` (the statistics behind Overlap and Critical path), `keymap`, `theme`, `terminal` (guard), `screen` (layout), `common`
 //! (helpers), one file per pane: `text`, `streams`, `critical`, `routing`, `pmu`, `overlap`, `ab`,
-//! `status` (status bar + footer), `timeline` (ms/token sparkline), `help` and `info` (overlays);
+//! `status` (status bar + footer), `timeline` (the run's ms/token or GB/s with history: `history`
+//! keeps it in bounded memory), `heatmap` (per layer × token), `roofline` (phases against the
+//! read ceiling and a modelled compute roof), `help` and `info` (overlays);
 //! the chat features: `chat` (actions), `settings` (overlay), `transcript` (summary line,
 //! save/continue), `clipboard` (OSC 52).
 
@@ -21,12 +23,15 @@ pub mod common;
 pub mod critical;
 pub mod critical_model;
 pub mod fixture;
+pub mod heatmap;
 pub mod help;
+pub mod history;
 pub mod info;
 pub mod io_totals;
 pub mod keymap;
 pub mod overlap;
 pub mod pmu;
+pub mod roofline;
 pub mod routing;
 pub mod screen;
 pub mod settings;

@@ -11,7 +11,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::app::{App, IoTotals, PaneId};
-use super::common::{dim_line, ms, pane_block, stacked_bar, times};
+use super::common::{dim_line, fit_line, ms, pane_block, stacked_bar, times};
 use crate::telemetry::ab::Toggle;
 use crate::telemetry::overlap_model;
 
@@ -27,7 +27,7 @@ pub fn window_io(app: &App, mode: Option<&str>) -> Option<IoTotals> {
 }
 
 /// The overlap model's net from the recent sync tokens (the same replay as `bench overlap`).
-fn model_line(app: &App) -> Line<'static> {
+fn model_line(app: &App, w: usize) -> Line<'static> {
     let th = &app.theme;
     let v = app.view();
     let (_, de) = v.delays();
@@ -45,20 +45,34 @@ fn model_line(app: &App) -> Line<'static> {
                 n => format!("{n} readers"),
             };
             let p = overlap_model::predict(&layers, de as usize, readers.max(1));
-            Line::from(vec![
-                Span::styled("model net ", th.dim()),
-                Span::styled(times(p.net(other)), th.model()),
-                Span::styled(
-                    format!(
-                        " steady {} · {who}, n={} sync",
-                        times(p.steady_net),
-                        v.sync_io.len()
-                    ),
-                    th.dim(),
-                ),
-            ])
+            let n = v.sync_io.len();
+            let steady = times(p.steady_net);
+            let form = |tail: String| {
+                vec![
+                    Span::styled("model net ", th.dim()),
+                    Span::styled(times(p.net(other)), th.model()),
+                    Span::styled(tail, th.dim()),
+                ]
+            };
+            fit_line(
+                vec![
+                    form(format!(" steady {steady} · {who}, n={n} sync")),
+                    form(format!(" steady {steady} · n={n} sync")),
+                    form(format!(" · n={n} sync")),
+                ],
+                w,
+            )
         }
-        None => dim_line(app, "model net — (from sync tokens: press s)"),
+        None => fit_line(
+            vec![
+                vec![Span::styled(
+                    "model net — (from sync tokens: press s)",
+                    th.dim(),
+                )],
+                vec![Span::styled("model net — (press s)", th.dim())],
+            ],
+            w,
+        ),
     }
 }
 
@@ -75,8 +89,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         PaneId::Overlap,
         vec![
             Span::styled("Overlap", th.title()),
-            Span::styled(format!(" · staged vs sync · now {mode}"), th.dim()),
+            Span::styled(" · staged vs sync", th.dim()),
+            Span::styled(format!(" · now {mode}"), th.dim()),
         ],
+        area.width,
     );
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -92,58 +108,90 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let mut lines: Vec<Line> = Vec::new();
     let tok = IoTotals::of(last);
     match tok {
-        Some(t) => lines.push(Line::from(vec![
-            Span::styled("C ", th.dim()),
-            Span::styled(format!("{} ms", ms(t.compute_ns as f64)), th.dense()),
-            Span::styled("  IO ", th.dim()),
-            Span::styled(format!("{} ms", ms(t.io_ns as f64)), th.experts()),
-            Span::styled("  wait ", th.dim()),
-            Span::styled(format!("{} ms", ms(t.wait_ns as f64)), th.bad()),
-            Span::styled(" this token", th.dim()),
-        ])),
+        Some(t) => {
+            let form = |tail: &'static str| {
+                vec![
+                    Span::styled("C ", th.dim()),
+                    Span::styled(format!("{} ms", ms(t.compute_ns as f64)), th.dense()),
+                    Span::styled("  IO ", th.dim()),
+                    Span::styled(format!("{} ms", ms(t.io_ns as f64)), th.experts()),
+                    Span::styled("  wait ", th.dim()),
+                    Span::styled(format!("{} ms", ms(t.wait_ns as f64)), th.bad()),
+                    Span::styled(tail, th.dim()),
+                ]
+            };
+            lines.push(fit_line(vec![form(" this token"), form("")], w));
+        }
         None => {
             let tier = v
                 .config
                 .as_ref()
                 .map_or("?".to_string(), |c| c.expert_tier.clone());
-            let why = if v.has_experts() {
-                format!("no expert I/O this token (tier {tier}: experts read via page cache)")
+            let forms = if v.has_experts() {
+                vec![
+                    format!("no expert I/O this token (tier {tier}: experts read via page cache)"),
+                    format!("no expert I/O (tier {tier}: page cache)"),
+                ]
             } else {
-                "no experts: nothing to fetch (dense model)".to_string()
+                vec![
+                    "no experts: nothing to fetch (dense model)".to_string(),
+                    "no experts (dense model)".to_string(),
+                ]
             };
-            lines.push(dim_line(app, why));
+            lines.push(fit_line(
+                forms
+                    .into_iter()
+                    .map(|f| vec![Span::styled(f, th.dim())])
+                    .collect(),
+                w,
+            ));
         }
     }
 
     // Disk read rate and the expert cache, this token (measured).
     if tok.is_some() {
         let (bytes, rate) = super::io_totals::disk_read(last);
-        let mut spans = vec![
-            Span::styled("disk ", th.dim()),
-            Span::styled(rate, th.experts()),
-            Span::styled(format!(" ({:.1} MB read)", bytes as f64 / 1e6), th.dim()),
-        ];
-        match last.expert_cache {
-            Some(c) => spans.extend([
-                Span::styled(" · cache ", th.dim()),
-                Span::styled(
-                    c.hit_rate()
-                        .map_or("—".into(), |r| format!("{:.0}% hits", 100.0 * r)),
-                    th.strong(),
-                ),
-                Span::styled(
-                    format!(
-                        " ({}/{}) of {:.0} MiB",
-                        c.hits,
-                        c.hits + c.misses,
-                        c.capacity_bytes as f64 / crate::util::MIB
-                    ),
+        let form = |read: bool, detail: bool| {
+            let mut spans = vec![
+                Span::styled("disk ", th.dim()),
+                Span::styled(rate.clone(), th.experts()),
+            ];
+            if read {
+                spans.push(Span::styled(
+                    format!(" ({:.1} MB read)", bytes as f64 / 1e6),
                     th.dim(),
-                ),
-            ]),
-            None => spans.push(Span::styled(" · cache off", th.dim())),
-        }
-        lines.push(Line::from(spans));
+                ));
+            }
+            match last.expert_cache {
+                Some(c) => {
+                    spans.extend([
+                        Span::styled(" · cache ", th.dim()),
+                        Span::styled(
+                            c.hit_rate()
+                                .map_or("—".into(), |r| format!("{:.0}% hits", 100.0 * r)),
+                            th.strong(),
+                        ),
+                    ]);
+                    if detail {
+                        spans.push(Span::styled(
+                            format!(
+                                " ({}/{}) of {:.0} MiB",
+                                c.hits,
+                                c.hits + c.misses,
+                                c.capacity_bytes as f64 / crate::util::MIB
+                            ),
+                            th.dim(),
+                        ));
+                    }
+                }
+                None => spans.push(Span::styled(" · cache off", th.dim())),
+            }
+            spans
+        };
+        lines.push(fit_line(
+            vec![form(true, true), form(true, false), form(false, false)],
+            w,
+        ));
     }
 
     // Per-layer bars: compute █ then wait ▒; IO drawn as a number. Each row is the layer where
@@ -166,9 +214,17 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         let bar_w = w.saturating_sub(label_w + num_w) as u16;
         let shown = io_layers.len().min(room.saturating_sub(1));
         if shown > 0 {
-            lines.push(dim_line(
-                app,
-                "per layer: compute █ · expert wait ▒ (at the injection layer)",
+            lines.push(fit_line(
+                [
+                    "per layer: compute █ · expert wait ▒ (at the injection layer)",
+                    "per layer: compute █ · expert wait ▒ (injection layer)",
+                    "per layer: compute █ · expert wait ▒",
+                    "compute █ · wait ▒",
+                ]
+                .into_iter()
+                .map(|f| vec![Span::styled(f, th.dim())])
+                .collect(),
+                w,
             ));
             for (i, io) in io_layers.iter().take(shown) {
                 let mut spans = vec![Span::styled(
@@ -214,39 +270,80 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     // The fetch toggle's arms in canonical order are sync, staged: the ratio is sync/staged.
     let fetch = v.ab.estimate(Toggle::Fetch);
     let measured = fetch.map(|e| format!("{} [{:.2}–{:.2}]", times(e.ratio), e.ci.0, e.ci.1));
-    lines.push(Line::from(s1));
+    let mut s1_short = s1.clone();
+    s1_short[2] = Span::styled(" (staged)", th.dim());
+    if s1_short.len() > 3 {
+        s1_short[3] = Span::styled(" · token ", th.dim());
+    }
+    lines.push(fit_line(vec![s1, s1_short], w));
     // `s` switches sync/staged only on the direct tier; elsewhere the key to press first is `t`.
     let direct = v.config.as_ref().is_some_and(|c| c.expert_tier == "direct");
-    let hint = if direct {
-        "— (press s for both arms)"
+    let hints: &[&str] = if direct {
+        &["— (press s for both arms)", "— (press s)"]
     } else {
-        "— (press t for the direct tier, then s)"
+        &[
+            "— (press t for the direct tier, then s)",
+            "— (t: direct tier, then s)",
+            "— (t, then s)",
+        ]
     };
-    lines.push(Line::from(vec![
-        Span::styled("net measured ", th.dim()),
-        Span::styled(measured.unwrap_or_else(|| hint.into()), th.measured()),
-    ]));
-    lines.push(model_line(app));
-    let arm = |label: &str, m: Option<(f64, usize)>| {
+    let forms = match measured {
+        Some(m) => vec![vec![
+            Span::styled("net measured ", th.dim()),
+            Span::styled(m, th.measured()),
+        ]],
+        None => hints
+            .iter()
+            .map(|h| {
+                vec![
+                    Span::styled("net measured ", th.dim()),
+                    Span::styled(h.to_string(), th.measured()),
+                ]
+            })
+            .collect(),
+    };
+    lines.push(fit_line(forms, w));
+    lines.push(model_line(app, w));
+    let arm = |label: &str, m: Option<(f64, usize)>, long: bool| {
         m.map_or(format!("{label} —"), |(m, n)| {
-            format!("{label} {m:.2} (n={n} blk)")
+            if long {
+                format!("{label} {m:.2} (n={n} blk)")
+            } else {
+                format!("{label} {m:.2} n={n}")
+            }
         })
     };
-    lines.push(Line::from(vec![
-        Span::styled("ms/tok ", th.dim()),
-        Span::styled(arm("sync", fetch.map(|e| (e.ms_a, e.n_a))), th.text()),
-        Span::styled(" │ ", th.dim()),
-        Span::styled(arm("staged", fetch.map(|e| (e.ms_b, e.n_b))), th.text()),
-    ]));
-    lines.push(dim_line(
-        app,
-        match fetch {
-            Some(e) => format!(
+    let arms = |long: bool| {
+        vec![
+            Span::styled(if long { "ms/tok " } else { "ms " }, th.dim()),
+            Span::styled(arm("sync", fetch.map(|e| (e.ms_a, e.n_a)), long), th.text()),
+            Span::styled(" │ ", th.dim()),
+            Span::styled(
+                arm("staged", fetch.map(|e| (e.ms_b, e.n_b)), long),
+                th.text(),
+            ),
+        ]
+    };
+    lines.push(fit_line(vec![arms(true), arms(false)], w));
+    let notes = match fetch {
+        Some(e) => vec![
+            format!(
                 "block means at ctx {}, all else equal (measured)",
                 e.pos_ref
             ),
-            None => "block means, all else equal (A/B pane)".into(),
-        },
+            format!("block means at ctx {} (measured)", e.pos_ref),
+        ],
+        None => vec![
+            "block means, all else equal (A/B pane)".into(),
+            "block means (A/B pane)".into(),
+        ],
+    };
+    lines.push(fit_line(
+        notes
+            .into_iter()
+            .map(|n| vec![Span::styled(n, th.dim())])
+            .collect(),
+        w,
     ));
     frame.render_widget(Paragraph::new(lines), inner);
 }

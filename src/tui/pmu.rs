@@ -102,7 +102,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let th = &app.theme;
     let v = app.view();
     let pmu_now = v.last.as_ref().and_then(|l| l.pmu.as_ref());
-    let block = pane_block(app, PaneId::Pmu, title(app, pmu_now));
+    let block = pane_block(app, PaneId::Pmu, title(app, pmu_now), area.width);
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let Some(last) = v.last.as_ref() else {

@@ -123,6 +123,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             Span::styled("Expert routing", th.title()),
             Span::styled(format!(" · last {} tok", v.recent.len()), th.dim()),
         ],
+        area.width,
     );
     let inner = block.inner(area);
     frame.render_widget(block, area);

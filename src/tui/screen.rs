@@ -1,8 +1,9 @@
-//! Screen composition: status bar, the pane grid (DESIGN §7 at 160×48) with the ms/token
-//! timeline under the Text pane, the compact layout for small terminals (text beside one pane
-//! chosen with Tab), the maximized pane, the footer and the help / model-info overlays. On a
-//! dense model (no experts) Routing and Overlap shrink to one line each saying why, and their
-//! space goes to the Text column and the timeline.
+//! Screen composition: status bar, the pane grid (DESIGN §7 at 160×48) with a view slot under
+//! the Text pane (Timeline, Heatmap or Roofline: `c` cycles, `g` hides), the compact layout for
+//! small terminals (text beside one pane chosen with Tab, under a strip that names every pane
+//! it hides and the keys that show them), the maximized pane, the footer and the help /
+//! model-info overlays. On a dense model (no experts) Routing and Overlap shrink to one line
+//! each saying why, and their space goes to the Text column and the view slot.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
@@ -10,7 +11,10 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::app::{App, PaneId};
-use super::{ab, critical, help, info, overlap, pmu, routing, status, streams, text, timeline};
+use super::{
+    ab, critical, heatmap, help, info, overlap, pmu, roofline, routing, status, streams, text,
+    timeline,
+};
 
 /// True when the session's model is known to have no experts.
 pub fn dense_model(app: &App) -> bool {
@@ -53,6 +57,9 @@ pub fn render_pane(frame: &mut Frame, area: Rect, app: &App, pane: PaneId) {
         PaneId::Critical => critical::render(frame, area, app),
         PaneId::Routing => routing::render(frame, area, app),
         PaneId::Overlap => overlap::render(frame, area, app),
+        PaneId::Timeline => timeline::render(frame, area, app),
+        PaneId::Heatmap => heatmap::render(frame, area, app),
+        PaneId::Roofline => roofline::render(frame, area, app),
         PaneId::Pmu => pmu::render(frame, area, app),
         PaneId::Ab => ab::render(frame, area, app),
     }
@@ -87,7 +94,11 @@ pub fn draw(frame: &mut Frame, app: &App) {
         } else {
             app.focus
         };
-        render_pane(frame, r, app, right);
+        let strip = tab_strip(app, right, r.width as usize);
+        let sh = (strip.len() as u16).min(r.height.saturating_sub(3));
+        let [st, pane] = Layout::vertical([Constraint::Length(sh), Constraint::Min(0)]).areas(r);
+        frame.render_widget(Paragraph::new(strip), st);
+        render_pane(frame, pane, app, right);
     } else if dense_model(app) {
         // No experts: Routing and Overlap are one line each; Text and the timeline get the room.
         let [left, mid, right] = Layout::horizontal([
@@ -96,7 +107,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
             Constraint::Percentage(27),
         ])
         .areas(body);
-        left_column(frame, left, app, 7);
+        left_column(frame, left, app, 12);
         let [s, ro] = Layout::vertical([Constraint::Min(3), Constraint::Length(1)]).areas(mid);
         streams::render(frame, s, app);
         dense_line(frame, ro, app, PaneId::Routing, "no experts");
@@ -110,7 +121,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
             Constraint::Percentage(30),
         ])
         .areas(body);
-        left_column(frame, left, app, 5);
+        left_column(frame, left, app, 10);
         let [s, ro] =
             Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(mid);
         streams::render(frame, s, app);
@@ -131,8 +142,43 @@ pub fn draw(frame: &mut Frame, app: &App) {
     }
 }
 
-/// The left column of the wide layouts: Text, the timeline (`timeline_rows` tall when it is
-/// shown), PMU and A/B.
+/// The compact layout's strip over the right pane: every pane it can show, the one shown
+/// marked, and the keys that switch (Tab) or zoom (z) — so the hidden panes can be found.
+pub fn tab_strip(app: &App, shown: PaneId, width: usize) -> Vec<Line<'static>> {
+    let th = &app.theme;
+    let mut items: Vec<Span<'static>> = vec![Span::styled("Tab ▸", th.key())];
+    for p in PaneId::ALL.iter().filter(|&&p| p != PaneId::Text) {
+        items.push(if *p == shown {
+            Span::styled(format!("[{}]", p.name()), th.border_focused())
+        } else {
+            Span::styled(p.name().to_string(), th.dim())
+        });
+    }
+    items.push(Span::styled("z zoom · c view", th.key()));
+    let mut lines: Vec<Line<'static>> = Vec::new();
+    let mut cur: Vec<Span<'static>> = Vec::new();
+    let mut used = 0usize;
+    for it in items {
+        let n = it.content.chars().count();
+        if used > 0 && used + 1 + n > width {
+            lines.push(Line::from(std::mem::take(&mut cur)));
+            used = 0;
+        }
+        if used > 0 {
+            cur.push(Span::raw(" "));
+            used += 1;
+        }
+        used += n;
+        cur.push(it);
+    }
+    if !cur.is_empty() {
+        lines.push(Line::from(cur));
+    }
+    lines
+}
+
+/// The left column of the wide layouts: Text, the view slot (`timeline_rows` tall when it is
+/// shown: the Timeline, Heatmap or Roofline), PMU and A/B.
 fn left_column(frame: &mut Frame, area: Rect, app: &App, timeline_rows: u16) {
     let tl = if app.show_timeline { timeline_rows } else { 0 };
     let [t, g, p, a] = Layout::vertical([
@@ -144,7 +190,7 @@ fn left_column(frame: &mut Frame, area: Rect, app: &App, timeline_rows: u16) {
     .areas(area);
     text::render(frame, t, app);
     if app.show_timeline {
-        timeline::render(frame, g, app);
+        render_pane(frame, g, app, app.time_view);
     }
     pmu::render(frame, p, app);
     ab::render(frame, a, app);

@@ -357,6 +357,21 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     let w = area.width as usize;
     let compact = w < 120;
     let mut top = metrics(app, compact);
+    // A status message that does not fit after the metrics takes the line alone, and both lines
+    // (the key hints give way while it shows) when it is longer still: it is never cut off.
+    if let Some(msg) = app.status_message().filter(|_| width(&top) > w) {
+        let rows = super::common::wrap(msg, w.saturating_sub(1).max(1));
+        if rows.len() > 1 && area.height >= 2 {
+            let lines: Vec<Line> = rows
+                .into_iter()
+                .take(area.height as usize)
+                .map(|r| Line::from(vec![Span::raw(" "), Span::styled(r, th.warn())]))
+                .collect();
+            frame.render_widget(Paragraph::new(lines), area);
+            return;
+        }
+        top = vec![Span::raw(" "), Span::styled(msg.to_string(), th.warn())];
+    }
     if area.height >= 2 {
         frame.render_widget(
             Paragraph::new(vec![

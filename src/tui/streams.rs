@@ -14,7 +14,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 use super::app::{App, PaneId};
-use super::common::{dim_line, mib, pane_block, stacked_bar, MIB};
+use super::common::{dim_line, fit_line, mib, pane_block, stacked_bar, MIB};
 
 /// Width of the per-layer time columns ("  0.14  0.36  0.71"): three columns of 6.
 const TIMES_W: usize = 18;
@@ -31,6 +31,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             Span::styled("Streams", th.title()),
             Span::styled(" · MiB, ms (measured)", th.dim()),
         ],
+        area.width,
     );
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -196,14 +197,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         ));
     }
 
-    let (mut a, mut d, mut e) = (0u64, 0u64, 0u64);
-    for l in &last.layers {
-        a += l.bytes.attn;
-        d += l.bytes.dense;
-        e += l.bytes.experts;
-    }
-    let kv_total: u64 = kv.as_ref().map_or(0, |k| k.iter().sum());
-    let total = a + d + e + kv_total + last.lm_head_bytes;
+    let tb = super::io_totals::TokenBytes::of(v.model.as_ref(), last);
+    let (a, d, e) = (tb.attn, tb.dense, tb.experts);
+    let kv_total = tb.kv.unwrap_or(0);
+    let total = tb.total();
     // The whole token on one bar, the LM head included: on a large-vocabulary model (Gemma 3's
     // 262k rows) it is most of the bytes, which the per-layer bars alone would hide.
     let share_w = w.saturating_sub(6) as u16;
@@ -228,38 +225,48 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             0.0
         }
     };
-    lines.push(Line::from(vec![
-        Span::styled("■ lm head ", th.vocab()),
-        Span::styled(
-            format!("{} MiB", mib(last.lm_head_bytes as f64)),
-            th.vocab(),
-        ),
-        Span::styled(
-            format!(" ({:.0}% of the token)", pct(last.lm_head_bytes)),
-            th.strong(),
-        ),
-        Span::styled(
-            format!(" · {:.2} ms this token", last.ns_lm_head as f64 / 1e6),
-            th.dim(),
-        ),
-    ]));
-    let mut sums = vec![
-        Span::styled(format!("Σ attn {}", mib(a as f64)), th.attn()),
-        Span::styled(format!(" · dense {}", mib(d as f64)), th.dense()),
-        Span::styled(format!(" · exp {}", mib(e as f64)), th.experts()),
-    ];
-    if kv.is_some() {
-        sums.push(Span::styled(
-            format!(" · kv {} (ctx {})", mib(kv_total as f64), last.pos + 1),
-            th.kv(),
-        ));
-    }
-    lines.push(Line::from(sums));
-    let gbs = if last.ns_total > 0 {
-        total as f64 / last.ns_total as f64
-    } else {
-        0.0
+    let lm = |share: &str, time: &str| {
+        vec![
+            Span::styled("■ lm head ", th.vocab()),
+            Span::styled(format!("{} MiB", mib(last.lm_head_bytes as f64)), th.vocab()),
+            Span::styled(
+                format!(" ({:.0}%{share})", pct(last.lm_head_bytes)),
+                th.strong(),
+            ),
+            Span::styled(
+                format!(" · {:.2} ms{time}", last.ns_lm_head as f64 / 1e6),
+                th.dim(),
+            ),
+        ]
     };
+    lines.push(fit_line(
+        vec![
+            lm(" of the token", " this token"),
+            lm(" of the token", ""),
+            lm("", ""),
+        ],
+        w,
+    ));
+    let sums = |ctx: bool| {
+        let mut sums = vec![
+            Span::styled(format!("Σ attn {}", mib(a as f64)), th.attn()),
+            Span::styled(format!(" · dense {}", mib(d as f64)), th.dense()),
+            Span::styled(format!(" · exp {}", mib(e as f64)), th.experts()),
+        ];
+        if kv.is_some() {
+            sums.push(Span::styled(
+                if ctx {
+                    format!(" · kv {} (ctx {})", mib(kv_total as f64), last.pos + 1)
+                } else {
+                    format!(" · kv {}", mib(kv_total as f64))
+                },
+                th.kv(),
+            ));
+        }
+        sums
+    };
+    lines.push(fit_line(vec![sums(true), sums(false)], w));
+    let gbs = tb.gbps(last.ns_total);
     let mut totals = vec![
         Span::styled(format!("{:.2} MiB/token", total as f64 / MIB), th.strong()),
         Span::raw(" · "),
@@ -283,9 +290,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     {
         totals.insert(1, Span::styled(" with scales", th.dim()));
     }
-    lines.push(Line::from(totals));
+    let mut short = totals.clone();
+    short.truncate(3);
+    lines.push(fit_line(vec![totals, short], w));
     if let Some(t) = io {
-        lines.push(disk_line(app, last, &t));
+        lines.push(disk_line(app, last, &t, w));
     }
     let threads = v.config.as_ref().map_or(1, |c| c.threads);
     match app
@@ -294,39 +303,68 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         .and_then(|b| b.ceiling_for(threads).map(|c| (b, c)))
     {
         Some((b, c)) if c.read_gbps > 0.0 => {
-            lines.push(Line::from(vec![
-                Span::styled(format!("{:.0}%", 100.0 * gbs / c.read_gbps), th.strong()),
-                Span::styled(
-                    format!(
-                        " of the {:.1} GB/s read ceiling ({} thread{})",
-                        c.read_gbps,
-                        c.threads,
-                        if c.threads == 1 { "" } else { "s" }
+            let pct = format!("{:.0}%", 100.0 * gbs / c.read_gbps);
+            let thr = format!(
+                " ({} thread{})",
+                c.threads,
+                if c.threads == 1 { "" } else { "s" }
+            );
+            let form = |what: &str, thr: &str| {
+                vec![
+                    Span::styled(pct.clone(), th.strong()),
+                    Span::styled(
+                        format!(" of the {:.1} GB/s {what}{thr}", c.read_gbps),
+                        th.dim(),
                     ),
-                    th.dim(),
-                ),
-            ]));
+                ]
+            };
+            lines.push(fit_line(
+                vec![
+                    form("read ceiling", &thr),
+                    form("ceiling", &thr),
+                    form("ceiling", ""),
+                ],
+                w,
+            ));
             let method = if b.method.is_empty() {
                 "older probe: 1 and N threads only"
             } else {
                 b.method.as_str()
             };
-            lines.push(dim_line(app, format!("ceiling: {method}")));
+            // The method in full, wrapped (it names how the ceiling was measured).
+            for l in super::common::wrap(&format!("ceiling: {method}"), w.max(1)) {
+                lines.push(dim_line(app, l));
+            }
             // The probe reads huge pages; weights read through the page cache are in 4 KiB
             // pages, which stream slower under a VM's two-level page walks.
             let mapped = v.config.as_ref().is_some_and(|c| c.weights == "mmap");
             if mapped && b.huge_page_share.is_some_and(|h| h >= 0.5) {
-                lines.push(dim_line(
-                    app,
-                    "mmap'd weights (4 KiB pages) may not reach it",
-                ));
+                for l in super::common::wrap("mmap'd weights (4 KiB pages) may not reach it", w) {
+                    lines.push(dim_line(app, l));
+                }
             }
         }
-        _ if app.bandwidth_pending => lines.push(dim_line(
-            app,
-            "ceiling: measuring… (first launch: ≥ 1 GiB read probe, a few seconds)",
+        _ if app.bandwidth_pending => lines.push(fit_line(
+            vec![
+                vec![Span::styled(
+                    "ceiling: measuring… (first launch: ≥ 1 GiB read probe, a few seconds)",
+                    th.dim(),
+                )],
+                vec![Span::styled("ceiling: measuring… (first launch)", th.dim())],
+                vec![Span::styled("ceiling: measuring…", th.dim())],
+            ],
+            w,
         )),
-        _ => lines.push(dim_line(app, "ceiling unknown (no bandwidth probe)")),
+        _ => lines.push(fit_line(
+            vec![
+                vec![Span::styled(
+                    "ceiling unknown (no bandwidth probe)",
+                    th.dim(),
+                )],
+                vec![Span::styled("ceiling unknown", th.dim())],
+            ],
+            w,
+        )),
     }
     frame.render_widget(Paragraph::new(lines), inner);
 }
@@ -338,34 +376,46 @@ fn disk_line(
     app: &App,
     last: &crate::telemetry::TokenStats,
     t: &super::io_totals::IoTotals,
+    w: usize,
 ) -> Line<'static> {
     let th = &app.theme;
     let (_, rate) = super::io_totals::disk_read(last);
-    let mut spans = vec![
-        Span::styled("disk ", th.dim()),
-        Span::styled(rate, th.experts()),
-        Span::styled(" · waited ", th.dim()),
-        Span::styled(
-            format!("{} ms", super::common::ms(t.wait_ns as f64)),
-            th.bad(),
-        ),
-    ];
-    if last.ns_total > 0 {
-        spans.push(Span::styled(
-            format!(
-                " ({:.0}% of the token)",
-                100.0 * t.wait_ns as f64 / last.ns_total as f64
+    let form = |share: Option<&str>, cache: bool| {
+        let mut spans = vec![
+            Span::styled("disk ", th.dim()),
+            Span::styled(rate.clone(), th.experts()),
+            Span::styled(" · waited ", th.dim()),
+            Span::styled(
+                format!("{} ms", super::common::ms(t.wait_ns as f64)),
+                th.bad(),
             ),
-            th.dim(),
-        ));
-    }
-    if let Some(c) = last.expert_cache {
-        spans.push(Span::styled(" · cache ", th.dim()));
-        spans.push(Span::styled(
-            c.hit_rate()
-                .map_or("—".into(), |r| format!("{:.0}% hits", 100.0 * r)),
-            th.strong(),
-        ));
-    }
-    Line::from(spans)
+        ];
+        if let (Some(of), true) = (share, last.ns_total > 0) {
+            spans.push(Span::styled(
+                format!(
+                    " ({:.0}%{of})",
+                    100.0 * t.wait_ns as f64 / last.ns_total as f64
+                ),
+                th.dim(),
+            ));
+        }
+        if let (Some(c), true) = (last.expert_cache, cache) {
+            spans.push(Span::styled(" · cache ", th.dim()));
+            spans.push(Span::styled(
+                c.hit_rate()
+                    .map_or("—".into(), |r| format!("{:.0}% hits", 100.0 * r)),
+                th.strong(),
+            ));
+        }
+        spans
+    };
+    fit_line(
+        vec![
+            form(Some(" of the token"), true),
+            form(Some(""), true),
+            form(None, true),
+            form(None, false),
+        ],
+        w,
+    )
 }

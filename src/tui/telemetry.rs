@@ -52,6 +52,8 @@ pub struct Telemetry {
     pub io_window: VecDeque<(String, IoTotals)>,
     /// The last [`WINDOW`] tokens with expert I/O run under sync fetch: the overlap model's input.
     pub sync_io: VecDeque<TokenStats>,
+    /// The whole run, downsampled in bounded memory (the Timeline's history).
+    pub history: super::history::History,
 }
 
 impl Telemetry {
@@ -99,6 +101,9 @@ impl Telemetry {
         }
         self.timeline
             .push_back((self.tokens_seen, s.ns_total as f64 / 1e6));
+        let bytes = super::io_totals::TokenBytes::of(self.model.as_ref(), &s).total();
+        self.history
+            .push(s.ns_total as f64 / 1e6, bytes, s.ns_total);
         let oldest = self.timeline.front().map_or(0, |t| t.0);
         while self.marks.front().is_some_and(|m| m.0 < oldest) {
             self.marks.pop_front();
@@ -129,6 +134,10 @@ impl Telemetry {
 
     /// Marks `m` before the next token.
     pub(crate) fn mark(&mut self, m: Mark) {
+        self.history.mark(match m {
+            Mark::Prefill(_) => super::history::MARK_PREFILL,
+            Mark::Toggle(_) => super::history::MARK_TOGGLE,
+        });
         self.marks.push_back((self.tokens_seen, m));
     }
 }

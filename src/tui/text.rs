@@ -51,7 +51,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             th.measured(),
         ));
     }
-    let block = pane_block(app, PaneId::Text, title);
+    let block = pane_block(app, PaneId::Text, title, area.width);
     let inner = block.inner(area);
     frame.render_widget(block, area);
     if inner.width < 4 || inner.height < 3 {
