@@ -3,7 +3,9 @@
 //! `assets/trace.schema.json` (with a minimal validator for the JSON Schema subset the schema
 //! uses; it rejects keywords it does not implement, so the schema cannot silently outgrow it).
 
-use cflow::telemetry::chrome::{chrome_events, export_chrome, TID_COMPUTE, TID_IO};
+use cflow::telemetry::chrome::{
+    chrome_events, export_chrome, TID_COMPUTE, TID_IO, TID_POOL, TID_PREFETCH, TID_WAIT,
+};
 use cflow::telemetry::machine::MachineProfile;
 use cflow::telemetry::recorder::{Recorder, TraceError, TraceHeader};
 use cflow::telemetry::replay::{summary, Replay};
@@ -149,6 +151,26 @@ fn stats(index: u32) -> TokenStats {
                 capacity_bytes: 64 << 20,
                 cached_bytes: 10 << 20,
             }),
+        // Odd tokens carry the pool threads' busy time (engine thread + 2 workers); even tokens
+        // do not, as in traces recorded before the field existed.
+        pool_threads: if index % 2 == 1 {
+            vec![
+                cflow::telemetry::PoolThreadStat {
+                    busy_ns: 700_000,
+                    tasks: 40,
+                },
+                cflow::telemetry::PoolThreadStat {
+                    busy_ns: 650_000,
+                    tasks: 38,
+                },
+                cflow::telemetry::PoolThreadStat {
+                    busy_ns: 2_000_000,
+                    tasks: 30,
+                },
+            ]
+        } else {
+            Vec::new()
+        },
         pmu: Some(PmuSample {
             unavailable: Some("no hardware PMU: perf_event_open(L1-dcache-loads) failed".into()),
             phases: vec![
@@ -610,7 +632,10 @@ fn chrome_export_structure() {
     assert_eq!(count(&|e| e["ph"] == "X" && e["name"] == "lm_head"), 4);
     assert_eq!(count(&|e| e["ph"] == "X" && e["name"] == "prefill"), 1);
     assert_eq!(count(&|e| e["ph"] == "X" && e["tid"] == TID_IO), 4);
-    assert_eq!(count(&|e| e["ph"] == "i" && e["s"] == "t"), 4);
+    assert_eq!(
+        count(&|e| e["ph"] == "i" && e["s"] == "t" && e["name"] == "token"),
+        4
+    );
     assert_eq!(count(&|e| e["ph"] == "C" && e["name"] == "MiB/token"), 4);
     assert_eq!(count(&|e| e["ph"] == "C" && e["name"] == "pmu software"), 4);
     assert!(count(&|e| e["ph"] == "M" && e["name"] == "thread_name") >= 3);
@@ -642,6 +667,142 @@ fn chrome_export_structure() {
         .collect();
     tok_end.sort();
     assert_eq!(tok_end, stats_t);
+}
+
+/// Every X span well formed, and per track (tid) the spans' start times never go back.
+fn check_tracks(evs: &[Value]) -> std::collections::BTreeMap<u64, usize> {
+    let mut last: std::collections::BTreeMap<u64, f64> = Default::default();
+    let mut n: std::collections::BTreeMap<u64, usize> = Default::default();
+    for e in evs.iter().filter(|e| e["ph"] == "X") {
+        let tid = e["tid"].as_u64().expect("tid");
+        let ts = e["ts"].as_f64().expect("ts");
+        let dur = e["dur"].as_f64().expect("dur");
+        assert!(
+            ts >= 0.0 && dur >= 0.0 && ts.is_finite() && dur.is_finite(),
+            "{e}"
+        );
+        assert!(e["name"].is_string() && e["pid"] == 1, "{e}");
+        let prev = last.insert(tid, ts).unwrap_or(0.0);
+        assert!(ts >= prev, "tid {tid}: ts {ts} after {prev}: {e}");
+        *n.entry(tid).or_default() += 1;
+    }
+    n
+}
+
+/// Thread names from the metadata events, by tid.
+fn thread_names(evs: &[Value]) -> std::collections::BTreeMap<u64, String> {
+    evs.iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 43: one track per engine and pool thread, and I/O tracks, each named; pool spans last
+/// the thread's measured busy time within its token; slice names carry no token index.
+#[test]
+fn chrome_export_has_thread_and_io_tracks() {
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    record(&p);
+    let rep = Replay::open(&p).unwrap();
+    let evs = chrome_events(&rep);
+    let per_tid = check_tracks(&evs);
+    check_nesting(&evs);
+    let names = thread_names(&evs);
+    let pool: Vec<u64> = (0..3).map(|i| (TID_POOL + i) as u64).collect();
+    assert_eq!(names[&(TID_COMPUTE as u64)], "engine thread");
+    assert_eq!(names[&(TID_IO as u64)], "expert reads");
+    assert_eq!(names[&(TID_WAIT as u64)], "disk wait");
+    assert_eq!(names[&(TID_PREFETCH as u64)], "prefetch thread");
+    assert_eq!(names[&pool[0]], "pool thread 0 (engine)");
+    assert_eq!(names[&pool[2]], "pool thread 2");
+    assert!(per_tid.len() >= 6, "thread tracks with spans: {per_tid:?}");
+    for t in &pool {
+        // Two of the four tokens carry pool_threads.
+        assert_eq!(per_tid[t], 2, "{per_tid:?}");
+    }
+    assert_eq!(per_tid[&(TID_IO as u64)], 4);
+    assert_eq!(per_tid[&(TID_WAIT as u64)], 4);
+    // Pool spans: inside their token's span on the engine thread, busy time clamped to it.
+    let tokens: Vec<(f64, f64, u64)> = evs
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] == "token")
+        .map(|e| {
+            let ts = e["ts"].as_f64().unwrap();
+            (
+                ts,
+                ts + e["dur"].as_f64().unwrap(),
+                e["args"]["index"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    for e in evs.iter().filter(|e| e["ph"] == "X" && e["cat"] == "pool") {
+        assert_eq!(e["name"], "pool tasks");
+        let i = e["args"]["index"].as_u64().unwrap();
+        assert_eq!(i % 2, 1, "only odd tokens have pool_threads");
+        let (t0, t1, _) = tokens.iter().find(|t| t.2 == i).copied().unwrap();
+        let (s, end) = (
+            e["ts"].as_f64().unwrap(),
+            e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap(),
+        );
+        assert!(
+            s >= t0 && end <= t1 + 1e-9,
+            "{e} outside token [{t0}, {t1}]"
+        );
+        let want = if e["tid"] == pool[1] {
+            650.0
+        } else if e["tid"] == pool[2] {
+            t1 - t0
+        } else {
+            700.0
+        };
+        assert!((e["dur"].as_f64().unwrap() - want).abs() < 1e-6, "{e}");
+    }
+    for e in evs.iter().filter(|e| e["ph"] == "X" && e["cat"] == "io") {
+        assert!(
+            ["expert read", "disk wait"].contains(&e["name"].as_str().unwrap()),
+            "{e}"
+        );
+        assert_eq!(e["args"]["layer"], 1, "{e}");
+    }
+    let hints = evs.iter().filter(|e| e["name"] == "prefetch hints").count();
+    assert_eq!(hints, 2, "odd tokens ran with the prefetch thread");
+    // No slice or instant name carries a number (token or layer index) except `L{l}` layers.
+    for e in evs.iter().filter(|e| e["ph"] == "X" || e["ph"] == "i") {
+        let n = e["name"].as_str().unwrap();
+        let layer = n.starts_with('L') && n[1..].parse::<u32>().is_ok();
+        assert!(layer || !n.chars().any(|c| c.is_ascii_digit()), "{n}");
+    }
+}
+
+/// Traces recorded before `pool_threads` existed (the committed ones) still export: the engine,
+/// I/O and prefetch tracks, no pool tracks, every track well formed.
+#[test]
+fn old_traces_export_without_pool_tracks() {
+    for file in [
+        "traces/demo-toggles.trace.jsonl",
+        "traces/smollm2-chat.trace.jsonl",
+    ] {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + file;
+        let r = Replay::open(&path).unwrap();
+        let evs = chrome_events(&r);
+        let per_tid = check_tracks(&evs);
+        check_nesting(&evs);
+        assert!(per_tid[&(TID_COMPUTE as u64)] > 10, "{file}: {per_tid:?}");
+        assert!(
+            per_tid.keys().all(|t| *t < TID_POOL as u64),
+            "{file}: {per_tid:?}"
+        );
+        let mut out = Vec::new();
+        export_chrome(&r, &mut out).unwrap();
+        let doc: Value = serde_json::from_slice(&out).unwrap();
+        assert!(doc["traceEvents"].as_array().unwrap().len() == evs.len());
+    }
 }
 
 #[test]
