@@ -153,8 +153,8 @@ fn stats(index: u32) -> TokenStats {
             }),
         // Odd tokens carry the pool threads' busy time (engine thread + 2 workers); even tokens
         // do not, as in traces recorded before the field existed.
-        pool_threads: if index % 2 == 1 {
-            vec![
+        pool_threads: (index % 2 == 1).then(|| {
+            Box::new(cflow::telemetry::PoolThreads(vec![
                 cflow::telemetry::PoolThreadStat {
                     busy_ns: 700_000,
                     tasks: 40,
@@ -167,10 +167,8 @@ fn stats(index: u32) -> TokenStats {
                     busy_ns: 2_000_000,
                     tasks: 30,
                 },
-            ]
-        } else {
-            Vec::new()
-        },
+            ]))
+        }),
         pmu: Some(PmuSample {
             unavailable: Some("no hardware PMU: perf_event_open(L1-dcache-loads) failed".into()),
             phases: vec![

@@ -149,15 +149,12 @@ impl Engine {
         }
         stats.ns_total = t_start.elapsed().as_nanos() as u64;
         if per_thread {
-            stats.pool_threads = self
-                .pool
-                .take_thread_time()
-                .into_iter()
-                .map(|b| crate::telemetry::PoolThreadStat {
-                    busy_ns: b.busy_ns,
-                    tasks: b.tasks,
-                })
-                .collect();
+            let t = self.pool.take_thread_time().into_iter();
+            let t = t.map(|b| crate::telemetry::PoolThreadStat {
+                busy_ns: b.busy_ns,
+                tasks: b.tasks,
+            });
+            stats.pool_threads = Some(Box::new(crate::telemetry::PoolThreads(t.collect())));
         }
         let pool_time = self.pool.take_time();
         if self.opts.step_split && want_logits && schedule == Schedule::Sequential {

@@ -211,7 +211,7 @@ impl Builder {
 
     /// One `pool tasks` span per pool thread of the token (see the module doc).
     fn pool_threads(&mut self, start: u64, dur: u64, st: &TokenStats) {
-        for (i, p) in st.pool_threads.iter().enumerate() {
+        for (i, p) in st.pool_threads().iter().enumerate() {
             let tid = TID_POOL.saturating_add(i.min(u32::MAX as usize) as u32);
             if i >= self.pool_named {
                 let name = if i == 0 {
