@@ -1099,3 +1099,180 @@ fn old_traces_replay_and_their_toggles_become_typed_commands() {
         assert_eq!(fx.commands, vec![Command::SetExpertTier(other)], "{file}");
     }
 }
+
+// ---------------------------------------------------------------- CSV tables (issue 43 §5)
+
+/// A minimal RFC 4180 reader: rows of fields (quoted fields may hold commas, quotes, newlines).
+fn parse_csv(text: &str) -> Vec<Vec<String>> {
+    let (mut rows, mut row, mut f) = (Vec::new(), Vec::new(), String::new());
+    let mut chars = text.chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                f.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => f.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut f)),
+            (false, '\n') => {
+                row.push(std::mem::take(&mut f));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => f.push(c),
+        }
+    }
+    assert!(
+        !quoted && f.is_empty() && row.is_empty(),
+        "unterminated last row"
+    );
+    rows
+}
+
+fn csv_of(rep: &Replay, t: cflow::telemetry::csv::Table) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut out = Vec::new();
+    let n = cflow::telemetry::csv::write_table(rep, t, &mut out).unwrap();
+    let mut rows = parse_csv(std::str::from_utf8(&out).unwrap());
+    let header = rows.remove(0);
+    assert_eq!(header, t.columns(), "{}", t.name());
+    assert_eq!(rows.len() as u64, n);
+    for r in &rows {
+        assert_eq!(r.len(), header.len(), "{}: {r:?}", t.name());
+    }
+    (header, rows)
+}
+
+fn col<'a>(h: &[String], r: &'a [String], name: &str) -> &'a str {
+    &r[h.iter()
+        .position(|c| c == name)
+        .unwrap_or_else(|| panic!("no column {name}"))]
+}
+
+/// A recorded trace round-trips to the three tables: one token row per `stats` event, one
+/// routing row per (token, layer, expert), one A/B row per keyed token; the values are the
+/// trace's, in the documented units; text with quotes and newlines survives.
+#[test]
+fn csv_tables_match_the_trace() {
+    use cflow::telemetry::csv::Table;
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    let evs = record(&p);
+    let rep = Replay::open(&p).unwrap();
+    let stats: Vec<&TokenStats> = evs
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Stats(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let (h, rows) = csv_of(&rep, Table::Tokens);
+    assert_eq!(rows.len(), stats.len());
+    for (r, st) in rows.iter().zip(&stats) {
+        assert_eq!(col(&h, r, "index"), st.index.to_string());
+        assert_eq!(col(&h, r, "pos"), st.pos.to_string());
+        assert_eq!(col(&h, r, "prompt"), "0");
+        assert_eq!(col(&h, r, "total_ms"), "1");
+        assert_eq!(col(&h, r, "lm_head_ms"), "0.08");
+        assert_eq!(col(&h, r, "attention_ms"), "0.2");
+        assert_eq!(col(&h, r, "attention_mib"), "2");
+        assert_eq!(col(&h, r, "vocab_mib"), "14");
+        assert_eq!(col(&h, r, "total_mib"), "22");
+        assert_eq!(col(&h, r, "io_wait_ms"), "0.05");
+        assert_eq!(col(&h, r, "expert_read_mib"), "1");
+        let odd = st.index % 2 == 1;
+        assert_eq!(col(&h, r, "pool_threads"), if odd { "3" } else { "" });
+        assert_eq!(col(&h, r, "pool_busy_ms"), if odd { "3.35" } else { "" });
+        assert_eq!(col(&h, r, "prefetch_hits"), if odd { "1" } else { "" });
+        assert_eq!(col(&h, r, "expert_tier"), if odd { "" } else { "direct" });
+        assert_eq!(
+            col(&h, r, "expert_cache_capacity_mib"),
+            if odd { "" } else { "64" }
+        );
+    }
+    let texts: Vec<&str> = rows.iter().map(|r| col(&h, r, "text")).collect();
+    assert_eq!(texts, ["é", " the", "\"q\"", "\n"]);
+
+    let (h, rows) = csv_of(&rep, Table::Routing);
+    let n: usize = stats
+        .iter()
+        .map(|s| s.layers.iter().map(|l| l.routing.len()).sum::<usize>())
+        .sum();
+    assert_eq!(rows.len(), n);
+    assert_eq!(col(&h, &rows[0], "layer"), "0");
+    assert_eq!(col(&h, &rows[0], "rank"), "0");
+    assert_eq!(col(&h, &rows[0], "expert"), "0");
+    assert_eq!(col(&h, &rows[0], "weight"), "0.618034");
+
+    // Every token has a key: the even ones from the engine's report, the odd ones from the
+    // configuration in force.
+    let (h, rows) = csv_of(&rep, Table::Ab);
+    assert_eq!(rows.len(), stats.len());
+    let keys: Vec<&str> = rows.iter().map(|r| col(&h, r, "key")).collect();
+    assert_eq!(keys, ["ran", "config", "ran", "config"]);
+    assert!(
+        rows.iter().all(|r| col(&h, r, "block").is_empty()),
+        "runs too short for a block"
+    );
+}
+
+/// The CLI writes PREFIX.{tokens,ab,routing}.csv; a malformed trace is a typed error naming
+/// the file and line (no panic, no output file); the trace itself is never an output.
+#[test]
+fn export_csv_cli_and_malformed_trace() {
+    let bin = env!("CARGO_BIN_EXE_cflow-tui");
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    record(&p);
+    let prefix = d.path().join("out.csv");
+    let o = std::process::Command::new(bin)
+        .arg("export")
+        .arg(&p)
+        .arg("--csv")
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for t in ["tokens", "ab", "routing"] {
+        let f = d.path().join(format!("out.{t}.csv"));
+        assert!(f.is_file(), "{f:?}");
+        assert!(err.contains(&format!("out.{t}.csv")), "{err}");
+    }
+
+    let mut bad = std::fs::read_to_string(&p).unwrap();
+    bad.insert_str(
+        bad.find('\n').unwrap() + 1,
+        "{\"t_ns\":1,\"kind\":\"stats\",\"index\":\"x\"}\n",
+    );
+    let badp = d.path().join("bad.jsonl");
+    std::fs::write(&badp, bad).unwrap();
+    let o = std::process::Command::new(bin)
+        .arg("export")
+        .arg(&badp)
+        .arg("--csv")
+        .arg(d.path().join("bad"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("bad.jsonl") && err.contains("line 2"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!d.path().join("bad.tokens.csv").exists());
+
+    // The trace as an output (its own prefix) is refused and left intact.
+    let before = std::fs::read(&p).unwrap();
+    let same = d.path().join("t");
+    std::fs::hard_link(&p, d.path().join("t.tokens.csv")).unwrap();
+    let o = std::process::Command::new(bin)
+        .arg("export")
+        .arg(&p)
+        .arg("--csv")
+        .arg(&same)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("same file as the input"));
+    assert_eq!(std::fs::read(&p).unwrap(), before);
+}
