@@ -3,7 +3,9 @@
 //! `assets/trace.schema.json` (with a minimal validator for the JSON Schema subset the schema
 //! uses; it rejects keywords it does not implement, so the schema cannot silently outgrow it).
 
-use cflow::telemetry::chrome::{chrome_events, export_chrome, TID_COMPUTE, TID_IO};
+use cflow::telemetry::chrome::{
+    chrome_events, export_chrome, TID_COMPUTE, TID_IO, TID_POOL, TID_PREFETCH, TID_WAIT,
+};
 use cflow::telemetry::machine::MachineProfile;
 use cflow::telemetry::recorder::{Recorder, TraceError, TraceHeader};
 use cflow::telemetry::replay::{summary, Replay};
@@ -149,6 +151,24 @@ fn stats(index: u32) -> TokenStats {
                 capacity_bytes: 64 << 20,
                 cached_bytes: 10 << 20,
             }),
+        // Odd tokens carry the pool threads' busy time (engine thread + 2 workers); even tokens
+        // do not, as in traces recorded before the field existed.
+        pool_threads: (index % 2 == 1).then(|| {
+            Box::new(cflow::telemetry::PoolThreads(vec![
+                cflow::telemetry::PoolThreadStat {
+                    busy_ns: 700_000,
+                    tasks: 40,
+                },
+                cflow::telemetry::PoolThreadStat {
+                    busy_ns: 650_000,
+                    tasks: 38,
+                },
+                cflow::telemetry::PoolThreadStat {
+                    busy_ns: 2_000_000,
+                    tasks: 30,
+                },
+            ]))
+        }),
         pmu: Some(PmuSample {
             unavailable: Some("no hardware PMU: perf_event_open(L1-dcache-loads) failed".into()),
             phases: vec![
@@ -610,7 +630,10 @@ fn chrome_export_structure() {
     assert_eq!(count(&|e| e["ph"] == "X" && e["name"] == "lm_head"), 4);
     assert_eq!(count(&|e| e["ph"] == "X" && e["name"] == "prefill"), 1);
     assert_eq!(count(&|e| e["ph"] == "X" && e["tid"] == TID_IO), 4);
-    assert_eq!(count(&|e| e["ph"] == "i" && e["s"] == "t"), 4);
+    assert_eq!(
+        count(&|e| e["ph"] == "i" && e["s"] == "t" && e["name"] == "token"),
+        4
+    );
     assert_eq!(count(&|e| e["ph"] == "C" && e["name"] == "MiB/token"), 4);
     assert_eq!(count(&|e| e["ph"] == "C" && e["name"] == "pmu software"), 4);
     assert!(count(&|e| e["ph"] == "M" && e["name"] == "thread_name") >= 3);
@@ -642,6 +665,142 @@ fn chrome_export_structure() {
         .collect();
     tok_end.sort();
     assert_eq!(tok_end, stats_t);
+}
+
+/// Every X span well formed, and per track (tid) the spans' start times never go back.
+fn check_tracks(evs: &[Value]) -> std::collections::BTreeMap<u64, usize> {
+    let mut last: std::collections::BTreeMap<u64, f64> = Default::default();
+    let mut n: std::collections::BTreeMap<u64, usize> = Default::default();
+    for e in evs.iter().filter(|e| e["ph"] == "X") {
+        let tid = e["tid"].as_u64().expect("tid");
+        let ts = e["ts"].as_f64().expect("ts");
+        let dur = e["dur"].as_f64().expect("dur");
+        assert!(
+            ts >= 0.0 && dur >= 0.0 && ts.is_finite() && dur.is_finite(),
+            "{e}"
+        );
+        assert!(e["name"].is_string() && e["pid"] == 1, "{e}");
+        let prev = last.insert(tid, ts).unwrap_or(0.0);
+        assert!(ts >= prev, "tid {tid}: ts {ts} after {prev}: {e}");
+        *n.entry(tid).or_default() += 1;
+    }
+    n
+}
+
+/// Thread names from the metadata events, by tid.
+fn thread_names(evs: &[Value]) -> std::collections::BTreeMap<u64, String> {
+    evs.iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 43: one track per engine and pool thread, and I/O tracks, each named; pool spans last
+/// the thread's measured busy time within its token; slice names carry no token index.
+#[test]
+fn chrome_export_has_thread_and_io_tracks() {
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    record(&p);
+    let rep = Replay::open(&p).unwrap();
+    let evs = chrome_events(&rep);
+    let per_tid = check_tracks(&evs);
+    check_nesting(&evs);
+    let names = thread_names(&evs);
+    let pool: Vec<u64> = (0..3).map(|i| (TID_POOL + i) as u64).collect();
+    assert_eq!(names[&(TID_COMPUTE as u64)], "engine thread");
+    assert_eq!(names[&(TID_IO as u64)], "expert reads");
+    assert_eq!(names[&(TID_WAIT as u64)], "disk wait");
+    assert_eq!(names[&(TID_PREFETCH as u64)], "prefetch thread");
+    assert_eq!(names[&pool[0]], "pool thread 0 (engine)");
+    assert_eq!(names[&pool[2]], "pool thread 2");
+    assert!(per_tid.len() >= 6, "thread tracks with spans: {per_tid:?}");
+    for t in &pool {
+        // Two of the four tokens carry pool_threads.
+        assert_eq!(per_tid[t], 2, "{per_tid:?}");
+    }
+    assert_eq!(per_tid[&(TID_IO as u64)], 4);
+    assert_eq!(per_tid[&(TID_WAIT as u64)], 4);
+    // Pool spans: inside their token's span on the engine thread, busy time clamped to it.
+    let tokens: Vec<(f64, f64, u64)> = evs
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] == "token")
+        .map(|e| {
+            let ts = e["ts"].as_f64().unwrap();
+            (
+                ts,
+                ts + e["dur"].as_f64().unwrap(),
+                e["args"]["index"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    for e in evs.iter().filter(|e| e["ph"] == "X" && e["cat"] == "pool") {
+        assert_eq!(e["name"], "pool tasks");
+        let i = e["args"]["index"].as_u64().unwrap();
+        assert_eq!(i % 2, 1, "only odd tokens have pool_threads");
+        let (t0, t1, _) = tokens.iter().find(|t| t.2 == i).copied().unwrap();
+        let (s, end) = (
+            e["ts"].as_f64().unwrap(),
+            e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap(),
+        );
+        assert!(
+            s >= t0 && end <= t1 + 1e-9,
+            "{e} outside token [{t0}, {t1}]"
+        );
+        let want = if e["tid"] == pool[1] {
+            650.0
+        } else if e["tid"] == pool[2] {
+            t1 - t0
+        } else {
+            700.0
+        };
+        assert!((e["dur"].as_f64().unwrap() - want).abs() < 1e-6, "{e}");
+    }
+    for e in evs.iter().filter(|e| e["ph"] == "X" && e["cat"] == "io") {
+        assert!(
+            ["expert read", "disk wait"].contains(&e["name"].as_str().unwrap()),
+            "{e}"
+        );
+        assert_eq!(e["args"]["layer"], 1, "{e}");
+    }
+    let hints = evs.iter().filter(|e| e["name"] == "prefetch hints").count();
+    assert_eq!(hints, 2, "odd tokens ran with the prefetch thread");
+    // No slice or instant name carries a number (token or layer index) except `L{l}` layers.
+    for e in evs.iter().filter(|e| e["ph"] == "X" || e["ph"] == "i") {
+        let n = e["name"].as_str().unwrap();
+        let layer = n.starts_with('L') && n[1..].parse::<u32>().is_ok();
+        assert!(layer || !n.chars().any(|c| c.is_ascii_digit()), "{n}");
+    }
+}
+
+/// Traces recorded before `pool_threads` existed (the committed ones) still export: the engine,
+/// I/O and prefetch tracks, no pool tracks, every track well formed.
+#[test]
+fn old_traces_export_without_pool_tracks() {
+    for file in [
+        "traces/demo-toggles.trace.jsonl",
+        "traces/smollm2-chat.trace.jsonl",
+    ] {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/").to_string() + file;
+        let r = Replay::open(&path).unwrap();
+        let evs = chrome_events(&r);
+        let per_tid = check_tracks(&evs);
+        check_nesting(&evs);
+        assert!(per_tid[&(TID_COMPUTE as u64)] > 10, "{file}: {per_tid:?}");
+        assert!(
+            per_tid.keys().all(|t| *t < TID_POOL as u64),
+            "{file}: {per_tid:?}"
+        );
+        let mut out = Vec::new();
+        export_chrome(&r, &mut out).unwrap();
+        let doc: Value = serde_json::from_slice(&out).unwrap();
+        assert!(doc["traceEvents"].as_array().unwrap().len() == evs.len());
+    }
 }
 
 #[test]
@@ -939,4 +1098,181 @@ fn old_traces_replay_and_their_toggles_become_typed_commands() {
         let other = TierArm::ALL.iter().find(|a| **a != tier).copied().unwrap();
         assert_eq!(fx.commands, vec![Command::SetExpertTier(other)], "{file}");
     }
+}
+
+// ---------------------------------------------------------------- CSV tables (issue 43 §5)
+
+/// A minimal RFC 4180 reader: rows of fields (quoted fields may hold commas, quotes, newlines).
+fn parse_csv(text: &str) -> Vec<Vec<String>> {
+    let (mut rows, mut row, mut f) = (Vec::new(), Vec::new(), String::new());
+    let mut chars = text.chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                f.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => f.push(c),
+            (false, '"') => quoted = true,
+            (false, ',') => row.push(std::mem::take(&mut f)),
+            (false, '\n') => {
+                row.push(std::mem::take(&mut f));
+                rows.push(std::mem::take(&mut row));
+            }
+            (false, c) => f.push(c),
+        }
+    }
+    assert!(
+        !quoted && f.is_empty() && row.is_empty(),
+        "unterminated last row"
+    );
+    rows
+}
+
+fn csv_of(rep: &Replay, t: cflow::telemetry::csv::Table) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut out = Vec::new();
+    let n = cflow::telemetry::csv::write_table(rep, t, &mut out).unwrap();
+    let mut rows = parse_csv(std::str::from_utf8(&out).unwrap());
+    let header = rows.remove(0);
+    assert_eq!(header, t.columns(), "{}", t.name());
+    assert_eq!(rows.len() as u64, n);
+    for r in &rows {
+        assert_eq!(r.len(), header.len(), "{}: {r:?}", t.name());
+    }
+    (header, rows)
+}
+
+fn col<'a>(h: &[String], r: &'a [String], name: &str) -> &'a str {
+    &r[h.iter()
+        .position(|c| c == name)
+        .unwrap_or_else(|| panic!("no column {name}"))]
+}
+
+/// A recorded trace round-trips to the three tables: one token row per `stats` event, one
+/// routing row per (token, layer, expert), one A/B row per keyed token; the values are the
+/// trace's, in the documented units; text with quotes and newlines survives.
+#[test]
+fn csv_tables_match_the_trace() {
+    use cflow::telemetry::csv::Table;
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    let evs = record(&p);
+    let rep = Replay::open(&p).unwrap();
+    let stats: Vec<&TokenStats> = evs
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Stats(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let (h, rows) = csv_of(&rep, Table::Tokens);
+    assert_eq!(rows.len(), stats.len());
+    for (r, st) in rows.iter().zip(&stats) {
+        assert_eq!(col(&h, r, "index"), st.index.to_string());
+        assert_eq!(col(&h, r, "pos"), st.pos.to_string());
+        assert_eq!(col(&h, r, "prompt"), "0");
+        assert_eq!(col(&h, r, "total_ms"), "1");
+        assert_eq!(col(&h, r, "lm_head_ms"), "0.08");
+        assert_eq!(col(&h, r, "attention_ms"), "0.2");
+        assert_eq!(col(&h, r, "attention_mib"), "2");
+        assert_eq!(col(&h, r, "vocab_mib"), "14");
+        assert_eq!(col(&h, r, "total_mib"), "22");
+        assert_eq!(col(&h, r, "io_wait_ms"), "0.05");
+        assert_eq!(col(&h, r, "expert_read_mib"), "1");
+        let odd = st.index % 2 == 1;
+        assert_eq!(col(&h, r, "pool_threads"), if odd { "3" } else { "" });
+        assert_eq!(col(&h, r, "pool_busy_ms"), if odd { "3.35" } else { "" });
+        assert_eq!(col(&h, r, "prefetch_hits"), if odd { "1" } else { "" });
+        assert_eq!(col(&h, r, "expert_tier"), if odd { "" } else { "direct" });
+        assert_eq!(
+            col(&h, r, "expert_cache_capacity_mib"),
+            if odd { "" } else { "64" }
+        );
+    }
+    let texts: Vec<&str> = rows.iter().map(|r| col(&h, r, "text")).collect();
+    assert_eq!(texts, ["é", " the", "\"q\"", "\n"]);
+
+    let (h, rows) = csv_of(&rep, Table::Routing);
+    let n: usize = stats
+        .iter()
+        .map(|s| s.layers.iter().map(|l| l.routing.len()).sum::<usize>())
+        .sum();
+    assert_eq!(rows.len(), n);
+    assert_eq!(col(&h, &rows[0], "layer"), "0");
+    assert_eq!(col(&h, &rows[0], "rank"), "0");
+    assert_eq!(col(&h, &rows[0], "expert"), "0");
+    assert_eq!(col(&h, &rows[0], "weight"), "0.618034");
+
+    // Every token has a key: the even ones from the engine's report, the odd ones from the
+    // configuration in force.
+    let (h, rows) = csv_of(&rep, Table::Ab);
+    assert_eq!(rows.len(), stats.len());
+    let keys: Vec<&str> = rows.iter().map(|r| col(&h, r, "key")).collect();
+    assert_eq!(keys, ["ran", "config", "ran", "config"]);
+    assert!(
+        rows.iter().all(|r| col(&h, r, "block").is_empty()),
+        "runs too short for a block"
+    );
+}
+
+/// The CLI writes PREFIX.{tokens,ab,routing}.csv; a malformed trace is a typed error naming
+/// the file and line (no panic, no output file); the trace itself is never an output.
+#[test]
+fn export_csv_cli_and_malformed_trace() {
+    let bin = env!("CARGO_BIN_EXE_cflow-tui");
+    let d = tmp();
+    let p = d.path().join("t.jsonl");
+    record(&p);
+    let prefix = d.path().join("out.csv");
+    let o = std::process::Command::new(bin)
+        .arg("export")
+        .arg(&p)
+        .arg("--csv")
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for t in ["tokens", "ab", "routing"] {
+        let f = d.path().join(format!("out.{t}.csv"));
+        assert!(f.is_file(), "{f:?}");
+        assert!(err.contains(&format!("out.{t}.csv")), "{err}");
+    }
+
+    let mut bad = std::fs::read_to_string(&p).unwrap();
+    bad.insert_str(
+        bad.find('\n').unwrap() + 1,
+        "{\"t_ns\":1,\"kind\":\"stats\",\"index\":\"x\"}\n",
+    );
+    let badp = d.path().join("bad.jsonl");
+    std::fs::write(&badp, bad).unwrap();
+    let o = std::process::Command::new(bin)
+        .arg("export")
+        .arg(&badp)
+        .arg("--csv")
+        .arg(d.path().join("bad"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("bad.jsonl") && err.contains("line 2"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!d.path().join("bad.tokens.csv").exists());
+
+    // The trace as an output (its own prefix) is refused and left intact.
+    let before = std::fs::read(&p).unwrap();
+    let same = d.path().join("t");
+    std::fs::hard_link(&p, d.path().join("t.tokens.csv")).unwrap();
+    let o = std::process::Command::new(bin)
+        .arg("export")
+        .arg(&p)
+        .arg("--csv")
+        .arg(&same)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("same file as the input"));
+    assert_eq!(std::fs::read(&p).unwrap(), before);
 }

@@ -181,14 +181,20 @@ pub struct ReplayArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Example:\n  cflow-tui export session.trace.jsonl --chrome session.json   # open in ui.perfetto.dev"
+    after_help = "Examples:\n  cflow-tui export session.trace.jsonl --chrome session.json   # open in ui.perfetto.dev\n  \
+cflow-tui export session.trace.jsonl --csv session   # session.tokens.csv, session.ab.csv, session.routing.csv"
 )]
+#[command(group(clap::ArgGroup::new("format").required(true).multiple(true).args(["chrome", "csv"])))]
 pub struct ExportArgs {
     /// Trace file.
     pub file: PathBuf,
     /// Output Chrome-trace JSON file.
     #[arg(long)]
-    pub chrome: PathBuf,
+    pub chrome: Option<PathBuf>,
+    /// Write CSV tables for notebooks: PREFIX.tokens.csv, PREFIX.ab.csv, PREFIX.routing.csv
+    /// (docs/CSV.md).
+    #[arg(long, value_name = "PREFIX")]
+    pub csv: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -1,4 +1,4 @@
-//! Trace commands: `replay` (summary or TUI) and `export` (Chrome Trace Event JSON).
+//! Trace commands: `replay` (summary or TUI) and `export` (Chrome Trace Event JSON, CSV tables).
 
 use super::args::{ExportArgs, ReplayArgs};
 use crate::{errln, out, outln};
@@ -55,18 +55,52 @@ pub(super) fn cmd_replay(a: ReplayArgs) -> Result<()> {
 }
 
 pub(super) fn cmd_export(a: ExportArgs) -> Result<()> {
-    // Classify the output, and refuse the trace itself, before anything is read or written.
-    let out = crate::output::Output::create(&a.chrome, &[&a.file])?;
+    use crate::telemetry::csv::Table;
+    // Classify every output, and refuse the trace itself, before anything is read or written.
+    let chrome = match &a.chrome {
+        Some(p) => Some((crate::output::Output::create(p, &[&a.file])?, p.clone())),
+        None => None,
+    };
+    let mut tables = Vec::new();
+    if let Some(prefix) = &a.csv {
+        for t in Table::ALL {
+            let p = csv_path(prefix, t);
+            tables.push((t, crate::output::Output::create(&p, &[&a.file])?, p));
+        }
+    }
     let r = crate::telemetry::replay::Replay::open(&a.file)?;
-    // Errors name the path (`Output`); the file appears only when complete.
-    let mut w = std::io::BufWriter::new(out);
-    crate::telemetry::chrome::export_chrome(&r, &mut w)?;
-    w.into_inner().map_err(|e| e.into_error())?.commit()?;
-    errln!(
-        "wrote {} ({} events from {})",
-        a.chrome.display(),
-        r.events.len(),
-        a.file.display()
-    );
+    // Errors name the path (`Output`); each file appears only when complete.
+    if let Some((out, path)) = chrome {
+        let mut w = std::io::BufWriter::new(out);
+        crate::telemetry::chrome::export_chrome(&r, &mut w)?;
+        w.into_inner().map_err(|e| e.into_error())?.commit()?;
+        errln!(
+            "wrote {} ({} events from {})",
+            path.display(),
+            r.events.len(),
+            a.file.display()
+        );
+    }
+    for (t, out, path) in tables {
+        let mut w = std::io::BufWriter::new(out);
+        let rows = crate::telemetry::csv::write_table(&r, t, &mut w)?;
+        w.into_inner().map_err(|e| e.into_error())?.commit()?;
+        errln!(
+            "wrote {} ({rows} rows: {} table of {})",
+            path.display(),
+            t.name(),
+            a.file.display()
+        );
+    }
     Ok(())
+}
+
+/// `PREFIX.NAME.csv` (a `.csv` ending of the prefix is dropped: `--csv out.csv` gives
+/// `out.tokens.csv`).
+fn csv_path(prefix: &std::path::Path, t: crate::telemetry::csv::Table) -> std::path::PathBuf {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let b = prefix.as_os_str().as_bytes();
+    let mut v = b.strip_suffix(b".csv").unwrap_or(b).to_vec();
+    v.extend_from_slice(format!(".{}.csv", t.name()).as_bytes());
+    std::path::PathBuf::from(std::ffi::OsString::from_vec(v))
 }

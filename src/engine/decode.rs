@@ -35,6 +35,10 @@ impl Engine {
         // The step's pool runs on this thread's clock (`step_split`): from here on only.
         self.pool.set_timing(self.opts.step_split);
         self.pool.take_time();
+        // Each pool thread's busy time over this token (`TokenStats::pool_threads`).
+        let per_thread = self.opts.timings && schedule == Schedule::Sequential;
+        self.pool.set_thread_timing(per_thread);
+        self.pool.take_thread_time();
         if schedule == Schedule::Vertical && self.cores.is_none() {
             self.cores = Some(super::vertical::Cores::new(self.opts.threads, &self.cfg));
         }
@@ -144,6 +148,14 @@ impl Engine {
             stats.pmu = Some(pmu.end_token());
         }
         stats.ns_total = t_start.elapsed().as_nanos() as u64;
+        if per_thread {
+            let t = self.pool.take_thread_time().into_iter();
+            let t = t.map(|b| crate::telemetry::PoolThreadStat {
+                busy_ns: b.busy_ns,
+                tasks: b.tasks,
+            });
+            stats.pool_threads = Some(Box::new(crate::telemetry::PoolThreads(t.collect())));
+        }
         let pool_time = self.pool.take_time();
         if self.opts.step_split && want_logits && schedule == Schedule::Sequential {
             self.split.add_step(stats.ns_total, pool_time);

@@ -14,6 +14,11 @@
 //! With [`ThreadPool::set_timing`] on, `run` also adds its wall time on the caller's clock to a
 //! [`PoolTime`]: all of it, and the part spent waiting for other threads' tasks after the
 //! caller's own were done (`bench decode` splits a decode step with it).
+//!
+//! With [`ThreadPool::set_thread_timing`] on, every thread (the caller as thread 0, worker `i`
+//! as thread `i`) also adds the wall time it spent running tasks, and how many it ran, to its own
+//! counters ([`ThreadBusy`], read with [`ThreadPool::take_thread_time`]): two clock reads per
+//! job a thread takes part in; off, one relaxed load per job.
 
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -46,9 +51,42 @@ struct Shared {
     spin: Duration,
     /// First panic payload of the current job (re-raised by `run`).
     panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Per-thread busy timing on (`set_thread_timing`).
+    thread_timing: AtomicBool,
+    /// Per thread (0 = the caller): ns spent running tasks, and tasks run, while timing was on.
+    busy_ns: Vec<AtomicU64>,
+    busy_tasks: Vec<AtomicU64>,
 }
 
 impl Shared {
+    /// Runs every task of `epoch` this thread can claim; returns how many it ran. With per-thread
+    /// timing on, adds their wall time and count to thread `me`'s counters.
+    fn claim_and_run(
+        &self,
+        me: usize,
+        epoch: u32,
+        n: usize,
+        f: &(dyn Fn(usize) + Sync + '_),
+    ) -> usize {
+        let t0 = self
+            .thread_timing
+            .load(Ordering::Relaxed)
+            .then(Instant::now);
+        let mut mine = 0;
+        while let Some(t) = self.claim(epoch, n) {
+            self.run_task(f, t);
+            mine += 1;
+        }
+        if let (Some(t0), true) = (t0, mine > 0) {
+            let ns = t0.elapsed().as_nanos() as u64;
+            if let (Some(b), Some(k)) = (self.busy_ns.get(me), self.busy_tasks.get(me)) {
+                b.fetch_add(ns, Ordering::Relaxed);
+                k.fetch_add(mine as u64, Ordering::Relaxed);
+            }
+        }
+        mine
+    }
+
     /// Runs one task, catching a panic so the task still counts as finished.
     fn run_task(&self, f: &(dyn Fn(usize) + Sync + '_), t: usize) {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(t))) {
@@ -100,6 +138,14 @@ impl PoolTime {
     }
 }
 
+/// One pool thread's work while per-thread timing was on: wall ns spent running tasks, and
+/// how many it ran. Measured with `Instant` on that thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadBusy {
+    pub busy_ns: u64,
+    pub tasks: u64,
+}
+
 /// A fixed-size pool. `run(n, f)` calls `f(0..n)` spread over all threads and returns when done.
 pub struct ThreadPool {
     n_threads: usize,
@@ -123,6 +169,9 @@ impl ThreadPool {
             lock: Mutex::new(()),
             cv: Condvar::new(),
             panic: Mutex::new(None),
+            thread_timing: AtomicBool::new(false),
+            busy_ns: (0..n_threads).map(|_| AtomicU64::new(0)).collect(),
+            busy_tasks: (0..n_threads).map(|_| AtomicU64::new(0)).collect(),
             spin: Duration::from_micros(
                 std::env::var("CFLOW_SPIN_US")
                     .ok()
@@ -135,7 +184,7 @@ impl ThreadPool {
                 let s = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("cflow-worker-{i}"))
-                    .spawn(move || worker(s))
+                    .spawn(move || worker(s, i))
                     .expect("spawn worker thread")
             })
             .collect();
@@ -153,6 +202,25 @@ impl ThreadPool {
     /// clock reads per run).
     pub fn set_timing(&self, on: bool) {
         self.timing.set(on);
+    }
+
+    /// Turns the per-thread busy timing on or off (off by default; see the module doc).
+    pub fn set_thread_timing(&self, on: bool) {
+        self.shared.thread_timing.store(on, Ordering::Relaxed);
+    }
+
+    /// Each thread's [`ThreadBusy`] since the last call (index 0: the caller), and a fresh
+    /// start. All zero while per-thread timing is off.
+    pub fn take_thread_time(&self) -> Vec<ThreadBusy> {
+        let s = &*self.shared;
+        s.busy_ns
+            .iter()
+            .zip(&s.busy_tasks)
+            .map(|(b, k)| ThreadBusy {
+                busy_ns: b.swap(0, Ordering::Relaxed),
+                tasks: k.swap(0, Ordering::Relaxed),
+            })
+            .collect()
     }
 
     /// The [`PoolTime`] summed since the last call, and a fresh start.
@@ -185,8 +253,17 @@ impl ThreadPool {
         }
         let t0 = self.timing.get().then(Instant::now);
         if self.n_threads == 1 || n_tasks == 1 {
+            let tt = self
+                .shared
+                .thread_timing
+                .load(Ordering::Relaxed)
+                .then(Instant::now);
             for t in 0..n_tasks {
                 f(t);
+            }
+            if let Some(tt) = tt {
+                self.shared.busy_ns[0].fetch_add(tt.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                self.shared.busy_tasks[0].fetch_add(n_tasks as u64, Ordering::Relaxed);
             }
             self.record(t0, None);
             return;
@@ -209,11 +286,7 @@ impl ThreadPool {
             let _g = s.lock.lock().expect("pool lock");
             s.cv.notify_all();
         }
-        let mut mine = 0;
-        while let Some(t) = s.claim(epoch, n_tasks) {
-            s.run_task(f, t);
-            mine += 1;
-        }
+        let mine = s.claim_and_run(0, epoch, n_tasks, f);
         s.done.fetch_add(mine, Ordering::AcqRel);
         let wait = t0.map(|_| Instant::now());
         let mut spins = 0u32;
@@ -246,7 +319,7 @@ impl Drop for ThreadPool {
     }
 }
 
-fn worker(s: Arc<Shared>) {
+fn worker(s: Arc<Shared>, me: usize) {
     let mut seen = 0u64;
     loop {
         let start = Instant::now();
@@ -274,13 +347,10 @@ fn worker(s: Arc<Shared>) {
         seen = s.epoch.load(Ordering::Acquire);
         let (epoch, job, n) = *s.job.lock().expect("pool lock");
         let Some(JobPtr(p)) = job else { continue };
-        let mut mine = 0;
-        while let Some(t) = s.claim(epoch, n) {
-            // SAFETY: task `t` was claimed under `epoch`, whose submitter waits for it.
-            let f: &JobFn = unsafe { &*p };
-            s.run_task(f, t);
-            mine += 1;
-        }
+        // SAFETY: `f` is only called for tasks claimed under `epoch`, whose submitter waits
+        // for every one of them before the referent can go away.
+        let f: &JobFn = unsafe { &*p };
+        let mine = s.claim_and_run(me, epoch, n, f);
         if mine > 0 {
             s.done.fetch_add(mine, Ordering::AcqRel);
         }
@@ -316,6 +386,38 @@ mod tests {
             pool.set_timing(false);
             pool.run(2, &nap);
             assert_eq!(pool.take_time(), PoolTime::default());
+        }
+    }
+
+    /// Per-thread timing counts every task on some thread, only while on; take resets.
+    #[test]
+    fn thread_timing_counts_every_task_once() {
+        for threads in [1, 3] {
+            let pool = ThreadPool::new(threads);
+            let nap = |_| std::thread::sleep(Duration::from_millis(1));
+            pool.run(4, &nap);
+            let off = pool.take_thread_time();
+            assert_eq!(off.len(), threads);
+            assert!(
+                off.iter().all(|b| *b == ThreadBusy::default()),
+                "off by default"
+            );
+            pool.set_thread_timing(true);
+            pool.run(6, &nap);
+            pool.run(1, &nap);
+            let t = pool.take_thread_time();
+            assert_eq!(t.iter().map(|b| b.tasks).sum::<u64>(), 7, "{t:?}");
+            assert!(t[0].tasks >= 1, "the caller takes part: {t:?}");
+            for b in &t {
+                assert!(b.busy_ns >= b.tasks * 1_000_000, "{t:?}");
+            }
+            assert!(
+                pool.take_thread_time().iter().all(|b| b.tasks == 0),
+                "take resets"
+            );
+            pool.set_thread_timing(false);
+            pool.run(4, &nap);
+            assert!(pool.take_thread_time().iter().all(|b| b.tasks == 0));
         }
     }
 

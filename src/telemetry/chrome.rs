@@ -1,8 +1,10 @@
 //! Export a replayed trace as Chrome Trace Event JSON (open in Perfetto or chrome://tracing).
 //!
-//! Layout (all times in µs with ns precision, `pid` 1):
-//! * tid 1 "compute": per token a `token` span (its index in args: slice names carry no token
-//!   index, so Perfetto aggregates them) containing per-layer `L{l}` spans, each holding
+//! Layout (all times in µs with ns precision, `pid` 1), one track (tid) per thread, each named
+//! by a `thread_name` metadata event. Slice names never carry a token index (it is in args), so
+//! Perfetto's slice aggregation groups them.
+//! * tid 1 "engine thread": per token a `token` span (index in args) containing per-layer
+//!   `L{l}` spans (the layer index names them: per-layer aggregation), each holding
 //!   `attention`, `dense`, `router`, `experts` spans (zero-length phases omitted), then
 //!   `lm_head`. **Placement:** the Stats event's `t_ns` is taken as the token's end and the
 //!   phases are laid *back* from it: the token starts at `t_ns − max(ns_total, Σ phases)` and its
@@ -10,15 +12,26 @@
 //!   token's end (clock skew, or phases summing to more than the gap between Stats events), the
 //!   token is shifted to start at the previous end, so spans on one tid always nest.
 //!   Prefill is a `prefill` span ending at the Prefill event's `t_ns` (same clamping).
-//! * tid 2 "expert I/O": one `io L{l}` span per layer with [`LayerIo`](super::event::LayerIo),
-//!   starting when that layer's router phase ends and lasting `io_ns` (serialized if they would
-//!   overlap: placement is inferred, durations are measured).
-//! * tid 3 "I/O wait": `wait L{l}` spans of `wait_ns` at the start of that layer's experts phase.
+//! * tid 2 "expert reads": one `expert read` span per layer with
+//!   [`LayerIo`](super::event::LayerIo) (layer in args), starting when that layer's router phase
+//!   ends (the reads are submitted then) and lasting `io_ns`, the readers' busy time (serialized
+//!   if they would overlap: placement is inferred, durations are measured).
+//! * tid 3 "disk wait": `disk wait` spans of `wait_ns` at the start of that layer's experts phase
+//!   (the engine thread blocked on expert reads).
+//! * tid 4 "prefetch thread": a `prefetch hints` instant per token with
+//!   [`PrefetchStat`](super::event::PrefetchStat) in args (the trace records the prefetch thread's
+//!   commands and hits, not its timing).
+//! * tid 100 + i "pool thread i" (i = 0: the engine thread's own share of the pool's tasks) for
+//!   each thread in [`TokenStats::pool_threads`]: a `pool tasks` span per token, starting with
+//!   the token and lasting that thread's measured busy time (clamped to the token), with
+//!   `busy_ns`, `tasks` and `busy_share` (of the token's time) in args. Traces without
+//!   `pool_threads` (older ones, or recorded without timings) have no pool tracks.
 //! * Counters (`ph:"C"`) at each token end: `MiB/token` by stream, `pmu software`, and
 //!   `pmu <phase>` per phase with hardware or software values.
 //! * Instant events (`ph:"i"`, thread scope) at token ends named `token` with index/id/text args;
 //!   global instants for config changes, resets and Done.
-//! * Metadata (`ph:"M"`) naming the process and threads.
+//! * Metadata (`ph:"M"`) naming the process and threads (a pool thread's name when it first
+//!   appears).
 
 use super::event::{Event, Stamped, TokenStats};
 use super::replay::Replay;
@@ -31,6 +44,9 @@ const PID: u32 = 1;
 pub const TID_COMPUTE: u32 = 1;
 pub const TID_IO: u32 = 2;
 pub const TID_WAIT: u32 = 3;
+pub const TID_PREFETCH: u32 = 4;
+/// Pool thread `i` is tid `TID_POOL + i`.
+pub const TID_POOL: u32 = 100;
 
 fn us(ns: u64) -> f64 {
     // Exact to the ns in decimal: ts/dur print as at most 3 fractional digits.
@@ -47,6 +63,8 @@ struct Builder {
     compute_end: u64,
     io_end: u64,
     wait_end: u64,
+    /// Pool threads whose track was named so far.
+    pool_named: usize,
 }
 
 impl Builder {
@@ -111,12 +129,12 @@ impl Builder {
                 if io.io_ns > 0 {
                     let s = router_end.max(self.io_end);
                     self.out.push(span(
-                        &format!("io L{l}"),
+                        "expert read",
                         "io",
                         TID_IO,
                         s,
                         io.io_ns,
-                        json!({"bytes": io.bytes, "compute_ns": io.compute_ns,
+                        json!({"layer": l, "bytes": io.bytes, "compute_ns": io.compute_ns,
                                "wait_ns": io.wait_ns}),
                     ));
                     self.io_end = s + io.io_ns;
@@ -124,7 +142,7 @@ impl Builder {
                 if io.wait_ns > 0 {
                     let s = experts_start.max(self.wait_end);
                     self.out.push(span(
-                        &format!("wait L{l}"),
+                        "disk wait",
                         "io",
                         TID_WAIT,
                         s,
@@ -147,6 +165,15 @@ impl Builder {
         }
         let end = start + dur;
         self.compute_end = end;
+        self.pool_threads(start, dur, st);
+        if let Some(p) = &st.prefetch {
+            self.out.push(
+                json!({"name": "prefetch hints", "ph": "i", "s": "t", "pid": PID,
+                "tid": TID_PREFETCH, "ts": us(start), "args": {"index": st.index,
+                "sent": p.sent, "dropped": p.dropped, "predicted": p.predicted, "hits": p.hits,
+                "wasted_bytes": p.wasted_bytes}}),
+            );
+        }
 
         // Token boundary and counters at the token end.
         self.out
@@ -179,6 +206,42 @@ impl Builder {
                     vals.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
                 self.counter(&format!("pmu {ph}"), end, Value::Object(m));
             }
+        }
+    }
+
+    /// One `pool tasks` span per pool thread of the token (see the module doc).
+    fn pool_threads(&mut self, start: u64, dur: u64, st: &TokenStats) {
+        for (i, p) in st.pool_threads().iter().enumerate() {
+            let tid = TID_POOL.saturating_add(i.min(u32::MAX as usize) as u32);
+            if i >= self.pool_named {
+                let name = if i == 0 {
+                    "pool thread 0 (engine)".to_string()
+                } else {
+                    format!("pool thread {i}")
+                };
+                self.out.push(meta("thread_name", Some(tid), &name));
+                self.out
+                    .push(json!({"name": "thread_sort_index", "ph": "M", "pid": PID,
+                    "tid": tid, "args": {"sort_index": tid}}));
+                self.pool_named = i + 1;
+            }
+            if p.tasks == 0 && p.busy_ns == 0 {
+                continue;
+            }
+            let share = if st.ns_total > 0 {
+                p.busy_ns as f64 / st.ns_total as f64
+            } else {
+                0.0
+            };
+            self.out.push(span(
+                "pool tasks",
+                "pool",
+                tid,
+                start,
+                p.busy_ns.min(dur),
+                json!({"index": st.index, "busy_ns": p.busy_ns, "tasks": p.tasks,
+                       "busy_share": share}),
+            ));
         }
     }
 
@@ -231,13 +294,15 @@ pub fn for_each_event(
                     if m.synthetic { " (synthetic)" } else { "" }
                 ),
             ),
-            meta("thread_name", Some(TID_COMPUTE), "compute"),
-            meta("thread_name", Some(TID_IO), "expert I/O"),
-            meta("thread_name", Some(TID_WAIT), "I/O wait"),
+            meta("thread_name", Some(TID_COMPUTE), "engine thread"),
+            meta("thread_name", Some(TID_IO), "expert reads"),
+            meta("thread_name", Some(TID_WAIT), "disk wait"),
+            meta("thread_name", Some(TID_PREFETCH), "prefetch thread"),
         ],
         compute_end: 0,
         io_end: 0,
         wait_end: 0,
+        pool_named: 0,
     };
     // Token text by index, from the Token event preceding its Stats.
     let mut pending: HashMap<u32, (u32, String)> = HashMap::new();

@@ -192,6 +192,33 @@ pub struct TokenStats {
     /// from memory; absent in older traces).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_cache: Option<ExpertCacheStat>,
+    /// The worker pool's threads over this token, index 0 the engine thread itself (it runs
+    /// tasks too), then each worker: wall time spent running tasks and how many (measured on
+    /// each thread, `ThreadPool::set_thread_timing`). Empty when timings are off, under the
+    /// vertical schedule, and in older traces. Boxed: `Event::Stats` stays small.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_threads: Option<Box<PoolThreads>>,
+}
+
+impl TokenStats {
+    /// [`TokenStats::pool_threads`] as a slice (empty when not recorded).
+    pub fn pool_threads(&self) -> &[PoolThreadStat] {
+        self.pool_threads.as_deref().map_or(&[], |p| &p.0)
+    }
+}
+
+/// The pool threads of one token (see [`TokenStats::pool_threads`]); a JSON array.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct PoolThreads(pub Vec<PoolThreadStat>);
+
+/// One worker-pool thread's work over one token (see [`TokenStats::pool_threads`]).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PoolThreadStat {
+    /// Wall ns the thread spent running pool tasks (its own clock).
+    pub busy_ns: u64,
+    /// Pool tasks it ran.
+    pub tasks: u64,
 }
 
 /// The engine's own report of how it computed one token (filled by the decode step): every

@@ -1,10 +1,11 @@
 //! Telemetry: the `Event`/`Command` types shared by engine, UI, recorder and replay; PMU counters;
 //! the machine profile and its memory-bandwidth probe; trace recording, replay and Chrome-trace
-//! export; the controlled A/B statistics over recorded tokens; the staged-I/O overlap model.
+//! export and CSV tables; the controlled A/B statistics over recorded tokens; the staged-I/O overlap model.
 
 pub mod ab;
 pub mod chrome;
 pub mod contention;
+pub mod csv;
 pub mod event;
 pub mod machine;
 pub mod membw;

@@ -316,6 +316,7 @@ pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStat
         layers,
         prefetch: None,
         expert_cache: None,
+        pool_threads: None,
         pmu: Some(PmuSample {
             unavailable: Some(
                 "perf_event_open: hardware events not supported (KVM guest without vPMU)".into(),
@@ -457,6 +458,7 @@ pub fn dense_stats(index: u32, pos: u32, rng: &mut Lcg) -> TokenStats {
         layers,
         prefetch: None,
         expert_cache: None,
+        pool_threads: None,
         pmu: Some(PmuSample {
             unavailable: None,
             phases: vec![
