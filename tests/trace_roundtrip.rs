@@ -1177,7 +1177,7 @@ fn csv_tables_match_the_trace() {
         assert_eq!(col(&h, r, "lm_head_ms"), "0.08");
         assert_eq!(col(&h, r, "attention_ms"), "0.2");
         assert_eq!(col(&h, r, "attention_mib"), "2");
-        assert_eq!(col(&h, r, "vocab_mib"), "14");
+        assert_eq!(col(&h, r, "lm_head_mib"), "14");
         assert_eq!(col(&h, r, "total_mib"), "22");
         assert_eq!(col(&h, r, "io_wait_ms"), "0.05");
         assert_eq!(col(&h, r, "expert_read_mib"), "1");

@@ -66,7 +66,7 @@ const TOKEN_COLUMNS: [&str; 41] = [
     "attention_mib",
     "dense_mib",
     "experts_mib",
-    "vocab_mib",
+    "lm_head_mib",
     "total_mib",
     "expert_read_mib",
     "effective_gb_s",
@@ -262,7 +262,7 @@ fn token_row(t: &Tok) -> Vec<String> {
                 .sum::<u64>()
         })
     };
-    let total = a + d + e + st.vocab_bytes;
+    let total = a + d + e + st.lm_head_bytes;
     let gb_s = (st.ns_total > 0).then(|| total as f64 / st.ns_total as f64);
     let pool = (!st.pool_threads().is_empty())
         .then(|| st.pool_threads().iter().map(|p| p.busy_ns).sum::<u64>());
@@ -287,7 +287,7 @@ fn token_row(t: &Tok) -> Vec<String> {
         mib(a),
         mib(d),
         mib(e),
-        mib(st.vocab_bytes),
+        mib(st.lm_head_bytes),
         mib(total),
         io(&|x| x.bytes).map(mib).unwrap_or_default(),
         gb_s.map(num).unwrap_or_default(),

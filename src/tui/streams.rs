@@ -228,7 +228,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let lm = |share: &str, time: &str| {
         vec![
             Span::styled("■ lm head ", th.vocab()),
-            Span::styled(format!("{} MiB", mib(last.lm_head_bytes as f64)), th.vocab()),
+            Span::styled(
+                format!("{} MiB", mib(last.lm_head_bytes as f64)),
+                th.vocab(),
+            ),
             Span::styled(
                 format!(" ({:.0}%{share})", pct(last.lm_head_bytes)),
                 th.strong(),
