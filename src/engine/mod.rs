@@ -186,7 +186,7 @@ impl Engine {
         if e.opts.expert_tier == ExpertTier::Auto {
             let size = std::fs::metadata(&e.file.path).map_or(0, |m| m.len());
             let avail = kv_budget::available_memory().map(|a| a.bytes);
-            let (tier, why) = ExpertTier::Auto.resolve(size, avail);
+            let (tier, why) = ExpertTier::Auto.resolve(size, avail, e.file.is_resident());
             e.opts.expert_tier = tier;
             if let Some(why) = why.filter(|_| e.cfg.has_experts()) {
                 e.note(why);

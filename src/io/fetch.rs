@@ -87,10 +87,20 @@ impl ExpertTier {
     /// (None: unknown, then mmap), and why. Measured (docs/MOE.md, "Larger than memory"): with
     /// the model in memory the map is fastest (no reads at all); once it does not fit, the page
     /// cache thrashes (readahead reads several times the routed experts' bytes) and reading
-    /// just the routed experts with `O_DIRECT` is faster.
-    pub fn resolve(self, model_bytes: u64, available: Option<u64>) -> (ExpertTier, Option<String>) {
+    /// just the routed experts with `O_DIRECT` is faster. A `resident` model (its weights
+    /// already copied into memory, `--weights resident`) takes the map: its experts are in
+    /// memory whatever is available now.
+    pub fn resolve(
+        self,
+        model_bytes: u64,
+        available: Option<u64>,
+        resident: bool,
+    ) -> (ExpertTier, Option<String>) {
         if self != ExpertTier::Auto {
             return (self, None);
+        }
+        if resident {
+            return (ExpertTier::Mmap, None);
         }
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         match available {
@@ -961,24 +971,29 @@ mod tests {
     #[test]
     fn auto_tier_is_direct_only_for_a_model_larger_than_memory() {
         let g = 1u64 << 30;
-        let (t, why) = ExpertTier::Auto.resolve(17 * g, Some(8 * g));
+        let (t, why) = ExpertTier::Auto.resolve(17 * g, Some(8 * g), false);
         assert_eq!(t, ExpertTier::Direct);
         assert!(why.unwrap().contains("17.0 GiB exceed the 8.0 GiB"));
         assert_eq!(
-            ExpertTier::Auto.resolve(4 * g, Some(8 * g)),
+            ExpertTier::Auto.resolve(4 * g, Some(8 * g), false),
             (ExpertTier::Mmap, None)
         );
         assert_eq!(
-            ExpertTier::Auto.resolve(17 * g, None),
+            ExpertTier::Auto.resolve(17 * g, None, false),
             (ExpertTier::Mmap, None)
         );
         assert_eq!(
-            ExpertTier::Mmap.resolve(17 * g, Some(g)).0,
+            ExpertTier::Mmap.resolve(17 * g, Some(g), false).0,
             ExpertTier::Mmap
         );
         assert_eq!(
-            ExpertTier::Direct.resolve(g, Some(8 * g)).0,
+            ExpertTier::Direct.resolve(g, Some(8 * g), true).0,
             ExpertTier::Direct
+        );
+        // A resident copy holds the experts in memory, whatever is available after the copy.
+        assert_eq!(
+            ExpertTier::Auto.resolve(17 * g, Some(4 * g), true),
+            (ExpertTier::Mmap, None)
         );
         assert_eq!(ExpertTier::parse("auto"), Some(ExpertTier::Auto));
     }
