@@ -122,7 +122,7 @@ impl Isa {
     pub fn kernels(self) -> &'static str {
         match self {
             Isa::Avx512 if self.available() => {
-                "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants"
+                "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants (their batched prefill: AVX-512 VNNI)"
             }
             Isa::Avx512 | Isa::Avx2 if Isa::Avx2.available() => "AVX2",
             _ => "scalar",
