@@ -14,16 +14,21 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 fn dense(dir: &Path) -> PathBuf {
-    let p = dir.join("dense.cflow");
+    dense_with(dir, QuantType::F32, 128)
+}
+
+/// A generated dense model of `quant` weights and FFN width `ffn`.
+fn dense_with(dir: &Path, quant: QuantType, ffn: usize) -> PathBuf {
+    let p = dir.join(format!("dense-{}-{ffn}.cflow", quant.name()));
     let mut s = GenSpec::new("llama");
     s.seed = 5;
     s.layers = Some(3);
     s.hidden = Some(64);
     s.heads = Some(4);
-    s.ffn = Some(128);
+    s.ffn = Some(ffn);
     s.vocab = Some(300);
     s.ctx = Some(512);
-    s.quant = QuantType::F32;
+    s.quant = quant;
     generate(&s, &p, |_, _| {}).unwrap();
     p
 }
@@ -117,6 +122,53 @@ fn k_equal_e_is_the_dense_model() {
         }
         assert!(max < 1e-4, "{name}: max |Δlogit| {max} vs dense");
     }
+}
+
+/// docs/SEMANTICS.md X3: with route-ahead, the shared expert and the routed experts run in the
+/// same two pool runs; the logits are bit-identical to running them apart, on the integer (Q8)
+/// path at 2 threads, and every layer whose selection was known before its FFN (all but the
+/// first) saves two pool runs.
+#[test]
+fn shared_and_routed_experts_fused_are_bit_identical_in_fewer_pool_runs() {
+    use cflow::engine::options::Schedule;
+    let dir = tempfile::tempdir().unwrap();
+    // FFN 288 = a shared expert of 32 + 4 experts of 64: whole Q4_1 blocks.
+    let src = dense_with(dir.path(), QuantType::Q4_1, 288);
+    let s = MoefySpec {
+        shared: 32,
+        route_from: 1,
+        ..spec(4, 2)
+    };
+    let m = make(&src, &s, &dir.path().join("fused.cflow"));
+    let run = |fuse: bool| {
+        let mut e = Engine::new(
+            m.clone(),
+            EngineOptions {
+                threads: 2,
+                fuse_shared: fuse,
+                step_split: true,
+                schedule: Schedule::Sequential,
+                ..Default::default()
+            },
+        );
+        let out: Vec<Vec<f32>> = tokens(12)
+            .iter()
+            .map(|&t| e.step(t, true).unwrap().unwrap().to_vec())
+            .collect();
+        let split = e.take_step_split();
+        (out, split.pool.runs, split.steps)
+    };
+    let (fused, fused_runs, steps) = run(true);
+    let (apart, apart_runs, steps2) = run(false);
+    assert_eq!(steps, 12);
+    assert_eq!(steps2, 12);
+    assert!(fused == apart, "fused logits differ from the separate runs");
+    let layers = m.cfg.n_layers as u64;
+    assert_eq!(
+        apart_runs - fused_runs,
+        2 * (layers - 1) * steps,
+        "pool runs: {apart_runs} apart, {fused_runs} fused over {steps} steps"
+    );
 }
 
 #[test]

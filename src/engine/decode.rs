@@ -118,6 +118,7 @@ impl Engine {
             timings: opts.timings,
             read_known_zero: opts.read_known_zero,
             experts_aside: *experts_aside,
+            fuse_shared: opts.fuse_shared,
         };
         match cores.as_mut().filter(|_| schedule == Schedule::Vertical) {
             // The attention stream here on `main`, the dense/expert streams on `side`.
@@ -277,11 +278,12 @@ impl Token<'_, '_> {
             // Dense FFN: f = FFN(Norm(input)), the input delayed by δd (eq. 4.11).
             let t1 = Instant::now();
             let (bytes, side_ns) = self.dense_ffn(w, l, p, lane.as_deref_mut());
+            if self.timings {
+                let ns = side_ns.unwrap_or_else(|| t1.elapsed().as_nanos() as u64);
+                self.stats.layers[l].ns_dense = self.split_fused_ns(l, bytes, ns);
+            }
             let st = &mut self.stats.layers[l];
             st.bytes.dense = bytes;
-            if self.timings {
-                st.ns_dense = side_ns.unwrap_or_else(|| t1.elapsed().as_nanos() as u64);
-            }
             if pmu_on && lv.gate.is_some() {
                 self.pmu.phase("dense");
             }

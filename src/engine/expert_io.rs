@@ -438,6 +438,7 @@ mod tests {
                     scale: 1.0,
                     tickets: ts.clone(),
                     offloaded: false,
+                    fused: None,
                 };
                 io.before_experts(&pe).unwrap();
                 for (i, v) in io.staged(&pe).into_iter().enumerate() {

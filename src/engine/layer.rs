@@ -191,6 +191,11 @@ pub fn dense(w: &Weights, lv: &LayerView, p: usize, src: &[f32], ds: &mut DenseS
     );
     gated(w.isa, w.cfg.meta.ffn_act, &mut ds.hb, &ds.hb2);
     w.mv(p, 0xFF, &mut ds.xq, &ds.hb, &mut [(dn, &mut ds.out)]);
+    dense_finish(w, lv, gate_scale, ds);
+}
+
+/// The end of [`dense`] on `ds.out`: the shared-expert gate's scale, then the PostNorm.
+pub fn dense_finish(w: &Weights, lv: &LayerView, gate_scale: Option<f32>, ds: &mut DenseScratch) {
     if let Some(k) = gate_scale {
         ds.out.iter_mut().for_each(|v| *v *= k);
     }

@@ -4,7 +4,7 @@
 use super::layer::gated;
 use super::ops::*;
 use super::schedule::Pending;
-use super::scratch::ExpertScratch;
+use super::scratch::{DenseScratch, ExpertScratch};
 use super::weights::Weights;
 use crate::format::reader::{ExpertView, LayerView, Matrix};
 use crate::model::{ModelConfig, RouterNorm};
@@ -193,6 +193,77 @@ fn run_experts_fused(
         touched += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
     }
     touched
+}
+
+/// The shared expert (the layer's dense FFN) and the selected routed experts `sel` of block `p`
+/// together, both on `ds.xb` (already `Norm(src)`, equal to the experts' input): every gate
+/// and up projection in one pool run, every down projection in a second (docs/SEMANTICS.md X3).
+/// Leaves the shared expert's output in `ds.hb`/`ds.out` before its gate scale and post-norm
+/// (the caller applies those, as [`super::layer::dense`] does), and the routed sum in `es.acc`
+/// with the arithmetic of [`run_experts_fused`]. Returns the shared and the routed bytes.
+pub fn run_with_shared(
+    w: &Weights,
+    lv: &LayerView,
+    p: usize,
+    sel: &[(usize, f32)],
+    ds: &mut DenseScratch,
+    es: &mut ExpertScratch,
+) -> (u64, u64) {
+    let (g, u, dn) = (
+        lv.gate.as_ref().expect("a shared expert"),
+        lv.up.as_ref().expect("a shared expert"),
+        lv.down.as_ref().expect("a shared expert"),
+    );
+    let k = sel.len();
+    // k slots for the experts, and k + 1 Q8 buffers for the down projections' inputs.
+    es.ensure_slots(k + 1, w.cfg.expert_ffn, w.cfg.d_model);
+    let bytes = w.file.bytes();
+    let mut ids = Vec::with_capacity(2 * k + 2);
+    let mut outs: Vec<(&Matrix, &mut [f32])> = Vec::with_capacity(2 * k + 2);
+    outs.push((g, &mut ds.hb));
+    outs.push((u, &mut ds.hb2));
+    ids.extend([0xFF, 0xFF]);
+    for (slot, &(e, _)) in es.slots.iter_mut().zip(sel) {
+        let ex = &lv.experts[e];
+        outs.push((&ex.gate, &mut slot.h));
+        outs.push((&ex.up, &mut slot.h2));
+        ids.extend([e as u8, e as u8]);
+    }
+    w.mv_each(
+        bytes,
+        p,
+        2,
+        &ids,
+        std::slice::from_mut(&mut ds.xq),
+        &[&ds.xb],
+        &mut outs,
+    );
+    drop(outs);
+    let act = w.cfg.meta.ffn_act;
+    gated(w.isa, act, &mut ds.hb, &ds.hb2);
+    let mut xs: Vec<&[f32]> = Vec::with_capacity(k + 1);
+    let mut outs: Vec<(&Matrix, &mut [f32])> = Vec::with_capacity(k + 1);
+    ids.clear();
+    xs.push(&ds.hb);
+    outs.push((dn, &mut ds.out));
+    ids.push(0xFF);
+    for (slot, &(e, _)) in es.slots.iter_mut().zip(sel) {
+        gated(w.isa, act, &mut slot.h, &slot.h2);
+        xs.push(&slot.h);
+        outs.push((&lv.experts[e].down, &mut slot.o));
+        ids.push(e as u8);
+    }
+    w.mv_each(bytes, p, 1, &ids, &mut es.slot_xq, &xs, &mut outs);
+    drop(outs);
+    es.acc.fill(0.0);
+    let mut routed = 0;
+    for (slot, &(e, wt)) in es.slots.iter().zip(sel) {
+        add_scaled(&mut es.acc, &slot.o, wt);
+        let ex = &lv.experts[e];
+        routed += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
+    }
+    let shared = (g.bytes() + u.bytes() + dn.bytes()) as u64;
+    (shared, routed)
 }
 
 /// Runs the experts of `pe` (see [`run_experts`]).

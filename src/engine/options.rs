@@ -109,6 +109,13 @@ pub struct EngineOptions {
     /// activation norm ‖h_e‖ on the layer's own input, computing all E experts' gate and up
     /// projections to find them (moefy's upper bound; `perplexity --oracle-router`).
     pub oracle_router: bool,
+    /// Run a layer's shared expert (its dense FFN) and its routed experts in the same two pool
+    /// runs when they read the same input and the routed selection is already known (a
+    /// route-ahead model, `meta.route_ahead` ≥ 1, on the mmap tier or resident, sequential
+    /// schedule): gate/up of all of them in one run, their down projections in another, instead
+    /// of four runs. The outputs are bit-identical; the run's time is split between `ns_dense`
+    /// and `ns_experts` in proportion to their bytes (a modelled split, docs/SEMANTICS.md X3).
+    pub fuse_shared: bool,
     /// The direct tier's expert cache: MiB of expert regions kept in memory after their experts
     /// ran, served again without a read (0: off; [`super::CACHE_AUTO`]: sized when the engine
     /// opens the model, see [`super::auto_cache_mib`]). No effect on the mmap tier (the page
@@ -154,6 +161,7 @@ impl Default for EngineOptions {
             schedule: Schedule::Auto,
             read_known_zero: false,
             oracle_router: false,
+            fuse_shared: true,
             expert_cache_mib: 0,
         }
     }

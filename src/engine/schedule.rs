@@ -23,6 +23,10 @@ pub struct Pending {
     pub tickets: Vec<Ticket>,
     /// Computed on the second core (vertical schedule); the result is collected at injection.
     pub offloaded: bool,
+    /// Already computed with the layer's shared expert (`EngineOptions::fuse_shared`): the
+    /// experts' bytes and their share of the fused runs' time (split by bytes, a modelled
+    /// split); their weighted sum waits in `ExpertScratch::acc` for injection.
+    pub fused: Option<(u64, u64)>,
 }
 
 /// What the dense FFN of a layer reads.

@@ -3,8 +3,9 @@
 //! (the selection is queued for step ℓ+δe), and injecting the experts that are due.
 
 use super::expert_io::TokenIo;
-use super::layer::{dense, dense_bytes};
-use super::moe::{expert_input, route, run_pending, select};
+use super::layer::{dense, dense_bytes, dense_finish, shared_gate_scale};
+use super::moe::{expert_input, route, run_pending, run_with_shared, select};
+use super::ops::rmsnorm;
 use super::schedule::{DelayInput, DelaySchedule, Pending};
 use super::scratch::Scratch;
 use super::styles::StyleRule;
@@ -34,6 +35,8 @@ pub(super) struct Token<'a, 'w> {
     pub(super) read_known_zero: bool,
     /// Vertical: the experts run on the second core (else here, after attention).
     pub(super) experts_aside: bool,
+    /// `EngineOptions::fuse_shared`.
+    pub(super) fuse_shared: bool,
 }
 
 impl Token<'_, '_> {
@@ -54,6 +57,12 @@ impl Token<'_, '_> {
             s.dense.out.fill(0.0);
             return (0, None);
         }
+        if lane.is_none() {
+            if let Some(shared) = self.fused_ffn(w, l, p) {
+                return (shared, None);
+            }
+        }
+        let s = &mut *self.s;
         match self.sched.dense_input(l) {
             DelayInput::Zero if !self.read_known_zero => {
                 s.dense.out.fill(0.0);
@@ -82,6 +91,69 @@ impl Token<'_, '_> {
             }
         }
         (dense_bytes(lv), None)
+    }
+
+    /// The shared expert and the routed experts due at step `l` (block `p`) in the same two pool
+    /// runs (docs/SEMANTICS.md X3), when their selection is already known (route-ahead) and
+    /// they read the same input; else `None` and nothing is computed. Returns the shared
+    /// expert's bytes; the routed experts' bytes go to their [`Pending::fused`], their sum to
+    /// `ExpertScratch::acc`.
+    fn fused_ffn(&mut self, w: &Weights, l: usize, p: usize) -> Option<u64> {
+        let (rule, cfg) = (self.rule, w.cfg);
+        if !self.fuse_shared
+            || w.oracle
+            || l != p
+            || cfg.meta.route_ahead == 0
+            || self.io.fetching()
+            || self.s.capture.is_some()
+            || !matches!(self.sched.dense_input(l), DelayInput::Current)
+        {
+            return None;
+        }
+        let lv = &w.file.layers[p];
+        let [pe] = self.sched.due_mut(l) else {
+            return None;
+        };
+        if pe.block != p
+            || pe.offloaded
+            || !pe.tickets.is_empty()
+            || pe.sel.is_empty()
+            || pe.fused.is_some()
+        {
+            return None;
+        }
+        let act = expert_input(cfg, lv, rule.read(self.s, rule.route_in));
+        let (src, ds) = rule.read_with_dense(self.s, rule.dense_in);
+        rmsnorm(&mut ds.xb, src, lv.ffn_norm.as_deref(), cfg.rms_eps);
+        if act != ds.xb {
+            return None;
+        }
+        let gate_scale = lv
+            .shared_gate
+            .as_deref()
+            .map(|g| shared_gate_scale(g, &ds.xb));
+        let s = &mut *self.s;
+        let (shared, routed) = run_with_shared(w, lv, p, &pe.sel, &mut s.dense, &mut s.experts);
+        dense_finish(w, lv, gate_scale, &mut s.dense);
+        pe.act = act;
+        pe.fused = Some((routed, 0));
+        Some(shared)
+    }
+
+    /// Splits a fused layer's time ([`Self::fused_ffn`]) between the shared expert (returned)
+    /// and the routed experts (kept on their [`Pending::fused`]) in proportion to their bytes.
+    pub(super) fn split_fused_ns(&mut self, l: usize, shared_bytes: u64, ns: u64) -> u64 {
+        match self.sched.due_mut(l) {
+            [pe] => match &mut pe.fused {
+                Some((routed, routed_ns)) => {
+                    let all = (shared_bytes + *routed).max(1);
+                    *routed_ns = (ns as u128 * *routed as u128 / all as u128) as u64;
+                    ns - *routed_ns
+                }
+                None => ns,
+            },
+            _ => ns,
+        }
     }
 
     /// Routes step `l` (block `p`) and queues its selection for injection at step ℓ+δe
@@ -136,6 +208,7 @@ impl Token<'_, '_> {
             scale: rule.scale,
             tickets,
             offloaded,
+            fused: None,
         });
         if self.timings {
             self.stats.layers[l].ns_router = t2.elapsed().as_nanos() as u64;
@@ -177,6 +250,7 @@ impl Token<'_, '_> {
                     scale: rule.scale,
                     tickets,
                     offloaded: false,
+                    fused: None,
                 },
             );
         }
@@ -205,7 +279,10 @@ impl Token<'_, '_> {
         for pe in self.sched.due(l) {
             let t3 = Instant::now();
             self.io.before_experts(&pe)?;
-            if pe.offloaded {
+            if let Some((bytes, ns)) = pe.fused {
+                // Computed with the shared expert; the sum waits in `acc`.
+                (ebytes, side_ns) = (ebytes + bytes, side_ns + ns);
+            } else if pe.offloaded {
                 let lane = lane
                     .as_deref_mut()
                     .expect("offloaded without a second core");
@@ -219,7 +296,7 @@ impl Token<'_, '_> {
             }
             self.io.after_experts(&pe);
             rule.inject(self.s, pe.scale);
-            if !pe.offloaded {
+            if !pe.offloaded || pe.fused.is_some() {
                 here_ns += t3.elapsed().as_nanos() as u64;
             }
         }
