@@ -5,6 +5,7 @@ under the same memory-cgroup limit, alternating, with bytes read from disk per t
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -115,6 +116,9 @@ ARMS = [
     # stays in the map (what a user whose run was OOM-killed would try).
     ("llama.cpp mmap --repack 0", ("llama", ["--repack", "0"])),
     ("cflow mmap", ["--expert-tier", "mmap"]),
+    # A resident copy (huge pages, experts repacked, as llama.cpp's default makes its own); the
+    # expert tier then reads memory. Run only without a limit: the copy is anonymous memory.
+    ("cflow resident", ["--weights", "resident"]),
     # The cache off explicitly (its default, auto, sizes one): the cache arms are separate.
     ("cflow direct sync", ["--expert-tier", "direct", "--fetch", "sync", "--expert-cache-mib", "0"]),
     ("cflow direct staged", ["--expert-tier", "direct", "--fetch", "staged", "--expert-cache-mib", "0"]),
@@ -159,6 +163,7 @@ def main():
                     help="LIMIT=MiB[|MiB...],... : add direct staged+prefetch arms with the expert cache of those sizes")
     ap.add_argument("--routing", default="random routers: close to uniform, the worst case for any cache",
                     help="how the model routes (recorded in the JSON)")
+    ap.add_argument("--arms", default="", help="a regular expression: run only the arms whose names match")
     ap.add_argument("--cflow-only", action="store_true", help="no llama.cpp arms (a .cflow with no GGUF twin)")
     ap.add_argument("--feed", default="random", choices=["random", "sampled"],
                     help="what cflow feeds each step: random tokens (as llama-bench) or its own greedy text (real routing)")
@@ -185,9 +190,11 @@ def main():
     try:
         for t in map(int, a.threads.split()):
             for limit in a.limits.split():
-                arms = [x for x in ARMS if not (a.cflow_only and isinstance(x[1], tuple))]
+                arms = [x for x in ARMS if not (a.cflow_only and isinstance(x[1], tuple))
+                        and (limit == "none" or x[0] != "cflow resident")
+                        and (not a.arms or re.search(a.arms, x[0]))]
                 for mib in cache.get(limit, "").split("|"):
-                    if mib:
+                    if mib and (not a.arms or re.search(a.arms, f"cflow direct staged+prefetch cache {mib} MiB")):
                         arms.append((f"cflow direct staged+prefetch cache {mib} MiB",
                                      ["--expert-tier", "direct", "--fetch", "staged", "--prefetch", "on",
                                       "--expert-cache-mib", mib]))

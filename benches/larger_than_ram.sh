@@ -13,7 +13,8 @@
 #   default /tmp/anchor/llcpp-build/bin/llama-bench from ../shared/bench/setup.sh).
 # Knobs: LIMITS="none 8G 4G" THREADS="2 1" PAIRS=3 TOKENS=64 (without a limit) TOKENS_LIMITED=8
 #   (under one) PROMPT=8 CACHE="none=8192,8G=4096,4G=1536"
-#   (an extra arm with the expert cache of that many MiB under that limit), OUT (the JSON,
+#   (an extra arm with the expert cache of that many MiB under that limit), ARMS (a regular
+#   expression: only the arms whose names match, e.g. 'llama|mmap|resident'), OUT (the JSON,
 #   default docs/data/larger_than_ram.json; finished runs in it are kept and skipped).
 # Each run starts with the page cache dropped; the cgroup is created per run and removed after
 # it, also on Ctrl-C. Prints a Markdown table; the JSON has every run.
@@ -60,4 +61,4 @@ fi
 exec python3 benches/larger_than_ram.py --gguf "$GGUF" --cflow-model "$CFLOW_MODEL" --cflow "$BIN" \
     --llama-bench "$LLAMA_BENCH" --limits "${LIMITS:-none 8G 4G}" --threads "${THREADS:-2 1}" \
     --pairs "${PAIRS:-3}" --tokens "${TOKENS:-64}" --tokens-limited "${TOKENS_LIMITED:-8}" --prompt "${PROMPT:-8}" \
-    --cache-mib "${CACHE:-none=8192,8G=4096,4G=1536}" --out "$OUT"
+    --cache-mib "${CACHE:-none=8192,8G=4096,4G=1536}" --arms "${ARMS:-}" --out "$OUT"
