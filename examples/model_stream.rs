@@ -8,14 +8,14 @@
 //! `READ=1` replaces the kernels with a plain read of each stripe's bytes (one pool task per
 //! stripe), `READ=3` reads each call's byte range in one contiguous share per thread, and
 //! `READ=2` the whole file in one share per thread per pass: what the memory gives to the same
-//! bytes without compute, under three access patterns (docs/PERFORMANCE.md, "Matvecs alone").
+//! bytes without compute, under three access patterns (docs/PERFORMANCE.md, "Where the time goes").
 //! `READ=4` runs the kernels again, but a whole pass in one pool run: each thread computes a
 //! fixed contiguous share of every call's stripes and never waits for the other between calls
 //! (the kernels' ceiling without the per-call hand-offs and imbalance; outputs are discarded).
 //! `READ=5` reads like `READ=3` (one share per thread per call, a pool run per call) as if the
 //! copy were laid out thread-major: each thread's shares of consecutive calls lie one after
 //! another in its own part of the copy, so its stream runs on across the calls' barriers (the
-//! bytes read are the copy's, in those places; docs/PERFORMANCE.md, sixteenth session).
+//! bytes read are the copy's, in those places; docs/PERFORMANCE.md, "Where the time goes").
 //!
 //! `cargo run --release --example model_stream -- MODEL.cflow [PASSES]`
 

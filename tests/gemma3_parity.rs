@@ -152,8 +152,8 @@ fn agreement(a_name: &str, b_name: &str) -> (f64, usize) {
 /// the Zen 3 (AVX2) that made the committed goldens and on a Zen 5 (AVX-512, `avx512/`), both
 /// with flash attention on. Its two builds agree less than issue 19's bars (97% top-1, 4 of 5
 /// greedy) ask of us against one of them: Q8 activations turn a last-bit difference into a
-/// different int8 rounding, and that grows through the layers (docs/PERFORMANCE.md, "Issue 19's
-/// parity bars are above llama.cpp's own reproducibility").
+/// different int8 rounding, and that grows through the layers (the measurement: docs/PERFORMANCE.md
+/// as of commit 11867b1, "Issue 19's parity bars are above llama.cpp's own reproducibility").
 #[test]
 fn llamacpp_on_two_cpus_agrees_less_than_the_bar() {
     let (zen3, zen5) = (

@@ -261,7 +261,7 @@ pub struct EngineArgs {
     /// Activations fed to the quantized matvecs: q8 (quantized once per matvec, integer dot
     /// products: fastest, llama.cpp's numerics), f32 (exact: matches a float64 forward to 1e-4),
     /// or auto: q8 everywhere (chat, the TUI, run, bench, perplexity), the default chosen by
-    /// KL divergence against the exact path (docs/PERFORMANCE.md, issue 18).
+    /// KL divergence against the exact path (docs/PERFORMANCE.md, "Defaults chosen by measurement").
     #[arg(long, value_enum, default_value_t = ActArg::Auto)]
     pub act: ActArg,
     /// Shorthand for --act f32.
@@ -340,7 +340,7 @@ pub struct EngineArgs {
     /// Keep a resident copy in the file's tile layout. By default, when decode takes the
     /// integer path (--act q8, the default, on a CPU with AVX2), the resident copy's
     /// Q4_0/Q4_1/Q8_0 layer matrices, experts and LM head are repacked at open into records of 16 rows × 32 columns, whose kernels
-    /// run several times faster (docs/PERFORMANCE.md, "Repacked tiles"). Same weights and
+    /// run several times faster (docs/PERFORMANCE.md, "Defaults chosen by measurement"). Same weights and
     /// bytes per token; the logits differ from the file layout's only in float rounding (the
     /// sums are taken in another order). `run --json` says whether it happened (`repacked`).
     #[arg(long)]

@@ -148,7 +148,7 @@ fn row_bytes(m: &Matrix, cols: usize) -> (usize, usize) {
 /// activation. Work is spread over all output stripes of all matrices, one pool task per
 /// whole stripe. (Splitting small matvecs into 32- or 64-row parts to balance 2 threads was
 /// measured slower on SmolLM2 at 2 threads, 10.1 vs 8.65 ms/token, 6 of 6 alternating pairs:
-/// docs/PERFORMANCE.md, "Stripe parts"; over repacked tiles too, 154–170 against 266–305
+/// docs/PERFORMANCE.md, "Measured dead ends"; over repacked tiles too, 154–170 against 266–305
 /// tok/s, since each part reads a piece of every tile of its stripe rather than one run. Guided
 /// claims, long runs first and single stripes last, made no difference: "Where the two-thread
 /// time goes".)
@@ -435,7 +435,7 @@ pub fn tiled_matvec_batch(
             if m.packed {
                 // Repacked Q4 tiles: one call per token while the tile is hot in cache (the
                 // per-token kernel is the batched one's reference elsewhere; here it is fast
-                // enough on its own: docs/PERFORMANCE.md, "Repacked tiles").
+                // enough on its own: docs/PERFORMANCE.md, "Defaults chosen by measurement").
                 for b in b0..b1 {
                     let j = b - b0;
                     let a = Act {

@@ -6,7 +6,7 @@
 //!   weights (`format::mmap::huge_anon`: anonymous, advised for transparent huge pages), so the
 //!   ceiling is measured on the pages decode streams from. Under KVM a 4 KiB-page read pays
 //!   two-level page walks that the weights do not: `membw.c` (4 KiB pages) read 23–34 GB/s on
-//!   two threads where this buffer read 32–60 (docs/PERFORMANCE.md, fifteenth session). The
+//!   two threads where this buffer read 32–60 (docs/PERFORMANCE.md, "Machine"). The
 //!   share of the buffer the kernel actually backed with huge pages is reported;
 //! * a read-only sum with 8 independent accumulators (vectorised loads, no stores);
 //! * every sample moves at least [`SAMPLE_BYTES`] (1 GiB; small buffers loop over themselves),

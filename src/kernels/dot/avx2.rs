@@ -40,14 +40,14 @@ use crate::quant::{QuantType, QK};
 /// How far ahead of a row group's weights [`prefetch_ahead`] reaches into L1, in bytes. The
 /// hardware prefetchers alone left the Q8_0 LM head of Gemma 3 streaming at ~10 GB/s on one Zen 3
 /// core against 15–18 GB/s for a plain read; prefetching every line 1–8 KiB ahead was 10–15%
-/// faster (docs/PERFORMANCE.md, "Software prefetch, line by line"), 2–4 KiB best.
+/// faster (docs/PERFORMANCE.md, "Defaults chosen by measurement"), 2–4 KiB best.
 pub(super) const PREFETCH_AHEAD: usize = 2048;
 
 /// How far ahead [`prefetch_ahead`] also asks for each line into L2 (`prefetcht1`), in bytes.
 /// A core reaching 34 GB/s from DRAM (Zen 5) needs more lines in flight than the L1 prefetches
 /// can hold: 32 lines 2 KiB ahead cover ~18 GB/s at ~110 ns. The L2 requests carry the
 /// distance; the L1 requests then hit L2. Q8_0 streamed 16 → 23 GB/s and SmolLM2 decode
-/// ~+20% at 16 KiB, less at 8 or 24 (docs/PERFORMANCE.md, "AVX-512 on Zen 5").
+/// ~+20% at 16 KiB, less at 8 or 24 (docs/PERFORMANCE.md, "Defaults chosen by measurement").
 pub(super) const PREFETCH_L2_AHEAD: usize = 16384;
 
 /// Issues a `prefetcht0` for every 64-byte line of `len` bytes starting [`PREFETCH_AHEAD`] bytes

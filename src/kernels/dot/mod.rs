@@ -106,7 +106,7 @@ impl Isa {
 
     /// The kernels that run weights of type `q` when the engine asks for `self`: the AVX-512
     /// kernels only where they are not slower than the AVX2 ones on a measured CPU. On AMD
-    /// Zen 5 (2026-12-02, docs/PERFORMANCE.md "AVX-512 on Zen 5"), AVX-512 wins for Q8_0 (the
+    /// Zen 5 (2026-12-02, docs/PERFORMANCE.md, "Defaults chosen by measurement"), AVX-512 wins for Q8_0 (the
     /// LM heads), the float types and Q4 prefill (its batched VNNI kernel), and ties for Q4
     /// decode; the Q5 and K-quant kernels stay AVX2 (the AVX2 K-quant kernels run 4 rows at a
     /// time and are 2× faster than the one-row AVX-512 ones). Every other ISA runs as asked.
