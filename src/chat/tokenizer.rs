@@ -430,10 +430,15 @@ impl TokenizerWrap {
             all_known &= regex_allowed(p).map_err(TokenizerError::Load)?;
         }
         super::tokenizer_load::check(&doc).map_err(TokenizerError::Load)?;
-        let tok = super::tokenizer_load::parse_checked(json).map_err(TokenizerError::Load)?;
         let spm = has_type(&doc["pre_tokenizer"], "Metaspace")
             || has_type(&doc["normalizer"], "Prepend")
             || has_type(&doc["normalizer"], "Precompiled");
+        let bytes = Arc::new(TokenBytes::from_json(&doc));
+        let post_processor = doc["post_processor"].clone();
+        // The parsed document of a 262 k-token vocabulary holds ~300 MB: gone before the
+        // library builds its own tables from the text, so the two never add up in the peak.
+        drop(doc);
+        let tok = super::tokenizer_load::parse_checked(json).map_err(TokenizerError::Load)?;
         let chunk = if spm {
             usize::MAX
         } else if all_known {
@@ -443,12 +448,12 @@ impl TokenizerWrap {
         };
         let special = match special {
             Some(s) => s,
-            None => infer_special(&tok, &doc),
+            None => infer_special(&tok, &post_processor),
         };
         Ok(TokenizerWrap {
             tok,
             special,
-            bytes: Arc::new(TokenBytes::from_json(&doc)),
+            bytes,
             chunk,
         })
     }
@@ -546,12 +551,12 @@ impl TokenizerWrap {
     }
 }
 
-fn infer_special(tok: &tokenizers::Tokenizer, doc: &Value) -> SpecialTokens {
+fn infer_special(tok: &tokenizers::Tokenizer, post_processor: &Value) -> SpecialTokens {
     let find = |names: &[&str]| names.iter().find_map(|n| tok.token_to_id(n));
     let bos = find(BOS_NAMES);
     let eos = find(EOS_NAMES);
     let eot = find(EOT_NAMES);
-    let pp = serde_json::to_string(&doc["post_processor"]).unwrap_or_default();
+    let pp = serde_json::to_string(post_processor).unwrap_or_default();
     let mentions = |id: Option<u32>| {
         id.and_then(|i| tok.id_to_token(i))
             .is_some_and(|t| pp.contains(&format!("\"id\":{}", serde_json::Value::from(t))))

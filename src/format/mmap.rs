@@ -159,7 +159,22 @@ impl ModelMap {
             err: e,
         };
         let mut anon = huge_anon(src.len()).map_err(io)?;
-        anon.copy_from_slice(src);
+        // In 64 MiB pieces, each piece's file pages unmapped from this process once copied: the
+        // page cache keeps them, but the process's peak resident set stays near one copy of the
+        // model instead of the copy plus the whole mapping.
+        const PIECE: usize = 64 << 20;
+        let mut off = 0;
+        while off < src.len() {
+            let n = PIECE.min(src.len() - off);
+            anon[off..off + n].copy_from_slice(&src[off..off + n]);
+            // SAFETY: `src` is a read-only shared mapping of a file: MADV_DONTNEED only drops
+            // this process's page-table entries for the range, and a later read faults the
+            // same bytes in again from the page cache. No reference into the range outlives
+            // the copy above; the engine, the only other reader, does not exist yet.
+            let _ =
+                unsafe { src.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, off, n) };
+            off += n;
+        }
         if self.watch.changed() {
             return Err(FormatError::Changed {
                 file: path.into(),
