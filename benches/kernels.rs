@@ -465,6 +465,9 @@ fn attn_shape(
         group,
         head_dim: hd,
         kv_dim: n_heads / group * hd,
+        // Position-major rows, as the benchmark's buffers are filled.
+        row_stride: n_heads / group * hd,
+        head_stride: hd,
         start: 0,
         pos,
         scale: 1.0 / (hd as f32).sqrt(),

@@ -82,19 +82,23 @@ pub fn attend(
 ) {
     let cfg = w.cfg;
     let win = cfg.sliding_window_for(p);
+    let layer = kv.layer(l);
     let sh = attention::AttnShape {
         start: attention::AttnShape::window_start(pos, win),
-        ..attn_shape(cfg, pos)
+        ..attn_shape(cfg, pos, layer.cap())
     };
-    match kv.layer(l) {
-        KvLayer::F32 { k, v } => attention::attend(w.pool, w.isa, &sh, q, k, v, att),
-        KvLayer::F16 { k, v } => attention::attend(w.pool, w.isa, &sh, q, k, v, att),
+    match layer {
+        KvLayer::F32 { k, v, .. } => attention::attend(w.pool, w.isa, &sh, q, k, v, att),
+        KvLayer::F16 { k, v, .. } => attention::attend(w.pool, w.isa, &sh, q, k, v, att),
     }
 }
 
-/// The model's attention geometry for a query at `pos` attending from position 0.
-fn attn_shape(cfg: &ModelConfig, pos: usize) -> attention::AttnShape {
+/// The model's attention geometry for a query at `pos` attending from position 0, over a
+/// head-major cache of `cap` rows per KV head ([`KvLayer`]).
+fn attn_shape(cfg: &ModelConfig, pos: usize, cap: usize) -> attention::AttnShape {
     attention::AttnShape {
+        row_stride: cfg.head_dim,
+        head_stride: cap * cfg.head_dim,
         n_heads: cfg.n_heads,
         group: cfg.n_heads / cfg.n_kv_heads,
         head_dim: cfg.head_dim,
@@ -120,13 +124,14 @@ pub fn attend_batch(
     att: &mut [f32],
 ) {
     let cfg = w.cfg;
-    let sh = attn_shape(cfg, pos0);
+    let layer = kv.layer(l);
+    let sh = attn_shape(cfg, pos0, layer.cap());
     let win = cfg.sliding_window_for(p);
-    match kv.layer(l) {
-        KvLayer::F32 { k, v } => {
+    match layer {
+        KvLayer::F32 { k, v, .. } => {
             attention::attend_batch(w.pool, w.isa, &sh, win, pos0, n, q, k, v, att)
         }
-        KvLayer::F16 { k, v } => {
+        KvLayer::F16 { k, v, .. } => {
             attention::attend_batch(w.pool, w.isa, &sh, win, pos0, n, q, k, v, att)
         }
     }

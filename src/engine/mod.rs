@@ -155,7 +155,7 @@ impl Engine {
         let cfg = file.cfg.clone();
         let le = cfg.effective_layers();
         let mut e = Engine {
-            kv: KvCache::new(le, cfg.kv_dim(), cfg.max_ctx, opts.kv),
+            kv: KvCache::new(le, cfg.kv_dim(), cfg.head_dim, cfg.max_ctx, opts.kv),
             pool: ThreadPool::new(opts.threads),
             s: Scratch::new(&cfg),
             batch: Default::default(),

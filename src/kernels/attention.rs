@@ -41,6 +41,13 @@ pub struct AttnShape {
     pub group: usize,
     pub head_dim: usize,
     pub kv_dim: usize,
+    /// Elements between one cached position's row of a KV head and the next position's
+    /// (`kv_dim` when the cache is position-major `[position][kv_dim]`; `head_dim` when it is
+    /// head-major, as the engine's [`crate::model::kv::KvCache`] stores it).
+    pub row_stride: usize,
+    /// Elements between KV head `kh`'s first row and KV head `kh + 1`'s (`head_dim` when
+    /// position-major; the head's block of positions when head-major).
+    pub head_stride: usize,
     /// First cached position attended to (sliding window) and the query's position.
     pub start: usize,
     pub pos: usize,
@@ -50,6 +57,12 @@ pub struct AttnShape {
 }
 
 impl AttnShape {
+    /// Where position `t` of KV head `kh` starts in the cache.
+    #[inline]
+    pub fn at(&self, t: usize, kh: usize) -> usize {
+        t * self.row_stride + kh * self.head_stride
+    }
+
     /// The first position a query at `pos` attends to under a sliding window of `window`
     /// positions (0: no window, from position 0).
     pub fn window_start(pos: usize, window: usize) -> usize {
@@ -80,7 +93,7 @@ unsafe impl Send for Ptr {}
 unsafe impl Sync for Ptr {}
 
 /// `att[h] = softmax(q_h · K_{kv(h)} · scale) · V_{kv(h)}` for every head, over cached positions
-/// `start..=pos` of `kc`/`vc` (row-major `[position][kv_dim]`, f32 or f16: [`KvElem`]). The AVX2
+/// `start..=pos` of `kc`/`vc` (laid out as `sh.row_stride`/`sh.head_stride` say, f32 or f16: [`KvElem`]). The AVX2
 /// kernel runs unless `isa` is scalar, the CPU lacks AVX2/FMA/F16C or the head width is not a
 /// multiple of 8.
 pub fn attend<T: KvElem>(
@@ -197,10 +210,18 @@ fn with_scores<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
 fn check_shape<T>(sh: &AttnShape, q: &[f32], kc: &[T], vc: &[T], att: &[f32]) {
     assert!(sh.start <= sh.pos && sh.group >= 1 && sh.head_dim >= 1);
     assert!(q.len() >= sh.n_heads * sh.head_dim && att.len() >= sh.n_heads * sh.head_dim);
-    assert!(kc.len() >= (sh.pos + 1) * sh.kv_dim && vc.len() >= (sh.pos + 1) * sh.kv_dim);
+    let kv_heads = sh.n_heads.div_ceil(sh.group);
     assert!(
-        sh.n_heads.div_ceil(sh.group) * sh.head_dim <= sh.kv_dim,
+        kv_heads * sh.head_dim <= sh.kv_dim,
         "KV heads exceed kv_dim"
+    );
+    // The last element read: head kv_heads − 1's row at `pos`. Rows of one head must not overlap
+    // (row_stride ≥ head_dim), nor heads' blocks when head-major.
+    assert!(sh.row_stride >= sh.head_dim, "rows of one head overlap");
+    let end = sh.at(sh.pos, kv_heads - 1) + sh.head_dim;
+    assert!(
+        kc.len() >= end && vc.len() >= end,
+        "K/V shorter than the shape reads"
     );
 }
 
@@ -254,7 +275,7 @@ fn heads_into<T: KvElem>(
     #[cfg(target_arch = "x86_64")]
     match simd {
         // SAFETY: AVX2/FMA/F16C available and hd % 8 == 0 (`head_kernel`); every K/V row read
-        // lies inside kc/vc (rows ≤ pos, columns kh·hd + hd ≤ kv_dim: `check_shape`); qg and
+        // lies inside kc/vc (rows ≤ pos of KV heads < n_heads / group: `check_shape`); qg and
         // oh hold g heads.
         HeadKernel::Avx2 => return unsafe { avx2::heads(sh, qg, g, kc, vc, kh, scores, oh) },
         // SAFETY: as above, and AVX-512F/VL available (`head_kernel`).
@@ -284,7 +305,7 @@ pub fn head_scalar<T: KvElem>(
     scores.clear();
     let mut m = f32::NEG_INFINITY;
     for t in sh.start..=sh.pos {
-        let kt = &kc[t * sh.kv_dim + kh * hd..t * sh.kv_dim + (kh + 1) * hd];
+        let kt = &kc[sh.at(t, kh)..sh.at(t, kh) + hd];
         let s = sh.score(dot(qh, kt));
         m = m.max(s);
         scores.push(s);
@@ -297,7 +318,7 @@ pub fn head_scalar<T: KvElem>(
     let inv = 1.0 / sum;
     oh.fill(0.0);
     for (i, t) in (sh.start..=sh.pos).enumerate() {
-        let vt = &vc[t * sh.kv_dim + kh * hd..t * sh.kv_dim + (kh + 1) * hd];
+        let vt = &vc[sh.at(t, kh)..sh.at(t, kh) + hd];
         let w = scores[i] * inv;
         for j in 0..hd {
             oh[j] += w * vt[j].to_f32();
@@ -422,7 +443,7 @@ mod avx2 {
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C (`Isa::Avx2`); `sh.head_dim % 8 == 0`; rows
-    /// `start..=pos` of `kc` and `vc` (stride `kv_dim`) hold columns `kh·hd .. kh·hd + hd`; `q` and
+    /// `start..=pos` of `kc` and `vc` hold KV head `kh` at `sh.at(t, kh)` (rows `row_stride` apart); `q` and
     /// `out` hold `g · hd` floats.
     #[allow(clippy::too_many_arguments)]
     // heads: shape, queries, count, K, V, KV head, scratch, out
@@ -442,9 +463,10 @@ mod avx2 {
         let hd = sh.head_dim;
         let n = sh.pos + 1 - sh.start;
         debug_assert!(hd.is_multiple_of(8) && q.len() >= g * hd && out.len() >= g * hd);
-        debug_assert!(kc.len() >= (sh.pos + 1) * sh.kv_dim && (kh + 1) * hd <= sh.kv_dim);
-        let k0 = kc.as_ptr().add(sh.start * sh.kv_dim + kh * hd);
-        let v0 = vc.as_ptr().add(sh.start * sh.kv_dim + kh * hd);
+        debug_assert!(kc.len() >= sh.at(sh.pos, kh) + hd && (kh + 1) * hd <= sh.kv_dim);
+        let k0 = kc.as_ptr().add(sh.at(sh.start, kh));
+        let v0 = vc.as_ptr().add(sh.at(sh.start, kh));
+        let stride = sh.row_stride;
         scores.clear();
         scores.resize(g * n, 0.0);
         // Four positions at a time ([`dots4`]), one 4-way reduction per head. In decode the rows come from DRAM (the weight
@@ -455,28 +477,28 @@ mod avx2 {
         while i + 4 <= n {
             for r in i..i + 4 {
                 prefetch_row(
-                    k0.wrapping_add((r + KV_AHEAD) * sh.kv_dim) as *const u8,
+                    k0.wrapping_add((r + KV_AHEAD) * stride) as *const u8,
                     row_bytes,
                 );
-                prefetch_row(v0.wrapping_add(r * sh.kv_dim) as *const u8, row_bytes);
+                prefetch_row(v0.wrapping_add(r * stride) as *const u8, row_bytes);
             }
             // The group's heads in chunks of at most 3 (12 accumulators and the 4 K rows fill
             // the 16 registers), so each K row piece is converted once per chunk.
             let mut j = 0;
             while j < g {
                 let qj = q.as_ptr().add(j * hd);
-                let (kb, sj) = (k0.add(i * sh.kv_dim), scores.as_mut_ptr().add(j * n + i));
+                let (kb, sj) = (k0.add(i * stride), scores.as_mut_ptr().add(j * n + i));
                 j += match g - j {
-                    1 => dots4::<T, 1>(qj, kb, sh.kv_dim, hd, sj, n),
-                    2 | 4 => dots4::<T, 2>(qj, kb, sh.kv_dim, hd, sj, n),
-                    _ => dots4::<T, 3>(qj, kb, sh.kv_dim, hd, sj, n),
+                    1 => dots4::<T, 1>(qj, kb, stride, hd, sj, n),
+                    2 | 4 => dots4::<T, 2>(qj, kb, stride, hd, sj, n),
+                    _ => dots4::<T, 3>(qj, kb, stride, hd, sj, n),
                 };
             }
             i += 4;
         }
         for t in i..n {
             for j in 0..g {
-                scores[j * n + t] = dot(q.as_ptr().add(j * hd), k0.add(t * sh.kv_dim), hd);
+                scores[j * n + t] = dot(q.as_ptr().add(j * hd), k0.add(t * stride), hd);
             }
         }
         for j in 0..g {
@@ -490,33 +512,21 @@ mod avx2 {
             if (2..=4).contains(&g) && hd.is_multiple_of(16) {
                 // The group's heads together, 16 columns at a time: each V row piece is loaded
                 // (and converted from f16) once for all of them.
-                let vb = v0.add(p0 * sh.kv_dim);
+                let vb = v0.add(p0 * stride);
                 let w = |j: usize| &scores[j * n + p0..j * n + p1];
                 let op = out.as_mut_ptr();
                 for c in (0..hd).step_by(16) {
                     let (vp, o) = (vb.add(c), op.add(c));
                     match g {
-                        2 => weighted_rows_group::<T, 2>(
-                            core::array::from_fn(w),
-                            vp,
-                            sh.kv_dim,
-                            o,
-                            hd,
-                        ),
-                        3 => weighted_rows_group::<T, 3>(
-                            core::array::from_fn(w),
-                            vp,
-                            sh.kv_dim,
-                            o,
-                            hd,
-                        ),
-                        _ => weighted_rows_group::<T, 4>(
-                            core::array::from_fn(w),
-                            vp,
-                            sh.kv_dim,
-                            o,
-                            hd,
-                        ),
+                        2 => {
+                            weighted_rows_group::<T, 2>(core::array::from_fn(w), vp, stride, o, hd)
+                        }
+                        3 => {
+                            weighted_rows_group::<T, 3>(core::array::from_fn(w), vp, stride, o, hd)
+                        }
+                        _ => {
+                            weighted_rows_group::<T, 4>(core::array::from_fn(w), vp, stride, o, hd)
+                        }
                     }
                 }
                 p0 = p1;
@@ -524,21 +534,21 @@ mod avx2 {
             }
             for j in 0..g {
                 let w = &scores[j * n + p0..j * n + p1];
-                let vb = v0.add(p0 * sh.kv_dim);
+                let vb = v0.add(p0 * stride);
                 let mut c = 0;
                 while c < hd {
                     let (vp, op) = (vb.add(c), out.as_mut_ptr().add(j * hd + c));
                     c += match (hd - c) / 8 {
                         8.. => {
-                            weighted_rows::<T, 8>(w, vp, sh.kv_dim, op);
+                            weighted_rows::<T, 8>(w, vp, stride, op);
                             64
                         }
                         4..=7 => {
-                            weighted_rows::<T, 4>(w, vp, sh.kv_dim, op);
+                            weighted_rows::<T, 4>(w, vp, stride, op);
                             32
                         }
                         _ => {
-                            weighted_rows::<T, 1>(w, vp, sh.kv_dim, op);
+                            weighted_rows::<T, 1>(w, vp, stride, op);
                             8
                         }
                     };
@@ -670,10 +680,7 @@ mod tests {
     fn head_f64(sh: &AttnShape, qh: &[f32], kc: &[f32], vc: &[f32], kh: usize) -> Vec<f64> {
         let hd = sh.head_dim;
         let row = |c: &[f32], t: usize| -> Vec<f64> {
-            c[t * sh.kv_dim + kh * hd..][..hd]
-                .iter()
-                .map(|&x| x as f64)
-                .collect()
+            c[sh.at(t, kh)..][..hd].iter().map(|&x| x as f64).collect()
         };
         let s: Vec<f64> = (sh.start..=sh.pos)
             .map(|t| {
@@ -724,6 +731,8 @@ mod tests {
                         group,
                         head_dim: hd,
                         kv_dim: n_heads / group * hd,
+                        row_stride: n_heads / group * hd,
+                        head_stride: hd,
                         start,
                         pos,
                         scale: 1.0 / (hd as f32).sqrt(),
@@ -903,6 +912,8 @@ mod tests {
                 group,
                 head_dim: hd,
                 kv_dim,
+                row_stride: kv_dim,
+                head_stride: hd,
                 start: 0,
                 pos: 0,
                 scale: 1.0 / (hd as f32).sqrt(),
@@ -991,6 +1002,52 @@ mod tests {
         }
     }
 
+    /// The same rows laid out head-major (each KV head's rows one block of `cap`, as the engine's
+    /// cache stores them) give the same bits as position-major, one query and a batch, on every
+    /// ISA and thread count.
+    #[test]
+    fn head_major_rows_equal_position_major_bit_for_bit() {
+        for sh in cases() {
+            let (q, k, v) = inputs(&sh, 21);
+            let (hd, heads) = (sh.head_dim, sh.kv_dim / sh.head_dim);
+            let cap = sh.pos + 1 + 3;
+            let to_heads = |c: &[f32]| -> Vec<f32> {
+                let mut out = vec![0f32; heads * cap * hd];
+                for t in 0..=sh.pos {
+                    for h in 0..heads {
+                        out[(h * cap + t) * hd..][..hd]
+                            .copy_from_slice(&c[t * sh.kv_dim + h * hd..][..hd]);
+                    }
+                }
+                out
+            };
+            let (kh, vh) = (to_heads(&k), to_heads(&v));
+            let hm = AttnShape {
+                row_stride: hd,
+                head_stride: cap * hd,
+                ..sh
+            };
+            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                for threads in [1, 2] {
+                    let pool = ThreadPool::new(threads);
+                    let mut a = vec![0f32; sh.n_heads * hd];
+                    let mut b = a.clone();
+                    attend(&pool, isa, &sh, &q, &k, &v, &mut a);
+                    attend(&pool, isa, &hm, &q, &kh, &vh, &mut b);
+                    assert!(a == b, "{isa:?} {threads} {sh:?}");
+                    let n = (sh.pos + 1 - sh.start).min(4);
+                    let pos0 = sh.pos + 1 - n;
+                    let qb: Vec<f32> = (0..n).flat_map(|_| q.iter().copied()).collect();
+                    let mut ab = vec![0f32; n * sh.n_heads * hd];
+                    let mut bb = ab.clone();
+                    attend_batch(&pool, isa, &sh, 0, pos0, n, &qb, &k, &v, &mut ab);
+                    attend_batch(&pool, isa, &hm, 0, pos0, n, &qb, &kh, &vh, &mut bb);
+                    assert!(ab == bb, "batch {isa:?} {threads} {sh:?}");
+                }
+            }
+        }
+    }
+
     /// One position attends only to itself: the output is its V row exactly (weight 1).
     #[test]
     fn a_single_position_returns_its_value_row() {
@@ -999,6 +1056,8 @@ mod tests {
             group: 2,
             head_dim: 16,
             kv_dim: 32,
+            row_stride: 32,
+            head_stride: 16,
             start: 5,
             pos: 5,
             scale: 0.25,
