@@ -65,9 +65,28 @@ pub fn tok_per_s_text(n: u64, ns: u64) -> String {
     }
 }
 
+/// A latency for text reports (e.g. the time to first token): "3.21 ms", "412.5 ms", "2.05 s".
+pub fn latency_text(ns: u64) -> String {
+    let ms = ns as f64 / 1e6;
+    if ms < 10.0 {
+        format!("{ms:.2} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{:.2} s", ms / 1e3)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latencies() {
+        assert_eq!(latency_text(3_210_000), "3.21 ms");
+        assert_eq!(latency_text(412_490_000), "412.5 ms");
+        assert_eq!(latency_text(2_049_000_000), "2.05 s");
+    }
 
     #[test]
     fn medians() {

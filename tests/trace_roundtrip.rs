@@ -238,6 +238,7 @@ fn events() -> Vec<Stamped> {
             n_tokens: 4,
             decode_ns: 4_000_000,
             pos: Some(9),
+            ttft_ns: Some(3_100_000),
         },
     );
     push(

@@ -44,6 +44,7 @@ fn chat((w, h): (u16, u16)) -> App {
         n_tokens: 6,
         decode_ns: 60_000_000,
         pos: Some(68),
+        ttft_ns: Some(40_060_000),
     }));
     app
 }

@@ -843,7 +843,9 @@ pub enum BenchCmd {
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  cflow-tui bench decode model.cflow --threads 1,2 --tokens 64 --repeat 5 --json\n  \
-cflow-tui bench decode -m model.cflow -t 2 -n 64 -p 512 -r 5   # llama-bench's spellings"
+cflow-tui bench decode -m model.cflow -t 2 -n 64 -p 512 -r 5   # llama-bench's spellings\n  \
+cflow-tui bench decode model.cflow -t 1 -d 4096 -n 128 -r 3    # decode at depth 4096 (llama-bench -d)\n  \
+cflow-tui bench decode model.cflow -t 2 -p 2048 -n 1 --json    # prefill and time to first token of 2,048 tokens"
 )]
 pub struct BenchDecodeArgs {
     /// Model file: .cflow, .vflow or .gguf (imported into the cache once) (default: the
@@ -866,6 +868,15 @@ pub struct BenchDecodeArgs {
     /// Prompt length for the prefill measurement (`-p` as llama-bench's).
     #[arg(short = 'p', long, default_value_t = 8)]
     pub prompt_len: usize,
+    /// Context positions filled before each repeat's prompt (`-d` as llama-bench's), e.g.
+    /// `--depth 4096`.
+    ///
+    /// Context positions filled before each repeat's prompt (`-d` as llama-bench's): N
+    /// synthetic ids are prefilled, untimed, then the prompt's prefill, the time to first token
+    /// and the decode are measured with the KV cache already holding them (decode at long
+    /// context). Depth + prompt + tokens must fit in the context (`-c`).
+    #[arg(short = 'd', long, default_value_t = 0)]
+    pub depth: usize,
     /// What each decode step is fed: `sampled` (the greedy choice, as a user's generation) or
     /// `random` (a pseudo-random token, seeded, as llama-bench feeds its tg test). On a model with
     /// random weights the sampled text repeats and routes the same experts every token; use

@@ -57,10 +57,20 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         if a.feed == super::args::FeedArg::Random {
             sess.random_feed = Some(0x5eed);
         }
-        let prompt: Vec<u32> = (0..a.prompt_len as u32)
-            .map(|i| (i * 7919 + 13) % sess.engine.cfg().vocab as u32)
-            .collect();
-        let (mut dec, mut pre) = (Vec::new(), Vec::new());
+        let vocab = sess.engine.cfg().vocab;
+        let depth_ids = synthetic_ids(0..a.depth, vocab);
+        let prompt = synthetic_ids(a.depth..a.depth + a.prompt_len, vocab);
+        let max_ctx = sess.engine.cfg().max_ctx;
+        if a.depth + a.prompt_len + a.tokens > max_ctx {
+            bail!(
+                "--depth {} + --prompt-len {} + --tokens {} positions do not fit in the context \
+                 of {max_ctx} (-c sets it, up to the model's)",
+                a.depth,
+                a.prompt_len,
+                a.tokens
+            );
+        }
+        let (mut dec, mut pre, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
         let mut mib_tok = 0.0;
         let mut split = crate::engine::step_split::StepSplit::default();
         let mut cache: Option<crate::telemetry::ExpertCacheStat> = None;
@@ -68,10 +78,13 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             (None, 0);
         let (mut disk_bytes, mut disk_tokens) = (Some(0u64), 0u64);
         for r in 0..=a.repeat {
-            sess.reset();
+            start_repeat(&mut sess, &depth_ids)?;
             let io0 = proc_read_bytes();
             let out = sess.generate(&prompt, a.tokens, false, &mut |_| {});
             let io1 = proc_read_bytes();
+            if let Some(e) = &out.error {
+                bail!("threads {t} repeat {r}: {e}");
+            }
             let this_split = sess.engine.take_step_split();
             if r == 0 {
                 continue; // warm-up
@@ -91,6 +104,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             disk_tokens += (out.stats.len() + prompt.len()) as u64;
             dec.push(out.decode_tok_s());
             pre.push(out.prefill_tok_s());
+            ttft.push(out.ttft_ns.unwrap_or(0) as f64 / 1e6);
             let n = out.stats.len().max(1) as f64;
             mib_tok = out
                 .stats
@@ -107,9 +121,10 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
                 / crate::util::MIB;
             if !a.json {
                 errln!(
-                    "threads {t} repeat {r}: decode {:.1} tok/s, prefill {:.1} tok/s",
+                    "threads {t} repeat {r}: decode {:.1} tok/s, prefill {:.1} tok/s, TTFT {:.2} ms",
                     dec[dec.len() - 1],
-                    pre[pre.len() - 1]
+                    pre[pre.len() - 1],
+                    ttft[ttft.len() - 1]
                 );
             }
         }
@@ -117,6 +132,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             "threads": t,
             "decode_tok_s": stats3(&dec),
             "prefill_tok_s": stats3(&pre),
+            "ttft_ms": stats3(&ttft),
             "mib_per_token": mib_tok,
         });
         if let Some(j) = split.json() {
@@ -172,30 +188,47 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             "tokens_per_repeat": a.tokens,
             "repeat": a.repeat,
             "prompt_tokens": a.prompt_len,
+            "depth": a.depth,
             "feed": if a.feed == super::args::FeedArg::Random { "random" } else { "sampled" },
             "rows": results,
         });
         outln!("{}", serde_json::to_string(&report)?)?;
     } else {
         outln!("model: {}", path.display())?;
+        let at = if a.depth > 0 {
+            format!(" at depth {}", a.depth)
+        } else {
+            String::new()
+        };
         outln!(
-            "{:>7} | {:>28} | {:>28} | {:>9}",
+            "prompt {} tokens{at}, then {} generated; {} measured repeat(s) after a warm-up",
+            a.prompt_len,
+            a.tokens,
+            a.repeat
+        )?;
+        outln!(
+            "{:>7} | {:>28} | {:>28} | {:>26} | {:>9}",
             "threads",
             "decode tok/s med (min-max)",
             "prefill tok/s med (min-max)",
+            "TTFT ms med (min-max)",
             "MiB/token"
         )?;
         for r in &results {
             let f = |k: &str, s: &str| r[k][s].as_f64().unwrap_or(0.0);
             outln!(
-                "{:>7} | {:>10.1} ({:>6.1}-{:>6.1})    | {:>10.1} ({:>6.1}-{:>6.1})    | {:>9.2}",
-                r["threads"],
+                "{:>7} | {:>10.1} ({:>6.1}-{:>6.1})    | {:>10.1} ({:>6.1}-{:>6.1})    | \
+                 {:>9.2} ({:>6.2}-{:>6.2})  | {:>9.2}",
+                r["threads"].as_u64().unwrap_or(0),
                 f("decode_tok_s", "median"),
                 f("decode_tok_s", "min"),
                 f("decode_tok_s", "max"),
                 f("prefill_tok_s", "median"),
                 f("prefill_tok_s", "min"),
                 f("prefill_tok_s", "max"),
+                f("ttft_ms", "median"),
+                f("ttft_ms", "min"),
+                f("ttft_ms", "max"),
                 r["mib_per_token"].as_f64().unwrap_or(0.0)
             )?;
         }
@@ -218,6 +251,28 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
     Ok(())
 }
 
+/// `bench decode`'s synthetic token ids: `(i * 7919 + 13) % vocab` for each position `i` of
+/// `range` (the depth takes 0..depth, the prompt the positions after it). vs_llamacpp.py feeds
+/// llama.cpp the same ids.
+fn synthetic_ids(range: std::ops::Range<usize>, vocab: usize) -> Vec<u32> {
+    range
+        .map(|i| ((i as u64 * 7919 + 13) % vocab as u64) as u32)
+        .collect()
+}
+
+/// Starts one repeat: an empty context, then `depth` (`--depth`) fed untimed, so that the
+/// repeat's prefill and decode run with the KV cache holding it. The depth's forward passes
+/// are left out of the measured step split.
+fn start_repeat(sess: &mut Session, depth: &[u32]) -> Result<()> {
+    sess.reset();
+    if !depth.is_empty() {
+        sess.fill_context(depth)
+            .map_err(|e| anyhow::anyhow!("--depth {}: {e}", depth.len()))?;
+        sess.engine.take_step_split();
+    }
+    Ok(())
+}
+
 /// `read_bytes` of /proc/self/io: bytes this process caused to be fetched from storage (None
 /// where the file is missing, e.g. no task I/O accounting).
 fn proc_read_bytes() -> Option<u64> {
@@ -225,4 +280,60 @@ fn proc_read_bytes() -> Option<u64> {
     s.lines()
         .find_map(|l| l.strip_prefix("read_bytes:"))
         .and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn session(dir: &std::path::Path) -> Session {
+        let p = dir.join("m.cflow");
+        let mut s = crate::convert::generate::GenSpec::new("llama");
+        (s.vocab, s.hidden, s.ffn, s.layers, s.ctx) =
+            (Some(64), Some(64), Some(64), Some(2), Some(256));
+        crate::convert::generate::generate(&s, &p, |_, _| {}).unwrap();
+        let file = Arc::new(crate::format::CflowFile::open(&p).unwrap());
+        let opts = crate::engine::EngineOptions {
+            threads: 1,
+            ..Default::default()
+        };
+        Session::new(Engine::new(file, opts), SamplingParams::default()).unwrap()
+    }
+
+    /// `--depth`: every repeat starts from an empty context, feeds the depth, then prefills the
+    /// prompt and decodes after it: the context is the depth's ids, the prompt's, then the
+    /// generated tokens, and the time to first token covers the prompt's prefill.
+    #[test]
+    fn depth_fills_the_context_before_the_measured_prompt() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sess = session(dir.path());
+        let vocab = sess.engine.cfg().vocab;
+        let (depth, prompt) = (synthetic_ids(0..40, vocab), synthetic_ids(40..48, vocab));
+        assert_eq!(
+            [&depth[..], &prompt[..]].concat(),
+            synthetic_ids(0..48, vocab)
+        );
+        for _ in 0..2 {
+            start_repeat(&mut sess, &depth).unwrap();
+            assert_eq!(sess.engine.pos(), 40);
+            assert_eq!(sess.context, depth);
+            let out = sess.generate(&prompt, 5, false, &mut |_| {});
+            assert!(out.error.is_none(), "{:?}", out.error);
+            assert_eq!((out.prompt_tokens, out.tokens.len()), (8, 5));
+            // Depth + prompt + the 5 generated tokens (the last one fed back).
+            assert_eq!(sess.engine.pos(), 53);
+            assert_eq!(sess.context[..48], synthetic_ids(0..48, vocab)[..]);
+            assert_eq!(sess.context[48..], out.tokens[..]);
+            let ttft = out.ttft_ns.expect("a token was generated");
+            assert!(out.prefill_ns > 0 && ttft >= out.prefill_ns, "{out:?}");
+            assert!(ttft <= out.prefill_ns + out.decode_ns, "{out:?}");
+        }
+        // No depth: the repeat starts at position 0.
+        start_repeat(&mut sess, &[]).unwrap();
+        assert_eq!((sess.engine.pos(), sess.context.len()), (0, 0));
+        // A depth beyond the context is an error that names the flag.
+        let e = start_repeat(&mut sess, &synthetic_ids(0..300, vocab)).unwrap_err();
+        assert!(e.to_string().contains("--depth 300"), "{e}");
+    }
 }

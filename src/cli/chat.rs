@@ -24,8 +24,8 @@ pub const HELP: &str = "commands:
   /quit, /exit   leave (or Ctrl-D)
 Ctrl-C stops a reply; on a terminal the arrow keys edit the line and walk the history.";
 
-/// The line printed after each reply: tokens, prefill and decode speed, ms/token, total time
-/// and the context use. No rate or ms/token from zero or one token (`stats::MIN_RATE_TOKENS`).
+/// The line printed after each reply: tokens, prefill speed, time to first token, decode speed,
+/// ms/token, total time and the context use. No rate or ms/token from zero or one token (`stats::MIN_RATE_TOKENS`).
 pub fn reply_summary(o: &GenOutcome, pos: usize, max_ctx: usize) -> String {
     let rate = |n: usize, ns: u64| crate::stats::tok_per_s_text(n as u64, ns);
     let ms_tok = match crate::stats::tok_per_s(o.tokens.len() as u64, o.decode_ns) {
@@ -35,8 +35,11 @@ pub fn reply_summary(o: &GenOutcome, pos: usize, max_ctx: usize) -> String {
         ),
         None => String::new(),
     };
+    let ttft = o.ttft_ns.map_or(String::new(), |ns| {
+        format!(", TTFT {}", crate::stats::latency_text(ns))
+    });
     format!(
-        "[{} tokens · prompt {} tokens, prefill {} · decode {}{ms_tok} · total {:.2} s · context {pos}/{max_ctx}]",
+        "[{} tokens · prompt {} tokens, prefill {}{ttft} · decode {}{ms_tok} · total {:.2} s · context {pos}/{max_ctx}]",
         o.tokens.len(),
         o.prompt_tokens,
         rate(o.prompt_tokens, o.prefill_ns),

@@ -185,6 +185,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         "prompt_tokens": out.prompt_tokens,
         "generated_tokens": out.tokens.len(),
         "prefill_tok_s": crate::stats::tok_per_s(out.prompt_tokens as u64, out.prefill_ns),
+        "ttft_ms": out.ttft_ns.map(|ns| ns as f64 / 1e6),
         "decode_tok_s": crate::stats::tok_per_s(out.tokens.len() as u64, out.decode_ns),
         "ms_per_token": ms_per_token,
         "mib_per_token": {
@@ -229,9 +230,12 @@ fn render_run_report(
         ),
         _ => String::new(),
     };
+    let ttft = out.ttft_ns.map_or(String::new(), |ns| {
+        format!(" · TTFT {}", crate::stats::latency_text(ns))
+    });
     format!(
         "\n--- {} generated, {} prompt tokens, {} threads, {}\n{ended}\
-         prefill {} · decode {} · {per_token}\n\
+         prefill {}{ttft} · decode {} · {per_token}\n\
          MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · lm head {:.2} · total {:.2}{gbs}\n\
          {}",
         r["generated_tokens"], r["prompt_tokens"], r["threads"], r["isa"].as_str().unwrap_or(""),

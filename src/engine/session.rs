@@ -18,6 +18,10 @@ pub struct GenOutcome {
     pub tokens: Vec<u32>,
     pub text: String,
     pub prefill_ns: u64,
+    /// Time to first token: from the start of the prompt's prefill to the first generated
+    /// token sampled (the prefill, whose last position gives the logits, then the sampling);
+    /// `None` when no token was generated.
+    pub ttft_ns: Option<u64>,
     pub decode_ns: u64,
     pub token_ns: Vec<u64>,
     pub stats: Vec<TokenStats>,
@@ -223,6 +227,9 @@ impl Session {
         let mut detok = self.tok.as_ref().map(|t| Detok::new(t.token_bytes()));
         let td = Instant::now();
         let mut next = self.next_token();
+        if max_new > 0 {
+            out.ttft_ns = Some(t0.elapsed().as_nanos() as u64);
+        }
         for index in 0..max_new {
             let mut piece = detok.as_mut().map(|d| d.push(next)).unwrap_or_default();
             let ending = (stop_at_eos && self.is_eos(next)) || index + 1 == max_new;
@@ -298,8 +305,20 @@ impl Session {
             n_tokens: out.tokens.len() as u32,
             decode_ns: out.decode_ns,
             pos: Some(self.engine.pos() as u32),
+            ttft_ns: out.ttft_ns,
         });
         out
+    }
+
+    /// Feeds `ids` into the context (one prefill, no sampling, no events): what `bench decode
+    /// --depth` puts in the KV cache before the measured prompt.
+    pub fn fill_context(&mut self, ids: &[u32]) -> Result<(), ForwardError> {
+        self.engine
+            .stop
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.engine.prefill(ids)?;
+        self.context.extend_from_slice(ids);
+        Ok(())
     }
 
     /// The token to feed next: sampled, or with [`Session::random_feed`] the LCG's next draw.
@@ -378,6 +397,7 @@ impl Session {
             n_tokens: out.tokens.len() as u32,
             decode_ns: out.decode_ns,
             pos: Some(self.engine.pos() as u32),
+            ttft_ns: out.ttft_ns,
         });
         out
     }

@@ -358,6 +358,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                     n_tokens: 0,
                                     decode_ns: 0,
                                     pos: None,
+                                    ttft_ns: None,
                                 });
                             }
                         }
@@ -517,6 +518,7 @@ pub fn spawn(mut session: Session, opts: WorkerOptions) -> Worker {
                                 n_tokens: 0,
                                 decode_ns: 0,
                                 pos: None,
+                                ttft_ns: None,
                             });
                         }
                         poisoned = Some(why);

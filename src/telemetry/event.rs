@@ -366,6 +366,11 @@ pub enum Event {
         /// absent in traces recorded before this field existed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pos: Option<u32>,
+        /// Time to first token: from the start of the prompt's prefill to the first generated
+        /// token sampled (`GenOutcome::ttft_ns`); absent when no token was generated and in
+        /// traces recorded before this field existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ttft_ns: Option<u64>,
     },
     /// Context was reset (KV cleared).
     Reset,

@@ -229,6 +229,7 @@ mod tests {
                 n_tokens: 3,
                 decode_ns: 1,
                 pos: Some(4),
+                ttft_ns: None,
             },
         });
         v

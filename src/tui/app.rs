@@ -866,6 +866,7 @@ impl App {
                 n_tokens,
                 decode_ns,
                 pos,
+                ttft_ns,
             } => {
                 self.generating = false;
                 self.interrupt_armed = false;
@@ -889,6 +890,7 @@ impl App {
                 self.model_turn().end = Some(reason);
                 self.reply.tokens = n_tokens;
                 self.reply.decode_ns = decode_ns;
+                self.reply.ttft_ns = ttft_ns;
                 if n_tokens > 0 || self.reply.prefill_ns > 0 {
                     let at = self.transcript.len() - 1;
                     self.summaries.insert(at, self.reply.line());
@@ -1621,6 +1623,7 @@ mod tests {
                 n_tokens: 0,
                 decode_ns: 0,
                 pos: Some(before),
+                ttft_ns: None,
             },
         ] {
             app.apply(Msg::Event(e));
@@ -1643,6 +1646,7 @@ mod tests {
             n_tokens: 3,
             decode_ns: 1_000_000,
             pos: Some(2048),
+            ttft_ns: None,
         }));
         assert!(app
             .status_message()
@@ -1694,6 +1698,7 @@ mod tests {
             n_tokens: 5,
             decode_ns: 1,
             pos: None,
+            ttft_ns: None,
         }));
         for (a, name) in [(Action::ToggleFetch, "fetch"), (Action::ToggleTier, "tier")] {
             let fx = act(&mut app, a);
@@ -1784,6 +1789,7 @@ mod tests {
             n_tokens: 5,
             decode_ns: 1,
             pos: None,
+            ttft_ns: None,
         }));
         act(&mut chat, Action::Insert('a'));
         act(&mut chat, Action::Newline);
@@ -1840,6 +1846,7 @@ mod tests {
             n_tokens: 2,
             decode_ns: 1_000,
             pos: Some(40),
+            ttft_ns: None,
         }));
         assert!(app.input_focused);
         assert_eq!(resolve(&p, KeyState::of(&app)), Some(Action::Insert('p')));
@@ -1852,6 +1859,7 @@ mod tests {
             n_tokens: 2,
             decode_ns: 1_000,
             pos: Some(44),
+            ttft_ns: None,
         }));
         assert!(!app.input_focused);
     }

@@ -134,6 +134,7 @@ mod tests {
             n_tokens: 5,
             decode_ns: 50_000_000,
             pos: None,
+            ttft_ns: Some(20_100_000),
         }));
         app.apply(Msg::Event(Event::Settings(GenSettings {
             sampling: chat_defaults(),
@@ -212,6 +213,8 @@ mod tests {
             s.contains("5 tok · decode 100.0 tok/s · 10.00 ms/tok"),
             "{s}"
         );
+        // The time to first token, from the Done event.
+        assert!(s.contains(" · TTFT 20.1 ms · "), "{s}");
         let t = crate::tui::transcript::from_app(&app);
         assert_eq!(t.messages[3].summary.as_deref(), Some(s.as_str()));
     }

@@ -413,6 +413,8 @@ pub fn demo_events(n: u32, done: bool) -> Vec<Stamped> {
                 n_tokens: n,
                 decode_ns,
                 pos: None,
+                // The prefill, then the first token's sampling.
+                ttft_ns: Some(6_540_000),
             },
         );
     }
@@ -552,6 +554,8 @@ pub fn dense_events() -> Vec<Stamped> {
                     n_tokens: pieces.len() as u32,
                     decode_ns,
                     pos: None,
+                    // The prefill, then the first token's sampling.
+                    ttft_ns: Some(40_050_000),
                 },
             );
         }

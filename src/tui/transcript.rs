@@ -17,6 +17,9 @@ pub struct ReplyStats {
     /// Tokens fed for this turn (the new part of the rendered chat prompt).
     pub prompt_tokens: u32,
     pub prefill_ns: u64,
+    /// Time to first token (the `Done` event's `ttft_ns`: prefill, then the first sampling);
+    /// `None` when no token came or the trace predates the field.
+    pub ttft_ns: Option<u64>,
     /// Tokens generated.
     pub tokens: u32,
     pub decode_ns: u64,
@@ -28,16 +31,20 @@ fn rate(n: u32, ns: u64) -> String {
 }
 
 impl ReplyStats {
-    /// "prompt 23 tok · prefill 610.2 tok/s · 48 tok · decode 85.1 tok/s · 11.75 ms/tok ·
-    /// total 0.60 s" (total = prefill + decode).
+    /// "prompt 23 tok · prefill 610.2 tok/s · TTFT 37.8 ms · 48 tok · decode 85.1 tok/s ·
+    /// 11.75 ms/tok · total 0.60 s" (TTFT = time to first token, left out when unknown; total
+    /// = prefill + decode).
     pub fn line(&self) -> String {
         let ms_tok = if self.tokens > 0 {
             format!("{:.2}", self.decode_ns as f64 / self.tokens as f64 / 1e6)
         } else {
             "—".into()
         };
+        let ttft = self.ttft_ns.map_or(String::new(), |ns| {
+            format!(" · TTFT {}", crate::stats::latency_text(ns))
+        });
         format!(
-            "prompt {} tok · prefill {} tok/s · {} tok · decode {} tok/s · {ms_tok} ms/tok · total {:.2} s",
+            "prompt {} tok · prefill {} tok/s{ttft} · {} tok · decode {} tok/s · {ms_tok} ms/tok · total {:.2} s",
             self.prompt_tokens,
             rate(self.prompt_tokens, self.prefill_ns),
             self.tokens,
@@ -161,11 +168,18 @@ mod tests {
         let s = ReplyStats {
             prompt_tokens: 20,
             prefill_ns: 40_000_000,
+            ttft_ns: Some(40_120_000),
             tokens: 50,
             decode_ns: 500_000_000,
         };
         assert_eq!(
             s.line(),
+            "prompt 20 tok · prefill 500.0 tok/s · TTFT 40.1 ms · 50 tok · decode 100.0 tok/s · 10.00 ms/tok · total 0.54 s"
+        );
+        // A trace from before the field: no TTFT, the rest unchanged.
+        let old = ReplyStats { ttft_ns: None, ..s };
+        assert_eq!(
+            old.line(),
             "prompt 20 tok · prefill 500.0 tok/s · 50 tok · decode 100.0 tok/s · 10.00 ms/tok · total 0.54 s"
         );
         let none = ReplyStats::default();

@@ -1,0 +1,139 @@
+//! `bench decode --depth` and the time to first token (issue 41): the figures vs_llamacpp.sh
+//! puts beside llama-bench's `-d 4096` and pp2048 columns. Driven through the real binary on the
+//! tiny generated model.
+
+mod common;
+
+use common::{tiny_model, BIN};
+use std::process::Command;
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let o = Command::new(BIN).args(args).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn f(v: &serde_json::Value, k: &str, s: &str) -> f64 {
+    v[k][s]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{k}.{s} missing in {v}"))
+}
+
+/// `ttft_ms` is measured, per repeat, from the start of the prompt's prefill to the first
+/// sampled token: never less than that repeat's prefill time (prompt / prefill tok/s), and
+/// never more than the whole repeat.
+#[test]
+fn bench_decode_reports_a_time_to_first_token_no_shorter_than_the_prefill() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let bench = json(&[
+        "bench",
+        "decode",
+        m.to_str().unwrap(),
+        "--threads",
+        "1",
+        "--prompt-len",
+        "64",
+        "--tokens",
+        "4",
+        "--repeat",
+        "3",
+        "--json",
+    ]);
+    assert_eq!(bench["depth"], 0, "{bench}");
+    let row = &bench["rows"][0];
+    let prompt = 64.0;
+    // The slowest prefill is the longest; min/max of ttft bound each repeat's own.
+    let prefill_ms_max = prompt / f(row, "prefill_tok_s", "min") * 1e3;
+    let prefill_ms_min = prompt / f(row, "prefill_tok_s", "max") * 1e3;
+    let (lo, med, hi) = (
+        f(row, "ttft_ms", "min"),
+        f(row, "ttft_ms", "median"),
+        f(row, "ttft_ms", "max"),
+    );
+    assert!(lo > 0.0 && lo <= med && med <= hi, "{row}");
+    assert!(lo >= prefill_ms_min * (1.0 - 1e-9), "{row}");
+    assert!(hi >= prefill_ms_max * (1.0 - 1e-9), "{row}");
+    // Less than a second for a 64-token prompt on a 64-wide model: not a unit slip (ns, µs).
+    assert!(hi < 1e3, "{row}");
+}
+
+/// `--depth N` is recorded, the measured prompt and decode run after it, and a depth that does
+/// not fit in the context is refused before anything is measured.
+#[test]
+fn bench_decode_depth_runs_after_the_filled_context_and_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let m = m.to_str().unwrap();
+    let base = [
+        "bench",
+        "decode",
+        m,
+        "--threads",
+        "1",
+        "--tokens",
+        "4",
+        "--repeat",
+        "1",
+    ];
+    let deep = json(
+        &[
+            &base[..],
+            &["--depth", "1500", "--prompt-len", "8", "--json"],
+        ]
+        .concat(),
+    );
+    assert_eq!(deep["depth"], 1500, "{deep}");
+    assert_eq!(deep["prompt_tokens"], 8, "{deep}");
+    let row = &deep["rows"][0];
+    assert!(f(row, "decode_tok_s", "median") > 0.0, "{row}");
+    assert!(f(row, "ttft_ms", "median") > 0.0, "{row}");
+
+    let o = Command::new(BIN)
+        .args(base)
+        .args(["--depth", "2040", "--prompt-len", "8"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("--depth 2040 + --prompt-len 8 + --tokens 4 positions do not fit"),
+        "{err}"
+    );
+    assert!(!err.contains("repeat 1: decode"), "measured first: {err}");
+    // The text report says the depth.
+    let o = Command::new(BIN)
+        .args(base)
+        .args(["--depth", "16"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("prompt 8 tokens at depth 16"), "{text}");
+    assert!(text.contains("TTFT ms med (min-max)"), "{text}");
+}
+
+/// `run --json` carries the same `ttft_ms` (a number; no less than the prefill) and the text
+/// report prints it.
+#[test]
+fn run_reports_the_time_to_first_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "2048");
+    let ids = (1..=32)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let args = ["run", m.to_str().unwrap(), "--token-ids", &ids, "-n", "3"];
+    let run = json(&[&args[..], &["--threads", "1", "--json"]].concat());
+    let ttft = run["ttft_ms"].as_f64().expect("ttft_ms");
+    let prefill_ms = 32.0 / run["prefill_tok_s"].as_f64().unwrap() * 1e3;
+    assert!(ttft >= prefill_ms * (1.0 - 1e-9), "{run}");
+    let o = Command::new(BIN)
+        .args(args)
+        .args(["--threads", "1"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(text.contains(" · TTFT "), "{text}");
+}
