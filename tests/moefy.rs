@@ -156,6 +156,9 @@ fn shared_and_routed_experts_fused_are_bit_identical_in_fewer_pool_runs() {
             .map(|&t| e.step(t, true).unwrap().unwrap().to_vec())
             .collect();
         let split = e.take_step_split();
+        // The UI's notes say when the dense/expert times are a modelled split.
+        let noted = e.config_info().notes.iter().any(|n| n.contains("fused"));
+        assert_eq!(noted, fuse, "notes: {:?}", e.config_info().notes);
         (out, split.pool.runs, split.steps)
     };
     let (fused, fused_runs, steps) = run(true);

@@ -569,6 +569,21 @@ impl Engine {
         } else if self.opts.fetch == FetchMode::Staged && self.cfg.has_experts() {
             notes.push("mmap tier: experts read from the map; fetch mode has no effect".into());
         }
+        if self.opts.expert_tier != ExpertTier::Direct
+            && self.opts.fuse_shared
+            && self.cfg.meta.route_ahead > 0
+            && self
+                .file
+                .layers
+                .iter()
+                .any(|l| l.gate.is_some() && !l.experts.is_empty())
+        {
+            // docs/SEMANTICS.md X3: one pool run times both, so the split is modelled.
+            notes.push(
+                "shared + routed experts run fused: their times are split by bytes (modelled)"
+                    .into(),
+            );
+        }
         notes.extend(self.schedule_note());
         if self.active().is_resident() && self.opts.layout == Layout::RowMajor {
             notes.push(
