@@ -4,7 +4,7 @@
 use super::layer::gated;
 use super::ops::*;
 use super::schedule::Pending;
-use super::scratch::{DenseScratch, ExpertScratch};
+use super::scratch::{DenseScratch, ExpertScratch, ExpertSlot};
 use super::weights::Weights;
 use crate::format::reader::{ExpertView, LayerView, Matrix};
 use crate::model::{ModelConfig, RouterNorm};
@@ -151,48 +151,15 @@ fn run_experts_fused(
     sel: &[(usize, f32)],
     es: &mut ExpertScratch,
 ) -> u64 {
-    let k = sel.len();
-    es.ensure_slots(k, w.cfg.expert_ffn, w.cfg.d_model);
-    let bytes = w.file.bytes();
-    let mut ids = Vec::with_capacity(2 * k);
-    let mut outs: Vec<(&Matrix, &mut [f32])> = Vec::with_capacity(2 * k);
-    for (slot, &(e, _)) in es.slots.iter_mut().zip(sel) {
-        let ex = &lv.experts[e];
-        outs.push((&ex.gate, &mut slot.h));
-        outs.push((&ex.up, &mut slot.h2));
-        ids.extend([e as u8, e as u8]);
-    }
-    // An expert's gate and up are stored interleaved (one group); experts apart.
-    w.mv_each(
-        bytes,
-        p,
-        2,
-        &ids,
-        std::slice::from_mut(&mut es.xq),
-        &[act],
-        &mut outs,
-    );
-    drop(outs);
-    let mut xs: Vec<&[f32]> = Vec::with_capacity(k);
-    let mut outs: Vec<(&Matrix, &mut [f32])> = Vec::with_capacity(k);
-    ids.clear();
-    for (slot, &(e, _)) in es.slots.iter_mut().zip(sel) {
-        gated(w.isa, w.cfg.meta.ffn_act, &mut slot.h, &slot.h2);
-        let ex = &lv.experts[e];
-        xs.push(&slot.h);
-        outs.push((&ex.down, &mut slot.o));
-        ids.push(e as u8);
-    }
-    w.mv_each(bytes, p, 1, &ids, &mut es.slot_xq, &xs, &mut outs);
-    drop(outs);
-    es.acc.fill(0.0);
-    let mut touched = 0;
-    for (slot, &(e, wt)) in es.slots.iter().zip(sel) {
-        add_scaled(&mut es.acc, &slot.o, wt);
-        let ex = &lv.experts[e];
-        touched += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
-    }
-    touched
+    es.ensure_slots(sel.len(), w.cfg.expert_ffn, w.cfg.d_model);
+    let ExpertScratch {
+        xq,
+        slots,
+        slot_xq,
+        acc,
+        ..
+    } = es;
+    fused(w, lv, p, act, xq, sel, None, slots, slot_xq, acc)
 }
 
 /// The shared expert (the layer's dense FFN) and the selected routed experts `sel` of block `p`
@@ -214,56 +181,109 @@ pub fn run_with_shared(
         lv.up.as_ref().expect("a shared expert"),
         lv.down.as_ref().expect("a shared expert"),
     );
-    let k = sel.len();
     // k slots for the experts, and k + 1 Q8 buffers for the down projections' inputs.
-    es.ensure_slots(k + 1, w.cfg.expert_ffn, w.cfg.d_model);
+    es.ensure_slots(sel.len() + 1, w.cfg.expert_ffn, w.cfg.d_model);
+    let DenseScratch {
+        xb,
+        hb,
+        hb2,
+        out,
+        xq,
+    } = ds;
+    let shared = Shared {
+        gate: g,
+        up: u,
+        down: dn,
+        h: hb,
+        h2: hb2,
+        out,
+    };
+    let ExpertScratch {
+        slots,
+        slot_xq,
+        acc,
+        ..
+    } = es;
+    let routed = fused(w, lv, p, xb, xq, sel, Some(shared), slots, slot_xq, acc);
+    ((g.bytes() + u.bytes() + dn.bytes()) as u64, routed)
+}
+
+/// The shared expert's matrices and buffers when it runs in [`fused`].
+struct Shared<'a> {
+    gate: &'a Matrix,
+    up: &'a Matrix,
+    down: &'a Matrix,
+    h: &'a mut [f32],
+    h2: &'a mut [f32],
+    out: &'a mut [f32],
+}
+
+/// The two pool runs of [`run_experts_fused`] and [`run_with_shared`]: gate and up of the
+/// shared expert (first, when given) and of every selected expert on `x`, then their down
+/// projections; `acc` = Σ weight · expert output in `sel`'s order. Returns the routed bytes.
+#[allow(clippy::too_many_arguments)] // the layer, the input, the selection and four buffers
+fn fused(
+    w: &Weights,
+    lv: &LayerView,
+    p: usize,
+    x: &[f32],
+    xq: &mut crate::kernels::Q8Act,
+    sel: &[(usize, f32)],
+    mut shared: Option<Shared>,
+    slots: &mut [ExpertSlot],
+    slot_xq: &mut [crate::kernels::Q8Act],
+    acc: &mut [f32],
+) -> u64 {
+    let k = sel.len();
     let bytes = w.file.bytes();
     let mut ids = Vec::with_capacity(2 * k + 2);
     let mut outs: Vec<(&Matrix, &mut [f32])> = Vec::with_capacity(2 * k + 2);
-    outs.push((g, &mut ds.hb));
-    outs.push((u, &mut ds.hb2));
-    ids.extend([0xFF, 0xFF]);
-    for (slot, &(e, _)) in es.slots.iter_mut().zip(sel) {
+    if let Some(Shared {
+        gate, up, h, h2, ..
+    }) = shared.as_mut()
+    {
+        outs.push((gate, &mut **h));
+        outs.push((up, &mut **h2));
+        ids.extend([0xFF, 0xFF]);
+    }
+    for (slot, &(e, _)) in slots.iter_mut().zip(sel) {
         let ex = &lv.experts[e];
         outs.push((&ex.gate, &mut slot.h));
         outs.push((&ex.up, &mut slot.h2));
         ids.extend([e as u8, e as u8]);
     }
-    w.mv_each(
-        bytes,
-        p,
-        2,
-        &ids,
-        std::slice::from_mut(&mut ds.xq),
-        &[&ds.xb],
-        &mut outs,
-    );
+    // An expert's gate and up are stored interleaved (one group); experts apart.
+    w.mv_each(bytes, p, 2, &ids, std::slice::from_mut(xq), &[x], &mut outs);
     drop(outs);
     let act = w.cfg.meta.ffn_act;
-    gated(w.isa, act, &mut ds.hb, &ds.hb2);
     let mut xs: Vec<&[f32]> = Vec::with_capacity(k + 1);
     let mut outs: Vec<(&Matrix, &mut [f32])> = Vec::with_capacity(k + 1);
     ids.clear();
-    xs.push(&ds.hb);
-    outs.push((dn, &mut ds.out));
-    ids.push(0xFF);
-    for (slot, &(e, _)) in es.slots.iter_mut().zip(sel) {
+    if let Some(Shared {
+        down, h, h2, out, ..
+    }) = shared.as_mut()
+    {
+        gated(w.isa, act, h, h2);
+        xs.push(&**h);
+        outs.push((down, &mut **out));
+        ids.push(0xFF);
+    }
+    for (slot, &(e, _)) in slots.iter_mut().zip(sel) {
         gated(w.isa, act, &mut slot.h, &slot.h2);
         xs.push(&slot.h);
         outs.push((&lv.experts[e].down, &mut slot.o));
         ids.push(e as u8);
     }
-    w.mv_each(bytes, p, 1, &ids, &mut es.slot_xq, &xs, &mut outs);
+    w.mv_each(bytes, p, 1, &ids, slot_xq, &xs, &mut outs);
     drop(outs);
-    es.acc.fill(0.0);
+    acc.fill(0.0);
     let mut routed = 0;
-    for (slot, &(e, wt)) in es.slots.iter().zip(sel) {
-        add_scaled(&mut es.acc, &slot.o, wt);
+    for (slot, &(e, wt)) in slots.iter().zip(sel) {
+        add_scaled(acc, &slot.o, wt);
         let ex = &lv.experts[e];
         routed += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
     }
-    let shared = (g.bytes() + u.bytes() + dn.bytes()) as u64;
-    (shared, routed)
+    routed
 }
 
 /// Runs the experts of `pe` (see [`run_experts`]).
