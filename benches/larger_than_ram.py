@@ -169,6 +169,10 @@ def main():
                     help="what cflow feeds each step: random tokens (as llama-bench) or its own greedy text (real routing)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    try:
+        re.compile(a.arms)
+    except re.error as e:
+        sys.exit(f"larger_than_ram: ARMS / --arms {a.arms!r} is not a regular expression: {e}")
     cache = dict(kv.split("=") for kv in a.cache_mib.split(",") if kv)
     results = {"gguf": None if a.cflow_only else a.gguf, "cflow_model": a.cflow_model, "tokens": a.tokens,
                "tokens_limited": a.tokens_limited, "prompt": a.prompt, "feed": a.feed,
