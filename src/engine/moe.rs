@@ -28,12 +28,14 @@ pub fn expert_input(cfg: &ModelConfig, lv: &LayerView, src: &[f32]) -> Vec<f32> 
 pub fn select(cfg: &ModelConfig, lv: &LayerView, act: &[f32]) -> Vec<(usize, f32)> {
     let d = cfg.d_model;
     let r = lv.router.as_ref().expect("router");
+    // Eight lane sums per expert (`kernels::router`), not one serial sum: a 128-expert router
+    // of width 2048 is 262 k additions per layer, latency-bound when serial.
+    let mut logits = vec![0.0; cfg.n_experts];
+    crate::kernels::router::logits(&r[..cfg.n_experts * d], &act[..d], &mut logits);
     let bias = |e: usize| lv.router_bias.as_ref().map_or(0.0, |b| b[e]);
-    let mut logits: Vec<f32> = (0..cfg.n_experts)
-        // Eight accumulators (`kernels::attention::dot`), not one serial sum: a 128-expert
-        // router of width 2048 is 262 k additions per layer, latency-bound when serial.
-        .map(|e| crate::kernels::attention::dot(&r[e * d..(e + 1) * d], act) + bias(e))
-        .collect();
+    for (e, l) in logits.iter_mut().enumerate() {
+        *l += bias(e);
+    }
     let mut idx: Vec<usize> = (0..cfg.n_experts).collect();
     // Stable: ties broken by lower expert id.
     idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));

@@ -122,12 +122,17 @@ impl Token<'_, '_> {
         {
             return None;
         }
-        let act = expert_input(cfg, lv, rule.read(self.s, rule.route_in));
+        // The experts' input N_m(x) is the shared expert's N_f(x) when both norms and sources
+        // agree (moefy's files): computed once. Otherwise it is computed and compared.
+        let once = rule.route_in == rule.dense_in && lv.moe_norm == lv.ffn_norm;
+        let own = (!once).then(|| expert_input(cfg, lv, rule.read(self.s, rule.route_in)));
         let (src, ds) = rule.read_with_dense(self.s, rule.dense_in);
         rmsnorm(&mut ds.xb, src, lv.ffn_norm.as_deref(), cfg.rms_eps);
-        if act != ds.xb {
-            return None;
-        }
+        let act = match own {
+            None => ds.xb.clone(),
+            Some(a) if a == ds.xb => a,
+            Some(_) => return None,
+        };
         let gate_scale = lv
             .shared_gate
             .as_deref()
@@ -173,6 +178,9 @@ impl Token<'_, '_> {
         let src = rule.read(self.s, rule.route_in);
         let (act, sel) = route(cfg, lv, src);
         let nv = next.map(|b| &w.file.layers[b]);
+        if let Some(r) = nv.and_then(|nv| nv.router.as_deref()) {
+            crate::kernels::router::prefetch(r);
+        }
         // Direct tier with prefetch: the next layer's router on this layer's router input
         // predicts the experts to read ahead (an extension: docs/SEMANTICS.md).
         let spec: Option<Vec<usize>> = nv
@@ -238,6 +246,10 @@ impl Token<'_, '_> {
                 continue;
             }
             let sel = select(cfg, lt, &expert_input(cfg, lt, src));
+            // The router used at the next step, brought in while this layer computes.
+            if let Some(r) = w.file.layers.get(t + 1).and_then(|n| n.router.as_deref()) {
+                crate::kernels::router::prefetch(r);
+            }
             self.stats.layers[t].routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
             let tickets = self.io.routed(lt, &sel, None, None);
             self.sched.defer_at(

@@ -9,5 +9,6 @@ pub mod dot;
 pub mod kv_elem;
 pub mod matvec;
 pub mod pool;
+pub mod router;
 
 pub use dot::{Isa, Q8Act};
