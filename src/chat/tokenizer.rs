@@ -279,6 +279,13 @@ pub struct TokenBytes {
 impl TokenBytes {
     /// Build from a tokenizer.json document.
     pub fn from_json(doc: &Value) -> TokenBytes {
+        TokenBytes::from_doc(doc, None)
+    }
+
+    /// [`TokenBytes::from_json`] with the model's vocabulary given apart from the document
+    /// (sorted by token, as [`crate::chat::tokenizer_parts::Parts::vocab_sorted`] gives it)
+    /// instead of `doc["model"]["vocab"]`.
+    pub fn from_doc(doc: &Value, vocab: Option<&[(&str, u32)]>) -> TokenBytes {
         let model = &doc["model"];
         let decoder = &doc["decoder"];
         let decoder_types: Vec<&str> = match decoder["type"].as_str() {
@@ -308,7 +315,10 @@ impl TokenBytes {
         let mut special: Vec<bool> = Vec::new();
         // Ids come from the document: a table indexed by id is bounded by the number of
         // entries (a lone id of 16 M would cost 400 MB), ids past that have no bytes.
-        let entries = model["vocab"].as_object().map_or(0, |v| v.len())
+        let entries = vocab
+            .map(<[_]>::len)
+            .or(model["vocab"].as_object().map(|v| v.len()))
+            .unwrap_or(0)
             + doc["added_tokens"].as_array().map_or(0, |a| a.len());
         let max_id = (2 * entries + 1024).min(1 << 24);
         let mut put = |id: usize, b: Vec<u8>, s: bool| {
@@ -322,9 +332,23 @@ impl TokenBytes {
             bytes[id] = b;
             special[id] = s;
         };
-        if let Some(vocab) = model["vocab"].as_object() {
-            for (tok, id) in vocab {
-                let Some(id) = id.as_u64() else { continue };
+        let from_doc = || {
+            model["vocab"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(t, id)| {
+                    id.as_u64()
+                        .filter(|&id| id <= u64::from(u32::MAX))
+                        .map(|id| (t.as_str(), id as u32))
+                })
+        };
+        let listed: Box<dyn Iterator<Item = (&str, u32)>> = match vocab {
+            Some(v) => Box::new(v.iter().copied()),
+            None => Box::new(from_doc()),
+        };
+        {
+            for (tok, id) in listed {
                 let b = if byte_level {
                     let mut out = Vec::with_capacity(tok.len());
                     for c in tok.chars() {
@@ -421,8 +445,13 @@ impl TokenizerWrap {
     /// Load from tokenizer.json text. `special = None` infers the special ids from well-known
     /// token names and the post-processor.
     pub fn from_json(json: &str, special: Option<SpecialTokens>) -> Result<Self, TokenizerError> {
-        let doc: Value =
-            serde_json::from_str(json).map_err(|e| TokenizerError::Load(e.to_string()))?;
+        // A BPE model's vocabulary and merges are read as lists, the rest as a small tree
+        // (`tokenizer_parts`); any other model as one tree.
+        let parts = super::tokenizer_parts::Parts::parse(json).ok().flatten();
+        let doc: Value = match &parts {
+            Some(p) => p.doc.clone(),
+            None => serde_json::from_str(json).map_err(|e| TokenizerError::Load(e.to_string()))?,
+        };
         let mut patterns = Vec::new();
         regex_patterns(&doc, &mut patterns);
         let mut all_known = true;
@@ -433,12 +462,15 @@ impl TokenizerWrap {
         let spm = has_type(&doc["pre_tokenizer"], "Metaspace")
             || has_type(&doc["normalizer"], "Prepend")
             || has_type(&doc["normalizer"], "Precompiled");
-        let bytes = Arc::new(TokenBytes::from_json(&doc));
+        let vocab = parts.as_ref().map(|p| p.vocab_sorted());
+        let bytes = Arc::new(TokenBytes::from_doc(&doc, vocab.as_deref()));
+        drop(vocab);
         let post_processor = doc["post_processor"].clone();
-        // The parsed document of a 262 k-token vocabulary holds ~300 MB: gone before the
-        // library builds its own tables from the text, so the two never add up in the peak.
+        // A parsed document of a 262 k-token vocabulary holds ~300 MB: gone before the
+        // library builds its own tables, so the two never add up in the peak.
         drop(doc);
-        let tok = super::tokenizer_load::parse_checked(json).map_err(TokenizerError::Load)?;
+        let tok =
+            super::tokenizer_load::build_checked(parts, json).map_err(TokenizerError::Load)?;
         let chunk = if spm {
             usize::MAX
         } else if all_known {

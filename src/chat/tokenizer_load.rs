@@ -8,6 +8,7 @@
 //! library panic becomes an error). Padding is switched off after loading: a `padding` section
 //! would pad every prompt to whatever length it names, and a prompt is never a batch.
 
+use super::tokenizer_parts::Parts;
 use base64::Engine as _;
 use serde_json::Value;
 
@@ -80,9 +81,20 @@ fn check_charsmap(v: &Value) -> Result<(), String> {
 
 /// Parses `json` (already checked with [`check`]) under the panic guard, with padding off.
 pub fn parse_checked(json: &str) -> Result<tokenizers::Tokenizer, String> {
-    let mut tok: tokenizers::Tokenizer = super::guard::guarded(|| json.parse())
-        .map_err(|p| format!("the tokenizer library panicked: {p}"))?
-        .map_err(|e: tokenizers::Error| e.to_string())?;
+    build_checked(Parts::parse(json).ok().flatten(), json)
+}
+
+/// [`parse_checked`] from `json` already split ([`Parts::parse`]) when it has a BPE model: built
+/// from the parts, which holds a fraction of the crate's own parse in memory. Any error on that
+/// path, and any other model, goes to the crate's parser, so errors read as the crate words them.
+pub fn build_checked(parts: Option<Parts>, json: &str) -> Result<tokenizers::Tokenizer, String> {
+    let built = parts.and_then(|p| super::guard::guarded(|| p.build()).ok()?.ok());
+    let mut tok = match built {
+        Some(t) => t,
+        None => super::guard::guarded(|| json.parse())
+            .map_err(|p| format!("the tokenizer library panicked: {p}"))?
+            .map_err(|e: tokenizers::Error| e.to_string())?,
+    };
     tok.with_padding(None);
     Ok(tok)
 }

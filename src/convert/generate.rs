@@ -140,7 +140,7 @@ impl GenSpec {
             } else {
                 vec![]
             },
-            tokenizer_json: self.tokenizer_json.clone(),
+            tokenizer_json: self.tokenizer_json.as_deref().map(std::sync::Arc::from),
             chat_template: self.chat_template.clone(),
             provenance: serde_json::json!({"generator": "cflow-tui gen", "seed": self.seed}),
             ..Default::default()

@@ -1080,7 +1080,7 @@ fn load_tokenizer(dir: &Path, meta: &mut ModelMeta, vocab: usize) -> Result<(), 
         Some(text) => {
             let t = crate::chat::tokenizer_load::load(&text)
                 .map_err(|e| HfError::Tokenizer(format!("{}: {e}", tj.display())))?;
-            meta.tokenizer_json = Some(text);
+            meta.tokenizer_json = Some(std::sync::Arc::from(text));
             Some(t)
         }
         None => None,

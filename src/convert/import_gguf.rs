@@ -483,7 +483,7 @@ pub fn import_gguf(
         bos_id: tok.special.bos,
         eos_ids: tok.special.eog.clone(),
         add_bos: tok.special.add_bos,
-        tokenizer_json: Some(tok.json.clone()),
+        tokenizer_json: Some(std::sync::Arc::from(tok.json.as_str())),
         chat_template: tok.chat_template.clone(),
         provenance: serde_json::json!({
             "source": src.file_name().map(|s| s.to_string_lossy().to_string()),

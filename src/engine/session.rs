@@ -96,6 +96,9 @@ impl Session {
             }
             None => None,
         };
+        // Building a large tokenizer frees most of what it allocated (tokenizer_parts): without
+        // this the process would keep that peak resident for the whole run.
+        crate::io::heap::release_free_heap();
         Ok(Session {
             engine,
             tok,

@@ -5,6 +5,7 @@
 pub mod aligned;
 pub mod fault;
 pub mod fetch;
+pub mod heap;
 pub mod page_cache;
 pub mod prefetch;
 pub mod signal;
