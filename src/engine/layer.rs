@@ -83,6 +83,8 @@ pub fn attend(
     let cfg = w.cfg;
     let win = cfg.sliding_window_for(p);
     let layer = kv.layer(l);
+    // Rows are positions from the layer's first kept one ([`KvLayer::base`]).
+    let pos = pos - layer.base();
     let sh = attention::AttnShape {
         start: attention::AttnShape::window_start(pos, win),
         ..attn_shape(cfg, pos, layer.cap())
@@ -125,6 +127,7 @@ pub fn attend_batch(
 ) {
     let cfg = w.cfg;
     let layer = kv.layer(l);
+    let pos0 = pos0 - layer.base();
     let sh = attn_shape(cfg, pos0, layer.cap());
     let win = cfg.sliding_window_for(p);
     match layer {

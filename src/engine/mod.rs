@@ -154,12 +154,17 @@ impl Engine {
     pub fn new(file: Arc<CflowFile>, opts: EngineOptions) -> Engine {
         let cfg = file.cfg.clone();
         let le = cfg.effective_layers();
+        let rule = StyleRule::of(&cfg);
+        let windows = (0..le)
+            .map(|l| cfg.sliding_window_for(rule.block_of(l)))
+            .collect();
         let mut e = Engine {
-            kv: KvCache::new(le, cfg.kv_dim(), cfg.head_dim, cfg.max_ctx, opts.kv),
+            kv: KvCache::new(le, cfg.kv_dim(), cfg.head_dim, cfg.max_ctx, opts.kv)
+                .with_windows(windows),
             pool: ThreadPool::new(opts.threads),
             s: Scratch::new(&cfg),
             batch: Default::default(),
-            rule: StyleRule::of(&cfg),
+            rule,
             sched: DelaySchedule::new(&cfg),
             file,
             vflow: None,
@@ -283,9 +288,20 @@ impl Engine {
         self.kv.max_ctx = n;
     }
 
+    /// Keeps every position of every layer, sliding-window layers too (the cache before
+    /// [`KvCache::with_windows`]): the reference the windowed cache is tested against. Only
+    /// before the first token.
+    pub fn kv_without_windows(&mut self) {
+        let le = self.cfg.effective_layers();
+        self.kv = std::mem::replace(&mut self.kv, KvCache::new(0, 1, 1, 0, self.opts.kv))
+            .with_windows(vec![0; le]);
+    }
+
     /// Keeps the first `len` cached positions (a shared prompt prefix) and drops the rest.
-    pub fn truncate_context(&mut self, len: usize) {
-        self.kv.truncate(len);
+    /// Returns the positions kept: `len`, or fewer when the cache no longer holds what position
+    /// `len` needs (a sliding-window layer rolled back past its slack: [`KvCache::truncate`]).
+    pub fn truncate_context(&mut self, len: usize) -> usize {
+        self.kv.truncate(len)
     }
 
     /// True when the vertical schedule has independent work to place on a second core: a dense

@@ -423,8 +423,8 @@ impl Session {
         if common == ids.len() && common > 0 {
             common -= 1;
         }
+        let common = self.engine.truncate_context(common);
         self.context.truncate(common);
-        self.engine.truncate_context(common);
         ids[common..].to_vec()
     }
 }
