@@ -113,14 +113,14 @@ mod tests {
     use super::*;
 
     fn table(tokens: &[&[u8]]) -> Arc<TokenBytes> {
-        Arc::new(TokenBytes {
-            bytes: tokens.iter().map(|t| t.to_vec()).collect(),
-            special: tokens
+        Arc::new(TokenBytes::new(
+            tokens.iter().map(|t| t.to_vec()).collect(),
+            tokens
                 .iter()
                 .map(|t| *t == b"<|im_end|>".as_slice())
                 .collect(),
-            strip_leading_space: false,
-        })
+            false,
+        ))
     }
 
     #[test]

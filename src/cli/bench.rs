@@ -34,7 +34,8 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         eng.with_threads(t).options()?;
     }
     let path = resolve_model(a.model.clone())?;
-    let file = open_for_decode(&path, eng)?;
+    let opened = open_for_decode(&path, eng)?;
+    let file = opened.file;
     let mut results = Vec::new();
     // The expert tier as the engine resolved it (the same for every thread count).
     let mut tier_as_run: Option<&str> = None;
@@ -53,7 +54,8 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             .has_experts()
             .then(|| engine.opts().expert_tier.name());
         let mut sess =
-            Session::new(engine, SamplingParams::default()).map_err(anyhow::Error::msg)?;
+            Session::with_tokenizer(engine, SamplingParams::default(), opened.tokenizer.clone())
+                .map_err(anyhow::Error::msg)?;
         if a.feed == super::args::FeedArg::Random {
             sess.random_feed = Some(0x5eed);
         }

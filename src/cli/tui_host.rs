@@ -40,16 +40,17 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         return cmd_run(a, &cli.engine);
     }
     let path = resolve_model(model)?;
-    let file = open_for_decode(&path, &cli.engine)?;
+    let opened = open_for_decode(&path, &cli.engine)?;
     let opts = cli.engine.options()?;
-    let engine = new_engine(&path, file, opts, &cli.engine)?;
+    let engine = new_engine(&path, opened.file, opts, &cli.engine)?;
     let chat = engine.cfg().meta.chat_template.is_some();
     let sampling = match chat {
         true => cli.chat.sampling.chat_params()?,
         false => cli.chat.sampling.params()?,
     };
     let startup = crate::tui::transcript::startup_commands(&cli.chat)?;
-    let session = Session::new(engine, sampling).map_err(anyhow::Error::msg)?;
+    let session =
+        Session::with_tokenizer(engine, sampling, opened.tokenizer).map_err(anyhow::Error::msg)?;
     // The read ceiling comes from the saved machine profile; on the first launch the probe (a
     // few seconds) runs in the background once the UI is up, and the UI says "measuring…".
     let machine =

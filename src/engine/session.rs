@@ -8,6 +8,7 @@ use super::{stream_bytes, Engine, ForwardError};
 use crate::chat::detok::Detok;
 use crate::chat::tokenizer::TokenizerWrap;
 use crate::model::special::SpecialTokens;
+use crate::model::ModelConfig;
 use crate::telemetry::{Event, ModelSummary, SamplingParams, StopReason, TokenStats};
 use std::time::Instant;
 
@@ -74,31 +75,44 @@ pub struct Session {
     pub random_feed: Option<u64>,
 }
 
+/// The tokenizer embedded in a model (`None` when it has none), with its special tokens from
+/// the model's metadata. Building a large one frees most of what it allocated
+/// (`chat::tokenizer_parts`): the allocator's free pages go back to the system afterwards, so
+/// the process does not keep that peak for the whole run. Load it before the weights are
+/// copied into memory, so that the two peaks do not add up.
+pub fn load_tokenizer(cfg: &ModelConfig) -> Result<Option<TokenizerWrap>, SessionError> {
+    let m = &cfg.meta;
+    let Some(j) = &m.tokenizer_json else {
+        return Ok(None);
+    };
+    let special = SpecialTokens {
+        bos: m.bos_id,
+        eos: m.eos_ids.first().copied(),
+        eog: m.eos_ids.clone(),
+        add_bos: m.add_bos,
+        ..Default::default()
+    };
+    let tok = TokenizerWrap::from_json(j, Some(special))
+        .map_err(|e| SessionError::Tokenizer(e.to_string()))?;
+    crate::io::heap::release_free_heap();
+    Ok(Some(tok))
+}
+
 impl Session {
     /// Opens a session over `engine`; refuses a model whose KV cache for its full context
     /// (`engine.cfg().max_ctx`) does not fit in available memory (`engine::kv_budget`).
     pub fn new(engine: Engine, sampling: SamplingParams) -> Result<Session, SessionError> {
+        let tok = load_tokenizer(engine.cfg())?;
+        Session::with_tokenizer(engine, sampling, tok)
+    }
+
+    /// [`Session::new`] with the model's tokenizer already loaded ([`load_tokenizer`]).
+    pub fn with_tokenizer(
+        engine: Engine,
+        sampling: SamplingParams,
+        tok: Option<TokenizerWrap>,
+    ) -> Result<Session, SessionError> {
         super::kv_budget::check(engine.cfg(), engine.kv_type(), available_memory())?;
-        let m = &engine.cfg().meta;
-        let tok = match &m.tokenizer_json {
-            Some(j) => {
-                let special = SpecialTokens {
-                    bos: m.bos_id,
-                    eos: m.eos_ids.first().copied(),
-                    eog: m.eos_ids.clone(),
-                    add_bos: m.add_bos,
-                    ..Default::default()
-                };
-                Some(
-                    TokenizerWrap::from_json(j, Some(special))
-                        .map_err(|e| SessionError::Tokenizer(e.to_string()))?,
-                )
-            }
-            None => None,
-        };
-        // Building a large tokenizer frees most of what it allocated (tokenizer_parts): without
-        // this the process would keep that peak resident for the whole run.
-        crate::io::heap::release_free_heap();
         Ok(Session {
             engine,
             tok,

@@ -190,6 +190,22 @@ impl ModelMap {
         Ok(())
     }
 
+    /// Unmaps the file's pages from this process (they stay in the page cache; a later read
+    /// faults them in again): a model about to be copied ([`ModelMap::make_resident`]) then
+    /// does not hold its whole mapping resident while something else allocates in between.
+    /// Nothing for a resident copy.
+    pub fn release_pages(&self) {
+        if self.resident {
+            return;
+        }
+        if let Some(src) = self.map.as_ref() {
+            // SAFETY: `src` is a read-only shared mapping of a file: MADV_DONTNEED only drops
+            // this process's page-table entries, and any later read faults the same bytes in
+            // again from the page cache, so references into the mapping stay valid.
+            let _ = unsafe { src.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+
     /// True once [`ModelMap::make_resident`] ran.
     pub fn is_resident(&self) -> bool {
         self.resident

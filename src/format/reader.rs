@@ -739,6 +739,11 @@ impl CflowFile {
         h.finish()
     }
 
+    /// Unmaps the file's pages from this process ([`ModelMap::release_pages`]).
+    pub fn release_pages(&self) {
+        self.map.release_pages();
+    }
+
     /// Copies the whole file into private huge-page memory and reads it from there from now on
     /// (see [`ModelMap::make_resident`]): `--weights resident`, and `auto` on dense models.
     /// With `repack`, the copy's Q4_0/Q4_1/Q8_0 matrices that decode multiplies (the layers'
@@ -747,6 +752,7 @@ impl CflowFile {
     /// by tile, and marked [`Matrix::packed`]. The direct tier still reads experts from the
     /// file, in its tile layout (`engine::weights::relative_experts` views are never packed).
     pub fn make_resident(&mut self, repack: bool) -> Result<(), FormatError> {
+        self.release_pages();
         let (layers, vocab) = (&mut self.layers, &mut self.vocab);
         let mut any = false;
         self.map.make_resident(&self.path, |bytes| {
