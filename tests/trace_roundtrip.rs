@@ -58,10 +58,13 @@ fn config(prefetch: bool) -> EngineConfigInfo {
         weights: "mmap".into(),
         repacked: false,
         readers: 1,
-        fetch: "staged".into(),
-        expert_tier: "mmap".into(),
-        layout: "cflow".into(),
-        layouts_available: vec!["cflow".into(), "rowmajor".into()],
+        fetch: cflow::engine::FetchMode::Staged,
+        expert_tier: cflow::engine::ExpertTier::Mmap,
+        layout: cflow::engine::Layout::Cflow,
+        layouts_available: vec![
+            cflow::engine::Layout::Cflow,
+            cflow::engine::Layout::RowMajor,
+        ],
         notes: vec![],
     }
 }
@@ -132,10 +135,10 @@ fn stats(index: u32) -> TokenStats {
         // Even tokens carry the engine's report of what it ran (the schema checks it).
         ran: index.is_multiple_of(2).then(|| cflow::telemetry::RunInfo {
             prefetch: false,
-            fetch: "staged".into(),
-            tier: "direct".into(),
-            layout: "cflow".into(),
-            schedule: "sequential".into(),
+            fetch: Some(cflow::engine::FetchMode::Staged),
+            tier: Some(cflow::engine::ExpertTier::Direct),
+            layout: cflow::engine::Layout::Cflow,
+            schedule: cflow::engine::Schedule::Sequential,
             threads: 2,
             weights: "mmap".into(),
             act: "q8".into(),
@@ -1058,12 +1061,13 @@ fn schema_rejects_drift() {
     assert!(schema.check_def("header", &h).is_err());
 }
 
-/// The toggle commands carry typed arms now; the trace format did not change (`config` events
-/// keep their strings). Every committed trace, recorded before the change, still replays, and
-/// the toggles its state implies come out as typed commands.
+/// The toggle commands and the trace's `config` carry the engine's toggle enums; the trace format
+/// did not change (the same strings). Every committed trace, recorded before the change, still
+/// replays, and the toggles its state implies come out as typed commands.
 #[test]
 fn old_traces_replay_and_their_toggles_become_typed_commands() {
-    use cflow::telemetry::{Command, FetchArm, LayoutArm, TierArm};
+    use cflow::engine::{ExpertTier, FetchMode};
+    use cflow::telemetry::Command;
     use cflow::tui::app::{Action, App, Msg};
     for file in [
         "traces/demo-toggles.trace.jsonl",
@@ -1077,9 +1081,7 @@ fn old_traces_replay_and_their_toggles_become_typed_commands() {
             app.apply(Msg::Stamped(e));
         }
         let cfg = app.live.config.clone().expect(file);
-        let fetch = FetchArm::parse(&cfg.fetch).expect(&cfg.fetch);
-        let tier = TierArm::parse(&cfg.expert_tier).expect(&cfg.expert_tier);
-        assert!(LayoutArm::parse(&cfg.layout).is_some(), "{}", cfg.layout);
+        let (fetch, tier) = (cfg.fetch, cfg.expert_tier);
         app.generating = false;
         if !app.live.has_experts() {
             // A dense model (SmolLM2): fetch and tier do nothing; nothing is sent (issue 43).
@@ -1089,14 +1091,17 @@ fn old_traces_replay_and_their_toggles_become_typed_commands() {
             continue;
         }
         let fx = app.apply(Msg::Action(Action::ToggleFetch));
-        let other = FetchArm::ALL
+        let other = FetchMode::ALL
             .iter()
             .find(|a| **a != fetch)
             .copied()
             .unwrap();
         assert_eq!(fx.commands, vec![Command::SetFetch(other)], "{file}");
         let fx = app.apply(Msg::Action(Action::ToggleTier));
-        let other = TierArm::ALL.iter().find(|a| **a != tier).copied().unwrap();
+        let other = [ExpertTier::Mmap, ExpertTier::Direct]
+            .into_iter()
+            .find(|a| *a != tier)
+            .unwrap();
         assert_eq!(fx.commands, vec![Command::SetExpertTier(other)], "{file}");
     }
 }
