@@ -4,8 +4,7 @@
 //! (`bench layout` lives in `bench_layout.rs`.)
 
 use crate::convert::generate::{generate, GenSpec};
-use crate::engine::{Engine, EngineOptions};
-use crate::io::{ExpertTier, FetchMode};
+use crate::engine::{Engine, EngineOptions, ExpertTier, FetchMode};
 use crate::telemetry::overlap_model::{self, LayerTiming};
 use crate::{errln, outln};
 use anyhow::{bail, Context, Result};

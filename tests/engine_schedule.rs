@@ -5,10 +5,10 @@
 //! logits.
 
 use cflow::convert::generate::{generate, GenSpec};
+use cflow::engine::ExpertTier;
 use cflow::engine::{stream_bytes, Engine, EngineOptions, Layout, Schedule};
 use cflow::format::vflow::{convert, VflowFile};
 use cflow::format::CflowFile;
-use cflow::io::ExpertTier;
 use cflow::quant::QuantType;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

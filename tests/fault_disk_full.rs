@@ -49,10 +49,10 @@ fn header() -> TraceHeader {
         weights: "mmap".into(),
         repacked: false,
         readers: 1,
-        fetch: "mmap".into(),
-        expert_tier: "mmap".into(),
-        layout: "cflow".into(),
-        layouts_available: vec!["cflow".into()],
+        fetch: cflow::engine::FetchMode::Staged,
+        expert_tier: cflow::engine::ExpertTier::Mmap,
+        layout: cflow::engine::Layout::Cflow,
+        layouts_available: vec![cflow::engine::Layout::Cflow],
         notes: vec![],
     };
     TraceHeader::new(ModelSummary::default(), config, None)

@@ -22,9 +22,9 @@
 
 use cflow::convert::hf::{import_hf, HfError};
 use cflow::engine::{Engine, EngineOptions, Layout};
+use cflow::engine::{ExpertTier, FetchMode};
 use cflow::format::vflow::{convert, is_twin_of, VflowFile};
 use cflow::format::{CflowFile, CflowWriter};
-use cflow::io::{ExpertTier, FetchMode};
 use cflow::kernels::Isa;
 use cflow::model::{CombineStyle, RouterNorm, FLAG_QKV_BIAS, FLAG_QK_NORM, FLAG_TIED_EMBED};
 use cflow::quant::QuantType;

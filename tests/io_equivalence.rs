@@ -5,8 +5,9 @@
 
 use cflow::convert::generate::{generate, GenSpec};
 use cflow::engine::{Engine, EngineOptions};
+use cflow::engine::{ExpertTier, FetchMode};
 use cflow::format::CflowFile;
-use cflow::io::{ExpertTier, FetchHooks, FetchMode};
+use cflow::io::FetchHooks;
 use cflow::quant::QuantType;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -58,10 +58,13 @@ fn config(prefetch: bool) -> EngineConfigInfo {
         weights: "mmap".into(),
         repacked: false,
         readers: 1,
-        fetch: "staged".into(),
-        expert_tier: "mmap".into(),
-        layout: "cflow".into(),
-        layouts_available: vec!["cflow".into(), "rowmajor".into()],
+        fetch: cflow::engine::FetchMode::Staged,
+        expert_tier: cflow::engine::ExpertTier::Mmap,
+        layout: cflow::engine::Layout::Cflow,
+        layouts_available: vec![
+            cflow::engine::Layout::Cflow,
+            cflow::engine::Layout::RowMajor,
+        ],
         notes: vec![],
     }
 }
@@ -132,10 +135,10 @@ fn stats(index: u32) -> TokenStats {
         // Even tokens carry the engine's report of what it ran (the schema checks it).
         ran: index.is_multiple_of(2).then(|| cflow::telemetry::RunInfo {
             prefetch: false,
-            fetch: "staged".into(),
-            tier: "direct".into(),
-            layout: "cflow".into(),
-            schedule: "sequential".into(),
+            fetch: Some(cflow::engine::FetchMode::Staged),
+            tier: Some(cflow::engine::ExpertTier::Direct),
+            layout: cflow::engine::Layout::Cflow,
+            schedule: cflow::engine::Schedule::Sequential,
             threads: 2,
             weights: "mmap".into(),
             act: "q8".into(),
@@ -1058,12 +1061,13 @@ fn schema_rejects_drift() {
     assert!(schema.check_def("header", &h).is_err());
 }
 
-/// The toggle commands carry typed arms now; the trace format did not change (`config` events
-/// keep their strings). Every committed trace, recorded before the change, still replays, and
-/// the toggles its state implies come out as typed commands.
+/// The toggle commands and the trace's `config` carry the engine's toggle enums; the trace format
+/// did not change (the same strings). Every committed trace, recorded before the change, still
+/// replays, and the toggles its state implies come out as typed commands.
 #[test]
 fn old_traces_replay_and_their_toggles_become_typed_commands() {
-    use cflow::telemetry::{Command, FetchArm, LayoutArm, TierArm};
+    use cflow::engine::{ExpertTier, FetchMode};
+    use cflow::telemetry::Command;
     use cflow::tui::app::{Action, App, Msg};
     for file in [
         "traces/demo-toggles.trace.jsonl",
@@ -1077,9 +1081,7 @@ fn old_traces_replay_and_their_toggles_become_typed_commands() {
             app.apply(Msg::Stamped(e));
         }
         let cfg = app.live.config.clone().expect(file);
-        let fetch = FetchArm::parse(&cfg.fetch).expect(&cfg.fetch);
-        let tier = TierArm::parse(&cfg.expert_tier).expect(&cfg.expert_tier);
-        assert!(LayoutArm::parse(&cfg.layout).is_some(), "{}", cfg.layout);
+        let (fetch, tier) = (cfg.fetch, cfg.expert_tier);
         app.generating = false;
         if !app.live.has_experts() {
             // A dense model (SmolLM2): fetch and tier do nothing; nothing is sent (issue 43).
@@ -1089,16 +1091,170 @@ fn old_traces_replay_and_their_toggles_become_typed_commands() {
             continue;
         }
         let fx = app.apply(Msg::Action(Action::ToggleFetch));
-        let other = FetchArm::ALL
+        let other = FetchMode::ALL
             .iter()
             .find(|a| **a != fetch)
             .copied()
             .unwrap();
         assert_eq!(fx.commands, vec![Command::SetFetch(other)], "{file}");
         let fx = app.apply(Msg::Action(Action::ToggleTier));
-        let other = TierArm::ALL.iter().find(|a| **a != tier).copied().unwrap();
+        let other = [ExpertTier::Mmap, ExpertTier::Direct]
+            .into_iter()
+            .find(|a| *a != tier)
+            .unwrap();
         assert_eq!(fx.commands, vec![Command::SetExpertTier(other)], "{file}");
     }
+}
+
+/// A trace (format 1.0) with every toggle string the engine has written: `config`'s `fetch`
+/// (sync, staged), `expert_tier` (mmap, direct, auto), `layout` and `layouts_available` (cflow,
+/// vflow, rowmajor); `ran`'s `fetch` and `tier` ("" when not in effect), `layout` and `schedule`
+/// (sequential, vertical); and tokens without `ran`. It parses into the engine's toggle enums,
+/// writes the same strings back, and its summary and A/B keys are those of the build that had
+/// strings (the summary's changes below are that build's output on this file).
+#[test]
+fn a_trace_with_the_old_toggle_strings_replays_into_the_engine_enums() {
+    use cflow::engine::{ExpertTier, FetchMode, Layout, Schedule};
+    use cflow::telemetry::ab::{Arm, Setting, Toggle};
+    use cflow::tui::app::{App, Msg};
+    use ExpertTier::{Auto, Direct, Mmap};
+    use FetchMode::{Staged, Sync};
+    use Layout::{Cflow, RowMajor, Vflow};
+    use Schedule::{Sequential, Vertical};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/traces/old-toggle-strings.trace.jsonl"
+    );
+    let r = Replay::open(path).unwrap();
+    assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+
+    // Written again, every event carries the file's toggle strings.
+    let text = std::fs::read_to_string(path).unwrap();
+    let old: Vec<Value> = text
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(old.len(), r.events.len());
+    let config = |v: &Value| match v["kind"].as_str() {
+        Some("session") => v["config"].clone(),
+        Some("config") => v.clone(),
+        _ => Value::Null,
+    };
+    for (o, e) in old.iter().zip(&r.events) {
+        let n = serde_json::to_value(e).unwrap();
+        for k in [
+            "prefetch",
+            "fetch",
+            "expert_tier",
+            "layout",
+            "layouts_available",
+        ] {
+            assert_eq!(config(o)[k], config(&n)[k], "{k}: {o}");
+        }
+        for k in ["prefetch", "fetch", "tier", "layout", "schedule"] {
+            assert_eq!(o["ran"][k], n["ran"][k], "ran.{k}: {o}");
+        }
+    }
+
+    // The typed values.
+    let configs: Vec<&EngineConfigInfo> = r
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Session { config, .. } | Event::Config(config) => Some(config),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        configs
+            .iter()
+            .map(|c| (c.prefetch, c.fetch, c.expert_tier, c.layout))
+            .collect::<Vec<_>>(),
+        [
+            (false, Staged, Direct, Cflow),
+            (false, Sync, Direct, Cflow),
+            (true, Sync, Direct, Cflow),
+            (false, Sync, Mmap, Cflow),
+            (false, Sync, Mmap, RowMajor),
+            (false, Staged, Direct, Vflow),
+            (false, Staged, Auto, Cflow),
+        ]
+    );
+    assert_eq!(configs[0].layouts_available, [Cflow, RowMajor]);
+    assert_eq!(configs[5].layouts_available, [Cflow, Vflow, RowMajor]);
+    let stats: Vec<&TokenStats> = r
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Stats(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        stats
+            .iter()
+            .map(|s| s
+                .ran
+                .as_ref()
+                .map(|r| (r.fetch, r.tier, r.layout, r.schedule)))
+            .collect::<Vec<_>>(),
+        [
+            Some((Some(Staged), Some(Direct), Cflow, Sequential)),
+            Some((Some(Staged), Some(Direct), Cflow, Vertical)),
+            Some((Some(Sync), Some(Direct), Cflow, Vertical)),
+            Some((Some(Sync), Some(Direct), Cflow, Sequential)),
+            Some((None, Some(Mmap), Cflow, Sequential)),
+            Some((None, Some(Mmap), RowMajor, Sequential)),
+            Some((Some(Staged), Some(Direct), Vflow, Vertical)),
+            Some((None, None, Vflow, Sequential)),
+            None,
+            None,
+        ]
+    );
+
+    // The summary's changes, as the string-typed build printed them.
+    let changes: Vec<Vec<String>> = summary(&r).toggles.into_iter().map(|t| t.changes).collect();
+    assert_eq!(
+        changes,
+        [
+            vec!["fetch: staged → sync"],
+            vec!["prefetch: false → true"],
+            vec!["prefetch: true → false", "expert_tier: direct → mmap"],
+            vec!["layout: cflow → rowmajor"],
+            vec![
+                "fetch: sync → staged",
+                "expert_tier: mmap → direct",
+                "layout: rowmajor → vflow"
+            ],
+            vec!["expert_tier: direct → auto", "layout: vflow → cflow"],
+        ]
+    );
+
+    // A/B keys: the engine's report where there is one, else the configuration in force.
+    let mut app = App::default();
+    for e in r.events.iter().cloned() {
+        app.apply(Msg::Stamped(e));
+    }
+    let last = app.live.last.clone().unwrap();
+    let key = Setting::of_stats(&last, app.live.config.as_ref()).unwrap();
+    assert_eq!(key.arm(Toggle::Tier), Some(Arm::Tier(Auto)));
+    assert_eq!(key.arm(Toggle::Fetch), Some(Arm::Fetch(Staged)));
+    assert_eq!(key.arm(Toggle::Schedule), None);
+    app.live.ab.flush();
+    let arms = |t: Toggle| -> Vec<String> {
+        app.live
+            .ab
+            .view(t)
+            .arms
+            .iter()
+            .map(|(l, _)| l.clone())
+            .collect()
+    };
+    assert_eq!(arms(Toggle::Fetch), ["sync", "staged"]);
+    assert_eq!(arms(Toggle::Layout), ["cflow", "vflow", "rowmajor"]);
+    assert_eq!(arms(Toggle::Tier), ["mmap", "direct", "auto"]);
+    assert_eq!(arms(Toggle::Schedule), ["sequential", "vertical"]);
+    assert_eq!(arms(Toggle::Prefetch), ["on", "off"]);
 }
 
 // ---------------------------------------------------------------- CSV tables (issue 43 §5)

@@ -3,8 +3,9 @@
 //! context grows, a known 20% effect read as 1.20× inside its interval, arms that changed
 //! together not compared, and A/B auto alternating the toggle every N tokens until tight.
 
+use cflow::engine::FetchMode;
 use cflow::stats::median;
-use cflow::telemetry::ab::{Toggle, AUTO_BLOCK, AUTO_MIN_BLOCKS, TIGHT};
+use cflow::telemetry::ab::{Arm, Toggle, AUTO_BLOCK, AUTO_MIN_BLOCKS, TIGHT};
 use cflow::telemetry::event::{Command, EngineConfigInfo, Event, Stamped};
 use cflow::tui::app::{Action, App, Msg, PaneId, TuiOptions};
 use cflow::tui::fixture::{ab_events, demo_config, demo_model, demo_stats, ran_of, Lcg};
@@ -34,7 +35,7 @@ fn pooled_ratio(app: &App, t: Toggle, a: &str, b: &str) -> f64 {
             app.view()
                 .ab
                 .samples()
-                .filter(|(s, _)| s.arm(t) == l)
+                .filter(|(s, _)| s.label(t) == l)
                 .map(|(_, x)| x.ms),
         )
         .unwrap()
@@ -142,7 +143,7 @@ fn a_hidden_setting_changing_halfway_is_not_reported_as_the_visible_toggles_effe
     let path = dir.path().join("hidden.trace.jsonl");
     let cfg = |on: bool| EngineConfigInfo {
         prefetch: on,
-        ..demo_config("staged")
+        ..demo_config(FetchMode::Staged)
     };
     let mut lines =
         vec![serde_json::to_string(&TraceHeader::new(demo_model(), cfg(false), None)).unwrap()];
@@ -177,7 +178,7 @@ fn a_hidden_setting_changing_halfway_is_not_reported_as_the_visible_toggles_effe
             ev(Event::Config(cfg(true)), &mut lines);
         }
         let pos = 4 + i;
-        let mut s = demo_stats(i, pos, "staged", &mut rng);
+        let mut s = demo_stats(i, pos, FetchMode::Staged, &mut rng);
         let noise = 1.0 + (rng.below(2001) as f64 - 1000.0) / 100_000.0;
         // Prefetch does nothing; the vertical schedule of the second half is 30% faster.
         let base = if second_half { 7.0 } else { 10.0 };
@@ -228,20 +229,20 @@ fn a_hidden_setting_changing_halfway_is_not_reported_as_the_visible_toggles_effe
 /// tokens `on_factor` times as long. Returns (token index, command) for every command.
 fn drive(app: &mut App, tokens: u32, on_factor: f64) -> Vec<(u32, Command)> {
     let mut rng = Lcg::new(5);
-    let mut cfg: EngineConfigInfo = demo_config("staged");
+    let mut cfg: EngineConfigInfo = demo_config(FetchMode::Staged);
     let mut pending: Vec<(u32, Command)> = Vec::new();
     let mut out = Vec::new();
     for i in 0..tokens {
         for (_, c) in pending.iter().filter(|(at, _)| *at == i) {
             match c {
                 Command::SetPrefetch(on) => cfg.prefetch = *on,
-                Command::SetFetch(f) => cfg.fetch = f.name().to_string(),
+                Command::SetFetch(f) => cfg.fetch = *f,
                 other => panic!("unexpected {other:?}"),
             }
             app.apply(Msg::Event(Event::Config(cfg.clone())));
         }
         let pos = 4 + i;
-        let mut s = demo_stats(i, pos, "staged", &mut rng);
+        let mut s = demo_stats(i, pos, FetchMode::Staged, &mut rng);
         s.ran = Some(ran_of(&cfg, true));
         let noise = 1.0 + (rng.below(6001) as f64 - 3000.0) / 100_000.0;
         let f = if cfg.prefetch { on_factor } else { 1.0 };
@@ -259,7 +260,7 @@ fn live_app() -> App {
     let mut app = App::default();
     app.apply(Msg::Event(Event::Session {
         model: Box::new(demo_model()),
-        config: demo_config("staged"),
+        config: demo_config(FetchMode::Staged),
     }));
     app
 }
@@ -300,14 +301,14 @@ fn ab_auto_stops_on_a_again_follows_the_last_toggle_and_is_off_in_replay() {
     app.apply(Msg::Action(Action::AbAuto));
     let a = app.ab_auto.clone().unwrap();
     assert_eq!(a.toggle, Toggle::Fetch);
-    assert_eq!(a.arms, ["staged".to_string(), "sync".to_string()]);
+    assert_eq!(
+        a.arms,
+        [Arm::Fetch(FetchMode::Staged), Arm::Fetch(FetchMode::Sync)]
+    );
     let cmds = drive(&mut app, AUTO_BLOCK, 1.0);
     assert_eq!(
         cmds,
-        vec![(
-            AUTO_BLOCK - 1,
-            Command::SetFetch(cflow::telemetry::FetchArm::Sync)
-        )]
+        vec![(AUTO_BLOCK - 1, Command::SetFetch(FetchMode::Sync))]
     );
     app.apply(Msg::Action(Action::AbAuto));
     assert!(app.ab_auto.is_none());

@@ -543,7 +543,7 @@ fn overlap_hint_names_the_key_that_works_on_this_tier() {
     for e in events.iter_mut() {
         match &mut e.event {
             Event::Session { config, .. } | Event::Config(config) => {
-                config.expert_tier = "mmap".into()
+                config.expert_tier = cflow::engine::ExpertTier::Mmap
             }
             _ => {}
         }
@@ -785,7 +785,7 @@ fn contention_and_the_prefetch_core_are_shown() {
     use cflow::telemetry::event::Event;
     let size = (160, 48);
     let mut app = app_from(demo_events(24, false), TuiOptions::default(), size);
-    let mut cfg = cflow::tui::fixture::demo_config("sync");
+    let mut cfg = cflow::tui::fixture::demo_config(cflow::engine::FetchMode::Sync);
     cfg.prefetch = true;
     app.apply(Msg::Event(Event::Config(cfg)));
     let before = render_screen(&app, size);
@@ -939,7 +939,7 @@ fn nothing_is_cut_off_at_160x48() {
             );
             if staged {
                 app.apply(Msg::Event(Event::Config(cflow::tui::fixture::demo_config(
-                    "staged",
+                    cflow::engine::FetchMode::Staged,
                 ))));
             }
             app.apply(Msg::Action(Action::Freeze));

@@ -5,9 +5,9 @@
 use cflow::convert::generate::{generate, GenSpec};
 use cflow::engine::Layout;
 use cflow::engine::{Engine, EngineOptions};
+use cflow::engine::{ExpertTier, FetchMode};
 use cflow::format::vflow::{convert, is_twin_of, VflowFile, VflowHeader, GROUP_ENTRY_SIZE};
 use cflow::format::{CflowFile, FormatError};
-use cflow::io::{ExpertTier, FetchMode};
 use cflow::quant::QuantType;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -96,7 +96,7 @@ fn check_equivalence(cflow: &Path, vflow: &Path) {
                 }
                 let what = format!("{} {tier:?} {fetch:?} prefetch={pf}", vflow.display());
                 let mut e = engine(&c, Some(&v), opts(tier, fetch, pf));
-                assert_eq!(e.config_info().layout, "vflow");
+                assert_eq!(e.config_info().layout, Layout::Vflow);
                 let (t, l) = decode(&mut e, 8);
                 assert_eq!(t, toks, "tokens differ: {what}");
                 assert!(l == logits, "logits differ: {what}");
@@ -114,11 +114,7 @@ fn check_equivalence(cflow: &Path, vflow: &Path) {
         Some(&v),
         opts(ExpertTier::Direct, FetchMode::Staged, true),
     );
-    assert!(e
-        .config_info()
-        .layouts_available
-        .iter()
-        .any(|l| l == "vflow"));
+    assert!(e.config_info().layouts_available.contains(&Layout::Vflow));
     e.reset();
     let layouts = [Layout::Cflow, Layout::Vflow, Layout::Vflow, Layout::Cflow];
     let mut last = 0;
@@ -243,12 +239,8 @@ fn vflow_engine_rejects_missing_or_foreign_twin() {
     let ca = Arc::new(CflowFile::open(&a).unwrap());
     let mut e = Engine::new(ca.clone(), opts(ExpertTier::Mmap, FetchMode::Sync, false));
     assert!(e.set_layout(Layout::Vflow).is_err());
-    assert_eq!(e.config_info().layout, "cflow");
-    assert!(!e
-        .config_info()
-        .layouts_available
-        .iter()
-        .any(|l| l == "vflow"));
+    assert_eq!(e.config_info().layout, Layout::Cflow);
+    assert!(!e.config_info().layouts_available.contains(&Layout::Vflow));
     // Same configuration, different weights: the source hash tells them apart.
     let vb = VflowFile::open(&to_vflow(&b, 2)).unwrap();
     assert!(!is_twin_of(&vb, &ca));
@@ -260,7 +252,7 @@ fn vflow_engine_rejects_missing_or_foreign_twin() {
     let mut o = opts(ExpertTier::Mmap, FetchMode::Sync, false);
     o.layout = Layout::Vflow;
     let e = Engine::new(ca, o);
-    assert_eq!(e.config_info().layout, "cflow");
+    assert_eq!(e.config_info().layout, Layout::Cflow);
 }
 
 fn rd64(b: &[u8], at: usize) -> u64 {

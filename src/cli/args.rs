@@ -4,8 +4,7 @@
 use super::model::MAX_CTX;
 use crate::convert::generate::ARCHS;
 use crate::convert::import_gguf::QuantTarget;
-use crate::engine::{Engine, EngineOptions, Layout};
-use crate::io::{ExpertTier, FetchMode};
+use crate::engine::{Engine, EngineOptions, ExpertTier, FetchMode, Layout, Schedule};
 use crate::kernels::Isa;
 use crate::model::kv::KvType;
 use crate::quant::QuantType;
@@ -251,8 +250,8 @@ pub struct EngineArgs {
     ///
     /// Weight layout: cflow (tiles), vflow (the .vflow twin: vertical groups + expert bank) or
     /// rowmajor (naive baseline copy).
-    #[arg(long, value_enum, default_value_t = LayoutArg::Cflow)]
-    pub layout: LayoutArg,
+    #[arg(long, value_enum, default_value_t = Layout::Cflow)]
+    pub layout: Layout,
     /// The model's .vflow twin (default: MODEL with the extension .vflow, when it exists).
     #[arg(long)]
     pub vflow: Option<PathBuf>,
@@ -285,19 +284,20 @@ pub struct EngineArgs {
     /// next layer's own router applied one layer early, its experts read into staging slots
     /// (an extension; unused reads count as wasted). Hit rate: the Routing pane, `bench --json`
     /// `prefetch`.
-    #[arg(long, value_enum, default_value_t = OnOff::Off)]
-    pub prefetch: OnOff,
+    #[arg(long, value_name = "PREFETCH", default_value = "off", value_parser = super::toggles::on_off(),
+          action = clap::ArgAction::Set)]
+    pub prefetch: bool,
     /// Expert fetch on the direct tier: sync (blocking at routing) or staged (until injection).
-    #[arg(long, value_enum, default_value_t = FetchArg::Staged)]
-    pub fetch: FetchArg,
+    #[arg(long, value_enum, default_value_t = FetchMode::Staged)]
+    pub fetch: FetchMode,
     /// Where experts are read from: auto, mmap or direct, e.g. `--expert-tier direct`.
     ///
     /// Expert tier: mmap (from the map), direct (O_DIRECT reads of the routed experts into
     /// staging slots), or auto: direct when the model file is larger than the memory available
     /// (cgroup limits included), else mmap — the faster of the two on each side (docs/MOE.md,
     /// "Larger than memory").
-    #[arg(long, value_enum, default_value_t = TierArg::Auto)]
-    pub expert_tier: TierArg,
+    #[arg(long, value_enum, default_value_t = ExpertTier::Auto)]
+    pub expert_tier: ExpertTier,
     /// Reader threads for the direct tier.
     #[arg(long, default_value_t = 2)]
     pub readers: usize,
@@ -316,8 +316,8 @@ pub struct EngineArgs {
     /// input is ready δd/δe layers early run on a second core while attention runs on the
     /// first; same tokens); or auto: the faster of the two on this model, measured over the
     /// first decode steps.
-    #[arg(long, value_enum, default_value_t = crate::engine::Schedule::Auto)]
-    pub schedule: crate::engine::Schedule,
+    #[arg(long, value_enum, default_value_t = Schedule::Auto)]
+    pub schedule: Schedule,
     /// Context positions to allocate, e.g. `-c 4096`.
     ///
     /// Run with at most N context positions (default: the model's context). A model whose KV
@@ -382,24 +382,6 @@ impl IsaArg {
     }
 }
 
-/// `--layout`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LayoutArg {
-    Cflow,
-    Vflow,
-    Rowmajor,
-}
-
-impl LayoutArg {
-    pub fn layout(self) -> Layout {
-        match self {
-            LayoutArg::Cflow => Layout::Cflow,
-            LayoutArg::Vflow => Layout::Vflow,
-            LayoutArg::Rowmajor => Layout::RowMajor,
-        }
-    }
-}
-
 /// `--act`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActArg {
@@ -413,20 +395,6 @@ pub enum ActArg {
 pub enum KvArg {
     F16,
     F32,
-}
-
-/// An on/off flag value.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnOff {
-    On,
-    Off,
-}
-
-/// `--fetch`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FetchArg {
-    Sync,
-    Staged,
 }
 
 /// `--expert-cache-mib`: `auto` or a count of MiB.
@@ -443,14 +411,6 @@ fn parse_cache_mib(s: &str) -> Result<CacheMibArg, String> {
     s.parse::<u64>()
         .map(CacheMibArg::Mib)
         .map_err(|_| format!("'{s}': a number of MiB or auto"))
-}
-
-/// `--expert-tier`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TierArg {
-    Mmap,
-    Direct,
-    Auto,
 }
 
 /// `gen --quant`.
@@ -580,7 +540,7 @@ impl EngineArgs {
             threads,
             isa: self.isa.resolve()?,
             int_act,
-            layout: self.layout.layout(),
+            layout: self.layout,
             timings: true,
             kv: if self.kv_f16 {
                 KvType::F16
@@ -590,20 +550,13 @@ impl EngineArgs {
                     KvArg::F32 => KvType::F32,
                 }
             },
-            fetch: match self.fetch {
-                FetchArg::Sync => FetchMode::Sync,
-                FetchArg::Staged => FetchMode::Staged,
-            },
-            expert_tier: match self.expert_tier {
-                TierArg::Mmap => ExpertTier::Mmap,
-                TierArg::Direct => ExpertTier::Direct,
-                TierArg::Auto => ExpertTier::Auto,
-            },
+            fetch: self.fetch,
+            expert_tier: self.expert_tier,
             readers: match self.readers {
                 1..=64 => self.readers,
                 n => bail!("--readers {n}: must be between 1 and 64"),
             },
-            prefetch: self.prefetch == OnOff::On,
+            prefetch: self.prefetch,
             schedule: self.schedule,
             expert_cache_mib: match self.expert_cache_mib {
                 CacheMibArg::Auto => crate::engine::CACHE_AUTO,

@@ -10,6 +10,7 @@ mod model;
 mod moefy;
 mod perplexity;
 mod run;
+mod toggles;
 mod trace;
 mod tui_host;
 

@@ -1,10 +1,10 @@
 //! Opening models for the commands: the built-in demo, `--vflow` twins, engine and session
 //! construction, and the progress bar the long steps share.
 
-use super::args::{EngineArgs, TierArg, WeightsArg};
+use super::args::{EngineArgs, WeightsArg};
 use crate::convert::generate::{generate, GenSpec};
 use crate::engine::session::Session;
-use crate::engine::{Engine, EngineOptions, Layout};
+use crate::engine::{Engine, EngineOptions, ExpertTier, Layout};
 use crate::errln;
 use crate::format::CflowFile;
 use crate::telemetry::SamplingParams;
@@ -105,7 +105,7 @@ pub(super) fn open_for_decode(path: &Path, eng: &EngineArgs) -> Result<Opened> {
     let mut file = open_mapped(path)?;
     let avail = crate::engine::kv_budget::available_memory().map(|a| a.bytes);
     let twin = twin_path(path, eng).is_some();
-    let direct = eng.expert_tier == TierArg::Direct;
+    let direct = eng.expert_tier == ExpertTier::Direct;
     let placement = weights_placement(eng.weights, &file, twin, direct, avail);
     if placement == Placement::Resident {
         // Opening read the whole mapping; the copy reads it again piece by piece.

@@ -14,7 +14,7 @@ use super::styles::{steps, Step};
 use super::token::Token;
 use super::vertical::{with_second_core, Job, Lane, Shared};
 use super::weights::{embed, use_q8, Weights};
-use super::{Engine, ForwardError, Layout, Schedule};
+use super::{Engine, ExpertTier, ForwardError, Layout, Schedule};
 use crate::telemetry::{LayerStat, RunInfo, TokenStats};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -182,19 +182,14 @@ impl Engine {
             prefetch: self.prefetcher.is_some()
                 && self.opts.prefetch
                 && self.opts.layout != Layout::RowMajor,
-            fetch: if fetching {
-                self.opts.fetch.name().into()
+            fetch: fetching.then_some(self.opts.fetch),
+            tier: experts.then_some(if fetching {
+                ExpertTier::Direct
             } else {
-                String::new()
-            },
-            tier: match (experts, fetching) {
-                (false, _) => "",
-                (true, true) => "direct",
-                (true, false) => "mmap",
-            }
-            .into(),
-            layout: self.opts.layout.name().into(),
-            schedule: schedule.name().into(),
+                ExpertTier::Mmap
+            }),
+            layout: self.opts.layout,
+            schedule,
             threads: self.pool.threads() as u32,
             weights: if active.is_repacked() {
                 format!("{} repacked", active.weights_mode())

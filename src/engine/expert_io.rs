@@ -8,10 +8,11 @@
 
 use super::schedule::Pending;
 use super::weights::span;
+use super::FetchMode;
 use super::ForwardError;
 use crate::format::reader::LayerView;
 use crate::format::CflowFile;
-use crate::io::{ExpertFetcher, FetchMode, PrefetchCmd, Prefetcher, Ticket};
+use crate::io::{ExpertFetcher, PrefetchCmd, Prefetcher, Ticket};
 use crate::telemetry::{ExpertCacheStat, LayerIo, PrefetchStat, TokenStats};
 use std::sync::Arc;
 

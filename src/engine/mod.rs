@@ -35,12 +35,12 @@ pub mod vertical;
 pub mod weights;
 pub mod worker;
 
-pub use options::{default_threads, EngineOptions, Layout, Schedule};
+pub use options::{default_threads, EngineOptions, ExpertTier, FetchMode, Layout, Schedule};
 pub use streams::stream_bytes;
 
 use crate::format::reader::ExpertView;
 use crate::format::CflowFile;
-use crate::io::{ExpertFetcher, ExpertTier, FetchHooks, FetchMode, Prefetcher};
+use crate::io::{ExpertFetcher, FetchHooks, Prefetcher};
 use crate::kernels::pool::ThreadPool;
 use crate::model::kv::KvCache;
 use crate::model::ModelConfig;
@@ -188,15 +188,7 @@ impl Engine {
             let avail = kv_budget::available_memory().map(|a| a.bytes);
             e.opts.expert_cache_mib = auto_cache_mib(streams::all_expert_bytes(&e.file), avail);
         }
-        if e.opts.expert_tier == ExpertTier::Auto {
-            let size = std::fs::metadata(&e.file.path).map_or(0, |m| m.len());
-            let avail = kv_budget::available_memory().map(|a| a.bytes);
-            let (tier, why) = ExpertTier::Auto.resolve(size, avail, e.file.is_resident());
-            e.opts.expert_tier = tier;
-            if let Some(why) = why.filter(|_| e.cfg.has_experts()) {
-                e.note(why);
-            }
-        }
+        e.resolve_expert_tier();
         e.experts_aside = vertical::experts_aside(&stream_bytes(&e.file), e.cfg.dense_delay);
         e.rel_experts = relative_experts(&e.file);
         if e.opts.layout == Layout::RowMajor {
@@ -412,11 +404,27 @@ impl Engine {
         self.opts.fetch = fetch;
     }
 
-    /// Selects the expert tier (takes effect at the next token).
+    /// Selects the expert tier (takes effect at the next token; `Auto` is resolved now, as at
+    /// open).
     pub fn set_expert_tier(&mut self, tier: ExpertTier) {
         self.quiesce();
         self.opts.expert_tier = tier;
+        self.resolve_expert_tier();
         self.auto = AutoPick::default();
+    }
+
+    /// Replaces `ExpertTier::Auto` in the options by the tier it picks for this model
+    /// ([`ExpertTier::resolve`]), with a note when it picks direct.
+    fn resolve_expert_tier(&mut self) {
+        if self.opts.expert_tier == ExpertTier::Auto {
+            let size = std::fs::metadata(&self.file.path).map_or(0, |m| m.len());
+            let avail = kv_budget::available_memory().map(|a| a.bytes);
+            let (tier, why) = ExpertTier::Auto.resolve(size, avail, self.file.is_resident());
+            self.opts.expert_tier = tier;
+            if let Some(why) = why.filter(|_| self.cfg.has_experts()) {
+                self.note(why);
+            }
+        }
     }
 
     /// Selects the schedule (takes effect at the next token; `Auto` measures again).
@@ -621,17 +629,16 @@ impl Engine {
             weights: self.active().weights_mode().into(),
             repacked: self.active().is_repacked(),
             readers: self.opts.readers as u32,
-            fetch: self.opts.fetch.name().into(),
-            expert_tier: self.opts.expert_tier.name().into(),
-            layout: self.opts.layout.name().into(),
+            fetch: self.opts.fetch,
+            expert_tier: self.opts.expert_tier,
+            layout: self.opts.layout,
             layouts_available: [
-                Some("cflow"),
-                self.vflow.as_ref().map(|_| "vflow"),
-                Some("rowmajor"),
+                Some(Layout::Cflow),
+                self.vflow.as_ref().map(|_| Layout::Vflow),
+                Some(Layout::RowMajor),
             ]
             .into_iter()
             .flatten()
-            .map(String::from)
             .collect(),
             notes,
         }

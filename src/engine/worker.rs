@@ -6,7 +6,6 @@
 
 use super::sampler::Sampler;
 use super::session::Session;
-use super::Layout;
 use crate::chat::conversation::Conversation;
 use crate::io::fault::panic_message;
 use crate::telemetry::machine::MachineProfile;
@@ -76,30 +75,12 @@ pub fn gen_settings(s: &Session, conv: Option<&Conversation>) -> GenSettings {
 
 /// Applies an engine toggle; returns a notice when it could not be applied.
 fn toggle_engine(engine: &mut super::Engine, c: &Command) -> Option<String> {
-    use crate::io::{ExpertTier, FetchMode};
     match c {
-        Command::SetLayout(l) => {
-            return engine
-                .set_layout(match l {
-                    crate::telemetry::LayoutArm::Cflow => Layout::Cflow,
-                    crate::telemetry::LayoutArm::Vflow => Layout::Vflow,
-                    crate::telemetry::LayoutArm::RowMajor => Layout::RowMajor,
-                })
-                .err()
-        }
+        Command::SetLayout(l) => return engine.set_layout(*l).err(),
         Command::SetPrefetch(on) => engine.set_prefetch(*on),
-        Command::SetFetch(f) => engine.set_fetch(match f {
-            crate::telemetry::FetchArm::Sync => FetchMode::Sync,
-            crate::telemetry::FetchArm::Staged => FetchMode::Staged,
-        }),
-        Command::SetExpertTier(t) => engine.set_expert_tier(match t {
-            crate::telemetry::TierArm::Mmap => ExpertTier::Mmap,
-            crate::telemetry::TierArm::Direct => ExpertTier::Direct,
-        }),
-        Command::SetSchedule(s) => match super::Schedule::parse(s) {
-            Some(s) => engine.set_schedule(s),
-            None => return Some(format!("unknown schedule `{s}`")),
-        },
+        Command::SetFetch(f) => engine.set_fetch(*f),
+        Command::SetExpertTier(t) => engine.set_expert_tier(*t),
+        Command::SetSchedule(s) => engine.set_schedule(*s),
         _ => {}
     }
     None

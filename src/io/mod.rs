@@ -11,5 +11,5 @@ pub mod prefetch;
 pub mod signal;
 
 pub use fault::{FaultKind, FaultPlan};
-pub use fetch::{ExpertFetcher, ExpertTier, FetchCounters, FetchHooks, FetchMode, Ticket};
+pub use fetch::{ExpertFetcher, FetchCounters, FetchHooks, Ticket};
 pub use prefetch::{PrefetchCmd, Prefetcher};

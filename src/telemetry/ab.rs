@@ -39,7 +39,8 @@
 
 use std::collections::VecDeque;
 
-use super::event::{EngineConfigInfo, RunInfo, TokenStats};
+use super::event::{Command, EngineConfigInfo, RunInfo, TokenStats};
+use crate::engine::{ExpertTier, FetchMode, Layout, Schedule};
 
 /// Samples kept (oldest dropped first).
 pub const WINDOW: usize = 2048;
@@ -130,13 +131,20 @@ impl Toggle {
     }
 
     /// Canonical arm order; a ratio is first arm / second arm.
-    pub fn order(self) -> &'static [&'static str] {
+    pub fn order(self) -> &'static [Arm] {
         match self {
-            Toggle::Prefetch => &["on", "off"],
-            Toggle::Fetch => &["sync", "staged"],
-            Toggle::Layout => &["cflow", "vflow", "rowmajor"],
-            Toggle::Tier => &["mmap", "direct"],
-            Toggle::Schedule => &["sequential", "vertical"],
+            Toggle::Prefetch => &[Arm::Prefetch(true), Arm::Prefetch(false)],
+            Toggle::Fetch => &[Arm::Fetch(FetchMode::Sync), Arm::Fetch(FetchMode::Staged)],
+            Toggle::Layout => &[
+                Arm::Layout(Layout::Cflow),
+                Arm::Layout(Layout::Vflow),
+                Arm::Layout(Layout::RowMajor),
+            ],
+            Toggle::Tier => &[Arm::Tier(ExpertTier::Mmap), Arm::Tier(ExpertTier::Direct)],
+            Toggle::Schedule => &[
+                Arm::Schedule(Schedule::Sequential),
+                Arm::Schedule(Schedule::Vertical),
+            ],
         }
     }
 
@@ -144,9 +152,62 @@ impl Toggle {
         Toggle::ALL.iter().position(|&t| t == self).unwrap_or(0)
     }
 
-    fn rank(self, label: &str) -> usize {
+    /// Position of `arm` in [`Toggle::order`] (after every listed arm when not listed or None).
+    fn rank(self, arm: Option<Arm>) -> usize {
         let o = self.order();
-        o.iter().position(|&x| x == label).unwrap_or(o.len())
+        o.iter().position(|&x| Some(x) == arm).unwrap_or(o.len())
+    }
+}
+
+/// One arm of a toggle: the value the toggle takes, in the engine's own types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arm {
+    Prefetch(bool),
+    Fetch(FetchMode),
+    Layout(Layout),
+    Tier(ExpertTier),
+    Schedule(Schedule),
+}
+
+impl Arm {
+    /// The toggle this is an arm of.
+    pub fn toggle(self) -> Toggle {
+        match self {
+            Arm::Prefetch(_) => Toggle::Prefetch,
+            Arm::Fetch(_) => Toggle::Fetch,
+            Arm::Layout(_) => Toggle::Layout,
+            Arm::Tier(_) => Toggle::Tier,
+            Arm::Schedule(_) => Toggle::Schedule,
+        }
+    }
+
+    /// Its label: "on"/"off" for prefetch, else the value's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arm::Prefetch(true) => "on",
+            Arm::Prefetch(false) => "off",
+            Arm::Fetch(f) => f.name(),
+            Arm::Layout(l) => l.name(),
+            Arm::Tier(t) => t.name(),
+            Arm::Schedule(s) => s.name(),
+        }
+    }
+
+    /// The command that switches the engine to this arm.
+    pub fn command(self) -> Command {
+        match self {
+            Arm::Prefetch(on) => Command::SetPrefetch(on),
+            Arm::Fetch(f) => Command::SetFetch(f),
+            Arm::Layout(l) => Command::SetLayout(l),
+            Arm::Tier(t) => Command::SetExpertTier(t),
+            Arm::Schedule(s) => Command::SetSchedule(s),
+        }
+    }
+}
+
+impl std::fmt::Display for Arm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -154,13 +215,13 @@ impl Toggle {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Setting {
     pub prefetch: bool,
-    /// "" when the fetch mode had no effect (experts not read from disk).
-    pub fetch: String,
-    pub layout: String,
-    /// Where the experts came from: "direct" (disk), "mmap" (memory), "" (no experts).
-    pub tier: String,
-    /// As run; "" when unknown (traces without the engine's report).
-    pub schedule: String,
+    /// None when the fetch mode had no effect (experts not read from disk).
+    pub fetch: Option<FetchMode>,
+    pub layout: Layout,
+    /// Where the experts came from: direct (disk), mmap (memory), None (no experts).
+    pub tier: Option<ExpertTier>,
+    /// As run; None when unknown (traces without the engine's report).
+    pub schedule: Option<Schedule>,
     pub threads: u32,
     pub weights: String,
     pub act: String,
@@ -179,10 +240,10 @@ impl Setting {
     pub fn ran(r: &RunInfo, pos: u32) -> Self {
         Setting {
             prefetch: r.prefetch,
-            fetch: r.fetch.clone(),
-            layout: r.layout.clone(),
-            tier: r.tier.clone(),
-            schedule: r.schedule.clone(),
+            fetch: r.fetch,
+            layout: r.layout,
+            tier: r.tier,
+            schedule: Some(r.schedule),
             threads: r.threads,
             weights: r.weights.clone(),
             act: r.act.clone(),
@@ -197,10 +258,10 @@ impl Setting {
     pub fn asked(c: &EngineConfigInfo, pos: u32) -> Self {
         Setting {
             prefetch: c.prefetch,
-            fetch: c.fetch.clone(),
-            layout: c.layout.clone(),
-            tier: c.expert_tier.clone(),
-            schedule: String::new(),
+            fetch: Some(c.fetch),
+            layout: c.layout,
+            tier: Some(c.expert_tier),
+            schedule: None,
             threads: c.threads,
             weights: if c.repacked {
                 format!("{} repacked", c.weights)
@@ -223,21 +284,20 @@ impl Setting {
         }
     }
 
-    /// The arm label of toggle `t` in this setting ("on"/"off" for prefetch).
-    pub fn arm(&self, t: Toggle) -> &str {
+    /// The arm of toggle `t` in this setting (None: not in effect, or unknown).
+    pub fn arm(&self, t: Toggle) -> Option<Arm> {
         match t {
-            Toggle::Prefetch => {
-                if self.prefetch {
-                    "on"
-                } else {
-                    "off"
-                }
-            }
-            Toggle::Fetch => &self.fetch,
-            Toggle::Layout => &self.layout,
-            Toggle::Tier => &self.tier,
-            Toggle::Schedule => &self.schedule,
+            Toggle::Prefetch => Some(Arm::Prefetch(self.prefetch)),
+            Toggle::Fetch => self.fetch.map(Arm::Fetch),
+            Toggle::Layout => Some(Arm::Layout(self.layout)),
+            Toggle::Tier => self.tier.map(Arm::Tier),
+            Toggle::Schedule => self.schedule.map(Arm::Schedule),
         }
+    }
+
+    /// The label of [`Setting::arm`] ("on"/"off" for prefetch, "" when there is none).
+    pub fn label(&self, t: Toggle) -> &'static str {
+        self.arm(t).map_or("", Arm::name)
     }
 
     fn hidden(&self, name: &str) -> String {
@@ -280,8 +340,8 @@ impl Setting {
         let mut v: Vec<String> = Toggle::ALL
             .iter()
             .filter(|&&u| u != t && !(t == Toggle::Tier && u == Toggle::Fetch))
-            .filter(|&&u| !self.arm(u).is_empty())
-            .map(|&u| format!("{} {}", u.name(), self.arm(u)))
+            .filter(|&&u| self.arm(u).is_some())
+            .map(|&u| format!("{} {}", u.name(), self.label(u)))
             .collect();
         v.push(format!("{} thr", self.threads));
         if !self.weights.is_empty() {
@@ -720,23 +780,26 @@ impl AbBook {
 
     fn evaluate(&self, t: Toggle, blocks: &[(u16, BlockMean)]) -> ToggleView {
         // Tokens per arm, canonical order first.
-        let mut arms: Vec<(String, usize)> = Vec::new();
+        let mut arms: Vec<(Option<Arm>, usize)> = Vec::new();
         for (s, _) in self.samples() {
             let l = s.arm(t);
-            match arms.iter_mut().find(|(a, _)| a == l) {
+            match arms.iter_mut().find(|(a, _)| *a == l) {
                 Some((_, n)) => *n += 1,
-                None => arms.push((l.to_string(), 1)),
+                None => arms.push((l, 1)),
             }
         }
-        arms.sort_by_key(|(l, _)| t.rank(l));
-        // "" = not in effect (fetch when the experts came from memory): not an arm, unless it is
-        // all there is.
-        if arms.iter().any(|(l, _)| !l.is_empty()) {
-            arms.retain(|(l, _)| !l.is_empty());
+        arms.sort_by_key(|(l, _)| t.rank(*l));
+        // None = not in effect (fetch when the experts came from memory): not an arm, unless it
+        // is all there is (shown as "").
+        if arms.iter().any(|(l, _)| l.is_some()) {
+            arms.retain(|(l, _)| l.is_some());
         }
         let mut view = ToggleView {
             toggle: t,
-            arms,
+            arms: arms
+                .into_iter()
+                .map(|(l, n)| (l.map_or("", Arm::name).to_string(), n))
+                .collect(),
             verdict: Verdict::OneArm,
         };
         if view.arms.len() < 2 {
@@ -756,13 +819,13 @@ impl AbBook {
             let mut m = self.settings[i as usize].clone();
             match t {
                 Toggle::Prefetch => m.prefetch = false,
-                Toggle::Fetch => m.fetch.clear(),
-                Toggle::Layout => m.layout.clear(),
+                Toggle::Fetch => m.fetch = None,
+                Toggle::Layout => m.layout = Layout::default(),
                 Toggle::Tier => {
-                    m.tier.clear();
-                    m.fetch.clear();
+                    m.tier = None;
+                    m.fetch = None;
                 }
-                Toggle::Schedule => m.schedule.clear(),
+                Toggle::Schedule => m.schedule = None,
             }
             groups.entry(m).or_default().push(i);
         }
@@ -779,7 +842,7 @@ impl AbBook {
             for (k, &i) in g.iter().enumerate() {
                 for &j in &g[k + 1..] {
                     let (si, sj) = (&self.settings[i as usize], &self.settings[j as usize]);
-                    if si.arm(t) == sj.arm(t) || si.arm(t).is_empty() || sj.arm(t).is_empty() {
+                    if si.arm(t) == sj.arm(t) || si.arm(t).is_none() || sj.arm(t).is_none() {
                         continue;
                     }
                     let (i, j) = if t.rank(si.arm(t)) <= t.rank(sj.arm(t)) {
@@ -799,7 +862,8 @@ impl AbBook {
                 }
             }
         }
-        let label = |i: u16| self.settings[i as usize].arm(t).to_string();
+        let arm = |i: u16| self.settings[i as usize].arm(t);
+        let label = |i: u16| self.settings[i as usize].label(t).to_string();
         view.verdict = match best {
             None => {
                 // The closest pair of settings with different arms: what changed with it.
@@ -808,7 +872,7 @@ impl AbBook {
                 for (k, &i) in recent.iter().enumerate() {
                     for &j in &recent[k + 1..] {
                         let (si, sj) = (&self.settings[i as usize], &self.settings[j as usize]);
-                        if si.arm(t) == sj.arm(t) || si.arm(t).is_empty() || sj.arm(t).is_empty() {
+                        if si.arm(t) == sj.arm(t) || si.arm(t).is_none() || sj.arm(t).is_none() {
                             continue;
                         }
                         let d = si.differences(sj, t);
@@ -819,11 +883,16 @@ impl AbBook {
                 }
                 match closest {
                     Some((_, i, j, with)) => {
-                        let (mut a, mut b) = (label(i), label(j));
-                        if t.rank(&a) > t.rank(&b) {
-                            std::mem::swap(&mut a, &mut b);
+                        let (i, j) = if t.rank(arm(i)) > t.rank(arm(j)) {
+                            (j, i)
+                        } else {
+                            (i, j)
+                        };
+                        Verdict::Confounded {
+                            a: label(i),
+                            b: label(j),
+                            with,
                         }
-                        Verdict::Confounded { a, b, with }
                     }
                     None => Verdict::OneArm,
                 }
@@ -856,7 +925,7 @@ pub enum AutoStep {
     /// Keep running the current arm.
     Continue,
     /// Switch the toggle to this arm.
-    Switch(String),
+    Switch(Arm),
     /// Stop, with the reason.
     Done(String),
 }
@@ -868,7 +937,7 @@ pub enum AutoStep {
 pub struct AutoAb {
     pub toggle: Toggle,
     /// The two arms, the first one being the arm in force when auto started.
-    pub arms: [String; 2],
+    pub arms: [Arm; 2],
     pub every: u32,
     /// Index into `arms` of the arm being run (or requested).
     pub target: usize,
@@ -881,10 +950,13 @@ pub struct AutoAb {
 }
 
 impl AutoAb {
-    pub fn new(toggle: Toggle, current: &str, other: &str, every: u32) -> Self {
+    /// A/B auto of `current`'s toggle between `current` and `other` (an arm of the same
+    /// toggle), switching every `every` counted tokens.
+    pub fn new(current: Arm, other: Arm, every: u32) -> Self {
+        debug_assert_eq!(current.toggle(), other.toggle());
         AutoAb {
-            toggle,
-            arms: [current.to_string(), other.to_string()],
+            toggle: current.toggle(),
+            arms: [current, other],
             every: every.max(1),
             target: 0,
             in_block: 0,
@@ -897,13 +969,14 @@ impl AutoAb {
     /// half-width.
     pub fn on_token(&mut self, s: &Setting, half_width: Option<f64>) -> AutoStep {
         let arm = s.arm(self.toggle);
-        let Some(i) = self.arms.iter().position(|a| a == arm) else {
+        let Some(i) = self.arms.iter().position(|&a| Some(a) == arm) else {
             return AutoStep::Done(format!(
                 "A/B auto stopped: {} is now {}",
                 self.toggle.name(),
-                if arm.is_empty() { "not in effect" } else { arm }
+                arm.map_or("not in effect", Arm::name)
             ));
         };
+        let arm = self.arms[i];
         if i != self.target {
             if let Some(n) = self.pending.as_mut() {
                 // The requested switch takes effect at a later token: not counted.
@@ -941,7 +1014,7 @@ impl AutoAb {
         }
         self.target ^= 1;
         self.pending = Some(0);
-        AutoStep::Switch(self.arms[self.target].clone())
+        AutoStep::Switch(self.arms[self.target])
     }
 }
 
@@ -949,7 +1022,9 @@ impl AutoAb {
 mod tests {
     use super::*;
 
-    fn cfg(prefetch: bool, fetch: &str) -> EngineConfigInfo {
+    use FetchMode::{Staged, Sync};
+
+    fn cfg(prefetch: bool, fetch: FetchMode) -> EngineConfigInfo {
         EngineConfigInfo {
             threads: 2,
             isa: "AVX2".into(),
@@ -957,21 +1032,21 @@ mod tests {
             weights: "mmap".into(),
             repacked: false,
             readers: 1,
-            fetch: fetch.into(),
-            expert_tier: "direct".into(),
-            layout: "cflow".into(),
-            layouts_available: vec!["cflow".into()],
+            fetch,
+            expert_tier: ExpertTier::Direct,
+            layout: Layout::Cflow,
+            layouts_available: vec![Layout::Cflow],
             notes: vec![],
         }
     }
 
-    fn ran(prefetch: bool, fetch: &str, schedule: &str) -> RunInfo {
+    fn ran(prefetch: bool, fetch: FetchMode, schedule: Schedule) -> RunInfo {
         RunInfo {
             prefetch,
-            fetch: fetch.into(),
-            tier: "direct".into(),
-            layout: "cflow".into(),
-            schedule: schedule.into(),
+            fetch: Some(fetch),
+            tier: Some(ExpertTier::Direct),
+            layout: Layout::Cflow,
+            schedule,
             threads: 2,
             weights: "mmap".into(),
             act: "q8".into(),
@@ -1101,10 +1176,10 @@ mod tests {
         // Prefetch and fetch switched together between two replies: neither can be compared.
         let mut book = AbBook::default();
         for pos in 0..40 {
-            rec(&mut book, &cfg(false, "staged"), pos, 8.0);
+            rec(&mut book, &cfg(false, Staged), pos, 8.0);
         }
         for pos in 40..80 {
-            rec(&mut book, &cfg(true, "sync"), pos, 14.0);
+            rec(&mut book, &cfg(true, Sync), pos, 14.0);
         }
         book.flush();
         for t in [Toggle::Prefetch, Toggle::Fetch] {
@@ -1123,12 +1198,12 @@ mod tests {
         assert_eq!(book.view(Toggle::Layout).verdict, Verdict::OneArm);
         // Now fetch alternates under prefetch on: fetch is comparable, prefetch still is not.
         for pos in 80..260u32 {
-            let f = if (pos / 9) % 2 == 0 { "sync" } else { "staged" };
+            let f = if (pos / 9) % 2 == 0 { Sync } else { Staged };
             rec(
                 &mut book,
                 &cfg(true, f),
                 pos,
-                if f == "sync" { 14.0 } else { 10.0 },
+                if f == Sync { 14.0 } else { 10.0 },
             );
         }
         book.flush();
@@ -1150,11 +1225,11 @@ mod tests {
     fn a_hidden_schedule_change_confounds_the_visible_toggle() {
         let mut book = AbBook::default();
         for pos in 0..100u32 {
-            let r = ran(false, "staged", "sequential");
+            let r = ran(false, Staged, Schedule::Sequential);
             book.record(&Setting::ran(&r, pos), pos, 10.0);
         }
         for pos in 100..200u32 {
-            let r = ran(true, "staged", "vertical");
+            let r = ran(true, Staged, Schedule::Vertical);
             book.record(&Setting::ran(&r, pos), pos, 7.0);
         }
         book.flush();
@@ -1172,10 +1247,10 @@ mod tests {
     fn arms_at_distant_positions_are_not_compared() {
         let mut book = AbBook::default();
         for pos in 0..40 {
-            rec(&mut book, &cfg(false, "staged"), pos, 8.0);
+            rec(&mut book, &cfg(false, Staged), pos, 8.0);
         }
         for pos in 200..240 {
-            rec(&mut book, &cfg(false, "sync"), pos, 9.0);
+            rec(&mut book, &cfg(false, Sync), pos, 9.0);
         }
         book.flush();
         assert_eq!(
@@ -1192,27 +1267,24 @@ mod tests {
     #[test]
     fn window_and_settings_are_bounded() {
         let mut book = AbBook::default();
-        let mut c = cfg(false, "staged");
-        // A hostile trace: a new layout string on every token, then two values only.
+        let mut c = cfg(false, Staged);
+        // A hostile trace: a new thread count on every token, then two values only.
         for i in 0..600u32 {
-            c.layout = format!("l{i}");
+            c.threads = 1000 + i;
             rec(&mut book, &c, i % 200, 1.0);
         }
         assert_eq!(book.settings.len(), 600);
         for i in 0..WINDOW as u32 {
-            c.layout = format!("y{}", i % 2);
+            c.threads = 10 + i % 2;
             rec(&mut book, &c, i % 200, 1.0 + (i % 2) as f64);
         }
         assert_eq!(book.len(), WINDOW);
         // The next new setting drops every setting no kept sample refers to.
-        c.layout = "z".into();
+        c.threads = 7;
         rec(&mut book, &c, 7, 1.0);
         assert!(book.settings.len() <= 5, "{}", book.settings.len());
         for (s, x) in book.samples() {
-            assert!(
-                s.layout == "z" || s.layout == format!("y{}", x.pos % 2),
-                "{s:?} {x:?}"
-            );
+            assert!(s.threads == 7 || s.threads == 10 + x.pos % 2, "{s:?} {x:?}");
         }
         rec(&mut book, &c, 0, f64::NAN);
         assert_eq!(book.len(), WINDOW);
@@ -1220,23 +1292,26 @@ mod tests {
 
     #[test]
     fn auto_alternates_every_block_and_waits_for_switches() {
-        let mut auto = AutoAb::new(Toggle::Prefetch, "off", "on", 3);
-        let off = Setting::asked(&cfg(false, "staged"), 0);
-        let on = Setting::asked(&cfg(true, "staged"), 0);
+        let mut auto = AutoAb::new(Arm::Prefetch(false), Arm::Prefetch(true), 3);
+        let off = Setting::asked(&cfg(false, Staged), 0);
+        let on = Setting::asked(&cfg(true, Staged), 0);
         let steps: Vec<AutoStep> = (0..3).map(|_| auto.on_token(&off, None)).collect();
         assert_eq!(
             steps,
             vec![
                 AutoStep::Continue,
                 AutoStep::Continue,
-                AutoStep::Switch("on".into())
+                AutoStep::Switch(Arm::Prefetch(true))
             ]
         );
         // The switch shows up one token late: that token is not counted.
         assert_eq!(auto.on_token(&off, None), AutoStep::Continue);
         assert_eq!(auto.on_token(&on, None), AutoStep::Continue);
         assert_eq!(auto.on_token(&on, None), AutoStep::Continue);
-        assert_eq!(auto.on_token(&on, None), AutoStep::Switch("off".into()));
+        assert_eq!(
+            auto.on_token(&on, None),
+            AutoStep::Switch(Arm::Prefetch(false))
+        );
         // Tight, but only after AUTO_MIN_BLOCKS blocks.
         let mut cur = [&off, &on];
         while auto.blocks + 1 < AUTO_MIN_BLOCKS {
@@ -1248,19 +1323,27 @@ mod tests {
         auto.on_token(s, Some(0.05));
         auto.on_token(s, Some(0.05));
         assert!(matches!(auto.on_token(s, Some(0.01)), AutoStep::Done(_)));
-        let mut other = AutoAb::new(Toggle::Fetch, "staged", "sync", 2);
-        let s = Setting::asked(&cfg(false, "weird"), 0);
-        assert!(matches!(other.on_token(&s, None), AutoStep::Done(_)));
+        // The fetch mode not in effect any more (the experts now come from memory).
+        let mut other = AutoAb::new(Arm::Fetch(Staged), Arm::Fetch(Sync), 2);
+        let mut s = Setting::asked(&cfg(false, Staged), 0);
+        s.fetch = None;
+        assert_eq!(
+            other.on_token(&s, None),
+            AutoStep::Done("A/B auto stopped: fetch is now not in effect".into())
+        );
     }
 
     /// A switch the engine does not carry out (prefetch under rowmajor) stops A/B auto instead
     /// of waiting forever.
     #[test]
     fn auto_stops_when_the_switch_never_shows_in_the_report() {
-        let mut auto = AutoAb::new(Toggle::Prefetch, "off", "on", 2);
-        let off = Setting::asked(&cfg(false, "staged"), 0);
+        let mut auto = AutoAb::new(Arm::Prefetch(false), Arm::Prefetch(true), 2);
+        let off = Setting::asked(&cfg(false, Staged), 0);
         auto.on_token(&off, None);
-        assert_eq!(auto.on_token(&off, None), AutoStep::Switch("on".into()));
+        assert_eq!(
+            auto.on_token(&off, None),
+            AutoStep::Switch(Arm::Prefetch(true))
+        );
         for _ in 0..AUTO_PENDING_MAX {
             assert_eq!(auto.on_token(&off, None), AutoStep::Continue);
         }

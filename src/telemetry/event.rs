@@ -1,6 +1,7 @@
 //! The event stream (engine → UI / recorder) and the command stream (UI → engine).
 //! Live runs and replays produce exactly these values; every pane is a function of them.
 
+use crate::engine::{ExpertTier, FetchMode, Layout, Schedule};
 use serde::{Deserialize, Serialize};
 
 /// Static description of the loaded model, sent once when a session starts.
@@ -119,11 +120,11 @@ pub struct EngineConfigInfo {
     /// Reader threads of the direct tier (0 in traces recorded before it was recorded).
     #[serde(default)]
     pub readers: u32,
-    pub fetch: String,
-    pub expert_tier: String,
-    pub layout: String,
+    pub fetch: FetchMode,
+    pub expert_tier: ExpertTier,
+    pub layout: Layout,
     /// Layouts that can be switched to right now.
-    pub layouts_available: Vec<String>,
+    pub layouts_available: Vec<Layout>,
     /// A note when a mode degenerated (e.g. "O_DIRECT refused: buffered pread").
     pub notes: Vec<String>,
 }
@@ -230,16 +231,18 @@ pub struct PoolThreadStat {
 pub struct RunInfo {
     /// The prefetch thread hinted this token's ranges.
     pub prefetch: bool,
-    /// "sync" | "staged" when the experts were read from disk by the fetcher, "" otherwise (the
-    /// fetch mode then has no effect).
-    pub fetch: String,
+    /// "sync" | "staged" when the experts were read from disk by the fetcher, "" (None)
+    /// otherwise (the fetch mode then has no effect).
+    #[serde(with = "empty_is_none")]
+    pub fetch: Option<FetchMode>,
     /// Where the experts came from: "direct" (read from disk through the fetcher), "mmap"
-    /// (memory: the map or the row-major copy), "" (no experts).
-    pub tier: String,
+    /// (memory: the map or the row-major copy), "" (None: no experts).
+    #[serde(with = "empty_is_none")]
+    pub tier: Option<ExpertTier>,
     /// "cflow" | "vflow" | "rowmajor".
-    pub layout: String,
+    pub layout: Layout,
     /// The schedule the token ran under: "sequential" | "vertical" (also while `auto` measures).
-    pub schedule: String,
+    pub schedule: Schedule,
     /// Pool threads.
     pub threads: u32,
     /// "mmap" | "resident" | "resident repacked".
@@ -255,6 +258,30 @@ pub struct RunInfo {
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+/// An optional toggle value written as its string, `""` for none (the trace's spelling of "not
+/// in effect").
+mod empty_is_none {
+    use serde::de::{value::StrDeserializer, DeserializeOwned};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<T: Serialize, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => v.serialize(s),
+            None => s.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.is_empty() {
+            return Ok(None);
+        }
+        T::deserialize(StrDeserializer::<D::Error>::new(&s)).map(Some)
+    }
 }
 
 /// The direct tier's expert cache over one token: regions served from memory (`hits`) and read
@@ -463,11 +490,11 @@ pub enum Command {
     /// Clear the context.
     Reset,
     SetPrefetch(bool),
-    SetFetch(FetchArm),
-    SetExpertTier(TierArm),
-    SetLayout(LayoutArm),
-    /// "sequential" | "vertical" | "auto"
-    SetSchedule(String),
+    SetFetch(FetchMode),
+    /// `Auto` is resolved as when the model opens.
+    SetExpertTier(ExpertTier),
+    SetLayout(Layout),
+    SetSchedule(Schedule),
     SetSampling(SamplingParams),
     SetSystemPrompt(String),
     /// Replace the conversation (system prompt and turns) with a loaded transcript; the next
@@ -477,73 +504,6 @@ pub enum Command {
         messages: Vec<HistoryMessage>,
     },
     Quit,
-}
-
-/// Defines a toggle arm enum whose wire names are the strings `EngineConfigInfo` reports (so the
-/// trace format is unchanged: `Config` events keep plain strings, commands carry the enum).
-macro_rules! arm_enum {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        pub enum $name {
-            $($(#[$vm])* #[serde(rename = $s)] $v),+
-        }
-
-        impl $name {
-            /// Every arm, in toggle order.
-            pub const ALL: &'static [$name] = &[$($name::$v),+];
-
-            /// The wire / display name (as in `EngineConfigInfo`).
-            pub fn name(self) -> &'static str {
-                match self {
-                    $($name::$v => $s),+
-                }
-            }
-
-            /// The arm with this name.
-            pub fn parse(s: &str) -> Option<$name> {
-                match s {
-                    $($s => Some($name::$v),)+
-                    _ => None,
-                }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-    };
-}
-
-arm_enum! {
-    /// When the selected experts' bytes are read (`Command::SetFetch`).
-    FetchArm {
-        /// Blocking read at the routing layer.
-        Sync => "sync",
-        /// Submitted at the routing layer, awaited at the injection layer.
-        Staged => "staged",
-    }
-}
-
-arm_enum! {
-    /// Where expert weights are read from (`Command::SetExpertTier`).
-    TierArm {
-        /// The memory map (page cache).
-        Mmap => "mmap",
-        /// O_DIRECT reads into staging slots.
-        Direct => "direct",
-    }
-}
-
-arm_enum! {
-    /// Which weight layout the forward pass reads (`Command::SetLayout`).
-    LayoutArm {
-        Cflow => "cflow",
-        Vflow => "vflow",
-        RowMajor => "rowmajor",
-    }
 }
 
 #[cfg(test)]
@@ -570,31 +530,5 @@ mod tests {
         );
         // Unknown (old trace): no KV stream rather than a made-up one.
         assert_eq!(ModelSummary::default().kv_read_bytes(10), None);
-    }
-
-    #[test]
-    fn arm_names_round_trip_and_match_the_config_strings() {
-        for a in FetchArm::ALL {
-            assert_eq!(FetchArm::parse(a.name()), Some(*a));
-            assert_eq!(
-                serde_json::to_string(a).unwrap(),
-                format!("\"{}\"", a.name())
-            );
-        }
-        for a in TierArm::ALL {
-            assert_eq!(TierArm::parse(a.name()), Some(*a));
-        }
-        for a in LayoutArm::ALL {
-            assert_eq!(LayoutArm::parse(a.name()), Some(*a));
-            assert_eq!(
-                serde_json::from_str::<LayoutArm>(&format!("\"{}\"", a.name())).unwrap(),
-                *a
-            );
-        }
-        assert_eq!(LayoutArm::parse("row-major"), None);
-        assert_eq!(
-            LayoutArm::ALL.iter().map(|l| l.name()).collect::<Vec<_>>(),
-            ["cflow", "vflow", "rowmajor"]
-        );
     }
 }

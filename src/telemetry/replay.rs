@@ -340,9 +340,13 @@ fn config_diff(a: &EngineConfigInfo, b: &EngineConfigInfo) -> Vec<String> {
     d("threads", a.threads.to_string(), b.threads.to_string());
     d("isa", a.isa.clone(), b.isa.clone());
     d("prefetch", a.prefetch.to_string(), b.prefetch.to_string());
-    d("fetch", a.fetch.clone(), b.fetch.clone());
-    d("expert_tier", a.expert_tier.clone(), b.expert_tier.clone());
-    d("layout", a.layout.clone(), b.layout.clone());
+    d("fetch", a.fetch.to_string(), b.fetch.to_string());
+    d(
+        "expert_tier",
+        a.expert_tier.to_string(),
+        b.expert_tier.to_string(),
+    );
+    d("layout", a.layout.to_string(), b.layout.to_string());
     d("notes", a.notes.join("; "), b.notes.join("; "));
     v
 }

@@ -29,7 +29,7 @@ fn width(spans: &[Span]) -> usize {
 fn chunks<'a>(app: &App, tv: &ToggleView, long: bool) -> Vec<Chunk<'a>> {
     let th = &app.theme;
     let t = tv.toggle;
-    let cur = app.view().current_setting().map(|c| c.arm(t).to_string());
+    let cur = app.view().current_setting().map(|c| c.label(t));
     let focus = app.ab_focus == t;
     let auto = app.ab_auto.as_ref().is_some_and(|a| a.toggle == t);
     let mut head = vec![
@@ -41,7 +41,7 @@ fn chunks<'a>(app: &App, tv: &ToggleView, long: bool) -> Vec<Chunk<'a>> {
     }
     let mut out = vec![head];
     let mark = |label: &str| {
-        if cur.as_deref() == Some(label) {
+        if cur == Some(label) {
             "●"
         } else {
             " "

@@ -10,8 +10,9 @@
 
 pub use super::io_totals::IoTotals;
 pub use super::telemetry::{Telemetry, WINDOW};
-use crate::telemetry::ab::{AutoAb, AutoStep, Setting, Toggle, AUTO_BLOCK};
-use crate::telemetry::event::{Command, Event, FetchArm, LayoutArm, Stamped, StopReason, TierArm};
+use crate::engine::{ExpertTier, FetchMode, Layout, Schedule};
+use crate::telemetry::ab::{Arm, AutoAb, AutoStep, Setting, Toggle, AUTO_BLOCK};
+use crate::telemetry::event::{Command, Event, Stamped, StopReason};
 
 use crate::telemetry::event::GenSettings;
 /// Ticks a status message stays visible (the run loop ticks at ~30 Hz).
@@ -21,7 +22,7 @@ pub const MAX_WHATIF_DELAY: u32 = 8;
 /// How the message after a generation that ran out of context begins (cleared by a reset).
 const CONTEXT_FULL: &str = "context full";
 /// Layout cycle order.
-pub const LAYOUTS: &[LayoutArm] = LayoutArm::ALL;
+pub const LAYOUTS: &[Layout] = Layout::ALL;
 
 /// The panes, in focus (Tab) order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -532,7 +533,7 @@ pub struct App {
     /// The toggle A/B auto works on: the one last switched (prefetch at first).
     pub ab_focus: Toggle,
     /// The schedule last asked for with `v` (None: the engine's default, auto).
-    schedule: Option<&'static str>,
+    schedule: Option<Schedule>,
     /// A/B auto in progress.
     pub ab_auto: Option<AutoAb>,
     /// Sampling, system prompt and numerics in force (the engine's latest `Settings`).
@@ -1119,11 +1120,11 @@ impl App {
                     return Effects::default();
                 }
                 self.ab_focus = Toggle::Fetch;
-                let cur = self.live.config.as_ref().map(|c| c.fetch.clone());
-                let next = if cur.as_deref() == Some("sync") {
-                    FetchArm::Staged
+                let cur = self.live.config.as_ref().map(|c| c.fetch);
+                let next = if cur == Some(FetchMode::Sync) {
+                    FetchMode::Staged
                 } else {
-                    FetchArm::Sync
+                    FetchMode::Sync
                 };
                 self.say(format!(
                     "fetch → {next} (next token){}",
@@ -1135,26 +1136,26 @@ impl App {
                 if self.toggles_blocked() {
                     return Effects::default();
                 }
-                let next = if self.schedule == Some("vertical") {
-                    "sequential"
+                let next = if self.schedule == Some(Schedule::Vertical) {
+                    Schedule::Sequential
                 } else {
-                    "vertical"
+                    Schedule::Vertical
                 };
                 self.schedule = Some(next);
                 self.ab_focus = Toggle::Schedule;
                 self.say(format!("schedule → {next} (next token)"));
-                return Effects::cmd(Command::SetSchedule(next.into()));
+                return Effects::cmd(Command::SetSchedule(next));
             }
             Action::ToggleTier => {
                 if self.toggles_blocked() || self.refuse_without_experts(Toggle::Tier) {
                     return Effects::default();
                 }
                 self.ab_focus = Toggle::Tier;
-                let cur = self.live.config.as_ref().map(|c| c.expert_tier.clone());
-                let next = if cur.as_deref() == Some("mmap") {
-                    TierArm::Direct
+                let cur = self.live.config.as_ref().map(|c| c.expert_tier);
+                let next = if cur == Some(ExpertTier::Mmap) {
+                    ExpertTier::Direct
                 } else {
-                    TierArm::Mmap
+                    ExpertTier::Mmap
                 };
                 self.say(format!(
                     "expert tier → {next} (next token){}",
@@ -1368,18 +1369,18 @@ impl App {
         let Some(now) = self.live.current_setting() else {
             return;
         };
-        let cur = now.arm(t).to_string();
-        let other = match t {
-            Toggle::Layout => {
-                let at = LAYOUTS.iter().position(|l| l.name() == cur).unwrap_or(0);
+        let cur = now.arm(t);
+        let other = match cur {
+            Some(Arm::Layout(l)) => {
+                let at = LAYOUTS.iter().position(|&x| x == l).unwrap_or(0);
                 (1..LAYOUTS.len())
                     .map(|i| LAYOUTS[(at + i) % LAYOUTS.len()])
-                    .find(|l| cfg.layouts_available.iter().any(|a| a == l.name()))
-                    .map(|l| l.name().to_string())
+                    .find(|l| cfg.layouts_available.contains(l))
+                    .map(Arm::Layout)
             }
-            _ => t.order().iter().find(|&&a| a != cur).map(|a| a.to_string()),
+            _ => t.order().iter().copied().find(|&a| Some(a) != cur),
         };
-        let Some(other) = other else {
+        let (Some(cur), Some(other)) = (cur, other) else {
             self.say(format!("A/B auto: no other {} available", t.name()));
             return;
         };
@@ -1387,7 +1388,7 @@ impl App {
             "A/B auto: {} {cur} ⇄ {other} every {AUTO_BLOCK} tokens — a stops",
             t.name()
         ));
-        self.ab_auto = Some(AutoAb::new(t, &cur, &other, AUTO_BLOCK));
+        self.ab_auto = Some(AutoAb::new(cur, other, AUTO_BLOCK));
     }
 
     /// Advance A/B auto after a measured token: the toggle command when a block ends.
@@ -1418,21 +1419,7 @@ impl App {
                     blocks + 1,
                     half.map_or(String::new(), |h| format!(", ±{:.1}%", 100.0 * h))
                 ));
-                let cmd = match t {
-                    Toggle::Prefetch => Some(Command::SetPrefetch(arm == "on")),
-                    Toggle::Fetch => FetchArm::parse(&arm).map(Command::SetFetch),
-                    Toggle::Layout => LayoutArm::parse(&arm).map(Command::SetLayout),
-                    Toggle::Tier => TierArm::parse(&arm).map(Command::SetExpertTier),
-                    Toggle::Schedule => Some(Command::SetSchedule(arm.clone())),
-                };
-                match cmd {
-                    Some(c) => Effects::cmd(c),
-                    None => {
-                        self.ab_auto = None;
-                        self.say(format!("A/B auto: unknown {} arm `{arm}`", t.name()));
-                        Effects::default()
-                    }
-                }
+                Effects::cmd(arm.command())
             }
         }
     }
@@ -1458,13 +1445,13 @@ impl App {
         };
         let moe = self.live.has_experts();
         match t {
-            Toggle::Prefetch if c.layout == "rowmajor" => {
+            Toggle::Prefetch if c.layout == Layout::RowMajor => {
                 " — no effect under rowmajor: it sends no prefetch hints"
             }
-            Toggle::Fetch if moe && c.expert_tier == "mmap" => {
+            Toggle::Fetch if moe && c.expert_tier == ExpertTier::Mmap => {
                 " — no effect on tier mmap: the experts are read from memory"
             }
-            Toggle::Fetch | Toggle::Tier if moe && c.layout == "rowmajor" => {
+            Toggle::Fetch | Toggle::Tier if moe && c.layout == Layout::RowMajor => {
                 " — no effect under rowmajor: its experts come from the in-memory copy"
             }
             _ => "",
@@ -1481,18 +1468,18 @@ impl App {
                 "this model has no experts: {} does nothing",
                 t.name()
             )),
-            Toggle::Layout if moe && c.expert_tier == "direct" => Some(
+            Toggle::Layout if moe && c.expert_tier == ExpertTier::Direct => Some(
                 "rowmajor's experts come from memory, not disk (tier direct) — t → mmap".into(),
             ),
             Toggle::Layout if c.prefetch => Some(
                 "rowmajor sends no prefetch hints, cflow does — p → off for a layout A/B".into(),
             ),
             Toggle::Prefetch | Toggle::Fetch | Toggle::Tier
-                if c.layout == "rowmajor" && (moe || t == Toggle::Prefetch) =>
+                if c.layout == Layout::RowMajor && (moe || t == Toggle::Prefetch) =>
             {
                 Some(format!("{} has no effect under rowmajor", t.name()))
             }
-            Toggle::Fetch if c.expert_tier == "mmap" => {
+            Toggle::Fetch if c.expert_tier == ExpertTier::Mmap => {
                 Some("fetch has no effect on tier mmap (t → direct first)".into())
             }
             _ => None,
@@ -1503,18 +1490,15 @@ impl App {
         let Some(cfg) = self.live.config.as_ref() else {
             return Effects::default();
         };
-        let cur = LAYOUTS
-            .iter()
-            .position(|l| l.name() == cfg.layout)
-            .unwrap_or(0);
+        let cur = LAYOUTS.iter().position(|&l| l == cfg.layout).unwrap_or(0);
         let mut skipped = Vec::new();
         for i in 1..LAYOUTS.len() {
             let cand = LAYOUTS[(cur + i) % LAYOUTS.len()];
-            if cfg.layouts_available.iter().any(|l| l == cand.name()) {
+            if cfg.layouts_available.contains(&cand) {
                 let mut m = format!("layout → {cand} (next token)");
-                if cand == LayoutArm::RowMajor
+                if cand == Layout::RowMajor
                     && self.live.has_experts()
-                    && cfg.expert_tier == "direct"
+                    && cfg.expert_tier == ExpertTier::Direct
                 {
                     m.push_str(" — its experts come from memory, not disk");
                 }
@@ -1681,11 +1665,11 @@ mod tests {
         // Config is now sync (fixture toggled mid-run).
         assert_eq!(
             act(&mut app, Action::ToggleFetch).commands,
-            vec![Command::SetFetch(FetchArm::Staged)]
+            vec![Command::SetFetch(FetchMode::Staged)]
         );
         assert_eq!(
             act(&mut app, Action::ToggleTier).commands,
-            vec![Command::SetExpertTier(TierArm::Mmap)]
+            vec![Command::SetExpertTier(ExpertTier::Mmap)]
         );
     }
 
@@ -1719,7 +1703,7 @@ mod tests {
     fn a_layout_ab_on_the_direct_tier_is_refused_with_the_reason() {
         let mut app = app_with(demo_events(4, true));
         let fx = act(&mut app, Action::CycleLayout);
-        assert_eq!(fx.commands, vec![Command::SetLayout(LayoutArm::RowMajor)]);
+        assert_eq!(fx.commands, vec![Command::SetLayout(Layout::RowMajor)]);
         let m = app.status_message().unwrap();
         assert!(m.contains("experts come from memory, not disk"), "{m}");
         act(&mut app, Action::AbAuto);
@@ -1730,8 +1714,8 @@ mod tests {
             "{m}"
         );
         // On the mmap tier it runs.
-        let mut cfg = demo_config("staged");
-        cfg.expert_tier = "mmap".into();
+        let mut cfg = demo_config(FetchMode::Staged);
+        cfg.expert_tier = ExpertTier::Mmap;
         app.apply(Msg::Event(Event::Config(cfg)));
         act(&mut app, Action::AbAuto);
         assert!(app.ab_auto.is_some(), "{:?}", app.status_message());
@@ -1740,9 +1724,9 @@ mod tests {
     #[test]
     fn v_switches_the_schedule_both_ways() {
         let mut app = app_with(demo_events(4, true));
-        for want in ["vertical", "sequential", "vertical"] {
+        for want in [Schedule::Vertical, Schedule::Sequential, Schedule::Vertical] {
             let fx = act(&mut app, Action::ToggleSchedule);
-            assert_eq!(fx.commands, vec![Command::SetSchedule(want.into())]);
+            assert_eq!(fx.commands, vec![Command::SetSchedule(want)]);
         }
     }
 
@@ -1750,10 +1734,10 @@ mod tests {
     fn layout_cycle_skips_unavailable() {
         let mut app = app_with(demo_events(2, true));
         let fx = act(&mut app, Action::CycleLayout);
-        assert_eq!(fx.commands, vec![Command::SetLayout(LayoutArm::RowMajor)]);
+        assert_eq!(fx.commands, vec![Command::SetLayout(Layout::RowMajor)]);
         assert!(app.status_message().unwrap().contains("skipped vflow"));
-        let mut cfg = demo_config("staged");
-        cfg.layouts_available = vec!["cflow".into()];
+        let mut cfg = demo_config(FetchMode::Staged);
+        cfg.layouts_available = vec![Layout::Cflow];
         app.apply(Msg::Event(Event::Config(cfg)));
         let fx = act(&mut app, Action::CycleLayout);
         assert!(fx.commands.is_empty());
@@ -2098,7 +2082,7 @@ mod tests {
         assert_eq!(app.scroll, 3 + 12);
         act(&mut app, Action::ScrollEnd);
         assert_eq!(app.scroll, 0);
-        let mut cfg = demo_config("sync");
+        let mut cfg = demo_config(FetchMode::Sync);
         cfg.prefetch = true;
         cfg.notes = vec!["O_DIRECT refused: buffered pread".into()];
         app.apply(Msg::Event(Event::Config(cfg)));

@@ -2,6 +2,7 @@
 //! engine: the paper's demo MoE (6 layers, d=512, E=8, k=2, δd=1, δe=2, staged expert fetch, no
 //! hardware PMU) and a dense Llama-like chat model (SmolLM2-135M geometry, hardware counters).
 
+use crate::engine::{ExpertTier, FetchMode, Layout, Schedule};
 use crate::telemetry::event::{
     EngineConfigInfo, Event, LayerIo, LayerStat, ModelSummary, PmuSample, Stamped, StopReason,
     StreamBytes, TokenStats,
@@ -164,7 +165,7 @@ pub fn dense_model() -> ModelSummary {
 }
 
 /// Engine config of the demo (prefetch off, staged fetch, vflow unavailable).
-pub fn demo_config(fetch: &str) -> EngineConfigInfo {
+pub fn demo_config(fetch: FetchMode) -> EngineConfigInfo {
     EngineConfigInfo {
         threads: 2,
         isa: "AVX2".into(),
@@ -172,10 +173,10 @@ pub fn demo_config(fetch: &str) -> EngineConfigInfo {
         weights: "mmap".into(),
         repacked: false,
         readers: 2,
-        fetch: fetch.into(),
-        expert_tier: "direct".into(),
-        layout: "cflow".into(),
-        layouts_available: vec!["cflow".into(), "rowmajor".into()],
+        fetch,
+        expert_tier: ExpertTier::Direct,
+        layout: Layout::Cflow,
+        layouts_available: vec![Layout::Cflow, Layout::RowMajor],
         notes: vec![],
     }
 }
@@ -189,10 +190,10 @@ pub fn dense_config() -> EngineConfigInfo {
         weights: "resident".into(),
         repacked: false,
         readers: 1,
-        fetch: "staged".into(),
-        expert_tier: "mmap".into(),
-        layout: "cflow".into(),
-        layouts_available: vec!["cflow".into(), "vflow".into(), "rowmajor".into()],
+        fetch: FetchMode::Staged,
+        expert_tier: ExpertTier::Mmap,
+        layout: Layout::Cflow,
+        layouts_available: vec![Layout::Cflow, Layout::Vflow, Layout::RowMajor],
         notes: vec![],
     }
 }
@@ -200,22 +201,17 @@ pub fn dense_config() -> EngineConfigInfo {
 /// The engine's report of a token run exactly as `cfg` asks (sequential schedule, q8 numerics
 /// with an f16 KV cache); `experts`: the model has experts.
 pub fn ran_of(cfg: &EngineConfigInfo, experts: bool) -> crate::telemetry::RunInfo {
-    let direct = experts && cfg.expert_tier == "direct" && cfg.layout != "rowmajor";
+    let direct = experts && cfg.expert_tier == ExpertTier::Direct && cfg.layout != Layout::RowMajor;
     crate::telemetry::RunInfo {
-        prefetch: cfg.prefetch && cfg.layout != "rowmajor",
-        fetch: if direct {
-            cfg.fetch.clone()
+        prefetch: cfg.prefetch && cfg.layout != Layout::RowMajor,
+        fetch: direct.then_some(cfg.fetch),
+        tier: experts.then_some(if direct {
+            ExpertTier::Direct
         } else {
-            String::new()
-        },
-        tier: match (experts, direct) {
-            (false, _) => "",
-            (true, true) => "direct",
-            (true, false) => "mmap",
-        }
-        .into(),
-        layout: cfg.layout.clone(),
-        schedule: "sequential".into(),
+            ExpertTier::Mmap
+        }),
+        layout: cfg.layout,
+        schedule: Schedule::Sequential,
         threads: cfg.threads,
         weights: cfg.weights.clone(),
         act: "q8".into(),
@@ -250,9 +246,9 @@ const NOISE: &[&str] = &[
 ];
 
 /// Stats of one demo token: staged fetch (or sync), per-layer bytes, routing and I/O.
-pub fn demo_stats(index: u32, pos: u32, fetch: &str, rng: &mut Lcg) -> TokenStats {
+pub fn demo_stats(index: u32, pos: u32, fetch: FetchMode, rng: &mut Lcg) -> TokenStats {
     let model = demo_model();
-    let staged = fetch == "staged";
+    let staged = fetch == FetchMode::Staged;
     let mut layers = Vec::new();
     let mut prev: Vec<u16> = Vec::new();
     for (l, b) in model.layer_bytes.iter().enumerate() {
@@ -361,7 +357,7 @@ pub fn demo_events(n: u32, done: bool) -> Vec<Stamped> {
         0,
         Event::Session {
             model: Box::new(demo_model()),
-            config: demo_config("staged"),
+            config: demo_config(FetchMode::Staged),
         },
     );
     let prompt_tokens = vec![7454, 2402, 257, 640];
@@ -382,12 +378,12 @@ pub fn demo_events(n: u32, done: bool) -> Vec<Stamped> {
             ns: 6_500_000,
         },
     );
-    let mut fetch = "staged";
+    let mut fetch = FetchMode::Staged;
     let mut decode_ns = 0;
     for i in 0..n {
         if i == n / 2 {
-            fetch = "sync";
-            push(&mut t, 10_000, Event::Config(demo_config("sync")));
+            fetch = FetchMode::Sync;
+            push(&mut t, 10_000, Event::Config(demo_config(FetchMode::Sync)));
         }
         let piece = NOISE[rng.below(NOISE.len() as u32) as usize];
         let stats = demo_stats(i, prompt_tokens.len() as u32 + i, fetch, &mut rng);
@@ -578,7 +574,7 @@ pub fn ab_events(on_factor: f64, n: u32) -> Vec<Stamped> {
     let cfg = |on: bool| EngineConfigInfo {
         prefetch: on,
         readers: 1,
-        ..demo_config("staged")
+        ..demo_config(FetchMode::Staged)
     };
     push(
         &mut t,
@@ -619,7 +615,7 @@ pub fn ab_events(on_factor: f64, n: u32) -> Vec<Stamped> {
             push(&mut t, 10_000, Event::Config(cfg(arm(i))));
         }
         let pos = 4 + i;
-        let mut stats = demo_stats(i, pos, "staged", &mut rng);
+        let mut stats = demo_stats(i, pos, FetchMode::Staged, &mut rng);
         stats.ran = Some(ran_of(&cfg(arm(i)), true));
         let noise = 1.0 + (rng.below(6001) as f64 - 3000.0) / 100_000.0;
         let factor = if arm(i) { on_factor } else { 1.0 };

@@ -12,14 +12,15 @@ use ratatui::Frame;
 
 use super::app::{App, IoTotals, PaneId};
 use super::common::{dim_line, fit_line, ms, pane_block, stacked_bar, times};
+use crate::engine::{ExpertTier, FetchMode};
 use crate::telemetry::ab::Toggle;
 use crate::telemetry::overlap_model;
 
 /// I/O totals summed over the recent window for one fetch mode (None = all modes).
-pub fn window_io(app: &App, mode: Option<&str>) -> Option<IoTotals> {
+pub fn window_io(app: &App, mode: Option<FetchMode>) -> Option<IoTotals> {
     let mut acc: Option<IoTotals> = None;
     for (m, io) in &app.view().io_window {
-        if mode.is_none_or(|x| x == m) {
+        if mode.is_none_or(|x| x == *m) {
             acc.get_or_insert_with(IoTotals::default).add(io);
         }
     }
@@ -83,7 +84,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let mode = v
         .config
         .as_ref()
-        .map_or("?".to_string(), |c| c.fetch.clone());
+        .map_or("?".to_string(), |c| c.fetch.to_string());
     let block = pane_block(
         app,
         PaneId::Overlap,
@@ -126,7 +127,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             let tier = v
                 .config
                 .as_ref()
-                .map_or("?".to_string(), |c| c.expert_tier.clone());
+                .map_or("?".to_string(), |c| c.expert_tier.to_string());
             let forms = if v.has_experts() {
                 vec![
                     format!("no expert I/O this token (tier {tier}: experts read via page cache)"),
@@ -255,7 +256,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
 
     // Window summary. "hidden" is the share of expert I/O not waited for: over the recent
     // window of staged tokens, and (labelled apart) for this token alone.
-    let staged = window_io(app, Some("staged"));
+    let staged = window_io(app, Some(FetchMode::Staged));
     let pct = |x: Option<f64>| x.map_or("—".into(), |x| format!("{:.0}%", 100.0 * x));
     let mut s1 = vec![Span::styled("hidden ", th.dim())];
     s1.push(Span::styled(
@@ -277,7 +278,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     }
     lines.push(fit_line(vec![s1, s1_short], w));
     // `s` switches sync/staged only on the direct tier; elsewhere the key to press first is `t`.
-    let direct = v.config.as_ref().is_some_and(|c| c.expert_tier == "direct");
+    let direct = v
+        .config
+        .as_ref()
+        .is_some_and(|c| c.expert_tier == ExpertTier::Direct);
     let hints: &[&str] = if direct {
         &["— (press s for both arms)", "— (press s)"]
     } else {
@@ -316,10 +320,17 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let arms = |long: bool| {
         vec![
             Span::styled(if long { "ms/tok " } else { "ms " }, th.dim()),
-            Span::styled(arm("sync", fetch.map(|e| (e.ms_a, e.n_a)), long), th.text()),
+            Span::styled(
+                arm(FetchMode::Sync.name(), fetch.map(|e| (e.ms_a, e.n_a)), long),
+                th.text(),
+            ),
             Span::styled(" │ ", th.dim()),
             Span::styled(
-                arm("staged", fetch.map(|e| (e.ms_b, e.n_b)), long),
+                arm(
+                    FetchMode::Staged.name(),
+                    fetch.map(|e| (e.ms_b, e.n_b)),
+                    long,
+                ),
                 th.text(),
             ),
         ]

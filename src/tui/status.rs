@@ -213,7 +213,7 @@ pub fn render_top(frame: &mut Frame, area: Rect, app: &App) {
                     vec![
                         format!(
                             " │ prefetch {onoff} │ fetch {} │ layout {} │ tier {}",
-                            c.fetch.to_uppercase(),
+                            c.fetch.name().to_uppercase(),
                             c.layout,
                             c.expert_tier
                         ),

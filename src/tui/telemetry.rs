@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 
 use super::io_totals::IoTotals;
+use crate::engine::FetchMode;
 use crate::telemetry::ab::{AbBook, Setting};
 use crate::telemetry::event::{EngineConfigInfo, ModelSummary, TokenStats};
 
@@ -49,7 +50,7 @@ pub struct Telemetry {
     /// Marks at token sequence numbers (oldest first, pruned with the timeline).
     pub marks: VecDeque<(u64, Mark)>,
     /// Expert-I/O totals of recent tokens, tagged with the fetch mode in force (oldest first).
-    pub io_window: VecDeque<(String, IoTotals)>,
+    pub io_window: VecDeque<(FetchMode, IoTotals)>,
     /// The last [`WINDOW`] tokens with expert I/O run under sync fetch: the overlap model's input.
     pub sync_io: VecDeque<TokenStats>,
     /// The whole run, downsampled in bounded memory (the Timeline's history).
@@ -80,8 +81,8 @@ impl Telemetry {
                 if self.io_window.len() == WINDOW {
                     self.io_window.pop_front();
                 }
-                self.io_window.push_back((cfg.fetch.clone(), io));
-                if cfg.fetch == "sync" {
+                self.io_window.push_back((cfg.fetch, io));
+                if cfg.fetch == FetchMode::Sync {
                     if self.sync_io.len() == WINDOW {
                         self.sync_io.pop_front();
                     }
