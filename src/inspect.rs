@@ -106,7 +106,7 @@ pub fn report(f: &CflowFile) -> Value {
         "vocab": {"embedding_quant": f.vocab.embedding.quant.name(), "lm_head_quant": lm.quant.name(),
             "tied": c.tied_embeddings(), "region_bytes": f.vocab.len},
         "metadata_keys": meta_keys,
-        "has_tokenizer": c.meta.tokenizer_json.is_some(),
+        "has_tokenizer": c.meta.tokenizer_json.is_some() || c.meta.tokenizer_loaded,
         "has_chat_template": c.meta.chat_template.is_some(),
     })
 }

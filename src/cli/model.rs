@@ -113,6 +113,11 @@ pub(super) fn open_for_decode(path: &Path, eng: &EngineArgs) -> Result<Opened> {
     }
     let tokenizer = crate::engine::session::load_tokenizer(&file.cfg)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    // Built: the text is not needed for the rest of the run.
+    if tokenizer.is_some() {
+        file.cfg.meta.tokenizer_json = None;
+        file.cfg.meta.tokenizer_loaded = true;
+    }
     match placement {
         Placement::Resident => file.make_resident(eng.repack()?)?,
         Placement::Mmap(Some(why)) => {

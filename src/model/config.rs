@@ -156,6 +156,10 @@ pub struct ModelMeta {
     /// A tokenizers-format tokenizer.json, embedded so the file is self-contained. Shared, not
     /// copied, by every clone of the config (Gemma 3's is 14 MB).
     pub tokenizer_json: Option<std::sync::Arc<str>>,
+    /// True when a decoding process built its tokenizer from `tokenizer_json` and dropped the
+    /// text (`cli::model::open_for_decode`: Gemma 3's is 14 MB); never written to a file.
+    #[serde(skip)]
+    pub tokenizer_loaded: bool,
     pub chat_template: Option<String>,
     /// Free-form provenance (source file, converter, seed...).
     #[serde(deserialize_with = "super::bounded_json::deserialize")]
@@ -184,6 +188,7 @@ impl Default for ModelMeta {
             eos_ids: Vec::new(),
             add_bos: false,
             tokenizer_json: None,
+            tokenizer_loaded: false,
             chat_template: None,
             provenance: serde_json::Value::Null,
         }
