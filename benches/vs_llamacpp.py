@@ -36,7 +36,8 @@ Normally called by benches/vs_llamacpp.sh. Subcommands:
                        (q4_0, q4_k_m, q6_k, q8_0, ...), as tests/reference/requantize_smollm2.sh
                        makes the parity tests' files; cached in the cache's smollm2/ directory
       gemma3-q4_k_m    the pulled Gemma 3 270M (cflow-tui pull gemma3-270m --accept-license)
-      issue41          the five above that issue 41's table names (q4_1, q4_0, q4_k_m, q6_k, gemma3)
+      table            the five above, PERFORMANCE.md's table (q4_1, q4_0, q4_k_m, q6_k, gemma3);
+                       `issue41` is an older name for it
       PATH.gguf[:PATH.cflow]  a file; without the .cflow, cflow-tui opens the GGUF itself (imported
                        once into its cache)
       Named models are imported to a .cflow beside their GGUF with `cflow-tui import` (--quant
@@ -66,7 +67,7 @@ import time
 PROMPT_SEED = (7919, 13)  # ids (i*7919 + 13) % vocab, as in cflow-tui's `bench decode`
 LLAMA_ENV = {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ISSUE41 = ["smollm2-q4_1", "smollm2-q4_0", "smollm2-q4_k_m", "smollm2-q6_k", "gemma3-q4_k_m"]
+TABLE = ["smollm2-q4_1", "smollm2-q4_0", "smollm2-q4_k_m", "smollm2-q6_k", "gemma3-q4_k_m"]
 COLUMNS = ["tg", "pp", "pp_long", "depth", "rss"]
 SMOLLM2 = "SmolLM2-135M-Instruct"
 
@@ -176,7 +177,7 @@ def resolve_models(spec, cflow_bin, llama_quantize, prepare=True):
     items = [x.strip() for x in spec.split(",") if x.strip()]
     expanded = []
     for it in items:
-        expanded += ISSUE41 if it == "issue41" else [it]
+        expanded += TABLE if it in ("table", "issue41") else [it]
     for it in expanded:
         m = re.fullmatch(r"smollm2-([a-z0-9_]+)", it.lower())
         if m:
@@ -205,7 +206,7 @@ def resolve_models(spec, cflow_bin, llama_quantize, prepare=True):
                             cflow=os.path.abspath(cflow or gguf)))
             continue
         else:
-            sys.exit(f"--models: unknown entry {it!r} (smollm2-q4_1, smollm2-KIND, gemma3-q4_k_m, issue41, "
+            sys.exit(f"--models: unknown entry {it!r} (smollm2-q4_1, smollm2-KIND, gemma3-q4_k_m, table, "
                      f"or PATH.gguf[:PATH.cflow])")
         if prepare:
             import_cflow(cflow_bin, gguf, cflow)
@@ -745,7 +746,7 @@ def main():
     c.add_argument("gguf", nargs="?", help="one GGUF (or use --models)")
     c.add_argument("--cflow", default=None, help="the .cflow made from GGUF (or the GGUF itself)")
     c.add_argument("--models", default=None,
-                   help="comma-separated: smollm2-q4_1, smollm2-KIND (requantized), gemma3-q4_k_m, issue41, "
+                   help="comma-separated: smollm2-q4_1, smollm2-KIND (requantized), gemma3-q4_k_m, table, "
                         "PATH.gguf[:PATH.cflow]")
     c.add_argument("--threads", default="1,2")
     c.add_argument("--repeats", type=int, default=None, help="rounds (default 5; 1 with --quick)")

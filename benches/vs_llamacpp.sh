@@ -8,7 +8,7 @@
 #   LIST is comma-separated: smollm2-q4_1 (the pulled SmolLM2 Q4_1), smollm2-KIND (that file
 #   requantized by llama-quantize --allow-requantize to KIND: q4_0, q4_k_m, q6_k, ...; made once
 #   into ~/.cache/cflow-tui/smollm2/, as the parity tests' files are), gemma3-q4_k_m (the pulled
-#   Gemma 3 270M), issue41 (those five: q4_1, q4_0, q4_k_m, q6_k, gemma3), or PATH.gguf[:PATH.cflow].
+#   Gemma 3 270M), table (those five: q4_1, q4_0, q4_k_m, q6_k, gemma3), or PATH.gguf[:PATH.cflow].
 #   Named models are imported to a .cflow beside their GGUF (cflow-tui import, --quant keep) when
 #   missing; without a .cflow, cflow-tui opens the GGUF itself (imported once into its cache).
 #

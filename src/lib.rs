@@ -1,11 +1,12 @@
 //! cflow: a CPU-first tile-streaming decode engine, and the cflow-tui workbench around it.
 //!
-//! Module map (see `docs/` and DESIGN §2): `format` owns the on-disk `.cflow`/`.vflow` layouts,
+//! Module map (see docs/ARCHITECTURE.md): `format` owns the on-disk `.cflow`/`.vflow` layouts,
 //! `quant` the block formats, `kernels` the dot products and matvec drivers, `model` geometry and
 //! weight views, `engine` the forward pass and scheduler, `io` prefetch and expert fetch,
 //! `telemetry` events/PMU/traces, `convert` importers and generators, `chat` tokenizers and
 //! templates, `tui` the terminal UI, `output` how every output path is written, `cache` cache
-//! entries shared between processes, `gguf_cache` a `.gguf` opened through its cached import. The engine never imports `tui`.
+//! entries shared between processes, `gguf_cache` a `.gguf` opened through its cached import. The
+//! engine never imports `tui`.
 #![deny(unsafe_code)]
 
 // Lets `cflow::` paths resolve inside the crate: the unit tests include the shared test GGUF

@@ -219,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_context_smaller_than_the_system_prompt_says_exactly_that() {
-        // Issue 43 §3: `--max-ctx` smaller than the system prompt.
+        // `--max-ctx` smaller than the system prompt.
         let (mut c, tok) = conv(
             "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}\
              {% if add_generation_prompt %}<|assistant|>{% endif %}",

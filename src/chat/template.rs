@@ -516,7 +516,7 @@ mod tests {
     }
 
     /// Templates that used to run for hours, abort on a huge allocation or take gigabytes
-    /// (issue 14 item 7), and more of the same class. Each must end in an error, fast.
+    /// (found by review), and more of the same class. Each must end in an error, fast.
     const HOSTILE: &[&str] = &[
         "{{ ([1]*1000000000000)|sum }}",
         "{{ ([1]*1000000000000)|last }}",

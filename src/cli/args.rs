@@ -520,7 +520,7 @@ impl EngineArgs {
     }
 
     pub fn options(&self) -> Result<EngineOptions> {
-        // The one home of the default numerics: `--act auto` is q8 (issue 18 §1).
+        // The one home of the default numerics: `--act auto` is q8 (docs/PERFORMANCE.md).
         let int_act = !self.f32_act && self.act != ActArg::F32;
         // Default: the CPUs other processes leave free (`telemetry::contention`, measured).
         let threads = match self.thread_count()? {

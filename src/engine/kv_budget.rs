@@ -261,7 +261,7 @@ mod tests {
     fn cgroup_v1_and_v2_limits_are_both_read() {
         const G: u64 = 1 << 30;
         let meminfo = format!("MemTotal: 1 kB\nMemAvailable: {} kB\n", 64 * G / 1024);
-        // v1 only (the OOM case of issue 44): 2 GiB limit, 0.5 GiB used, in the own cgroup.
+        // v1 only (a process OOM-killed inside a cgroup v1 limit): 2 GiB limit, 0.5 GiB used, in the own cgroup.
         let d = fake(&[
             ("meminfo", &meminfo),
             ("self", "12:memory:/job/7\n11:cpu,cpuacct:/job/7\n"),

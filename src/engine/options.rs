@@ -238,7 +238,7 @@ impl Default for EngineOptions {
             layout: Layout::Cflow,
             timings: true,
             step_split: false,
-            // As `--kv`'s default (cli::args): f16, chosen by KL divergence (issue 18).
+            // As `--kv`'s default (cli::args): f16, chosen by KL divergence (docs/PERFORMANCE.md).
             kv: KvType::F16,
             fetch: FetchMode::Staged,
             expert_tier: ExpertTier::Mmap,

@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn idle_time_is_skipped() {
-        // Issue 43 §4: a replay began with seconds of dead air (the user typing the prompt).
+        // A replay must not begin with seconds of dead air (the user typing the prompt).
         let mut v = trace();
         for (i, s) in v.iter_mut().enumerate() {
             // Ten seconds of nothing before the prompt's tokens, at the recorded pace.
@@ -337,7 +337,7 @@ mod tests {
         h.join().unwrap();
     }
 
-    /// Issue 43: a held ← queues a step per key repeat; the player takes them together, so the
+    /// A held ← queues a step per key repeat; the player takes them together, so the
     /// trace is re-sent once (one `P`), not once per press, and ends at the sum of the steps.
     #[test]
     fn queued_steps_are_taken_together() {

@@ -1623,7 +1623,7 @@ mod tests {
 
     #[test]
     fn a_reset_clears_the_stale_context_full_message() {
-        // Issue 43 §3: after Ctrl+L the "context full" message stayed.
+        // After Ctrl+L the "context full" message must go.
         let mut app = app_with(demo_events(4, true));
         app.apply(Msg::Event(Event::Done {
             reason: StopReason::ContextFull,
@@ -1673,7 +1673,7 @@ mod tests {
         );
     }
 
-    /// Issue 43: `s` and `t` on a dense model do nothing; they say so and send (record) nothing.
+    /// `s` and `t` on a dense model do nothing; they say so and send (record) nothing.
     #[test]
     fn fetch_and_tier_on_a_dense_model_say_so_and_send_nothing() {
         let mut app = app_with(dense_events());
@@ -1697,7 +1697,7 @@ mod tests {
         assert!(app.status_message().unwrap().contains("no experts"));
     }
 
-    /// Issue 43: on the direct tier rowmajor reads the experts from memory: `l` says so and A/B
+    /// On the direct tier rowmajor reads the experts from memory: `l` says so and A/B
     /// auto refuses a layout A/B there, with the reason.
     #[test]
     fn a_layout_ab_on_the_direct_tier_is_refused_with_the_reason() {
@@ -1799,7 +1799,7 @@ mod tests {
 
     #[test]
     fn escape_only_leaves_the_input_and_a_second_escape_stops() {
-        // Issue 43 §4: Esc both left the input and stopped the generation.
+        // Esc leaves the input without stopping the generation.
         let mut app = app_with(demo_events(3, false));
         assert!(app.input_focused);
         let fx = act(&mut app, Action::Escape);
@@ -1813,7 +1813,7 @@ mod tests {
 
     #[test]
     fn during_a_reply_toggle_keys_are_not_typed_into_the_prompt() {
-        // Issue 43 §4: `p` during a reply went into the prompt.
+        // `p` during a reply toggles prefetch, not the prompt.
         use crate::tui::keymap::{resolve, KeyState};
         use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
         let mut app = app_with(demo_events(3, true));
@@ -1878,7 +1878,7 @@ mod tests {
         );
     }
 
-    /// Issue 43: `r` in a read-only directory: the engine says it cannot record and the REC
+    /// `r` in a read-only directory: the engine says it cannot record and the REC
     /// badge goes off (it stayed on).
     #[test]
     fn a_failed_recording_turns_the_rec_badge_off() {
@@ -1951,7 +1951,7 @@ mod tests {
 
     #[test]
     fn a_replay_does_not_show_the_recorded_runs_recording_notice() {
-        // Issue 43 §4: a replay showed "recording to …" from the run it replays.
+        // A replay must not show "recording to …" from the run it replays.
         let notice = || {
             Msg::Event(Event::Notice {
                 message: "recording to /tmp/x.trace.jsonl".into(),
@@ -2003,7 +2003,7 @@ mod tests {
         assert!(app.replay.unwrap().t_ns > 0);
     }
 
-    /// Issue 43: ← re-plays the trace from its start; until it reaches the wanted token the app
+    /// ← re-plays the trace from its start; until it reaches the wanted token the app
     /// is `seeking` (the host does not draw the intermediate tokens), and held-key steps add up.
     #[test]
     fn a_backward_step_is_seeking_until_the_wanted_token() {

@@ -1,10 +1,10 @@
 //! Terminal UI: the cflow-tui workbench.
 //!
-//! Data flows one way (DESIGN §1): engine or replay `Stamped` events come in on a channel, are
-//! applied to [`App`] (pure state, [`App::apply`]), and the screen is drawn from that state at
-//! ≤ 30 fps (drain-then-draw, frame rate independent of token rate). Keys become [`Action`]s through
-//! the single table in [`keymap`]; actions may produce engine [`Command`]s and [`UiRequest`]s for
-//! the host (recording, replay control, quit).
+//! Data flows one way (docs/ARCHITECTURE.md, "Threads and channels"): engine or replay `Stamped`
+//! events come in on a channel, are applied to [`App`] (pure state, [`App::apply`]), and the screen
+//! is drawn from that state at ≤ 30 fps (drain-then-draw, frame rate independent of token rate).
+//! Keys become [`Action`]s through the single table in [`keymap`]; actions may produce engine
+//! [`Command`]s and [`UiRequest`]s for the host (recording, replay control, quit).
 //!
 //! Files: `app` (state and its mutation), `telemetry` (the engine-derived state the panes draw),
 //! `io_totals` and `critical_model` (the statistics behind Overlap and Critical path), `keymap`, `theme`, `terminal` (guard), `screen` (layout), `common`

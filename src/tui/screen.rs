@@ -1,8 +1,8 @@
-//! Screen composition: status bar, the pane grid (DESIGN §7 at 160×48) with a view slot under
-//! the Text pane (Timeline, Heatmap or Roofline: `c` cycles, `g` hides), the compact layout for
-//! small terminals (text beside one pane chosen with Tab, under a strip that names every pane
-//! it hides and the keys that show them), the maximized pane, the footer and the help /
-//! model-info overlays. On a dense model (no experts) Routing and Overlap shrink to one line
+//! Screen composition: status bar, the pane grid (docs/ARCHITECTURE.md, "The screen": 160×48) with
+//! a view slot under the Text pane (Timeline, Heatmap or Roofline: `c` cycles, `g` hides), the
+//! compact layout for small terminals (text beside one pane chosen with Tab, under a strip that
+//! names every pane it hides and the keys that show them), the maximized pane, the footer and the
+//! help / model-info overlays. On a dense model (no experts) Routing and Overlap shrink to one line
 //! each saying why, and their space goes to the Text column and the view slot.
 
 use ratatui::layout::{Constraint, Layout, Rect};

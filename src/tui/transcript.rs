@@ -211,7 +211,7 @@ mod tests {
         assert!(e.contains("missing"), "{e}");
     }
 
-    /// Issue 16 item 10 (continue a saved chat): the sampling a transcript recorded is restored
+    /// Continuing a saved chat: the sampling a transcript recorded is restored
     /// on load, a sampling flag given with `--transcript` wins for its field, and a bad line is
     /// an error naming the file and the key.
     #[test]
