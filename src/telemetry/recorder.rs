@@ -22,6 +22,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
+use time::macros::format_description;
 
 /// Value of the header's `format` field.
 pub const TRACE_FORMAT: &str = "cflow-trace";
@@ -382,45 +383,27 @@ fn io_err(path: &Path, source: std::io::Error) -> TraceError {
 /// Format a time as RFC 3339 UTC with millisecond precision, e.g. `2026-11-29T11:44:04.123Z`.
 /// Times before the epoch are clamped to it.
 pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, sod) = ((secs / 86_400) as i64, secs % 86_400);
-    let (y, m, dd) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:03}Z",
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60,
-        d.subsec_millis()
+    utc(
+        t,
+        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"),
     )
 }
 
 /// A time as ISO 8601 basic UTC to the second, e.g. `20261129T114404Z` (for file names).
 pub fn basic_utc(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-    let (days, sod) = ((secs / 86_400) as i64, secs % 86_400);
-    let (y, m, dd) = civil_from_days(days);
-    format!(
-        "{y:04}{m:02}{dd:02}T{:02}{:02}{:02}Z",
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60
+    utc(
+        t,
+        format_description!("[year][month][day]T[hour][minute][second]Z"),
     )
 }
 
-/// Days since 1970-01-01 → (year, month 1-12, day 1-31), proleptic Gregorian.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    // Shift to an era starting on 0000-03-01 so leap days fall at the end of the year.
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // day of era [0, 146096]
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
-    let mp = (5 * doy + 2) / 153; // March = 0
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+/// `t` in UTC formatted by `f` (the `time` crate); times before the epoch are clamped to it, and
+/// one it cannot format (beyond year 9999) gives the epoch's.
+fn utc(t: SystemTime, f: &[time::format_description::BorrowedFormatItem<'_>]) -> String {
+    let t = time::OffsetDateTime::from(t.max(UNIX_EPOCH));
+    t.format(f)
+        .or_else(|_| time::OffsetDateTime::UNIX_EPOCH.format(f))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
