@@ -41,14 +41,9 @@ fn gen(dir: &Path, arch: &str) -> PathBuf {
     p
 }
 
+/// The greedy token (the engine's own `argmax`: the first of equal maxima).
 fn argmax(v: &[f32]) -> u32 {
-    let mut b = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[b] {
-            b = i;
-        }
-    }
-    b as u32
+    cflow::engine::sampler::argmax(v) as u32
 }
 
 /// Greedy decode of `n` tokens after a fixed prompt: the tokens and every step's logits' bits.

@@ -82,14 +82,9 @@ fn fault(kind: FaultKind, at: u64) -> FetchHooks {
     }
 }
 
+/// The greedy token (the engine's own `argmax`: the first of equal maxima).
 fn argmax(v: &[f32]) -> u32 {
-    let mut b = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[b] {
-            b = i;
-        }
-    }
-    b as u32
+    cflow::engine::sampler::argmax(v) as u32
 }
 
 /// Runs `f` on its own thread; fails if it takes longer than `secs` (a hang).

@@ -29,14 +29,9 @@ fn gen(dir: &Path, arch: &str, layers: usize, hidden: usize) -> PathBuf {
     p
 }
 
+/// The greedy token (the engine's own `argmax`: the first of equal maxima).
 fn argmax(v: &[f32]) -> u32 {
-    let mut b = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[b] {
-            b = i;
-        }
-    }
-    b as u32
+    cflow::engine::sampler::argmax(v) as u32
 }
 
 /// Greedy decode of `n` tokens after a fixed prompt; returns tokens and the final logits' bits.

@@ -135,6 +135,8 @@ impl Sampler {
     }
 }
 
+/// The index of the largest logit, the first of equal ones (greedy decoding; the one home of
+/// this rule, which the tests use too).
 pub fn argmax(l: &[f32]) -> usize {
     let mut best = 0;
     for (i, v) in l.iter().enumerate() {
