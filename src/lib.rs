@@ -40,5 +40,6 @@ pub mod quant;
 pub mod rng;
 pub mod stats;
 pub mod telemetry;
+pub mod toggles;
 pub mod tui;
 pub mod util;

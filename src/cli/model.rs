@@ -311,8 +311,12 @@ pub(super) fn build_session(
     let path = resolve_model(model)?;
     let opened = open_for_decode(&path, eng)?;
     let opts = eng.options()?;
+    let report = crate::inspect::report(&opened.file);
     let engine = new_engine(&path, opened.file, opts, eng)?;
-    Session::with_tokenizer(engine, sampling, opened.tokenizer).map_err(anyhow::Error::msg)
+    let mut session =
+        Session::with_tokenizer(engine, sampling, opened.tokenizer).map_err(anyhow::Error::msg)?;
+    session.report = Some(report);
+    Ok(session)
 }
 
 /// SIGINT sets `stop` (the engine stops within one layer) instead of killing the process.

@@ -42,6 +42,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
     let path = resolve_model(model)?;
     let opened = open_for_decode(&path, &cli.engine)?;
     let opts = cli.engine.options()?;
+    let report = crate::inspect::report(&opened.file);
     let engine = new_engine(&path, opened.file, opts, &cli.engine)?;
     let chat = engine.cfg().meta.chat_template.is_some();
     let sampling = match chat {
@@ -49,8 +50,9 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         false => cli.chat.sampling.params()?,
     };
     let startup = crate::tui::transcript::startup_commands(&cli.chat)?;
-    let session =
+    let mut session =
         Session::with_tokenizer(engine, sampling, opened.tokenizer).map_err(anyhow::Error::msg)?;
+    session.report = Some(report);
     // The read ceiling comes from the saved machine profile; on the first launch the probe (a
     // few seconds) runs in the background once the UI is up, and the UI says "measuring…".
     let machine =

@@ -73,6 +73,9 @@ pub struct Session {
     /// sampled text repeats itself and so routes the same experts every token; random tokens
     /// make the routing as varied as the router allows.
     pub random_feed: Option<u64>,
+    /// The `inspect --json` report of the model file, which [`Session::summary`] carries to the
+    /// TUI's Info view; set by whoever opened the model (`crate::inspect::report`).
+    pub report: Option<serde_json::Value>,
 }
 
 /// The tokenizer embedded in a model (`None` when it has none), with its special tokens from
@@ -120,6 +123,7 @@ impl Session {
             sampler: Sampler::new(sampling),
             context: Vec::new(),
             random_feed: None,
+            report: None,
         })
     }
 
@@ -174,7 +178,7 @@ impl Session {
             kv_window: super::styles::steps(c)
                 .map(|st| c.sliding_window_for(st.block) as u32)
                 .collect(),
-            inspect: Some(crate::inspect::report(f)),
+            inspect: self.report.clone(),
             file_hash: crate::format::file_hash(f),
         }
     }

@@ -40,7 +40,7 @@
 use std::collections::VecDeque;
 
 use super::event::{Command, EngineConfigInfo, RunInfo, TokenStats};
-use crate::engine::{ExpertTier, FetchMode, Layout, Schedule};
+use crate::toggles::{ExpertTier, FetchMode, Layout, Schedule};
 
 /// Samples kept (oldest dropped first).
 pub const WINDOW: usize = 2048;

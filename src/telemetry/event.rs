@@ -1,7 +1,7 @@
 //! The event stream (engine → UI / recorder) and the command stream (UI → engine).
 //! Live runs and replays produce exactly these values; every pane is a function of them.
 
-use crate::engine::{ExpertTier, FetchMode, Layout, Schedule};
+use crate::toggles::{ExpertTier, FetchMode, Layout, Schedule};
 use serde::{Deserialize, Serialize};
 
 /// Static description of the loaded model, sent once when a session starts.
