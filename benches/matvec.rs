@@ -4,7 +4,7 @@
 //! `cargo bench --bench matvec` (scalar paths run only on the two small shapes: they would take
 //! minutes on the large ones).
 
-use cflow::bench_layout::tile;
+use cflow::cli::bench_layout::tile;
 use cflow::format::{EntryKind, MatrixData};
 use cflow::kernels::matvec::{rowmajor_matvec, tiled_matvec, Act};
 use cflow::kernels::pool::ThreadPool;

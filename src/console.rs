@@ -10,6 +10,7 @@
 //!   closed stderr is no reason to stop the work).
 //! * Both escape what they print ([`escape`]): the program's own reports carry no control
 //!   characters, so any that appear came from a file. [`escape_line`] is for one-line fields.
+//! * [`progress_bar`]: the one style of progress bar on stderr, for every long phase.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -106,6 +107,18 @@ pub fn escape(s: &str) -> Cow<'_, str> {
 /// newlines and tabs included.
 pub fn escape_line(s: &str) -> Cow<'_, str> {
     escape_impl(s, |_| false)
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub fn progress_bar(len: u64, msg: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(len);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed}")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(msg.to_string());
+    pb
 }
 
 #[cfg(test)]

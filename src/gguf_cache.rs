@@ -181,7 +181,7 @@ pub fn open(
         "importing {name} into the cache (once) → {}",
         cflow.display()
     ));
-    let pb = crate::cli::progress_bar(0, "import");
+    let pb = crate::console::progress_bar(0, "import");
     let done = import_gguf(&canon, &cflow, QuantTarget::Keep, None, |d, t| {
         pb.set_length(t as u64);
         pb.set_position(d as u64);

@@ -14,10 +14,6 @@
 #[cfg(test)]
 extern crate self as cflow;
 
-pub mod bench_io;
-pub mod bench_layout;
-pub mod bench_membw;
-pub mod bench_schedule;
 pub mod cache;
 pub mod chat;
 pub mod cli;

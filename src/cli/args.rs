@@ -777,20 +777,20 @@ pub enum BenchCmd {
     /// Decode throughput: median/min/max tok/s per thread count.
     Decode(BenchDecodeArgs),
     /// Sync vs staged expert fetch on the direct tier (overlap model, paper §5.14).
-    Overlap(crate::bench_io::OverlapArgs),
+    Overlap(crate::cli::bench_io::OverlapArgs),
     /// The overlap model alone, on figures you give it (e.g. the paper's Table 5.6): steady
     /// state vs the per-layer replay with fill and drain. Measures nothing.
     OverlapModel(crate::telemetry::overlap_model::ModelArgs),
     /// Tiled vs row-major matvec wall clock at large shapes (paper §5.4).
-    Layout(crate::bench_layout::LayoutArgs),
+    Layout(crate::cli::bench_layout::LayoutArgs),
     /// Decode ms/token with the PREFETCHT0 thread on vs off (paper §5.8).
-    Prefetch(crate::bench_io::PrefetchArgs),
+    Prefetch(crate::cli::bench_io::PrefetchArgs),
     /// Decode ms/token under the sequential vs the vertical schedule, with eq. 4.23's
     /// prediction from the measured per-stream bandwidth (paper §4.4, Claim 8).
-    Schedule(crate::bench_schedule::ScheduleArgs),
+    Schedule(crate::cli::bench_schedule::ScheduleArgs),
     /// The DRAM read ceiling behind the roofline figures: GB/s per thread count over a buffer in
     /// the weights' kind of memory (2 MiB pages), like `membw`; `--save` refreshes the TUI's.
-    Membw(crate::bench_membw::MembwArgs),
+    Membw(crate::cli::bench_membw::MembwArgs),
 }
 
 #[derive(Args, Debug)]

@@ -1,4 +1,4 @@
-//! `bench decode` (the other benchmarks live in `crate::bench_io`).
+//! `bench decode` (the other benchmarks live beside it: `bench_io`, `bench_layout`, `bench_schedule`, `bench_membw`).
 
 use super::args::BenchDecodeArgs;
 use super::model::{open_for_decode, resolve_model};

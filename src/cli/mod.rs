@@ -3,6 +3,10 @@
 
 mod args;
 mod bench;
+pub mod bench_io;
+pub mod bench_layout;
+pub mod bench_membw;
+pub mod bench_schedule;
 mod chat;
 mod convert;
 mod inspect;
@@ -103,20 +107,22 @@ fn dispatch(mut cli: Cli) -> Result<()> {
             }
             cmd_bench_decode(a)
         }
-        Some(Cmd::Bench(BenchCmd::Overlap(a))) => crate::bench_io::overlap(&a),
+        Some(Cmd::Bench(BenchCmd::Overlap(a))) => crate::cli::bench_io::overlap(&a),
         Some(Cmd::Bench(BenchCmd::OverlapModel(a))) => {
             crate::outln!("{}", crate::telemetry::overlap_model::report(&a)?)?;
             Ok(())
         }
-        Some(Cmd::Bench(BenchCmd::Layout(a))) => crate::bench_layout::layout(&a, a.isa.resolve()?),
+        Some(Cmd::Bench(BenchCmd::Layout(a))) => {
+            crate::cli::bench_layout::layout(&a, a.isa.resolve()?)
+        }
         Some(Cmd::Bench(BenchCmd::Prefetch(a))) => {
             let path = model::resolve_model(a.model.clone())?;
-            crate::bench_io::prefetch(&a, &path)
+            crate::cli::bench_io::prefetch(&a, &path)
         }
-        Some(Cmd::Bench(BenchCmd::Membw(a))) => crate::bench_membw::bench(&a),
+        Some(Cmd::Bench(BenchCmd::Membw(a))) => crate::cli::bench_membw::bench(&a),
         Some(Cmd::Bench(BenchCmd::Schedule(a))) => {
             let path = model::resolve_model(a.model.clone())?;
-            crate::bench_schedule::bench(&a, &path)
+            crate::cli::bench_schedule::bench(&a, &path)
         }
         Some(Cmd::Perplexity(mut a)) => {
             if a.model.is_none() {

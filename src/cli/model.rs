@@ -13,17 +13,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
-pub fn progress_bar(len: u64, msg: &str) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::new(len);
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} {elapsed}")
-            .expect("template")
-            .progress_chars("=> "),
-    );
-    pb.set_message(msg.to_string());
-    pb
-}
+pub use crate::console::progress_bar;
 
 /// The GPT-2 tokenizer shipped with the demo model, when bundled.
 pub fn gpt2_tokenizer_json() -> Option<String> {

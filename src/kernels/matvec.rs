@@ -559,7 +559,7 @@ fn token_parts(stripes: usize, threads: usize, n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench_layout::tile;
+    use crate::cli::bench_layout::tile;
     use crate::format::EntryKind;
     use crate::quant::QuantType;
 
