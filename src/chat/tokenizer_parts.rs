@@ -190,7 +190,8 @@ struct ModelParts {
     merges: Option<Merges>,
 }
 
-/// `model`: `None` for JSON `null` or a model that is not an object.
+/// `model`: `None` for JSON `null`; anything else that is not an object is an error (the caller
+/// then leaves the whole document to the crate's parser, which words it).
 struct ModelSeed;
 
 impl<'de> DeserializeSeed<'de> for ModelSeed {
@@ -237,31 +238,6 @@ impl<'de> Visitor<'de> for ModelVisitor {
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
-        while s.next_element::<de::IgnoredAny>()?.is_some() {}
         Ok(None)
     }
 }

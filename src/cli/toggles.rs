@@ -6,35 +6,22 @@ use crate::engine::{ExpertTier, FetchMode, Layout, Schedule};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
 
-impl ValueEnum for Layout {
-    fn value_variants<'a>() -> &'a [Self] {
-        Layout::ALL
-    }
+/// `ValueEnum` from a toggle's `ALL` and `name()`.
+macro_rules! value_enum {
+    ($($t:ident),+) => {$(
+        impl ValueEnum for $t {
+            fn value_variants<'a>() -> &'a [Self] {
+                $t::ALL
+            }
 
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(self.name()))
-    }
+            fn to_possible_value(&self) -> Option<PossibleValue> {
+                Some(PossibleValue::new(self.name()))
+            }
+        }
+    )+};
 }
 
-impl ValueEnum for FetchMode {
-    fn value_variants<'a>() -> &'a [Self] {
-        FetchMode::ALL
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(self.name()))
-    }
-}
-
-impl ValueEnum for ExpertTier {
-    fn value_variants<'a>() -> &'a [Self] {
-        ExpertTier::ALL
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(PossibleValue::new(self.name()))
-    }
-}
+value_enum!(Layout, FetchMode, ExpertTier);
 
 impl ValueEnum for Schedule {
     fn value_variants<'a>() -> &'a [Self] {
