@@ -7,13 +7,14 @@
 
 use std::fs::{File, Metadata};
 use std::io::{Error, ErrorKind};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 /// Opens `path` for reading if it is a regular file (following symlinks); a FIFO, device,
 /// socket or directory is an `InvalidInput` error naming the path and what it is.
 pub fn open_regular(path: &Path) -> std::io::Result<(File, Metadata)> {
-    let (file, meta) = crate::format::mmap::open_nonblocking(path)?;
-    if let Some(kind) = crate::format::mmap::non_regular_kind(&meta) {
+    let (file, meta) = open_nonblocking(path)?;
+    if let Some(kind) = non_regular_kind(&meta) {
         return Err(Error::new(
             ErrorKind::InvalidInput,
             format!("{}: is {kind}, not a regular file", path.display()),
@@ -35,6 +36,37 @@ pub fn read_regular(path: &Path, cap: u64) -> std::io::Result<Vec<u8>> {
         ));
     }
     Ok(b)
+}
+
+/// What a non-regular file is ("a FIFO", "a character device", ...); None for a regular file.
+pub fn non_regular_kind(m: &std::fs::Metadata) -> Option<&'static str> {
+    let t = m.file_type();
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a regular file")
+    }
+}
+
+/// Opens `path` for reading without blocking on a FIFO (O_NONBLOCK: it has no effect on the
+/// reads of a regular file) and returns it with its metadata.
+pub fn open_nonblocking(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    Ok((file, meta))
 }
 
 #[cfg(test)]

@@ -49,9 +49,9 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 pub fn read_text_file(path: &std::path::Path, cap: u64) -> Result<String, String> {
     use std::io::Read;
     let p = path.display();
-    let (file, meta) = crate::format::mmap::open_nonblocking(path)
-        .map_err(|e| format!("{p}: cannot open: {e}"))?;
-    if let Some(kind) = crate::format::mmap::non_regular_kind(&meta) {
+    let (file, meta) =
+        crate::input::open_nonblocking(path).map_err(|e| format!("{p}: cannot open: {e}"))?;
+    if let Some(kind) = crate::input::non_regular_kind(&meta) {
         return Err(format!("{p}: {kind}, not a regular file: give a text file"));
     }
     if meta.len() > cap {

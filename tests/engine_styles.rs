@@ -390,7 +390,7 @@ fn engine(f: &Arc<CflowFile>, threads: usize) -> Engine {
             int_act: false,
             layout: Layout::Cflow,
             timings: true,
-            kv: cflow::model::kv::KvType::F32,
+            kv: cflow::engine::kv::KvType::F32,
             ..Default::default()
         },
     )
@@ -646,7 +646,7 @@ fn rowmajor_baseline_agrees_with_tiles() {
                         layout,
                         // An f32 cache: the layouts sum in different orders, and f16 rounding of
                         // K/V would turn a last-bit difference into an f16 step.
-                        kv: cflow::model::kv::KvType::F32,
+                        kv: cflow::engine::kv::KvType::F32,
                         ..Default::default()
                     },
                 )

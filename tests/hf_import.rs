@@ -115,7 +115,7 @@ fn engine(f: &Arc<CflowFile>, int_act: bool) -> Engine {
             kv: if int_act {
                 EngineOptions::default().kv
             } else {
-                cflow::model::kv::KvType::F32
+                cflow::engine::kv::KvType::F32
             },
             ..Default::default()
         },

@@ -1,4 +1,4 @@
-//! Gemma 3's sliding-window layers keep only their window (`model::kv`, `with_windows`): on the
+//! Gemma 3's sliding-window layers keep only their window (`engine::kv`, `with_windows`): on the
 //! real model, a 1,000-token prompt (past the 832-row ring of its 512-position windows, so rows
 //! move to the front once during the prefill) and 24 decode steps give bit-identical logits to
 //! the same engine keeping every position. Needs the Gemma 3 file (`pull gemma3-270m`); SKIP

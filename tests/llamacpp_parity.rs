@@ -12,11 +12,11 @@
 mod common;
 
 use cflow::convert::import_gguf::{import_gguf, QuantTarget};
+use cflow::engine::kv::KvType;
 use cflow::engine::sampler::argmax;
 use cflow::engine::session::Session;
 use cflow::engine::{Engine, EngineOptions};
 use cflow::format::CflowFile;
-use cflow::model::kv::KvType;
 use cflow::telemetry::SamplingParams;
 use common::greedy_cmp_len;
 use serde_json::Value;

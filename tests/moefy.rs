@@ -6,9 +6,9 @@
 
 use cflow::convert::generate::{generate, GenSpec};
 use cflow::convert::moefy::{moefy, Cluster, MoefySpec, RouterKind};
+use cflow::engine::kv::KvType;
 use cflow::engine::{Engine, EngineOptions};
 use cflow::format::CflowFile;
-use cflow::model::kv::KvType;
 use cflow::quant::QuantType;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

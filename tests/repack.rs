@@ -4,9 +4,9 @@
 //! float rounding, and batched prefill over it agrees with decoding the same tokens one by one.
 
 use cflow::convert::generate::{generate, GenSpec};
+use cflow::engine::kv::KvType;
 use cflow::engine::{Engine, EngineOptions, Layout};
 use cflow::format::CflowFile;
-use cflow::model::kv::KvType;
 use cflow::quant::QuantType;
 use std::sync::Arc;
 

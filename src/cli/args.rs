@@ -4,9 +4,9 @@
 use super::model::MAX_CTX;
 use crate::convert::generate::ARCHS;
 use crate::convert::import_gguf::QuantTarget;
+use crate::engine::kv::KvType;
 use crate::engine::{Engine, EngineOptions, ExpertTier, FetchMode, Layout, Schedule};
 use crate::kernels::Isa;
-use crate::model::kv::KvType;
 use crate::quant::QuantType;
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};

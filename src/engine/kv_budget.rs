@@ -12,7 +12,7 @@
 //! whose declared context does not fit.
 
 use super::Engine;
-use crate::model::kv::KvType;
+use crate::engine::kv::KvType;
 use crate::model::ModelConfig;
 use std::path::{Path, PathBuf};
 

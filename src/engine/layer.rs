@@ -4,10 +4,10 @@
 use super::ops::*;
 use super::scratch::{DenseScratch, Scratch};
 use super::weights::Weights;
+use crate::engine::kv::{KvCache, KvLayer};
 use crate::format::reader::LayerView;
 use crate::kernels::attention;
 use crate::kernels::Isa;
-use crate::model::kv::{KvCache, KvLayer};
 use crate::model::{FfnAct, ModelConfig};
 
 /// Biases, Q/K norms (whole projection, or per head), clipping, RoPE and V-norm of one token's

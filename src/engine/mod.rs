@@ -16,6 +16,7 @@ pub mod critical;
 pub mod decode;
 pub mod expert_io;
 pub mod finite;
+pub mod kv;
 pub mod kv_budget;
 pub mod layer;
 pub mod moe;
@@ -38,11 +39,11 @@ pub mod worker;
 pub use options::{default_threads, EngineOptions, ExpertTier, FetchMode, Layout, Schedule};
 pub use streams::stream_bytes;
 
+use crate::engine::kv::KvCache;
 use crate::format::reader::ExpertView;
 use crate::format::CflowFile;
 use crate::io::{ExpertFetcher, FetchHooks, Prefetcher};
 use crate::kernels::pool::ThreadPool;
-use crate::model::kv::KvCache;
 use crate::model::ModelConfig;
 use crate::telemetry::{EngineConfigInfo, TokenStats};
 use schedule::DelaySchedule;
@@ -207,7 +208,7 @@ impl Engine {
     }
 
     /// What the KV cache stores.
-    pub fn kv_type(&self) -> crate::model::kv::KvType {
+    pub fn kv_type(&self) -> crate::engine::kv::KvType {
         self.kv.ty()
     }
 

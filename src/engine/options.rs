@@ -10,9 +10,9 @@
 //! - `CFLOW_ISA` (kernels, read by `Isa::detect`) and `CFLOW_SPIN_US` (thread pool, read when a
 //!   pool is built) are read by their own modules, also once.
 
+use crate::engine::kv::KvType;
 use crate::io::FetchHooks;
 use crate::kernels::Isa;
-use crate::model::kv::KvType;
 
 pub use crate::toggles::{ExpertTier, FetchMode, Layout, Schedule};
 

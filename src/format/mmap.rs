@@ -7,42 +7,11 @@
 
 use super::error::FormatError;
 use super::sigbus::{self, Watch};
+use crate::input::{non_regular_kind, open_nonblocking};
 use memmap2::{Mmap, MmapMut};
 use std::fs::File;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::SystemTime;
-
-/// What a non-regular file is ("a FIFO", "a character device", ...); None for a regular file.
-pub fn non_regular_kind(m: &std::fs::Metadata) -> Option<&'static str> {
-    let t = m.file_type();
-    if t.is_file() {
-        None
-    } else if t.is_dir() {
-        Some("a directory")
-    } else if t.is_fifo() {
-        Some("a FIFO")
-    } else if t.is_char_device() {
-        Some("a character device")
-    } else if t.is_block_device() {
-        Some("a block device")
-    } else if t.is_socket() {
-        Some("a socket")
-    } else {
-        Some("not a regular file")
-    }
-}
-
-/// Opens `path` for reading without blocking on a FIFO (O_NONBLOCK: it has no effect on the
-/// reads of a regular file) and returns it with its metadata.
-pub fn open_nonblocking(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = file.metadata()?;
-    Ok((file, meta))
-}
 
 /// Maps `file` whole (None when empty) and registers the mapping for SIGBUS recovery.
 /// Private anonymous memory of `len` bytes advised for transparent huge pages

@@ -1223,6 +1223,12 @@ impl CflowFile {
     }
 }
 
+impl crate::io::prefetch::Mapped for CflowFile {
+    fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+}
+
 /// Repacks every tile of `m` inside `bytes` (`quant::packed`) and marks it, when all of its
 /// stripes are whole 16-row groups of Q4_0/Q4_1; else leaves it as it is.
 pub(crate) fn repack_matrix(bytes: &mut [u8], m: &mut Matrix) -> bool {

@@ -9,25 +9,30 @@
 //! a fresh one on the same counters and returns the panic message for the session to report.
 
 use super::fault::{panic_message, FaultKind, FaultPlan};
-use crate::format::CflowFile;
 use crossbeam_channel::{bounded, Sender, TrySendError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+/// Bytes the prefetch thread walks: the model's mapping (`format::CflowFile` implements it; the
+/// thread needs nothing else of the file).
+pub trait Mapped: Send + Sync + std::fmt::Debug {
+    fn bytes(&self) -> &[u8];
+}
 
 /// What to prefetch. Offsets are into `file`'s mapping and are clamped to it.
 #[derive(Clone, Debug)]
 pub enum PrefetchCmd {
     /// A contiguous range (the next layer's attention or dense tiles).
     LinearRange {
-        file: Arc<CflowFile>,
+        file: Arc<dyn Mapped>,
         offset: usize,
         len: usize,
     },
     /// Expert regions: the tiles of the experts the current routing predicts for the next
     /// layer (§3.9.2: the same expert ids at ℓ+1).
     ExpertTiles {
-        file: Arc<CflowFile>,
+        file: Arc<dyn Mapped>,
         regions: Vec<(usize, usize)>,
     },
 }
@@ -228,12 +233,14 @@ mod tests {
     /// A full channel drops the command, counts it and says so; a free slot queues it.
     #[test]
     fn full_channel_counts_drops() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("m.cflow");
-        let mut s = crate::convert::generate::GenSpec::new("arch2_4_combined");
-        (s.vocab, s.hidden, s.ffn, s.expert_ffn) = (Some(64), Some(64), Some(64), Some(32));
-        crate::convert::generate::generate(&s, &p, |_, _| {}).unwrap();
-        let file = Arc::new(CflowFile::open(&p).unwrap());
+        #[derive(Debug)]
+        struct Bytes(Vec<u8>);
+        impl Mapped for Bytes {
+            fn bytes(&self) -> &[u8] {
+                &self.0
+            }
+        }
+        let file: Arc<dyn Mapped> = Arc::new(Bytes(vec![0; 4096]));
         let (pf, rx) = Prefetcher::stalled(3);
         let cmd = || PrefetchCmd::LinearRange {
             file: file.clone(),

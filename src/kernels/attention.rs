@@ -43,7 +43,7 @@ pub struct AttnShape {
     pub kv_dim: usize,
     /// Elements between one cached position's row of a KV head and the next position's
     /// (`kv_dim` when the cache is position-major `[position][kv_dim]`; `head_dim` when it is
-    /// head-major, as the engine's [`crate::model::kv::KvCache`] stores it).
+    /// head-major, as the engine's [`crate::engine::kv::KvCache`] stores it).
     pub row_stride: usize,
     /// Elements between KV head `kh`'s first row and KV head `kh + 1`'s (`head_dim` when
     /// position-major; the head's block of positions when head-major).

@@ -3,7 +3,6 @@
 
 pub mod bounded_json;
 pub mod config;
-pub mod kv;
 pub mod special;
 
 pub use config::*;

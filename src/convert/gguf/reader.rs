@@ -90,8 +90,8 @@ impl GgufFile {
             file: name.clone(),
             source,
         };
-        let (file, meta) = crate::format::mmap::open_nonblocking(path).map_err(io)?;
-        if let Some(kind) = crate::format::mmap::non_regular_kind(&meta) {
+        let (file, meta) = crate::input::open_nonblocking(path).map_err(io)?;
+        if let Some(kind) = crate::input::non_regular_kind(&meta) {
             return Err(GgufError::NotRegular { file: name, kind });
         }
         let map = Arc::new(MappedInput::from_file(&file, meta.len()).map_err(io)?);
