@@ -184,39 +184,3 @@ fn process_stats_reports_rss() {
         b.cpu_percent
     );
 }
-
-/// Manual: `cargo test --release --test trace_pmu -- --ignored --nocapture bandwidth_report`
-/// prints several default probes (compare with `membw 256` run alongside).
-#[test]
-#[ignore]
-fn bandwidth_report() {
-    for _ in 0..5 {
-        let bw = probe_bandwidth(
-            cflow::telemetry::membw::BUFFER_BYTES,
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
-            cflow::telemetry::membw::SAMPLES,
-            cflow::telemetry::membw::SAMPLE_BYTES,
-        );
-        println!(
-            "1t {:.2} GB/s  {}t {:.2} GB/s  total {:.0} ms  init {:.0} ms  passes {}",
-            bw.read_gbps_1t, bw.threads, bw.read_gbps_nt, bw.probe_ms, bw.init_ms, bw.passes
-        );
-    }
-}
-
-/// Manual: cost of `phase()` (one read(2) per open group) and of a disabled PMU.
-#[test]
-#[ignore]
-fn pmu_overhead_report() {
-    for (name, mut pmu) in [("new()", Pmu::new()), ("disabled()", Pmu::disabled())] {
-        let n = 20_000u32;
-        pmu.begin_token();
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            pmu.phase("attention");
-        }
-        let per = t.elapsed().as_nanos() as f64 / n as f64;
-        let _ = pmu.end_token();
-        println!("{name}: {per:.0} ns per phase() call");
-    }
-}

@@ -1,7 +1,6 @@
 //! What a frame costs: the Text pane wraps only what it shows and caches finished turns
 //! (`tui::text::WrapCache`), so a long session draws as fast as a short one; the cached rows are
-//! the rows an uncached wrap gives. `cargo test --release --test tui_render_cost -- --ignored
-//! --nocapture` prints µs/frame (NS=24,2000 REPS=200 to choose).
+//! the rows an uncached wrap gives. `cargo bench --bench tui_frame_cost` prints µs/frame.
 
 use cflow::telemetry::event::{Event, Stamped};
 use cflow::tui::app::{App, Msg, TuiOptions};
@@ -28,26 +27,6 @@ fn frame_us(app: &App, term: &mut Terminal<TestBackend>, reps: u32) -> f64 {
         term.draw(|f| screen::draw(f, app)).unwrap();
     }
     t.elapsed().as_secs_f64() * 1e6 / reps as f64
-}
-
-#[test]
-#[ignore]
-fn print_frame_cost() {
-    let reps: u32 = std::env::var("REPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    let ns: Vec<u32> = std::env::var("NS")
-        .map(|s| s.split(',').map(|x| x.parse().unwrap()).collect())
-        .unwrap_or(vec![24, 2000, 20000]);
-    for n in ns {
-        for size in [(80, 24), (160, 48)] {
-            let app = app_with(n, size);
-            let mut term = Terminal::new(TestBackend::new(size.0, size.1)).unwrap();
-            let us = frame_us(&app, &mut term, reps);
-            println!("{n} tokens {}x{}: {us:.0} µs/frame", size.0, size.1);
-        }
-    }
 }
 
 /// The frame cost does not grow with the history: a finished 20000-token reply draws within 2×
