@@ -1096,3 +1096,35 @@ fn views_without_data_or_room() {
     }
     assert!(render_pane(&empty, PaneId::Timeline, (60, 6)).contains("waiting"));
 }
+
+/// The input cursor sits at the display column of the character it is before: a wide (CJK)
+/// character takes two cells, and a wrapped line puts the cursor on the row that holds it.
+#[test]
+fn input_cursor_counts_display_width() {
+    let cursor_after = |text: &str, w: u16| {
+        let mut app = demo((w, 24));
+        app.focus = PaneId::Text;
+        app.input_focused = true;
+        for c in text.chars() {
+            app.apply(Msg::Action(Action::Insert(c)));
+        }
+        let mut term = Terminal::new(TestBackend::new(w, 24)).unwrap();
+        term.draw(|f| screen::render_pane(f, f.area(), &app, PaneId::Text))
+            .unwrap();
+        let screen = term.backend().to_string();
+        let p = term.get_cursor_position().unwrap();
+        (p.x, p.y, screen)
+    };
+    let (x_ascii, y_ascii, _) = cursor_after("abc", 80);
+    let (x_wide, y_wide, screen) = cursor_after("日本語", 80);
+    assert_eq!(y_ascii, y_wide);
+    // Three two-cell characters put the cursor three cells further right than three ASCII ones.
+    assert_eq!(x_wide, x_ascii + 3, "{screen}");
+    // Wrapped: a 24-column pane's input row holds 10 wide characters (20 cells after the
+    // prompt), so after 15 of them the cursor is 5 characters into the second row: the column
+    // it has after 5 on one row.
+    let (x_five, _, _) = cursor_after(&"語".repeat(5), 24);
+    let (x_fifteen, _, screen) = cursor_after(&"語".repeat(15), 24);
+    assert_eq!(x_fifteen, x_five, "{screen}");
+    assert_eq!(x_five, 1 + 2 + 10, "{screen}");
+}

@@ -165,78 +165,43 @@ pub fn stacked_bar<'a>(
     spans
 }
 
-/// Greedy word wrap by characters (width ≥ 1). Newlines start new lines; long words break.
+/// Greedy word wrap to `width` terminal cells (≥ 1; `textwrap`, widths by `unicode-width`).
+/// Newlines start new lines; words break at ASCII spaces, and a word longer than a line breaks.
 pub fn wrap(text: &str, width: usize) -> Vec<String> {
-    let width = width.max(1);
-    let mut out = Vec::new();
-    for para in text.split('\n') {
-        let mut line = String::new();
-        let mut len = 0usize;
-        for word in split_keep_spaces(para) {
-            let wlen = word.chars().count();
-            if len + wlen <= width {
-                line.push_str(word);
-                len += wlen;
-                continue;
-            }
-            if word.trim().is_empty() {
-                // A space at the break: drop it.
-                out.push(std::mem::take(&mut line));
-                len = 0;
-                continue;
-            }
-            if len > 0 {
-                out.push(std::mem::take(&mut line).trim_end().to_string());
-                len = 0;
-            }
-            let mut chars = word.chars().peekable();
-            while chars.peek().is_some() {
-                let chunk: String = chars.by_ref().take(width).collect();
-                let n = chunk.chars().count();
-                if n == width && chars.peek().is_some() {
-                    out.push(chunk);
-                } else {
-                    line = chunk;
-                    len = n;
-                }
-            }
-        }
-        out.push(line);
-    }
-    out
+    let opts = textwrap::Options::new(width.max(1))
+        .break_words(true)
+        .word_separator(textwrap::WordSeparator::AsciiSpace)
+        .word_splitter(textwrap::WordSplitter::NoHyphenation)
+        .wrap_algorithm(textwrap::WrapAlgorithm::FirstFit);
+    textwrap::wrap(text, opts)
+        .into_iter()
+        .map(|l| l.into_owned())
+        .collect()
 }
 
-/// Split into alternating runs of non-space and space characters.
-fn split_keep_spaces(s: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let mut start = 0;
-    let mut prev_space: Option<bool> = None;
-    for (i, c) in s.char_indices() {
-        let sp = c == ' ';
-        if let Some(p) = prev_space {
-            if p != sp {
-                parts.push(&s[start..i]);
-                start = i;
-            }
-        }
-        prev_space = Some(sp);
-    }
-    if start < s.len() {
-        parts.push(&s[start..]);
-    }
-    parts
+/// Display width of `s` in terminal cells (a CJK character or an emoji takes two).
+pub fn width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
 }
 
-/// Truncate a string to `width` characters, ending with '…' when cut.
-pub fn truncate(s: &str, width: usize) -> String {
-    let n = s.chars().count();
-    if n <= width {
+/// Truncate a string to `cells` terminal cells of display width, ending with '…' when cut.
+pub fn truncate(s: &str, cells: usize) -> String {
+    if width(s) <= cells {
         return s.to_string();
     }
-    if width == 0 {
+    if cells == 0 {
         return String::new();
     }
-    let mut t: String = s.chars().take(width - 1).collect();
+    let mut t = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w > cells - 1 {
+            break;
+        }
+        t.push(c);
+        used += w;
+    }
     t.push('…');
     t
 }
@@ -306,5 +271,18 @@ mod tests {
     fn truncate_marks_cut() {
         assert_eq!(truncate("abcdef", 4), "abc…");
         assert_eq!(truncate("abc", 4), "abc");
+        // Wide characters take two cells: three fit in 7 cells with the ellipsis.
+        assert_eq!(truncate("日本語のテキスト", 7), "日本語…");
+        assert_eq!(width(&truncate("日本語のテキスト", 7)), 7);
+    }
+
+    #[test]
+    fn wrap_counts_display_width() {
+        // Each of these characters is two cells wide: three per 6-cell row.
+        assert_eq!(
+            wrap("日本語のテキスト", 6),
+            vec!["日本語", "のテキ", "スト"]
+        );
+        assert!(wrap("🦀🦀🦀 crab", 4).iter().all(|l| width(l) <= 4));
     }
 }

@@ -7,7 +7,7 @@ use ratatui::widgets::{Block, BorderType, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
 use super::app::App;
-use super::common::{centered, truncate};
+use super::common::{centered, truncate, width, wrap};
 use super::keymap::{keys_label, Ctx, BINDINGS};
 
 /// One help row: (keys, description), or a section heading when keys is empty.
@@ -81,51 +81,27 @@ fn row_lines(row: &(String, String), key_w: usize, desc_w: usize) -> usize {
     if row.0.is_empty() {
         1
     } else {
-        wrap(&row.1, desc_w).len().max(1) + usize::from(row.0.chars().count() > key_w)
+        wrap(&row.1, desc_w).len().max(1) + usize::from(width(&row.0) > key_w)
     }
 }
 
 /// Widest key column: longer key lists (the editing keys) get a line of their own.
 const KEY_W_MAX: usize = 16;
 
-/// Word-wraps `s` to `w` columns (a word longer than `w` is cut).
-pub fn wrap(s: &str, w: usize) -> Vec<String> {
-    let w = w.max(1);
-    let mut out: Vec<String> = Vec::new();
-    let mut cur = String::new();
-    for word in s.split(' ') {
-        let need = cur.chars().count() + usize::from(!cur.is_empty()) + word.chars().count();
-        if !cur.is_empty() && need > w {
-            out.push(std::mem::take(&mut cur));
-        }
-        if !cur.is_empty() {
-            cur.push(' ');
-        }
-        cur.push_str(&truncate(word, w));
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
 /// Chooses the layout: the most columns (≤ 3) in which every description fits unwrapped and the
 /// rows fit the height; otherwise one full-width column with wrapped descriptions (scrolling).
 pub fn layout(rows: &[(String, String)], avail_w: usize, avail_h: usize) -> HelpLayout {
     let key_w = rows
         .iter()
-        .map(|(k, _)| k.chars().count())
+        .map(|(k, _)| width(k))
         .max()
         .unwrap_or(0)
         .min(KEY_W_MAX);
-    let long_keys = rows
-        .iter()
-        .filter(|(k, _)| k.chars().count() > key_w)
-        .count();
+    let long_keys = rows.iter().filter(|(k, _)| width(k) > key_w).count();
     let desc_max = rows
         .iter()
         .filter(|(k, _)| !k.is_empty())
-        .map(|(_, d)| d.chars().count())
+        .map(|(_, d)| width(d))
         .max()
         .unwrap_or(0);
     for ncols in (1..=3).rev() {
@@ -176,7 +152,7 @@ fn columns<'a>(app: &App, rows: &[(String, String)], l: &HelpLayout) -> Vec<Vec<
             col.push(Line::from(Span::styled(truncate(d, l.col_w), th.warn())));
             continue;
         }
-        let own_line = k.chars().count() > l.key_w;
+        let own_line = width(k) > l.key_w;
         if own_line {
             col.push(Line::from(Span::styled(
                 format!(" {}", truncate(k, l.col_w.saturating_sub(1))),
@@ -273,7 +249,7 @@ mod tests {
         let rows = help_rows();
         let l = layout(&rows, 158, 46);
         assert!(l.ncols >= 2, "{l:?}");
-        let desc_max = rows.iter().map(|(_, d)| d.chars().count()).max().unwrap();
+        let desc_max = rows.iter().map(|(_, d)| width(d)).max().unwrap();
         assert!(l.col_w >= 1 + l.key_w + 2 + desc_max, "{l:?}");
         assert!(l.lines <= 46);
     }

@@ -87,14 +87,26 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         for (li, raw) in app.input.text.split('\n').enumerate() {
             let wrapped = wrap(raw, in_w);
+            // Each row is a piece of `raw` in order (the spaces at a break are dropped): `at`
+            // is where the row starts in `raw`, in bytes.
+            let mut at = 0usize;
             for (wi, w) in wrapped.iter().enumerate() {
+                let start_b = at + raw[at..].find(w.as_str()).unwrap_or(0);
+                at = start_b + w.len();
                 if li == cur_line {
-                    // Place the cursor on the wrapped row that holds column `cur_col`.
-                    let start: usize = wrapped[..wi].iter().map(|s| s.chars().count()).sum();
-                    let len = w.chars().count();
-                    if cur_col >= start && (cur_col < start + len || wi + 1 == wrapped.len()) {
+                    // Place the cursor on the row that holds character `cur_col` (a cursor on
+                    // a dropped space sits at the end of the row before it), at its display
+                    // column: wide characters take two cells.
+                    let start = raw[..start_b].chars().count();
+                    let next = wrapped.get(wi + 1).map_or(usize::MAX, |n| {
+                        raw[..at + raw[at..].find(n.as_str()).unwrap_or(0)]
+                            .chars()
+                            .count()
+                    });
+                    if cur_col >= start && cur_col < next {
+                        let before: String = w.chars().take(cur_col - start).collect();
                         cursor_row = input_lines.len();
-                        cursor_col = cur_col - start;
+                        cursor_col = super::common::width(&before);
                     }
                 }
                 let lead = if li == 0 && wi == 0 { "> " } else { "  " };
