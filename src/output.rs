@@ -573,7 +573,12 @@ fn install_signal_cleanup() {
         let _ = std::thread::Builder::new()
             .name("cflow-output-cleanup".into())
             .spawn(move || {
-                if let Some(sig) = signals.forever().next() {
+                for sig in signals.forever() {
+                    // A REPL or `run` that handles Ctrl-C itself (`io::signal::on_sigint`)
+                    // stops its work and exits on its own: SIGINT does not end it here.
+                    if sig == libc::SIGINT && crate::io::signal::sigint_taken() {
+                        continue;
+                    }
                     // Keep the lock until the process is gone: no new temporary file appears.
                     let live = lock_live();
                     for p in live.iter() {
@@ -581,6 +586,7 @@ fn install_signal_cleanup() {
                     }
                     let _ = signal_hook::low_level::emulate_default_handler(sig);
                     drop(live);
+                    break;
                 }
             });
     });

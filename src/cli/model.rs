@@ -314,7 +314,7 @@ pub(super) fn install_sigint(
     stop: Arc<std::sync::atomic::AtomicBool>,
     flag: Arc<std::sync::atomic::AtomicBool>,
 ) {
-    // A watcher thread polls a process-wide flag set by the handler in `util`.
+    // A watcher thread (io::signal) runs this on every SIGINT.
     crate::io::signal::on_sigint(move || {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         flag.store(true, std::sync::atomic::Ordering::Relaxed);

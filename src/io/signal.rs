@@ -1,23 +1,41 @@
 //! SIGINT handling for the REPLs: Ctrl-C stops the current reply instead of killing the process;
 //! and a query of a signal's current disposition.
 
-/// Runs `f` (on a watcher thread) every time the process receives SIGINT, instead of the
-/// default termination. Uses a self-pipe-free flag polled every 20 ms.
+use signal_hook::iterator::Signals;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once SIGINT is handled by [`on_sigint`]: the temporary-file watcher of `output` then
+/// lets SIGINT pass instead of ending the process (signal-hook runs every handler registered for
+/// a signal, in any order).
+static SIGINT_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Runs `f` (on a watcher thread, `signal-hook`'s iterator) every time the process receives
+/// SIGINT, instead of the default termination. If the handler cannot be installed, says so on
+/// stderr and leaves Ctrl-C ending the process.
 pub fn on_sigint(f: impl Fn() + Send + 'static) {
-    static FLAG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    extern "C" fn handler(_: libc::c_int) {
-        FLAG.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-    // SAFETY: installs an async-signal-safe handler that only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, handler as *const () as libc::sighandler_t);
-    }
-    std::thread::spawn(move || loop {
-        if FLAG.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            f();
+    let mut signals = match Signals::new([libc::SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("warning: cannot handle Ctrl-C ({e}); it will end the process");
+            return;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    });
+    };
+    SIGINT_TAKEN.store(true, Ordering::SeqCst);
+    let spawned = std::thread::Builder::new()
+        .name("cflow-sigint".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                f();
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("warning: cannot watch for Ctrl-C ({e})");
+    }
+}
+
+/// Whether [`on_sigint`] handles SIGINT in this process.
+pub fn sigint_taken() -> bool {
+    SIGINT_TAKEN.load(Ordering::SeqCst)
 }
 
 /// Whether `sig` currently has its default disposition (not ignored, no handler installed).
