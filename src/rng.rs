@@ -30,6 +30,10 @@ impl Rng {
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }
+    /// Uniform in [0, 1), with 53 random bits.
+    pub fn unit_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
 
 #[cfg(test)]
@@ -46,6 +50,9 @@ mod tests {
             assert!((-1.0..1.0).contains(&u));
             assert!(a.below(10) < 10);
             b.below(10);
+            let f = a.unit_f64();
+            b.unit_f64();
+            assert!((0.0..1.0).contains(&f));
         }
         assert_ne!(Rng::new(1).next_u64(), Rng::new(2).next_u64());
     }

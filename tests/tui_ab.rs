@@ -4,11 +4,12 @@
 //! together not compared, and A/B auto alternating the toggle every N tokens until tight.
 
 use cflow::engine::FetchMode;
+use cflow::rng::Rng;
 use cflow::stats::median;
 use cflow::telemetry::ab::{Arm, Toggle, AUTO_BLOCK, AUTO_MIN_BLOCKS, TIGHT};
 use cflow::telemetry::event::{Command, EngineConfigInfo, Event, Stamped};
 use cflow::tui::app::{Action, App, Msg, PaneId, TuiOptions};
-use cflow::tui::fixture::{ab_events, demo_config, demo_model, demo_stats, ran_of, Lcg};
+use cflow::tui::fixture::{ab_events, demo_config, demo_model, demo_stats, ran_of};
 use cflow::tui::screen;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
@@ -171,7 +172,7 @@ fn a_hidden_setting_changing_halfway_is_not_reported_as_the_visible_toggles_effe
         },
         &mut lines,
     );
-    let mut rng = Lcg::new(9);
+    let mut rng = Rng::new(9);
     for i in 0..160u32 {
         let second_half = i >= 80;
         if i == 80 {
@@ -228,7 +229,7 @@ fn a_hidden_setting_changing_halfway_is_not_reported_as_the_visible_toggles_effe
 /// i + 2: token i + 1 is already being computed when it arrives) and feeds a Stats event per token with prefetch-on
 /// tokens `on_factor` times as long. Returns (token index, command) for every command.
 fn drive(app: &mut App, tokens: u32, on_factor: f64) -> Vec<(u32, Command)> {
-    let mut rng = Lcg::new(5);
+    let mut rng = Rng::new(5);
     let mut cfg: EngineConfigInfo = demo_config(FetchMode::Staged);
     let mut pending: Vec<(u32, Command)> = Vec::new();
     let mut out = Vec::new();

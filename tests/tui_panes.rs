@@ -685,9 +685,17 @@ fn streams_and_critical_column_heads_sit_over_their_columns() {
             );
             if head.contains("attn dense   exp") {
                 let dense = col_end(head, "attn dense", start).unwrap();
+                // Layer 1's expert ms: the third figure after its MiB.
+                let exp_ms = row.split("3.21").nth(1).unwrap().split_whitespace().nth(2);
+                let exp_ms = exp_ms.map(|m| {
+                    m.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                        .next()
+                        .unwrap_or(m)
+                });
+                let after_mib = col_end(row, "3.21", from).unwrap();
                 assert_eq!(
                     col_end(head, "exp", dense),
-                    col_end(row, "0.74", from),
+                    col_end(row, exp_ms.unwrap(), after_mib),
                     "exp head over the expert ms column ({what} {size:?}):\n{s}"
                 );
             }
@@ -708,9 +716,21 @@ fn streams_and_critical_column_heads_sit_over_their_columns() {
             let from = col_end(head, "δe=2", 0).unwrap();
             let row = s.lines().find(|l| l.contains("0.84/1.69")).unwrap();
             let num = col_end(row, "0.84/1.69", 0).unwrap();
+            // Layer 1's measured ms: the figure after its MiB pair.
+            let ms = row
+                .split("0.84/1.69")
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next();
+            let ms = ms.map(|m| {
+                m.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                    .next()
+                    .unwrap_or(m)
+            });
             assert_eq!(
                 col_end(head, "ms", from),
-                col_end(row, "1.04", num),
+                col_end(row, ms.unwrap(), num),
                 "ms head over the measured column ({what} {size:?}):\n{s}"
             );
         }

@@ -57,7 +57,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             Session::with_tokenizer(engine, SamplingParams::default(), opened.tokenizer.clone())
                 .map_err(anyhow::Error::msg)?;
         if a.feed == super::args::FeedArg::Random {
-            sess.random_feed = Some(0x5eed);
+            sess.random_feed = Some(crate::rng::Rng::new(0x5eed));
         }
         let vocab = sess.engine.cfg().vocab;
         let depth_ids = synthetic_ids(0..a.depth, vocab);

@@ -69,10 +69,10 @@ pub struct Session {
     /// Every token in the context, in order.
     pub context: Vec<u32>,
     /// Benchmarks only: feed a pseudo-random token at every step instead of the sampled one
-    /// (the state of a 64-bit LCG), as llama-bench does. On a model with random weights the
+    /// (drawn from the crate's one generator, `rng::Rng`), as llama-bench does. On a model with random weights the
     /// sampled text repeats itself and so routes the same experts every token; random tokens
     /// make the routing as varied as the router allows.
-    pub random_feed: Option<u64>,
+    pub random_feed: Option<crate::rng::Rng>,
     /// The `inspect --json` report of the model file, which [`Session::summary`] carries to the
     /// TUI's Info view; set by whoever opened the model (`crate::inspect::report`).
     pub report: Option<serde_json::Value>,
@@ -342,15 +342,10 @@ impl Session {
         Ok(())
     }
 
-    /// The token to feed next: sampled, or with [`Session::random_feed`] the LCG's next draw.
+    /// The token to feed next: sampled, or with [`Session::random_feed`] the generator's next draw.
     fn next_token(&mut self) -> u32 {
         match self.random_feed.as_mut() {
-            Some(state) => {
-                *state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((*state >> 33) % self.engine.cfg().vocab as u64) as u32
-            }
+            Some(rng) => rng.below(self.engine.cfg().vocab) as u32,
             None => self.sampler.sample(self.engine.logits(), &self.context),
         }
     }

@@ -166,18 +166,10 @@ pub fn join_blocks(q: QuantType, scales: &[u8], qs: &[u8], out: &mut Vec<u8>) {
 mod tests {
     use super::*;
 
+    /// `n` values uniform in [-1, 1).
     fn rng_row(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
-            })
-            .collect()
+        let mut rng = crate::rng::Rng::new(seed);
+        (0..n).map(|_| rng.uniform()).collect()
     }
 
     #[test]

@@ -1060,8 +1060,8 @@ mod tests {
     }
 
     /// Multiplicative noise of about ±3%.
-    fn noise(rng: &mut fastrand::Rng) -> f64 {
-        1.0 + (rng.f64() - 0.5) * 0.06
+    fn noise(rng: &mut crate::rng::Rng) -> f64 {
+        1.0 + (rng.unit_f64() - 0.5) * 0.06
     }
 
     /// Blocks of an alternating stream (runs of `run` tokens): (a, b).
@@ -1111,7 +1111,7 @@ mod tests {
 
     #[test]
     fn null_effect_with_rising_context_includes_one() {
-        let mut rng = fastrand::Rng::with_seed(3);
+        let mut rng = crate::rng::Rng::new(3);
         let (a, b) = alternating(400, 9, |pos, _| (8.0 + 0.02 * pos as f64) * noise(&mut rng));
         let e = estimate(&a, &b).unwrap();
         assert!(e.includes_one(), "{e:?}");
@@ -1125,7 +1125,7 @@ mod tests {
 
     #[test]
     fn twenty_percent_effect_is_found() {
-        let mut rng = fastrand::Rng::with_seed(5);
+        let mut rng = crate::rng::Rng::new(5);
         let (a, b) = alternating(400, 9, |pos, arm_a| {
             (8.0 + 0.02 * pos as f64) * noise(&mut rng) * if arm_a { 1.2 } else { 1.0 }
         });
@@ -1140,13 +1140,13 @@ mod tests {
     /// block): a per-token interval would call that a difference; blocks do not.
     #[test]
     fn shared_noise_within_blocks_widens_the_interval() {
-        let mut rng = fastrand::Rng::with_seed(11);
+        let mut rng = crate::rng::Rng::new(11);
         let mut phase = 1.0;
         let (a, b) = alternating(9 * 12, 9, |pos, _| {
             if pos % 9 == 0 {
-                phase = 1.0 + (rng.f64() - 0.5) * 0.3;
+                phase = 1.0 + (rng.unit_f64() - 0.5) * 0.3;
             }
-            8.0 * phase * (1.0 + (rng.f64() - 0.5) * 0.01)
+            8.0 * phase * (1.0 + (rng.unit_f64() - 0.5) * 0.01)
         });
         let e = estimate(&a, &b).unwrap();
         assert!(e.includes_one(), "{e:?}");

@@ -3,33 +3,11 @@
 //! hardware PMU) and a dense Llama-like chat model (SmolLM2-135M geometry, hardware counters).
 
 use crate::engine::{ExpertTier, FetchMode, Layout, Schedule};
+use crate::rng::Rng;
 use crate::telemetry::event::{
     EngineConfigInfo, Event, LayerIo, LayerStat, ModelSummary, PmuSample, Stamped, StopReason,
     StreamBytes, TokenStats,
 };
-
-/// Tiny deterministic generator (64-bit LCG).
-#[derive(Clone, Debug)]
-pub struct Lcg(u64);
-
-impl Lcg {
-    pub fn new(seed: u64) -> Self {
-        Lcg(seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407))
-    }
-    pub fn next_u32(&mut self) -> u32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-    /// Uniform in 0..n.
-    pub fn below(&mut self, n: u32) -> u32 {
-        self.next_u32() % n.max(1)
-    }
-}
 
 /// Six equal demo layers; with `skip`, layer 0 reads no dense bytes (its input is zero, δd = 1).
 fn demo_layers(attn: u64, dense: u64, experts: u64, skip: bool) -> Vec<StreamBytes> {
@@ -246,7 +224,7 @@ const NOISE: &[&str] = &[
 ];
 
 /// Stats of one demo token: staged fetch (or sync), per-layer bytes, routing and I/O.
-pub fn demo_stats(index: u32, pos: u32, fetch: FetchMode, rng: &mut Lcg) -> TokenStats {
+pub fn demo_stats(index: u32, pos: u32, fetch: FetchMode, rng: &mut Rng) -> TokenStats {
     let model = demo_model();
     let staged = fetch == FetchMode::Staged;
     let mut layers = Vec::new();
@@ -256,9 +234,9 @@ pub fn demo_stats(index: u32, pos: u32, fetch: FetchMode, rng: &mut Lcg) -> Toke
         let first = if !prev.is_empty() && rng.below(10) < 4 {
             prev[0]
         } else {
-            ((rng.below(8) + l as u32) % 8) as u16
+            ((rng.below(8) as u32 + l as u32) % 8) as u16
         };
-        let mut second = ((first as u32 + 1 + rng.below(7)) % 8) as u16;
+        let mut second = ((first as u32 + 1 + rng.below(7) as u32) % 8) as u16;
         if second == first {
             second = (first + 1) % 8;
         }
@@ -345,7 +323,7 @@ pub fn demo_stats(index: u32, pos: u32, fetch: FetchMode, rng: &mut Lcg) -> Toke
 /// A demo session: a completion prompt, `n` tokens (the first half staged, then a toggle to sync
 /// so both A/B arms have samples), and optionally the `Done` event.
 pub fn demo_events(n: u32, done: bool) -> Vec<Stamped> {
-    let mut rng = Lcg::new(7);
+    let mut rng = Rng::new(7);
     let mut t = 0u64;
     let mut out = Vec::new();
     let mut push = |t: &mut u64, dt: u64, event: Event| {
@@ -385,7 +363,7 @@ pub fn demo_events(n: u32, done: bool) -> Vec<Stamped> {
             fetch = FetchMode::Sync;
             push(&mut t, 10_000, Event::Config(demo_config(FetchMode::Sync)));
         }
-        let piece = NOISE[rng.below(NOISE.len() as u32) as usize];
+        let piece = NOISE[rng.below(NOISE.len())];
         let stats = demo_stats(i, prompt_tokens.len() as u32 + i, fetch, &mut rng);
         decode_ns += stats.ns_total;
         let dt = stats.ns_total;
@@ -418,7 +396,7 @@ pub fn demo_events(n: u32, done: bool) -> Vec<Stamped> {
 }
 
 /// Stats of one dense-model token with hardware counters per phase.
-pub fn dense_stats(index: u32, pos: u32, rng: &mut Lcg) -> TokenStats {
+pub fn dense_stats(index: u32, pos: u32, rng: &mut Rng) -> TokenStats {
     let model = dense_model();
     let layers: Vec<LayerStat> = model
         .layer_bytes
@@ -475,7 +453,7 @@ pub fn dense_stats(index: u32, pos: u32, rng: &mut Lcg) -> TokenStats {
 
 /// A dense chat session: one finished turn and a second one still streaming.
 pub fn dense_events() -> Vec<Stamped> {
-    let mut rng = Lcg::new(11);
+    let mut rng = Rng::new(11);
     let mut t = 0u64;
     let mut out = Vec::new();
     let mut push = |t: &mut u64, dt: u64, event: Event| {
@@ -564,7 +542,7 @@ pub fn dense_events() -> Vec<Stamped> {
 /// 40% of the tokens, on for the next 40% (a manual toggle between "replies"), then alternating
 /// every 8 tokens (A/B auto). Tokens run with prefetch on take `on_factor` times as long.
 pub fn ab_events(on_factor: f64, n: u32) -> Vec<Stamped> {
-    let mut rng = Lcg::new(23);
+    let mut rng = Rng::new(23);
     let mut t = 0u64;
     let mut out = Vec::new();
     let mut push = |t: &mut u64, dt: u64, event: Event| {
@@ -622,7 +600,7 @@ pub fn ab_events(on_factor: f64, n: u32) -> Vec<Stamped> {
         let ms = (8.0 + 0.02 * pos as f64) * noise * factor;
         stats.ns_total = (ms * 1e6) as u64;
         let dt = stats.ns_total;
-        let piece = NOISE[rng.below(NOISE.len() as u32) as usize];
+        let piece = NOISE[rng.below(NOISE.len())];
         push(
             &mut t,
             dt,

@@ -26,13 +26,10 @@ fn byte_char(b: u8) -> char {
 
 fn f32_tensor(name: &str, dims: &[u64], seed: u32) -> TestTensor {
     let n: u64 = dims.iter().product();
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    let mut rng = cflow::rng::Rng::new(seed as u64);
     let data: Vec<u8> = (0..n)
         .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            ((x % 2001) as f32 / 1000.0 - 1.0)
+            (rng.below(2001) as f32 / 1000.0 - 1.0)
                 .mul_add(0.05, 0.0)
                 .to_le_bytes()
         })
