@@ -154,7 +154,7 @@ pub fn attention(
     rmsnorm(&mut s.xb, &s.x, Some(&lv.attn_norm), w.cfg.rms_eps);
     w.mv(
         p,
-        0xFF,
+        None,
         &mut s.xq,
         &s.xb,
         &mut [(&lv.q, &mut s.q), (&lv.k, &mut s.k), (&lv.v, &mut s.v)],
@@ -162,7 +162,7 @@ pub fn attention(
     qkv_post(w, lv, p, pos, &mut s.rope, &mut s.q, &mut s.k, &mut s.v);
     kv.store(l, pos, &s.k, &s.v);
     attend(w, l, p, pos, kv, &s.q, &mut s.att);
-    w.mv(p, 0xFF, &mut s.xq, &s.att, &mut [(&lv.o, &mut s.attn_out)]);
+    w.mv(p, None, &mut s.xq, &s.att, &mut [(&lv.o, &mut s.attn_out)]);
     if let Some(nw) = &lv.post_attn_norm {
         rmsnorm_in_place(&mut s.attn_out, Some(nw), w.cfg.rms_eps);
     }
@@ -192,13 +192,13 @@ pub fn dense(w: &Weights, lv: &LayerView, p: usize, src: &[f32], ds: &mut DenseS
     );
     w.mv(
         p,
-        0xFF,
+        None,
         &mut ds.xq,
         &ds.xb,
         &mut [(g, &mut ds.hb), (u, &mut ds.hb2)],
     );
     gated(w.isa, w.cfg.meta.ffn_act, &mut ds.hb, &ds.hb2);
-    w.mv(p, 0xFF, &mut ds.xq, &ds.hb, &mut [(dn, &mut ds.out)]);
+    w.mv(p, None, &mut ds.xq, &ds.hb, &mut [(dn, &mut ds.out)]);
     dense_finish(w, lv, gate_scale, ds);
 }
 
@@ -239,7 +239,7 @@ pub fn lm_head(w: &Weights, s: &mut Scratch) -> u64 {
     let lm = file.lm_head();
     w.mv(
         usize::MAX,
-        0xFF,
+        None,
         &mut s.xq,
         &s.xb,
         &mut [(lm, &mut s.logits)],

@@ -88,7 +88,7 @@ pub fn run_experts(
         w.mv_in(
             src,
             p,
-            e as u8,
+            Some(e as u8),
             &mut es.xq,
             act,
             &mut [(&ex.gate, &mut es.eh), (&ex.up, &mut es.eh2)],
@@ -97,7 +97,7 @@ pub fn run_experts(
         w.mv_in(
             src,
             p,
-            e as u8,
+            Some(e as u8),
             &mut es.xq,
             &es.eh,
             &mut [(&ex.down, &mut es.eo)],
@@ -127,7 +127,7 @@ pub fn oracle_select(
         w.mv_in(
             w.file.bytes(),
             p,
-            e as u8,
+            Some(e as u8),
             &mut es.xq,
             act,
             &mut [(&ex.gate, &mut es.eh), (&ex.up, &mut es.eh2)],
@@ -246,13 +246,13 @@ fn fused(
     {
         outs.push((gate, &mut **h));
         outs.push((up, &mut **h2));
-        ids.extend([0xFF, 0xFF]);
+        ids.extend([None, None]);
     }
     for (slot, &(e, _)) in slots.iter_mut().zip(sel) {
         let ex = &lv.experts[e];
         outs.push((&ex.gate, &mut slot.h));
         outs.push((&ex.up, &mut slot.h2));
-        ids.extend([e as u8, e as u8]);
+        ids.extend([Some(e as u8), Some(e as u8)]);
     }
     // An expert's gate and up are stored interleaved (one group); experts apart.
     w.mv_each(bytes, p, 2, &ids, std::slice::from_mut(xq), &[x], &mut outs);
@@ -268,13 +268,13 @@ fn fused(
         gated(w.isa, act, h, h2);
         xs.push(&**h);
         outs.push((down, &mut **out));
-        ids.push(0xFF);
+        ids.push(None);
     }
     for (slot, &(e, _)) in slots.iter_mut().zip(sel) {
         gated(w.isa, act, &mut slot.h, &slot.h2);
         xs.push(&slot.h);
         outs.push((&lv.experts[e].down, &mut slot.o));
-        ids.push(e as u8);
+        ids.push(Some(e as u8));
     }
     w.mv_each(bytes, p, 1, &ids, slot_xq, &xs, &mut outs);
     drop(outs);

@@ -12,8 +12,8 @@ use crate::model::ModelConfig;
 use std::collections::HashMap;
 
 /// Row-major copies of every matrix, keyed by (layer, kind, expert); the LM head is layer
-/// `usize::MAX`, dense matrices expert `0xFF`.
-pub type RowMajorWeights = HashMap<(usize, u8, u8), MatrixData>;
+/// `usize::MAX`, a matrix outside the routed experts has no expert (`None`).
+pub type RowMajorWeights = HashMap<(usize, u8, Option<u8>), MatrixData>;
 
 /// The weights and kernels one stream of a token uses. `Sync` parts are shared between the
 /// streams of the vertical schedule; each stream brings its own `pool`.
@@ -34,7 +34,7 @@ impl Weights<'_> {
     pub fn mv(
         &self,
         layer: usize,
-        expert: u8,
+        expert: Option<u8>,
         xq: &mut Q8Act,
         x: &[f32],
         outs: &mut [(&Matrix, &mut [f32])],
@@ -48,7 +48,7 @@ impl Weights<'_> {
         &self,
         bytes: &[u8],
         layer: usize,
-        expert: u8,
+        expert: Option<u8>,
         xq: &mut Q8Act,
         x: &[f32],
         outs: &mut [(&Matrix, &mut [f32])],
@@ -84,7 +84,7 @@ impl Weights<'_> {
         bytes: &[u8],
         layer: usize,
         group: usize,
-        experts: &[u8],
+        experts: &[Option<u8>],
         xqs: &mut [Q8Act],
         xs: &[&[f32]],
         outs: &mut [(&Matrix, &mut [f32])],
@@ -182,16 +182,16 @@ pub fn build_rowmajor(f: &CflowFile) -> RowMajorWeights {
     let mut rm = HashMap::new();
     for (li, l) in f.layers.iter().enumerate() {
         for m in l.dense_matrices() {
-            rm.insert((li, m.kind as u8, 0xFF), f.matrix_data(m));
+            rm.insert((li, m.kind as u8, None), f.matrix_data(m));
         }
         for (ei, e) in l.experts.iter().enumerate() {
             for m in [&e.gate, &e.up, &e.down] {
-                rm.insert((li, m.kind as u8, ei as u8), f.matrix_data(m));
+                rm.insert((li, m.kind as u8, Some(ei as u8)), f.matrix_data(m));
             }
         }
     }
     let lm = f.lm_head();
-    rm.insert((usize::MAX, lm.kind as u8, 0xFF), f.matrix_data(lm));
+    rm.insert((usize::MAX, lm.kind as u8, None), f.matrix_data(lm));
     rm
 }
 
