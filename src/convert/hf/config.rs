@@ -221,111 +221,27 @@ pub(super) fn plan(
         _ => false,
     };
 
-    // MoE and dense geometry.
-    let (mut dense, mut d_ff) = (true, c.usize_opt("intermediate_size")?.unwrap_or(0));
-    let (mut n_experts, mut top_k, mut expert_ffn) = (0, 0, 0);
-    let mut router_norm = RouterNorm::SoftmaxTopk;
-    let (mut style, mut dd, mut de) = (CombineStyle::Sequential, 0usize, 0usize);
-    let (mut merge_interval, mut fp_iters) = (3u32, 3u32);
-    let mut arch_name = match fam {
-        Family::Llama => "llama",
-        Family::Mistral => "mistral",
-        Family::Qwen2 => "qwen2",
-        Family::Mixtral => "mixtral",
-        Family::Olmoe => "olmoe",
-        Family::PipelineNative => "pipeline_native",
-    }
-    .to_string();
-    let mut clip_qkv = 0.0f32;
-    match fam {
-        Family::Mixtral => {
-            dense = false;
-            n_experts = c.usize("num_local_experts")?;
-            top_k = c.usize("num_experts_per_tok")?;
-            expert_ffn = d_ff;
-            d_ff = 0;
-        }
-        Family::Olmoe => {
-            // Every layer is MoE; `intermediate_size` is the expert hidden size. The router takes
-            // a softmax over all experts, then the top-k: without `norm_topk_prob` the selected
-            // probabilities are used as they are (SoftmaxAll); renormalising them over the top-k
-            // equals a softmax over the top-k logits (SoftmaxTopk).
-            dense = false;
-            n_experts = c
-                .usize_opt("num_experts")?
-                .or(c.usize_opt("num_local_experts")?)
-                .ok_or_else(|| c.err("missing `num_experts`".into()))?;
-            top_k = c.usize("num_experts_per_tok")?;
-            expert_ffn = d_ff;
-            d_ff = 0;
-            router_norm = if c.bool_opt("norm_topk_prob")?.unwrap_or(false) {
-                RouterNorm::SoftmaxTopk
-            } else {
-                RouterNorm::SoftmaxAll
-            };
-            if let Some(cl) = c.f32_opt("clip_qkv")? {
-                if !(cl.is_finite() && cl > 0.0) {
-                    return Err(c.err(format!("clip_qkv {cl} must be > 0 (or null)")));
-                }
-                clip_qkv = cl;
-            }
-        }
-        Family::PipelineNative => {
-            let s = c
-                .str_opt("combine_style")?
-                .ok_or_else(|| c.err("missing `combine_style`".into()))?;
-            style = parse_style(s).ok_or_else(|| {
-                c.err(format!(
-                    "combine_style `{s}` (expected parallel_sqrt2, delayed_sum, async_experts, \
-                     sequential, decoupled_streams, pipeline_registers or fixed_point)"
-                ))
-            })?;
-            dd = c.usize_opt("dense_delay")?.unwrap_or(0);
-            de = c.usize_opt("expert_delay")?.unwrap_or(0);
-            n_experts = c.usize_opt("num_experts")?.unwrap_or(0);
-            top_k = c.usize_opt("num_experts_per_tok")?.unwrap_or(0);
-            expert_ffn = c.usize_opt("moe_intermediate_size")?.unwrap_or(0);
-            dense = d_ff > 0;
-            router_norm = match c.str_opt("router_norm")?.unwrap_or("softmax_topk") {
-                "softmax_topk" => RouterNorm::SoftmaxTopk,
-                "softmax_all" => RouterNorm::SoftmaxAll,
-                other => {
-                    return Err(c.err(format!(
-                        "router_norm `{other}` (expected softmax_topk or softmax_all)"
-                    )))
-                }
-            };
-            let small = |k: &str, n: usize| {
-                u32::try_from(n).map_err(|_| c.err(format!("`{k}` = {n} is out of range")))
-            };
-            merge_interval = small(
-                "merge_interval",
-                c.usize_opt("merge_interval")?.unwrap_or(3),
-            )?;
-            fp_iters = small(
-                "fixed_point_iterations",
-                c.usize_opt("fixed_point_iterations")?.unwrap_or(3),
-            )?;
-            if merge_interval == 0 || fp_iters == 0 {
-                return Err(c.err("merge_interval and fixed_point_iterations must be >= 1".into()));
-            }
-            if dd > 255 || de > 255 {
-                return Err(c.err("dense_delay and expert_delay must be <= 255".into()));
-            }
-            if let Some(a) = c.str_opt("variant")? {
-                arch_name = a.to_string();
-            }
-            if n_experts > 0 && (top_k == 0 || expert_ffn == 0) {
-                return Err(c.err(
-                    "num_experts > 0 needs num_experts_per_tok and moe_intermediate_size".into(),
-                ));
-            }
-            if !dense && n_experts == 0 {
-                return Err(c.err("neither a dense FFN nor experts".into()));
-            }
-        }
-        _ => {}
-    }
+    // MoE and dense geometry: the family decides.
+    let Ffn {
+        dense,
+        d_ff,
+        n_experts,
+        mut top_k,
+        mut expert_ffn,
+        router_norm,
+        style,
+        dd,
+        de,
+        merge_interval,
+        fp_iters,
+        arch_name,
+        clip_qkv,
+    } = match fam {
+        Family::Mixtral => mixtral_ffn(&c)?,
+        Family::Olmoe => olmoe_ffn(&c)?,
+        Family::PipelineNative => pipeline_native_ffn(&c)?,
+        Family::Llama | Family::Mistral | Family::Qwen2 => Ffn::dense(&c, fam)?,
+    };
     if n_experts == 0 {
         if !dense {
             return Err(c.err("neither a dense FFN nor experts".into()));
@@ -386,43 +302,7 @@ pub(super) fn plan(
         }
     }
 
-    // Sliding window: Mistral everywhere; Qwen2 from max_window_layers on when enabled;
-    // `layer_types` when present.
-    let window = c
-        .usize_opt("sliding_window")?
-        .unwrap_or(0)
-        .min(u32::MAX as usize) as u32;
-    let mut sliding = Vec::new();
-    if let Some(lt) = v.get("layer_types").and_then(Value::as_array) {
-        if lt.len() != n_layers {
-            return Err(c.err(format!("layer_types has {} entries", lt.len())));
-        }
-        for t in lt {
-            sliding.push(match t.as_str() {
-                Some("full_attention") => 0,
-                Some("sliding_attention") => window,
-                other => return Err(c.err(format!("layer_types entry {other:?}"))),
-            });
-        }
-    } else {
-        match fam {
-            Family::Mistral | Family::Mixtral | Family::PipelineNative => {
-                sliding = vec![window; n_layers]
-            }
-            Family::Qwen2 => {
-                if c.bool_opt("use_sliding_window")?.unwrap_or(false) {
-                    let from = c.usize_opt("max_window_layers")?.unwrap_or(n_layers);
-                    sliding = (0..n_layers)
-                        .map(|i| if i >= from { window } else { 0 })
-                        .collect();
-                }
-            }
-            Family::Llama | Family::Olmoe => {}
-        }
-    }
-    if sliding.iter().all(|&w| w == 0) {
-        sliding.clear();
-    }
+    let sliding = sliding_windows(&c, fam, n_layers)?;
 
     // Tied embeddings: the config says so, or the checkpoint has no lm_head.
     let tie_cfg = c.bool_opt("tie_word_embeddings")?;
@@ -511,4 +391,208 @@ pub(super) fn plan(
         dense,
         tied,
     })
+}
+
+/// The FFN of a config: dense, routed experts or both, and (pipeline-native) the combine style,
+/// delays and the variant name.
+struct Ffn {
+    dense: bool,
+    d_ff: usize,
+    n_experts: usize,
+    top_k: usize,
+    expert_ffn: usize,
+    router_norm: RouterNorm,
+    style: CombineStyle,
+    dd: usize,
+    de: usize,
+    merge_interval: u32,
+    fp_iters: u32,
+    arch_name: String,
+    clip_qkv: f32,
+}
+
+impl Ffn {
+    /// A dense FFN of `intermediate_size` (Llama, Mistral, Qwen2).
+    fn dense(c: &Cfg, fam: Family) -> Result<Ffn, HfError> {
+        Ok(Ffn {
+            dense: true,
+            d_ff: c.usize_opt("intermediate_size")?.unwrap_or(0),
+            n_experts: 0,
+            top_k: 0,
+            expert_ffn: 0,
+            router_norm: RouterNorm::SoftmaxTopk,
+            style: CombineStyle::Sequential,
+            dd: 0,
+            de: 0,
+            merge_interval: 3,
+            fp_iters: 3,
+            arch_name: fam.arch_name().to_string(),
+            clip_qkv: 0.0,
+        })
+    }
+}
+
+/// Mixtral: every layer is MoE (`num_local_experts`, top `num_experts_per_tok`);
+/// `intermediate_size` is the expert hidden size; softmax over the top-k logits.
+fn mixtral_ffn(c: &Cfg) -> Result<Ffn, HfError> {
+    let base = Ffn::dense(c, Family::Mixtral)?;
+    Ok(Ffn {
+        dense: false,
+        n_experts: c.usize("num_local_experts")?,
+        top_k: c.usize("num_experts_per_tok")?,
+        expert_ffn: base.d_ff,
+        d_ff: 0,
+        ..base
+    })
+}
+
+/// OLMoE: every layer is MoE; `intermediate_size` is the expert hidden size. The router takes a
+/// softmax over all experts, then the top-k: without `norm_topk_prob` the selected
+/// probabilities are used as they are (SoftmaxAll); renormalising them over the top-k equals a
+/// softmax over the top-k logits (SoftmaxTopk). Optional `clip_qkv`.
+fn olmoe_ffn(c: &Cfg) -> Result<Ffn, HfError> {
+    let base = Ffn::dense(c, Family::Olmoe)?;
+    let n_experts = c
+        .usize_opt("num_experts")?
+        .or(c.usize_opt("num_local_experts")?)
+        .ok_or_else(|| c.err("missing `num_experts`".into()))?;
+    let top_k = c.usize("num_experts_per_tok")?;
+    let router_norm = if c.bool_opt("norm_topk_prob")?.unwrap_or(false) {
+        RouterNorm::SoftmaxTopk
+    } else {
+        RouterNorm::SoftmaxAll
+    };
+    let mut clip_qkv = 0.0;
+    if let Some(cl) = c.f32_opt("clip_qkv")? {
+        if !(cl.is_finite() && cl > 0.0) {
+            return Err(c.err(format!("clip_qkv {cl} must be > 0 (or null)")));
+        }
+        clip_qkv = cl;
+    }
+    Ok(Ffn {
+        dense: false,
+        n_experts,
+        top_k,
+        expert_ffn: base.d_ff,
+        d_ff: 0,
+        router_norm,
+        clip_qkv,
+        ..base
+    })
+}
+
+/// Our `PipelineNativeForCausalLM` (docs/FORMAT.md): combine style, delays, an optional dense
+/// FFN and optional experts, the router normalization and the variant name.
+fn pipeline_native_ffn(c: &Cfg) -> Result<Ffn, HfError> {
+    let base = Ffn::dense(c, Family::PipelineNative)?;
+    let s = c
+        .str_opt("combine_style")?
+        .ok_or_else(|| c.err("missing `combine_style`".into()))?;
+    let style = parse_style(s).ok_or_else(|| {
+        c.err(format!(
+            "combine_style `{s}` (expected parallel_sqrt2, delayed_sum, async_experts, \
+             sequential, decoupled_streams, pipeline_registers or fixed_point)"
+        ))
+    })?;
+    let dd = c.usize_opt("dense_delay")?.unwrap_or(0);
+    let de = c.usize_opt("expert_delay")?.unwrap_or(0);
+    let n_experts = c.usize_opt("num_experts")?.unwrap_or(0);
+    let top_k = c.usize_opt("num_experts_per_tok")?.unwrap_or(0);
+    let expert_ffn = c.usize_opt("moe_intermediate_size")?.unwrap_or(0);
+    let dense = base.d_ff > 0;
+    let router_norm = match c.str_opt("router_norm")?.unwrap_or("softmax_topk") {
+        "softmax_topk" => RouterNorm::SoftmaxTopk,
+        "softmax_all" => RouterNorm::SoftmaxAll,
+        other => {
+            return Err(c.err(format!(
+                "router_norm `{other}` (expected softmax_topk or softmax_all)"
+            )))
+        }
+    };
+    let small = |k: &str, n: usize| {
+        u32::try_from(n).map_err(|_| c.err(format!("`{k}` = {n} is out of range")))
+    };
+    let merge_interval = small(
+        "merge_interval",
+        c.usize_opt("merge_interval")?.unwrap_or(3),
+    )?;
+    let fp_iters = small(
+        "fixed_point_iterations",
+        c.usize_opt("fixed_point_iterations")?.unwrap_or(3),
+    )?;
+    if merge_interval == 0 || fp_iters == 0 {
+        return Err(c.err("merge_interval and fixed_point_iterations must be >= 1".into()));
+    }
+    if dd > 255 || de > 255 {
+        return Err(c.err("dense_delay and expert_delay must be <= 255".into()));
+    }
+    let arch_name = match c.str_opt("variant")? {
+        Some(a) => a.to_string(),
+        None => base.arch_name.clone(),
+    };
+    if n_experts > 0 && (top_k == 0 || expert_ffn == 0) {
+        return Err(
+            c.err("num_experts > 0 needs num_experts_per_tok and moe_intermediate_size".into())
+        );
+    }
+    if !dense && n_experts == 0 {
+        return Err(c.err("neither a dense FFN nor experts".into()));
+    }
+    Ok(Ffn {
+        dense,
+        n_experts,
+        top_k,
+        expert_ffn,
+        router_norm,
+        style,
+        dd,
+        de,
+        merge_interval,
+        fp_iters,
+        arch_name,
+        ..base
+    })
+}
+
+/// Each layer's sliding window (0: full attention; empty: none slides): `layer_types` when
+/// present; else Mistral, Mixtral and pipeline-native everywhere, Qwen2 from
+/// `max_window_layers` on when `use_sliding_window`.
+fn sliding_windows(c: &Cfg, fam: Family, n_layers: usize) -> Result<Vec<u32>, HfError> {
+    let v = c.v;
+    let window = c
+        .usize_opt("sliding_window")?
+        .unwrap_or(0)
+        .min(u32::MAX as usize) as u32;
+    let mut sliding = Vec::new();
+    if let Some(lt) = v.get("layer_types").and_then(Value::as_array) {
+        if lt.len() != n_layers {
+            return Err(c.err(format!("layer_types has {} entries", lt.len())));
+        }
+        for t in lt {
+            sliding.push(match t.as_str() {
+                Some("full_attention") => 0,
+                Some("sliding_attention") => window,
+                other => return Err(c.err(format!("layer_types entry {other:?}"))),
+            });
+        }
+    } else {
+        match fam {
+            Family::Mistral | Family::Mixtral | Family::PipelineNative => {
+                sliding = vec![window; n_layers]
+            }
+            Family::Qwen2 => {
+                if c.bool_opt("use_sliding_window")?.unwrap_or(false) {
+                    let from = c.usize_opt("max_window_layers")?.unwrap_or(n_layers);
+                    sliding = (0..n_layers)
+                        .map(|i| if i >= from { window } else { 0 })
+                        .collect();
+                }
+            }
+            Family::Llama | Family::Olmoe => {}
+        }
+    }
+    if sliding.iter().all(|&w| w == 0) {
+        sliding.clear();
+    }
+    Ok(sliding)
 }

@@ -14,6 +14,20 @@ pub(super) enum Family {
     PipelineNative,
 }
 
+impl Family {
+    /// The `.cflow` architecture name of the family (pipeline-native files may name a variant).
+    pub(super) fn arch_name(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Mistral => "mistral",
+            Family::Qwen2 => "qwen2",
+            Family::Mixtral => "mixtral",
+            Family::Olmoe => "olmoe",
+            Family::PipelineNative => "pipeline_native",
+        }
+    }
+}
+
 /// Tensor names of the MoE block (per-expert tensors, or the fused/stacked layout newer
 /// `transformers` versions write).
 pub(super) struct MoeNames {
