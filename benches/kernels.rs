@@ -98,11 +98,7 @@ fn matvec(isa: Isa, m: &Matrix, x: &[f32], xq: Option<&mut Q8Act>, y: &mut [f32]
     for t in &m.tiles {
         tile_matvec_act(
             isa,
-            m.q,
-            t.rows,
-            t.cols,
-            &t.scales,
-            &t.qs,
+            cflow::kernels::dot::Tile::split(m.q, t.rows, t.cols, &t.scales, &t.qs),
             &x[t.c0..t.c0 + t.cols],
             xq,
             t.c0,
@@ -118,10 +114,12 @@ fn packed_matvec(isa: Isa, m: &Matrix, x: &[f32], xq: &mut Q8Act, y: &mut [f32])
     for t in &m.tiles {
         packed::tile_matvec(
             isa,
-            m.q,
-            t.rows,
-            t.cols,
-            t.packed.as_ref().expect("repacked"),
+            cflow::kernels::dot::Tile::body(
+                m.q,
+                t.rows,
+                t.cols,
+                t.packed.as_ref().expect("repacked"),
+            ),
             &[],
             Some(xq.tile_slice(t.c0, t.cols)),
             &mut y[t.r0..t.r0 + t.rows],
@@ -278,7 +276,14 @@ fn batched_tile(c: &mut Criterion) {
                 g.bench_function(BenchmarkId::from_parameter(name), |b| {
                     b.iter(|| {
                         let xa = int.then_some(&xq[..]);
-                        tile_matmul(isa, q, TR, TC, &t.scales, &t.qs, &xs, xa, N, &mut y);
+                        tile_matmul(
+                            isa,
+                            cflow::kernels::dot::Tile::split(q, TR, TC, &t.scales, &t.qs),
+                            &xs,
+                            xa,
+                            N,
+                            &mut y,
+                        );
                         black_box(&y);
                     })
                 });
@@ -330,7 +335,14 @@ fn batched_kquant_tile(c: &mut Criterion) {
                         let yj = &mut y[j * TR..(j + 1) * TR];
                         let x = &xs[j * TC..(j + 1) * TC];
                         let i = isa.for_quant(q);
-                        tile_matvec_act(i, q, TR, TC, &t.scales, &t.qs, x, Some(a), 0, yj);
+                        tile_matvec_act(
+                            i,
+                            cflow::kernels::dot::Tile::split(q, TR, TC, &t.scales, &t.qs),
+                            x,
+                            Some(a),
+                            0,
+                            yj,
+                        );
                     }
                     black_box(&y);
                 })
@@ -338,7 +350,12 @@ fn batched_kquant_tile(c: &mut Criterion) {
             let name = format!("{q}/{}-batched", isa.name());
             g.bench_function(BenchmarkId::from_parameter(name), |b| {
                 b.iter(|| {
-                    kquant::tile_matmul(isa, q, TR, TC, &t.qs, batch, &mut y);
+                    kquant::tile_matmul(
+                        isa,
+                        cflow::kernels::dot::Tile::body(q, TR, TC, &t.qs),
+                        batch,
+                        &mut y,
+                    );
                     black_box(&y);
                 })
             });
@@ -556,7 +573,15 @@ fn attention_batch(c: &mut Criterion) {
             BenchmarkId::from_parameter(format!("smollm2 batch t{threads}")),
             |b| {
                 b.iter(|| {
-                    attend_batch(&pool, isa, &sh, 0, pos0, n, &q, &k, &v, black_box(&mut att))
+                    attend_batch(
+                        &pool,
+                        isa,
+                        &sh,
+                        cflow::kernels::attention::Batch { window: 0, pos0, n },
+                        &q,
+                        cflow::kernels::attention::Kv { k: &k, v: &v },
+                        black_box(&mut att),
+                    )
                 })
             },
         );

@@ -34,7 +34,14 @@ fn main() {
     let isa = Isa::cached();
     let mut y = vec![0f32; rows];
     for _ in 0..iters {
-        tile_matvec_act(isa, q, rows, cols, &scales, &qs, &x, Some(&a), 0, &mut y);
+        tile_matvec_act(
+            isa,
+            cflow::kernels::dot::Tile::split(q, rows, cols, &scales, &qs),
+            &x,
+            Some(&a),
+            0,
+            &mut y,
+        );
         black_box(&mut y);
     }
     println!(

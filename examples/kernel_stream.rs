@@ -78,7 +78,14 @@ fn main() {
     let mut y = vec![0f32; rows];
     let run = |t: usize, y: &mut [f32]| {
         let b = &big[t * tile..(t + 1) * tile];
-        tile_matvec_act(isa, q, rows, cols, &b[..sl], &b[sl..], &x, Some(&a), 0, y);
+        tile_matvec_act(
+            isa,
+            cflow::kernels::dot::Tile::split(q, rows, cols, &b[..sl], &b[sl..]),
+            &x,
+            Some(&a),
+            0,
+            y,
+        );
         black_box(y);
     };
     // The read ceiling of this buffer: a plain sum of its words (what `membw` measures).

@@ -131,12 +131,32 @@ pub fn attend_batch(
     let sh = attn_shape(cfg, pos0, layer.cap());
     let win = cfg.sliding_window_for(p);
     match layer {
-        KvLayer::F32 { k, v, .. } => {
-            attention::attend_batch(w.pool, w.isa, &sh, win, pos0, n, q, k, v, att)
-        }
-        KvLayer::F16 { k, v, .. } => {
-            attention::attend_batch(w.pool, w.isa, &sh, win, pos0, n, q, k, v, att)
-        }
+        KvLayer::F32 { k, v, .. } => attention::attend_batch(
+            w.pool,
+            w.isa,
+            &sh,
+            attention::Batch {
+                window: win,
+                pos0,
+                n,
+            },
+            q,
+            attention::Kv { k, v },
+            att,
+        ),
+        KvLayer::F16 { k, v, .. } => attention::attend_batch(
+            w.pool,
+            w.isa,
+            &sh,
+            attention::Batch {
+                window: win,
+                pos0,
+                n,
+            },
+            q,
+            attention::Kv { k, v },
+            att,
+        ),
     }
 }
 

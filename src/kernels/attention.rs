@@ -34,6 +34,22 @@ pub fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
     s
 }
 
+/// One layer's K and V caches as the kernels read them (rows as [`AttnShape::at`] addresses).
+#[derive(Clone, Copy, Debug)]
+pub struct Kv<'a, T> {
+    pub k: &'a [T],
+    pub v: &'a [T],
+}
+
+/// The queries of one prefill batch ([`attend_batch`]): positions `pos0..pos0 + n`, each
+/// attending to its last `window` positions (0: from position 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub window: usize,
+    pub pos0: usize,
+    pub n: usize,
+}
+
 /// Geometry of one attention call.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnShape {
@@ -116,7 +132,7 @@ pub fn attend<T: KvElem>(
         // SAFETY: heads h0..h0 + g own att[h0·hd .. (h0 + g)·hd], inside `att` (checked by
         // `check_shape`); tasks take distinct heads.
         let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(h0 * hd), g * hd) };
-        heads_into(simd, sh, h0, g, q, kc, vc, scores, oh);
+        heads_into(simd, sh, (h0, g), q, Kv { k: kc, v: vc }, scores, oh);
     };
     // Below ~16k multiply-adds the pool's hand-off costs more than it saves. In parallel each
     // thread takes one contiguous range of heads (9 heads on 2 threads: 0..5 and 5..9) and runs
@@ -151,17 +167,13 @@ pub fn attend<T: KvElem>(
 /// ignored). Every (position, KV group) pair is one task of a single pool run, the longest
 /// (latest positions) first, so both cores stay busy; every head runs the same arithmetic as in
 /// [`attend`], so the results are bit-identical to `n` calls of it.
-#[allow(clippy::too_many_arguments)] // the shape, the batch, and the four buffers
 pub fn attend_batch<T: KvElem>(
     pool: &ThreadPool,
     isa: Isa,
     sh: &AttnShape,
-    window: usize,
-    pos0: usize,
-    n: usize,
+    Batch { window, pos0, n }: Batch,
     q: &[f32],
-    kc: &[T],
-    vc: &[T],
+    Kv { k: kc, v: vc }: Kv<'_, T>,
     att: &mut [f32],
 ) {
     if n == 0 {
@@ -192,7 +204,7 @@ pub fn attend_batch<T: KvElem>(
         // above: n·row ≤ len); each (b, group) is one task.
         let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(b * row + h0 * hd), g * hd) };
         let qb = &q[b * row..(b + 1) * row];
-        with_scores(|scores| heads_into(simd, &shb, h0, g, qb, kc, vc, scores, oh));
+        with_scores(|scores| heads_into(simd, &shb, (h0, g), qb, Kv { k: kc, v: vc }, scores, oh));
     });
 }
 
@@ -256,18 +268,16 @@ fn head_kernel(isa: Isa, hd: usize) -> HeadKernel {
 /// `h0 / group`) into `oh` (`g · head_dim` floats), with the kernel `simd` ([`head_kernel`]):
 /// the AVX2 kernel, or the scalar reference head by head. The shape was checked by
 /// [`check_shape`].
-#[allow(clippy::too_many_arguments)] // heads: shape, which heads, query, K, V, scratch, output
 fn heads_into<T: KvElem>(
     simd: HeadKernel,
     sh: &AttnShape,
-    h0: usize,
-    g: usize,
+    (h0, g): (usize, usize),
     q: &[f32],
-    kc: &[T],
-    vc: &[T],
+    kv: Kv<'_, T>,
     scores: &mut Vec<f32>,
     oh: &mut [f32],
 ) {
+    let Kv { k: kc, v: vc } = kv;
     let hd = sh.head_dim;
     let kh = h0 / sh.group;
     debug_assert!(g >= 1 && (h0 + g - 1) / sh.group == kh && oh.len() == g * hd);
@@ -277,9 +287,9 @@ fn heads_into<T: KvElem>(
         // SAFETY: AVX2/FMA/F16C available and hd % 8 == 0 (`head_kernel`); every K/V row read
         // lies inside kc/vc (rows ≤ pos of KV heads < n_heads / group: `check_shape`); qg and
         // oh hold g heads.
-        HeadKernel::Avx2 => return unsafe { avx2::heads(sh, qg, g, kc, vc, kh, scores, oh) },
+        HeadKernel::Avx2 => return unsafe { avx2::heads(sh, qg, g, kv, kh, scores, oh) },
         // SAFETY: as above, and AVX-512F/VL available (`head_kernel`).
-        HeadKernel::Avx2Vl => return unsafe { avx2::heads_vl(sh, qg, g, kc, vc, kh, scores, oh) },
+        HeadKernel::Avx2Vl => return unsafe { avx2::heads_vl(sh, qg, g, kv, kh, scores, oh) },
         HeadKernel::Scalar => {}
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -328,7 +338,7 @@ pub fn head_scalar<T: KvElem>(
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::AttnShape;
+    use super::{AttnShape, Kv};
     use crate::kernels::act::exp_avx2;
     use crate::kernels::dot::kquant_avx2::{hsum, hsum4};
     use crate::kernels::kv_elem::KvElem;
@@ -445,8 +455,6 @@ mod avx2 {
     /// The CPU must support AVX2, FMA and F16C (`Isa::Avx2`); `sh.head_dim % 8 == 0`; rows
     /// `start..=pos` of `kc` and `vc` hold KV head `kh` at `sh.at(t, kh)` (rows `row_stride` apart); `q` and
     /// `out` hold `g · hd` floats.
-    #[allow(clippy::too_many_arguments)]
-    // heads: shape, queries, count, K, V, KV head, scratch, out
     // Inlined into each of its two builds ([`heads`], [`heads_vl`]), whose target features
     // it then takes: `#[inline(always)]` cannot carry `#[target_feature]` itself.
     #[inline(always)]
@@ -454,8 +462,7 @@ mod avx2 {
         sh: &AttnShape,
         q: &[f32],
         g: usize,
-        kc: &[T],
-        vc: &[T],
+        Kv { k: kc, v: vc }: Kv<'_, T>,
         kh: usize,
         scores: &mut Vec<f32>,
         out: &mut [f32],
@@ -563,19 +570,17 @@ mod avx2 {
     macro_rules! head_build {
         ($(#[$doc:meta])* $name:ident, $features:literal) => {
             $(#[$doc])*
-            #[allow(clippy::too_many_arguments)] // as heads_body
             #[target_feature(enable = $features)]
             pub(super) unsafe fn $name<T: KvElem>(
                 sh: &AttnShape,
                 q: &[f32],
                 g: usize,
-                kc: &[T],
-                vc: &[T],
+                kv: Kv<'_, T>,
                 kh: usize,
                 scores: &mut Vec<f32>,
                 out: &mut [f32],
             ) {
-                heads_body(sh, q, g, kc, vc, kh, scores, out)
+                heads_body(sh, q, g, kv, kh, scores, out)
             }
         };
     }
@@ -858,10 +863,26 @@ mod tests {
                 for h0 in (0..sh.n_heads).step_by(sh.group) {
                     let g = sh.group.min(sh.n_heads - h0);
                     let mut together = vec![f32::NAN; g * hd];
-                    heads_into(simd, sh, h0, g, &q, &k, &v, &mut scores, &mut together);
+                    heads_into(
+                        simd,
+                        sh,
+                        (h0, g),
+                        &q,
+                        Kv { k: &k, v: &v },
+                        &mut scores,
+                        &mut together,
+                    );
                     for j in 0..g {
                         let mut alone = vec![f32::NAN; hd];
-                        heads_into(simd, sh, h0 + j, 1, &q, &k, &v, &mut scores, &mut alone);
+                        heads_into(
+                            simd,
+                            sh,
+                            (h0 + j, 1),
+                            &q,
+                            Kv { k: &k, v: &v },
+                            &mut scores,
+                            &mut alone,
+                        );
                         let t = &together[j * hd..(j + 1) * hd];
                         assert!(
                             t.iter()
@@ -930,7 +951,15 @@ mod tests {
                         let pool = ThreadPool::new(threads);
                         let row = n_heads * hd;
                         let mut got = vec![f32::NAN; n * row];
-                        attend_batch(&pool, isa, &sh, window, pos0, n, &q, &k, &v, &mut got);
+                        attend_batch(
+                            &pool,
+                            isa,
+                            &sh,
+                            Batch { window, pos0, n },
+                            &q,
+                            Kv { k: &k, v: &v },
+                            &mut got,
+                        );
                         for b in 0..n {
                             let pos = pos0 + b;
                             let start = if window > 0 {
@@ -993,8 +1022,32 @@ mod tests {
                         let qq: Vec<f32> = q.iter().chain(&q).copied().collect();
                         let (mut a, mut b) = (vec![f32::NAN; 2 * row], vec![f32::NAN; 2 * row]);
                         let p0 = sh.pos - 1;
-                        attend_batch(pool, isa, sh, 0, p0, 2, &qq, &k16, &v16, &mut a);
-                        attend_batch(pool, isa, sh, 0, p0, 2, &qq, &kr, &vr, &mut b);
+                        attend_batch(
+                            pool,
+                            isa,
+                            sh,
+                            Batch {
+                                window: 0,
+                                pos0: p0,
+                                n: 2,
+                            },
+                            &qq,
+                            Kv { k: &k16, v: &v16 },
+                            &mut a,
+                        );
+                        attend_batch(
+                            pool,
+                            isa,
+                            sh,
+                            Batch {
+                                window: 0,
+                                pos0: p0,
+                                n: 2,
+                            },
+                            &qq,
+                            Kv { k: &kr, v: &vr },
+                            &mut b,
+                        );
                         assert!(same(&a, &b), "batch: case {ci} {isa:?} t{}", pool.threads());
                     }
                 }
@@ -1040,8 +1093,24 @@ mod tests {
                     let qb: Vec<f32> = (0..n).flat_map(|_| q.iter().copied()).collect();
                     let mut ab = vec![0f32; n * sh.n_heads * hd];
                     let mut bb = ab.clone();
-                    attend_batch(&pool, isa, &sh, 0, pos0, n, &qb, &k, &v, &mut ab);
-                    attend_batch(&pool, isa, &hm, 0, pos0, n, &qb, &kh, &vh, &mut bb);
+                    attend_batch(
+                        &pool,
+                        isa,
+                        &sh,
+                        Batch { window: 0, pos0, n },
+                        &qb,
+                        Kv { k: &k, v: &v },
+                        &mut ab,
+                    );
+                    attend_batch(
+                        &pool,
+                        isa,
+                        &hm,
+                        Batch { window: 0, pos0, n },
+                        &qb,
+                        Kv { k: &kh, v: &vh },
+                        &mut bb,
+                    );
                     assert!(ab == bb, "batch {isa:?} {threads} {sh:?}");
                 }
             }

@@ -13,6 +13,7 @@ use crate::format::header::{tile_bytes, TileHeader};
 use crate::format::reader::{tile_at, MappedTile, Matrix};
 use crate::format::writer::MatrixData;
 use crate::format::{TILE_COLS, TILE_ROWS};
+use crate::kernels::dot::Tile;
 use crate::quant::packed::PACK_ROWS;
 use crate::quant::QK;
 
@@ -73,11 +74,13 @@ pub fn stripe_rows_matvec(
         let c1 = c0 + t.cols;
         tile_matvec_act(
             isa,
-            m.quant,
-            rows,
-            t.cols,
-            &t.scales[r0 * rsb..(r0 + rows) * rsb],
-            &t.qs[r0 * rqb..(r0 + rows) * rqb],
+            Tile::split(
+                m.quant,
+                rows,
+                t.cols,
+                &t.scales[r0 * rsb..(r0 + rows) * rsb],
+                &t.qs[r0 * rqb..(r0 + rows) * rqb],
+            ),
             &act.x[c0..c1],
             act.q8,
             c0,
@@ -108,7 +111,7 @@ fn packed_rows_matvec(
     let body = &t.body[r0 / PACK_ROWS * group..(r0 + rows) / PACK_ROWS * group];
     let xq = act.q8.map(|a| a.tile_slice(c0, t.cols));
     let x = &act.x[c0..c0 + t.cols];
-    packed::tile_run(k, m.quant, rows, t.cols, body, x, xq, out);
+    packed::tile_run(k, Tile::body(m.quant, rows, t.cols, body), x, xq, out);
 }
 
 /// Stripe `s` of a repacked matrix into `out` (all its rows), as [`stripe_matvec`] computes it
@@ -135,7 +138,13 @@ fn packed_stripe_matvec(
         let body = m.stripes[s] + c * full + TileHeader::SIZE;
         let body = &bytes[body..body + m.quant.matrix_bytes(rows, cols)];
         let xq = act.q8.map(|a| a.tile_slice(c0, cols));
-        packed::tile_run(k, m.quant, rows, cols, body, &act.x[c0..c0 + cols], xq, out);
+        packed::tile_run(
+            k,
+            Tile::body(m.quant, rows, cols, body),
+            &act.x[c0..c0 + cols],
+            xq,
+            out,
+        );
     }
 }
 
@@ -306,11 +315,13 @@ pub fn rowmajor_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, act: &Act, y
         yy.fill(0.0);
         tile_matvec_act(
             isa,
-            m.quant,
-            rows,
-            m.cols,
-            &m.scales[r0 * rsb..(r0 + rows) * rsb],
-            &m.qs[r0 * rqb..(r0 + rows) * rqb],
+            Tile::split(
+                m.quant,
+                rows,
+                m.cols,
+                &m.scales[r0 * rsb..(r0 + rows) * rsb],
+                &m.qs[r0 * rqb..(r0 + rows) * rqb],
+            ),
             act.x,
             act.q8,
             0,
@@ -356,11 +367,7 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
                 let (s0, q0) = (k * sb, k * qb);
                 tile_matvec(
                     isa,
-                    q,
-                    1,
-                    cols,
-                    &rs[s0.min(rs.len())..],
-                    &rq[q0..],
+                    Tile::split(q, 1, cols, &rs[s0.min(rs.len())..], &rq[q0..]),
                     &x[c0..c0 + cols],
                     None,
                     std::slice::from_mut(yr),
@@ -479,7 +486,10 @@ pub fn tiled_matvec_batch(
                             BatchAct::Q8(&xq)
                         };
                         kquant::tile_matmul(
-                            asked, m.quant, tile.rows, tile.cols, tile.qs, acts, &mut acc,
+                            asked,
+                            Tile::body(m.quant, tile.rows, tile.cols, tile.qs),
+                            acts,
+                            &mut acc,
                         );
                         continue;
                     }
@@ -488,11 +498,7 @@ pub fn tiled_matvec_batch(
                     let j = b - b0;
                     tile_matvec_act(
                         isa,
-                        m.quant,
-                        tile.rows,
-                        tile.cols,
-                        tile.scales,
-                        tile.qs,
+                        Tile::split(m.quant, tile.rows, tile.cols, tile.scales, tile.qs),
                         &xs[b * cols + c0..b * cols + c1],
                         q8.map(|q| &q[b]),
                         c0,
@@ -522,11 +528,7 @@ pub fn tiled_matvec_batch(
             };
             tile_matmul(
                 isa,
-                m.quant,
-                tile.rows,
-                tile.cols,
-                tile.scales,
-                tile.qs,
+                Tile::split(m.quant, tile.rows, tile.cols, tile.scales, tile.qs),
                 &xt,
                 q8.map(|_| &xq[..]),
                 nt,
@@ -561,6 +563,8 @@ mod tests {
     use super::*;
     use crate::cli::bench_layout::tile;
     use crate::format::EntryKind;
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
     use crate::quant::QuantType;
 
     fn matrix(q: QuantType, rows: usize, cols: usize, buf: &mut Vec<u8>) -> Matrix {

@@ -32,6 +32,7 @@
 //! those lengths (masked loads for partial block pairs; full-width scale loads only when they stay
 //! inside the `scales` slice).
 
+use super::{Tile, XqRef};
 use core::arch::x86_64::*;
 
 use super::Q8Act;
@@ -87,20 +88,17 @@ pub(super) struct Lanes(pub(super) [f32; 8]);
 /// by `super::check_tile` (`cols % 32 == 0` for block types, any `cols` for F16/F32,
 /// `scales`/`qs` hold `rows × cols` weights of type `q`,
 /// `x.len() >= cols` unless the integer path is taken, `xq` covers `cols`, `y.len() >= rows`).
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn tile_matvec(
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    scales: &[u8],
-    qs: &[u8],
-    x: &[f32],
-    xq: Option<(&[f32], &[f32], &[i8])>,
-    y: &mut [f32],
-) {
+pub unsafe fn tile_matvec(t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        scales,
+        qs,
+    } = t;
     let nb = cols / QK;
-    let t = Tile {
+    let t = RawTile {
         rows,
         nb,
         cols,
@@ -131,7 +129,7 @@ pub unsafe fn tile_matvec(
 }
 
 /// Raw view of one tile (validated by the caller).
-pub(super) struct Tile {
+pub(super) struct RawTile {
     pub(super) rows: usize,
     pub(super) nb: usize,
     /// Columns (= 32·nb for block types; any width for F16/F32).
@@ -143,10 +141,16 @@ pub(super) struct Tile {
     pub(super) y: *mut f32,
 }
 
-impl Tile {
+impl RawTile {
     /// The view of a `rows × cols` tile's slices and its output.
-    pub(super) fn new(rows: usize, cols: usize, scales: &[u8], qs: &[u8], y: &mut [f32]) -> Tile {
-        Tile {
+    pub(super) fn new(
+        rows: usize,
+        cols: usize,
+        scales: &[u8],
+        qs: &[u8],
+        y: &mut [f32],
+    ) -> RawTile {
+        RawTile {
             rows,
             nb: cols / QK,
             cols,
@@ -301,7 +305,7 @@ pub unsafe fn tile_matmul_q4(
     xq: &[(&[f32], &[f32], &[i8])],
     y: &mut [f32],
 ) {
-    let t = Tile::new(rows, cols, scales, qs, y);
+    let t = RawTile::new(rows, cols, scales, qs, y);
     let mut acts = [Act::f32(&[]); TB];
     for (tb0, blk) in xq.chunks(TB).enumerate() {
         for (a, x) in acts.iter_mut().zip(blk) {
@@ -318,7 +322,7 @@ pub unsafe fn tile_matmul_q4(
 /// Up to [`TB`] tokens of [`tile_matmul_q4`]; `y` = the first token's output rows.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn matmul_q4<const K: u8>(t: &Tile, acts: &[Act], y: *mut f32) {
+unsafe fn matmul_q4<const K: u8>(t: &RawTile, acts: &[Act], y: *mut f32) {
     let n = acts.len();
     let mut amv = [_mm256_setzero_ps(); TB];
     let mut csv = [_mm256_setzero_ps(); TB];
@@ -379,7 +383,7 @@ struct MmChunk<'a> {
 #[allow(clippy::needless_range_loop)] // indices address several parallel arrays in the hot loop
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn mm_group<const K: u8, const R: usize, const CN: usize>(
-    t: &Tile,
+    t: &RawTile,
     acts: &[Act],
     r0: usize,
     ch: &MmChunk,
@@ -466,19 +470,16 @@ unsafe fn mm_group<const K: u8, const R: usize, const CN: usize>(
 /// # Safety
 /// As [`tile_matvec`] (f32 path, `q` a block type) for each token's `x_j`;
 /// `xs.len() >= n · cols`, `y.len() >= n · rows`.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn tile_matmul_f32(
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    scales: &[u8],
-    qs: &[u8],
-    xs: &[f32],
-    n: usize,
-    y: &mut [f32],
-) {
-    let t = Tile::new(rows, cols, scales, qs, y);
+pub unsafe fn tile_matmul_f32(t: Tile, xs: &[f32], n: usize, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        scales,
+        qs,
+    } = t;
+    let t = RawTile::new(rows, cols, scales, qs, y);
     let mut acts = [Act::f32(&[]); TB];
     let mut j0 = 0;
     while j0 < n {
@@ -499,7 +500,7 @@ pub unsafe fn tile_matmul_f32(
 /// Up to [`TB`] tokens of [`tile_matmul_f32`]; `y` = the first token's output rows.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn matmul_f32<const K: u8>(t: &Tile, acts: &[Act], y: *mut f32) {
+unsafe fn matmul_f32<const K: u8>(t: &RawTile, acts: &[Act], y: *mut f32) {
     let mut amv = [_mm256_setzero_ps(); TB];
     let mut csv = [_mm256_setzero_ps(); TB];
     let mut c0 = 0;
@@ -511,10 +512,10 @@ unsafe fn matmul_f32<const K: u8>(t: &Tile, acts: &[Act], y: *mut f32) {
         let mut r0 = 0;
         while r0 < t.rows {
             match t.rows - r0 {
-                1 => mm_group_f32::<K, 1>(t, acts, r0, c0, cn, &amv, &csv, y),
-                2 => mm_group_f32::<K, 2>(t, acts, r0, c0, cn, &amv, &csv, y),
-                3 => mm_group_f32::<K, 3>(t, acts, r0, c0, cn, &amv, &csv, y),
-                _ => mm_group_f32::<K, 4>(t, acts, r0, c0, cn, &amv, &csv, y),
+                1 => mm_group_f32::<K, 1>(t, acts, r0, (c0, cn), (&amv, &csv), y),
+                2 => mm_group_f32::<K, 2>(t, acts, r0, (c0, cn), (&amv, &csv), y),
+                3 => mm_group_f32::<K, 3>(t, acts, r0, (c0, cn), (&amv, &csv), y),
+                _ => mm_group_f32::<K, 4>(t, acts, r0, (c0, cn), (&amv, &csv), y),
             }
             r0 += (t.rows - r0).min(4);
         }
@@ -525,16 +526,14 @@ unsafe fn matmul_f32<const K: u8>(t: &Tile, acts: &[Act], y: *mut f32) {
 /// `R` rows from `r0` of one chunk, for every token: the quants of each block converted to
 /// floats once, then per token the same operations as `group::<K, false, R, _>`.
 #[inline]
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn mm_group_f32<const K: u8, const R: usize>(
-    t: &Tile,
+    t: &RawTile,
     acts: &[Act],
     r0: usize,
-    c0: usize,
-    cn: usize,
-    amv: &[__m256; TB],
-    csv: &[__m256; TB],
+    (c0, cn): (usize, usize),
+    (amv, csv): (&[__m256; TB], &[__m256; TB]),
     y: *mut f32,
 ) {
     let (sb, qb) = (scale_bytes(K), quant_bytes(K));
@@ -607,7 +606,7 @@ unsafe fn mm_group_f32<const K: u8, const R: usize>(
 /// Block-type kernel (Q4_0 / Q4_1 / Q8_0), integer (`INT`) or f32 activation path.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn blocked<const K: u8, const INT: bool>(t: &Tile, a: Act) {
+unsafe fn blocked<const K: u8, const INT: bool>(t: &RawTile, a: Act) {
     let mut c0 = 0;
     while c0 < t.nb {
         let cn = CHUNK.min(t.nb - c0);
@@ -737,7 +736,7 @@ unsafe fn hsum(s: __m256) -> f32 {
 #[allow(clippy::needless_range_loop)] // indices address several parallel arrays in the hot loop
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn group<const K: u8, const INT: bool, const R: usize, const CN: usize>(
-    t: &Tile,
+    t: &RawTile,
     a: Act,
     r0: usize,
     ch: &Chunk,
@@ -927,7 +926,7 @@ unsafe fn group<const K: u8, const INT: bool, const R: usize, const CN: usize>(
 /// F16 weights: `vcvtph2ps` fused into FMAs, 4 rows sharing the activation loads.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_rows(t: &Tile, x: *const f32) {
+unsafe fn f16_rows(t: &RawTile, x: *const f32) {
     let mut r0 = 0;
     while r0 + 4 <= t.rows {
         float_group::<true, 4>(t, x, r0);
@@ -944,7 +943,7 @@ unsafe fn f16_rows(t: &Tile, x: *const f32) {
 /// F32 weights.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f32_rows(t: &Tile, x: *const f32) {
+unsafe fn f32_rows(t: &RawTile, x: *const f32) {
     let mut r0 = 0;
     while r0 + 4 <= t.rows {
         float_group::<false, 4>(t, x, r0);
@@ -972,7 +971,7 @@ unsafe fn load_w<const HALF: bool>(p: *const u8, e: usize) -> __m256 {
 /// in steps of 32, then 8, then one at a time (any width).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn float_group<const HALF: bool, const R: usize>(t: &Tile, x: *const f32, r0: usize) {
+unsafe fn float_group<const HALF: bool, const R: usize>(t: &RawTile, x: *const f32, r0: usize) {
     let cols = t.cols;
     let eb = if HALF { 2 } else { 4 };
     let mut a0 = [_mm256_setzero_ps(); R];
@@ -1115,6 +1114,8 @@ pub unsafe fn quantize_act(x: &[f32], out: &mut Q8Act) {
 mod tests {
     use super::super::testutil::{check_kernel, check_quantize};
     use super::super::Isa;
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
 
     fn skip() -> bool {
         if !Isa::Avx2.available() {
@@ -1131,9 +1132,9 @@ mod tests {
         }
         check_kernel(
             &|q, rows, cols, s, qs, x, xq, y| {
-                super::super::check_tile(q, rows, cols, s, qs, x, xq, y);
+                super::super::check_tile(Tile::split(q, rows, cols, s, qs), x, xq, y);
                 // SAFETY: features detected by `skip()`, tile checked just above.
-                unsafe { super::tile_matvec(q, rows, cols, s, qs, x, xq, y) }
+                unsafe { super::tile_matvec(Tile::split(q, rows, cols, s, qs), x, xq, y) }
             },
             1,
         );
@@ -1171,11 +1172,7 @@ mod tests {
                     for j in 0..n {
                         super::super::tile_matvec(
                             Isa::Avx2,
-                            q,
-                            rows,
-                            cols,
-                            &t.scales,
-                            &t.qs,
+                            Tile::split(q, rows, cols, &t.scales, &t.qs),
                             &xs[j * cols..(j + 1) * cols],
                             int.then(|| xq[j]),
                             &mut want[j * rows..(j + 1) * rows],
@@ -1185,11 +1182,7 @@ mod tests {
                     let xa = int.then_some(&xq[..]);
                     tile_matmul(
                         Isa::Avx2,
-                        q,
-                        rows,
-                        cols,
-                        &t.scales,
-                        &t.qs,
+                        Tile::split(q, rows, cols, &t.scales, &t.qs),
                         xs,
                         xa,
                         n,
@@ -1211,7 +1204,7 @@ mod tests {
         }
         check_kernel(
             &|q, rows, cols, s, qs, x, xq, y| {
-                super::super::tile_matvec(Isa::Avx2, q, rows, cols, s, qs, x, xq, y)
+                super::super::tile_matvec(Isa::Avx2, Tile::split(q, rows, cols, s, qs), x, xq, y)
             },
             2,
         );
@@ -1225,7 +1218,7 @@ mod tests {
         // On a CPU without AVX-512 this exercises the AVX2 fallback; with it, the AVX-512 kernels.
         check_kernel(
             &|q, rows, cols, s, qs, x, xq, y| {
-                super::super::tile_matvec(Isa::Avx512, q, rows, cols, s, qs, x, xq, y)
+                super::super::tile_matvec(Isa::Avx512, Tile::split(q, rows, cols, s, qs), x, xq, y)
             },
             5,
         );
@@ -1237,8 +1230,14 @@ mod tests {
         for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
             for q in QuantType::SPLIT {
                 let mut y = [1.0f32; 3];
-                super::super::tile_matvec(isa, q, 0, 64, &[], &[], &[0.0; 64], None, &mut y);
-                super::super::tile_matvec(isa, q, 3, 0, &[], &[], &[], None, &mut y);
+                super::super::tile_matvec(
+                    isa,
+                    Tile::split(q, 0, 64, &[], &[]),
+                    &[0.0; 64],
+                    None,
+                    &mut y,
+                );
+                super::super::tile_matvec(isa, Tile::split(q, 3, 0, &[], &[]), &[], None, &mut y);
                 assert_eq!(y, [1.0; 3]);
             }
         }
@@ -1250,11 +1249,7 @@ mod tests {
         let mut y = [0.0f32; 4];
         super::super::tile_matvec(
             Isa::Avx2,
-            crate::quant::QuantType::Q4_0,
-            4,
-            32,
-            &[0; 8],
-            &[0; 63],
+            Tile::split(crate::quant::QuantType::Q4_0, 4, 32, &[0; 8], &[0; 63]),
             &[0.0; 32],
             None,
             &mut y,

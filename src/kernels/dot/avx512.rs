@@ -19,11 +19,12 @@
 //! those lengths (masked loads for partial block pairs; full-width scale loads only when they stay
 //! inside the `scales` slice).
 
+use super::{Tile, XqBlocks, XqRef};
 use core::arch::x86_64::*;
 
 use super::avx2::{
     chunk_consts, float_tail, load_scales, prefetch_ahead, quant_bytes, scale_bytes, store_rows,
-    Act, Lanes, Tile, CHUNK, K_Q4_0, K_Q4_1, K_Q8_0, TB,
+    Act, Lanes, RawTile, CHUNK, K_Q4_0, K_Q4_1, K_Q8_0, TB,
 };
 use crate::quant::{QuantType, QK};
 
@@ -33,19 +34,15 @@ use crate::quant::{QuantType, QK};
 /// # Safety
 /// The CPU must support AVX-512 F and BW plus AVX2, FMA and F16C (and AVX512-VNNI when `vnni`),
 /// and the slices must satisfy the tile contract checked by `super::check_tile`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn tile_matvec(
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    scales: &[u8],
-    qs: &[u8],
-    x: &[f32],
-    xq: Option<(&[f32], &[f32], &[i8])>,
-    y: &mut [f32],
-    vnni: bool,
-) {
-    let t = Tile::new(rows, cols, scales, qs, y);
+pub unsafe fn tile_matvec(t: Tile, x: &[f32], xq: XqRef, y: &mut [f32], vnni: bool) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        scales,
+        qs,
+    } = t;
+    let t = RawTile::new(rows, cols, scales, qs, y);
     let a = match xq {
         Some(a) if q.is_blocked() => Act::int(a),
         _ => Act::f32(x),
@@ -69,18 +66,15 @@ pub unsafe fn tile_matvec(
 /// # Safety
 /// As [`tile_matvec`] (integer path, `q` Q4_0 or Q4_1) for each token's `xq[j]`, and
 /// `y.len() >= xq.len() · rows`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn tile_matmul_q4(
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    scales: &[u8],
-    qs: &[u8],
-    xq: &[(&[f32], &[f32], &[i8])],
-    y: &mut [f32],
-    vnni: bool,
-) {
-    let t = Tile::new(rows, cols, scales, qs, y);
+pub unsafe fn tile_matmul_q4(t: Tile, xq: &[XqBlocks], y: &mut [f32], vnni: bool) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        scales,
+        qs,
+    } = t;
+    let t = RawTile::new(rows, cols, scales, qs, y);
     let mut acts = [Act::f32(&[]); TB];
     for (tb0, blk) in xq.chunks(TB).enumerate() {
         for (a, x) in acts.iter_mut().zip(blk) {
@@ -106,7 +100,7 @@ macro_rules! avx512_kernels {
 
             /// Dispatch on the quant type.
             #[target_feature(enable = $feat)]
-            pub(super) unsafe fn run(q: QuantType, t: &Tile, a: Act, int: bool) {
+            pub(super) unsafe fn run(q: QuantType, t: &RawTile, a: Act, int: bool) {
                 match (q, int) {
                     (QuantType::F32, _) => float_rows::<false>(t, a.x),
                     (QuantType::F16, _) => float_rows::<true>(t, a.x),
@@ -123,7 +117,7 @@ macro_rules! avx512_kernels {
 
             /// Up to [`TB`] tokens of [`tile_matmul_q4`]; `y` = the first token's output rows.
             #[target_feature(enable = $feat)]
-            pub(super) unsafe fn matmul_q4(q: QuantType, t: &Tile, acts: &[Act], y: *mut f32) {
+            pub(super) unsafe fn matmul_q4(q: QuantType, t: &RawTile, acts: &[Act], y: *mut f32) {
                 match q {
                     QuantType::Q4_0 => matmul::<K_Q4_0>(t, acts, y),
                     QuantType::Q4_1 => matmul::<K_Q4_1>(t, acts, y),
@@ -133,7 +127,7 @@ macro_rules! avx512_kernels {
 
             #[inline]
             #[target_feature(enable = $feat)]
-            unsafe fn matmul<const K: u8>(t: &Tile, acts: &[Act], y: *mut f32) {
+            unsafe fn matmul<const K: u8>(t: &RawTile, acts: &[Act], y: *mut f32) {
                 let mut amv = [_mm256_setzero_ps(); TB];
                 let mut csv = [_mm256_setzero_ps(); TB];
                 let mut c0 = 0;
@@ -171,7 +165,7 @@ macro_rules! avx512_kernels {
             #[allow(clippy::type_complexity)]
             #[target_feature(enable = $feat)]
             unsafe fn mm_group<const K: u8, const R: usize, const FULL: bool>(
-                t: &Tile,
+                t: &RawTile,
                 acts: &[Act],
                 r0: usize,
                 ch: (usize, usize, &[__m256; TB], &[__m256; TB]),
@@ -251,7 +245,7 @@ macro_rules! avx512_kernels {
 
             #[inline]
             #[target_feature(enable = $feat)]
-            unsafe fn blocked<const K: u8, const INT: bool>(t: &Tile, a: Act) {
+            unsafe fn blocked<const K: u8, const INT: bool>(t: &RawTile, a: Act) {
                 let mut c0 = 0;
                 while c0 < t.nb {
                     let cn = CHUNK.min(t.nb - c0);
@@ -296,10 +290,9 @@ macro_rules! avx512_kernels {
             }
 
             #[inline]
-            #[allow(clippy::too_many_arguments)]
             #[target_feature(enable = $feat)]
             unsafe fn group<const K: u8, const INT: bool, const R: usize, const CN: usize>(
-                t: &Tile,
+                t: &RawTile,
                 a: Act,
                 r0: usize,
                 c0: usize,
@@ -403,7 +396,7 @@ macro_rules! avx512_kernels {
 
             #[inline]
             #[target_feature(enable = $feat)]
-            unsafe fn float_rows<const HALF: bool>(t: &Tile, x: *const f32) {
+            unsafe fn float_rows<const HALF: bool>(t: &RawTile, x: *const f32) {
                 let mut r0 = 0;
                 while r0 + 4 <= t.rows {
                     float_group::<HALF, 4>(t, x, r0);
@@ -431,7 +424,7 @@ macro_rules! avx512_kernels {
             #[inline]
             #[target_feature(enable = $feat)]
             unsafe fn float_group<const HALF: bool, const R: usize>(
-                t: &Tile,
+                t: &RawTile,
                 x: *const f32,
                 r0: usize,
             ) {
@@ -487,6 +480,8 @@ avx512_kernels!(vnni, "avx512f,avx512bw,avx512vnni,avx2,fma,f16c", true);
 mod tests {
     use super::super::testutil::check_kernel;
     use super::super::Isa;
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
 
     #[test]
     fn avx512_matches_scalar_on_random_tiles() {
@@ -497,9 +492,9 @@ mod tests {
         }
         check_kernel(
             &|q, rows, cols, s, qs, x, xq, y| {
-                super::super::check_tile(q, rows, cols, s, qs, x, xq, y);
+                super::super::check_tile(Tile::split(q, rows, cols, s, qs), x, xq, y);
                 // SAFETY: AVX-512 F/BW detected above; tile checked just above.
-                unsafe { super::tile_matvec(q, rows, cols, s, qs, x, xq, y, false) }
+                unsafe { super::tile_matvec(Tile::split(q, rows, cols, s, qs), x, xq, y, false) }
             },
             3,
         );
@@ -534,15 +529,16 @@ mod tests {
                     let mut want = y0.clone();
                     for (j, x) in xq.iter().enumerate() {
                         let y = &mut want[j * rows..(j + 1) * rows];
-                        check_tile(q, rows, cols, &t.scales, &t.qs, &[], Some(*x), y);
+                        check_tile(
+                            Tile::split(q, rows, cols, &t.scales, &t.qs),
+                            &[],
+                            Some(*x),
+                            y,
+                        );
                         // SAFETY: features detected above; this token's tile checked just above.
                         unsafe {
                             super::tile_matvec(
-                                q,
-                                rows,
-                                cols,
-                                &t.scales,
-                                &t.qs,
+                                Tile::split(q, rows, cols, &t.scales, &t.qs),
                                 &[],
                                 Some(*x),
                                 y,
@@ -553,7 +549,12 @@ mod tests {
                     let mut got = y0.clone();
                     // SAFETY: features detected above; every token's tile checked above.
                     unsafe {
-                        super::tile_matmul_q4(q, rows, cols, &t.scales, &t.qs, &xq, &mut got, vnni)
+                        super::tile_matmul_q4(
+                            Tile::split(q, rows, cols, &t.scales, &t.qs),
+                            &xq,
+                            &mut got,
+                            vnni,
+                        )
                     };
                     assert_eq!(
                         want, got,
@@ -572,9 +573,9 @@ mod tests {
         }
         check_kernel(
             &|q, rows, cols, s, qs, x, xq, y| {
-                super::super::check_tile(q, rows, cols, s, qs, x, xq, y);
+                super::super::check_tile(Tile::split(q, rows, cols, s, qs), x, xq, y);
                 // SAFETY: AVX-512 F/BW/VNNI detected above; tile checked just above.
-                unsafe { super::tile_matvec(q, rows, cols, s, qs, x, xq, y, true) }
+                unsafe { super::tile_matvec(Tile::split(q, rows, cols, s, qs), x, xq, y, true) }
             },
             4,
         );

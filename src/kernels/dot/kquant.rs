@@ -11,9 +11,10 @@
 //! VNNI `vpdpbusd`; K-quant integer paths only, the rest runs the AVX2 kernels) → AVX2 → scalar. [`tile_matvec_act`] is what the matvec drivers call: it hands each
 //! type the activation form its integer kernel takes.
 
+use super::Tile;
 use super::{kquant_scalar as scalar, Isa, Q8Act, XqBlocks, XqRef};
 use crate::quant::kquants::QK_K;
-use crate::quant::{QuantType, QK};
+use crate::quant::QK;
 
 /// An activation quantized to Q8_K blocks of 256 (see the module docs).
 #[derive(Clone, Debug, Default)]
@@ -70,43 +71,42 @@ impl Q8K {
 /// One tile of any type, with the activation of the whole matvec (`act`, quantized once; the
 /// tile covers its columns `c0..c0 + cols`) or none (f32 path). K-quant tiles use `act.k` when it
 /// was quantized ([`Q8Act::quantize_k_from`]), else their f32 path.
-#[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn tile_matvec_act(
     isa: Isa,
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    scales: &[u8],
-    qs: &[u8],
+    t: Tile,
     x: &[f32],
     act: Option<&Q8Act>,
     c0: usize,
     y: &mut [f32],
 ) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        scales,
+        qs,
+    } = t;
     if q.is_k() {
         let xk = act.and_then(|a| a.k.slice(c0, cols));
-        tile_matvec(isa, q, rows, cols, qs, x, None, xk, y);
+        tile_matvec(isa, Tile::body(q, rows, cols, qs), x, None, xk, y);
     } else {
         let xq = act
             .filter(|_| q.is_blocked())
             .map(|a| a.tile_slice(c0, cols));
-        super::tile_matvec(isa, q, rows, cols, scales, qs, x, xq, y);
+        super::tile_matvec(isa, Tile::split(q, rows, cols, scales, qs), x, xq, y);
     }
 }
 
 /// Checks the tile contract for an interleaved type; returns which integer path applies.
-#[allow(clippy::too_many_arguments)]
-fn check(
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    qs: &[u8],
-    x: &[f32],
-    xq: XqRef,
-    xk: Option<Q8KRef>,
-    y: &[f32],
-) -> (bool, bool) {
+fn check(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: &[f32]) -> (bool, bool) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs,
+        ..
+    } = t;
     assert!(q.is_interleaved(), "{q} is not an interleaved type");
     assert!(
         cols.is_multiple_of(q.block_len()),
@@ -139,20 +139,16 @@ fn check(
 
 /// `y[r] += W_tile[r] · x` for one tile of an interleaved type (`qs` = the GGUF blocks of `rows`
 /// rows, row-major). Integer path with `xq` (Q5_0/Q5_1) or `xk` (K-quants), else f32 `x`.
-#[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn tile_matvec(
-    isa: Isa,
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    qs: &[u8],
-    x: &[f32],
-    xq: XqRef,
-    xk: Option<Q8KRef>,
-    y: &mut [f32],
-) {
-    let (int8, intk) = check(q, rows, cols, qs, x, xq, xk, y);
+pub fn tile_matvec(isa: Isa, t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs,
+        ..
+    } = t;
+    let (int8, intk) = check(Tile::body(q, rows, cols, qs), x, xq, xk, y);
     let xq = if int8 { xq } else { None };
     let xk = if intk { xk } else { None };
     #[cfg(target_arch = "x86_64")]
@@ -161,18 +157,18 @@ pub fn tile_matvec(
             // SAFETY: AVX-512 F/BW (+ AVX2/FMA/F16C, VNNI when used) detected just above; slice
             // lengths checked by `check`.
             let vnni = isa.has_vnni();
-            unsafe { super::kquant_avx512::tile_matvec(q, rows, cols, qs, x, xq, xk, y, vnni) };
+            unsafe { super::kquant_avx512::tile_matvec(t, x, xq, xk, y, vnni) };
             return;
         }
         Isa::Avx2 | Isa::Avx512 if Isa::Avx2.available() => {
             // SAFETY: AVX2/FMA/F16C detected just above; slice lengths checked by `check`.
-            unsafe { super::kquant_avx2::tile_matvec(q, rows, cols, qs, x, xq, xk, y) };
+            unsafe { super::kquant_avx2::tile_matvec(t, x, xq, xk, y) };
             return;
         }
         _ => {}
     }
     let _ = isa;
-    scalar::tile_matvec(q, rows, cols, qs, x, xq, xk, y)
+    scalar::tile_matvec(t, x, xq, xk, y)
 }
 
 /// The integer activations of the tokens of one batched tile ([`tile_matmul`]), covering its
@@ -220,16 +216,14 @@ fn batch_vnni(isa: Isa) -> bool {
 /// `Isa::for_quant`), except the VNNI build's Q5_0 groups of 8 rows, which sum each row in
 /// one lane (within the scalar reference's bound; see `kquant_batch`). On
 /// `Isa::Scalar` or without AVX2: one scalar call per token.
-#[allow(clippy::too_many_arguments)]
-pub fn tile_matmul(
-    isa: Isa,
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    qs: &[u8],
-    acts: BatchAct,
-    y: &mut [f32],
-) {
+pub fn tile_matmul(isa: Isa, t: Tile, acts: BatchAct, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs,
+        ..
+    } = t;
     let n = acts.len();
     assert!(y.len() >= n * rows, "y too short for {n} tokens");
     assert!(
@@ -241,7 +235,7 @@ pub fn tile_matmul(
     );
     for j in 0..n {
         let (xq, xk) = acts.token(j);
-        let (int8, intk) = check(q, rows, cols, qs, &[], xq, xk, &y[j * rows..]);
+        let (int8, intk) = check(Tile::body(q, rows, cols, qs), &[], xq, xk, &y[j * rows..]);
         assert!(int8 || intk, "{q}: batched tiles take the integer path");
     }
     #[cfg(target_arch = "x86_64")]
@@ -262,7 +256,7 @@ pub fn tile_matmul(
     for j in 0..n {
         let (xq, xk) = acts.token(j);
         let yj = &mut y[j * rows..(j + 1) * rows];
-        scalar::tile_matvec(q, rows, cols, qs, &[], xq, xk, yj);
+        scalar::tile_matvec(t, &[], xq, xk, yj);
     }
 }
 
@@ -271,6 +265,10 @@ pub fn tile_matmul(
 pub(crate) mod testutil {
     use super::super::testutil::Rng;
     use super::*;
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
+    #[allow(unused_imports)]
+    use crate::quant::QuantType;
     use crate::quant::{dequantize_row, quantize_row};
 
     /// Signature of an interleaved-type tile kernel under test ([`tile_matvec`] minus the ISA).
@@ -338,7 +336,7 @@ pub(crate) mod testutil {
                 None
             };
             let mut yr = y0.clone();
-            scalar::tile_matvec(q, rows, cols, &qs, &x, xq, xk, &mut yr);
+            scalar::tile_matvec(Tile::body(q, rows, cols, &qs), &x, xq, xk, &mut yr);
             let mut ys = y0.clone();
             kern(q, rows, cols, &qs, &x, xq, xk, &mut ys);
             let prod: Vec<f32> = yr.iter().zip(&y0).map(|(a, b)| a - b).collect();
@@ -379,6 +377,10 @@ mod tests {
     use super::super::testutil::Rng;
     use super::testutil::*;
     use super::*;
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
+    #[allow(unused_imports)]
+    use crate::quant::QuantType;
 
     /// The scalar reference against the dequantized weights dotted in f64: the f32 path to float
     /// rounding, the integer paths within the bound of the activation's quantization error
@@ -404,7 +406,7 @@ mod tests {
                     let row_qs =
                         &qs[r * q.matrix_bytes(1, cols)..(r + 1) * q.matrix_bytes(1, cols)];
                     let mut y = [0f32];
-                    scalar::tile_matvec(q, 1, cols, row_qs, &x, None, None, &mut y);
+                    scalar::tile_matvec(Tile::body(q, 1, cols, row_qs), &x, None, None, &mut y);
                     assert!(
                         (y[0] as f64 - exact).abs() <= 1e-5 * l1 + 1e-6,
                         "{q} f32 path row {r}: {} vs {exact}",
@@ -433,7 +435,7 @@ mod tests {
                         (b, Some(a.tile_slice(0, cols)), None)
                     };
                     let mut y = [0f32];
-                    scalar::tile_matvec(q, 1, cols, row_qs, &x, xq, xk, &mut y);
+                    scalar::tile_matvec(Tile::body(q, 1, cols, row_qs), &x, xq, xk, &mut y);
                     assert!(
                         (y[0] as f64 - exact).abs() <= bound * 1.001 + 1e-5 * l1 + 1e-6,
                         "{q} int path row {r}: {} vs {exact} (bound {bound})",
@@ -486,11 +488,7 @@ mod tests {
             let mut y = vec![0f32; 3];
             tile_matvec_act(
                 isa,
-                QuantType::Q4_K,
-                3,
-                256,
-                &[],
-                &qs_tile(&qs, 3, 512, 256),
+                Tile::split(QuantType::Q4_K, 3, 256, &[], &qs_tile(&qs, 3, 512, 256)),
                 &x[256..],
                 Some(a),
                 256,
@@ -501,10 +499,7 @@ mod tests {
         let f32_path = {
             let mut y = vec![0f32; 3];
             scalar::tile_matvec(
-                QuantType::Q4_K,
-                3,
-                256,
-                &qs_tile(&qs, 3, 512, 256),
+                Tile::body(QuantType::Q4_K, 3, 256, &qs_tile(&qs, 3, 512, 256)),
                 &x[256..],
                 None,
                 None,
@@ -519,10 +514,7 @@ mod tests {
         let mut y = vec![0f32; 3];
         let k = a.k.slice(256, 256).unwrap();
         scalar::tile_matvec(
-            QuantType::Q4_K,
-            3,
-            256,
-            &qs_tile(&qs, 3, 512, 256),
+            Tile::body(QuantType::Q4_K, 3, 256, &qs_tile(&qs, 3, 512, 256)),
             &[],
             None,
             Some(k),
@@ -550,10 +542,7 @@ mod tests {
         let mut y = [0f32; 2];
         tile_matvec(
             Isa::Avx2,
-            QuantType::Q6_K,
-            2,
-            256,
-            &[0; 419],
+            Tile::body(QuantType::Q6_K, 2, 256, &[0; 419]),
             &[0.0; 256],
             None,
             None,

@@ -11,6 +11,7 @@
 
 use super::avx2::prefetch_ahead;
 use super::kquant::Q8KRef;
+use super::Tile;
 use super::XqRef;
 use crate::quant::kquants::{dequantize_row, QK_K};
 use crate::quant::{QuantType, QK};
@@ -47,18 +48,15 @@ macro_rules! row_groups {
 /// The CPU must support AVX2, FMA and F16C, and the slices must satisfy the contract checked by
 /// `kquant::tile_matvec` (`qs` holds `rows × cols` weights of type `q`, `xq`/`xk` cover `cols`
 /// when given, else `x.len() >= cols`, `y.len() >= rows`).
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn tile_matvec(
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    qs: &[u8],
-    x: &[f32],
-    xq: XqRef,
-    xk: Option<Q8KRef>,
-    y: &mut [f32],
-) {
+pub unsafe fn tile_matvec(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs,
+        ..
+    } = t;
     let t = Rows {
         qs: qs.as_ptr(),
         rb: q.matrix_bytes(1, cols),
@@ -530,6 +528,8 @@ pub unsafe fn quantize_q8k(x: &[f32], out: &mut super::kquant::Q8K) {
 mod tests {
     use super::super::kquant::testutil::check_kernel;
     use super::super::Isa;
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
 
     #[test]
     fn avx2_matches_scalar_reference() {
@@ -540,7 +540,7 @@ mod tests {
         check_kernel(
             &|q, rows, cols, qs, x, xq, xk, y| {
                 // SAFETY: features detected above; `check_one` builds valid tiles.
-                unsafe { super::tile_matvec(q, rows, cols, qs, x, xq, xk, y) }
+                unsafe { super::tile_matvec(Tile::body(q, rows, cols, qs), x, xq, xk, y) }
             },
             17,
         );
@@ -551,7 +551,14 @@ mod tests {
         for isa in [Isa::Avx2, Isa::Avx512] {
             check_kernel(
                 &|q, rows, cols, qs, x, xq, xk, y| {
-                    super::super::kquant::tile_matvec(isa, q, rows, cols, qs, x, xq, xk, y)
+                    super::super::kquant::tile_matvec(
+                        isa,
+                        Tile::body(q, rows, cols, qs),
+                        x,
+                        xq,
+                        xk,
+                        y,
+                    )
                 },
                 23,
             );
@@ -775,7 +782,9 @@ mod tests {
                     }
                     let mut got = y0.clone();
                     // SAFETY: as above; `random_tile` built `rows × cols` weights of type `q`.
-                    unsafe { super::tile_matvec(q, rows, cols, &qs, &x, xq, xk, &mut got) };
+                    unsafe {
+                        super::tile_matvec(Tile::body(q, rows, cols, &qs), &x, xq, xk, &mut got)
+                    };
                     let (w, g): (Vec<u32>, Vec<u32>) = (
                         want.iter().map(|v| v.to_bits()).collect(),
                         got.iter().map(|v| v.to_bits()).collect(),

@@ -5,6 +5,7 @@
 //! `kquant_scalar` (the tests SKIP on a CPU without AVX-512 F/BW).
 
 use super::kquant::Q8KRef;
+use super::Tile;
 use super::XqRef;
 use crate::quant::kquants::{scales_mins_k4, QK_K};
 use crate::quant::{f16_at, QuantType};
@@ -15,22 +16,25 @@ use std::arch::x86_64::*;
 /// # Safety
 /// The CPU must support AVX-512 F and BW plus AVX2, FMA and F16C (and AVX512-VNNI when `vnni`),
 /// and the slices must satisfy the contract checked by `kquant::tile_matvec`.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
 pub unsafe fn tile_matvec(
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    qs: &[u8],
+    t: Tile,
     x: &[f32],
     xq: XqRef,
     xk: Option<Q8KRef>,
     y: &mut [f32],
     vnni: bool,
 ) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs,
+        ..
+    } = t;
     let Some(k) = xk.filter(|_| q.is_k()) else {
         // SAFETY: AVX2/FMA/F16C are part of the caller's guarantee.
-        return super::kquant_avx2::tile_matvec(q, rows, cols, qs, x, xq, xk, y);
+        return super::kquant_avx2::tile_matvec(t, x, xq, xk, y);
     };
     let rb = q.matrix_bytes(1, cols);
     for (r, yr) in y.iter_mut().enumerate().take(rows) {
@@ -177,6 +181,8 @@ kquant_avx512!(vnni, "avx512f,avx512bw,avx512vnni,avx2,fma,f16c", true);
 mod tests {
     use super::super::kquant::testutil::check_kernel;
     use super::super::Isa;
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
 
     #[test]
     fn avx512_matches_scalar_reference() {
@@ -192,7 +198,7 @@ mod tests {
             check_kernel(
                 &|q, rows, cols, qs, x, xq, xk, y| {
                     // SAFETY: features detected above; `check_one` builds valid tiles.
-                    unsafe { super::tile_matvec(q, rows, cols, qs, x, xq, xk, y, vnni) }
+                    unsafe { super::tile_matvec(Tile::body(q, rows, cols, qs), x, xq, xk, y, vnni) }
                 },
                 29,
             );

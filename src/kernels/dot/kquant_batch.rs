@@ -227,11 +227,9 @@ macro_rules! batch_kernels {
                     while j + TT <= xq.len() {
                         q5_tokens::<ONE, R, TT>(
                             &xq[j..j + TT],
-                            c0,
-                            cn,
+                            (c0, cn),
                             &qv,
-                            &dl,
-                            &ml,
+                            (&dl, &ml),
                             &mut acc[j..],
                             &mut mins[j..],
                         );
@@ -240,11 +238,9 @@ macro_rules! batch_kernels {
                     while j < xq.len() {
                         q5_tokens::<ONE, R, 1>(
                             &xq[j..j + 1],
-                            c0,
-                            cn,
+                            (c0, cn),
                             &qv,
-                            &dl,
-                            &ml,
+                            (&dl, &ml),
                             &mut acc[j..],
                             &mut mins[j..],
                         );
@@ -386,19 +382,17 @@ macro_rules! batch_kernels {
                 ]
             }
 
-            /// Blocks `c0..c0 + cn` of [`q5`]'s row group (levels `qv`, scales `dl`, minimums `ml`
+            /// Blocks `c0..c0 + cn` of [`q5`]'s row group (levels `qv`, scales `dl` and minimums `ml`
             /// per block of the run) for the `T` tokens of `xq`, accumulated into their `acc`
             /// and `mins`: per token and row the operations of the per-token kernel, in its order.
             #[inline]
-            #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+            #[allow(clippy::needless_range_loop)]
             #[target_feature(enable = $feat)]
             unsafe fn q5_tokens<const ONE: bool, const R: usize, const T: usize>(
                 xq: &[XqBlocks],
-                c0: usize,
-                cn: usize,
+                (c0, cn): (usize, usize),
                 qv: &[[__m256i; CH]; R],
-                dl: &[__m128; CH],
-                ml: &[__m128; CH],
+                (dl, ml): (&[__m128; CH], &[__m128; CH]),
                 acc: &mut [[__m256; R]],
                 mins: &mut [__m128],
             ) {
@@ -632,6 +626,8 @@ mod tests {
     use super::super::kquant::{self, BatchAct, Q8KRef};
     use super::super::testutil::Rng;
     use super::super::{Isa, Q8Act, XqBlocks};
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
     use crate::quant::QuantType;
 
     /// Whether the `vnni` build may run here.
@@ -711,7 +707,13 @@ mod tests {
                     // SAFETY: AVX2/FMA/F16C detected above; `random_tile` built `rows × cols`
                     // weights of `q` and the activations cover `cols`.
                     unsafe {
-                        super::super::kquant_avx2::tile_matvec(q, rows, cols, &c.qs, &[], a, k, y)
+                        super::super::kquant_avx2::tile_matvec(
+                            Tile::body(q, rows, cols, &c.qs),
+                            &[],
+                            a,
+                            k,
+                            y,
+                        )
                     };
                 }
                 let acts = if q.is_k() {
@@ -777,7 +779,13 @@ mod tests {
                         (Some(xq[j]), None)
                     };
                     let y = &mut want[j * rows..(j + 1) * rows];
-                    super::super::kquant_scalar::tile_matvec(q, rows, cols, &c.qs, &[], a, k, y);
+                    super::super::kquant_scalar::tile_matvec(
+                        Tile::body(q, rows, cols, &c.qs),
+                        &[],
+                        a,
+                        k,
+                        y,
+                    );
                 }
                 let acts = if q.is_k() {
                     BatchAct::K(&xk)
@@ -786,7 +794,7 @@ mod tests {
                 };
                 for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
                     let mut got = c.y0.clone();
-                    kquant::tile_matmul(isa, q, rows, cols, &c.qs, acts, &mut got);
+                    kquant::tile_matmul(isa, Tile::body(q, rows, cols, &c.qs), acts, &mut got);
                     for j in 0..n {
                         let r = j * rows..(j + 1) * rows;
                         let prod: f32 = want[r.clone()]

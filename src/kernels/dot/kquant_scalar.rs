@@ -4,6 +4,7 @@
 //! block); the f32 paths dot the dequantized weights.
 
 use super::kquant::{Q8KRef, Q8K};
+use super::Tile;
 use super::XqRef;
 use crate::quant::kquants::{dequantize_row, scales_mins_k4, QK_K};
 use crate::quant::{f16_at, QuantType, QK};
@@ -45,17 +46,14 @@ pub fn quantize_q8k(x: &[f32], out: &mut Q8K) {
 }
 
 /// Scalar `y[r] += W[r]·x` over one interleaved tile (contract: `kquant::tile_matvec`).
-#[allow(clippy::too_many_arguments)]
-pub fn tile_matvec(
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    qs: &[u8],
-    x: &[f32],
-    xq: XqRef,
-    xk: Option<Q8KRef>,
-    y: &mut [f32],
-) {
+pub fn tile_matvec(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs,
+        ..
+    } = t;
     let rb = q.matrix_bytes(1, cols);
     let (bl, bb) = (q.block_len(), q.block_bytes());
     let mut w = [0f32; QK_K];

@@ -38,6 +38,8 @@ pub mod kquant_batch;
 pub mod kquant_scalar;
 pub mod packed;
 pub mod scalar;
+mod tile;
+pub use tile::Tile;
 
 use crate::quant::{QuantType, QK};
 
@@ -244,18 +246,15 @@ pub fn quantize_act(isa: Isa, x: &[f32], out: &mut Q8Act) {
 
 /// Checks the tile contract before any SIMD code touches the slices (one set of asserts per tile
 /// call). Returns true when the integer path applies (`xq` given and `q` is a block type).
-#[allow(clippy::too_many_arguments)]
 #[inline]
-fn check_tile(
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    scales: &[u8],
-    qs: &[u8],
-    x: &[f32],
-    xq: Option<(&[f32], &[f32], &[i8])>,
-    y: &[f32],
-) -> bool {
+fn check_tile(t: Tile, x: &[f32], xq: XqRef, y: &[f32]) -> bool {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        scales,
+        qs,
+    } = t;
     // Block types come in whole 32-weight blocks; F16/F32 tiles may have any width.
     assert!(
         !q.is_blocked() || cols.is_multiple_of(QK),
@@ -288,44 +287,48 @@ fn check_tile(
 
 /// `y[r] += W_tile[r] · x` for one tile (see module docs). `x.len() == cols`, `y.len() == rows`.
 /// `xq`, when given, covers the same `cols` (block `b` of `xq` = columns `32b..32b+32`).
-#[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn tile_matvec(
-    isa: Isa,
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    scales: &[u8],
-    qs: &[u8],
-    x: &[f32],
-    xq: Option<(&[f32], &[f32], &[i8])>,
-    y: &mut [f32],
-) {
+pub fn tile_matvec(isa: Isa, t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        scales,
+        qs,
+    } = t;
     if q.is_interleaved() {
         // Q5_0/Q5_1 take `xq`; the K-quants need Q8_K (`kquant::tile_matvec_act`): f32 path here.
         let xq = if q.is_k() { None } else { xq };
-        kquant::tile_matvec(isa, q, rows, cols, qs, x, xq, None, y);
+        kquant::tile_matvec(isa, Tile::body(q, rows, cols, qs), x, xq, None, y);
         return;
     }
-    check_tile(q, rows, cols, scales, qs, x, xq, y);
+    check_tile(Tile::split(q, rows, cols, scales, qs), x, xq, y);
     #[cfg(target_arch = "x86_64")]
     match isa {
         // `available()` is a cached feature-bit test; it keeps a hand-made `Isa` value sound.
         Isa::Avx512 if isa.available() => {
             // SAFETY: AVX-512 F/BW (+ AVX2/FMA/F16C) detected just above; slice lengths checked
             // by `check_tile`.
-            unsafe { avx512::tile_matvec(q, rows, cols, scales, qs, x, xq, y, isa.has_vnni()) };
+            unsafe {
+                avx512::tile_matvec(
+                    Tile::split(q, rows, cols, scales, qs),
+                    x,
+                    xq,
+                    y,
+                    isa.has_vnni(),
+                )
+            };
             return;
         }
         Isa::Avx2 | Isa::Avx512 if Isa::Avx2.available() => {
             // SAFETY: AVX2/FMA/F16C detected just above; slice lengths checked by `check_tile`.
-            unsafe { avx2::tile_matvec(q, rows, cols, scales, qs, x, xq, y) };
+            unsafe { avx2::tile_matvec(Tile::split(q, rows, cols, scales, qs), x, xq, y) };
             return;
         }
         _ => {}
     }
     let _ = isa;
-    scalar::tile_matvec(q, rows, cols, scales, qs, x, xq, y)
+    scalar::tile_matvec(Tile::split(q, rows, cols, scales, qs), x, xq, y)
 }
 
 /// Whether [`tile_matvec`] on `isa` would run the AVX2 kernels (the batched kernels are
@@ -352,19 +355,21 @@ pub type XqBlocks<'a> = (&'a [f32], &'a [f32], &'a [i8]);
 /// [`tile_matvec`] call per token on the same ISA (tested). Every other case (F16/F32, Q8_0
 /// integer, scalar, the AVX-512 f32 path) is one `tile_matvec` call per token, which is also
 /// the reference of the batched kernels.
-#[allow(clippy::too_many_arguments)]
 pub fn tile_matmul(
     isa: Isa,
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    scales: &[u8],
-    qs: &[u8],
+    t: Tile,
     xs: &[f32],
     xq: Option<&[XqBlocks]>,
     n: usize,
     y: &mut [f32],
 ) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        scales,
+        qs,
+    } = t;
     assert!(y.len() >= n * rows, "y too short for {n} tokens");
     let int = q.is_blocked() && xq.is_some();
     if let Some(xq) = xq.filter(|_| int) {
@@ -374,14 +379,24 @@ pub fn tile_matmul(
             let avx512 = isa == Isa::Avx512 && Isa::Avx512.available();
             if avx512 || avx2_batch(isa) {
                 for (j, &x) in xq.iter().enumerate() {
-                    check_tile(q, rows, cols, scales, qs, &[], Some(x), &y[j * rows..]);
+                    check_tile(
+                        Tile::split(q, rows, cols, scales, qs),
+                        &[],
+                        Some(x),
+                        &y[j * rows..],
+                    );
                 }
                 if avx512 {
                     // SAFETY: AVX-512 F/BW (+ AVX2/FMA/F16C; VNNI when `has_vnni`) detected just
                     // above; every token's slices were checked against the tile contract by
                     // `check_tile`, and `y` holds `n · rows` outputs.
                     unsafe {
-                        avx512::tile_matmul_q4(q, rows, cols, scales, qs, xq, y, isa.has_vnni())
+                        avx512::tile_matmul_q4(
+                            Tile::split(q, rows, cols, scales, qs),
+                            xq,
+                            y,
+                            isa.has_vnni(),
+                        )
                     };
                 } else {
                     // SAFETY: AVX2/FMA/F16C detected by `avx2_batch`; every token's slices were
@@ -394,7 +409,13 @@ pub fn tile_matmul(
         }
         for (j, &x) in xq.iter().enumerate() {
             let yj = &mut y[j * rows..(j + 1) * rows];
-            tile_matvec(isa, q, rows, cols, scales, qs, &[], Some(x), yj);
+            tile_matvec(
+                isa,
+                Tile::split(q, rows, cols, scales, qs),
+                &[],
+                Some(x),
+                yj,
+            );
         }
         return;
     }
@@ -403,11 +424,7 @@ pub fn tile_matmul(
     if avx2_batch(isa) && q.is_blocked() {
         for j in 0..n {
             check_tile(
-                q,
-                rows,
-                cols,
-                scales,
-                qs,
+                Tile::split(q, rows, cols, scales, qs),
                 &xs[j * cols..],
                 None,
                 &y[j * rows..],
@@ -415,18 +432,14 @@ pub fn tile_matmul(
         }
         // SAFETY: AVX2/FMA/F16C detected by `avx2_batch`; every token's slices were checked
         // against the tile contract by `check_tile`, `xs` holds `n · cols` and `y` `n · rows`.
-        unsafe { avx2::tile_matmul_f32(q, rows, cols, scales, qs, xs, n, y) };
+        unsafe { avx2::tile_matmul_f32(Tile::split(q, rows, cols, scales, qs), xs, n, y) };
         return;
     }
     for j in 0..n {
         let yj = &mut y[j * rows..(j + 1) * rows];
         tile_matvec(
             isa,
-            q,
-            rows,
-            cols,
-            scales,
-            qs,
+            Tile::split(q, rows, cols, scales, qs),
             &xs[j * cols..][..cols],
             None,
             yj,
@@ -438,6 +451,8 @@ pub fn tile_matmul(
 #[cfg(test)]
 pub(crate) mod testutil {
     use super::{scalar, Q8Act};
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
     use crate::quant::{dequantize_row, quantize_row, QuantType, QK};
 
     /// A batched-kernel test case: a random `rows × cols` tile of `q`, `n` tokens of f32
@@ -557,7 +572,12 @@ pub(crate) mod testutil {
         let mut outs = Vec::new();
         for &xa in paths {
             let mut yr = y0.clone();
-            scalar::tile_matvec(q, rows, cols, &t.scales, &t.qs, &x, xa, &mut yr);
+            scalar::tile_matvec(
+                Tile::split(q, rows, cols, &t.scales, &t.qs),
+                &x,
+                xa,
+                &mut yr,
+            );
             let mut ys = y0.clone();
             kern(q, rows, cols, &t.scales, &t.qs, &x, xa, &mut ys);
             let prod: Vec<f32> = yr.iter().zip(&y0).map(|(a, b)| a - b).collect();
@@ -661,6 +681,8 @@ pub(crate) mod testutil {
 mod tests {
     use super::testutil::{random_tile, Rng};
     use super::*;
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
 
     /// `kernels_with` names what runs: unchanged without repacking; with it, the packed
     /// kernels' own dispatch (VNNI only where the CPU has it).
@@ -697,7 +719,12 @@ mod tests {
                 for int in [false, true] {
                     let xa = int.then(|| (&xq.d[..], &xq.s[..], &xq.qs[..]));
                     let mut want = vec![0f32; rows];
-                    scalar::tile_matvec(q, rows, cols, &whole.scales, &whole.qs, &x, xa, &mut want);
+                    scalar::tile_matvec(
+                        Tile::split(q, rows, cols, &whole.scales, &whole.qs),
+                        &x,
+                        xa,
+                        &mut want,
+                    );
                     let mut got = vec![0f32; rows];
                     let mut c0 = 0;
                     for w in widths {
@@ -708,7 +735,13 @@ mod tests {
                             qs.extend_from_slice(&whole.qs[(r * nb + b0) * qb..][..tb * qb]);
                         }
                         let xa = int.then(|| xq.tile_slice(c0, w));
-                        tile_matvec(isa, q, rows, w, &sc, &qs, &x[c0..c0 + w], xa, &mut got);
+                        tile_matvec(
+                            isa,
+                            Tile::split(q, rows, w, &sc, &qs),
+                            &x[c0..c0 + w],
+                            xa,
+                            &mut got,
+                        );
                         c0 += w;
                     }
                     let norm = want.iter().map(|v| v * v).sum::<f32>().sqrt();

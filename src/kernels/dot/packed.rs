@@ -22,23 +22,21 @@
 //!   takes the integer path (`EngineArgs::repack`), so this is the fallback, not a fast path.
 
 use super::{Isa, XqRef};
+use super::{Tile, XqBlocks};
 use crate::quant::packed::{record_bytes, record_scale_bytes, weight_at, PACK_ROWS};
 use crate::quant::{f16_at, QuantType, QK};
 
 /// `y[r] += W[r]·x` for one repacked tile of `rows` rows (a multiple of 16) and `cols` columns
 /// (a multiple of 32). Integer path when `xq` (the Q8 blocks of these columns) is given.
-#[allow(clippy::too_many_arguments)]
-pub fn tile_matvec(
-    isa: Isa,
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    body: &[u8],
-    x: &[f32],
-    xq: XqRef,
-    y: &mut [f32],
-) {
-    tile_run(Kernel::of(isa), q, rows, cols, body, x, xq, y)
+pub fn tile_matvec(isa: Isa, t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs: body,
+        ..
+    } = t;
+    tile_run(Kernel::of(isa), Tile::body(q, rows, cols, body), x, xq, y)
 }
 
 /// The kernel [`tile_run`] calls, chosen once ([`Kernel::of`]) rather than per tile: decode over
@@ -60,18 +58,15 @@ impl Kernel {
 }
 
 /// [`tile_matvec`] with its kernel chosen by the caller.
-#[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn tile_run(
-    k: Kernel,
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    body: &[u8],
-    x: &[f32],
-    xq: XqRef,
-    y: &mut [f32],
-) {
+pub fn tile_run(k: Kernel, t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs: body,
+        ..
+    } = t;
     assert!(
         crate::quant::packed::packable(q, rows),
         "{q} tile of {rows} rows is not repacked"
@@ -99,12 +94,12 @@ pub fn tile_run(
         // AVX-512 F/BW/VNNI were detected (`has_vnni` checks `available`); the lengths were
         // asserted above.
         #[cfg(target_arch = "x86_64")]
-        Path::Vnni => unsafe { avx512::run(q, rows, nb, body, d, s, xqs, y) },
+        Path::Vnni => unsafe { avx512::run(q, rows, nb, body, (d, s, xqs), y) },
         // SAFETY: `Avx2` comes only from `path`, after AVX2/FMA/F16C were detected; the
         // lengths were asserted above.
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => unsafe { avx2::run(q, rows, nb, body, d, s, xqs, y) },
-        _ => scalar_int(q, rows, nb, body, d, s, xqs, y),
+        Path::Avx2 => unsafe { avx2::run(q, rows, nb, body, (d, s, xqs), y) },
+        _ => scalar_int(q, rows, nb, body, (d, s, xqs), y),
     }
 }
 
@@ -151,17 +146,8 @@ fn block_consts(q: QuantType, d: &[f32], s: &[f32], b: usize) -> (f32, f32) {
 }
 
 /// Scalar reference of the integer path (see the module docs for the exact operations).
-#[allow(clippy::too_many_arguments)]
-pub fn scalar_int(
-    q: QuantType,
-    rows: usize,
-    nb: usize,
-    body: &[u8],
-    d: &[f32],
-    s: &[f32],
-    xq: &[i8],
-    y: &mut [f32],
-) {
+pub fn scalar_int(q: QuantType, rows: usize, nb: usize, body: &[u8], xq: XqBlocks, y: &mut [f32]) {
+    let (d, s, xq) = xq;
     let rb = record_bytes(q);
     for g in 0..rows / PACK_ROWS {
         let mut acc = [0f32; PACK_ROWS];
@@ -234,18 +220,16 @@ mod avx512 {
     /// # Safety
     /// AVX-512 F/BW/VNNI and F16C must be available; the slices must satisfy the lengths
     /// asserted by [`super::tile_matvec`] (`rows` a multiple of 16, `nb` blocks).
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     pub(super) unsafe fn run(
         q: QuantType,
         rows: usize,
         nb: usize,
         body: &[u8],
-        d: &[f32],
-        s: &[f32],
-        xq: &[i8],
+        xq: XqBlocks,
         y: &mut [f32],
     ) {
+        let (d, s, xq) = xq;
         match q {
             QuantType::Q8_0 => run_q8(rows, nb, body, d, xq, y),
             QuantType::Q4_1 => run_q4::<true>(rows, nb, body, d, s, xq, y),
@@ -307,7 +291,6 @@ mod avx512 {
     ///
     /// # Safety
     /// As [`run`].
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn run_q4<const Q41: bool>(
         rows: usize,
@@ -383,18 +366,16 @@ mod avx2 {
     /// # Safety
     /// AVX2, FMA and F16C must be available; the slices must satisfy the lengths asserted by
     /// [`super::tile_matvec`] (`rows` a multiple of 16, `nb` blocks).
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn run(
         q: QuantType,
         rows: usize,
         nb: usize,
         body: &[u8],
-        d: &[f32],
-        s: &[f32],
-        xq: &[i8],
+        xq: XqBlocks,
         y: &mut [f32],
     ) {
+        let (d, s, xq) = xq;
         let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
         let m4 = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
@@ -464,6 +445,8 @@ mod avx2 {
 mod tests {
     use super::*;
     use crate::kernels::dot::Q8Act;
+    #[allow(unused_imports)]
+    use crate::kernels::dot::Tile;
     use crate::quant::packed::pack_tile;
 
     /// A repacked tile of `rows × cols` random weights and its split twin `(scales, qs)`.
@@ -505,14 +488,14 @@ mod tests {
                 let xq = (&a.d[..], &a.s[..], &a.qs[..]);
                 let y0: Vec<f32> = (0..rows).map(|r| r as f32 * 0.25 - 3.0).collect();
                 let mut want = y0.clone();
-                scalar_int(q, rows, cols / QK, &body, &a.d, &a.s, &a.qs, &mut want);
+                scalar_int(q, rows, cols / QK, &body, (&a.d, &a.s, &a.qs), &mut want);
                 for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
                     if !isa.available() {
                         println!("SKIP {q} {isa:?}: this CPU lacks it");
                         continue;
                     }
                     let mut y = y0.clone();
-                    tile_matvec(isa, q, rows, cols, &body, &[], Some(xq), &mut y);
+                    tile_matvec(isa, Tile::body(q, rows, cols, &body), &[], Some(xq), &mut y);
                     assert_eq!(
                         y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                         want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -535,20 +518,28 @@ mod tests {
             let (x, a) = act(cols, 5);
             let xq = (&a.d[..], &a.s[..], &a.qs[..]);
             let mut split = vec![0f32; rows];
-            super::super::scalar::tile_matvec(q, rows, cols, &sc, &qs, &x, Some(xq), &mut split);
+            super::super::scalar::tile_matvec(
+                Tile::split(q, rows, cols, &sc, &qs),
+                &x,
+                Some(xq),
+                &mut split,
+            );
             let mut packed = vec![0f32; rows];
             tile_matvec(
                 Isa::cached(),
-                q,
-                rows,
-                cols,
-                &body,
+                Tile::body(q, rows, cols, &body),
                 &x,
                 Some(xq),
                 &mut packed,
             );
             let mut f = vec![0f32; rows];
-            tile_matvec(Isa::cached(), q, rows, cols, &body, &x, None, &mut f);
+            tile_matvec(
+                Isa::cached(),
+                Tile::body(q, rows, cols, &body),
+                &x,
+                None,
+                &mut f,
+            );
             let (sb, qb) = (q.row_scale_bytes(cols), q.row_quant_bytes(cols));
             for r in 0..rows {
                 let tol = 1e-4 * (1.0 + split[r].abs());

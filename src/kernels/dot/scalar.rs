@@ -1,6 +1,7 @@
 //! Scalar reference kernels: the ground truth every SIMD path is tested against.
 
 use super::Q8Act;
+use super::{Tile, XqRef};
 use crate::quant::{f16_at, QuantType, QK};
 
 /// Quantizes `x` to Q8 blocks (d = max|x|/127, round to nearest).
@@ -25,17 +26,14 @@ pub fn quantize_act(x: &[f32], out: &mut Q8Act) {
 }
 
 /// Scalar `y[r] += W[r]·x` over one tile; integer path when `xq` is given for block types.
-#[allow(clippy::too_many_arguments)]
-pub fn tile_matvec(
-    q: QuantType,
-    rows: usize,
-    cols: usize,
-    scales: &[u8],
-    qs: &[u8],
-    x: &[f32],
-    xq: Option<(&[f32], &[f32], &[i8])>,
-    y: &mut [f32],
-) {
+pub fn tile_matvec(t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        scales,
+        qs,
+    } = t;
     let nb = cols / QK;
     let sb = q.scale_bytes_per_block();
     let qb = q.quant_bytes_per_block();
