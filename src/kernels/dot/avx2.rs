@@ -32,6 +32,7 @@
 //! those lengths (masked loads for partial block pairs; full-width scale loads only when they stay
 //! inside the `scales` slice).
 
+use super::kquant_avx2::hsum;
 use super::{Tile, XqRef};
 use core::arch::x86_64::*;
 
@@ -720,15 +721,6 @@ pub(super) unsafe fn hsum_block(p: *const f32) -> f32 {
         _mm256_add_ps(_mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))),
     );
     hsum(s)
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum(s: __m256) -> f32 {
-    let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
-    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    let h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    _mm_cvtss_f32(h)
 }
 
 /// `R` rows starting at `r0`, blocks `ch.c0..ch.c0+ch.cn`.

@@ -87,7 +87,9 @@ pub unsafe fn tile_matvec(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: 
     }
 }
 
-/// Horizontal sum of 8 floats.
+/// Horizontal sum of 8 floats: the one AVX2 horizontal sum of the crate (the split-layout,
+/// K-quant and attention kernels all reduce with it): (low + high half), then pairs, then the
+/// last two lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn hsum(v: __m256) -> f32 {
