@@ -786,7 +786,7 @@ pub enum BenchCmd {
     /// Decode ms/token with the PREFETCHT0 thread on vs off (paper §5.8).
     Prefetch(crate::cli::bench_io::PrefetchArgs),
     /// Decode ms/token under the sequential vs the vertical schedule, with eq. 4.23's
-    /// prediction from the measured per-stream bandwidth (paper §4.4, Claim 8).
+    /// prediction from the measured per-stream bandwidth (paper §4.4).
     Schedule(crate::cli::bench_schedule::ScheduleArgs),
     /// The DRAM read ceiling behind the roofline figures: GB/s per thread count over a buffer in
     /// the weights' kind of memory (2 MiB pages), like `membw`; `--save` refreshes the TUI's.

@@ -1,5 +1,5 @@
 //! `bench schedule`: decode ms/token under the sequential and the vertical schedule (paper
-//! §4.4, Claim 8), alternating A B A B on one engine, with min / median / max per schedule and
+//! §4.4), alternating A B A B on one engine, with min / median / max per schedule and
 //! thread count; and eq. 4.23's prediction of both from the measured per-stream bandwidth,
 //! once with the bandwidths each stream reaches alone (the sequential run: one stream at a time
 //! on every thread) and once with those reached concurrently (the vertical run: attention on

@@ -1,4 +1,4 @@
-//! The second core of the vertical (stage-major) schedule, paper §4.4 and Claim 8. With δd ≥ 1
+//! The second core of the vertical (stage-major) schedule, paper §4.4. With δd ≥ 1
 //! the dense FFN of step ℓ+δd has its input (the residual entering step ℓ) as soon as step ℓ
 //! begins; with δe ≥ 1 the experts routed at step ℓ are needed only at the end of step ℓ+δe.
 //! The engine thread sends that work here ([`Lane::submit`]) and runs the attention of the next
