@@ -1102,6 +1102,97 @@ impl App {
                     UiRequest::StopRecording
                 });
             }
+            Action::ResetContext => {
+                if self.replay.is_none() {
+                    return Effects::cmd(Command::Reset);
+                }
+            }
+            Action::Quit => return self.quit(),
+            Action::Interrupt => {
+                if self.generating && !self.interrupt_armed {
+                    self.interrupt_armed = true;
+                    self.say("generation stopped — Ctrl+C again to quit");
+                    return Effects::cmd(Command::Stop);
+                }
+                return self.quit();
+            }
+            Action::Suspend => return Effects::req(UiRequest::Suspend),
+            Action::Escape => {
+                if self.show_help {
+                    self.show_help = false;
+                } else if self.show_info {
+                    self.show_info = false;
+                } else if self.input_focused {
+                    // Esc in the input only leaves it; outside, Esc stops a generation.
+                    self.input_focused = false;
+                    self.refocus_after_reply = false;
+                    if self.generating && self.replay.is_none() {
+                        self.say("Esc again stops the generation");
+                    }
+                } else if self.generating && self.replay.is_none() {
+                    self.say("generation stopped");
+                    return Effects::cmd(Command::Stop);
+                } else if self.maximized {
+                    self.maximized = false;
+                } else if self.whatif.is_some() {
+                    self.whatif = None;
+                }
+            }
+            Action::FocusInput => {
+                if self.replay.is_some() {
+                    self.say("replay: no engine to talk to");
+                } else {
+                    self.input_focused = true;
+                    self.focus = PaneId::Text;
+                }
+            }
+            Action::ScrollUp(n) => self.scroll = self.scroll.saturating_add(n),
+            Action::ScrollDown(n) => self.scroll = self.scroll.saturating_sub(n),
+            Action::PageUp => self.scroll = self.scroll.saturating_add(self.page()),
+            Action::PageDown => self.scroll = self.scroll.saturating_sub(self.page()),
+            Action::ScrollEnd => self.scroll = 0,
+            Action::Submit => return self.submit(),
+            Action::TogglePrefetch
+            | Action::ToggleFetch
+            | Action::ToggleSchedule
+            | Action::ToggleTier
+            | Action::CycleLayout
+            | Action::AbAuto
+            | Action::WhatIf
+            | Action::WhatIfDense(_)
+            | Action::WhatIfExpert(_) => return self.on_toggle_action(a),
+            Action::ReplayPause | Action::ReplayStep(_) | Action::ReplaySpeed(_) => {
+                return self.on_replay_action(a)
+            }
+            Action::Insert(_)
+            | Action::Newline
+            | Action::Backspace
+            | Action::Delete
+            | Action::CursorLeft
+            | Action::CursorRight
+            | Action::CursorHome
+            | Action::CursorEnd
+            | Action::ClearInput
+            | Action::HistoryPrev
+            | Action::HistoryNext => return self.on_edit_action(a),
+            Action::OpenSettings
+            | Action::SettingsMove(_)
+            | Action::SettingsAdjust(_)
+            | Action::SettingsInsert(_)
+            | Action::SettingsBackspace
+            | Action::SettingsApply
+            | Action::SettingsCancel
+            | Action::SaveTranscript
+            | Action::CopyReply
+            | Action::ToggleMouse => return self.on_chat_action(a),
+        }
+        Effects::default()
+    }
+
+    /// The A/B toggles and the what-if model: each toggle says what it asks and returns the
+    /// command (nothing while toggles are blocked, e.g. in a replay).
+    fn on_toggle_action(&mut self, a: Action) -> Effects {
+        match a {
             Action::TogglePrefetch => {
                 if self.toggles_blocked() {
                     return Effects::default();
@@ -1172,7 +1263,9 @@ impl App {
             }
             Action::AbAuto => self.toggle_ab_auto(),
             Action::WhatIf => {
-                if self.whatif.take().is_none() {
+                // w enters the what-if model, and leaves it when it is on.
+                let was_on = self.whatif.take().is_some();
+                if !was_on {
                     self.whatif = Some(self.live.delays());
                     self.focus = PaneId::Critical;
                     self.compact_pane = PaneId::Critical;
@@ -1190,50 +1283,14 @@ impl App {
                     *de = de.saturating_add_signed(step).min(MAX_WHATIF_DELAY);
                 }
             }
-            Action::ResetContext => {
-                if self.replay.is_none() {
-                    return Effects::cmd(Command::Reset);
-                }
-            }
-            Action::Quit => return self.quit(),
-            Action::Interrupt => {
-                if self.generating && !self.interrupt_armed {
-                    self.interrupt_armed = true;
-                    self.say("generation stopped — Ctrl+C again to quit");
-                    return Effects::cmd(Command::Stop);
-                }
-                return self.quit();
-            }
-            Action::Suspend => return Effects::req(UiRequest::Suspend),
-            Action::Escape => {
-                if self.show_help {
-                    self.show_help = false;
-                } else if self.show_info {
-                    self.show_info = false;
-                } else if self.input_focused {
-                    // Esc in the input only leaves it; outside, Esc stops a generation.
-                    self.input_focused = false;
-                    self.refocus_after_reply = false;
-                    if self.generating && self.replay.is_none() {
-                        self.say("Esc again stops the generation");
-                    }
-                } else if self.generating && self.replay.is_none() {
-                    self.say("generation stopped");
-                    return Effects::cmd(Command::Stop);
-                } else if self.maximized {
-                    self.maximized = false;
-                } else if self.whatif.is_some() {
-                    self.whatif = None;
-                }
-            }
-            Action::FocusInput => {
-                if self.replay.is_some() {
-                    self.say("replay: no engine to talk to");
-                } else {
-                    self.input_focused = true;
-                    self.focus = PaneId::Text;
-                }
-            }
+            _ => {}
+        }
+        Effects::default()
+    }
+
+    /// Replay playback: pause, step (backward steps rewind and re-send the trace), speed.
+    fn on_replay_action(&mut self, a: Action) -> Effects {
+        match a {
             Action::ReplayPause => {
                 if let Some(r) = &mut self.replay {
                     r.paused = !r.paused;
@@ -1273,11 +1330,14 @@ impl App {
                     return Effects::req(UiRequest::Replay(ReplayControl::SetSpeed(s)));
                 }
             }
-            Action::ScrollUp(n) => self.scroll = self.scroll.saturating_add(n),
-            Action::ScrollDown(n) => self.scroll = self.scroll.saturating_sub(n),
-            Action::PageUp => self.scroll = self.scroll.saturating_add(self.page()),
-            Action::PageDown => self.scroll = self.scroll.saturating_sub(self.page()),
-            Action::ScrollEnd => self.scroll = 0,
+            _ => {}
+        }
+        Effects::default()
+    }
+
+    /// Editing the input box: characters, cursor moves, deletion, history.
+    fn on_edit_action(&mut self, a: Action) -> Effects {
+        match a {
             Action::Insert(c) => self.input.insert(c),
             Action::Newline => self.input.insert('\n'),
             Action::Backspace => self.input.backspace(),
@@ -1291,17 +1351,7 @@ impl App {
             }
             Action::HistoryPrev => self.input.history_prev(),
             Action::HistoryNext => self.input.history_next(),
-            Action::Submit => return self.submit(),
-            Action::OpenSettings
-            | Action::SettingsMove(_)
-            | Action::SettingsAdjust(_)
-            | Action::SettingsInsert(_)
-            | Action::SettingsBackspace
-            | Action::SettingsApply
-            | Action::SettingsCancel
-            | Action::SaveTranscript
-            | Action::CopyReply
-            | Action::ToggleMouse => return self.on_chat_action(a),
+            _ => {}
         }
         Effects::default()
     }
