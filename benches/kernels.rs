@@ -43,15 +43,13 @@ struct Matrix {
     tiles: Vec<Tile>,
 }
 
-fn lcg(s: &mut u64) -> f32 {
-    *s = s
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    ((*s >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+/// A value uniform in [-1, 1) from the crate's generator.
+fn uniform(s: &mut cflow::rng::Rng) -> f32 {
+    s.uniform()
 }
 
 fn build(q: QuantType, rows: usize, cols: usize) -> Matrix {
-    let mut seed = 42u64;
+    let mut seed = cflow::rng::Rng::new(42);
     let mut tiles = Vec::new();
     for r0 in (0..rows).step_by(TR) {
         for c0 in (0..cols).step_by(TC) {
@@ -60,7 +58,7 @@ fn build(q: QuantType, rows: usize, cols: usize) -> Matrix {
             let mut src = vec![0f32; tc];
             for _ in 0..tr {
                 for v in src.iter_mut() {
-                    *v = lcg(&mut seed) * 0.1;
+                    *v = uniform(&mut seed) * 0.1;
                 }
                 quantize_row(q, &src, &mut scales, &mut qs);
             }
@@ -141,8 +139,8 @@ fn bench_shape(c: &mut Criterion, group: &str, shapes: &[(QuantType, usize, usiz
         .measurement_time(Duration::from_millis(1200));
     for &(q, rows, cols) in shapes {
         let m = build(q, rows, cols);
-        let mut s = 7u64;
-        let x: Vec<f32> = (0..cols).map(|_| lcg(&mut s)).collect();
+        let mut s = cflow::rng::Rng::new(7);
+        let x: Vec<f32> = (0..cols).map(|_| uniform(&mut s)).collect();
         let mut y = vec![0f32; rows];
         let mut xq = Q8Act::default();
         g.throughput(Throughput::Bytes(q.matrix_bytes(rows, cols) as u64));
@@ -254,8 +252,8 @@ fn batched_tile(c: &mut Criterion) {
     for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
         let m = build(q, TR, TC);
         let t = &m.tiles[0];
-        let mut s = 9u64;
-        let xs: Vec<f32> = (0..N * TC).map(|_| lcg(&mut s)).collect();
+        let mut s = cflow::rng::Rng::new(9);
+        let xs: Vec<f32> = (0..N * TC).map(|_| uniform(&mut s)).collect();
         let acts: Vec<Q8Act> = xs
             .chunks_exact(TC)
             .map(|x| {
@@ -308,8 +306,8 @@ fn batched_kquant_tile(c: &mut Criterion) {
     for q in [QuantType::Q5_0, QuantType::Q4_K, QuantType::Q6_K] {
         let m = build(q, TR, TC);
         let t = &m.tiles[0];
-        let mut s = 9u64;
-        let xs: Vec<f32> = (0..N * TC).map(|_| lcg(&mut s)).collect();
+        let mut s = cflow::rng::Rng::new(9);
+        let xs: Vec<f32> = (0..N * TC).map(|_| uniform(&mut s)).collect();
         let acts: Vec<Q8Act> = xs
             .chunks_exact(TC)
             .map(|x| {
@@ -398,8 +396,8 @@ fn min_of_n() {
     );
     for (q, rows, cols) in shapes {
         let m = build(q, rows, cols);
-        let mut s = 7u64;
-        let x: Vec<f32> = (0..cols).map(|_| lcg(&mut s)).collect();
+        let mut s = cflow::rng::Rng::new(7);
+        let x: Vec<f32> = (0..cols).map(|_| uniform(&mut s)).collect();
         let mut y = vec![0f32; rows];
         let mut xq = Q8Act::default();
         let bytes = q.matrix_bytes(rows, cols) as f64;
@@ -445,9 +443,9 @@ fn activations(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(2));
     g.warm_up_time(Duration::from_millis(300));
     for (name, n, gelu) in [("gelu", 2048usize, true), ("silu", 1536, false)] {
-        let mut s = 7u64;
-        let x: Vec<f32> = (0..n).map(|_| lcg(&mut s) * 4.0).collect();
-        let u: Vec<f32> = (0..n).map(|_| lcg(&mut s)).collect();
+        let mut s = cflow::rng::Rng::new(7);
+        let x: Vec<f32> = (0..n).map(|_| uniform(&mut s) * 4.0).collect();
+        let u: Vec<f32> = (0..n).map(|_| uniform(&mut s)).collect();
         g.throughput(Throughput::Elements(n as u64));
         for isa in [Isa::Scalar, Isa::Avx2] {
             if !isa.available() {
@@ -502,10 +500,10 @@ fn attention(c: &mut Criterion) {
     for (name, n_heads, group, hd) in [("smollm2", 9, 3, 64), ("gemma3", 4, 4, 256)] {
         for n in [128usize, 512] {
             let sh = attn_shape(n_heads, group, hd, n - 1);
-            let mut s = 11u64;
-            let q: Vec<f32> = (0..n_heads * hd).map(|_| lcg(&mut s)).collect();
-            let k: Vec<f32> = (0..n * sh.kv_dim).map(|_| lcg(&mut s)).collect();
-            let v: Vec<f32> = (0..n * sh.kv_dim).map(|_| lcg(&mut s)).collect();
+            let mut s = cflow::rng::Rng::new(11);
+            let q: Vec<f32> = (0..n_heads * hd).map(|_| uniform(&mut s)).collect();
+            let k: Vec<f32> = (0..n * sh.kv_dim).map(|_| uniform(&mut s)).collect();
+            let v: Vec<f32> = (0..n * sh.kv_dim).map(|_| uniform(&mut s)).collect();
             let k16: Vec<half::f16> = k.iter().map(|&x| half::f16::from_f32(x)).collect();
             let v16: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f32(x)).collect();
             let mut att = vec![0f32; n_heads * hd];
@@ -545,10 +543,14 @@ fn attention_batch(c: &mut Criterion) {
     let (n_heads, group, hd, pos0, n) = (9, 3, 64, 224, 32);
     let sh = attn_shape(n_heads, group, hd, 0);
     let row = n_heads * hd;
-    let mut s = 5u64;
-    let q: Vec<f32> = (0..n * row).map(|_| lcg(&mut s)).collect();
-    let k: Vec<f32> = (0..(pos0 + n) * sh.kv_dim).map(|_| lcg(&mut s)).collect();
-    let v: Vec<f32> = (0..(pos0 + n) * sh.kv_dim).map(|_| lcg(&mut s)).collect();
+    let mut s = cflow::rng::Rng::new(5);
+    let q: Vec<f32> = (0..n * row).map(|_| uniform(&mut s)).collect();
+    let k: Vec<f32> = (0..(pos0 + n) * sh.kv_dim)
+        .map(|_| uniform(&mut s))
+        .collect();
+    let v: Vec<f32> = (0..(pos0 + n) * sh.kv_dim)
+        .map(|_| uniform(&mut s))
+        .collect();
     let mut att = vec![0f32; n * row];
     g.throughput(Throughput::Elements(n as u64));
     let isa = Isa::cached();

@@ -1145,7 +1145,7 @@ mod tests {
         if skip() {
             return;
         }
-        let mut rng = Rng(17);
+        let mut rng = Rng::new(17);
         for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
             for (rows, nb, n) in [
                 (128, 8, 32),

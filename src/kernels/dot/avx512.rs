@@ -508,7 +508,7 @@ mod tests {
         use super::super::check_tile;
         use super::super::testutil::{BatchCase, Rng};
         use crate::quant::QuantType;
-        let mut rng = Rng(23);
+        let mut rng = Rng::new(23);
         for vnni in [false, true] {
             if !Isa::Avx512.available() || (vnni && !Isa::Avx512.has_vnni()) {
                 println!("SKIP: this CPU lacks AVX-512 F/BW (vnni={vnni})");

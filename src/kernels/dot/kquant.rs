@@ -298,7 +298,7 @@ pub(crate) mod testutil {
         for r in 0..rows {
             let bias = if rng.below(4) == 0 { amp } else { 0.0 };
             for v in src.iter_mut() {
-                *v = rng.f() * amp + bias;
+                *v = rng.uniform() * amp + bias;
             }
             let q0 = qs.len();
             quantize_row(q, &src, &mut sc, &mut qs);
@@ -325,9 +325,9 @@ pub(crate) mod testutil {
     /// `kern` against the scalar reference on one random tile, f32 and integer paths.
     pub fn check_one(kern: Kernel, rng: &mut Rng, q: QuantType, rows: usize, cols: usize) {
         let (qs, _) = random_tile(rng, q, rows, cols);
-        let x: Vec<f32> = (0..cols).map(|_| rng.f() * 2.0).collect();
+        let x: Vec<f32> = (0..cols).map(|_| rng.uniform() * 2.0).collect();
         let a = acts(&x);
-        let y0: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
+        let y0: Vec<f32> = (0..rows).map(|_| rng.uniform()).collect();
         for int in [false, true] {
             let xq = (int && !q.is_k()).then(|| a.tile_slice(0, cols));
             let xk = if int && q.is_k() {
@@ -355,7 +355,7 @@ pub(crate) mod testutil {
 
     /// 300 random tiles per type (rows 1..=40, cols 1..=4 blocks) plus edge shapes.
     pub fn check_kernel(kern: Kernel, seed: u64) {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         for q in TYPES {
             let bl = q.block_len();
             for _ in 0..300 {
@@ -387,13 +387,13 @@ mod tests {
     /// (|x − x̂| ≤ d_x/2 per element, d_x the Q8_0 or Q8_K step of its block).
     #[test]
     fn scalar_reference_matches_dequantized_f64_dot() {
-        let mut rng = Rng(21);
+        let mut rng = Rng::new(21);
         for q in TYPES {
             for _ in 0..60 {
                 let rows = 1 + rng.below(6);
                 let cols = q.block_len() * (1 + rng.below(if q.is_k() { 3 } else { 12 }));
                 let (qs, w) = random_tile(&mut rng, q, rows, cols);
-                let x: Vec<f32> = (0..cols).map(|_| rng.f() * 3.0).collect();
+                let x: Vec<f32> = (0..cols).map(|_| rng.uniform() * 3.0).collect();
                 let a = acts(&x);
                 for r in 0..rows {
                     let wr = &w[r * cols..(r + 1) * cols];
@@ -479,9 +479,9 @@ mod tests {
     /// the integer path (different rounding, same value within the bound).
     #[test]
     fn act_dispatch_uses_q8k_when_present() {
-        let mut rng = Rng(5);
+        let mut rng = Rng::new(5);
         let (qs, _) = random_tile(&mut rng, QuantType::Q4_K, 3, 512);
-        let x: Vec<f32> = (0..512).map(|_| rng.f()).collect();
+        let x: Vec<f32> = (0..512).map(|_| rng.uniform()).collect();
         let mut a = Q8Act::default();
         a.quantize_from(&x);
         let run = |a: &Q8Act, isa| {

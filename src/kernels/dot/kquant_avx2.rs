@@ -750,7 +750,7 @@ mod tests {
             println!("SKIP: this CPU lacks AVX2/FMA/F16C");
             return;
         }
-        let mut rng = Rng(31);
+        let mut rng = Rng::new(31);
         for q in TYPES {
             let widths: &[usize] = if q.is_k() {
                 &[256, 512, 768, 2048]
@@ -760,11 +760,11 @@ mod tests {
             for &cols in widths {
                 for rows in [1, 2, 3, 4, 5, 6, 7, 8, 9, 37, 128] {
                     let (qs, _) = random_tile(&mut rng, q, rows, cols);
-                    let x: Vec<f32> = (0..cols).map(|_| rng.f() * 2.0).collect();
+                    let x: Vec<f32> = (0..cols).map(|_| rng.uniform() * 2.0).collect();
                     let a = acts(&x);
                     let xq = (!q.is_k()).then(|| a.tile_slice(0, cols));
                     let xk = if q.is_k() { a.k.slice(0, cols) } else { None };
-                    let y0: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
+                    let y0: Vec<f32> = (0..rows).map(|_| rng.uniform()).collect();
                     let mut want = y0.clone();
                     let rb = q.matrix_bytes(1, cols);
                     for (r, yr) in want.iter_mut().enumerate() {
@@ -808,11 +808,11 @@ mod tests {
             println!("SKIP: this CPU lacks AVX2/FMA/F16C");
             return;
         }
-        let mut rng = Rng(97);
+        let mut rng = Rng::new(97);
         let mut cases: Vec<Vec<f32>> = Vec::new();
         for scale in [1e-30f32, 1e-3, 1.0, 37.0, 1e30] {
             for n in [256, 512, 2048] {
-                cases.push((0..n).map(|_| rng.f() * scale).collect());
+                cases.push((0..n).map(|_| rng.uniform() * scale).collect());
             }
         }
         let mut odd = vec![0f32; 256 * 8];

@@ -646,9 +646,9 @@ mod tests {
     impl Case {
         fn new(rng: &mut Rng, q: QuantType, rows: usize, cols: usize, n: usize) -> Case {
             let (qs, _) = random_tile(rng, q, rows, cols);
-            let xs: Vec<f32> = (0..n * cols).map(|_| rng.f() * 2.0).collect();
+            let xs: Vec<f32> = (0..n * cols).map(|_| rng.uniform() * 2.0).collect();
             let acts = xs.chunks_exact(cols).map(acts).collect();
-            let y0 = (0..n * rows).map(|_| rng.f()).collect();
+            let y0 = (0..n * rows).map(|_| rng.uniform()).collect();
             Case { qs, acts, y0 }
         }
         fn xq(&self) -> Vec<XqBlocks<'_>> {
@@ -691,7 +691,7 @@ mod tests {
             println!("SKIP: this CPU lacks AVX2/FMA/F16C");
             return;
         }
-        let mut rng = Rng(41);
+        let mut rng = Rng::new(41);
         for q in TYPES {
             for (rows, cols, n) in shapes(q) {
                 let c = Case::new(&mut rng, q, rows, cols, n);
@@ -766,7 +766,7 @@ mod tests {
     /// per-token reference, within `check_one`'s bound (1e-4 of the product's norm + 1e-6).
     #[test]
     fn dispatch_matches_scalar_reference_within_bound() {
-        let mut rng = Rng(43);
+        let mut rng = Rng::new(43);
         for q in TYPES {
             for (rows, cols, n) in shapes(q) {
                 let c = Case::new(&mut rng, q, rows, cols, n);

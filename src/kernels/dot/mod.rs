@@ -468,7 +468,7 @@ pub(crate) mod testutil {
     impl BatchCase {
         pub fn new(rng: &mut Rng, q: QuantType, rows: usize, cols: usize, n: usize) -> BatchCase {
             let tile = random_tile(rng, q, rows, cols);
-            let xs: Vec<f32> = (0..n * cols).map(|_| rng.f() * 2.0).collect();
+            let xs: Vec<f32> = (0..n * cols).map(|_| rng.uniform() * 2.0).collect();
             let acts = xs
                 .chunks_exact(cols)
                 .map(|x| {
@@ -477,7 +477,7 @@ pub(crate) mod testutil {
                     a
                 })
                 .collect();
-            let y0 = (0..n * rows).map(|_| rng.f()).collect();
+            let y0 = (0..n * rows).map(|_| rng.uniform()).collect();
             BatchCase { tile, xs, acts, y0 }
         }
 
@@ -502,24 +502,7 @@ pub(crate) mod testutil {
         &mut [f32],
     );
 
-    pub struct Rng(pub u64);
-
-    impl Rng {
-        pub fn next(&mut self) -> u64 {
-            // xorshift64*
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        /// Uniform in [-1, 1).
-        pub fn f(&mut self) -> f32 {
-            (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        }
-        pub fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
+    pub use crate::rng::Rng;
 
     pub struct TileData {
         pub scales: Vec<u8>,
@@ -537,7 +520,7 @@ pub(crate) mod testutil {
             // Some rows with a positive bias so that Q4_1 minimums are not all negative.
             let bias = if rng.below(4) == 0 { amp } else { 0.0 };
             for v in src.iter_mut() {
-                *v = rng.f() * amp + bias;
+                *v = rng.uniform() * amp + bias;
             }
             let (s0, q0) = (scales.len(), qs.len());
             quantize_row(q, &src, &mut scales, &mut qs);
@@ -559,10 +542,10 @@ pub(crate) mod testutil {
     /// types) the integer path; also checks integer vs f32 path within the Q8 activation error.
     pub fn check_one(kern: Kernel, rng: &mut Rng, q: QuantType, rows: usize, cols: usize) {
         let t = random_tile(rng, q, rows, cols);
-        let x: Vec<f32> = (0..cols).map(|_| rng.f() * 2.0).collect();
+        let x: Vec<f32> = (0..cols).map(|_| rng.uniform() * 2.0).collect();
         let mut xq = Q8Act::default();
         scalar::quantize_act(&x, &mut xq);
-        let y0: Vec<f32> = (0..rows).map(|_| rng.f()).collect();
+        let y0: Vec<f32> = (0..rows).map(|_| rng.uniform()).collect();
         let xqs = (&xq.d[..], &xq.s[..], &xq.qs[..]);
         let paths: &[super::XqRef] = if q.is_blocked() {
             &[None, Some(xqs)]
@@ -620,7 +603,7 @@ pub(crate) mod testutil {
     /// types, any width 1..=256 for F16/F32), plus edge shapes (for F16/F32 also every width
     /// around the SIMD steps of 8, 16 and 32 columns).
     pub fn check_kernel(kern: Kernel, seed: u64) {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         for q in QuantType::SPLIT {
             for _ in 0..1000 {
                 let rows = 1 + rng.below(128);
@@ -648,11 +631,11 @@ pub(crate) mod testutil {
 
     /// Activation quantizer must match the scalar one bit for bit (incl. exact .5 ties).
     pub fn check_quantize(quant: &dyn Fn(&[f32], &mut Q8Act)) {
-        let mut rng = Rng(99);
+        let mut rng = Rng::new(99);
         let mut xs: Vec<Vec<f32>> = (0..200)
             .map(|i| {
                 let n = QK * (1 + i % 20);
-                (0..n).map(|_| rng.f() * 10.0).collect()
+                (0..n).map(|_| rng.uniform() * 10.0).collect()
             })
             .collect();
         // amax = 127 → d = 1: every k + 0.5 is a tie.
@@ -704,10 +687,10 @@ mod tests {
     /// scalar kernel over the whole row, on every ISA and path.
     #[test]
     fn stripe_via_tile_slice_matches_whole_row() {
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         let (rows, widths) = (37, [256usize, 256, 64]);
         let cols: usize = widths.iter().sum();
-        let x: Vec<f32> = (0..cols).map(|_| rng.f()).collect();
+        let x: Vec<f32> = (0..cols).map(|_| rng.uniform()).collect();
         let mut xq = Q8Act::default();
         xq.quantize_from(&x);
         for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
