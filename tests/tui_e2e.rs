@@ -173,6 +173,11 @@ fn record_mid_session_then_replay_it_and_ab_auto_gives_an_interval_in_tmux() {
     t.wait(10, "A/B auto armed", |s| s.contains("A/B auto "));
     t.keys(&["i"]);
     t.literal(" and then");
+    // The prompt is in the input box before it is sent (under load the keys can lag the
+    // screen; a lost `i` would send the letters to the panes instead).
+    t.wait(20, "the second prompt in the input box", |s| {
+        s.lines().any(|l| l.contains(">  and then"))
+    });
     t.keys(&["Enter"]);
     let s = t.wait(120, "an A/B interval for prefetch", |s| {
         s.lines()
