@@ -5,20 +5,39 @@ Source: the paper (../shared/reference/cflow-paper.txt), chapter 4 — eq. 4.1-4
 pre-norm layer), eq. 4.9-4.16 (dense delay, expert delay), §4.2.3 (the CombineStyle variants),
 eq. 4.17-4.18 and the merge rule of §4.3.1 (arch1), eq. 4.19-4.21 (arch3), eq. 4.22 (arch5),
 §4.4 (the delay-aware driver) — and §3.7-3.8 (attention, RMSNorm). It is written from the paper,
-not from docs/SEMANTICS.md or the Rust engine, and shares no code with either. Where the paper
-leaves a choice open or contradicts itself, the choice made here is stated next to the code (the
-same choices are argued in docs/SEMANTICS.md, which quotes the passages):
+not from docs/SEMANTICS.md or the Rust engine, and shares no code with either.
 
-* eq. 4.11 `f_l = FFN_l(Norm(x_out_{l-Δ}))`: read as the residual that entered layer l-Δ
-  (x_in_{l-Δ}), the reading under which §4.5's B_dense/(δd+1) holds; zero for l < δd (§4.4.2).
-* router input: eq. 4.13's Norm(x_in) for AsyncExperts; DelayedSum and ParallelSqrt2 route off
-  Norm(x_mid) (§4.2.3).
-* eq. 4.16 `x_out_{l+δe} += e_l`: added to the complete output of layer l+δe; targets past the
-  last layer go to the last layer ("the clamped last-layer fetch", §5.14).
-* arch1's read-out after the last layer: s_attn (the streams are merged only every
-  merge_interval layers; with this script's L = 6, merge_interval = 3 the last layer is a merge
-  point, so s_attn = s_ffn there).
-* RMSNorm ε: §3.8's 1e-6, written into config.json.
+Where the paper's passages admit two readings, the reading is a switch of `Readings` (one per
+passage, each quoted there) and `forward(..., rd)` takes one of two settings:
+
+* CHOSEN (the default; the checkpoints and goldens below are built with it). Each reading is the
+  one that makes the paper's other statements hold:
+  - eq. 4.11 `f_l = FFN_l(Norm(x_out_{l-Δ}))`: the residual that entered layer l-Δ (x_in_{l-Δ}),
+    zero for l < δd (§4.4.2 step 1), because §4.5.1 "its tiles can be fetched across the
+    intervening δd + 1 layers ... drops from B_dense to B_dense/(δd + 1)" and Table 4.1's
+    4.50 MB need that one-layer-earlier input.
+  - the router: eq. 4.13's Norm(x_in) for AsyncExperts; DelayedSum and ParallelSqrt2 route off
+    the post-attention residual (§4.2.3: "the router fires off the current post-attention
+    normalized residual Norm(x_mid)"; "run in parallel on the same pre-FFN normalized residual").
+  - eq. 4.16 `x_out_{l+δe} += e_l`: added to the complete output of layer l+δe (§4.5.1 counts
+    "that δe + 1-layer window"); targets past the last layer go to the last layer (§5.14, "the
+    clamped last-layer fetch").
+  - eq. 4.22: x_block is the block's input, fixed over its iterations.
+  - arch1's read-out after the last layer: s_attn (the paper states none; with this script's
+    L = 6, merge_interval = 3 the last layer is a merge point, so s_attn = s_ffn there).
+* LITERAL: each passage by its letter where CHOSEN departs from it: eq. 4.11 and §4.4.2 step 1
+  read x_out_{l-δd} (= x_in_{l-δd+1}); eq. 4.13's Norm(x_in) is the router input of every style
+  that has an x_in; §4.4.2 step 3 ("For AsyncExperts: dequeues and injects any expert outputs
+  scheduled for layer l before the executor call") injects AsyncExperts' experts into the
+  residual entering layer l+δe; eq. 4.16 has no layer past L-1, so such targets are dropped.
+  Eq. 4.22's x_block, arch1's merge rule (§4.3.1) and arch3's eq. 4.19-4.21 are already read
+  by their letter in CHOSEN and are the same in LITERAL; the other reading of x_block (the
+  iteration's input) is the separate switch `fp_anchor = "iteration"`.
+
+CHOSEN is the setting docs/SEMANTICS.md also arrives at (its C1-C16; the C-numbers in
+`Readings` are for cross-reference) and the Rust engine implements; the passages above, not that
+page, are the source of both settings. literal_vs_chosen.py runs both settings, one switch at a
+time, and asserts where they must differ and where they must agree. RMSNorm ε: §3.8's 1e-6, written into config.json.
 
 Builds one tiny checkpoint per architecture in the `PipelineNativeForCausalLM` schema of
 docs/FORMAT.md (config.json + model.safetensors, bf16): fixed-seed random init, then a few hundred
@@ -46,6 +65,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -82,6 +102,66 @@ MODELS = {
     "arch4_async_experts": ("async_experts", 0, 2, 4, {}),
     "arch5": ("fixed_point", 0, 0, 2, {"fixed_point_iterations": 3}),
 }
+
+
+# ------------------------------------------------------------------- the contested readings
+
+
+@dataclass(frozen=True)
+class Readings:
+    """One switch per passage of chapter 4 that admits two readings. CHOSEN (the default, the
+    readings the goldens are built with) and LITERAL (each passage read by its letter) are the
+    two settings; the check script literal_vs_chosen.py flips them one at a time. The C-numbers
+    are those of docs/SEMANTICS.md, for cross-reference only: each reading is argued from the
+    paper's text below and in the module docstring.
+
+    dense_index (C1), for δd >= 1:
+      "in"  — eq. 4.11's delayed residual is the one that entered layer l-δd, x_in_{l-δd}
+              (§4.5.1: "its tiles can be fetched across the intervening δd + 1 layers ... drops
+              from B_dense to B_dense/(δd + 1)"; §4.3.2: "reads the residual from one layer ago").
+      "out" — eq. 4.11 as written, "f_l = FFN_l(Norm(x_out_{l-Δ}))", and §4.4.2 step 1
+              "Retrieves the delayed residual x_out_{l-δd} ... (or the zero vector for the first
+              δd layers)": x_out_{l-δd} = x_in_{l-δd+1}, zero for l < δd. With δd = 0 eq. 4.11
+              would read the layer's own output; both readings then use x_in_l.
+    router (C2):
+      "style" — per §4.2.3 ("different choices of what to route off"): AsyncExperts Norm(x_in),
+                DelayedSum / ParallelSqrt2 / sequential / FixedPoint the post-attention residual.
+      "x_in"  — eq. 4.13 "router input: r_l = Norm(x_in_l)" for every single-stream style and
+                FixedPoint (x_in = the residual the iteration starts from). The two-stream
+                styles (arch1, arch3) have no x_in in the paper's notation and keep s_ffn /
+                xfm_reg.
+    inject (C3):
+      "after"  — eq. 4.16 "x_out_{l+δe} += e_l": the complete output of layer l+δe.
+      "before" — §4.4.2 step 3, "For AsyncExperts: dequeues and injects any expert outputs
+                 scheduled for layer l before the executor call": into the residual entering
+                 layer l+δe. Only AsyncExperts (step 4: "For DelayedSum: the executor handles
+                 the queue internally", i.e. eq. 4.16).
+    past_end (C8), targets l+δe >= L:
+      "clamp" — added to the last layer's output (§5.14, "the clamped last-layer fetch").
+      "drop"  — eq. 4.16 defines no layer l+δe >= L, so such e_l are never injected.
+    fp_anchor (C16), eq. 4.22 "x <- x_block + Attn_B(Norm(x)) + FFN_B(Norm(x + Attn_B(·)))":
+      "block"     — x_block is block B's input, held fixed over its iterations (the subscript
+                    names a vector other than the iterate x; "Fixed-Point Iteration", §4.3.6).
+      "iteration" — x_block is the residual the current iteration starts from, so each pass is
+                    a weight-shared pre-norm layer (eq. 4.1-4.4 with x_mid = x + Attn_B):
+                    "each iterated 3 times for an effective depth of 6". This is NOT the literal
+                    text: LITERAL keeps "block", and the check script exercises this switch on
+                    its own.
+    Arch1's merge (C10) and arch3's registers (C11) have no switch: the reference already
+    implements the letter of §4.3.1's merge rule and of eq. 4.19-4.21; arch1's read-out (not
+    stated by the paper) is `arch1_readout`, "s_attn" in both settings.
+    """
+
+    dense_index: str = "in"
+    router: str = "style"
+    inject: str = "after"
+    past_end: str = "clamp"
+    fp_anchor: str = "block"
+    arch1_readout: str = "s_attn"
+
+
+CHOSEN = Readings()
+LITERAL = Readings(dense_index="out", router="x_in", inject="before", past_end="drop")
 
 
 # ------------------------------------------------------------------------------- the weights
@@ -202,66 +282,107 @@ class Ops:
 
 class Experts:
     """The expert queue of §4.4.2: e_l is enqueued at layer l and injected into the complete
-    output of layer l + δe (eq. 4.16), clamped to the last layer."""
+    output of layer l + δe (eq. 4.16). A target l + δe >= L goes to the last layer
+    (Readings.past_end = "clamp") or is dropped ("drop")."""
 
-    def __init__(self, de, n):
-        self.de, self.n, self.q = de, n, {}
+    def __init__(self, de, n, rd=CHOSEN):
+        self.de, self.n, self.rd, self.q = de, n, rd, []  # [(target l + δe, e_l)], routing order
 
     def put(self, l, e):
-        self.q.setdefault(min(l + self.de, self.n - 1), []).append(e)
+        t = l + self.de
+        if t >= self.n and self.rd.past_end == "drop":
+            return
+        self.q.append((t, e))
 
-    def due(self, l):
-        out = None
-        for e in self.q.pop(l, []):
-            out = e if out is None else out + e
+    def _take(self, hit):
+        out, keep = None, []
+        for t, e in self.q:
+            if hit(t):
+                out = e if out is None else out + e
+            else:
+                keep.append((t, e))
+        self.q = keep
         return out
 
+    def due(self, l):
+        """The outputs added to the complete output of layer l (eq. 4.16, clamped)."""
+        return self._take(lambda t: min(t, self.n - 1) == l)
 
-def single_stream(ops, cfg, x, n):
+    def due_before(self, l):
+        """§4.4.2 step 3: the outputs scheduled for layer l (l < L), injected before it runs."""
+        return self._take(lambda t: t == l)
+
+    def due_past_end(self):
+        """Clamped targets (l + δe >= L): added to the last layer's output."""
+        return self._take(lambda t: t >= self.n)
+
+
+def single_stream(ops, cfg, x, n, rd=CHOSEN):
     """ParallelSqrt2, DelayedSum, AsyncExperts (and sequential): one residual x (eq. 4.9-4.16)."""
     style, dd = cfg["combine_style"], cfg["dense_delay"]
-    q = Experts(cfg["expert_delay"], n)
+    q = Experts(cfg["expert_delay"], n, rd)
+    before = rd.inject == "before" and style == "async_experts"  # §4.4.2 step 3
     entered = []  # x_in of every layer so far
     outs = []
     for l in range(n):
         o = ops[l]
+        if before:
+            # §4.4.2 step 3: the outputs scheduled for layer l join the residual before the
+            # executor runs it (with AsyncExperts' δe >= 1 they were routed at an earlier
+            # layer; with δe = 0 an output would be due before its own routing and is never
+            # injected). Targets past the last layer have no layer to precede:
+            # Readings.past_end adds them to the last output ("clamp") or drops them.
+            e = q.due_before(l)
+            if e is not None:
+                x = x + e
         x_in = x
         entered.append(x_in)
         m = o.attn(x_in)  # eq. 4.9
         x_mid = x_in + m  # eq. 4.10
-        # eq. 4.11: the residual that entered layer l - δd (zero before the first δd layers).
-        delayed = entered[l - dd] if l >= dd else torch.zeros_like(x)
+        if rd.dense_index == "out" and dd >= 1:
+            # eq. 4.11 / §4.4.2 step 1 as written: x_out_{l-δd} (= x_in_{l-δd+1}), zero for
+            # the first δd layers.
+            delayed = entered[l - dd + 1] if l >= dd else torch.zeros_like(x)
+        else:
+            # eq. 4.11: the residual that entered layer l - δd (zero before the first δd layers).
+            delayed = entered[l - dd] if l >= dd else torch.zeros_like(x)
+        # eq. 4.13 for every style (Readings.router = "x_in"), else §4.2.3's anchor per style.
+        r_post = x_in if rd.router == "x_in" else x_mid
         if style == "parallel_sqrt2":
             # §4.2.3: dense FFN and MoE in parallel on the same pre-FFN residual (x_mid), the
             # sum scaled by 1/sqrt(2). No delays.
-            x = x_mid + (o.ffn(x_mid) + o.moe(x_mid)) / math.sqrt(2.0)
+            x = x_mid + (o.ffn(x_mid) + o.moe(r_post)) / math.sqrt(2.0)
             outs.append(x)
             continue
         if style == "delayed_sum":
             f = o.ffn(delayed)  # eq. 4.11
-            q.put(l, o.moe(x_mid))  # router off Norm(x_mid) (§4.2.3)
+            q.put(l, o.moe(r_post))  # router off Norm(x_mid) (§4.2.3); LITERAL: Norm(x_in)
         elif style == "async_experts":
             f = o.ffn(delayed)  # δd = 0: Norm(x_in), the same input as the router
             q.put(l, o.moe(x_in))  # eq. 4.13: Norm(x_in)
         elif style == "sequential":
             f = o.ffn(x_mid if dd == 0 else delayed)  # eq. 4.3
-            q.put(l, o.moe(x_mid))
+            q.put(l, o.moe(r_post))
         else:
             raise ValueError(style)
         x = x_mid + f  # eq. 4.12
-        e = q.due(l)
+        if not before:
+            e = q.due(l)
+        else:
+            e = q.due_past_end() if l == n - 1 else None
         if e is not None:
             x = x + e  # eq. 4.16
         outs.append(x)
     return x, outs
 
 
-def decoupled_streams(ops, cfg, x, n):
+def decoupled_streams(ops, cfg, x, n, rd=CHOSEN):
     """Arch1 (§4.3.1): eq. 4.17-4.18, synchronized every merge_interval layers by
     s_attn = s_ffn = (s_attn + s_ffn)/2. The experts belong to the FFN stream: routed off
-    s_ffn,l-1, injected into s_ffn."""
+    s_ffn,l-1, injected into s_ffn. The paper does not say which stream the final norm reads:
+    Readings.arch1_readout ("s_attn", the stream attention reads, or "s_ffn")."""
     mi = cfg.get("merge_interval", 3)
-    q = Experts(cfg["expert_delay"], n)
+    q = Experts(cfg["expert_delay"], n, rd)
     s_attn, s_ffn = x, x
     outs = []
     for l in range(n):
@@ -275,14 +396,16 @@ def decoupled_streams(ops, cfg, x, n):
         if (l + 1) % mi == 0:
             s_attn = s_ffn = (s_attn + s_ffn) / 2
         outs.append(s_attn)
+    if rd.arch1_readout == "s_ffn":
+        return s_ffn, outs
     return s_attn, outs
 
 
-def pipeline_registers(ops, cfg, x, n):
+def pipeline_registers(ops, cfg, x, n, rd=CHOSEN):
     """Arch3 (§4.3.4), eq. 4.19-4.21 as written; attn_reg_-1 = xfm_reg_-1 = the embedding. The
     experts are part of f_l (routed off xfm_reg_l-1); the output is xfm_reg ("the complete
     output")."""
-    q = Experts(cfg["expert_delay"], n)
+    q = Experts(cfg["expert_delay"], n, rd)
     attn_reg, xfm_reg = x, x
     outs = []
     for l in range(n):
@@ -298,21 +421,24 @@ def pipeline_registers(ops, cfg, x, n):
     return xfm_reg, outs
 
 
-def fixed_point(ops, cfg, x, n_blocks):
+def fixed_point(ops, cfg, x, n_blocks, rd=CHOSEN):
     """Arch5 (§4.3.6), eq. 4.22: for each block B, x_block = the block's input, then for each
     iteration x <- x_block + Attn_B(Norm(x)) + FFN_B(Norm(x + Attn_B(Norm(x)))). Every
     iteration attends over its own keys/values. The experts join the FFN term (routed off
-    x + Attn_B)."""
+    x + Attn_B; off x itself with Readings.router = "x_in"). Readings.fp_anchor = "iteration"
+    reads x_block as the residual the iteration starts from instead."""
     it = cfg.get("fixed_point_iterations", 3)
-    q = Experts(cfg["expert_delay"], n_blocks * it)
+    q = Experts(cfg["expert_delay"], n_blocks * it, rd)
     outs = []
     for b in range(n_blocks):
         o = ops[b]
         x_block = x
         for i in range(it):
             l = b * it + i
+            if rd.fp_anchor == "iteration":
+                x_block = x
             a = o.attn(x)
-            q.put(l, o.moe(x + a))
+            q.put(l, o.moe(x if rd.router == "x_in" else x + a))
             x = x_block + a + o.ffn(x + a)  # eq. 4.22
             e = q.due(l)
             if e is not None:
@@ -321,9 +447,9 @@ def fixed_point(ops, cfg, x, n_blocks):
     return x, outs
 
 
-def forward(W, cfg, tokens, n_layers):
+def forward(W, cfg, tokens, n_layers, rd=CHOSEN):
     """tokens [..., T] -> (final hidden [..., T, d], logits [..., T, V], per-layer outputs) of
-    the model truncated to its first `n_layers` physical layers."""
+    the model truncated to its first `n_layers` physical layers, under the readings `rd`."""
     x = W["model.embed_tokens.weight"][torch.as_tensor(tokens)]
     ops = [Ops(W, cfg, i) for i in range(n_layers)]
     run = {
@@ -331,7 +457,7 @@ def forward(W, cfg, tokens, n_layers):
         "pipeline_registers": pipeline_registers,
         "fixed_point": fixed_point,
     }.get(cfg["combine_style"], single_stream)
-    h, outs = run(ops, cfg, x, n_layers)
+    h, outs = run(ops, cfg, x, n_layers, rd)
     hn = h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"]) * W["model.norm.weight"]
     return h, hn @ W["lm_head.weight"].T, outs
 
@@ -353,24 +479,32 @@ def fit(W, cfg, corpus, seed):
     return list(loss)
 
 
+def config_of(name):
+    """config.json of the checkpoint `name` (a key of MODELS)."""
+    style, dd, de, n, extra = MODELS[name]
+    cfg = dict(BASE)
+    cfg.update(
+        architectures=["PipelineNativeForCausalLM"],
+        model_type="pipeline_native",
+        variant=name,
+        combine_style=style,
+        dense_delay=dd,
+        expert_delay=de,
+        num_hidden_layers=n,
+        bos_token_id=1,
+        eos_token_id=2,
+        **extra,
+    )
+    return cfg
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf")
     torch.set_num_threads(1)
     corpus = Corpus(BASE["vocab_size"])
-    for seed, (name, (style, dd, de, n, extra)) in enumerate(MODELS.items(), start=200):
-        cfg = dict(BASE)
-        cfg.update(
-            architectures=["PipelineNativeForCausalLM"],
-            model_type="pipeline_native",
-            variant=name,
-            combine_style=style,
-            dense_delay=dd,
-            expert_delay=de,
-            num_hidden_layers=n,
-            bos_token_id=1,
-            eos_token_id=2,
-            **extra,
-        )
+    for seed, name in enumerate(MODELS, start=200):
+        cfg = config_of(name)
+        n = cfg["num_hidden_layers"]
         torch.manual_seed(seed)
         W = init_weights(cfg, seed)
         loss = fit(W, cfg, corpus, seed)
