@@ -58,7 +58,7 @@ def case(expect, name, a, b, what, **over):
     ok = d > DIFFER if expect == "differ" else d == 0.0
     mark = "ok" if ok else "FAIL"
     if not ok:
-        failures.append(what)
+        failures.append(f"{name}: {what}")
     return f"{expect} on {what} ({name}{''.join(f', {k}={v}' for k, v in over.items())}): max|Δlogit| {d:.3g} {mark}"
 
 
