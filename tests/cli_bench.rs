@@ -137,3 +137,68 @@ fn run_reports_the_time_to_first_token() {
     let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
     assert!(text.contains(" · TTFT "), "{text}");
 }
+
+/// `bench readahead` (paper Claim 8): both layouts run under both schedules in every round,
+/// the model's twin is required, and each arm starts with both files evicted (where the file
+/// system reports residency) and its bytes counted.
+#[test]
+fn bench_readahead_runs_every_arm_cold_and_needs_the_twin() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "64");
+    let ms = m.to_str().unwrap();
+    let no_twin = Command::new(BIN)
+        .args(["bench", "readahead", ms, "--json"])
+        .output()
+        .unwrap();
+    assert!(!no_twin.status.success());
+    let err = String::from_utf8_lossy(&no_twin.stderr);
+    assert!(
+        err.contains("no .vflow twin") && err.contains("cflow-tui convert"),
+        "{err}"
+    );
+
+    let o = Command::new(BIN).args(["convert", ms]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&[
+        "bench",
+        "readahead",
+        ms,
+        "--threads",
+        "2",
+        "--tokens",
+        "3",
+        "--repeat",
+        "2",
+        "--json",
+    ]);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2 * 2 * 2, "rounds × schedules × layouts: {v}");
+    for sched in ["sequential", "vertical"] {
+        for layout in ["cflow", "vflow"] {
+            let n = runs
+                .iter()
+                .filter(|r| r["schedule"] == sched && r["layout"] == layout)
+                .count();
+            assert_eq!(n, 2, "{sched}/{layout}");
+        }
+        assert_eq!(
+            v["vflow_over_cflow_cold_time_per_round"][sched]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+    // The order flips every round: round 0 starts with cflow, round 1 with vflow.
+    assert_eq!(runs[0]["layout"], "cflow");
+    assert_eq!(runs[4]["layout"], "vflow");
+    for r in runs {
+        assert!(r["cold_first_token_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["warm_ms_per_token"].as_f64().is_some(), "{r}");
+    }
+    for f in ["cflow", "vflow"] {
+        let d = &v["device_sequential_walk"][f];
+        assert!(d["normal_mb_s"]["median"].as_f64().unwrap() > 0.0, "{d}");
+        assert!(d["random_mb_s"]["median"].as_f64().unwrap() > 0.0, "{d}");
+    }
+}

@@ -785,6 +785,9 @@ pub enum BenchCmd {
     Layout(crate::cli::bench_layout::LayoutArgs),
     /// Decode ms/token with the PREFETCHT0 thread on vs off (paper §5.8).
     Prefetch(crate::cli::bench_io::PrefetchArgs),
+    /// A .cflow against its .vflow twin read cold through the page cache (paper §5.10, Claim 8;
+    /// and the device's readahead, §5.7).
+    Readahead(crate::cli::bench_readahead::ReadaheadArgs),
     /// Decode ms/token under the sequential vs the vertical schedule, with eq. 4.23's
     /// prediction from the measured per-stream bandwidth (paper §4.4).
     Schedule(crate::cli::bench_schedule::ScheduleArgs),

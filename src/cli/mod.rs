@@ -6,6 +6,7 @@ mod bench;
 pub mod bench_io;
 pub mod bench_layout;
 pub mod bench_membw;
+pub mod bench_readahead;
 pub mod bench_schedule;
 mod chat;
 mod convert;
@@ -120,6 +121,7 @@ fn dispatch(mut cli: Cli) -> Result<()> {
             crate::cli::bench_io::prefetch(&a, &path)
         }
         Some(Cmd::Bench(BenchCmd::Membw(a))) => crate::cli::bench_membw::bench(&a),
+        Some(Cmd::Bench(BenchCmd::Readahead(a))) => crate::cli::bench_readahead::bench(&a),
         Some(Cmd::Bench(BenchCmd::Schedule(a))) => {
             let path = model::resolve_model(a.model.clone())?;
             crate::cli::bench_schedule::bench(&a, &path)

@@ -372,6 +372,16 @@ impl Engine {
         }
     }
 
+    /// Unmaps the pages of the model and its twin from this process (they stay in the page
+    /// cache until evicted): a cold-read benchmark calls this after opening, whose validation
+    /// touched the files through their mappings, and then evicts them.
+    pub fn release_pages(&self) {
+        self.file.release_pages();
+        if let Some(v) = &self.vflow {
+            v.release_pages();
+        }
+    }
+
     /// The files this engine reads: the model and its attached `.vflow` twin (an output path
     /// must not be one of them).
     pub fn input_files(&self) -> Vec<&std::path::Path> {
