@@ -60,6 +60,10 @@ pub(super) const PREFETCH_L2_AHEAD: usize = 16384;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn prefetch_ahead(p: *const u8, len: usize) {
+    // The A/B of scripts/reproduce.py's `kernel_prefetch` builds a second binary without it.
+    if cfg!(feature = "no-kernel-prefetch") {
+        return;
+    }
     let l1 = p.wrapping_add(PREFETCH_AHEAD);
     let l2 = p.wrapping_add(PREFETCH_L2_AHEAD);
     let mut o = 0;
