@@ -228,13 +228,31 @@ def m_kernel_prefetch(r):
     return out
 
 
+# The opening of Moby-Dick (public domain), the text smollm2-moe's routers were trained on.
+MOBY = ("Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my "
+        "purse, and nothing particular to interest me on shore, I thought I would sail about a little and "
+        "see the watery part of the world.")
+
+
 def m_routing(r):
-    """Real routing on smollm2-moe: next-layer prediction hit rate, mmap and direct tier."""
-    mmap = r.cli("bench", "decode", SMOLLM2_MOE, "--threads", 1, "-n", 64, "--repeat", 2,
-                 "--prefetch", "on", "--weights", "mmap", "--json")
-    direct = r.cli("bench", "decode", SMOLLM2_MOE, "--threads", 1, "-n", 64, "--repeat", 2,
-                   "--prefetch", "on", "--expert-tier", "direct", "--json")
-    return {"mmap": mmap, "direct": direct}
+    """§3.9.2 on learned routing: how often layer ℓ's selected experts are also layer ℓ+1's (the
+    paper's prediction rule), from smollm2-moe's routing dump on English text, against chance k/E."""
+    dump = r.work / "routing.jsonl"
+    r.cli("run", SMOLLM2_MOE, "-p", MOBY, "-n", 64, "--dump-routing", dump, json_out=False)
+    pairs, hits, k = {}, {}, None
+    positions = 0
+    for line in dump.read_text().splitlines():
+        layers = json.loads(line)["layers"]
+        positions += 1
+        for a, b in zip(layers, layers[1:]):
+            k = len(a["experts"])
+            key = f"{a['layer']}->{b['layer']}"
+            pairs[key] = pairs.get(key, 0) + k
+            hits[key] = hits.get(key, 0) + len(set(a["experts"]) & set(b["experts"]))
+    per = {key: hits[key] / pairs[key] for key in pairs}
+    return {"model": str(SMOLLM2_MOE), "positions": positions, "top_k": k,
+            "experts": 8, "hit_rate": sum(hits.values()) / max(sum(pairs.values()), 1),
+            "predicted": sum(pairs.values()), "per_layer_pair": per}
 
 
 def m_overlap(r):
@@ -251,7 +269,7 @@ def m_overlap(r):
 def m_vs_llamacpp(r):
     """§5.13: decode and prefill against llama-bench on the same GGUF (SmolLM2 Q4_1), alternating."""
     out = r.work / "vs.json"
-    r.sh(["benches/vs_llamacpp.sh", "--models", "smollm2-q4_1", "--columns", "tg,pp"],
+    r.sh(["benches/vs_llamacpp.sh", "--models", "smollm2-q4_1", "--columns", "tg"],
          env={"REPEATS": "3", "OUT": str(out), "CFLOW_BIN": str(BIN),
               "LLAMA_BENCH": str(LLAMA_BIN / "llama-bench")})
     d = json.loads(out.read_text())
@@ -335,20 +353,20 @@ def run_script(script, out_rel, env=None):
 M = [
     # id, est minutes, tier, needs, function, what it feeds
     ("analytic", 0.01, "default", [], m_analytic, "§6.2.1, §4.4.2, Table 5.6, §5.13.1 arithmetic"),
-    ("inspect", 3, "default", [], m_inspect, "Table 4.1, Claims 1 and 7, §4.1.3, §4.3.6, §5.13.1"),
-    ("layout_naive", 3, "default", [], m_layout("naive"), "§5.4 wall clock against the paper's loop"),
-    ("layout_blocked", 3, "default", [], m_layout("blocked"), "§5.4 wall clock against our blocked kernel"),
-    ("cachegrind_naive", 6, "default", ["valgrind"], m_cachegrind("naive"), "Claim 2 (simulated L1-d)"),
-    ("cachegrind_blocked", 6, "default", ["valgrind"], m_cachegrind("blocked"), "Claim 2 against blocked"),
-    ("isa", 2, "default", [SMOLLM2], m_isa, "Claim 3"),
-    ("schedule", 4, "default", [], m_schedule, "§4.4 vertical schedule"),
-    ("prefetch", 6, "default", [SMOLLM2, SMOLLM2_MOE], m_prefetch, "Claim 6 / §5.8"),
-    ("kernel_prefetch", 8, "default", ["cargo"], m_kernel_prefetch, "Claim 6: the kernels' own prefetch"),
-    ("routing", 2, "default", [SMOLLM2_MOE], m_routing, "prefetch hit rate on learned routing"),
-    ("overlap", 10, "default", [SMOLLM2_MOE], m_overlap, "§5.14 Parts 1–3"),
-    ("readahead", 10, "default", [], m_readahead, "Claim 5, Claim 8 (§5.10)"),
-    ("vs_llamacpp", 6, "default", [LLAMA_BIN / "llama-bench", SMOLLM2_GGUF], m_vs_llamacpp, "§5.13 (dense)"),
-    ("parity", 6, "default", [], m_parity, "§5.11"),
+    ("inspect", 2.5, "default", [], m_inspect, "Table 4.1, Claims 1 and 7, §4.1.3, §4.3.6, §5.13.1"),
+    ("layout_naive", 0.2, "default", [], m_layout("naive"), "§5.4 wall clock against the paper's loop"),
+    ("layout_blocked", 0.2, "default", [], m_layout("blocked"), "§5.4 wall clock against our blocked kernel"),
+    ("cachegrind_naive", 1, "default", ["valgrind"], m_cachegrind("naive"), "Claim 2 (simulated L1-d)"),
+    ("cachegrind_blocked", 0.5, "default", ["valgrind"], m_cachegrind("blocked"), "Claim 2 against blocked"),
+    ("isa", 0.5, "default", [SMOLLM2], m_isa, "Claim 3"),
+    ("schedule", 0.3, "default", [], m_schedule, "§4.4 vertical schedule"),
+    ("prefetch", 1, "default", [SMOLLM2, SMOLLM2_MOE], m_prefetch, "Claim 6 / §5.8"),
+    ("kernel_prefetch", 6, "default", ["cargo"], m_kernel_prefetch, "Claim 6: the kernels' own prefetch"),
+    ("routing", 0.2, "default", [SMOLLM2_MOE], m_routing, "prefetch hit rate on learned routing"),
+    ("overlap", 1.2, "default", [SMOLLM2_MOE], m_overlap, "§5.14 Parts 1–3"),
+    ("readahead", 7, "default", [], m_readahead, "Claim 5, Claim 8 (§5.10)"),
+    ("vs_llamacpp", 1, "default", [LLAMA_BIN / "llama-bench", SMOLLM2_GGUF], m_vs_llamacpp, "§5.13 (dense)"),
+    ("parity", 3.5, "default", [], m_parity, "§5.11"),
     ("moefy_table", 55, "extended", [SMOLLM2], adopt("docs/data/moefy_table.json", "benches/moefy_table.sh"),
      "the retrofitted expert delay vs §7.3.2"),
     ("larger_than_ram", 150, "extended", [], adopt("docs/data/larger_than_ram.json", "benches/larger_than_ram.sh"),
