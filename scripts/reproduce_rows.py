@@ -141,12 +141,23 @@ def layout_wall(data):
     if n is None:
         return missing(c, p, "layout_naive")
     rn = [r["baseline_over_tiled"] for r in n["rows"] if r.get("baseline_over_tiled")]
+
+    def per_shape(o):  # paired per-iteration ratios, when the run recorded them
+        out = []
+        for r in o["rows"]:
+            if r.get("baseline_runs_ms") and r.get("tiled_runs_ms"):
+                out.append(f"{r['shape']} {fmt_ratio(ms_ratio(r['baseline_runs_ms'], r['tiled_runs_ms']))}")
+        return out
     ours = f"naive/tiled {min(rn):.2f}–{max(rn):.2f}× over {len(rn)} shapes"
+    if per_shape(n):
+        ours += " (" + "; ".join(per_shape(n)) + ")"
     if b:
         rb = [r["baseline_over_tiled"] for r in b["rows"] if r.get("baseline_over_tiled")]
         ours += f"; blocked/tiled {min(rb):.2f}–{max(rb):.2f}×"
+        if per_shape(b):
+            ours += " (" + "; ".join(per_shape(b)) + ")"
     same = all(r.get("identical") for r in n["rows"] + (b["rows"] if b else []))
-    ours += f" (median of {n['iters']} alternating iterations per arm; outputs {'bit-identical' if same else 'DIFFER'})"
+    ours += f"; {n['iters']} alternating iterations per arm, outputs {'bit-identical' if same else 'DIFFER'}"
     v = DIRECTION if min(rn) > 1 else NOT
     return row(c, p, cmd(data, "layout_naive") + "<br>" + cmd(data, "layout_blocked"), ours,
                v + (" (larger than the paper's)" if min(rn) > 1.36 else ""),
@@ -366,8 +377,8 @@ def schedule(data):
          else "not shown on 2 vCPUs: vertical slower at equal threads" if at2 and all(x == "slower" for x in at2)
          else "mixed")
     return row(c, p, cmd(data, "schedule"), "; ".join(parts), v,
-               "each stream is compute-bound on its core, so overlap can win only what the sequential pool loses to synchronisation, "
-               "and the hand-offs between the cores cost more than that")
+               "each stream is compute-bound on its core, so overlap can win only what the sequential pool loses to "
+               "synchronisation; the per-stream rates alone and concurrent are in the data file (docs/ARCHITECTURE.md, the vertical schedule)")
 
 
 def routing(data):
@@ -395,8 +406,11 @@ def overlap(data):
     parts = []
     for key in ("readers1", "smollm2_moe"):
         for r in g(o, key, "rows") or []:
+            ci = ""
+            if r.get("sync_runs_ms_tok"):
+                ci = f", per repeat {fmt_ratio(ms_ratio(r['sync_runs_ms_tok'], r['staged_runs_ms_tok']))}"
             parts.append(f"{key} {r['threads']}t: sync {r['sync_ms_tok']:.0f} → staged {r['staged_ms_tok']:.0f} ms/token, "
-                         f"net {r['net_speedup']:.2f}× (model {r['predicted_net']:.2f}×)")
+                         f"net {r['net_speedup']:.2f}×{ci} (model {r['predicted_net']:.2f}×)")
     nets = [r["net_speedup"] for r in g(o, "readers1", "rows") or []]
     out.append(row(c1, p1, cmd(data, "overlap"), "; ".join(parts), DIRECTION if nets and min(nets) > 1.05 else "inconclusive",
                    "medians of 3 alternating repeats (model evicted before each); the model replays the sync arm's timings"))
