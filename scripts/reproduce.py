@@ -99,10 +99,11 @@ class Run:
 
     def sh(self, argv, env=None, json_out=False, cwd=ROOT):
         argv = [str(a) for a in argv]
-        shown = " ".join(argv).replace(str(BIN), "cflow-tui").replace(str(self.work), "$WORK")
-        shown = shown.replace(str(CACHE), "~/.cache/cflow-tui").replace(str(ROOT) + "/", "")
+        shown = " ".join(argv)
         if env:
             shown = " ".join(f"{k}={v}" for k, v in env.items()) + " " + shown
+        shown = shown.replace(str(BIN), "cflow-tui").replace(str(self.work), "$WORK")
+        shown = shown.replace(str(CACHE), "~/.cache/cflow-tui").replace(str(ROOT) + "/", "")
         self.commands.append(shown)
         full_env = dict(os.environ, **(env or {}))
         p = subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True)

@@ -262,6 +262,9 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
             "threads": t,
             "sync_ms_tok": sync_ms,
             "staged_ms_tok": staged_ms,
+            // Per repeat, in run order (the arms alternate): the CI of the ratio comes from these.
+            "sync_runs_ms_tok": sy.iter().map(|r| r.ms_tok).collect::<Vec<_>>(),
+            "staged_runs_ms_tok": stg.iter().map(|r| r.ms_tok).collect::<Vec<_>>(),
             "net_speedup": net,
             "hidden_pct": hidden * 100.0,
             "c_layer_ms": c,

@@ -211,12 +211,15 @@ fn summary(v: &[f64]) -> Option<(f64, f64, f64)> {
 /// so drift in the machine's load lands on both arms alike. Returns each arm's (median, min,
 /// max) in ms, None for an arm that did not run.
 type Run<'a> = Option<&'a mut dyn FnMut()>;
+/// Per arm: (median, min, max) ms, and every timed iteration's ms in order.
+type ArmTimes = ([Option<(f64, f64, f64)>; 2], [Vec<f64>; 2]);
+
 fn time_ab<'a>(
     warmup: usize,
     iters: usize,
     mut a: Run<'a>,
     mut b: Run<'a>,
-) -> [Option<(f64, f64, f64)>; 2] {
+) -> ArmTimes {
     // `--iters 0` sets up only: no warm-up either, so cachegrind can subtract it.
     let warm = if iters > 0 { warmup } else { 0 };
     let mut v = [Vec::with_capacity(iters), Vec::with_capacity(iters)];
@@ -231,7 +234,7 @@ fn time_ab<'a>(
             }
         }
     }
-    [summary(&v[0]), summary(&v[1])]
+    ([summary(&v[0]), summary(&v[1])], v)
 }
 
 pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
@@ -290,7 +293,7 @@ pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
                 }
             }
         };
-        let [tiled, base] = time_ab(
+        let ([tiled, base], [tiled_runs, base_runs]) = time_ab(
             a.warmup,
             a.iters,
             run_tiled.then_some(&mut tiled_run as &mut dyn FnMut()),
@@ -309,6 +312,7 @@ pub fn layout(a: &LayoutArgs, isa: Isa) -> Result<()> {
         rows.push(
             serde_json::json!({"shape": name, "weights_mib_with_scales": mib,
             "tiled_ms": t3(tiled), "baseline_ms": t3(base), "baseline_over_tiled": ratio,
+            "tiled_runs_ms": tiled_runs, "baseline_runs_ms": base_runs,
             "identical": identical}),
         );
     }
@@ -434,12 +438,14 @@ mod tests {
     fn arms_alternate_and_zero_iterations_run_nothing() {
         let log = std::cell::RefCell::new(Vec::new());
         let (mut fa, mut fb) = (|| log.borrow_mut().push('A'), || log.borrow_mut().push('B'));
-        let r = time_ab(1, 0, Some(&mut fa), Some(&mut fb));
+        let (r, v) = time_ab(1, 0, Some(&mut fa), Some(&mut fb));
         assert!(r[0].is_none() && r[1].is_none() && log.borrow().is_empty());
-        let r = time_ab(1, 2, Some(&mut fa), Some(&mut fb));
+        assert!(v[0].is_empty() && v[1].is_empty());
+        let (r, v) = time_ab(1, 2, Some(&mut fa), Some(&mut fb));
         assert!(r[0].is_some() && r[1].is_some());
+        assert_eq!((v[0].len(), v[1].len()), (2, 2), "the warm-up is not kept");
         assert_eq!(log.borrow().iter().collect::<String>(), "ABABAB");
-        let r = time_ab(0, 2, None, Some(&mut fb));
-        assert!(r[0].is_none() && r[1].is_some());
+        let (r, v) = time_ab(0, 2, None, Some(&mut fb));
+        assert!(r[0].is_none() && r[1].is_some() && v[0].is_empty());
     }
 }
