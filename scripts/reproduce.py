@@ -329,25 +329,17 @@ def m_analytic(r):
     return {"gemma4_6_2_1": g, "table_5_6": t56, "s5_13_1": s5131, "s4_4_2": ring}
 
 
-def adopt(path, how):
-    """A long measurement made by its own committed script: its latest run is adopted with that
-    run's own commit (from git log), not re-measured by the default set."""
+def long_run(script, data_file):
+    """A long measurement made by its own committed script (hours): run it into a fresh file and
+    record that. Only with --extended or --only; the default set keeps the committed record,
+    whose data carries the commit it was measured at (`adopted_commit` for records taken over
+    from the script's own committed data file before this script existed)."""
     def f(r):
-        p = ROOT / path
-        r.commands.append(how)
-        log = subprocess.run(["git", "log", "-1", "--format=%h %cI", "--", path], cwd=ROOT,
-                             capture_output=True, text=True).stdout.split()
-        data = json.loads(p.read_text())
-        data.pop("runs", None)  # per-run detail stays in the source file; its summary is what rows use
-        return {"adopted_from": path, "adopted_commit": log[0] if log else None,
-                "adopted_date": log[1] if len(log) > 1 else None, "data": data}
-    return f
-
-
-def run_script(script, out_rel, env=None):
-    def f(r):
-        r.sh([script], env=dict(env or {}, OUT=str(ROOT / out_rel)))
-        return {"data_file": out_rel, "data": json.loads((ROOT / out_rel).read_text())}
+        out = r.work / Path(data_file).name
+        r.sh([script], env={"OUT": str(out)})
+        data = json.loads(out.read_text())
+        data.pop("runs", None)  # per-run detail is in the script's own output; rows use the summary
+        return {"data_file": data_file, "data": data}
     return f
 
 
@@ -368,9 +360,9 @@ M = [
     ("readahead", 7, "default", [], m_readahead, "Claim 5, Claim 8 (§5.10)"),
     ("vs_llamacpp", 1, "default", [LLAMA_BIN / "llama-bench", SMOLLM2_GGUF], m_vs_llamacpp, "§5.13 (dense)"),
     ("parity", 3.5, "default", [], m_parity, "§5.11"),
-    ("moefy_table", 55, "extended", [SMOLLM2], adopt("docs/data/moefy_table.json", "benches/moefy_table.sh"),
+    ("moefy_table", 55, "extended", [SMOLLM2], long_run("benches/moefy_table.sh", "docs/data/moefy_table.json"),
      "the retrofitted expert delay vs §7.3.2"),
-    ("larger_than_ram", 150, "extended", [], adopt("docs/data/larger_than_ram.json", "benches/larger_than_ram.sh"),
+    ("larger_than_ram", 150, "extended", [], long_run("benches/larger_than_ram.sh", "docs/data/larger_than_ram.json"),
      "§5.13 same-model head-to-head, §5.14 on disk"),
 ]
 BY_ID = {m[0]: m for m in M}

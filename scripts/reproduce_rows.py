@@ -419,7 +419,9 @@ def overlap(data):
     if r1 and r4:
         par = [f"{a['threads']}t: staged {a['staged_ms_tok']:.0f} (1 reader) vs {b['staged_ms_tok']:.0f} ms/token (4)" for a, b in zip(r1, r4)]
         gain = max(a["staged_ms_tok"] / b["staged_ms_tok"] for a, b in zip(r1, r4))
-        out.append(row(c3, p3, cmd(data, "overlap", "readers 4"), "; ".join(par), REPRODUCED if gain < 1.1 else NOT,
+        out.append(row(c3, p3, cmd(data, "overlap", "readers 4"), "; ".join(par) + " (medians of 3; the two reader counts are separate runs, not interleaved)",
+                       REPRODUCED if gain < 1.1 else NOT + (" (the sign differs by thread count)" if min(
+                           a["staged_ms_tok"] / b["staged_ms_tok"] for a, b in zip(r1, r4)) < 1 else ""),
                        "the virtio disk's throughput is shared by the readers"))
     return out
 
@@ -446,7 +448,8 @@ def vs_llamacpp(data):
     parts = []
     for s in v or []:
         if s.get("engine") == "cflow" and s.get("tg_ratio"):
-            parts.append(f"{s['label']} {s['threads']}t, same GGUF, cflow/llama-bench decode {fmt_ratio(s['tg_ratio'])}")
+            parts.append(f"{s['label']} {s['threads']}t, same GGUF, cflow/llama-bench decode "
+                         f"{fmt_ratio(ratio_summary(s.get('tg_ratios')) or s['tg_ratio'])}")
     lr = g(data, "larger_than_ram", "output")
     if lr:
         summ = lr["data"]["summary"]
@@ -459,7 +462,9 @@ def vs_llamacpp(data):
                 parts.append(f"same 17 GB qwen3moe file (random routers), {threads}t, memory limit {limit}: best {cf['arm']} "
                              f"{cf['tok_s_median']:.2f} vs best {ll['arm']} {ll['tok_s_median']:.3f} tok/s "
                              f"= {cf['tok_s_median'] / ll['tok_s_median']:.2f}× (n = {cf['n']}, {ll['n']})")
-        parts.append(f"(larger-than-memory run at commit {lr['adopted_commit']}, {lr['adopted_date'][:10]}, on the CPU of that day)")
+        when = (lr.get("adopted_commit"), (lr.get("adopted_date") or "")[:10]) if lr.get("adopted_commit") else \
+            (g(data, "larger_than_ram", "commit"), g(data, "larger_than_ram", "date")[:10])
+        parts.append(f"(larger-than-memory run at commit {when[0]}, {when[1]}, on the CPU of that day: see the header's machines)")
     if not parts:
         return missing(c, p, "vs_llamacpp")
     return row(c, p, cmd(data, "vs_llamacpp") + ("<br>`benches/larger_than_ram.sh`" if lr else ""), "; ".join(parts),
@@ -481,7 +486,7 @@ def retrofit(data):
         return missing(c, p, "moefy_table")
     ours = (f"SmolLM2 moefied (E 8, K 6, shared expert), held-out Moby-Dick: dense ppl {m['dense_ppl']:.1f}; route-ahead D = 1 {base[0]['ppl']:.1f}; "
             f"retrofitted δe = 1 {d1[0]['ppl']:.0f}, δe = 2 {d2[0]['ppl']:.0f} (KLD {d1[0]['kld_mean']:.2f} / {d2[0]['kld_mean']:.2f} nats)")
-    return row(c, p, f"`benches/moefy_table.sh` (run at {g(data, 'moefy_table', 'output', 'adopted_commit')})", ours,
+    return row(c, p, f"`benches/moefy_table.sh` (run at {g(data, 'moefy_table', 'output', 'adopted_commit') or g(data, 'moefy_table', 'commit')})", ours,
                REPRODUCED if d1[0]["ppl"] > 2 * base[0]["ppl"] else NOT,
                "delaying the experts' output without retraining breaks the model; routing one layer ahead does not")
 
