@@ -214,12 +214,7 @@ type Run<'a> = Option<&'a mut dyn FnMut()>;
 /// Per arm: (median, min, max) ms, and every timed iteration's ms in order.
 type ArmTimes = ([Option<(f64, f64, f64)>; 2], [Vec<f64>; 2]);
 
-fn time_ab<'a>(
-    warmup: usize,
-    iters: usize,
-    mut a: Run<'a>,
-    mut b: Run<'a>,
-) -> ArmTimes {
+fn time_ab<'a>(warmup: usize, iters: usize, mut a: Run<'a>, mut b: Run<'a>) -> ArmTimes {
     // `--iters 0` sets up only: no warm-up either, so cachegrind can subtract it.
     let warm = if iters > 0 { warmup } else { 0 };
     let mut v = [Vec::with_capacity(iters), Vec::with_capacity(iters)];
