@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 
 from reproduce_rows import ratio_summary, rows  # the statistics and one function per row
+from reproduce_rows import shown as shown_command
+import reproduce_rows  # noqa: E402  (its DISPLAY_SUBS are set below)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data" / "repro"
@@ -46,6 +48,11 @@ LLAMA_BIN = Path(os.environ.get("LLAMA_BIN", "/tmp/anchor/llcpp-build/bin"))
 SMOLLM2 = CACHE / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.cflow"
 SMOLLM2_GGUF = CACHE / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_MOE = CACHE / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.moe-e8k6s256d1.cflow"
+# Machine-local paths as the recorded command lines name them. The binary also by the path earlier
+# runs used for it (a copy in /tmp), and any run's scratch directory.
+DISPLAY_SUBS = [(BIN, "cflow-tui"), ("/tmp/cf-main", "cflow-tui"), (LLAMA_BIN, "$LLAMA_BIN"),
+                (CACHE, "~/.cache/cflow-tui"), (str(ROOT) + "/", "")]
+reproduce_rows.DISPLAY_SUBS[:] = DISPLAY_SUBS
 ARCHS = ["arch1", "arch2_4_combined", "arch2_4_sync", "arch3", "arch4_async_experts", "arch5"]
 GPT2_VOCAB = 50257  # the paper's tokenizer (GPT-2 BPE)
 
@@ -102,8 +109,7 @@ class Run:
         shown = " ".join(argv)
         if env:
             shown = " ".join(f"{k}={v}" for k, v in env.items()) + " " + shown
-        shown = shown.replace(str(BIN), "cflow-tui").replace(str(self.work), "$WORK")
-        shown = shown.replace(str(CACHE), "~/.cache/cflow-tui").replace(str(ROOT) + "/", "")
+        shown = shown_command(shown, [*DISPLAY_SUBS, (self.work, "$WORK")])
         self.commands.append(shown)
         full_env = dict(os.environ, **(env or {}))
         p = subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True)
