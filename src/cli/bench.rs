@@ -8,8 +8,8 @@ use crate::telemetry::SamplingParams;
 use crate::{errln, outln};
 use anyhow::{bail, Result};
 
-/// Median (from `crate::stats`), min and max of the repeats.
-fn stats3(v: &[f64]) -> serde_json::Value {
+/// Median (from `crate::stats`), min and max of the repeats (every bench's `{median, min, max}`).
+pub(super) fn stats3(v: &[f64]) -> serde_json::Value {
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     serde_json::json!({
@@ -277,7 +277,7 @@ fn start_repeat(sess: &mut Session, depth: &[u32]) -> Result<()> {
 
 /// `read_bytes` of /proc/self/io: bytes this process caused to be fetched from storage (None
 /// where the file is missing, e.g. no task I/O accounting).
-fn proc_read_bytes() -> Option<u64> {
+pub(super) fn proc_read_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/io").ok()?;
     s.lines()
         .find_map(|l| l.strip_prefix("read_bytes:"))

@@ -8,6 +8,7 @@
 //! readahead is measured beside them: a sequential walk over each cold mapping, with the
 //! default advice and with `MADV_RANDOM`.
 
+use crate::cli::bench::{proc_read_bytes, stats3};
 use crate::engine::{EngineOptions, Layout, Schedule};
 use crate::io::page_cache::{evict, resident_fraction, touch_mapped, Readahead};
 use crate::outln;
@@ -53,14 +54,6 @@ struct ArmRun {
     cold_mb_s: Option<f64>,
 }
 
-fn proc_read_bytes() -> Option<u64> {
-    std::fs::read_to_string("/proc/self/io")
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("read_bytes:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 fn evict_both(files: &[&Path]) -> Result<f64> {
     let mut resident = 0.0f64;
     for f in files {
@@ -90,12 +83,7 @@ fn run_arm(
     // Opening validates the files through their mappings, which reads them: unmap those pages
     // from this process and evict again. `resident_pct_open` records what is left.
     e.release_pages();
-    evict_both(files)?;
-    let resident_pct_open = files
-        .iter()
-        .map(|f| resident_fraction(f).unwrap_or(0.0))
-        .fold(0.0, f64::max)
-        * 100.0;
+    let resident_pct_open = evict_both(files)?;
     let r0 = proc_read_bytes();
     let t0 = Instant::now();
     e.step(1, true).map_err(|err| anyhow::anyhow!("{err}"))?;
@@ -126,11 +114,11 @@ fn run_arm(
     })
 }
 
-fn stats3(v: &[f64]) -> serde_json::Value {
-    let med = crate::stats::median(v.iter().copied());
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    serde_json::json!({"median": med, "min": lo, "max": hi, "n": v.len()})
+/// `{median, min, max, n}` of the rounds.
+fn stats_n(v: &[f64]) -> serde_json::Value {
+    let mut s = stats3(v);
+    s["n"] = v.len().into();
+    s
 }
 
 pub fn bench(a: &ReadaheadArgs) -> Result<()> {
@@ -138,6 +126,9 @@ pub fn bench(a: &ReadaheadArgs) -> Result<()> {
     if a.tokens == 0 || a.repeat == 0 {
         bail!("--tokens and --repeat must be >= 1");
     }
+    // The model and its twin are opened (and checked) once before anything is timed: a missing
+    // or damaged file fails here, naming it, not after minutes of device walks.
+    drop(crate::cli::open_model(&a.model)?);
     let twin = a
         .engine
         .vflow
@@ -151,6 +142,7 @@ pub fn bench(a: &ReadaheadArgs) -> Result<()> {
             a.model.display()
         );
     }
+    drop(crate::format::vflow::VflowFile::open(&twin)?);
     let threads = a.engine.thread_count()?.unwrap_or(1);
     let base = EngineOptions {
         timings: false,
@@ -181,7 +173,7 @@ pub fn bench(a: &ReadaheadArgs) -> Result<()> {
         }
         device.insert(
             name.into(),
-            serde_json::json!({"normal_mb_s": stats3(&normal), "random_mb_s": stats3(&random)}),
+            serde_json::json!({"normal_mb_s": stats_n(&normal), "random_mb_s": stats_n(&random)}),
         );
     }
 
@@ -213,7 +205,7 @@ pub fn bench(a: &ReadaheadArgs) -> Result<()> {
         ratios.insert(sched.into(), serde_json::json!(per_round));
         arms.insert(
             sched.into(),
-            serde_json::json!({"cflow_cold_ms": stats3(&c), "vflow_cold_ms": stats3(&v)}),
+            serde_json::json!({"cflow_cold_ms": stats_n(&c), "vflow_cold_ms": stats_n(&v)}),
         );
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -251,7 +243,9 @@ pub fn bench(a: &ReadaheadArgs) -> Result<()> {
             .unwrap_or_default();
         let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let verdict = if lo <= 1.0 && hi >= 1.0 {
+        let verdict = if r.len() < 3 {
+            "too few rounds to judge (--repeat 3 or more)"
+        } else if lo <= 1.0 && hi >= 1.0 {
             "no difference measured (the rounds straddle 1)"
         } else if hi < 1.0 {
             "vflow faster in every round"

@@ -5,6 +5,7 @@
 //! on every thread) and once with those reached concurrently (the vertical run: attention on
 //! one core while the dense and expert streams run on the other).
 
+use crate::cli::bench::stats3;
 use crate::engine::critical::{critical_ns, serial_ns, StreamRates};
 use crate::engine::{stream_bytes, Engine, EngineOptions, Schedule};
 use crate::format::CflowFile;
@@ -88,16 +89,6 @@ impl Acc {
     fn lm_ms(&self) -> f64 {
         self.lm_ns as f64 / self.tokens.max(1) as f64 / 1e6
     }
-}
-
-fn stats3(v: &[f64]) -> serde_json::Value {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    serde_json::json!({
-        "min": s.first().copied().unwrap_or(0.0),
-        "median": crate::stats::median(s.iter().copied()).unwrap_or(0.0),
-        "max": s.last().copied().unwrap_or(0.0),
-    })
 }
 
 /// One run: reset, a 4-token prompt, `n` decode steps; returns ms per decode step.
