@@ -12,6 +12,7 @@ use super::weights::{embed, use_q8, Weights};
 use super::{Engine, ForwardError, Layout};
 use crate::format::reader::Matrix;
 use crate::kernels::matvec::tiled_matvec_batch;
+use crate::kernels::pool::ThreadPool;
 use crate::kernels::{Isa, Q8Act};
 use crate::model::CombineStyle;
 use crate::telemetry::{LayerStat, TokenStats};
@@ -140,7 +141,7 @@ impl Engine {
                 );
             }
             let qkv = [&lv.q, &lv.k, &lv.v];
-            let q8 = quantize_rows(use_q8, &bs.xb, d, &qkv, &mut bs.xq);
+            let q8 = quantize_rows(ctx.pool, use_q8, &bs.xb, d, &qkv, &mut bs.xq);
             tiled_matvec_batch(
                 ctx.pool,
                 ctx.isa,
@@ -165,7 +166,7 @@ impl Engine {
                 self.kv.store(l, pos, kb, vb);
             }
             attend_batch(&ctx, l, l, pos0, n, &self.kv, &bs.q, &mut bs.att);
-            let q8 = quantize_rows(use_q8, &bs.att, qd, &[&lv.o], &mut bs.xq);
+            let q8 = quantize_rows(ctx.pool, use_q8, &bs.att, qd, &[&lv.o], &mut bs.xq);
             tiled_matvec_batch(
                 ctx.pool,
                 ctx.isa,
@@ -201,7 +202,7 @@ impl Engine {
                     cfg.rms_eps,
                 );
             }
-            let q8 = quantize_rows(use_q8, &bs.xb, d, &[gm, um], &mut bs.xq);
+            let q8 = quantize_rows(ctx.pool, use_q8, &bs.xb, d, &[gm, um], &mut bs.xq);
             tiled_matvec_batch(
                 ctx.pool,
                 ctx.isa,
@@ -211,15 +212,12 @@ impl Engine {
                 q8.then(|| &bs.xq[..n]),
                 n,
             );
-            for b in 0..n {
-                gated(
-                    ctx.isa,
-                    cfg.meta.ffn_act,
-                    &mut bs.g[b * ff..(b + 1) * ff],
-                    &bs.u[b * ff..(b + 1) * ff],
-                );
-            }
-            let q8 = quantize_rows(use_q8, &bs.g, ff, &[dm], &mut bs.xq);
+            let mut rows: Vec<&mut [f32]> = bs.g[..n * ff].chunks_exact_mut(ff).collect();
+            let u = &bs.u;
+            ctx.pool.for_each_mut(&mut rows, &|b, g| {
+                gated(ctx.isa, cfg.meta.ffn_act, g, &u[b * ff..(b + 1) * ff])
+            });
+            let q8 = quantize_rows(ctx.pool, use_q8, &bs.g, ff, &[dm], &mut bs.xq);
             tiled_matvec_batch(
                 ctx.pool,
                 ctx.isa,
@@ -267,6 +265,7 @@ fn at_row(mut e: NonFinite, d: usize) -> NonFinite {
 /// when the batched kernels take Q8 input (`use_q8`, `width` a multiple of 32), with Q8_K
 /// blocks too when one of `mats` is a K-quant. Returns whether it did.
 fn quantize_rows(
+    pool: &ThreadPool,
     use_q8: bool,
     xs: &[f32],
     width: usize,
@@ -281,8 +280,9 @@ fn quantize_rows(
     if out.len() < n {
         out.resize_with(n, Q8Act::default);
     }
-    for (x, q) in xs.chunks_exact(width).zip(out.iter_mut()) {
-        q.quantize_for(x, k);
-    }
+    // One token per task: each row's quantization is the same on any thread.
+    pool.for_each_mut(&mut out[..n], &|b, q| {
+        q.quantize_for(&xs[b * width..(b + 1) * width], k)
+    });
     true
 }

@@ -440,9 +440,20 @@ pub fn tiled_matvec_batch(
             let c0 = c * TILE_COLS;
             let c1 = c0 + tile.cols;
             if m.packed {
-                // Repacked Q4 tiles: one call per token while the tile is hot in cache (the
-                // per-token kernel is the batched one's reference elsewhere; here it is fast
-                // enough on its own: docs/PERFORMANCE.md, "Defaults chosen by measurement").
+                // Repacked tiles: the batched kernel, which unpacks each record once for
+                // several tokens (bit-identical to one call per token).
+                if let Some(q) = q8 {
+                    xq.clear();
+                    xq.extend(q[b0..b1].iter().map(|a| a.tile_slice(c0, tile.cols)));
+                    let body = &tile.body[..m.quant.matrix_bytes(rows, tile.cols)];
+                    packed::tile_run_batch(
+                        kernel,
+                        Tile::body(m.quant, rows, tile.cols, body),
+                        &xq,
+                        &mut acc,
+                    );
+                    continue;
+                }
                 for b in b0..b1 {
                     let j = b - b0;
                     let a = Act {

@@ -246,6 +246,25 @@ impl ThreadPool {
         self.n_threads
     }
 
+    /// Runs `f(i, &mut items[i])` for every item across the pool, each item once, by one
+    /// thread; blocks until all finished.
+    pub fn for_each_mut<T: Send>(&self, items: &mut [T], f: &(dyn Fn(usize, &mut T) + Sync)) {
+        struct Items<T>(*mut T);
+        // SAFETY: the pointer is only used to hand out `&mut items[i]` for distinct `i`
+        // (below), and `T: Send` lets each element move to the thread that runs its task.
+        unsafe impl<T: Send> Sync for Items<T> {}
+        let p = Items(items.as_mut_ptr());
+        let n = items.len();
+        self.run(n, &|i| {
+            let p = &p;
+            // SAFETY: `run` calls every task index in 0..n exactly once and returns only after
+            // all calls ended, so each `&mut items[i]` is the only reference to that element
+            // while it lives, and `items` outlives it.
+            let item = unsafe { &mut *p.0.add(i) };
+            f(i, item)
+        });
+    }
+
     /// Runs `f(task)` for every task in `0..n_tasks` across the pool; blocks until all finished.
     pub fn run(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
         if n_tasks == 0 {

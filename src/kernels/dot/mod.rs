@@ -37,6 +37,7 @@ pub mod kquant_avx512;
 pub mod kquant_batch;
 pub mod kquant_scalar;
 pub mod packed;
+pub mod packed_amx;
 pub mod scalar;
 mod tile;
 pub use tile::Tile;
@@ -138,9 +139,15 @@ impl Isa {
         if !repacked {
             return k.to_string();
         }
-        match packed::path(self).name() {
+        let path = packed::path(self);
+        let amx = if path == packed::Path::Vnni && packed_amx::available() {
+            " (their batched prefill: AMX INT8)"
+        } else {
+            ""
+        };
+        match path.name() {
             p if p == k => format!("{k} (repacked Q4_0/Q4_1/Q8_0 included)"),
-            p => format!("{p} for repacked Q4_0/Q4_1/Q8_0; the other matrices: {k}"),
+            p => format!("{p} for repacked Q4_0/Q4_1/Q8_0{amx}; the other matrices: {k}"),
         }
     }
 
@@ -676,6 +683,11 @@ mod tests {
             let with = isa.kernels_with(true);
             assert!(with.contains("repacked Q4_0/Q4_1/Q8_0"), "{isa:?}: {with}");
             assert_eq!(with.contains("VNNI"), isa.has_vnni(), "{isa:?}: {with}");
+            assert_eq!(
+                with.contains("AMX"),
+                isa.has_vnni() && packed_amx::available(),
+                "{isa:?}: {with}"
+            );
         }
         assert_eq!(
             Isa::Scalar.kernels_with(true),

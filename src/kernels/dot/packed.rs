@@ -103,6 +103,66 @@ pub fn tile_run(k: Kernel, t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
     }
 }
 
+/// [`tile_run`] for a batch of tokens on the integer path: for every token `j`,
+/// `ys[j·rows ..][..rows] += W·x_j` with `x_j`'s Q8 blocks `xqs[j]`. Bit-identical to one
+/// [`tile_run`] per token (each token's integer dots are exact and its float steps are the
+/// same operations in the same order). With AVX-512 VNNI, each record's weights are loaded
+/// and unpacked once for up to [`BATCH`] tokens; the other paths run one token at a time.
+pub fn tile_run_batch(k: Kernel, t: Tile, xqs: &[XqBlocks], ys: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs: body,
+        ..
+    } = t;
+    let n = xqs.len();
+    assert!(ys.len() >= n * rows, "ys too short");
+    #[cfg(target_arch = "x86_64")]
+    if k.0 == Path::Vnni && n > 1 {
+        assert!(
+            crate::quant::packed::packable(q, rows),
+            "{q} tile of {rows} rows is not repacked"
+        );
+        assert!(
+            cols.is_multiple_of(QK),
+            "tile cols {cols} not a multiple of 32"
+        );
+        assert!(
+            body.len() >= q.matrix_bytes(rows, cols),
+            "tile body too short"
+        );
+        let nb = cols / QK;
+        for (d, s, x) in xqs {
+            assert!(
+                d.len() >= nb && s.len() >= nb && x.len() >= cols,
+                "xq too short"
+            );
+        }
+        if n >= AMX_MIN_TOKENS && super::packed_amx::available() {
+            // SAFETY: AMX was detected and permitted (`available`), AVX-512 with `Vnni`; the
+            // lengths were asserted above.
+            unsafe { super::packed_amx::run_batch(q, rows, nb, body, xqs, ys) };
+            return;
+        }
+        // SAFETY: `Vnni` comes only from `path`, after AVX-512 F/BW/VNNI were detected; the
+        // lengths were asserted above.
+        unsafe { avx512::run_batch(q, rows, nb, body, xqs, ys) };
+        return;
+    }
+    for (j, xq) in xqs.iter().enumerate() {
+        tile_run(k, t, &[], Some(*xq), &mut ys[j * rows..(j + 1) * rows]);
+    }
+}
+
+/// Tokens per pass of the batched VNNI kernels: their accumulators, integer sums and a
+/// record's unpacked weights fit the 32 vector registers.
+pub const BATCH: usize = 4;
+
+/// From this many tokens a batch runs on AMX where the CPU has it (`packed_amx`; a pass is 16
+/// tokens, padded).
+pub const AMX_MIN_TOKENS: usize = 8;
+
 /// The integer-path kernel [`tile_matvec`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
@@ -234,6 +294,116 @@ mod avx512 {
             QuantType::Q8_0 => run_q8(rows, nb, body, d, xq, y),
             QuantType::Q4_1 => run_q4::<true>(rows, nb, body, d, s, xq, y),
             _ => run_q4::<false>(rows, nb, body, d, s, xq, y),
+        }
+    }
+
+    /// [`super::tile_run_batch`]'s VNNI path: tokens in passes of up to [`BATCH`].
+    ///
+    /// # Safety
+    /// As [`run`], for every token's blocks; `ys` holds `xqs.len() · rows` outputs.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn run_batch(
+        q: QuantType,
+        rows: usize,
+        nb: usize,
+        body: &[u8],
+        xqs: &[XqBlocks],
+        ys: &mut [f32],
+    ) {
+        let mut j = 0;
+        while j < xqs.len() {
+            let t = (xqs.len() - j).min(BATCH);
+            let xs = &xqs[j..j + t];
+            let y = &mut ys[j * rows..(j + t) * rows];
+            match (q, t) {
+                (QuantType::Q8_0, _) => {
+                    for (i, (d, _, x)) in xs.iter().enumerate() {
+                        run_q8(rows, nb, body, d, x, &mut y[i * rows..(i + 1) * rows]);
+                    }
+                }
+                (QuantType::Q4_1, 4) => run_q4_batch::<true, 4>(rows, nb, body, xs, y),
+                (QuantType::Q4_1, 3) => run_q4_batch::<true, 3>(rows, nb, body, xs, y),
+                (QuantType::Q4_1, 2) => run_q4_batch::<true, 2>(rows, nb, body, xs, y),
+                (QuantType::Q4_1, _) => run_q4_batch::<true, 1>(rows, nb, body, xs, y),
+                (_, 4) => run_q4_batch::<false, 4>(rows, nb, body, xs, y),
+                (_, 3) => run_q4_batch::<false, 3>(rows, nb, body, xs, y),
+                (_, 2) => run_q4_batch::<false, 2>(rows, nb, body, xs, y),
+                _ => run_q4_batch::<false, 1>(rows, nb, body, xs, y),
+            }
+            j += t;
+        }
+    }
+
+    /// [`run_q4`] for `T` tokens at once: each record's four 64-byte loads are split into low
+    /// and high nibbles once, then dotted with every token's activation. Per token the integer
+    /// dot is the same exact sum and the float steps are [`run_q4`]'s, in its order.
+    ///
+    /// # Safety
+    /// As [`run_batch`], with `xs.len() == T`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn run_q4_batch<const Q41: bool, const T: usize>(
+        rows: usize,
+        nb: usize,
+        body: &[u8],
+        xs: &[XqBlocks],
+        y: &mut [f32],
+    ) {
+        let q = if Q41 {
+            QuantType::Q4_1
+        } else {
+            QuantType::Q4_0
+        };
+        let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+        let m4 = _mm512_set1_epi8(0x0F);
+        let mh = _mm512_set1_epi8(0xF0u8 as i8);
+        let x4: [*const i32; T] = std::array::from_fn(|t| xs[t].2.as_ptr() as *const i32);
+        for g in 0..rows / PACK_ROWS {
+            let gp = body.as_ptr().add(g * nb * rb);
+            let mut acc = [_mm512_setzero_ps(); T];
+            for b in 0..nb {
+                let rec = gp.add(b * rb);
+                let qp = rec.add(rsb);
+                let mut wl = [_mm512_setzero_si512(); 4];
+                let mut wh = [_mm512_setzero_si512(); 4];
+                for j in 0..4 {
+                    let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
+                    wl[j] = _mm512_and_si512(w, m4);
+                    wh[j] = _mm512_and_si512(w, mh);
+                }
+                let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
+                let c = if Q41 {
+                    _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(2 * PACK_ROWS) as *const __m256i))
+                } else {
+                    dr
+                };
+                for t in 0..T {
+                    let xb = x4[t].add(b * QK / 4);
+                    let mut lo = _mm512_setzero_si512();
+                    let mut hi = _mm512_setzero_si512();
+                    for j in 0..4 {
+                        lo = _mm512_dpbusd_epi32(
+                            lo,
+                            wl[j],
+                            _mm512_set1_epi32(xb.add(2 * j).read_unaligned()),
+                        );
+                        hi = _mm512_dpbusd_epi32(
+                            hi,
+                            wh[j],
+                            _mm512_set1_epi32(xb.add(2 * j + 1).read_unaligned()),
+                        );
+                    }
+                    let dot = _mm512_add_epi32(lo, _mm512_srai_epi32::<4>(hi));
+                    let (d, s, _) = xs[t];
+                    let (dx, sp) = block_consts(q, d, s, b);
+                    let dd = _mm512_mul_ps(dr, _mm512_set1_ps(dx));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc[t]);
+                    acc[t] = _mm512_fmadd_ps(c, _mm512_set1_ps(sp), acc[t]);
+                }
+            }
+            for (t, a) in acc.iter().enumerate() {
+                let yp = y.as_mut_ptr().add(t * rows + g * PACK_ROWS);
+                _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), *a));
+            }
         }
     }
 
@@ -502,6 +672,46 @@ mod tests {
                         "{q} {rows}×{cols} {isa:?} (VNNI {})",
                         isa.has_vnni()
                     );
+                }
+            }
+        }
+    }
+
+    /// The batched kernel equals one [`tile_run`] per token bit for bit, for every type, ISA,
+    /// batch size (whole passes of [`BATCH`] or of AMX's 16 tokens, and remainders) and shape,
+    /// accumulating into `ys`.
+    #[test]
+    fn batch_equals_one_call_per_token_bit_for_bit() {
+        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+            for (rows, cols) in [(16, 32), (128, 256), (48, 96), (80, 576)] {
+                let (body, _, _) = tile(q, rows, cols, (rows * cols) as u64);
+                let acts: Vec<Q8Act> = (0..33).map(|j| act(cols, 7 + j as u64).1).collect();
+                for n in [1usize, 2, 3, 4, 5, 8, 9, 16, 17, 33] {
+                    let xqs: Vec<XqBlocks> = acts[..n]
+                        .iter()
+                        .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))
+                        .collect();
+                    let y0: Vec<f32> = (0..n * rows).map(|r| r as f32 * 0.125 - 1.0).collect();
+                    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                        if !isa.available() {
+                            println!("SKIP {q} {isa:?}: this CPU lacks it");
+                            continue;
+                        }
+                        let k = Kernel::of(isa);
+                        let t = Tile::body(q, rows, cols, &body);
+                        let mut want = y0.clone();
+                        for (j, xq) in xqs.iter().enumerate() {
+                            tile_run(k, t, &[], Some(*xq), &mut want[j * rows..(j + 1) * rows]);
+                        }
+                        let mut got = y0.clone();
+                        tile_run_batch(k, t, &xqs, &mut got);
+                        assert_eq!(
+                            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            "{q} {rows}×{cols} n={n} {:?}",
+                            k.path()
+                        );
+                    }
                 }
             }
         }
