@@ -164,9 +164,11 @@ pub fn attend<T: KvElem>(
 /// [`attend`] for the queries of `n` consecutive positions `pos0..pos0 + n` (prefill): row `b`
 /// of `q` and `att` (`n_heads · head_dim` apart) is position `pos0 + b`, which attends to
 /// `pos0 + b + 1 − window ..= pos0 + b` (`window` 0: from position 0; `sh.start` and `sh.pos` are
-/// ignored). Every (position, KV group) pair is one task of a single pool run, the longest
-/// (latest positions) first, so both cores stay busy; every head runs the same arithmetic as in
-/// [`attend`], so the results are bit-identical to `n` calls of it.
+/// ignored). With AVX-512 (`isa`), blocks of 16 positions run together
+/// ([`super::attention_block`], equal to [`attend`] to rounding). Otherwise every (position, KV
+/// group) pair is one task of a single pool run, the longest (latest positions) first, so both
+/// cores stay busy; every head runs the same arithmetic as in [`attend`], so the results are
+/// bit-identical to `n` calls of it.
 pub fn attend_batch<T: KvElem>(
     pool: &ThreadPool,
     isa: Isa,
@@ -192,6 +194,12 @@ pub fn attend_batch<T: KvElem>(
     let last = shape(n - 1);
     assert!(q.len() >= n * row && att.len() >= n * row);
     check_shape(&last, &q[(n - 1) * row..], kc, vc, &att[(n - 1) * row..]);
+    if isa == Isa::Avx512 && n > 1 && super::attention_block::usable(sh) {
+        // Blocks of 16 positions in the lanes (`attention_block`): each K/V row converted once
+        // per block; equal to the per-position kernels to rounding.
+        let b = Batch { window, pos0, n };
+        return super::attention_block::attend_batch(pool, sh, b, q, Kv { k: kc, v: vc }, att);
+    }
     let simd = head_kernel(isa, hd);
     let out = Ptr(att.as_mut_ptr());
     let groups = nh.div_ceil(sh.group);

@@ -5,6 +5,7 @@
 
 pub mod act;
 pub mod attention;
+pub mod attention_block;
 pub mod dot;
 pub mod kv_elem;
 pub mod matvec;
