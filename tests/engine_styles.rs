@@ -598,8 +598,13 @@ fn batched_prefill_matches_token_by_token() {
             .sum::<f32>()
             .sqrt();
         let den: f32 = lb.iter().map(|x| x * x).sum::<f32>().sqrt();
+        // Prefill's attention sums in another order than decode's where the AVX-512 block
+        // kernel runs (`kernels::attention_block`). With f32 activations that stays rounding;
+        // with Q8 activations a last-bit difference can move a later quantization by one i8
+        // step (tests/repack.rs measures 0.7–1.1 % for it), far below a wrong kernel's order 1.
+        let bound = if int_act { 0.05 } else { 1e-5 };
         assert!(
-            num / den < 1e-5,
+            num / den < bound,
             "{}: int_act={int_act}: rel err {}",
             f.path.display(),
             num / den

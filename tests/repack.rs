@@ -141,14 +141,16 @@ fn decode_and_prefill_over_the_repacked_copy_agree_with_the_file_layout() {
             } else {
                 assert!(max < 1e-5, "{what}");
             }
-            // Batched prefill over the repacked copy (one packed kernel call per token and
-            // tile) against its one-token steps: the bound of the file layout's own test.
+            // Batched prefill over the repacked copy against its one-token steps: its matvecs
+            // are bit-identical to decode's, its attention (the AVX-512 block kernel) equal to
+            // rounding, so with the Q8 activation the bound is the one above.
             let mut c = Engine::new(res.clone(), o);
             assert!(c.can_batch_prefill());
             c.prefill(&prompt).unwrap();
             let e = rel_err(c.logits(), b.logits());
+            let bound = if int_act { 0.05 } else { 1e-5 };
             assert!(
-                e < 1e-5,
+                e < bound,
                 "{q} t{threads} int={int_act} prefill: relative error {e}"
             );
         }
