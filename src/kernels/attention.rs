@@ -101,9 +101,11 @@ impl AttnShape {
     }
 }
 
+/// An output pointer shared by pool tasks that each write a disjoint range of it.
 #[derive(Clone, Copy)]
-struct Ptr(*mut f32);
-// SAFETY: each task writes only the disjoint range of its own head (see `attend`).
+pub(super) struct Ptr(pub(super) *mut f32);
+// SAFETY: each task writes only the disjoint range of its own head (see `attend`, and
+// `attention_block::attend_batch`: its own positions and heads).
 unsafe impl Send for Ptr {}
 // SAFETY: as above.
 unsafe impl Sync for Ptr {}

@@ -22,7 +22,7 @@
 //! [`attention::attend_batch`]: super::attention::attend_batch
 //! [`attention::attend`]: super::attention::attend
 
-use super::attention::{AttnShape, Batch, Kv};
+use super::attention::{AttnShape, Batch, Kv, Ptr};
 use super::kv_elem::KvElem;
 use super::pool::ThreadPool;
 
@@ -50,13 +50,6 @@ pub fn usable(sh: &AttnShape) -> bool {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: each task writes only its own (positions, heads) ranges of the output (see below).
-unsafe impl Send for Out {}
-// SAFETY: as above.
-unsafe impl Sync for Out {}
-
 /// The prefill batch `Batch { window, pos0, n }` (as [`super::attention::attend_batch`]) in
 /// blocks of [`LANES`] positions: one pool task per (block, KV group), latest blocks first.
 /// The caller checked the shape (`check_shape` on the last position) and [`usable`].
@@ -74,7 +67,7 @@ pub fn attend_batch<T: KvElem>(
     assert!(q.len() >= n * row && att.len() >= n * row);
     let blocks = n.div_ceil(LANES);
     let groups = nh.div_ceil(sh.group);
-    let out = Out(att.as_mut_ptr());
+    let out = Ptr(att.as_mut_ptr());
     pool.run(blocks * groups, &|task| {
         let blk = blocks - 1 - task / groups;
         let h0 = task % groups * sh.group;

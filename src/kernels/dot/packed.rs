@@ -196,7 +196,7 @@ pub fn path(isa: Isa) -> Path {
 
 /// The f32-side constants of block `b` for the two FMAs: `(d_x, s')`.
 #[inline(always)]
-fn block_consts(q: QuantType, d: &[f32], s: &[f32], b: usize) -> (f32, f32) {
+pub(super) fn block_consts(q: QuantType, d: &[f32], s: &[f32], b: usize) -> (f32, f32) {
     let sp = if q == QuantType::Q4_0 {
         -8.0 * s[b]
     } else {

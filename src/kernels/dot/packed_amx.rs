@@ -286,11 +286,7 @@ unsafe fn run_passes(
         for (t, (d, s, x)) in xs.iter().enumerate() {
             a[t * cols..(t + 1) * cols].copy_from_slice(&x[..cols]);
             for b in 0..nb {
-                dx[b * TOKENS + t] = d[b];
-                sp[b * TOKENS + t] = match q {
-                    QuantType::Q4_0 => -8.0 * s[b],
-                    _ => s[b],
-                };
+                (dx[b * TOKENS + t], sp[b * TOKENS + t]) = super::packed::block_consts(q, d, s, b);
             }
         }
         let y = &mut ys[p * TOKENS * rows..];
