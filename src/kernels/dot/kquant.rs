@@ -244,12 +244,22 @@ pub fn tile_matmul(isa: Isa, t: Tile, acts: BatchAct, y: &mut [f32]) {
             // SAFETY: AVX-512 F/BW/VL/VNNI (+ AVX2/FMA/F16C) detected by `batch_vnni`; the
             // activation form matches `q` and every token's slices passed `check` above; `y`
             // holds `n · rows` outputs.
-            unsafe { super::kquant_batch::vnni::tile_matmul(q, rows, cols, qs, acts, y) };
+            unsafe {
+                super::kquant_batch::vnni::tile_matmul(
+                    q,
+                    rows,
+                    cols,
+                    qs,
+                    acts,
+                    y,
+                    super::packed_amx::available(),
+                )
+            };
             return;
         }
         if isa != Isa::Scalar && Isa::Avx2.available() {
             // SAFETY: AVX2/FMA/F16C detected just above; form, slices and `y` checked above.
-            unsafe { super::kquant_batch::avx2::tile_matmul(q, rows, cols, qs, acts, y) };
+            unsafe { super::kquant_batch::avx2::tile_matmul(q, rows, cols, qs, acts, y, false) };
             return;
         }
     }

@@ -106,6 +106,7 @@ macro_rules! batch_kernels {
                 qs: &[u8],
                 acts: BatchAct,
                 y: &mut [f32],
+                amx: bool,
             ) {
                 let t = Rows {
                     qs: qs.as_ptr(),
@@ -115,11 +116,16 @@ macro_rules! batch_kernels {
                 };
                 match (q, acts) {
                     (QuantType::Q5_0, BatchAct::Q8(x)) => {
+                        // Whole groups of 16 rows on AMX (bit-identical to `q5_0_lanes`).
+                        let mut ra = 0;
+                        if $vnni && amx && x.len() >= crate::kernels::dot::packed::AMX_MIN_TOKENS {
+                            ra = crate::kernels::dot::kquant_amx::q5_0(t.qs, t.rb, t.nb, rows, x, t.y, CH);
+                        }
                         for (c, x) in x.chunks(TB).enumerate() {
                             let yc = t.y.add(c * TB * rows);
-                            let mut r0 = 0;
+                            let mut r0 = ra;
                             if $vnni {
-                                r0 = q5_0_lanes(t, rows, x, yc);
+                                r0 = q5_0_lanes(ra, t, rows, x, yc);
                             }
                             by_rows!(from r0, rows, q5::<false>(t, rows, x, yc));
                         }
@@ -263,12 +269,18 @@ macro_rules! batch_kernels {
             /// f32 accumulator, the scalar reference's form, within its bound (tested).
             #[allow(clippy::needless_range_loop)] // parallel per-token arrays
             #[target_feature(enable = $feat)]
-            unsafe fn q5_0_lanes(t: Rows, rows: usize, xq: &[XqBlocks], y: *mut f32) -> usize {
+            unsafe fn q5_0_lanes(
+                start: usize,
+                t: Rows,
+                rows: usize,
+                xq: &[XqBlocks],
+                y: *mut f32,
+            ) -> usize {
                 const T: usize = 4;
                 let n = xq.len();
-                let groups = rows / 8;
+                let groups = (rows - start) / 8;
                 if !$vnni || groups == 0 {
-                    return 0;
+                    return start;
                 }
                 let bb = 22;
                 let m4 = _mm256_set1_epi8(0x0F);
@@ -286,7 +298,7 @@ macro_rules! batch_kernels {
                         }
                     }
                     for g in 0..groups {
-                        let r0 = 8 * g;
+                        let r0 = start + 8 * g;
                         let mut tv = [[_mm256_setzero_si256(); 8]; CH];
                         let mut dv = [_mm256_setzero_ps(); CH];
                         for b in 0..cn {
@@ -342,13 +354,13 @@ macro_rules! batch_kernels {
                     }
                     c0 += cn;
                 }
-                8 * groups
+                start + 8 * groups
             }
 
             /// The 8 × 8 transpose of 32-bit groups: lane r of result k = group k of `l[r]`.
             #[inline]
             #[target_feature(enable = $feat)]
-            unsafe fn transpose8(l: [__m256i; 8]) -> [__m256i; 8] {
+            pub(in crate::kernels::dot) unsafe fn transpose8(l: [__m256i; 8]) -> [__m256i; 8] {
                 let t: [__m256i; 8] = [
                     _mm256_unpacklo_epi32(l[0], l[1]),
                     _mm256_unpackhi_epi32(l[0], l[1]),
@@ -676,7 +688,17 @@ mod tests {
         };
         let mut v = Vec::new();
         for &nb in nbs {
-            for (rows, n) in [(1, 1), (3, 5), (4, 32), (7, 33), (128, 32), (9, 70), (2, 2)] {
+            for (rows, n) in [
+                (1, 1),
+                (3, 5),
+                (4, 32),
+                (7, 33),
+                (128, 32),
+                (9, 70),
+                (2, 2),
+                (40, 17),
+                (25, 8),
+            ] {
                 v.push((rows, nb * bl, n));
             }
         }
@@ -721,8 +743,13 @@ mod tests {
                 } else {
                     BatchAct::Q8(&xq)
                 };
-                for build in ["avx2", "vnni"] {
-                    if build == "vnni" && !vnni_ok() {
+                let mut vnni_got = None;
+                for build in ["avx2", "vnni", "amx"] {
+                    if build == "amx" && !(vnni_ok() && super::super::packed_amx::available()) {
+                        println!("SKIP: this CPU or process lacks AMX INT8 (the amx run did not)");
+                        continue;
+                    }
+                    if build != "avx2" && !vnni_ok() {
                         println!(
                             "SKIP: this CPU lacks AVX-512 VL/VNNI (the vnni build did not run)"
                         );
@@ -732,17 +759,31 @@ mod tests {
                     // SAFETY: the build's features were detected above; the tile and the
                     // activations are valid as for the per-token calls.
                     unsafe {
-                        if build == "vnni" {
-                            super::vnni::tile_matmul(q, rows, cols, &c.qs, acts, &mut got)
+                        if build == "avx2" {
+                            super::avx2::tile_matmul(q, rows, cols, &c.qs, acts, &mut got, false)
                         } else {
-                            super::avx2::tile_matmul(q, rows, cols, &c.qs, acts, &mut got)
+                            let amx = build == "amx";
+                            super::vnni::tile_matmul(q, rows, cols, &c.qs, acts, &mut got, amx)
                         }
                     };
                     // The VNNI build runs Q5_0's whole groups of 8 rows with the rows in the
                     // lanes (`q5_0_lanes`, not bit-identical: checked within the scalar
                     // reference's bound by `dispatch_matches_scalar_reference_within_bound`);
                     // its tail rows are the per-token arithmetic.
-                    let lanes = if build == "vnni" && q == QuantType::Q5_0 {
+                    // AMX (whole groups of 16 rows of Q5_0, at least 8 tokens) is the lanes
+                    // kernel's arithmetic: bit-identical to the VNNI build everywhere.
+                    if build == "amx" {
+                        let vg: &Vec<f32> = vnni_got.as_ref().unwrap();
+                        assert_eq!(
+                            vg.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                            got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                            "{q} amx vs vnni rows {rows} cols {cols} tokens {n}"
+                        );
+                    }
+                    if build == "vnni" {
+                        vnni_got = Some(got.clone());
+                    }
+                    let lanes = if build != "avx2" && q == QuantType::Q5_0 {
                         rows / 8 * 8
                     } else {
                         0

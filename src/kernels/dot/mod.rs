@@ -30,6 +30,8 @@ pub mod avx2;
 pub mod avx512;
 pub mod kquant;
 #[cfg(target_arch = "x86_64")]
+pub mod kquant_amx;
+#[cfg(target_arch = "x86_64")]
 pub mod kquant_avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod kquant_avx512;

@@ -103,7 +103,7 @@ thread_local! {
 /// # Safety
 /// [`available`] must have returned true.
 #[cfg(target_arch = "x86_64")]
-unsafe fn configure() {
+pub(super) unsafe fn configure() {
     if CONFIGURED.get() {
         return;
     }
@@ -134,7 +134,7 @@ unsafe fn configure() {
 /// `w` and `w + sw2` to 512 readable bytes each, `c` to 2 KiB writable.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn two_block_dots<const SIGNED_W: bool>(
+pub(super) unsafe fn two_block_dots<const SIGNED_W: bool>(
     a: *const i8,
     sa: usize,
     w: *const u8,
@@ -174,7 +174,12 @@ unsafe fn two_block_dots<const SIGNED_W: bool>(
 /// As [`two_block_dots`], for one block.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn block_dots<const SIGNED_W: bool>(a: *const i8, sa: usize, w: *const u8, c: *mut i32) {
+pub(super) unsafe fn block_dots<const SIGNED_W: bool>(
+    a: *const i8,
+    sa: usize,
+    w: *const u8,
+    c: *mut i32,
+) {
     macro_rules! dots {
         ($op:literal) => {
             std::arch::asm!(
