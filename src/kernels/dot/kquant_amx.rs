@@ -12,11 +12,13 @@
 //! sum is the same exact value, so every output is bit-identical to `q5_0_lanes` (tested in
 //! `kquant_batch`), which is tested against the scalar reference within its bound.
 
+use super::kquant::Q8KRef;
 use super::kquant_avx2::q5_bits;
 use super::kquant_batch::vnni::transpose8;
-use super::packed_amx::{block_dots, configure, two_block_dots, TOKENS};
+use super::packed_amx::{block_dots, configure, two_block_dots, two_dots, TOKENS};
 use super::XqBlocks;
-use crate::quant::QK;
+use crate::quant::kquants::QK_K;
+use crate::quant::{QuantType, QK};
 use std::arch::x86_64::*;
 
 /// Rows per group (the tile product's columns).
@@ -160,6 +162,301 @@ pub unsafe fn q5_0(
                         }
                     }
                     c0 = c1;
+                }
+            }
+        }
+    });
+    groups * GROUP
+}
+
+/// Per-thread buffers of [`kquant`].
+#[derive(Default)]
+struct KScratch {
+    /// Every pass's 16 tokens × `cols` Q8_K quants, padded with zero tokens.
+    a: Vec<__m512i>,
+    /// The group's unpacked levels: per superblock and sub-block one 512-byte B operand
+    /// (Q6_K: two per run of 32, the other half of each zero).
+    w: Vec<__m512i>,
+    /// One pass's dots: per superblock and sub-block 16 tokens × 16 rows of i32.
+    dots: Vec<__m512i>,
+    /// Each token's superblock scales `d_y`, token-major, zero for padding tokens.
+    dy: Vec<f32>,
+    /// Q4_K: each token's sub-block sums of quants in pairs (2p, 2p + 1) as i16 halves of an i32,
+    /// token-major, 4 per superblock.
+    bsp: Vec<i32>,
+    /// The group's per-superblock row constants: the sub-block scales (i32 lanes), Q4_K's
+    /// minimums in i16 pairs, then `d` and (Q4_K) `dmin` as f32 lanes.
+    consts: Vec<__m512i>,
+}
+
+thread_local! {
+    static KSCRATCH: std::cell::RefCell<KScratch> = std::cell::RefCell::default();
+}
+
+/// Rows `0..rows / 16 · 16` of Q4_K or Q6_K · Q8_K for the tokens of `xk`:
+/// `y[j·rows + r] += W[r] · x_j`. Returns the first row not done (0 for other types).
+///
+/// Per 16-row group each superblock's levels are gathered straight into AMX's B layout (one
+/// 16-lane gather of dword k of each row is B row k), once for all tokens. Q4_K: per sub-block
+/// of 32 one `TDPBSUD` (signed activations × unsigned nibbles) gives `S_j`; per token and row
+/// the exact `Σ_j sc_j·S_j` and `Σ_j m_j·bsum_j`, then `acc += (d·d_y)·Σ`, `mn += (dmin·d_y)·Σm`
+/// over the tile's superblocks and `y += acc − mn` (the scalar reference's form, not the
+/// per-token kernel's 8 partial lanes: within its bound, tested). Q6_K: per sub-block of 16 a
+/// `TDPBSSD` of the run's 32 activations with a B operand whose other half is zero gives the
+/// exact `Σ (q − 32)·y`; per token and row the exact total `Σ_s sc_s·S_s`, then
+/// `acc = acc + (d·d_y)·total` and `y += acc`, `kquant_batch`'s `q6k` arithmetic, so
+/// bit-identical to it (tested).
+///
+/// # Safety
+/// As [`q5_0`], with `qs` rows of `nb` superblocks of `q` and every token's Q8_K blocks
+/// covering `nb` superblocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn kquant(
+    q: QuantType,
+    qs: *const u8,
+    rb: usize,
+    nb: usize,
+    rows: usize,
+    xk: &[Q8KRef],
+    y: *mut f32,
+) -> usize {
+    let six = match q {
+        QuantType::Q4_K => false,
+        QuantType::Q6_K => true,
+        _ => return 0,
+    };
+    let groups = rows / GROUP;
+    if groups == 0 || xk.is_empty() {
+        return 0;
+    }
+    configure();
+    let cols = nb * QK_K;
+    let n = xk.len();
+    let passes = n.div_ceil(TOKENS);
+    let (bb, nsub) = if six { (210, 16) } else { (144, 8) };
+    // Per superblock: sub-block scales, then Q4_K's 4 minimum pairs, then d (and dmin).
+    let nconst = if six { 16 + 1 } else { 8 + 4 + 2 };
+    KSCRATCH.with_borrow_mut(|sc| {
+        sc.a.clear();
+        sc.a.resize(passes * TOKENS * cols / 64, _mm512_setzero_si512());
+        // SAFETY: `a` holds passes · 16 · cols bytes.
+        let a =
+            std::slice::from_raw_parts_mut(sc.a.as_mut_ptr() as *mut i8, passes * TOKENS * cols);
+        sc.dy.clear();
+        sc.dy.resize(passes * TOKENS * nb, 0.0);
+        sc.bsp.clear();
+        sc.bsp.resize(passes * TOKENS * nb * 4, 0);
+        for (t, k) in xk.iter().enumerate() {
+            a[t * cols..(t + 1) * cols].copy_from_slice(&k.qs[..cols]);
+            sc.dy[t * nb..(t + 1) * nb].copy_from_slice(&k.d[..nb]);
+            if !six {
+                for (j, p) in sc.bsp[t * nb * 4..(t + 1) * nb * 4].iter_mut().enumerate() {
+                    let s = |u: usize| k.bsums[4 * j + u] as i32;
+                    let (lo, hi) = (s(0) + s(1), s(2) + s(3));
+                    *p = (lo & 0xFFFF) | (hi << 16);
+                }
+            }
+        }
+        // The B operands; Q6_K's zero halves are never written, so zero them for this call.
+        let wsub = if six { 2 * 8 } else { 8 };
+        sc.w.clear();
+        sc.w.resize(nb * wsub * 8, _mm512_setzero_si512());
+        sc.dots.resize(nb * nsub * TOKENS, _mm512_setzero_si512());
+        sc.consts.resize(nb * nconst, _mm512_setzero_si512());
+        let row_off = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(rb as i32),
+        );
+        let byte = |v: __m512i, i: u32| {
+            _mm512_and_si512(
+                _mm512_srlv_epi32(v, _mm512_set1_epi32(8 * i as i32)),
+                _mm512_set1_epi32(0xFF),
+            )
+        };
+        for g in 0..groups {
+            let r0 = g * GROUP;
+            let wp = sc.w.as_mut_ptr() as *mut u8;
+            for b in 0..nb {
+                let base = qs.add(r0 * rb + b * bb);
+                let gat =
+                    |off: usize| _mm512_i32gather_epi32::<1>(row_off, base.add(off) as *const i32);
+                let cst = sc.consts.as_mut_ptr().add(b * nconst);
+                let m4 = _mm512_set1_epi8(0x0F);
+                if six {
+                    let (m3, m30, b32) = (
+                        _mm512_set1_epi8(3),
+                        _mm512_set1_epi8(0x30),
+                        _mm512_set1_epi8(32),
+                    );
+                    for h in 0..2 {
+                        for k in 0..8 {
+                            let g0 = gat(64 * h + 4 * k);
+                            let g1 = gat(64 * h + 32 + 4 * k);
+                            let gh = gat(128 + 32 * h + 4 * k);
+                            let runs = [
+                                _mm512_or_si512(
+                                    _mm512_and_si512(g0, m4),
+                                    _mm512_slli_epi32::<4>(_mm512_and_si512(gh, m3)),
+                                ),
+                                _mm512_or_si512(
+                                    _mm512_and_si512(g1, m4),
+                                    _mm512_and_si512(_mm512_slli_epi32::<2>(gh), m30),
+                                ),
+                                _mm512_or_si512(
+                                    _mm512_and_si512(_mm512_srli_epi32::<4>(g0), m4),
+                                    _mm512_and_si512(gh, m30),
+                                ),
+                                _mm512_or_si512(
+                                    _mm512_and_si512(_mm512_srli_epi32::<4>(g1), m4),
+                                    _mm512_and_si512(_mm512_srli_epi32::<2>(gh), m30),
+                                ),
+                            ];
+                            for (jj, lv) in runs.into_iter().enumerate() {
+                                let e = 4 * h + jj;
+                                // Row k < 4: sub-block 2e (its B operand's rows 0..4); else
+                                // 2e + 1 (rows 4..8 of the second operand).
+                                let half = usize::from(k >= 4);
+                                let o = wp.add(((b * 8 + e) * 2 + half) * 512 + 64 * k);
+                                _mm512_store_si512(o as *mut _, _mm512_sub_epi8(lv, b32));
+                            }
+                        }
+                    }
+                    for m in 0..4 {
+                        let v = gat(192 + 4 * m);
+                        for i in 0..4 {
+                            let s = _mm512_srai_epi32::<24>(_mm512_sllv_epi32(
+                                v,
+                                _mm512_set1_epi32(24 - 8 * i as i32),
+                            ));
+                            *cst.add(4 * m + i) = s;
+                        }
+                    }
+                    // d: the high half of the dword ending at byte 210 (inside the block).
+                    let d =
+                        _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(gat(206))));
+                    *cst.add(16) = _mm512_castps_si512(d);
+                } else {
+                    for n4 in 0..4 {
+                        for k in 0..8 {
+                            let v = gat(16 + 32 * n4 + 4 * k);
+                            let o = wp.add((b * 8 + 2 * n4) * 512 + 64 * k);
+                            _mm512_store_si512(o as *mut _, _mm512_and_si512(v, m4));
+                            let hi = _mm512_and_si512(_mm512_srli_epi32::<4>(v), m4);
+                            _mm512_store_si512(o.add(512) as *mut _, hi);
+                        }
+                    }
+                    let (u0, u1, u2) = (gat(4), gat(8), gat(12));
+                    let (m6, m4d, m2) = (
+                        _mm512_set1_epi32(0x3F3F_3F3F),
+                        _mm512_set1_epi32(0x0F0F_0F0F),
+                        _mm512_set1_epi32(0x0303_0303),
+                    );
+                    let sc_lo = _mm512_and_si512(u0, m6);
+                    let sc_hi = _mm512_or_si512(
+                        _mm512_and_si512(u2, m4d),
+                        _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(u0), m2)),
+                    );
+                    let mn_lo = _mm512_and_si512(u1, m6);
+                    let mn_hi = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi32::<4>(u2), m4d),
+                        _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(u1), m2)),
+                    );
+                    for i in 0..4 {
+                        *cst.add(i) = byte(sc_lo, i as u32);
+                        *cst.add(4 + i) = byte(sc_hi, i as u32);
+                    }
+                    let mn = |j: usize| byte(if j < 4 { mn_lo } else { mn_hi }, (j % 4) as u32);
+                    for p in 0..4 {
+                        *cst.add(8 + p) =
+                            _mm512_or_si512(mn(2 * p), _mm512_slli_epi32::<16>(mn(2 * p + 1)));
+                    }
+                    let dd = gat(0);
+                    *cst.add(12) = _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+                    *cst.add(13) = _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(
+                        _mm512_srli_epi32::<16>(dd),
+                    )));
+                }
+            }
+            for p in 0..passes {
+                let ap = a.as_ptr().add(p * TOKENS * cols);
+                let dots = sc.dots.as_mut_ptr() as *mut i32;
+                let dot = |b: usize, s: usize| dots.add((b * nsub + s) * TOKENS * GROUP);
+                for b in 0..nb {
+                    let ab = ap.add(b * QK_K);
+                    if six {
+                        for e in 0..8 {
+                            let w = wp.add((b * 8 + e) * 2 * 512);
+                            let ae = ab.add(32 * e);
+                            two_dots::<true>(
+                                [ae, ae],
+                                cols,
+                                [w, w.add(512)],
+                                [dot(b, 2 * e), dot(b, 2 * e + 1)],
+                            );
+                        }
+                    } else {
+                        for j in (0..8).step_by(2) {
+                            let w = wp.add((b * 8 + j) * 512);
+                            let aj = ab.add(32 * j);
+                            two_dots::<false>(
+                                [aj, aj.add(32)],
+                                cols,
+                                [w, w.add(512)],
+                                [dot(b, j), dot(b, j + 1)],
+                            );
+                        }
+                    }
+                }
+                let nt = TOKENS.min(n - p * TOKENS);
+                let dots = sc.dots.as_ptr();
+                let cst = sc.consts.as_ptr();
+                let dy = sc.dy.as_ptr().add(p * TOKENS * nb);
+                let bsp = sc.bsp.as_ptr().add(p * TOKENS * nb * 4);
+                for t in 0..nt {
+                    let mut acc = _mm512_setzero_ps();
+                    let mut mn = _mm512_setzero_ps();
+                    for b in 0..nb {
+                        let c = cst.add(b * nconst);
+                        let db = dots.add(b * nsub * TOKENS + t);
+                        let mut tot = _mm512_mullo_epi32(*c, *db);
+                        for s in 1..nsub {
+                            tot = _mm512_add_epi32(
+                                tot,
+                                _mm512_mullo_epi32(*c.add(s), *db.add(s * TOKENS)),
+                            );
+                        }
+                        let yd = _mm512_set1_ps(*dy.add(t * nb + b));
+                        if six {
+                            let d = _mm512_castsi512_ps(*c.add(16));
+                            acc = _mm512_add_ps(
+                                acc,
+                                _mm512_mul_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(tot)),
+                            );
+                        } else {
+                            let (d, dmin) = (
+                                _mm512_castsi512_ps(*c.add(12)),
+                                _mm512_castsi512_ps(*c.add(13)),
+                            );
+                            acc =
+                                _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(tot), acc);
+                            let bp = bsp.add((t * nb + b) * 4);
+                            let mut ms = _mm512_madd_epi16(*c.add(8), _mm512_set1_epi32(*bp));
+                            for u in 1..4 {
+                                ms = _mm512_add_epi32(
+                                    ms,
+                                    _mm512_madd_epi16(*c.add(8 + u), _mm512_set1_epi32(*bp.add(u))),
+                                );
+                            }
+                            mn = _mm512_fmadd_ps(
+                                _mm512_mul_ps(dmin, yd),
+                                _mm512_cvtepi32_ps(ms),
+                                mn,
+                            );
+                        }
+                    }
+                    let yp = y.add((p * TOKENS + t) * rows + r0);
+                    let v = if six { acc } else { _mm512_sub_ps(acc, mn) };
+                    _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), v));
                 }
             }
         }

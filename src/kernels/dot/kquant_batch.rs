@@ -137,9 +137,10 @@ macro_rules! batch_kernels {
                         }
                     }
                     (QuantType::Q4_K, BatchAct::K(x)) => {
+                        let ra = amx_rows(q, t, rows, x, amx);
                         for (c, x) in x.chunks(TB).enumerate() {
                             let yc = t.y.add(c * TB * rows);
-                            by_rows!(rows, k4::<false>(t, rows, x, yc));
+                            by_rows!(from ra, rows, k4::<false>(t, rows, x, yc));
                         }
                     }
                     (QuantType::Q5_K, BatchAct::K(x)) => {
@@ -149,12 +150,26 @@ macro_rules! batch_kernels {
                         }
                     }
                     (QuantType::Q6_K, BatchAct::K(x)) => {
+                        let ra = amx_rows(q, t, rows, x, amx);
                         for (c, x) in x.chunks(TB).enumerate() {
                             let yc = t.y.add(c * TB * rows);
-                            by_rows!(rows, q6k(t, rows, x, yc));
+                            by_rows!(from ra, rows, q6k::<>(t, rows, x, yc));
                         }
                     }
                     _ => unreachable!("{q}: no batched kernel for this activation form"),
+                }
+            }
+
+            /// VNNI build with `amx`, from [`AMX_MIN_TOKENS`](crate::kernels::dot::packed::AMX_MIN_TOKENS)
+            /// tokens: the whole 16-row groups of a Q4_K or Q6_K tile on AMX
+            /// (`kquant_amx::kquant`); returns the first row left to the row-group kernels.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn amx_rows(q: QuantType, t: Rows, rows: usize, xk: &[Q8KRef], amx: bool) -> usize {
+                if $vnni && amx && xk.len() >= crate::kernels::dot::packed::AMX_MIN_TOKENS {
+                    crate::kernels::dot::kquant_amx::kquant(q, t.qs, t.rb, t.nb, rows, xk, t.y)
+                } else {
+                    0
                 }
             }
 
@@ -772,7 +787,7 @@ mod tests {
                     // its tail rows are the per-token arithmetic.
                     // AMX (whole groups of 16 rows of Q5_0, at least 8 tokens) is the lanes
                     // kernel's arithmetic: bit-identical to the VNNI build everywhere.
-                    if build == "amx" {
+                    if build == "amx" && q == QuantType::Q5_0 {
                         let vg: &Vec<f32> = vnni_got.as_ref().unwrap();
                         assert_eq!(
                             vg.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
@@ -785,6 +800,10 @@ mod tests {
                     }
                     let lanes = if build != "avx2" && q == QuantType::Q5_0 {
                         rows / 8 * 8
+                    } else if build == "amx" && q == QuantType::Q4_K && n >= 8 {
+                        // AMX Q4_K sums each row in one lane (`kquant_amx::kquant`): within
+                        // the scalar reference's bound, checked by the dispatch test.
+                        rows / 16 * 16
                     } else {
                         0
                     };

@@ -141,6 +141,29 @@ pub(super) unsafe fn two_block_dots<const SIGNED_W: bool>(
     sw2: usize,
     c: *mut i32,
 ) {
+    two_dots::<SIGNED_W>(
+        [a, a.add(QK)],
+        sa,
+        [w, w.add(sw2)],
+        [c, c.add(TOKENS * PACK_ROWS)],
+    );
+}
+
+/// Two independent tile products on the two tile sets: for `i` in 0..2,
+/// `c[i][t][r] = Σ_k a[i][t][k] · w[i][k][r]`, `a[i]` 16 rows of 32 bytes at stride `sa`,
+/// `w[i]` 8 rows of 64 bytes, `c[i]` 16 × 16 i32 (1 KiB). `SIGNED_W` as [`two_block_dots`].
+///
+/// # Safety
+/// [`configure`] ran on this thread; each `a[i]` points to 16 readable rows of 32 bytes at
+/// stride `sa`, each `w[i]` to 512 readable bytes, each `c[i]` to 1 KiB writable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn two_dots<const SIGNED_W: bool>(
+    a: [*const i8; 2],
+    sa: usize,
+    w: [*const u8; 2],
+    c: [*mut i32; 2],
+) {
     macro_rules! dots {
         ($op:literal) => {
             std::arch::asm!(
@@ -154,9 +177,8 @@ pub(super) unsafe fn two_block_dots<const SIGNED_W: bool>(
                 concat!($op, " tmm3, tmm4, tmm5"),
                 "tilestored [{c} + {sw}*1], tmm0",
                 "tilestored [{c2} + {sw}*1], tmm3",
-                a = in(reg) a, sa = in(reg) sa, w = in(reg) w, sw = in(reg) 64usize,
-                a2 = in(reg) a.add(QK), w2 = in(reg) w.add(sw2),
-                c = in(reg) c, c2 = in(reg) c.add(TOKENS * PACK_ROWS),
+                a = in(reg) a[0], sa = in(reg) sa, w = in(reg) w[0], sw = in(reg) 64usize,
+                a2 = in(reg) a[1], w2 = in(reg) w[1], c = in(reg) c[0], c2 = in(reg) c[1],
                 options(nostack),
             )
         };
