@@ -1,4 +1,4 @@
-//! Prompt prefill: batches of up to 64 tokens with each weight read once per batch, for the
+//! Prompt prefill: batches of up to 128 tokens (`BatchScratch::tokens_per_batch`) with each weight read once per batch, for the
 //! models whose layers have no cross-token delays (standard pre-norm, dense, δd = 0, tiled
 //! layout); other models are fed token by token through the decode step. The batch path uses
 //! the same per-token functions as decode (`qkv_post`, `attend`, `gated`, `lm_head`) around
@@ -34,7 +34,7 @@ impl Engine {
     }
 
     /// Feeds `tokens` at the current position; afterwards `logits()` holds the prediction after
-    /// the last one. Batched (weights read once per batch of up to 64 tokens) when the model
+    /// the last one. Batched (weights read once per batch of up to 128 tokens) when the model
     /// allows it, otherwise token by token; the results are the same up to float rounding order.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<(), ForwardError> {
         if tokens.is_empty() {
@@ -59,14 +59,9 @@ impl Engine {
             }
             return Ok(());
         }
-        // Tokens per batch. Each batch streams every weight once per thread's token range, so a
-        // larger batch reads fewer weight bytes per token: SmolLM2 Q4_0 pp256 at 1 / 2 threads
-        // gave 974–990 / 1393–1398 tok/s at 32, 1046–1085 / 1545–1655 at 64 and 1092–1100 /
-        // 1701–1712 at 128 (Intel guest, two alternating runs each). 128 put Gemma 3's peak
-        // RSS at 0.996 of llama.cpp's (`vs_llamacpp.sh --columns rss`), 64 keeps a margin.
-        const B: usize = 64;
-        let n_chunks = tokens.len().div_ceil(B);
-        for (ci, chunk) in tokens.chunks(B).enumerate() {
+        let b = BatchScratch::tokens_per_batch(&self.cfg);
+        let n_chunks = tokens.len().div_ceil(b);
+        for (ci, chunk) in tokens.chunks(b).enumerate() {
             let p0 = self.kv.len;
             self.files_intact()?;
             self.forward_batch(chunk, p0, ci + 1 == n_chunks)?;

@@ -181,7 +181,33 @@ pub struct BatchScratch {
     pub rope: RopeCache,
 }
 
+/// The most bytes of f32 batch buffers ([`BatchScratch::f32_bytes_per_token`] × tokens) that
+/// [`BatchScratch::tokens_per_batch`] allows.
+pub const BATCH_BUFFER_BUDGET: usize = 4 << 20;
+
 impl BatchScratch {
+    /// Bytes of the f32 buffers [`Self::resize`] holds per token of `cfg`.
+    pub fn f32_bytes_per_token(cfg: &ModelConfig) -> usize {
+        let (d, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
+        4 * (3 * d + 2 * qd + 2 * kvd + 2 * ff)
+    }
+
+    /// Tokens per prefill batch: 128, or 64 when 128 tokens' f32 buffers would pass
+    /// [`BATCH_BUFFER_BUDGET`]. Each batch streams every weight once per thread's token range,
+    /// so a larger batch reads fewer weight bytes per token and pays the per-batch serial work
+    /// less often. Intel guest, AMX kernels (1c51db1), pp256 at 1 / 2 threads, two alternating
+    /// runs: SmolLM2 Q4_0 1100–1104 / 1613–1623 tok/s at 64 and 1104–1158 / 1737–1758 at 128;
+    /// Q6_K 916–924 / 1379–1400 and 974–976 / 1545–1554. Gemma 3 (34 KiB of buffers per
+    /// token, 4.4 MiB at 128) peaked at 384,880 KiB with 128 against llama.cpp's 386,544 and
+    /// 380,076 KiB with 64 (`cflow-tui run -c 4096`, 4,080-token prompt), so it keeps 64.
+    pub fn tokens_per_batch(cfg: &ModelConfig) -> usize {
+        if 128 * Self::f32_bytes_per_token(cfg) <= BATCH_BUFFER_BUDGET {
+            128
+        } else {
+            64
+        }
+    }
+
     /// Sizes every buffer for `n` tokens of `cfg` (contents unspecified; capacity is kept).
     pub fn resize(&mut self, cfg: &ModelConfig, n: usize) {
         let (d, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
