@@ -873,7 +873,13 @@ mod tests {
                             let mut want = vec![0f32; 300];
                             tiled_matvec(&pool, isa, &buf, &mut [(&m, &mut want)], &act);
                             let got = &got[b * 300..(b + 1) * 300];
-                            if int && q == QuantType::Q5_0 && isa == Isa::Avx512 && isa.has_vnni() {
+                            // Q4_K on AMX (from 8 tokens) sums each row in one lane too
+                            // (`kquant_amx::kquant`).
+                            let amx_k = q == QuantType::Q4_K
+                                && n >= crate::kernels::dot::packed::AMX_MIN_TOKENS
+                                && crate::kernels::dot::packed_amx::available();
+                            let lanes = q == QuantType::Q5_0 || amx_k;
+                            if int && lanes && isa == Isa::Avx512 && isa.has_vnni() {
                                 // Q5_0's VNNI batch sums each block in one lane per row
                                 // (`kquant_batch::q5_0_lanes`): the same value within the
                                 // kernels' bound, 1e-4 of the output's norm.
