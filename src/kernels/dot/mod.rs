@@ -127,7 +127,13 @@ impl Isa {
     pub fn kernels(self) -> &'static str {
         match self {
             Isa::Avx512 if self.available() => {
-                "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants (their batched prefill: AVX-512 VNNI)"
+                if self.has_vnni() && packed_amx::available() {
+                    "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants (their batched prefill: AVX-512 VNNI; AMX INT8 for Q5_0/Q4_K/Q6_K)"
+                } else if self.has_vnni() {
+                    "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants (their batched prefill: AVX-512 VNNI)"
+                } else {
+                    "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants"
+                }
             }
             Isa::Avx512 | Isa::Avx2 if Isa::Avx2.available() => "AVX2",
             _ => "scalar",
