@@ -435,6 +435,7 @@ mod avx512 {
             let mut acc = _mm512_setzero_ps();
             for b in 0..nb {
                 let rec = gp.add(b * rb);
+                crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
                 let qp = rec.add(rsb);
                 let mut i = [_mm512_setzero_si512(); 4];
                 for j in 0..8 {
@@ -485,6 +486,7 @@ mod avx512 {
             let mut acc = _mm512_setzero_ps();
             for b in 0..nb {
                 let rec = gp.add(b * rb);
+                crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
                 let qp = rec.add(rsb);
                 let xb = x4.add(b * QK / 4);
                 // Four independent integer sums: low nibbles of chunks 0/2 and 1/3, high
