@@ -293,7 +293,8 @@ fn batched_tile(c: &mut Criterion) {
 
 /// The batched prefill kernels of the interleaved types a Q4_K_M file mixes
 /// (`kquant::tile_matmul`: Q5_0 · Q8_0, Q4_K and Q6_K · Q8_K): one 128×256 tile applied to 32
-/// tokens, per ISA (AVX-512 = the VL + VNNI build), against 32 per-token calls of the kernel
+/// tokens, per ISA (AVX-512 = the VL + VNNI build, on AMX INT8 where `packed_amx::available`;
+/// `CFLOW_AMX=0` for the VNNI kernels), against 32 per-token calls of the kernel
 /// decode runs (`tile_matvec_act` with `Isa::for_quant`). Throughput counts the weight bytes
 /// once per token.
 fn batched_kquant_tile(c: &mut Criterion) {
