@@ -31,6 +31,11 @@
 //! activation load is shared by the group's rows. A Q5 row group keeps up to [`CH`] blocks (one
 //! 256-column tile) unpacked; each token's 8-lane accumulators live on the stack across blocks.
 //!
+//! On the VNNI build with AMX available (`packed_amx::available`) and at least 8 tokens, the
+//! whole 16-row groups of Q5_0, Q4_K and Q6_K go to `kquant_amx` first (Q5_0 and Q6_K
+//! bit-identical to the kernels here, Q4_K within the scalar bound); the rest of the rows run
+//! below.
+//!
 //! Two builds of the same code by a macro: [`avx2`] (AVX2 + FMA + F16C; u8 × i8 dots with
 //! `vpmaddubsw` + `vpmaddwd`) and [`vnni`] (AVX-512 VL + VNNI added: the lanes kernels above; a
 //! Q5 block's dot in the row-group kernel is one 256-bit `vpdpbusd` whose accumulator starts at
@@ -50,7 +55,7 @@ use crate::quant::kquants::QK_K;
 use crate::quant::{QuantType, QK};
 use std::arch::x86_64::*;
 
-/// Tokens per pass over a row group (prefill's batch is 32).
+/// Tokens per pass over a row group (prefill's batches of 64 or 128 tokens run in passes of this).
 pub const TB: usize = 32;
 /// Rows per group.
 const G: usize = 4;
