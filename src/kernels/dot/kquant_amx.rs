@@ -26,23 +26,71 @@ const GROUP: usize = 16;
 /// Bytes of a Q5_0 block: f16 scale, 32 fifth bits, 16 bytes of nibbles.
 const BLOCK: usize = 22;
 
-/// Per-thread buffers of [`q5_0`] (an allocation per call showed in `packed_amx`'s profile).
+/// Per-thread buffers of [`q5_0`] and [`kquant`] (an allocation per call showed in
+/// `packed_amx`'s profile).
 #[derive(Default)]
 struct Scratch {
-    /// Every pass's 16 tokens × `cols` activation bytes, padded with zero tokens.
+    /// Every pass's 16 tokens × `cols` activation quants, padded with zero tokens.
     a: Vec<__m512i>,
-    /// The group's unpacked blocks, 512 bytes each.
+    /// The group's unpacked levels, one 512-byte B operand per block or sub-block (Q6_K: two
+    /// per run of 32, the other half of each zero).
     w: Vec<__m512i>,
-    /// One pass's dots: per block 16 tokens × 16 rows of i32.
+    /// One pass's dots: per block or sub-block 16 tokens × 16 rows of i32.
     dots: Vec<__m512i>,
-    /// Each token's block scales `d_x`, token-major, zero for the padding tokens.
+    /// Each token's per-block activation scales (`d_x`, Q8_K's `d_y`), token-major, zero for
+    /// the padding tokens.
     dx: Vec<f32>,
-    /// The group's 16 row scales `d_w` per block.
+    /// Q5_0: the group's 16 row scales `d_w` per block.
     dw: Vec<__m512>,
+    /// Q4_K: each token's sub-block sums of quants in pairs (2p, 2p + 1) as i16 halves of an
+    /// i32, token-major, 4 per superblock.
+    bsp: Vec<i32>,
+    /// K-quants: the group's per-superblock row constants: the sub-block scales (i32 lanes),
+    /// Q4_K's minimums in i16 pairs, then `d` and (Q4_K) `dmin` as f32 lanes.
+    consts: Vec<__m512i>,
 }
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+impl Scratch {
+    /// Lays out `toks` (each token's `cols` quants and `nb` block scales) as whole passes of
+    /// [`TOKENS`] tokens: the quants token-major in `a`, the scales in `dx`; only the padding
+    /// tokens are zeroed. Returns `a` as bytes.
+    fn tokens<'t>(
+        &mut self,
+        toks: impl ExactSizeIterator<Item = (&'t [i8], &'t [f32])>,
+        cols: usize,
+        nb: usize,
+    ) -> &mut [i8] {
+        let n = toks.len();
+        let len = n.div_ceil(TOKENS) * TOKENS;
+        // SAFETY: an all-zero bit pattern is a valid `__m512i`.
+        self.a
+            .resize(len * cols / 64, unsafe { std::mem::zeroed() });
+        self.dx.resize(len * nb, 0.0);
+        // SAFETY: `a` holds len · cols bytes (cols is a multiple of 32 and len of 16).
+        let a =
+            unsafe { std::slice::from_raw_parts_mut(self.a.as_mut_ptr() as *mut i8, len * cols) };
+        for (t, (x, d)) in toks.enumerate() {
+            a[t * cols..(t + 1) * cols].copy_from_slice(&x[..cols]);
+            self.dx[t * nb..(t + 1) * nb].copy_from_slice(&d[..nb]);
+        }
+        a[n * cols..].fill(0);
+        self.dx[n * nb..len * nb].fill(0.0);
+        a
+    }
+}
+
+/// Byte offsets of a group's 16 rows at stride `rb`, for gathering one dword of each.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn row_offsets(rb: usize) -> __m512i {
+    _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(rb as i32),
+    )
 }
 
 /// Rows `0..rows / 16 · 16` of Q5_0 · Q8_0 for the tokens of `xq`: `y[j·rows + r] += W[r] · x_j`,
@@ -72,31 +120,16 @@ pub unsafe fn q5_0(
     let n = xq.len();
     let passes = n.div_ceil(TOKENS);
     SCRATCH.with_borrow_mut(|sc| {
-        sc.a.clear();
-        sc.a.resize(passes * TOKENS * cols / 64, _mm512_setzero_si512());
+        let a: &[i8] = sc.tokens(xq.iter().map(|&(d, _, x)| (x, d)), cols, nb);
+        let a = a.as_ptr();
         sc.w.resize(nb * 8, _mm512_setzero_si512());
         sc.dots.resize(nb * TOKENS, _mm512_setzero_si512());
         sc.dw.resize(nb, _mm512_setzero_ps());
-        sc.dx.clear();
-        sc.dx.resize(passes * TOKENS * nb, 0.0);
-        for (t, (d, _, _)) in xq.iter().enumerate() {
-            sc.dx[t * nb..(t + 1) * nb].copy_from_slice(&d[..nb]);
-        }
-        // SAFETY: `a` holds passes · 16 · cols bytes (cols is a multiple of 32, so of 64 when
-        // multiplied by 16 tokens).
-        let a =
-            std::slice::from_raw_parts_mut(sc.a.as_mut_ptr() as *mut i8, passes * TOKENS * cols);
-        for (t, (_, _, x)) in xq.iter().enumerate() {
-            a[t * cols..(t + 1) * cols].copy_from_slice(&x[..cols]);
-        }
         let m4 = _mm256_set1_epi8(0x0F);
         let b16 = _mm256_set1_epi8(0x10);
         let nib_shift = _mm256_setr_epi64x(0, 0, 4, 4);
         // Byte offsets of the group's 16 rows, for gathering their block scales.
-        let row_off = _mm512_mullo_epi32(
-            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-            _mm512_set1_epi32(rb as i32),
-        );
+        let row_off = row_offsets(rb);
         for g in 0..groups {
             let r0 = g * GROUP;
             let wp = sc.w.as_mut_ptr() as *mut u8;
@@ -124,7 +157,7 @@ pub unsafe fn q5_0(
                 }
             }
             for p in 0..passes {
-                let ap = a.as_ptr().add(p * TOKENS * cols);
+                let ap = a.add(p * TOKENS * cols);
                 let out = sc.dots.as_mut_ptr() as *mut i32;
                 let mut b = 0;
                 while b < nb {
@@ -167,30 +200,6 @@ pub unsafe fn q5_0(
         }
     });
     groups * GROUP
-}
-
-/// Per-thread buffers of [`kquant`].
-#[derive(Default)]
-struct KScratch {
-    /// Every pass's 16 tokens × `cols` Q8_K quants, padded with zero tokens.
-    a: Vec<__m512i>,
-    /// The group's unpacked levels: per superblock and sub-block one 512-byte B operand
-    /// (Q6_K: two per run of 32, the other half of each zero).
-    w: Vec<__m512i>,
-    /// One pass's dots: per superblock and sub-block 16 tokens × 16 rows of i32.
-    dots: Vec<__m512i>,
-    /// Each token's superblock scales `d_y`, token-major, zero for padding tokens.
-    dy: Vec<f32>,
-    /// Q4_K: each token's sub-block sums of quants in pairs (2p, 2p + 1) as i16 halves of an i32,
-    /// token-major, 4 per superblock.
-    bsp: Vec<i32>,
-    /// The group's per-superblock row constants: the sub-block scales (i32 lanes), Q4_K's
-    /// minimums in i16 pairs, then `d` and (Q4_K) `dmin` as f32 lanes.
-    consts: Vec<__m512i>,
-}
-
-thread_local! {
-    static KSCRATCH: std::cell::RefCell<KScratch> = std::cell::RefCell::default();
 }
 
 /// Rows `0..rows / 16 · 16` of Q4_K or Q6_K · Q8_K for the tokens of `xk`:
@@ -236,37 +245,29 @@ pub unsafe fn kquant(
     let (bb, nsub) = if six { (210, 16) } else { (144, 8) };
     // Per superblock: sub-block scales, then Q4_K's 4 minimum pairs, then d (and dmin).
     let nconst = if six { 16 + 1 } else { 8 + 4 + 2 };
-    KSCRATCH.with_borrow_mut(|sc| {
-        sc.a.clear();
-        sc.a.resize(passes * TOKENS * cols / 64, _mm512_setzero_si512());
-        // SAFETY: `a` holds passes · 16 · cols bytes.
-        let a =
-            std::slice::from_raw_parts_mut(sc.a.as_mut_ptr() as *mut i8, passes * TOKENS * cols);
-        sc.dy.clear();
-        sc.dy.resize(passes * TOKENS * nb, 0.0);
-        sc.bsp.clear();
-        sc.bsp.resize(passes * TOKENS * nb * 4, 0);
-        for (t, k) in xk.iter().enumerate() {
-            a[t * cols..(t + 1) * cols].copy_from_slice(&k.qs[..cols]);
-            sc.dy[t * nb..(t + 1) * nb].copy_from_slice(&k.d[..nb]);
-            if !six {
+    SCRATCH.with_borrow_mut(|sc| {
+        let a: &[i8] = sc.tokens(xk.iter().map(|k| (k.qs, k.d)), cols, nb);
+        let a = a.as_ptr();
+        if !six {
+            sc.bsp.resize(passes * TOKENS * nb * 4, 0);
+            for (t, k) in xk.iter().enumerate() {
                 for (j, p) in sc.bsp[t * nb * 4..(t + 1) * nb * 4].iter_mut().enumerate() {
                     let s = |u: usize| k.bsums[4 * j + u] as i32;
                     let (lo, hi) = (s(0) + s(1), s(2) + s(3));
                     *p = (lo & 0xFFFF) | (hi << 16);
                 }
             }
+            sc.bsp[n * nb * 4..].fill(0);
         }
         // The B operands; Q6_K's zero halves are never written, so zero them for this call.
         let wsub = if six { 2 * 8 } else { 8 };
-        sc.w.clear();
+        if six {
+            sc.w.clear();
+        }
         sc.w.resize(nb * wsub * 8, _mm512_setzero_si512());
         sc.dots.resize(nb * nsub * TOKENS, _mm512_setzero_si512());
         sc.consts.resize(nb * nconst, _mm512_setzero_si512());
-        let row_off = _mm512_mullo_epi32(
-            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-            _mm512_set1_epi32(rb as i32),
-        );
+        let row_off = row_offsets(rb);
         let byte = |v: __m512i, i: u32| {
             _mm512_and_si512(
                 _mm512_srlv_epi32(v, _mm512_set1_epi32(8 * i as i32)),
@@ -378,7 +379,7 @@ pub unsafe fn kquant(
                 }
             }
             for p in 0..passes {
-                let ap = a.as_ptr().add(p * TOKENS * cols);
+                let ap = a.add(p * TOKENS * cols);
                 let dots = sc.dots.as_mut_ptr() as *mut i32;
                 let dot = |b: usize, s: usize| dots.add((b * nsub + s) * TOKENS * GROUP);
                 for b in 0..nb {
@@ -410,7 +411,7 @@ pub unsafe fn kquant(
                 let nt = TOKENS.min(n - p * TOKENS);
                 let dots = sc.dots.as_ptr();
                 let cst = sc.consts.as_ptr();
-                let dy = sc.dy.as_ptr().add(p * TOKENS * nb);
+                let dy = sc.dx.as_ptr().add(p * TOKENS * nb);
                 let bsp = sc.bsp.as_ptr().add(p * TOKENS * nb * 4);
                 for t in 0..nt {
                     let mut acc = _mm512_setzero_ps();
