@@ -1,8 +1,8 @@
-//! Prompt prefill: batches of up to 128 tokens (`BatchScratch::tokens_per_batch`) with each weight read once per batch, for the
-//! models whose layers have no cross-token delays (standard pre-norm, dense, δd = 0, tiled
-//! layout); other models are fed token by token through the decode step. The batch path uses
-//! the same per-token functions as decode (`qkv_post`, `attend`, `gated`, `lm_head`) around
-//! batched matvecs.
+//! Prompt prefill: batches of up to 128 tokens (`BatchScratch::tokens_per_batch`) with each
+//! weight read once per batch, for the models whose layers have no cross-token delays
+//! (standard pre-norm, dense, δd = 0, tiled layout); other models are fed token by token
+//! through the decode step. The batch path uses the same per-token functions as decode
+//! (`qkv_post`, `attend`, `gated`, `lm_head`) around batched matvecs.
 
 use super::finite::{check, NonFinite, Phase};
 use super::layer::{attend_batch, attn_bytes, dense_bytes, gated, lm_head, qkv_post};

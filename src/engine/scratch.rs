@@ -186,10 +186,15 @@ pub struct BatchScratch {
 pub const BATCH_BUFFER_BUDGET: usize = 4 << 20;
 
 impl BatchScratch {
+    /// Floats per token of each f32 buffer, in the order x, xb, o, q, k, v, att, g, u.
+    fn widths(cfg: &ModelConfig) -> [usize; 9] {
+        let (d, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
+        [d, d, d, qd, kvd, kvd, qd, ff, ff]
+    }
+
     /// Bytes of the f32 buffers [`Self::resize`] holds per token of `cfg`.
     pub fn f32_bytes_per_token(cfg: &ModelConfig) -> usize {
-        let (d, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
-        4 * (3 * d + 2 * qd + 2 * kvd + 2 * ff)
+        4 * Self::widths(cfg).iter().sum::<usize>()
     }
 
     /// Tokens per prefill batch: 128, or 64 when 128 tokens' f32 buffers would pass
@@ -210,19 +215,19 @@ impl BatchScratch {
 
     /// Sizes every buffer for `n` tokens of `cfg` (contents unspecified; capacity is kept).
     pub fn resize(&mut self, cfg: &ModelConfig, n: usize) {
-        let (d, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
-        for (b, len) in [
-            (&mut self.x, n * d),
-            (&mut self.xb, n * d),
-            (&mut self.o, n * d),
-            (&mut self.q, n * qd),
-            (&mut self.k, n * kvd),
-            (&mut self.v, n * kvd),
-            (&mut self.att, n * qd),
-            (&mut self.g, n * ff),
-            (&mut self.u, n * ff),
-        ] {
-            b.resize(len, 0.0);
+        let bufs = [
+            &mut self.x,
+            &mut self.xb,
+            &mut self.o,
+            &mut self.q,
+            &mut self.k,
+            &mut self.v,
+            &mut self.att,
+            &mut self.g,
+            &mut self.u,
+        ];
+        for (b, w) in bufs.into_iter().zip(Self::widths(cfg)) {
+            b.resize(n * w, 0.0);
         }
     }
 }

@@ -307,9 +307,14 @@ unsafe fn run_passes(
     let m4 = _mm512_set1_epi8(0x0F);
     for (p, xs) in xqs.chunks(TOKENS).enumerate() {
         let nt = xs.len();
-        a.fill(0);
-        dx.fill(0.0);
-        sp.fill(0.0);
+        // Only a short last pass has padding tokens; the others overwrite every slot.
+        if nt < TOKENS {
+            a[nt * cols..].fill(0);
+            for b in 0..nb {
+                dx[b * TOKENS + nt..(b + 1) * TOKENS].fill(0.0);
+                sp[b * TOKENS + nt..(b + 1) * TOKENS].fill(0.0);
+            }
+        }
         for (t, (d, s, x)) in xs.iter().enumerate() {
             a[t * cols..(t + 1) * cols].copy_from_slice(&x[..cols]);
             for b in 0..nb {
