@@ -88,7 +88,9 @@ fn demo_session_and_replay_in_tmux() {
     t.keys(&["?"]);
     t.wait(10, "help overlay", |s| s.contains("Esc or ? closes"));
     t.keys(&["Escape"]);
-    std::thread::sleep(Duration::from_millis(300));
+    t.wait(10, "help overlay closed", |s| {
+        !s.contains("Esc or ? closes")
+    });
     t.keys(&["z"]);
     let s = t.wait(10, "maximized pane", |s| {
         !(s.contains("Expert routing") && s.contains("Critical path"))
@@ -187,10 +189,12 @@ fn record_mid_session_then_replay_it_and_ab_auto_gives_an_interval_in_tmux() {
     t.wait(120, "the second reply to finish", |s| {
         !s.contains("generating")
     });
-    t.keys(&["Escape"]);
-    t.keys(&["r"]);
+    // The focus is back in the input box; F9 and F10 work there. (Esc then `r` sent at once
+    // reaches the app as one read, ESC r, which is Alt+r: recording stopped but the input kept
+    // the focus, so a following `q` was typed into it instead of quitting.)
+    t.keys(&["F9"]);
     t.wait(10, "recording saved", |s| !s.contains("● REC"));
-    t.keys(&["q"]);
+    t.keys(&["F10"]);
     t.wait(30, "exit", |s| s.contains("EXITED 0"));
     drop(t);
     let trace = std::fs::read_dir(dir.path())
