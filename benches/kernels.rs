@@ -499,7 +499,8 @@ fn attention(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(2));
     g.warm_up_time(Duration::from_millis(300));
     for (name, n_heads, group, hd) in [("smollm2", 9, 3, 64), ("gemma3", 4, 4, 256)] {
-        for n in [128usize, 512] {
+        // 4096: decode at depth (the vs_llamacpp `depth` column), K/V rows past L2.
+        for n in [128usize, 512, 4096] {
             let sh = attn_shape(n_heads, group, hd, n - 1);
             let mut s = cflow::rng::Rng::new(11);
             let q: Vec<f32> = (0..n_heads * hd).map(|_| uniform(&mut s)).collect();

@@ -58,10 +58,11 @@ impl NonFinite {
     }
 }
 
-/// Whether every value of `v` is finite. Branch-free over the bit patterns so it vectorizes.
+/// Whether every value of `v` is finite: an integer max over the bit patterns, vectorized
+/// ([`crate::kernels::vec::all_finite`]).
 #[inline]
 pub fn all_finite(v: &[f32]) -> bool {
-    v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff)) < 0x7f80_0000
+    crate::kernels::vec::all_finite(v)
 }
 
 /// `Err` naming `layer`/`phase` when `v` holds a NaN or ±Inf. `l` is the execution step,

@@ -142,9 +142,7 @@ pub fn softmax(x: &mut [f32]) {
 }
 
 pub fn add_into(dst: &mut [f32], src: &[f32]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d += s;
-    }
+    crate::kernels::vec::add_into(dst, src)
 }
 
 pub fn add_scaled(dst: &mut [f32], src: &[f32], k: f32) {

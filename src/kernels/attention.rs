@@ -468,7 +468,7 @@ mod avx2 {
     // Inlined into each of its two builds ([`heads`], [`heads_vl`]), whose target features
     // it then takes: `#[inline(always)]` cannot carry `#[target_feature]` itself.
     #[inline(always)]
-    unsafe fn heads_body<T: KvElem>(
+    unsafe fn heads_body<T: KvElem, const WIDE: bool>(
         sh: &AttnShape,
         q: &[f32],
         g: usize,
@@ -500,13 +500,15 @@ mod avx2 {
                 prefetch_row(v0.wrapping_add(r * stride) as *const u8, row_bytes);
             }
             // The group's heads in chunks of at most 3 (12 accumulators and the 4 K rows fill
-            // the 16 registers), so each K row piece is converted once per chunk.
+            // the 16 registers), or 4 in the `WIDE` build (32 registers: 16 accumulators), so
+            // each K row piece is converted once per chunk.
             let mut j = 0;
             while j < g {
                 let qj = q.as_ptr().add(j * hd);
                 let (kb, sj) = (k0.add(i * stride), scores.as_mut_ptr().add(j * n + i));
                 j += match g - j {
                     1 => dots4::<T, 1>(qj, kb, stride, hd, sj, n),
+                    4.. if WIDE => dots4::<T, 4>(qj, kb, stride, hd, sj, n),
                     2 | 4 => dots4::<T, 2>(qj, kb, stride, hd, sj, n),
                     _ => dots4::<T, 3>(qj, kb, stride, hd, sj, n),
                 };
@@ -578,7 +580,7 @@ mod avx2 {
     /// One entry point per build of [`heads_body`]: the body is inlined and compiled with the
     /// entry's target features.
     macro_rules! head_build {
-        ($(#[$doc:meta])* $name:ident, $features:literal) => {
+        ($(#[$doc:meta])* $name:ident, $wide:literal, $features:literal) => {
             $(#[$doc])*
             #[target_feature(enable = $features)]
             pub(super) unsafe fn $name<T: KvElem>(
@@ -590,7 +592,7 @@ mod avx2 {
                 scores: &mut Vec<f32>,
                 out: &mut [f32],
             ) {
-                heads_body(sh, q, g, kv, kh, scores, out)
+                heads_body::<T, $wide>(sh, q, g, kv, kh, scores, out)
             }
         };
     }
@@ -601,16 +603,19 @@ mod avx2 {
         /// # Safety
         /// As [`heads_body`].
         heads,
+        false,
         "avx2,fma,f16c"
     );
 
     head_build!(
         /// [`heads_body`] built for AVX-512VL as well: the same source and operation order, with
-        /// 32 vector registers (`ymm16`–`ymm31`) for the register allocator.
+        /// 32 vector registers (`ymm16`–`ymm31`) for the register allocator, which lets the dot
+        /// products take 4 heads per pass over the K rows (Gemma 3's group of 4 was 2 + 2).
         ///
         /// # Safety
         /// As [`heads_body`], and the CPU must support AVX-512F and AVX-512VL.
         heads_vl,
+        true,
         "avx2,fma,f16c,avx512f,avx512vl"
     );
 
