@@ -3,51 +3,7 @@
 
 use crate::model::RopeStyle;
 
-/// `1 / sqrt(mean(x²) + eps)`, the scale of an RMSNorm. The squares are summed in 8 interleaved
-/// partial sums (element i into sum i mod 8), added pairwise at the end: one chain of 576
-/// dependent adds took ~0.65 µs per norm on SmolLM2, twice per layer on the decode critical
-/// path while the other threads wait.
-fn rms_scale(x: &[f32], eps: f32) -> f32 {
-    let mut acc = [0f32; 8];
-    let chunks = x.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for i in 0..8 {
-            acc[i] += c[i] * c[i];
-        }
-    }
-    for (a, v) in acc.iter_mut().zip(tail) {
-        *a += v * v;
-    }
-    let s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    1.0 / (s / x.len() as f32 + eps).sqrt()
-}
-
-/// out = x / rms(x) * w (w = None: no weight).
-pub fn rmsnorm(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
-    let inv = rms_scale(x, eps);
-    match w {
-        Some(w) => {
-            for ((o, xv), wv) in out.iter_mut().zip(x).zip(w) {
-                *o = xv * inv * wv;
-            }
-        }
-        None => {
-            for (o, xv) in out.iter_mut().zip(x) {
-                *o = xv * inv;
-            }
-        }
-    }
-}
-
-/// x ← x / rms(x) * w, in place (the same arithmetic as [`rmsnorm`]).
-pub fn rmsnorm_in_place(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
-    let inv = rms_scale(x, eps);
-    match w {
-        Some(w) => x.iter_mut().zip(w).for_each(|(v, wv)| *v = *v * inv * wv),
-        None => x.iter_mut().for_each(|v| *v *= inv),
-    }
-}
+pub use crate::kernels::vec::{add_into, add_scaled, rmsnorm, rmsnorm_in_place};
 
 /// Rotates one head vector in place for position `pos`.
 pub fn rope(head: &mut [f32], pos: usize, rot_dims: usize, theta: f32, style: RopeStyle) {
@@ -141,16 +97,6 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-pub fn add_into(dst: &mut [f32], src: &[f32]) {
-    crate::kernels::vec::add_into(dst, src)
-}
-
-pub fn add_scaled(dst: &mut [f32], src: &[f32], k: f32) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d += k * s;
-    }
-}
-
 /// log Σ exp(x).
 pub fn logsumexp(x: &[f32]) -> f32 {
     let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
@@ -189,19 +135,6 @@ mod tests {
             }
         }
         assert_eq!(c.bases.len(), 3);
-    }
-
-    #[test]
-    fn rms_scale_matches_a_float64_sum() {
-        for n in [1usize, 7, 8, 13, 576, 640, 2048] {
-            let x: Vec<f32> = (0..n)
-                .map(|i| ((i * 7919) % 113) as f32 / 17.0 - 3.0)
-                .collect();
-            let ms = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
-            let want = 1.0 / (ms + 1e-6).sqrt();
-            let got = rms_scale(&x, 1e-6) as f64;
-            assert!((got - want).abs() <= 2e-7 * want, "n {n}: {got} vs {want}");
-        }
     }
 
     #[test]

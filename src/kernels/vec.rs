@@ -1,10 +1,11 @@
 //! Whole-buffer f32 loops that the forward pass runs outside the matvecs: the non-finite check
-//! ([`all_finite`]) and the residual add ([`add_into`]). Each has one plain-Rust body, built
-//! twice: for baseline x86-64 and with AVX2, picked at run time. The baseline build has no
-//! 32-bit integer max (SSE2), so the check took five instructions per four floats. In a 2-thread
-//! SmolLM2 prefill, the check and the add were ~3 % of the samples, all on the engine thread
-//! while the worker waited. Both builds do the same arithmetic (an integer max, one add per
-//! element), so their results are identical (tested).
+//! ([`all_finite`]), the residual adds ([`add_into`], [`add_scaled`]) and RMSNorm ([`rmsnorm`],
+//! [`rmsnorm_in_place`]; the one home of its formula). Each has one plain-Rust body, built twice:
+//! for baseline x86-64 and with AVX2, picked at run time. The baseline build has no 32-bit
+//! integer max (SSE2) and 4-wide vectors: in a 2-thread SmolLM2 prefill, the check and the add
+//! were ~3 % of the samples, all on the engine thread while the worker waited. Both builds do
+//! the same operations in the same order (no fused multiply-add: Rust does not contract), so
+//! their results are identical (tested).
 
 /// The non-finite test: the largest `|x|` bit pattern is below +Inf's.
 #[inline(always)]
@@ -19,17 +20,77 @@ fn add_into_body(dst: &mut [f32], src: &[f32]) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn all_finite(v: &[f32]) -> bool {
-        super::all_finite_body(v)
+#[inline(always)]
+fn add_scaled_body(dst: &mut [f32], src: &[f32], k: f32) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d += k * s;
     }
+}
 
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn add_into(dst: &mut [f32], src: &[f32]) {
-        super::add_into_body(dst, src)
+/// `1 / sqrt(mean(x²) + eps)`, the scale of an RMSNorm. The squares are summed in 8 interleaved
+/// partial sums (element i into sum i mod 8), added pairwise at the end: one chain of 576
+/// dependent adds took ~0.65 µs per norm on SmolLM2, twice per layer on the decode critical
+/// path while the other threads wait.
+#[inline(always)]
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] += c[i] * c[i];
+        }
     }
+    for (a, v) in acc.iter_mut().zip(tail) {
+        *a += v * v;
+    }
+    let s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    1.0 / (s / x.len() as f32 + eps).sqrt()
+}
+
+#[inline(always)]
+fn rmsnorm_body(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32) {
+    let inv = rms_scale(x, eps);
+    match w {
+        Some(w) => {
+            for ((o, xv), wv) in out.iter_mut().zip(x).zip(w) {
+                *o = xv * inv * wv;
+            }
+        }
+        None => {
+            for (o, xv) in out.iter_mut().zip(x) {
+                *o = xv * inv;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn rmsnorm_in_place_body(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
+    let inv = rms_scale(x, eps);
+    match w {
+        Some(w) => x.iter_mut().zip(w).for_each(|(v, wv)| *v = *v * inv * wv),
+        None => x.iter_mut().for_each(|v| *v *= inv),
+    }
+}
+
+/// The public entry of a body: its AVX2 build when the CPU has AVX2, else the baseline build.
+macro_rules! dispatch {
+    ($(#[$doc:meta])* $name:ident => $body:ident ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?) => {
+        $(#[$doc])*
+        pub fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    $body($($arg),*)
+                }
+                // SAFETY: AVX2 was detected just above; the body is safe Rust over the slices.
+                return unsafe { avx2($($arg),*) };
+            }
+            $body($($arg),*)
+        }
+    };
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -37,25 +98,26 @@ fn has_avx2() -> bool {
     is_x86_feature_detected!("avx2")
 }
 
-/// Whether every value of `v` is finite (no NaN, no ±Inf).
-pub fn all_finite(v: &[f32]) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2 was detected just above; the body only reads `v`.
-        return unsafe { avx2::all_finite(v) };
-    }
-    all_finite_body(v)
-}
-
-/// `dst[i] += src[i]` over the shorter length.
-pub fn add_into(dst: &mut [f32], src: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2 was detected just above; the body indexes only through the slices.
-        return unsafe { avx2::add_into(dst, src) };
-    }
-    add_into_body(dst, src)
-}
+dispatch!(
+    /// Whether every value of `v` is finite (no NaN, no ±Inf).
+    all_finite => all_finite_body(v: &[f32]) -> bool
+);
+dispatch!(
+    /// `dst[i] += src[i]` over the shorter length.
+    add_into => add_into_body(dst: &mut [f32], src: &[f32])
+);
+dispatch!(
+    /// `dst[i] += k · src[i]` over the shorter length (a product, then a sum).
+    add_scaled => add_scaled_body(dst: &mut [f32], src: &[f32], k: f32)
+);
+dispatch!(
+    /// `out = x / rms(x) · w` (`w` None: no weight), `rms(x) = sqrt(mean(x²) + eps)`.
+    rmsnorm => rmsnorm_body(out: &mut [f32], x: &[f32], w: Option<&[f32]>, eps: f32)
+);
+dispatch!(
+    /// `x ← x / rms(x) · w`, in place (the same arithmetic as [`rmsnorm`]).
+    rmsnorm_in_place => rmsnorm_in_place_body(x: &mut [f32], w: Option<&[f32]>, eps: f32)
+);
 
 #[cfg(test)]
 mod tests {
@@ -76,11 +138,25 @@ mod tests {
         for n in [0usize, 1, 7, 8, 9, 31, 64, 577, 4096] {
             let base: Vec<f32> = (0..n).map(|_| r.uniform() * 8.0 - 4.0).collect();
             let src: Vec<f32> = (0..n).map(|_| r.uniform() * 8.0 - 4.0).collect();
-            let mut a = base.clone();
-            let mut b = base.clone();
+            let same =
+                |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            let (mut a, mut b) = (base.clone(), base.clone());
             add_into(&mut a, &src);
             add_into_body(&mut b, &src);
-            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+            assert!(same(&a, &b));
+            add_scaled(&mut a, &src, 0.37);
+            add_scaled_body(&mut b, &src, 0.37);
+            assert!(same(&a, &b));
+            let (mut o1, mut o2) = (vec![0f32; n], vec![0f32; n]);
+            for w in [None, Some(&src[..])] {
+                rmsnorm(&mut o1, &base, w, 1e-6);
+                rmsnorm_body(&mut o2, &base, w, 1e-6);
+                assert!(same(&o1, &o2));
+                let (mut i1, mut i2) = (base.clone(), base.clone());
+                rmsnorm_in_place(&mut i1, w, 1e-6);
+                rmsnorm_in_place_body(&mut i2, w, 1e-6);
+                assert!(same(&i1, &i2) && same(&i1, &o1));
+            }
             assert!(all_finite(&base) && all_finite_body(&base));
             for (i, &s) in specials.iter().enumerate() {
                 if n == 0 {
@@ -92,6 +168,19 @@ mod tests {
                 assert_eq!(all_finite(&v), want, "n {n} special {s}");
                 assert_eq!(all_finite_body(&v), want, "n {n} special {s}");
             }
+        }
+    }
+
+    #[test]
+    fn rms_scale_matches_a_float64_sum() {
+        for n in [1usize, 7, 8, 13, 576, 640, 2048] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 113) as f32 / 17.0 - 3.0)
+                .collect();
+            let ms = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
+            let want = 1.0 / (ms + 1e-6).sqrt();
+            let got = rms_scale(&x, 1e-6) as f64;
+            assert!((got - want).abs() <= 2e-7 * want, "n {n}: {got} vs {want}");
         }
     }
 }
