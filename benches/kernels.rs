@@ -1,6 +1,7 @@
 //! Tile kernel throughput: `tile_matvec` over whole matrices stored as 128×256 tiles, per quant
 //! type and path (scalar / AVX2 / AVX-512 × f32 activation / Q8 integer activation; Q8_K for the
-//! K-quants; Q5_0/Q5_1 and the f32 paths of the new types run their AVX2 kernels under AVX-512). Throughput is
+//! K-quants; Q5_1 and the f32 paths of the new types run their AVX2 kernels under AVX-512, Q5_0
+//! its AVX-512 VNNI + VBMI kernel where the CPU has them). Throughput is
 //! reported in weight bytes (scales + quants) per second. The integer paths include the one
 //! activation quantization per matvec, as the engine pays it. Q4_0/Q4_1 also run over the
 //! repacked layout of a resident copy (`-int-repacked`: `quant::packed`, `dot::packed`).

@@ -362,7 +362,8 @@ pub enum IsaArg {
     Auto,
     Scalar,
     Avx2,
-    /// AVX-512 kernels for Q4/Q8_0/F16/F32 weights, AVX2 for Q5 and the K-quants (faster there).
+    /// AVX-512 kernels for Q4/Q8_0/F16/F32 weights (and Q5_0 with VNNI + VBMI), AVX2 for Q5_1
+    /// and the K-quants (faster there).
     Avx512,
 }
 

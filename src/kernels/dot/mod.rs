@@ -110,14 +110,18 @@ impl Isa {
     }
 
     /// The kernels that run weights of type `q` when the engine asks for `self`: the AVX-512
-    /// kernels only where they are not slower than the AVX2 ones on a measured CPU. On AMD
+    /// kernels only where they are not slower than the AVX2 ones on a measured CPU. Q5_0 runs
+    /// its AVX-512 VNNI + VBMI kernel where the CPU has them (Gemma 3 270M decode on an Intel
+    /// Xeon with AMX, 2026-12-05: pair ratios 0.99–1.06, median ~1.03, at 1 thread). On AMD
     /// Zen 5 (2026-12-02, docs/PERFORMANCE.md, "Defaults chosen by measurement"), AVX-512 wins for Q8_0 (the
     /// LM heads), the float types and Q4 prefill (its batched VNNI kernel), and ties for Q4
     /// decode; the Q5 and K-quant kernels stay AVX2 (the AVX2 K-quant kernels run 4 rows at a
     /// time and are 2× faster than the one-row AVX-512 ones). Every other ISA runs as asked.
     pub fn for_quant(self, q: QuantType) -> Isa {
         match self {
-            Isa::Avx512 if q.is_interleaved() => Isa::Avx2,
+            Isa::Avx512 if q.is_interleaved() && !(q == QuantType::Q5_0 && q5_0_avx512()) => {
+                Isa::Avx2
+            }
             isa => isa,
         }
     }
@@ -127,12 +131,12 @@ impl Isa {
     pub fn kernels(self) -> &'static str {
         match self {
             Isa::Avx512 if self.available() => {
-                if self.has_vnni() && packed_amx::available() {
-                    "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants (their batched prefill: AVX-512 VNNI; AMX INT8 for Q5_0/Q4_K/Q6_K)"
-                } else if self.has_vnni() {
-                    "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants (their batched prefill: AVX-512 VNNI)"
-                } else {
-                    "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants"
+                match (self.has_vnni(), q5_0_avx512(), packed_amx::available()) {
+                    (true, true, true) => "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX-512 VNNI for Q5_0, AVX2 for Q5_1/K-quants (their batched prefill: AVX-512 VNNI; AMX INT8 for Q5_0/Q4_K/Q6_K)",
+                    (true, true, false) => "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX-512 VNNI for Q5_0, AVX2 for Q5_1/K-quants (their batched prefill: AVX-512 VNNI)",
+                    (true, false, true) => "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants (their batched prefill: AVX-512 VNNI; AMX INT8 for Q5_0/Q4_K/Q6_K)",
+                    (true, false, false) => "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants (their batched prefill: AVX-512 VNNI)",
+                    _ => "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants",
                 }
             }
             Isa::Avx512 | Isa::Avx2 if Isa::Avx2.available() => "AVX2",
@@ -673,6 +677,14 @@ pub(crate) mod testutil {
             assert_eq!((&a.qs, &a.d, &a.s), (&reused.qs, &reused.d, &reused.s));
         }
     }
+}
+
+/// Whether Q5_0 decode runs its AVX-512 kernel on this CPU ([`kquant_avx512::q5_0`]).
+fn q5_0_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return kquant_avx512::q5_0_available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 #[cfg(test)]
