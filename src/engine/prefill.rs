@@ -118,6 +118,24 @@ impl Engine {
         }
         check(&bs.x, None, 0, Phase::Embedding, pos0).map_err(|e| at_row(e, d))?;
 
+        // The end of layer l's attention or FFN phase: x += post-norm(o) on the pool, then the
+        // phase's non-finite check of its normed input, its inner buffer (the attention's heads
+        // or the gated hidden) and the residual; `check` names the first bad value.
+        let end_phase = |bs: &mut BatchScratch, l: usize, phase: Phase, post: Option<&[f32]>| {
+            let (x, o) = (&mut bs.x[..n * d], &mut bs.o[..n * d]);
+            residual(ctx.pool, x, o, d, post, cfg.rms_eps);
+            let (mid, w) = match phase {
+                Phase::Attention => (&bs.att, qd),
+                _ => (&bs.g, ff),
+            };
+            if finite(ctx.pool, &[&bs.xb, mid, &bs.x]) {
+                return Ok(());
+            }
+            for (v, w) in [(&bs.xb, d), (mid, w), (&bs.x, d)] {
+                check(v, Some(l), l, phase, pos0).map_err(|e| at_row(e, w))?;
+            }
+            Ok::<(), NonFinite>(())
+        };
         let mut stats = TokenStats {
             pos: pos0 as u32,
             layers: vec![LayerStat::default(); cfg.n_layers],
@@ -172,20 +190,7 @@ impl Engine {
                 q8.then(|| &bs.xq[..n]),
                 n,
             );
-            let post = lv.post_attn_norm.as_deref();
-            residual(
-                ctx.pool,
-                &mut bs.x[..n * d],
-                &mut bs.o[..n * d],
-                d,
-                post,
-                cfg.rms_eps,
-            );
-            if !finite(ctx.pool, &[&bs.xb, &bs.att, &bs.x]) {
-                check(&bs.xb, Some(l), l, Phase::Attention, pos0).map_err(|e| at_row(e, d))?;
-                check(&bs.att, Some(l), l, Phase::Attention, pos0).map_err(|e| at_row(e, qd))?;
-                check(&bs.x, Some(l), l, Phase::Attention, pos0).map_err(|e| at_row(e, d))?;
-            }
+            end_phase(bs, l, Phase::Attention, lv.post_attn_norm.as_deref())?;
             let st = &mut stats.layers[l];
             st.bytes.attn = attn_bytes(lv);
             st.ns_attn = t0.elapsed().as_nanos() as u64;
@@ -229,20 +234,7 @@ impl Engine {
                 q8.then(|| &bs.xq[..n]),
                 n,
             );
-            let post = lv.post_ffn_norm.as_deref();
-            residual(
-                ctx.pool,
-                &mut bs.x[..n * d],
-                &mut bs.o[..n * d],
-                d,
-                post,
-                cfg.rms_eps,
-            );
-            if !finite(ctx.pool, &[&bs.xb, &bs.g, &bs.x]) {
-                check(&bs.xb, Some(l), l, Phase::FeedForward, pos0).map_err(|e| at_row(e, d))?;
-                check(&bs.g, Some(l), l, Phase::FeedForward, pos0).map_err(|e| at_row(e, ff))?;
-                check(&bs.x, Some(l), l, Phase::FeedForward, pos0).map_err(|e| at_row(e, d))?;
-            }
+            end_phase(bs, l, Phase::FeedForward, lv.post_ffn_norm.as_deref())?;
             st.bytes.dense = dense_bytes(lv);
             st.ns_dense = t1.elapsed().as_nanos() as u64;
         }
