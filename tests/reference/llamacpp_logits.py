@@ -4,6 +4,9 @@
 Usage (the venv of shared/bench/setup.sh):
   /tmp/anchor/venv/bin/python tests/reference/llamacpp_logits.py MODEL.gguf --tokens-from REF.logits \
       -o llamacpp.logits [--threads 2] [--chunks N]
+On a CPU where the venv's native build crashes in its AMX kernels (the Intel guest of
+docs/PERFORMANCE.md: a segmentation fault on Gemma 3), point llama-cpp-python at the build without
+AMX: LLAMA_CPP_LIB_PATH=$ANCHOR_DIR/llcpp-noamx/bin (benches/build_llamacpp_noamx.sh).
 
 Reads the token ids and the chunk length from REF (written by `cflow-tui perplexity
 --save-logits`, so both engines see identical tokens and chunking), evaluates each chunk in one
