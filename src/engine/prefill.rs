@@ -262,15 +262,20 @@ fn per_row(
     width: usize,
     f: &(dyn Fn(usize, &mut [f32]) + Sync),
 ) {
-    // One contiguous range of rows per thread: a task per row cost more in claims than the
-    // rows' work.
-    let per = (rows.len() / width).div_ceil(pool.threads()).max(1);
-    let mut parts: Vec<&mut [f32]> = rows.chunks_mut(per * width).collect();
+    let per = part_len(pool, rows.len(), width);
+    let mut parts: Vec<&mut [f32]> = rows.chunks_mut(per).collect();
     pool.for_each_mut(&mut parts, &|p, part| {
         for (i, row) in part.chunks_exact_mut(width).enumerate() {
-            f(p * per + i, row);
+            f(p * per / width + i, row);
         }
     });
+}
+
+/// Floats per pool task when `len` floats of `width`-wide rows are split over the threads: one
+/// contiguous range of whole rows per thread (a task per row cost more in claims than the
+/// rows' work).
+fn part_len(pool: &ThreadPool, len: usize, width: usize) -> usize {
+    (len / width).div_ceil(pool.threads()).max(1) * width
 }
 
 /// `x += o` row by row, with `o` first normalized in place by `post` (Gemma 3's post-norms)
@@ -283,7 +288,7 @@ fn residual(
     post: Option<&[f32]>,
     eps: f32,
 ) {
-    let per = (x.len() / width).div_ceil(pool.threads()).max(1) * width;
+    let per = part_len(pool, x.len(), width);
     let mut parts: Vec<(&mut [f32], &mut [f32])> =
         x.chunks_mut(per).zip(o.chunks_mut(per)).collect();
     pool.for_each_mut(&mut parts, &|_, (x, o)| {

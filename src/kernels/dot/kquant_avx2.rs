@@ -19,16 +19,16 @@ use std::arch::x86_64::*;
 
 /// Rows per group of the integer kernels: each activation load and per-block activation value
 /// is shared by the rows of one group, and their sums are reduced together.
-const G: usize = 4;
+pub(crate) const G: usize = 4;
 
 /// Runs `$f::<R>($r0, ...)` over the tile's rows in groups of [`G`] (tail groups of 1–3 rows).
 macro_rules! row_groups {
     ($rows:expr, $f:ident :: <$($c:literal),*> ($($arg:expr),*)) => {{
         let rows = $rows;
         let mut r0 = 0;
-        while r0 + G <= rows {
-            $f::<$($c,)* G>(r0, $($arg),*);
-            r0 += G;
+        while r0 + $crate::kernels::dot::kquant_avx2::G <= rows {
+            $f::<$($c,)* { $crate::kernels::dot::kquant_avx2::G }>(r0, $($arg),*);
+            r0 += $crate::kernels::dot::kquant_avx2::G;
         }
         match rows - r0 {
             1 => $f::<$($c,)* 1>(r0, $($arg),*),
@@ -41,6 +41,7 @@ macro_rules! row_groups {
         row_groups!($rows, $f::<>($($arg),*))
     };
 }
+pub(super) use row_groups;
 
 /// `y[r] += W[r]·x` for one interleaved tile (AVX2).
 ///

@@ -21,6 +21,7 @@
 //! SKIP on a CPU without AVX-512 F/BW).
 
 use super::kquant::Q8KRef;
+use super::kquant_avx2::{row_groups, Rows};
 use super::Tile;
 use super::XqRef;
 use crate::quant::kquants::{scales_mins_k4, QK_K};
@@ -111,43 +112,19 @@ const Q5_0_SCALES: [u16; 32] = {
 pub unsafe fn q5_0(rows: usize, cols: usize, qs: &[u8], xq: super::XqBlocks, y: &mut [f32]) {
     let nb = cols / crate::quant::QK;
     let (d, _, x) = xq;
-    let rb = nb * Q5_0_BLOCK;
-    let t = Q5Rows {
+    let t = Rows {
         qs: qs.as_ptr(),
-        rb,
+        rb: nb * Q5_0_BLOCK,
         nb,
-        d: d.as_ptr(),
-        x: x.as_ptr(),
         y: y.as_mut_ptr(),
     };
-    let mut r0 = 0;
-    while r0 + 4 <= rows {
-        q5_0_rows::<4>(t, r0);
-        r0 += 4;
-    }
-    match rows - r0 {
-        1 => q5_0_rows::<1>(t, r0),
-        2 => q5_0_rows::<2>(t, r0),
-        3 => q5_0_rows::<3>(t, r0),
-        _ => {}
-    }
-}
-
-/// Raw view of a Q5_0 tile and its activation for [`q5_0_rows`].
-#[derive(Clone, Copy)]
-struct Q5Rows {
-    qs: *const u8,
-    rb: usize,
-    nb: usize,
-    d: *const f32,
-    x: *const i8,
-    y: *mut f32,
+    row_groups!(rows, q5_0_rows(t, d.as_ptr(), x.as_ptr()));
 }
 
 /// Rows `r0..r0 + R` of [`q5_0`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn q5_0_rows<const R: usize>(t: Q5Rows, r0: usize) {
+unsafe fn q5_0_rows<const R: usize>(r0: usize, t: Rows, xd: *const f32, x: *const i8) {
     super::avx2::prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
     let perm = _mm512_loadu_si512(Q5_0_PERM.as_ptr() as *const _);
     let pscale = _mm512_loadu_si512(Q5_0_SCALES.as_ptr() as *const _);
@@ -166,12 +143,12 @@ unsafe fn q5_0_rows<const R: usize>(t: Q5Rows, r0: usize) {
         } else {
             ((1 << Q5_0_BLOCK) - 1, u32::MAX as u64)
         };
-        let yv = _mm512_maskz_loadu_epi8(xmask, t.x.add(b * 32));
+        let yv = _mm512_maskz_loadu_epi8(xmask, x.add(b * 32));
         let ny16 = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, b16, yv));
-        let dx1 = if two { *t.d.add(b + 1) } else { 0.0 };
+        let dx1 = if two { *xd.add(b + 1) } else { 0.0 };
         // (`vinsertf64x4` on the bits: `vinsertf32x8` would need AVX-512 DQ.)
         let dx = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-            _mm512_castps_pd(_mm512_set1_ps(*t.d.add(b))),
+            _mm512_castps_pd(_mm512_set1_ps(*xd.add(b))),
             _mm256_castps_pd(_mm256_set1_ps(dx1)),
         ));
         for (i, a) in acc.iter_mut().enumerate() {

@@ -131,13 +131,23 @@ impl Isa {
     pub fn kernels(self) -> &'static str {
         match self {
             Isa::Avx512 if self.available() => {
-                match (self.has_vnni(), q5_0_avx512(), packed_amx::available()) {
-                    (true, true, true) => "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX-512 VNNI for Q5_0, AVX2 for Q5_1/K-quants (their batched prefill: AVX-512 VNNI; AMX INT8 for Q5_0/Q4_K/Q6_K)",
-                    (true, true, false) => "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX-512 VNNI for Q5_0, AVX2 for Q5_1/K-quants (their batched prefill: AVX-512 VNNI)",
-                    (true, false, true) => "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants (their batched prefill: AVX-512 VNNI; AMX INT8 for Q5_0/Q4_K/Q6_K)",
-                    (true, false, false) => "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants (their batched prefill: AVX-512 VNNI)",
-                    _ => "AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, AVX2 for Q5_0/Q5_1/K-quants",
-                }
+                // Composed once: every part depends only on the CPU (and `CFLOW_AMX`, read once).
+                static LABEL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+                LABEL.get_or_init(|| {
+                    let q5 = if q5_0_avx512() {
+                        "AVX-512 VNNI for Q5_0, AVX2 for Q5_1/K-quants"
+                    } else {
+                        "AVX2 for Q5_0/Q5_1/K-quants"
+                    };
+                    let batch = match (self.has_vnni(), packed_amx::available()) {
+                        (true, true) => {
+                            " (their batched prefill: AVX-512 VNNI; AMX INT8 for Q5_0/Q4_K/Q6_K)"
+                        }
+                        (true, false) => " (their batched prefill: AVX-512 VNNI)",
+                        _ => "",
+                    };
+                    format!("AVX-512 for Q4_0/Q4_1/Q8_0/F16/F32, {q5}{batch}")
+                })
             }
             Isa::Avx512 | Isa::Avx2 if Isa::Avx2.available() => "AVX2",
             _ => "scalar",
