@@ -7,19 +7,22 @@
 # FFN-bytes prediction (dense total bytes / MoE total bytes per token from `run --json`).
 # With OUT=FILE.json, appends one row per thread count (every pair's tok/s, the ratios, the
 # bytes prediction and the load average) to that JSON list.
-# Usage: PAIRS=6 TOKENS=64 [WEIGHTS=auto|mmap|resident] [OUT=F.json] benches/moefy_speed.sh DENSE.cflow MOE.cflow
+# MOE_ARGS: extra flags for the MoE arm only, e.g. MOE_ARGS="--experts-used 8" (every expert: the
+# dense model's bytes in the MoE's layout).
+# Usage: PAIRS=6 TOKENS=64 [WEIGHTS=auto|mmap|resident] [MOE_ARGS=...] [OUT=F.json] benches/moefy_speed.sh DENSE.cflow MOE.cflow
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/cflow-tui}; PAIRS=${PAIRS:-6}; TOKENS=${TOKENS:-64}; WEIGHTS=${WEIGHTS:-auto}
 dense=$1; moe=$2
-tok() { "$BIN" bench decode "$1" --threads "$2" --repeat 1 --tokens "$TOKENS" --weights "$WEIGHTS" --json 2>/dev/null \
+tok() { "$BIN" bench decode "$1" --threads "$2" ${3:-} --repeat 1 --tokens "$TOKENS" --weights "$WEIGHTS" --json 2>/dev/null \
   | python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["rows"] if isinstance(d,dict) else d; print(r[0]["decode_tok_s"]["median"])'; }
-mib() { "$BIN" run "$1" --token-ids 1,2,3 -n 8 --json --weights "$WEIGHTS" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mib_per_token"]["total"])'; }
-md=$(mib "$dense"); mm=$(mib "$moe")
+mib() { "$BIN" run "$1" ${2:-} --token-ids 1,2,3 -n 8 --json --weights "$WEIGHTS" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mib_per_token"]["total"])'; }
+MOE_ARGS=${MOE_ARGS:-}
+md=$(mib "$dense"); mm=$(mib "$moe" "$MOE_ARGS")
 for t in ${THREADS:-1 2}; do
   a=(); b=()
   for i in $(seq 1 "$PAIRS"); do
-    if (( i % 2 )); then a+=("$(tok "$dense" "$t")"); b+=("$(tok "$moe" "$t")"); else b+=("$(tok "$moe" "$t")"); a+=("$(tok "$dense" "$t")"); fi
+    if (( i % 2 )); then a+=("$(tok "$dense" "$t")"); b+=("$(tok "$moe" "$t" "$MOE_ARGS")"); else b+=("$(tok "$moe" "$t" "$MOE_ARGS")"); a+=("$(tok "$dense" "$t")"); fi
   done
   python3 - "$t" "$md" "$mm" "${a[*]}" "${b[*]}" <<'PY'
 import statistics as s, sys
@@ -30,6 +33,7 @@ out = os.environ.get("OUT")
 if out:
     rows = json.load(open(out)) if os.path.exists(out) and os.path.getsize(out) else []
     rows.append({"threads": int(t), "weights": os.environ.get("WEIGHTS", "auto"),
+                 "moe_args": os.environ.get("MOE_ARGS", ""),
                  "dense_tok_s": a, "moe_tok_s": b, "pair_ratios": r,
                  "median_ratio": s.median(r), "bytes_predict": md / mm,
                  "dense_mib_per_token": md, "moe_mib_per_token": mm,

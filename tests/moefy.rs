@@ -347,3 +347,92 @@ fn oracle_router_bounds_the_trained_router() {
     let err = e.set_oracle_router(true).unwrap_err();
     assert!(err.contains("no routed experts"), "{err}");
 }
+
+/// `--experts-used N` routes every token to N experts instead of the file's top-k: on a moefied
+/// F32 model, N = E gives the dense model's greedy tokens (`run`), `bench decode --json` reports
+/// the N that ran, and an N outside 1..=E, or any N on a dense model, is refused naming the flag.
+#[test]
+fn experts_used_overrides_top_k_and_all_experts_decode_as_dense() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dense(dir.path());
+    let out = dir.path().join("k2.cflow");
+    let s = MoefySpec {
+        shared: 32,
+        route_from: 1,
+        ..spec(4, 2)
+    };
+    make(&src, &s, &out);
+    let bin = env!("CARGO_BIN_EXE_cflow-tui");
+    let run = |model: &Path, extra: &[&str]| {
+        let mut args = vec!["run".to_string(), model.display().to_string()];
+        args.extend(
+            [
+                "--token-ids",
+                "5,17,99",
+                "-n",
+                "24",
+                "--act",
+                "f32",
+                "--kv",
+                "f32",
+                "-t",
+                "1",
+            ]
+            .map(String::from),
+        );
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.push("--json".into());
+        std::process::Command::new(bin)
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let ids = |o: &std::process::Output| -> Vec<u64> {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect()
+    };
+    let dense_ids = ids(&run(&src, &[]));
+    assert_eq!(ids(&run(&out, &["--experts-used", "4"])), dense_ids);
+    assert_ne!(
+        ids(&run(&out, &[])),
+        dense_ids,
+        "K = 2 should differ from dense here"
+    );
+    for (model, n, want) in [
+        (&out, "5", "between 1 and the 4 experts"),
+        (&out, "0", "between 1 and the 4 experts"),
+        (&src, "2", "has no routed experts"),
+    ] {
+        let o = run(model, &["--experts-used", n]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("--experts-used") && err.contains(want),
+            "{err}"
+        );
+    }
+    let o = std::process::Command::new(bin)
+        .args(["bench", "decode"])
+        .arg(&out)
+        .args([
+            "--experts-used",
+            "3",
+            "-n",
+            "4",
+            "-r",
+            "1",
+            "-t",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["experts_used"], 3);
+}

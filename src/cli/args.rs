@@ -345,6 +345,16 @@ pub struct EngineArgs {
     /// sums are taken in another order). `run --json` says whether it happened (`repacked`).
     #[arg(long)]
     pub no_repack: bool,
+    /// Experts per token on a MoE, overriding the file's top-k, e.g. `--experts-used 8`.
+    ///
+    /// Route every token to N experts instead of the model's own top-k (N from 1 to the
+    /// model's expert count), as llama.cpp's `--override-kv ARCH.expert_used_count=int:N`.
+    /// The router's weights are renormalized over the N as the model's rule says. On a
+    /// `moefy` model, whose experts are summed with weight 1, N = E runs every unit of the
+    /// dense FFN: the dense model, up to the re-quantization of W_down (docs/MOE.md). Refused on a model without routed experts. `bench decode --json` reports
+    /// the number that ran (`experts_used`).
+    #[arg(long, value_name = "N")]
+    pub experts_used: Option<usize>,
 }
 
 /// `--weights`.
@@ -508,6 +518,30 @@ impl EngineArgs {
             Some(n) => crate::engine::kv_budget::cap_context(engine, n),
             None => {}
         }
+        Ok(())
+    }
+
+    /// Applies `--experts-used` to the configuration of `file` (at `path`), before an engine is built
+    /// over it.
+    pub fn apply_experts_used(
+        &self,
+        path: &std::path::Path,
+        cfg: &mut crate::model::ModelConfig,
+    ) -> Result<()> {
+        let Some(k) = self.experts_used else {
+            return Ok(());
+        };
+        let shown = path.display();
+        if cfg.n_experts == 0 {
+            bail!("--experts-used {k}: {shown} has no routed experts (a dense model)");
+        }
+        if k == 0 || k > cfg.n_experts {
+            bail!(
+                "--experts-used {k}: must be between 1 and the {} experts of {shown}",
+                cfg.n_experts
+            );
+        }
+        cfg.top_k = k;
         Ok(())
     }
 

@@ -184,6 +184,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             "kernels": eng.isa.resolve()?.kernels_with(file.is_repacked()),
             "weights": file.weights_mode(),
             "expert_tier": tier_as_run,
+            "experts_used": (file.cfg.n_experts > 0).then_some(file.cfg.top_k),
             "repacked": file.is_repacked(),
             "act": act,
             "kv": kv,

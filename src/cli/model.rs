@@ -93,6 +93,7 @@ pub(super) struct Opened {
 /// before the weights are copied that peak does not add to them (peak RSS 421 → 390 MB).
 pub(super) fn open_for_decode(path: &Path, eng: &EngineArgs) -> Result<Opened> {
     let mut file = open_mapped(path)?;
+    eng.apply_experts_used(path, &mut file.cfg)?;
     let avail = crate::engine::kv_budget::available_memory().map(|a| a.bytes);
     let twin = twin_path(path, eng).is_some();
     let direct = eng.expert_tier == ExpertTier::Direct;
