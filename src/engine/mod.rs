@@ -9,11 +9,14 @@
 //! as data), `schedule` (§4.4 ring + expert queue), `decode` (the token loop), `token` (what a token touches; its dense/route/inject stages), `prefill`
 //! (batched prompt), `layer` (attention, dense FFN, LM head), `moe` (router, experts),
 //! `expert_io` (fetch/prefetch points), `vertical` (the second core), `weights` (where tiles
-//! come from, matvec), `scratch` (buffers and their shapes), `streams` (bytes per stream).
+//! come from, matvec), `scratch` (buffers and their shapes), `streams` (bytes per stream),
+//! `worker` (the engine thread and its channels), `engine_loop` (that thread's loop: one method
+//! per message).
 
 pub mod capture;
 pub mod critical;
 pub mod decode;
+mod engine_loop;
 pub mod expert_io;
 pub mod finite;
 pub mod kv;
