@@ -13,10 +13,9 @@ use super::ops::add_into;
 use super::styles::{steps, Step};
 use super::token::Token;
 use super::vertical::{with_second_core, Job, Lane, Shared};
-use super::weights::{embed, use_q8, Weights};
-use super::{Engine, ExpertTier, ForwardError, Layout, Schedule};
+use super::weights::{embed_input, use_q8, Weights};
+use super::{between_layers, Engine, ExpertTier, ForwardError, Layout, Schedule};
 use crate::telemetry::{LayerStat, RunInfo, TokenStats};
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 impl Engine {
@@ -98,11 +97,7 @@ impl Engine {
         if pmu.is_enabled() {
             pmu.begin_token();
         }
-        embed(active, token, &mut s.x);
-        if cfg.embed_scale() {
-            let k = (cfg.d_model as f32).sqrt();
-            s.x.iter_mut().for_each(|v| *v *= k);
-        }
+        embed_input(active, cfg, token, &mut s.x);
         check(&s.x, None, 0, Phase::Embedding, pos)?;
         let mut t = Token {
             rule: *rule,
@@ -220,12 +215,7 @@ impl Token<'_, '_> {
             self.s.sf.copy_from_slice(&self.s.x);
         }
         for Step { l, block: p, first } in steps(cfg) {
-            if self.stop.load(Ordering::Relaxed) {
-                return Err(ForwardError::Stopped);
-            }
-            if w.file.changed() {
-                return Err(ForwardError::ModelChanged(w.file.changed_error()));
-            }
+            between_layers(self.stop, w.file)?;
             let lv = &w.file.layers[p];
             let t_layer = Instant::now();
             let next = (l + 1 < cfg.effective_layers()).then(|| rule.block_of(l + 1));

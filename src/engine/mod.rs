@@ -97,6 +97,21 @@ pub enum ForwardError {
     NonFinite(#[from] finite::NonFinite),
 }
 
+/// The check between two layers of a token, in decode and prefill: a stop request ends the
+/// token, and so does a model file whose pages vanished under a read (SIGBUS absorbed).
+pub(crate) fn between_layers(
+    stop: &AtomicBool,
+    file: &crate::format::CflowFile,
+) -> Result<(), ForwardError> {
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(ForwardError::Stopped);
+    }
+    if file.changed() {
+        return Err(ForwardError::ModelChanged(file.changed_error()));
+    }
+    Ok(())
+}
+
 /// The `Auto` schedule's measurement: decode steps alternate sequential / vertical until each
 /// has [`AUTO_SAMPLES`] timings (the first of each is a warm-up and dropped); then the schedule
 /// with the lower minimum ns per token is kept until the options change.

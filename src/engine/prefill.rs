@@ -8,8 +8,8 @@ use super::finite::{check, NonFinite, Phase};
 use super::layer::{attend_batch, attn_bytes, dense_bytes, gated, lm_head, qkv_post};
 use super::ops::*;
 use super::scratch::BatchScratch;
-use super::weights::{embed, use_q8, Weights};
-use super::{Engine, ForwardError, Layout};
+use super::weights::{embed_input, use_q8, Weights};
+use super::{between_layers, Engine, ForwardError, Layout};
 use crate::format::reader::Matrix;
 use crate::kernels::matvec::tiled_matvec_batch;
 use crate::kernels::pool::ThreadPool;
@@ -110,11 +110,7 @@ impl Engine {
         bs.resize(cfg, n);
         for (b, &t) in toks.iter().enumerate() {
             let xb = &mut bs.x[b * d..(b + 1) * d];
-            embed(ctx.file, t, xb);
-            if cfg.embed_scale() {
-                let k = (d as f32).sqrt();
-                xb.iter_mut().for_each(|v| *v *= k);
-            }
+            embed_input(ctx.file, cfg, t, xb);
         }
         check(&bs.x, None, 0, Phase::Embedding, pos0).map_err(|e| at_row(e, d))?;
 
@@ -142,12 +138,7 @@ impl Engine {
             ..Default::default()
         };
         for l in 0..cfg.n_layers {
-            if self.stop.load(Ordering::Relaxed) {
-                return Err(ForwardError::Stopped);
-            }
-            if ctx.file.changed() {
-                return Err(ForwardError::ModelChanged(ctx.file.changed_error()));
-            }
+            between_layers(&self.stop, ctx.file)?;
             let lv = &ctx.file.layers[l];
             let t0 = Instant::now();
             let x = &bs.x;

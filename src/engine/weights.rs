@@ -152,6 +152,16 @@ pub fn use_q8(int_act: bool, force_int: bool, isa: Isa) -> bool {
     int_act && (isa != Isa::Scalar || force_int)
 }
 
+/// A token's input to the first layer (decode and prefill): embedding row `token`, times √d on
+/// a model that scales its embeddings (Gemma).
+pub fn embed_input(file: &CflowFile, cfg: &ModelConfig, token: u32, out: &mut [f32]) {
+    embed(file, token, out);
+    if cfg.embed_scale() {
+        let k = (cfg.d_model as f32).sqrt();
+        out.iter_mut().for_each(|v| *v *= k);
+    }
+}
+
 /// Dequantizes embedding row `token` into `out`.
 pub fn embed(file: &CflowFile, token: u32, out: &mut [f32]) {
     let m = &file.vocab.embedding;
