@@ -13,16 +13,13 @@ use crate::model::{FfnAct, ModelConfig};
 /// Biases, Q/K norms (whole projection, or per head), clipping, RoPE and V-norm of one token's
 /// Q/K/V at block `p` (the cache rounds K/V to its element type when they are stored). `rope`
 /// keeps the RoPE angles between calls.
-#[allow(clippy::too_many_arguments)] // the weights, the block, the position and the three vectors
 pub fn qkv_post(
     w: &Weights,
     lv: &LayerView,
     p: usize,
     pos: usize,
     rope: &mut RopeCache,
-    q: &mut [f32],
-    k: &mut [f32],
-    v: &mut [f32],
+    [q, k, v]: [&mut [f32]; 3],
 ) {
     let cfg = w.cfg;
     let hd = cfg.head_dim;
@@ -112,22 +109,20 @@ fn attn_shape(cfg: &ModelConfig, pos: usize, cap: usize) -> attention::AttnShape
     }
 }
 
-/// [`attend`] for the `n` queries of positions `pos0..pos0 + n` (rows of `q` and `att`), all in
-/// one pool run (prefill; bit-identical to one `attend` per position).
-#[allow(clippy::too_many_arguments)] // as `attend`, plus the batch
+/// [`attend`] for the queries of positions `rows` (rows of `q` and `att`, in order), all in one
+/// pool run (prefill; bit-identical to one `attend` per position).
 pub fn attend_batch(
     w: &Weights,
     l: usize,
     p: usize,
-    pos0: usize,
-    n: usize,
+    rows: std::ops::Range<usize>,
     kv: &KvCache,
     q: &[f32],
     att: &mut [f32],
 ) {
     let cfg = w.cfg;
     let layer = kv.layer(l);
-    let pos0 = pos0 - layer.base();
+    let (pos0, n) = (rows.start - layer.base(), rows.len());
     let sh = attn_shape(cfg, pos0, layer.cap());
     let win = cfg.sliding_window_for(p);
     match layer {
@@ -179,7 +174,7 @@ pub fn attention(
         &s.xb,
         &mut [(&lv.q, &mut s.q), (&lv.k, &mut s.k), (&lv.v, &mut s.v)],
     );
-    qkv_post(w, lv, p, pos, &mut s.rope, &mut s.q, &mut s.k, &mut s.v);
+    qkv_post(w, lv, p, pos, &mut s.rope, [&mut s.q, &mut s.k, &mut s.v]);
     kv.store(l, pos, &s.k, &s.v);
     attend(w, l, p, pos, kv, &s.q, &mut s.att);
     w.mv(p, None, &mut s.xq, &s.att, &mut [(&lv.o, &mut s.attn_out)]);

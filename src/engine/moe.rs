@@ -54,20 +54,27 @@ pub fn select(cfg: &ModelConfig, lv: &LayerView, act: &[f32]) -> Vec<(usize, f32
     }
 }
 
-/// Runs the selected experts `sel` of block `p` on `act` into `es.acc`; `staged[i]` holds
-/// expert `sel[i]`'s region when it was read into a staging slot (its views in `rel` are
-/// region-relative), else it is read from the map. Returns the bytes touched.
-#[allow(clippy::too_many_arguments)]
+/// One layer's routing, as the experts run it: the block, the experts' input `N_m(x)` and the
+/// selection (expert, weight), best first.
+#[derive(Clone, Copy)]
+pub struct Routed<'a> {
+    pub block: usize,
+    pub act: &'a [f32],
+    pub sel: &'a [(usize, f32)],
+}
+
+/// Runs the selected experts of `r` into `es.acc`; `staged[i]` holds expert `r.sel[i]`'s region
+/// when it was read into a staging slot (its views in `rel` are region-relative), else it is
+/// read from the map. Returns the bytes touched.
 pub fn run_experts(
     w: &Weights,
     lv: &LayerView,
     rel: &[ExpertView],
-    p: usize,
-    act: &[f32],
-    sel: &[(usize, f32)],
+    r: Routed,
     staged: &[Option<&[u8]>],
     es: &mut ExpertScratch,
 ) -> u64 {
+    let Routed { block: p, act, sel } = r;
     let oracle_sel;
     let (sel, staged) = if w.oracle {
         oracle_sel = oracle_select(w, lv, p, act, sel.len(), es);
@@ -76,7 +83,7 @@ pub fn run_experts(
         (sel, staged)
     };
     if sel.len() > 1 && staged.iter().all(Option::is_none) {
-        return run_experts_fused(w, lv, p, act, sel, es);
+        return run_experts_fused(w, lv, Routed { sel, ..r }, es);
     }
     es.acc.fill(0.0);
     let mut bytes = 0;
@@ -145,15 +152,8 @@ pub fn oracle_select(
 /// activation), instead of two runs per expert. The arithmetic, and the order of the weighted
 /// sum, are those of the one-expert-at-a-time loop, so the result is bit-identical; at 2 threads
 /// it saves 2(K−1) pool synchronizations per layer (docs/MOE.md, "Speed at the default").
-fn run_experts_fused(
-    w: &Weights,
-    lv: &LayerView,
-    p: usize,
-    act: &[f32],
-    sel: &[(usize, f32)],
-    es: &mut ExpertScratch,
-) -> u64 {
-    es.ensure_slots(sel.len(), w.cfg.expert_ffn, w.cfg.d_model);
+fn run_experts_fused(w: &Weights, lv: &LayerView, r: Routed, es: &mut ExpertScratch) -> u64 {
+    es.ensure_slots(r.sel.len(), w.cfg.expert_ffn, w.cfg.d_model);
     let ExpertScratch {
         xq,
         slots,
@@ -161,7 +161,12 @@ fn run_experts_fused(
         acc,
         ..
     } = es;
-    fused(w, lv, p, act, xq, sel, None, slots, slot_xq, acc)
+    let bufs = Slots {
+        slots,
+        xq: slot_xq,
+        acc,
+    };
+    fused(w, lv, r, xq, None, bufs)
 }
 
 /// The shared expert (the layer's dense FFN) and the selected routed experts `sel` of block `p`
@@ -206,7 +211,17 @@ pub fn run_with_shared(
         acc,
         ..
     } = es;
-    let routed = fused(w, lv, p, xb, xq, sel, Some(shared), slots, slot_xq, acc);
+    let r = Routed {
+        block: p,
+        act: xb,
+        sel,
+    };
+    let bufs = Slots {
+        slots,
+        xq: slot_xq,
+        acc,
+    };
+    let routed = fused(w, lv, r, xq, Some(shared), bufs);
     ((g.bytes() + u.bytes() + dn.bytes()) as u64, routed)
 }
 
@@ -220,22 +235,36 @@ struct Shared<'a> {
     out: &'a mut [f32],
 }
 
+/// A fused run's per-expert buffers: each selected expert's slot, the Q8 copies of the down
+/// projections' inputs, and the routed sum.
+struct Slots<'a> {
+    slots: &'a mut [ExpertSlot],
+    xq: &'a mut [crate::kernels::Q8Act],
+    acc: &'a mut [f32],
+}
+
 /// The two pool runs of [`run_experts_fused`] and [`run_with_shared`]: gate and up of the
-/// shared expert (first, when given) and of every selected expert on `x`, then their down
-/// projections; `acc` = Σ weight · expert output in `sel`'s order. Returns the routed bytes.
-#[allow(clippy::too_many_arguments)] // the layer, the input, the selection and four buffers
+/// shared expert (first, when given) and of every selected expert on `r.act` (its Q8 copy in
+/// `xq`), then their down projections; `acc` = Σ weight · expert output in `r.sel`'s order.
+/// Returns the routed bytes.
 fn fused(
     w: &Weights,
     lv: &LayerView,
-    p: usize,
-    x: &[f32],
+    r: Routed,
     xq: &mut crate::kernels::Q8Act,
-    sel: &[(usize, f32)],
     mut shared: Option<Shared>,
-    slots: &mut [ExpertSlot],
-    slot_xq: &mut [crate::kernels::Q8Act],
-    acc: &mut [f32],
+    bufs: Slots,
 ) -> u64 {
+    let Routed {
+        block: p,
+        act: x,
+        sel,
+    } = r;
+    let Slots {
+        slots,
+        xq: slot_xq,
+        acc,
+    } = bufs;
     let k = sel.len();
     let bytes = w.file.bytes();
     let mut ids = Vec::with_capacity(2 * k + 2);
@@ -255,7 +284,14 @@ fn fused(
         ids.extend([Some(e as u8), Some(e as u8)]);
     }
     // An expert's gate and up are stored interleaved (one group); experts apart.
-    w.mv_each(bytes, p, 2, &ids, std::slice::from_mut(xq), &[x], &mut outs);
+    w.mv_each(
+        bytes,
+        (p, &ids),
+        2,
+        std::slice::from_mut(xq),
+        &[x],
+        &mut outs,
+    );
     drop(outs);
     let act = w.cfg.meta.ffn_act;
     let mut xs: Vec<&[f32]> = Vec::with_capacity(k + 1);
@@ -276,7 +312,7 @@ fn fused(
         outs.push((&lv.experts[e].down, &mut slot.o));
         ids.push(Some(e as u8));
     }
-    w.mv_each(bytes, p, 1, &ids, slot_xq, &xs, &mut outs);
+    w.mv_each(bytes, (p, &ids), 1, slot_xq, &xs, &mut outs);
     drop(outs);
     acc.fill(0.0);
     let mut routed = 0;
@@ -297,5 +333,10 @@ pub fn run_pending(
     staged: &[Option<&[u8]>],
     es: &mut ExpertScratch,
 ) -> u64 {
-    run_experts(w, lv, rel, pe.block, &pe.act, &pe.sel, staged, es)
+    let r = Routed {
+        block: pe.block,
+        act: &pe.act,
+        sel: &pe.sel,
+    };
+    run_experts(w, lv, rel, r, staged, es)
 }

@@ -167,10 +167,10 @@ impl Engine {
                     &mut bs.k[b * kvd..(b + 1) * kvd],
                     &mut bs.v[b * kvd..(b + 1) * kvd],
                 );
-                qkv_post(&ctx, lv, l, pos, &mut bs.rope, qb, kb, vb);
+                qkv_post(&ctx, lv, l, pos, &mut bs.rope, [qb, kb, vb]);
                 self.kv.store(l, pos, kb, vb);
             }
-            attend_batch(&ctx, l, l, pos0, n, &self.kv, &bs.q, &mut bs.att);
+            attend_batch(&ctx, l, l, pos0..pos0 + n, &self.kv, &bs.q, &mut bs.att);
             let q8 = quantize_rows(ctx.pool, use_q8, &bs.att, qd, &[&lv.o], &mut bs.xq);
             tiled_matvec_batch(
                 ctx.pool,

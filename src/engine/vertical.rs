@@ -12,7 +12,7 @@
 //! (no state survives a token, so an interrupted token leaves nothing behind).
 
 use super::layer::dense;
-use super::moe::run_experts;
+use super::moe::{run_experts, Routed};
 use super::scratch::{DenseScratch, ExpertScratch};
 use super::weights::{RowMajorWeights, Weights};
 use crate::format::CflowFile;
@@ -235,7 +235,12 @@ fn serve(
                 sel,
             } => {
                 let lv = &w.file.layers[block];
-                let b = run_experts(&w, lv, &[], block, &act, &sel, &[], es);
+                let r = Routed {
+                    block,
+                    act: &act,
+                    sel: &sel,
+                };
+                let b = run_experts(&w, lv, &[], r, &[], es);
                 (Key::Experts(from), es.acc.clone(), b)
             }
         };

@@ -74,17 +74,15 @@ impl Weights<'_> {
     }
 
     /// Several matvecs of one layer in one pool run: output `i` is matrix `outs[i].0` of expert
-    /// `experts[i]` (the row-major copy's key) on activation `xs[i]`, or on `xs[0]` when only
-    /// one is given; `xqs[j]` receives the Q8 copy of `xs[j]`; `group` as in
+    /// `experts[i]` of `layer` (`at`: the row-major copy's key) on activation `xs[i]`, or on
+    /// `xs[0]` when only one is given; `xqs[j]` receives the Q8 copy of `xs[j]`; `group` as in
     /// [`tiled_matvec_acts`]. Each output's arithmetic is that of [`Weights::mv_in`] on its own
     /// (a stripe is computed whole by one task).
-    #[allow(clippy::too_many_arguments)]
     pub fn mv_each(
         &self,
         bytes: &[u8],
-        layer: usize,
+        (layer, experts): (usize, &[Option<u8>]),
         group: usize,
-        experts: &[Option<u8>],
         xqs: &mut [Q8Act],
         xs: &[&[f32]],
         outs: &mut [(&Matrix, &mut [f32])],

@@ -165,7 +165,8 @@ impl VflowFile {
                 needed: VflowHeader::SIZE as u64,
             });
         }
-        let (header, groups, h, cfg, layers, vocab) = validate(path, &map)?;
+        let (header, groups, parts) = validate(path, &map)?;
+        let h = &parts.header;
         let mb = &map[h.metadata_offset as usize..][..h.metadata_len as usize];
         let (_, source) = content::read_from_metadata(path, mb)?;
         if map.check_unchanged().is_err() {
@@ -177,7 +178,7 @@ impl VflowFile {
         Ok(VflowFile {
             header,
             groups,
-            file: CflowFile::from_parts(path, map, h, cfg, layers, vocab, source, true),
+            file: CflowFile::from_parts(path, map, parts, source, true),
         })
     }
 
@@ -243,14 +244,7 @@ pub fn check_twin(v: &VflowFile, c: &CflowFile) -> Result<(), String> {
     Ok(())
 }
 
-type Validated = (
-    VflowHeader,
-    Vec<GroupEntry>,
-    GlobalHeader,
-    crate::model::ModelConfig,
-    Vec<LayerView>,
-    super::reader::VocabView,
-);
+type Validated = (VflowHeader, Vec<GroupEntry>, super::reader::Parts);
 
 fn validate(path: &Path, bytes: &[u8]) -> Result<Validated, FormatError> {
     let v = V { file: path, bytes };
@@ -446,7 +440,16 @@ fn validate(path: &Path, bytes: &[u8]) -> Result<Validated, FormatError> {
         }
     }
     let vocab = CflowFile::read_vocab(&v, &cfg, vg.offset, vg.len)?;
-    Ok((vh, groups, h, cfg, layers, vocab))
+    Ok((
+        vh,
+        groups,
+        super::reader::Parts {
+            header: h,
+            cfg,
+            layers,
+            vocab,
+        },
+    ))
 }
 
 /// Requires `[off, +len)` to start at or after the end of the previous section.

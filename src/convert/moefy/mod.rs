@@ -206,7 +206,6 @@ fn rank(r: &[f32], b: &[f32], x: &[f32]) -> Vec<usize> {
 
 /// Groups every layer's units and fits its routers for each distance of `route_froms` on
 /// `tokens`; with `heldout` tokens, measures each router's recall for each k of `top_ks`.
-#[allow(clippy::too_many_arguments)] // the source, the texts, the setting and its variants
 pub fn analyze(
     src: &Arc<CflowFile>,
     tokens: &[u32],

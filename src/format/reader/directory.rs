@@ -9,7 +9,6 @@ use crate::quant::QuantType;
 
 /// Walks a group of matrices stored interleaved by stripe from `start`, validating every tile
 /// header; returns the stripe offsets per member and the end offset.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn walk_group(
     v: &V,
     what: &str,

@@ -25,6 +25,15 @@ use crate::model::{ModelConfig, ModelMeta};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+/// What validating a model's bytes yields: its header, configuration and views (a `.cflow`'s
+/// own, or a `.vflow`'s, whose views point into the twin).
+pub(crate) struct Parts {
+    pub(crate) header: GlobalHeader,
+    pub(crate) cfg: ModelConfig,
+    pub(crate) layers: Vec<LayerView>,
+    pub(crate) vocab: VocabView,
+}
+
 /// An open, fully validated `.cflow` file.
 pub struct CflowFile {
     pub path: PathBuf,
@@ -64,8 +73,9 @@ impl CflowFile {
                 needed: GlobalHeader::SIZE as u64,
             });
         }
-        let (header, cfg, layers, vocab) = Self::validate(path, &map)?;
-        let mb = &map[header.metadata_offset as usize..][..header.metadata_len as usize];
+        let parts = Self::validate(path, &map)?;
+        let h = &parts.header;
+        let mb = &map[h.metadata_offset as usize..][..h.metadata_len as usize];
         let (stored, _) = content::read_from_metadata(path, mb)?;
         if map.check_unchanged().is_err() {
             // Truncated while we validated it: what we read may be zeros.
@@ -74,25 +84,25 @@ impl CflowFile {
                 why: "it changed while it was being opened".into(),
             });
         }
-        Ok(CflowFile::from_parts(
-            path, map, header, cfg, layers, vocab, stored, false,
-        ))
+        Ok(CflowFile::from_parts(path, map, parts, stored, false))
     }
 
     /// Assembles a file from views validated against `map` (used by the `.vflow` reader, so the
     /// engine and the fetcher run unchanged on either file). `content` is the recorded content
     /// hash; `from_twin` marks `.vflow` views.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn from_parts(
         path: &Path,
         map: ModelMap,
-        header: GlobalHeader,
-        cfg: ModelConfig,
-        layers: Vec<LayerView>,
-        vocab: VocabView,
+        parts: Parts,
         content: Option<ContentHash>,
         from_twin: bool,
     ) -> CflowFile {
+        let Parts {
+            header,
+            cfg,
+            layers,
+            vocab,
+        } = parts;
         let cell = OnceLock::new();
         if let Some(h) = content {
             let _ = cell.set(h);
@@ -255,10 +265,7 @@ impl CflowFile {
     }
 
     #[allow(clippy::type_complexity)]
-    fn validate(
-        path: &Path,
-        bytes: &[u8],
-    ) -> Result<(GlobalHeader, ModelConfig, Vec<LayerView>, VocabView), FormatError> {
+    fn validate(path: &Path, bytes: &[u8]) -> Result<Parts, FormatError> {
         let v = V { file: path, bytes };
         let h = GlobalHeader::decode(bytes).ok_or(FormatError::TooSmall {
             file: path.into(),
@@ -339,7 +346,12 @@ impl CflowFile {
             layers.push(Self::read_layer(&v, &cfg, i, *off, *len)?);
         }
         let vocab = Self::read_vocab(&v, &cfg, vocab_region.0, vocab_region.1)?;
-        Ok((h, cfg, layers, vocab))
+        Ok(Parts {
+            header: h,
+            cfg,
+            layers,
+            vocab,
+        })
     }
 
     fn read_layer(
