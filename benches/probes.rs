@@ -5,7 +5,7 @@
 
 use cflow::telemetry::machine::probe_bandwidth;
 use cflow::telemetry::membw::{BUFFER_BYTES, SAMPLES, SAMPLE_BYTES};
-use cflow::telemetry::pmu::Pmu;
+use cflow::telemetry::pmu::{Pmu, PmuPhase};
 
 fn bandwidth() {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -24,7 +24,7 @@ fn pmu_overhead() {
         pmu.begin_token();
         let t = std::time::Instant::now();
         for _ in 0..n {
-            pmu.phase("attention");
+            pmu.phase(PmuPhase::Attention);
         }
         let per = t.elapsed().as_nanos() as f64 / n as f64;
         let _ = pmu.end_token();

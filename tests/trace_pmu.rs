@@ -2,7 +2,7 @@
 //! path must work even where the hardware PMU does not, e.g. KVM guests).
 
 use cflow::telemetry::machine::{probe_bandwidth, process_stats, MachineProfile};
-use cflow::telemetry::pmu::{Pmu, SW_COUNTERS};
+use cflow::telemetry::pmu::{Pmu, PmuPhase, SW_COUNTERS};
 use std::time::Duration;
 
 fn spin(ms: u64) -> u64 {
@@ -27,12 +27,12 @@ fn software_counters_tick() {
     assert!(!pmu.has_hardware());
     pmu.begin_token();
     spin(5);
-    pmu.phase("attention");
+    pmu.phase(PmuPhase::Attention);
     let v: Vec<u8> = vec![1; 8 << 20]; // page faults
     std::hint::black_box(&v);
-    pmu.phase("dense");
+    pmu.phase(PmuPhase::Dense);
     spin(2);
-    pmu.phase("attention"); // accumulates into the first entry
+    pmu.phase(PmuPhase::Attention); // accumulates into the first entry
     let s = pmu.end_token();
     let tc = s
         .software
@@ -97,7 +97,7 @@ fn hardware_or_readable_reason() {
     }
     pmu.begin_token();
     spin(2);
-    pmu.phase("experts");
+    pmu.phase(PmuPhase::Experts);
     let s = pmu.end_token();
     assert!(!s.software.is_empty());
     assert_eq!(s.phases[0].0, "experts");
@@ -112,7 +112,7 @@ fn disabled_is_inert() {
     let mut pmu = Pmu::disabled();
     assert!(!pmu.is_enabled());
     pmu.begin_token();
-    pmu.phase("attention");
+    pmu.phase(PmuPhase::Attention);
     let s = pmu.end_token();
     assert!(s.phases.is_empty() && s.software.is_empty());
     assert_eq!(s.unavailable.as_deref(), Some("PMU disabled"));

@@ -113,7 +113,7 @@ pub fn tile(m: &MatrixData, kind: EntryKind, buf: &mut Vec<u8>) -> Matrix {
             let th = TileHeader {
                 layer_id: 0,
                 matrix_id: kind as u8,
-                expert_id: 0xFF,
+                expert_id: crate::format::header::DENSE_EXPERT_ID,
                 row_offset: r0 as u32,
                 col_offset: c0 as u16,
                 tile_rows: rows as u16,

@@ -10,11 +10,13 @@ use super::expert_io::TokenIo;
 use super::finite::{check, Phase};
 use super::layer::{attention, attn_bytes, lm_head};
 use super::ops::add_into;
+use super::probe::Probe;
 use super::styles::{steps, Step};
 use super::token::Token;
 use super::vertical::{with_second_core, Job, Lane, Shared};
 use super::weights::{embed_input, use_q8, Weights};
 use super::{between_layers, Engine, ExpertTier, ForwardError, Layout, Schedule};
+use crate::telemetry::pmu::PmuPhase;
 use crate::telemetry::{LayerStat, RunInfo, TokenStats};
 use std::time::Instant;
 
@@ -130,15 +132,13 @@ impl Engine {
         }
         io.finish(&mut stats);
         if want_logits {
-            let t4 = Instant::now();
+            let probe = Probe::start(true);
             stats.lm_head_bytes = lm_head(&w, s);
-            stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
+            stats.ns_lm_head = probe.ns().unwrap_or_default();
             // The final norm's output too: the integer kernels quantize a NaN input to 0.
             check(&s.xb, None, 0, Phase::Logits, pos)?;
             check(&s.logits, None, 0, Phase::Logits, pos)?;
-            if pmu.is_enabled() {
-                pmu.phase("lm_head");
-            }
+            pmu.phase(PmuPhase::LmHead);
         }
         if pmu.is_enabled() {
             stats.pmu = Some(pmu.end_token());
@@ -208,7 +208,6 @@ impl Token<'_, '_> {
     fn layers(&mut self, w: &Weights, mut lane: Option<&mut Lane>) -> Result<(), ForwardError> {
         let rule = self.rule;
         let cfg = w.cfg;
-        let pmu_on = self.pmu.is_enabled();
         self.sched.begin_token();
         if rule.two_streams() {
             // Both streams (registers) start at the embedding.
@@ -217,7 +216,7 @@ impl Token<'_, '_> {
         for Step { l, block: p, first } in steps(cfg) {
             between_layers(self.stop, w.file)?;
             let lv = &w.file.layers[p];
-            let t_layer = Instant::now();
+            let layer_probe = Probe::start(true);
             let next = (l + 1 < cfg.effective_layers()).then(|| rule.block_of(l + 1));
             self.io.layer_start(next.map(|b| &w.file.layers[b]));
 
@@ -242,16 +241,14 @@ impl Token<'_, '_> {
             }
 
             // Attention: a = Attn(Norm(x)); x_mid = x + a.
-            let t0 = Instant::now();
+            let probe = Probe::start(self.timings);
             attention(w, lv, l, p, self.pos, self.kv, self.s);
             let st = &mut self.stats.layers[l];
             st.bytes.attn = attn_bytes(lv);
-            if self.timings {
-                st.ns_attn = t0.elapsed().as_nanos() as u64;
+            if let Some(ns) = probe.ns() {
+                st.ns_attn = ns;
             }
-            if pmu_on {
-                self.pmu.phase("attention");
-            }
+            self.pmu.phase(PmuPhase::Attention);
             // Norm(x), the attention's heads and its projection: the integer kernels quantize a
             // NaN input to 0, so each stage is checked, not only the output.
             for v in [&self.s.xb, &self.s.att, &self.s.attn_out] {
@@ -261,16 +258,15 @@ impl Token<'_, '_> {
             add_into(&mut self.s.xa, &self.s.attn_out);
 
             // Dense FFN: f = FFN(Norm(input)), the input delayed by δd (eq. 4.11).
-            let t1 = Instant::now();
+            let probe = Probe::start(self.timings);
             let (bytes, side_ns) = self.dense_ffn(w, l, p, lane.as_deref_mut());
-            if self.timings {
-                let ns = side_ns.unwrap_or_else(|| t1.elapsed().as_nanos() as u64);
-                self.stats.layers[l].ns_dense = self.split_fused_ns(l, bytes, ns);
+            if let Some(ns) = probe.ns() {
+                self.stats.layers[l].ns_dense =
+                    self.split_fused_ns(l, bytes, side_ns.unwrap_or(ns));
             }
-            let st = &mut self.stats.layers[l];
-            st.bytes.dense = bytes;
-            if pmu_on && lv.gate.is_some() {
-                self.pmu.phase("dense");
+            self.stats.layers[l].bytes.dense = bytes;
+            if lv.gate.is_some() {
+                self.pmu.phase(PmuPhase::Dense);
             }
 
             // Route: the selection is queued for injection at step ℓ+δe (eq. 4.16).
@@ -288,13 +284,15 @@ impl Token<'_, '_> {
             let (ebytes, ns) = self.inject_due(w, l, lane.as_deref_mut())?;
             let st = &mut self.stats.layers[l];
             st.bytes.experts = ebytes;
-            if pmu_on {
-                self.pmu.phase(if ebytes > 0 { "experts" } else { "other" });
-            }
+            self.pmu.phase(if ebytes > 0 {
+                PmuPhase::Experts
+            } else {
+                PmuPhase::Other
+            });
             if self.timings && ebytes > 0 {
                 st.ns_experts = ns;
             }
-            self.io.layer_end(st, t_layer.elapsed().as_nanos() as u64);
+            self.io.layer_end(st, layer_probe.ns().unwrap_or_default());
             let d = &self.s.dense;
             for v in [&d.xb, &d.hb, &d.out, &self.s.x] {
                 check(v, Some(p), l, Phase::FeedForward, self.pos)?;

@@ -11,7 +11,7 @@
 //! `expert_io` (fetch/prefetch points), `vertical` (the second core), `weights` (where tiles
 //! come from, matvec), `scratch` (buffers and their shapes), `streams` (bytes per stream),
 //! `worker` (the engine thread and its channels), `engine_loop` (that thread's loop: one method
-//! per message).
+//! per message), `probe` (a phase's timer).
 
 pub mod capture;
 pub mod critical;
@@ -26,6 +26,7 @@ pub mod moe;
 pub mod ops;
 pub mod options;
 pub mod prefill;
+mod probe;
 pub mod routing_log;
 pub mod sampler;
 pub mod schedule;

@@ -6,6 +6,7 @@ use super::expert_io::TokenIo;
 use super::layer::{dense, dense_bytes, dense_finish, shared_gate_scale};
 use super::moe::{expert_input, route, run_pending, run_with_shared, select};
 use super::ops::rmsnorm;
+use super::probe::Probe;
 use super::schedule::{DelayInput, DelaySchedule, Pending};
 use super::scratch::Scratch;
 use super::styles::StyleRule;
@@ -174,7 +175,7 @@ impl Token<'_, '_> {
     ) {
         let (rule, cfg) = (self.rule, w.cfg);
         let lv = &w.file.layers[p];
-        let t2 = Instant::now();
+        let probe = Probe::start(self.timings);
         let src = rule.read(self.s, rule.route_in);
         let (act, sel) = route(cfg, lv, src);
         let nv = next.map(|b| &w.file.layers[b]);
@@ -218,8 +219,8 @@ impl Token<'_, '_> {
             offloaded,
             fused: None,
         });
-        if self.timings {
-            self.stats.layers[l].ns_router = t2.elapsed().as_nanos() as u64;
+        if let Some(ns) = probe.ns() {
+            self.stats.layers[l].ns_router = ns;
         }
     }
 
@@ -238,7 +239,7 @@ impl Token<'_, '_> {
         } else {
             0..0
         };
-        let t2 = Instant::now();
+        let probe = Probe::start(self.timings);
         let src: &[f32] = rule.read(&*self.s, rule.route_in);
         for t in targets {
             let lt = &w.file.layers[t];
@@ -272,8 +273,8 @@ impl Token<'_, '_> {
                 pe.act = expert_input(cfg, lv, src);
             }
         }
-        if self.timings {
-            self.stats.layers[l].ns_router = t2.elapsed().as_nanos() as u64;
+        if let Some(ns) = probe.ns() {
+            self.stats.layers[l].ns_router = ns;
         }
     }
 

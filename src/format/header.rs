@@ -42,12 +42,16 @@ pub struct GlobalHeader {
 const _: () = assert!(std::mem::size_of::<GlobalHeader>() == 88);
 
 /// Per-tile header (16 bytes), directly before the tile's scales and quants.
+/// A tile header's `expert_id` for a matrix outside the routed experts.
+pub const DENSE_EXPERT_ID: u8 = 0xFF;
+
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TileHeader {
     pub layer_id: u16,
     pub matrix_id: u8,
-    /// 0xFF for non-expert matrices.
+    /// The routed expert's id; [`DENSE_EXPERT_ID`] for every other matrix
+    /// ([`TileHeader::expert_byte`]).
     pub expert_id: u8,
     pub row_offset: u32,
     pub col_offset: u16,
@@ -299,6 +303,11 @@ impl GlobalHeader {
 }
 
 impl TileHeader {
+    /// The `expert_id` byte of a matrix of routed expert `expert` (`None`: not an expert).
+    pub fn expert_byte(expert: Option<u8>) -> u8 {
+        expert.unwrap_or(DENSE_EXPERT_ID)
+    }
+
     pub const SIZE: usize = 16;
     pub fn encode(&self) -> [u8; 16] {
         let h = *self;

@@ -152,7 +152,7 @@ pub fn tiled_matrix_bytes(q: QuantType, rows: usize, cols: usize) -> usize {
 
 /// Appends the stripes of `mats` interleaved round-robin by stripe index (`ids` = matrix ids for
 /// the tile headers).
-fn write_group(buf: &mut Vec<u8>, layer: u16, expert: u8, mats: &[(&MatrixData, u8)]) {
+fn write_group(buf: &mut Vec<u8>, layer: u16, expert: Option<u8>, mats: &[(&MatrixData, u8)]) {
     let max_stripes = mats
         .iter()
         .map(|(m, _)| m.rows.div_ceil(TILE_ROWS))
@@ -167,7 +167,14 @@ fn write_group(buf: &mut Vec<u8>, layer: u16, expert: u8, mats: &[(&MatrixData, 
     }
 }
 
-fn write_stripe(buf: &mut Vec<u8>, layer: u16, expert: u8, id: u8, m: &MatrixData, s: usize) {
+fn write_stripe(
+    buf: &mut Vec<u8>,
+    layer: u16,
+    expert: Option<u8>,
+    id: u8,
+    m: &MatrixData,
+    s: usize,
+) {
     let r0 = s * TILE_ROWS;
     let r1 = (r0 + TILE_ROWS).min(m.rows);
     let q = m.quant;
@@ -177,7 +184,7 @@ fn write_stripe(buf: &mut Vec<u8>, layer: u16, expert: u8, id: u8, m: &MatrixDat
         let h = TileHeader {
             layer_id: layer,
             matrix_id: id,
-            expert_id: expert,
+            expert_id: TileHeader::expert_byte(expert),
             row_offset: r0 as u32,
             col_offset: c0 as u16,
             tile_rows: (r1 - r0) as u16,
@@ -233,7 +240,7 @@ impl RegionBuilder {
         pad_to(&mut self.buf, ITEM_ALIGN);
         let start = self.abs();
         let ids: Vec<(&MatrixData, u8)> = mats.iter().map(|(m, k)| (*m, *k as u8)).collect();
-        write_group(&mut self.buf, layer, 0xFF, &ids);
+        write_group(&mut self.buf, layer, None, &ids);
         let len = self.abs() - start;
         for (m, k) in mats {
             self.entries.push(DirEntry {
@@ -366,7 +373,7 @@ pub fn build_layer_region(base: u64, layer: u16, l: &LayerData) -> Vec<u8> {
             write_group(
                 &mut rb.buf,
                 layer,
-                ei as u8,
+                Some(ei as u8),
                 &[
                     (&ex.gate, EntryKind::ExpertGate as u8),
                     (&ex.up, EntryKind::ExpertUp as u8),
@@ -375,7 +382,7 @@ pub fn build_layer_region(base: u64, layer: u16, l: &LayerData) -> Vec<u8> {
             write_group(
                 &mut rb.buf,
                 layer,
-                ei as u8,
+                Some(ei as u8),
                 &[(&ex.down, EntryKind::ExpertDown as u8)],
             );
             table.push((start, rb.abs() - start));

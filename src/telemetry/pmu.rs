@@ -7,7 +7,7 @@
 //! second group so every token gets them.
 //!
 //! Per token the engine calls [`Pmu::begin_token`], then [`Pmu::phase`] at the *end* of every
-//! phase (`"attention"`, `"dense"`, `"experts"`, `"lm_head"`, …; the delta since the previous read
+//! phase ([`PmuPhase`]: `"attention"`, `"dense"`, `"experts"`, `"lm_head"`; the delta since the previous read
 //! is attributed to the phase that just ended and accumulated over layers), then
 //! [`Pmu::end_token`], which returns a [`PmuSample`]. Anything between the last `phase` call and
 //! `end_token` is attributed to `"other"` when non-zero. Each read is one `read(2)` per group.
@@ -16,6 +16,34 @@
 use super::event::PmuSample;
 use perf_event::events::{Cache, CacheOp, CacheResult, Hardware, Software, WhichCache};
 use perf_event::{Builder, Counter, Group};
+
+/// The phases of a token its counters are split into; [`PmuPhase::name`] is the phase's name in
+/// `PmuSample`, the trace and the PMU pane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PmuPhase {
+    /// A layer's attention: norm, Q/K/V, heads, output projection.
+    Attention,
+    /// A layer's dense FFN (or shared expert).
+    Dense,
+    /// The routed experts injected at a layer's end.
+    Experts,
+    /// The final norm and the LM head.
+    LmHead,
+    /// Everything else (routing, combines, a layer without experts' end, between tokens).
+    Other,
+}
+
+impl PmuPhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            PmuPhase::Attention => "attention",
+            PmuPhase::Dense => "dense",
+            PmuPhase::Experts => "experts",
+            PmuPhase::LmHead => "lm_head",
+            PmuPhase::Other => "other",
+        }
+    }
+}
 
 /// Hardware counter names (perf's spelling), in group order.
 pub const HW_COUNTERS: [&str; 4] = [
@@ -261,11 +289,11 @@ impl Pmu {
         let _ = a.sample();
     }
 
-    /// Attribute the counts since the previous read to `name` (the phase that just ended).
+    /// Attribute the counts since the previous read to `phase` (the phase that just ended).
     #[inline]
-    pub fn phase(&mut self, name: &'static str) {
+    pub fn phase(&mut self, phase: PmuPhase) {
         let Some(a) = &mut self.active else { return };
-        a.attribute(name);
+        a.attribute(phase.name());
     }
 
     /// Finish the token and return its sample (phases in first-seen order).
@@ -276,7 +304,7 @@ impl Pmu {
                 ..Default::default()
             };
         };
-        a.attribute("other");
+        a.attribute(PmuPhase::Other.name());
         let names = {
             let mut v: Vec<&'static str> = Vec::new();
             for g in [&a.hw, &a.sw].into_iter().flatten() {

@@ -13,7 +13,7 @@ pub(crate) fn walk_group(
     v: &V,
     what: &str,
     layer: u16,
-    expert: u8,
+    expert: Option<u8>,
     members: &mut [&mut Matrix],
     start: u64,
     end: u64,
@@ -39,7 +39,7 @@ pub(crate) fn walk_group(
                 let expect = TileHeader {
                     layer_id: layer,
                     matrix_id: m.kind as u8,
-                    expert_id: expert,
+                    expert_id: TileHeader::expert_byte(expert),
                     row_offset: (s * TILE_ROWS) as u32,
                     col_offset: (c * TILE_COLS) as u16,
                     tile_rows: rows as u16,
@@ -266,7 +266,7 @@ pub(super) fn group(
     }
     let end = first.offset + first.length;
     let mut refs: Vec<&mut Matrix> = mats.iter_mut().collect();
-    let stop = walk_group(v, what, layer, 0xFF, &mut refs, first.offset, end)?;
+    let stop = walk_group(v, what, layer, None, &mut refs, first.offset, end)?;
     if stop != end {
         return Err(v.mismatch(
             format!("{what} {:?} group length", specs[0].0),

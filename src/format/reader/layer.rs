@@ -272,8 +272,16 @@ impl LayerDir<'_> {
                 });
             }
             let (mut g, mut u, mut dn) = (g0.clone(), u0.clone(), d0.clone());
-            let p = walk_group(v, &ew, self.li, ei as u8, &mut [&mut g, &mut u], eo, eend)?;
-            let p = walk_group(v, &ew, self.li, ei as u8, &mut [&mut dn], p, eend)?;
+            let p = walk_group(
+                v,
+                &ew,
+                self.li,
+                Some(ei as u8),
+                &mut [&mut g, &mut u],
+                eo,
+                eend,
+            )?;
+            let p = walk_group(v, &ew, self.li, Some(ei as u8), &mut [&mut dn], p, eend)?;
             if p != eend {
                 return Err(v.mismatch(format!("{ew} length"), el, p - eo));
             }
