@@ -1112,6 +1112,7 @@ mod tests {
     use super::super::Isa;
     #[allow(unused_imports)]
     use crate::kernels::dot::Tile;
+    use crate::quant::QuantType;
 
     fn skip() -> bool {
         if !Isa::Avx2.available() {
@@ -1127,11 +1128,12 @@ mod tests {
             return;
         }
         check_kernel(
-            &|q, rows, cols, s, qs, x, xq, y| {
-                super::super::check_tile(Tile::split(q, rows, cols, s, qs), x, xq, y);
+            &|t, x, xq, _, y| {
+                super::super::check_tile(t, x, xq, y);
                 // SAFETY: features detected by `skip()`, tile checked just above.
-                unsafe { super::tile_matvec(Tile::split(q, rows, cols, s, qs), x, xq, y) }
+                unsafe { super::tile_matvec(t, x, xq, y) }
             },
+            &QuantType::SPLIT,
             1,
         );
     }
@@ -1199,9 +1201,8 @@ mod tests {
             return;
         }
         check_kernel(
-            &|q, rows, cols, s, qs, x, xq, y| {
-                super::super::tile_matvec(Isa::Avx2, Tile::split(q, rows, cols, s, qs), x, xq, y)
-            },
+            &|t, x, xq, _, y| super::super::tile_matvec(Isa::Avx2, t, x, xq, y),
+            &QuantType::SPLIT,
             2,
         );
     }
@@ -1213,9 +1214,8 @@ mod tests {
         }
         // On a CPU without AVX-512 this exercises the AVX2 fallback; with it, the AVX-512 kernels.
         check_kernel(
-            &|q, rows, cols, s, qs, x, xq, y| {
-                super::super::tile_matvec(Isa::Avx512, Tile::split(q, rows, cols, s, qs), x, xq, y)
-            },
+            &|t, x, xq, _, y| super::super::tile_matvec(Isa::Avx512, t, x, xq, y),
+            &QuantType::SPLIT,
             5,
         );
     }

@@ -482,6 +482,7 @@ mod tests {
     use super::super::Isa;
     #[allow(unused_imports)]
     use crate::kernels::dot::Tile;
+    use crate::quant::QuantType;
 
     #[test]
     fn avx512_matches_scalar_on_random_tiles() {
@@ -491,11 +492,12 @@ mod tests {
             return;
         }
         check_kernel(
-            &|q, rows, cols, s, qs, x, xq, y| {
-                super::super::check_tile(Tile::split(q, rows, cols, s, qs), x, xq, y);
+            &|t, x, xq, _, y| {
+                super::super::check_tile(t, x, xq, y);
                 // SAFETY: AVX-512 F/BW detected above; tile checked just above.
-                unsafe { super::tile_matvec(Tile::split(q, rows, cols, s, qs), x, xq, y, false) }
+                unsafe { super::tile_matvec(t, x, xq, y, false) }
             },
+            &QuantType::SPLIT,
             3,
         );
     }
@@ -572,11 +574,12 @@ mod tests {
             return;
         }
         check_kernel(
-            &|q, rows, cols, s, qs, x, xq, y| {
-                super::super::check_tile(Tile::split(q, rows, cols, s, qs), x, xq, y);
+            &|t, x, xq, _, y| {
+                super::super::check_tile(t, x, xq, y);
                 // SAFETY: AVX-512 F/BW/VNNI detected above; tile checked just above.
-                unsafe { super::tile_matvec(Tile::split(q, rows, cols, s, qs), x, xq, y, true) }
+                unsafe { super::tile_matvec(t, x, xq, y, true) }
             },
+            &QuantType::SPLIT,
             4,
         );
     }

@@ -270,122 +270,9 @@ pub fn tile_matmul(isa: Isa, t: Tile, acts: BatchAct, y: &mut [f32]) {
     }
 }
 
-/// Test support: random interleaved tiles and SIMD-vs-scalar checks.
-#[cfg(test)]
-pub(crate) mod testutil {
-    use super::super::testutil::Rng;
-    use super::*;
-    #[allow(unused_imports)]
-    use crate::kernels::dot::Tile;
-    #[allow(unused_imports)]
-    use crate::quant::QuantType;
-    use crate::quant::{dequantize_row, quantize_row};
-
-    /// Signature of an interleaved-type tile kernel under test ([`tile_matvec`] minus the ISA).
-    pub type Kernel<'a> =
-        &'a dyn Fn(QuantType, usize, usize, &[u8], &[f32], XqRef, Option<Q8KRef>, &mut [f32]);
-
-    /// The interleaved types.
-    pub const TYPES: [QuantType; 5] = [
-        QuantType::Q5_0,
-        QuantType::Q5_1,
-        QuantType::Q4_K,
-        QuantType::Q5_K,
-        QuantType::Q6_K,
-    ];
-
-    /// Random tile: GGUF blocks plus the dequantized weights (row-major).
-    pub fn random_tile(
-        rng: &mut Rng,
-        q: QuantType,
-        rows: usize,
-        cols: usize,
-    ) -> (Vec<u8>, Vec<f32>) {
-        let amp = [0.01f32, 0.5, 3.0][rng.below(3)];
-        let (mut sc, mut qs) = (Vec::new(), Vec::new());
-        let mut w = vec![0f32; rows * cols];
-        let mut src = vec![0f32; cols];
-        for r in 0..rows {
-            let bias = if rng.below(4) == 0 { amp } else { 0.0 };
-            for v in src.iter_mut() {
-                *v = rng.uniform() * amp + bias;
-            }
-            let q0 = qs.len();
-            quantize_row(q, &src, &mut sc, &mut qs);
-            dequantize_row(q, &[], &qs[q0..], &mut w[r * cols..(r + 1) * cols]);
-        }
-        assert!(sc.is_empty());
-        (qs, w)
-    }
-
-    /// The activation in every form.
-    pub fn acts(x: &[f32]) -> Q8Act {
-        let mut a = Q8Act::default();
-        super::super::scalar::quantize_act(x, &mut a);
-        if x.len().is_multiple_of(QK_K) {
-            scalar::quantize_q8k(x, &mut a.k);
-        }
-        a
-    }
-
-    fn norm(v: &[f32]) -> f32 {
-        v.iter().map(|a| a * a).sum::<f32>().sqrt()
-    }
-
-    /// `kern` against the scalar reference on one random tile, f32 and integer paths.
-    pub fn check_one(kern: Kernel, rng: &mut Rng, q: QuantType, rows: usize, cols: usize) {
-        let (qs, _) = random_tile(rng, q, rows, cols);
-        let x: Vec<f32> = (0..cols).map(|_| rng.uniform() * 2.0).collect();
-        let a = acts(&x);
-        let y0: Vec<f32> = (0..rows).map(|_| rng.uniform()).collect();
-        for int in [false, true] {
-            let xq = (int && !q.is_k()).then(|| a.tile_slice(0, cols));
-            let xk = if int && q.is_k() {
-                a.k.slice(0, cols)
-            } else {
-                None
-            };
-            let mut yr = y0.clone();
-            scalar::tile_matvec(Tile::body(q, rows, cols, &qs), &x, xq, xk, &mut yr);
-            let mut ys = y0.clone();
-            kern(q, rows, cols, &qs, &x, xq, xk, &mut ys);
-            let prod: Vec<f32> = yr.iter().zip(&y0).map(|(a, b)| a - b).collect();
-            let tol = 1e-4 * norm(&prod) + 1e-6;
-            for r in 0..rows {
-                let d = (yr[r] - ys[r]).abs();
-                assert!(
-                    d <= tol,
-                    "{q} {rows}x{cols} int={int} row {r}: ref {} simd {} (diff {d}, tol {tol})",
-                    yr[r],
-                    ys[r]
-                );
-            }
-        }
-    }
-
-    /// 300 random tiles per type (rows 1..=40, cols 1..=4 blocks) plus edge shapes.
-    pub fn check_kernel(kern: Kernel, seed: u64) {
-        let mut rng = Rng::new(seed);
-        for q in TYPES {
-            let bl = q.block_len();
-            for _ in 0..300 {
-                let rows = 1 + rng.below(40);
-                let cols = bl * (1 + rng.below(if q.is_k() { 4 } else { 16 }));
-                check_one(kern, &mut rng, q, rows, cols);
-            }
-            for rows in [1, 2, 3, 4, 5, 7, 9, 128] {
-                for nb in [1, 2, 3, 8] {
-                    check_one(kern, &mut rng, q, rows, bl * nb);
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::Rng;
-    use super::testutil::*;
+    use super::super::testutil::{acts, random_body_tile, Rng, INTERLEAVED};
     use super::*;
     #[allow(unused_imports)]
     use crate::kernels::dot::Tile;
@@ -398,11 +285,11 @@ mod tests {
     #[test]
     fn scalar_reference_matches_dequantized_f64_dot() {
         let mut rng = Rng::new(21);
-        for q in TYPES {
+        for q in INTERLEAVED {
             for _ in 0..60 {
                 let rows = 1 + rng.below(6);
                 let cols = q.block_len() * (1 + rng.below(if q.is_k() { 3 } else { 12 }));
-                let (qs, w) = random_tile(&mut rng, q, rows, cols);
+                let (qs, w) = random_body_tile(&mut rng, q, rows, cols);
                 let x: Vec<f32> = (0..cols).map(|_| rng.uniform() * 3.0).collect();
                 let a = acts(&x);
                 for r in 0..rows {
@@ -490,7 +377,7 @@ mod tests {
     #[test]
     fn act_dispatch_uses_q8k_when_present() {
         let mut rng = Rng::new(5);
-        let (qs, _) = random_tile(&mut rng, QuantType::Q4_K, 3, 512);
+        let (qs, _) = random_body_tile(&mut rng, QuantType::Q4_K, 3, 512);
         let x: Vec<f32> = (0..512).map(|_| rng.uniform()).collect();
         let mut a = Q8Act::default();
         a.quantize_from(&x);

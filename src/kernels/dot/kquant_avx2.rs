@@ -529,9 +529,8 @@ pub unsafe fn quantize_q8k(x: &[f32], out: &mut super::kquant::Q8K) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::kquant::testutil::check_kernel;
+    use super::super::testutil::{check_kernel, INTERLEAVED};
     use super::super::Isa;
-    #[allow(unused_imports)]
     use crate::kernels::dot::Tile;
 
     #[test]
@@ -541,10 +540,9 @@ mod tests {
             return;
         }
         check_kernel(
-            &|q, rows, cols, qs, x, xq, xk, y| {
-                // SAFETY: features detected above; `check_one` builds valid tiles.
-                unsafe { super::tile_matvec(Tile::body(q, rows, cols, qs), x, xq, xk, y) }
-            },
+            // SAFETY: features detected above; `check_one` builds valid tiles.
+            &|t, x, xq, xk, y| unsafe { super::tile_matvec(t, x, xq, xk, y) },
+            &INTERLEAVED,
             17,
         );
     }
@@ -553,16 +551,8 @@ mod tests {
     fn dispatch_matches_scalar_reference_on_every_isa() {
         for isa in [Isa::Avx2, Isa::Avx512] {
             check_kernel(
-                &|q, rows, cols, qs, x, xq, xk, y| {
-                    super::super::kquant::tile_matvec(
-                        isa,
-                        Tile::body(q, rows, cols, qs),
-                        x,
-                        xq,
-                        xk,
-                        y,
-                    )
-                },
+                &|t, x, xq, xk, y| super::super::kquant::tile_matvec(isa, t, x, xq, xk, y),
+                &INTERLEAVED,
                 23,
             );
         }
@@ -744,15 +734,15 @@ mod tests {
     /// tiles of 20 blocks) and K-quant widths of 1–8 blocks.
     #[test]
     fn grouped_kernels_match_one_row_kernels_bit_for_bit() {
-        use super::super::kquant::testutil::{acts, random_tile, TYPES};
         use super::super::testutil::Rng;
+        use super::super::testutil::{acts, random_body_tile, INTERLEAVED};
         use crate::quant::QuantType;
         if !Isa::Avx2.available() {
             println!("SKIP: this CPU lacks AVX2/FMA/F16C");
             return;
         }
         let mut rng = Rng::new(31);
-        for q in TYPES {
+        for q in INTERLEAVED {
             let widths: &[usize] = if q.is_k() {
                 &[256, 512, 768, 2048]
             } else {
@@ -760,7 +750,7 @@ mod tests {
             };
             for &cols in widths {
                 for rows in [1, 2, 3, 4, 5, 6, 7, 8, 9, 37, 128] {
-                    let (qs, _) = random_tile(&mut rng, q, rows, cols);
+                    let (qs, _) = random_body_tile(&mut rng, q, rows, cols);
                     let x: Vec<f32> = (0..cols).map(|_| rng.uniform() * 2.0).collect();
                     let a = acts(&x);
                     let xq = (!q.is_k()).then(|| a.tile_slice(0, cols));
@@ -784,7 +774,7 @@ mod tests {
                         };
                     }
                     let mut got = y0.clone();
-                    // SAFETY: as above; `random_tile` built `rows × cols` weights of type `q`.
+                    // SAFETY: as above; `random_body_tile` built `rows × cols` weights of type `q`.
                     unsafe {
                         super::tile_matvec(Tile::body(q, rows, cols, &qs), &x, xq, xk, &mut got)
                     };

@@ -307,10 +307,8 @@ kquant_avx512!(vnni, "avx512f,avx512bw,avx512vnni,avx2,fma,f16c", true);
 
 #[cfg(test)]
 mod tests {
-    use super::super::kquant::testutil::check_kernel;
+    use super::super::testutil::{check_kernel, INTERLEAVED};
     use super::super::Isa;
-    #[allow(unused_imports)]
-    use crate::kernels::dot::Tile;
 
     #[test]
     fn avx512_matches_scalar_reference() {
@@ -324,10 +322,9 @@ mod tests {
                 continue;
             }
             check_kernel(
-                &|q, rows, cols, qs, x, xq, xk, y| {
-                    // SAFETY: features detected above; `check_one` builds valid tiles.
-                    unsafe { super::tile_matvec(Tile::body(q, rows, cols, qs), x, xq, xk, y, vnni) }
-                },
+                // SAFETY: features detected above; `check_one` builds valid tiles.
+                &|t, x, xq, xk, y| unsafe { super::tile_matvec(t, x, xq, xk, y, vnni) },
+                &INTERLEAVED,
                 29,
             );
         }

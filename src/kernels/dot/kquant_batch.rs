@@ -9,7 +9,7 @@
 //! |pair| ≤ 2 · 63 · 127), then the same float multiplies, FMAs and row reductions in the same
 //! order (`kquant_avx2::finish`, `add_rows`). So each token's result is bit-identical to one
 //! `kquant_avx2::tile_matvec` call (tested below), which is itself tested against the scalar
-//! reference `kquant_scalar` within `kquant::testutil::check_one`'s bound (1e-4 of the output's
+//! reference `kquant_scalar` within `dot::testutil::check_one`'s bound (1e-4 of the output's
 //! norm + 1e-6). Without AVX2 the batch is one scalar per-token call per token
 //! (`kquant::tile_matmul`).
 //!
@@ -654,9 +654,9 @@ batch_kernels!(vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni", true);
 
 #[cfg(test)]
 mod tests {
-    use super::super::kquant::testutil::{acts, random_tile, TYPES};
     use super::super::kquant::{self, BatchAct, Q8KRef};
     use super::super::testutil::Rng;
+    use super::super::testutil::{acts, random_body_tile, INTERLEAVED};
     use super::super::{Isa, Q8Act, XqBlocks};
     #[allow(unused_imports)]
     use crate::kernels::dot::Tile;
@@ -677,7 +677,7 @@ mod tests {
 
     impl Case {
         fn new(rng: &mut Rng, q: QuantType, rows: usize, cols: usize, n: usize) -> Case {
-            let (qs, _) = random_tile(rng, q, rows, cols);
+            let (qs, _) = random_body_tile(rng, q, rows, cols);
             let xs: Vec<f32> = (0..n * cols).map(|_| rng.uniform() * 2.0).collect();
             let acts = xs.chunks_exact(cols).map(acts).collect();
             let y0 = (0..n * rows).map(|_| rng.uniform()).collect();
@@ -734,7 +734,7 @@ mod tests {
             return;
         }
         let mut rng = Rng::new(41);
-        for q in TYPES {
+        for q in INTERLEAVED {
             for (rows, cols, n) in shapes(q) {
                 let c = Case::new(&mut rng, q, rows, cols, n);
                 let (xq, xk) = (c.xq(), c.xk_or_empty(q));
@@ -746,7 +746,7 @@ mod tests {
                         (Some(xq[j]), None)
                     };
                     let y = &mut want[j * rows..(j + 1) * rows];
-                    // SAFETY: AVX2/FMA/F16C detected above; `random_tile` built `rows × cols`
+                    // SAFETY: AVX2/FMA/F16C detected above; `random_body_tile` built `rows × cols`
                     // weights of `q` and the activations cover `cols`.
                     unsafe {
                         super::super::kquant_avx2::tile_matvec(
@@ -832,7 +832,7 @@ mod tests {
     #[test]
     fn dispatch_matches_scalar_reference_within_bound() {
         let mut rng = Rng::new(43);
-        for q in TYPES {
+        for q in INTERLEAVED {
             for (rows, cols, n) in shapes(q) {
                 let c = Case::new(&mut rng, q, rows, cols, n);
                 let (xq, xk) = (c.xq(), c.xk_or_empty(q));
