@@ -128,19 +128,25 @@ fn quant_mix_report(f: &CflowFile) -> Value {
 }
 
 /// The MoE geometry (null for a dense model): experts, top-k, expert FFN width, the shared
-/// expert (Qwen2-MoE: the dense FFN of a MoE layer, sigmoid-gated) and the router's weighting.
+/// expert (the dense FFN of a layer with routed experts, always run: Qwen2-MoE's, sigmoid-gated,
+/// or `moefy`'s) and the router's weighting.
 fn moe_report(f: &CflowFile) -> Value {
     let c = &f.cfg;
     if !c.has_experts() {
         return Value::Null;
     }
-    let shared = f.layers.iter().any(|l| l.shared_gate.is_some());
+    let shared = f
+        .layers
+        .iter()
+        .any(|l| !l.experts.is_empty() && l.gate.is_some());
+    let gated = f.layers.iter().any(|l| l.shared_gate.is_some());
     json!({
         "experts": c.n_experts,
         "top_k": c.top_k,
         "expert_ffn": c.expert_ffn,
         "shared_expert": shared,
         "shared_expert_ffn": if shared { c.d_ff } else { 0 },
+        "shared_expert_gated": gated,
         "router": c.meta.router_norm,
     })
 }
@@ -153,8 +159,13 @@ fn moe_line(m: &Value, b: &Value) -> Option<String> {
     let f = |v: &Value| v.as_f64().unwrap_or(0.0);
     let shared = if m["shared_expert"].as_bool() == Some(true) {
         format!(
-            " · shared expert FFN {} (sigmoid-gated, always run)",
-            m["shared_expert_ffn"]
+            " · shared expert FFN {} ({}always run)",
+            m["shared_expert_ffn"],
+            if m["shared_expert_gated"].as_bool() == Some(true) {
+                "sigmoid-gated, "
+            } else {
+                ""
+            }
         )
     } else {
         " · no shared expert".into()

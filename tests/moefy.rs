@@ -436,3 +436,52 @@ fn experts_used_overrides_top_k_and_all_experts_decode_as_dense() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["experts_used"], 3);
 }
+
+/// `inspect` on a moefied model reports its shared expert (the layers' dense FFN, always run,
+/// without a gate) and its router rule, in text and in JSON that matches
+/// assets/schema/inspect.json; without a shared expert it says so.
+#[test]
+fn inspect_reports_a_moefied_models_shared_expert_and_router() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dense(dir.path());
+    let bin = env!("CARGO_BIN_EXE_cflow-tui");
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../assets/schema/inspect.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for (shared, text) in [
+        (32, "shared expert FFN 32 (always run)"),
+        (0, "no shared expert"),
+    ] {
+        let out = dir.path().join(format!("shared{shared}.cflow"));
+        make(
+            &src,
+            &MoefySpec {
+                shared,
+                ..spec(4, 2)
+            },
+            &out,
+        );
+        let o = std::process::Command::new(bin)
+            .arg("inspect")
+            .arg(&out)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{errors:?}");
+        let m = &v["moe"];
+        assert_eq!(m["shared_expert"], shared > 0);
+        assert_eq!(m["shared_expert_ffn"], shared);
+        assert_eq!(m["shared_expert_gated"], false);
+        assert_eq!(m["router"], "topk_unweighted");
+        let o = std::process::Command::new(bin)
+            .arg("inspect")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let t = String::from_utf8_lossy(&o.stdout);
+        assert!(t.contains(text), "{t}");
+    }
+}

@@ -153,28 +153,17 @@ pub const INTERLEAVED: [QuantType; 5] = [
     QuantType::Q6_K,
 ];
 
-/// A random interleaved tile: GGUF blocks plus the dequantized weights (row-major).
+/// A random interleaved tile: GGUF blocks plus the dequantized weights (row-major). The same
+/// rows as [`random_tile`]'s; these types keep their scales inside the blocks.
 pub fn random_body_tile(
     rng: &mut Rng,
     q: QuantType,
     rows: usize,
     cols: usize,
 ) -> (Vec<u8>, Vec<f32>) {
-    let amp = [0.01f32, 0.5, 3.0][rng.below(3)];
-    let (mut sc, mut qs) = (Vec::new(), Vec::new());
-    let mut w = vec![0f32; rows * cols];
-    let mut src = vec![0f32; cols];
-    for r in 0..rows {
-        let bias = if rng.below(4) == 0 { amp } else { 0.0 };
-        for v in src.iter_mut() {
-            *v = rng.uniform() * amp + bias;
-        }
-        let q0 = qs.len();
-        quantize_row(q, &src, &mut sc, &mut qs);
-        dequantize_row(q, &[], &qs[q0..], &mut w[r * cols..(r + 1) * cols]);
-    }
-    assert!(sc.is_empty());
-    (qs, w)
+    let t = random_tile(rng, q, rows, cols);
+    assert!(t.scales.is_empty(), "{q} is not an interleaved type");
+    (t.qs, t.w)
 }
 
 /// The activation in every form.
