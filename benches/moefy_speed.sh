@@ -11,9 +11,14 @@
 # dense model's bytes in the MoE's layout).
 # Usage: PAIRS=6 TOKENS=64 [WEIGHTS=auto|mmap|resident] [MOE_ARGS=...] [OUT=F.json] benches/moefy_speed.sh DENSE.cflow MOE.cflow
 set -euo pipefail
+[ $# -eq 2 ] || { echo "usage: [PAIRS=6 TOKENS=64 WEIGHTS=auto MOE_ARGS=... OUT=F.json] $0 DENSE.cflow MOE.cflow" >&2; exit 2; }
+# The model paths as given (relative to the caller's directory), before moving to the repository.
+dense=$(realpath -e -- "$1") || { echo "$0: no such model: $1" >&2; exit 2; }
+moe=$(realpath -e -- "$2") || { echo "$0: no such model: $2" >&2; exit 2; }
+[ -z "${OUT:-}" ] || OUT=$(realpath -m -- "$OUT")
+[ -z "${BIN:-}" ] || BIN=$(realpath -e -- "$BIN")
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/release/cflow-tui}; PAIRS=${PAIRS:-6}; TOKENS=${TOKENS:-64}; WEIGHTS=${WEIGHTS:-auto}
-dense=$1; moe=$2
 tok() { "$BIN" bench decode "$1" --threads "$2" ${3:-} --repeat 1 --tokens "$TOKENS" --weights "$WEIGHTS" --json 2>/dev/null \
   | python3 -c 'import json,sys; d=json.load(sys.stdin); r=d["rows"] if isinstance(d,dict) else d; print(r[0]["decode_tok_s"]["median"])'; }
 mib() { "$BIN" run "$1" ${2:-} --token-ids 1,2,3 -n 8 --json --weights "$WEIGHTS" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["mib_per_token"]["total"])'; }
