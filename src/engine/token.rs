@@ -125,7 +125,7 @@ impl Token<'_, '_> {
         }
         // The experts' input N_m(x) is the shared expert's N_f(x) when both norms and sources
         // agree (moefy's files): computed once. Otherwise it is computed and compared.
-        let once = rule.route_in == rule.dense_in && lv.moe_norm == lv.ffn_norm;
+        let once = rule.route_in == rule.dense_in && lv.moe_norm_is_ffn_norm;
         let own = (!once).then(|| expert_input(cfg, lv, rule.read(self.s, rule.route_in)));
         let (src, ds) = rule.read_with_dense(self.s, rule.dense_in);
         rmsnorm(&mut ds.xb, src, lv.ffn_norm.as_deref(), cfg.rms_eps);

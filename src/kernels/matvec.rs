@@ -201,6 +201,10 @@ pub fn tiled_matvec_acts(
         assert_eq!(y.len(), m.rows, "output length");
         assert_eq!(act_of(i).x.len(), m.cols, "activation length");
         n_tasks += m.n_stripes();
+        // A small matrix's stripe offsets (a selected expert's) are usually cold after the
+        // previous layer's weights streamed through the cache: asked for here, their misses
+        // overlap instead of stalling one task each.
+        super::prefetch::to_l2(&m.stripes);
     }
     let mut stack: [Option<(usize, &Matrix, OutPtr)>; MAX_OUTS] = [None; MAX_OUTS];
     let mut heap = Vec::new();

@@ -10,6 +10,7 @@ pub mod dot;
 pub mod kv_elem;
 pub mod matvec;
 pub mod pool;
+pub mod prefetch;
 pub mod router;
 pub mod vec;
 

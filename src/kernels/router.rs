@@ -7,6 +7,9 @@
 //! it only interleaves up to eight experts per pass over the input, so their rows stream side by
 //! side instead of one 2–8 KiB row after another. A router is E × d f32 (18 KiB per layer on a
 //! moefied SmolLM2), read once per token from wherever the previous layers' weights left it.
+//! With AVX2 each full group of eight experts runs [`avx2::group`]: the same lane sums, eight
+//! at a time in one register, with the multiply and the add apart (not fused), so it is
+//! bit-identical too; the last partial group and other CPUs run [`logits_scalar`].
 
 /// Experts per pass over the input in [`logits`].
 const GROUP: usize = 8;
@@ -15,6 +18,24 @@ const LANES: usize = 8;
 
 /// `out[e] = r[e·d .. (e+1)·d] · x` for every expert `e` (`d = x.len()`, `out.len()` experts).
 pub fn logits(r: &[f32], x: &[f32], out: &mut [f32]) {
+    let d = x.len();
+    assert_eq!(r.len(), out.len() * d, "router is experts × d");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        let full = out.len() / GROUP * GROUP;
+        let (head, rest) = out.split_at_mut(full);
+        for (g, outs) in head.chunks_exact_mut(GROUP).enumerate() {
+            let rows = &r[g * GROUP * d..(g + 1) * GROUP * d];
+            // SAFETY: AVX2 was detected just above; `rows` is GROUP × d and `outs` GROUP long.
+            unsafe { avx2::group(rows, x, outs) };
+        }
+        return logits_scalar(&r[full * d..], x, rest);
+    }
+    logits_scalar(r, x, out)
+}
+
+/// The scalar [`logits`]: every group of up to eight experts with plain lane arrays.
+pub fn logits_scalar(r: &[f32], x: &[f32], out: &mut [f32]) {
     let d = x.len();
     assert_eq!(r.len(), out.len() * d, "router is experts × d");
     let whole = d / LANES * LANES;
@@ -41,6 +62,46 @@ pub fn logits(r: &[f32], x: &[f32], out: &mut [f32]) {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{GROUP, LANES};
+    use std::arch::x86_64::*;
+
+    /// One full group: `out[k] = rows[k·d ..][..d] · x` for k < 8, with [`super::logits_scalar`]'s
+    /// arithmetic (lane sums of unfused products in chunk order, lanes added in order, then the
+    /// tail).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2; `rows.len() == GROUP · x.len()` and `out.len() == GROUP`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn group(rows: &[f32], x: &[f32], out: &mut [f32]) {
+        let d = x.len();
+        assert!(rows.len() == GROUP * d && out.len() == GROUP);
+        let whole = d / LANES * LANES;
+        let mut acc = [_mm256_setzero_ps(); GROUP];
+        let (rp, xp) = (rows.as_ptr(), x.as_ptr());
+        let mut c = 0;
+        while c < whole {
+            // SAFETY (loads): c + 8 ≤ whole ≤ d, and row k's chunk ends at k·d + c + 8 ≤ 8·d.
+            let xc = _mm256_loadu_ps(xp.add(c));
+            for (k, a) in acc.iter_mut().enumerate() {
+                let w = _mm256_loadu_ps(rp.add(k * d + c));
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(w, xc));
+            }
+            c += LANES;
+        }
+        for (k, (a, o)) in acc.iter().zip(out.iter_mut()).enumerate() {
+            let mut lanes = [0f32; LANES];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), *a);
+            let mut s: f32 = lanes.iter().sum();
+            for (w, v) in rows[k * d + whole..(k + 1) * d].iter().zip(&x[whole..]) {
+                s += w * v;
+            }
+            *o = s;
+        }
+    }
+}
+
 /// The reference [`logits`] must equal bit for bit: one [`super::attention::dot`] per expert.
 pub fn logits_ref(r: &[f32], x: &[f32], out: &mut [f32]) {
     let d = x.len();
@@ -52,18 +113,7 @@ pub fn logits_ref(r: &[f32], x: &[f32], out: &mut [f32]) {
 /// Asks the CPU to bring `w` towards the core (into L2) without waiting: issued a layer before
 /// a router is used, its rows come from cache rather than DRAM.
 pub fn prefetch(w: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in w.chunks(16) {
-        // SAFETY: PREFETCHT1 is a hint that never faults; SSE is part of the x86_64 baseline;
-        // the address is inside the live slice `w`.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-                line.as_ptr() as *const i8
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = w;
+    super::prefetch::to_l2(w);
 }
 
 #[cfg(test)]
@@ -78,10 +128,13 @@ mod tests {
             let r: Vec<f32> = (0..e * d).map(|_| rng.uniform()).collect();
             let x: Vec<f32> = (0..d).map(|_| rng.uniform() * 2.0).collect();
             let (mut a, mut b) = (vec![0.0; e], vec![0.0; e]);
+            let mut c = vec![0.0; e];
             logits(&r, &x, &mut a);
             logits_ref(&r, &x, &mut b);
+            logits_scalar(&r, &x, &mut c);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a), bits(&b), "{e} experts × {d}");
+            assert_eq!(bits(&c), bits(&b), "scalar, {e} experts × {d}");
         }
     }
 

@@ -79,6 +79,7 @@ impl CflowFile {
             up,
             down,
             attn_norm,
+            moe_norm_is_ffn_norm: moe_norm == ffn_norm,
             ffn_norm,
             moe_norm,
             q_bias,

@@ -95,6 +95,10 @@ pub struct LayerView {
     pub attn_norm: Vec<f32>,
     pub ffn_norm: Option<Vec<f32>>,
     pub moe_norm: Option<Vec<f32>>,
+    /// `moe_norm == ffn_norm`, compared once when the layer is read: the experts' input may
+    /// then be the shared expert's (moefy's files). Decode asked this per layer and token, and
+    /// the two cold 2 KiB vectors showed in its profile.
+    pub moe_norm_is_ffn_norm: bool,
     pub q_bias: Option<Vec<f32>>,
     pub k_bias: Option<Vec<f32>>,
     pub v_bias: Option<Vec<f32>>,
