@@ -20,8 +20,13 @@ pub fn route(cfg: &ModelConfig, lv: &LayerView, src: &[f32]) -> (Vec<f32>, Vec<(
 /// The experts' (and the router's) input: `N_m(src)`.
 pub fn expert_input(cfg: &ModelConfig, lv: &LayerView, src: &[f32]) -> Vec<f32> {
     let mut act = vec![0.0; cfg.d_model];
-    rmsnorm(&mut act, src, lv.moe_norm.as_deref(), cfg.rms_eps);
+    expert_input_into(cfg, lv, src, &mut act);
     act
+}
+
+/// [`expert_input`] into `act` (length d).
+pub fn expert_input_into(cfg: &ModelConfig, lv: &LayerView, src: &[f32], act: &mut [f32]) {
+    rmsnorm(act, src, lv.moe_norm.as_deref(), cfg.rms_eps);
 }
 
 /// The top-k (expert, weight) list of router `lv` on its normalized input `act`, best first.

@@ -79,6 +79,8 @@ pub struct ExpertScratch {
     pub slots: Vec<ExpertSlot>,
     /// Q8 copies of the slots' hidden activations (the down projections' inputs).
     pub slot_xq: Vec<Q8Act>,
+    /// [d] a router's input `N_m(x)` while route-ahead selects (reused, not allocated per layer).
+    pub router_in: Vec<f32>,
 }
 
 /// Buffers of one selected expert in the fused evaluation.
@@ -130,6 +132,7 @@ impl ExpertScratch {
             xq: Q8Act::default(),
             slots: Vec::new(),
             slot_xq: Vec::new(),
+            router_in: vec![0.0; d],
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use super::expert_io::TokenIo;
 use super::layer::{dense, dense_bytes, dense_finish, shared_gate_scale};
-use super::moe::{expert_input, route, run_pending, run_with_shared, select};
+use super::moe::{expert_input, expert_input_into, route, run_pending, run_with_shared, select};
 use super::ops::rmsnorm;
 use super::probe::Probe;
 use super::schedule::{DelayInput, DelaySchedule, Pending};
@@ -129,11 +129,9 @@ impl Token<'_, '_> {
         let own = (!once).then(|| expert_input(cfg, lv, rule.read(self.s, rule.route_in)));
         let (src, ds) = rule.read_with_dense(self.s, rule.dense_in);
         rmsnorm(&mut ds.xb, src, lv.ffn_norm.as_deref(), cfg.rms_eps);
-        let act = match own {
-            None => ds.xb.clone(),
-            Some(a) if a == ds.xb => a,
-            Some(_) => return None,
-        };
+        if own.is_some_and(|a| a != *ds.xb) {
+            return None;
+        }
         let gate_scale = lv
             .shared_gate
             .as_deref()
@@ -141,7 +139,7 @@ impl Token<'_, '_> {
         let s = &mut *self.s;
         let (shared, routed) = run_with_shared(w, lv, p, &pe.sel, &mut s.dense, &mut s.experts);
         dense_finish(w, lv, gate_scale, &mut s.dense);
-        pe.act = act;
+        // The experts have run: their input is not kept (route-ahead skips a fused selection).
         pe.fused = Some((routed, 0));
         Some(shared)
     }
@@ -240,13 +238,15 @@ impl Token<'_, '_> {
             0..0
         };
         let probe = Probe::start(self.timings);
+        let mut router_in = std::mem::take(&mut self.s.experts.router_in);
         let src: &[f32] = rule.read(&*self.s, rule.route_in);
         for t in targets {
             let lt = &w.file.layers[t];
             if lt.experts.is_empty() {
                 continue;
             }
-            let sel = select(cfg, lt, &expert_input(cfg, lt, src));
+            expert_input_into(cfg, lt, src, &mut router_in);
+            let sel = select(cfg, lt, &router_in);
             // The router used at the next step, brought in while this layer computes.
             if let Some(r) = w.file.layers.get(t + 1).and_then(|n| n.router.as_deref()) {
                 crate::kernels::router::prefetch(r);
@@ -269,10 +269,11 @@ impl Token<'_, '_> {
         }
         let lv = &w.file.layers[l];
         for pe in self.sched.due_mut(l) {
-            if pe.act.is_empty() {
+            if pe.act.is_empty() && pe.fused.is_none() {
                 pe.act = expert_input(cfg, lv, src);
             }
         }
+        self.s.experts.router_in = router_in;
         if let Some(ns) = probe.ns() {
             self.stats.layers[l].ns_router = ns;
         }
