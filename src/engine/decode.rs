@@ -13,7 +13,7 @@ use super::ops::add_into;
 use super::probe::Probe;
 use super::styles::{steps, Step};
 use super::token::Token;
-use super::vertical::{with_second_core, Job, Lane, Shared};
+use super::vertical::{with_second_core, Job, Shared};
 use super::weights::{embed_input, use_q8, Weights};
 use super::{between_layers, Engine, ExpertTier, ForwardError, Layout, Schedule};
 use crate::telemetry::pmu::PmuPhase;
@@ -116,6 +116,7 @@ impl Engine {
             read_known_zero: opts.read_known_zero,
             experts_aside: *experts_aside,
             fuse_shared: opts.fuse_shared,
+            lane: None,
         };
         match cores.as_mut().filter(|_| schedule == Schedule::Vertical) {
             // The attention stream here on `main`, the dense/expert streams on `side`.
@@ -123,12 +124,14 @@ impl Engine {
                 let wm = w.with_pool(&c.main);
                 let sh = Shared::of(&w);
                 with_second_core(sh, &mut c.side, &mut c.dense, &mut c.experts, |lane| {
-                    let r = t.layers(&wm, Some(lane));
-                    c.jobs += lane.submitted;
+                    let mut t = t;
+                    t.lane = Some(lane);
+                    let r = t.layers(&wm);
+                    c.jobs += t.lane.map_or(0, |l| l.submitted);
                     r
                 })?;
             }
-            None => t.layers(&w, None)?,
+            None => t.layers(&w)?,
         }
         io.finish(&mut stats);
         if want_logits {
@@ -203,9 +206,9 @@ impl Engine {
 }
 
 impl Token<'_, '_> {
-    /// The layers of one token. `lane`: the second core (vertical schedule), else everything
+    /// The layers of one token. `self.lane`: the second core (vertical schedule), else everything
     /// runs here.
-    fn layers(&mut self, w: &Weights, mut lane: Option<&mut Lane>) -> Result<(), ForwardError> {
+    fn layers(&mut self, w: &Weights) -> Result<(), ForwardError> {
         let rule = self.rule;
         let cfg = w.cfg;
         self.sched.begin_token();
@@ -227,7 +230,7 @@ impl Token<'_, '_> {
             }
             // Vertical: the FFN whose input just became known starts on the second core.
             if let (Some(lane), Some(ahead)) =
-                (lane.as_deref_mut(), self.sched.dense_ready_after(l))
+                (self.lane.as_deref_mut(), self.sched.dense_ready_after(l))
             {
                 let block = rule.block_of(ahead);
                 if w.file.layers[block].gate.is_some() {
@@ -259,7 +262,7 @@ impl Token<'_, '_> {
 
             // Dense FFN: f = FFN(Norm(input)), the input delayed by δd (eq. 4.11).
             let probe = Probe::start(self.timings);
-            let (bytes, side_ns) = self.dense_ffn(w, l, p, lane.as_deref_mut());
+            let (bytes, side_ns) = self.dense_ffn(w, l, p);
             if let Some(ns) = probe.ns() {
                 self.stats.layers[l].ns_dense =
                     self.split_fused_ns(l, bytes, side_ns.unwrap_or(ns));
@@ -274,14 +277,14 @@ impl Token<'_, '_> {
             if cfg.has_experts() && ahead > 0 {
                 self.route_ahead(w, l, ahead);
             } else if cfg.has_experts() && !lv.experts.is_empty() {
-                self.route_and_queue(w, l, p, next, lane.as_deref_mut());
+                self.route_and_queue(w, l, p, next);
             }
 
             // Combine the layer's outputs into the next residual.
             rule.combine(self.s);
 
             // Inject the expert outputs due at the end of this layer.
-            let (ebytes, ns) = self.inject_due(w, l, lane.as_deref_mut())?;
+            let (ebytes, ns) = self.inject_due(w, l)?;
             let st = &mut self.stats.layers[l];
             st.bytes.experts = ebytes;
             self.pmu.phase(if ebytes > 0 {

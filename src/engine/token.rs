@@ -38,19 +38,16 @@ pub(super) struct Token<'a, 'w> {
     pub(super) experts_aside: bool,
     /// `EngineOptions::fuse_shared`.
     pub(super) fuse_shared: bool,
+    /// The vertical schedule's second core: the dense FFN and experts queued there (`None`:
+    /// every stream runs here).
+    pub(super) lane: Option<&'a mut Lane>,
 }
 
 impl Token<'_, '_> {
     /// `s.dense.out` = the dense FFN of step `l` (block `p`) on the input the schedule names:
     /// zero without reading a weight when that input is known to be zero, collected from the
     /// second core when it ran there. Returns the bytes read and the second core's time.
-    pub(super) fn dense_ffn(
-        &mut self,
-        w: &Weights,
-        l: usize,
-        p: usize,
-        lane: Option<&mut Lane>,
-    ) -> (u64, Option<u64>) {
+    pub(super) fn dense_ffn(&mut self, w: &Weights, l: usize, p: usize) -> (u64, Option<u64>) {
         let rule = self.rule;
         let lv = &w.file.layers[p];
         let s = &mut *self.s;
@@ -58,7 +55,7 @@ impl Token<'_, '_> {
             s.dense.out.fill(0.0);
             return (0, None);
         }
-        if lane.is_none() {
+        if self.lane.is_none() {
             if let Some(shared) = self.fused_ffn(w, l, p) {
                 return (shared, None);
             }
@@ -70,7 +67,7 @@ impl Token<'_, '_> {
                 return (0, None);
             }
             DelayInput::Zero => dense(w, lv, p, &vec![0.0; w.cfg.d_model], &mut s.dense),
-            DelayInput::Delayed(x) => match lane {
+            DelayInput::Delayed(x) => match self.lane.as_deref_mut() {
                 Some(lane) => {
                     let done = lane.wait(Key::Dense(l));
                     s.dense.out.copy_from_slice(&done.out);
@@ -163,14 +160,7 @@ impl Token<'_, '_> {
     /// Routes step `l` (block `p`) and queues its selection for injection at step ℓ+δe
     /// (eq. 4.16); with the vertical schedule, experts due later start on the second core.
     /// `next`: the block of step ℓ+1, whose experts the prefetcher may hint.
-    pub(super) fn route_and_queue(
-        &mut self,
-        w: &Weights,
-        l: usize,
-        p: usize,
-        next: Option<usize>,
-        lane: Option<&mut Lane>,
-    ) {
+    pub(super) fn route_and_queue(&mut self, w: &Weights, l: usize, p: usize, next: Option<usize>) {
         let (rule, cfg) = (self.rule, w.cfg);
         let lv = &w.file.layers[p];
         let probe = Probe::start(self.timings);
@@ -194,7 +184,7 @@ impl Token<'_, '_> {
         st.routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
         let tickets = self.io.routed(lv, &sel, nv, spec.as_deref());
         let later = self.experts_aside && self.sched.inject_step(l) > l && !self.io.fetching();
-        let offloaded = match lane {
+        let offloaded = match self.lane.as_deref_mut() {
             Some(lane) if later => {
                 let (act, sel) = (act.clone(), sel.clone());
                 lane.submit(Job::Experts {
@@ -282,12 +272,7 @@ impl Token<'_, '_> {
     /// Injects the expert outputs due at the end of step `l` into the residual the style names.
     /// Returns the expert bytes and the time: waits and compute of the experts that ran here,
     /// plus the second core's compute for those that ran there.
-    pub(super) fn inject_due(
-        &mut self,
-        w: &Weights,
-        l: usize,
-        mut lane: Option<&mut Lane>,
-    ) -> Result<(u64, u64), ForwardError> {
+    pub(super) fn inject_due(&mut self, w: &Weights, l: usize) -> Result<(u64, u64), ForwardError> {
         let rule = self.rule;
         let (mut ebytes, mut here_ns, mut side_ns) = (0u64, 0u64, 0u64);
         for pe in self.sched.due(l) {
@@ -297,7 +282,8 @@ impl Token<'_, '_> {
                 // Computed with the shared expert; the sum waits in `acc`.
                 (ebytes, side_ns) = (ebytes + bytes, side_ns + ns);
             } else if pe.offloaded {
-                let lane = lane
+                let lane = self
+                    .lane
                     .as_deref_mut()
                     .expect("offloaded without a second core");
                 let done = lane.wait(Key::Experts(pe.from));
