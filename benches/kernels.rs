@@ -470,6 +470,38 @@ fn activations(c: &mut Criterion) {
     g.finish();
 }
 
+/// The MoE router's logits (`kernels::router`) at a moefied SmolLM2's shape (8 experts × 576)
+/// and a Qwen3-MoE's (128 × 2048): the scalar form and the dispatched one (AVX2 where present).
+/// Throughput in router weights per second.
+fn router(c: &mut Criterion) {
+    use cflow::kernels::router::{logits, logits_scalar};
+    let mut g = c.benchmark_group("router");
+    g.measurement_time(Duration::from_secs(2));
+    g.warm_up_time(Duration::from_millis(300));
+    for (e, d) in [(8usize, 576usize), (128, 2048)] {
+        let mut s = cflow::rng::Rng::new(11);
+        let r: Vec<f32> = (0..e * d).map(|_| uniform(&mut s)).collect();
+        let x: Vec<f32> = (0..d).map(|_| uniform(&mut s)).collect();
+        let mut out = vec![0.0f32; e];
+        g.throughput(Throughput::Elements((e * d) as u64));
+        let avx2 = if Isa::Avx2.available() {
+            "Avx2"
+        } else {
+            "Scalar"
+        };
+        for (name, f) in [
+            ("Scalar", logits_scalar as fn(&[f32], &[f32], &mut [f32])),
+            (avx2, logits),
+        ] {
+            let id = format!("{e}x{d} {name}");
+            g.bench_function(BenchmarkId::from_parameter(id), |b| {
+                b.iter(|| f(black_box(&r), black_box(&x), &mut out))
+            });
+        }
+    }
+    g.finish();
+}
+
 /// A model's attention geometry for one query at `pos` over positions `0..=pos`.
 fn attn_shape(
     n_heads: usize,
@@ -603,6 +635,7 @@ criterion_group!(
     batched_tile,
     batched_kquant_tile,
     activations,
+    router,
     attention,
     attention_batch
 );

@@ -145,8 +145,12 @@ fn record_mid_session_then_replay_it_and_ab_auto_gives_an_interval_in_tmux() {
     let bin = env!("CARGO_BIN_EXE_cflow-tui");
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
+    // 900 tokens per reply (two fit the demo's 2,048 positions): A/B auto needs six arm turns
+    // in the second reply, and a turn waits for its switch to show on a frame. At ~580 tok/s
+    // (the demo on Zen 4) 400 tokens were ~20 frames, and once, with the machine loaded, only
+    // two blocks per arm before the reply ended.
     let cmd = format!(
-        "cd {} && CFLOW_CACHE={} {bin} --max-tokens 400 --no-pmu; echo EXITED $?; sleep 60",
+        "cd {} && CFLOW_CACHE={} {bin} --max-tokens 900 --no-pmu; echo EXITED $?; sleep 60",
         dir.path().display(),
         cache.display()
     );
