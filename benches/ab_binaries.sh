@@ -18,11 +18,12 @@ for i in $(seq 1 "$PAIRS"); do
   if (( i % 2 )); then o+=("$(tok "$OLD")"); n+=("$(tok "$NEW")"); else n+=("$(tok "$NEW")"); o+=("$(tok "$OLD")"); fi
   echo "pair $i: old ${o[-1]} new ${n[-1]}  [$(uptime | sed 's/.*load/load/')]"
 done
-python3 - "${o[*]}" "${n[*]}" "$METRIC" <<'PY'
-import statistics as S, sys, random
+PAIR_CI_DIR=$(dirname "$0") python3 - "${o[*]}" "${n[*]}" "$METRIC" <<'PY'
+import os, statistics as S, sys
+sys.path.insert(0, os.environ["PAIR_CI_DIR"])
+from pair_ci import median_ci
 o=[float(x) for x in sys.argv[1].split()]; n=[float(x) for x in sys.argv[2].split()]
-r=[b/a for a,b in zip(o,n)]
-random.seed(1); boots=sorted(S.median(random.choices(r,k=len(r))) for _ in range(4000))
+m, lo, hi = median_ci([b/a for a,b in zip(o,n)])
 print(f"{sys.argv[3]} tok/s: old median {S.median(o):.2f} (min {min(o):.2f} max {max(o):.2f}) | new median {S.median(n):.2f} (min {min(n):.2f} max {max(n):.2f})")
-print(f"new/old: ratio of medians {S.median(n)/S.median(o):.3f}; median of pair ratios {S.median(r):.3f}, 95% bootstrap CI [{boots[100]:.3f}, {boots[3899]:.3f}], n={len(r)}")
+print(f"new/old: ratio of medians {S.median(n)/S.median(o):.3f}; median of pair ratios {m:.3f}, 95% bootstrap CI [{lo:.3f}, {hi:.3f}], n={len(o)}")
 PY

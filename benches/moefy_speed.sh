@@ -3,7 +3,8 @@
 # A B A B (`bench decode --repeat 1`, one run per turn) at each thread count, both with the same
 # --weights (WEIGHTS, default auto: each model's default, resident and repacked when it fits a
 # quarter of available memory; mmap compares the file layout's kernels) and default numerics.
-# Prints per thread count: each arm's median/min/max tok/s, the ratio of medians, and the
+# Prints per thread count: each arm's median/min/max tok/s, the median of the pair ratios with
+# its 95 % bootstrap CI (benches/pair_ci.py), and the
 # FFN-bytes prediction (dense total bytes / MoE total bytes per token from `run --json`).
 # With OUT=FILE.json, appends one row per thread count (every pair's tok/s, the ratios, the
 # bytes prediction and the load average) to that JSON list.
@@ -29,22 +30,24 @@ for t in ${THREADS:-1 2}; do
   for i in $(seq 1 "$PAIRS"); do
     if (( i % 2 )); then a+=("$(tok "$dense" "$t")"); b+=("$(tok "$moe" "$t" "$MOE_ARGS")"); else b+=("$(tok "$moe" "$t" "$MOE_ARGS")"); a+=("$(tok "$dense" "$t")"); fi
   done
-  python3 - "$t" "$md" "$mm" "${a[*]}" "${b[*]}" <<'PY'
-import statistics as s, sys
+  PAIR_CI_DIR=benches python3 - "$t" "$md" "$mm" "${a[*]}" "${b[*]}" <<'PY'
+import json, os, statistics as s, sys
+sys.path.insert(0, os.environ["PAIR_CI_DIR"])
+from pair_ci import median_ci
 t, md, mm, a, b = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), list(map(float, sys.argv[4].split())), list(map(float, sys.argv[5].split()))
 r = [y / x for x, y in zip(a, b)]
-import json, os
+m, lo, hi = median_ci(r)
 out = os.environ.get("OUT")
 if out:
     rows = json.load(open(out)) if os.path.exists(out) and os.path.getsize(out) else []
     rows.append({"threads": int(t), "weights": os.environ.get("WEIGHTS", "auto"),
                  "moe_args": os.environ.get("MOE_ARGS", ""),
                  "dense_tok_s": a, "moe_tok_s": b, "pair_ratios": r,
-                 "median_ratio": s.median(r), "bytes_predict": md / mm,
+                 "median_ratio": m, "ci95": [lo, hi], "bytes_predict": md / mm,
                  "dense_mib_per_token": md, "moe_mib_per_token": mm,
                  "load_avg": os.getloadavg()[0]})
     json.dump(rows, open(out, "w"), indent=1)
-print(f"{t} thread(s), weights {__import__('os').environ.get('WEIGHTS','auto')}: dense {s.median(a):.1f} [{min(a):.1f}-{max(a):.1f}] tok/s, moe {s.median(b):.1f} [{min(b):.1f}-{max(b):.1f}]; "
-      f"moe/dense median of pair ratios {s.median(r):.3f} [{min(r):.3f}-{max(r):.3f}] (n={len(r)}); bytes predict {md/mm:.3f} ({md:.1f} vs {mm:.1f} MiB/token)")
+print(f"{t} thread(s), weights {os.environ.get('WEIGHTS','auto')}: dense {s.median(a):.1f} [{min(a):.1f}-{max(a):.1f}] tok/s, moe {s.median(b):.1f} [{min(b):.1f}-{max(b):.1f}]; "
+      f"moe/dense median of pair ratios {m:.3f}, 95% bootstrap CI [{lo:.3f}, {hi:.3f}], min-max [{min(r):.3f}-{max(r):.3f}] (n={len(r)}); bytes predict {md/mm:.3f} ({md:.1f} vs {mm:.1f} MiB/token)")
 PY
 done

@@ -68,17 +68,17 @@ for r in $(seq 1 "$REPEATS"); do
     tui+=("$TUI"); headless+=("$HEADLESS"); ui+=("$UI")
     echo "pair $r: TUI $TUI tok/s (UI thread $UI% of a core) | headless $HEADLESS tok/s   [$(uptime | sed 's/.*load/load/')]"
 done
-python3 - "${tui[*]}" "${headless[*]}" "${ui[*]}" <<'PY'
-import random, statistics as S, sys
+PAIR_CI_DIR=$(dirname "$0") python3 - "${tui[*]}" "${headless[*]}" "${ui[*]}" <<'PY'
+import os, statistics as S, sys
+sys.path.insert(0, os.environ["PAIR_CI_DIR"])
+from pair_ci import median_ci, verdict
 t = [float(x) for x in sys.argv[1].split()]; h = [float(x) for x in sys.argv[2].split()]
 u = [float(x) for x in sys.argv[3].split()]
 r = [a / b for a, b in zip(t, h)]
-random.seed(1)
-boots = sorted(S.median(random.choices(r, k=len(r))) for _ in range(4000))
-lo, hi = boots[100], boots[3899]
+_, lo, hi = median_ci(r)
 print(f"UI thread CPU during the reply: median {S.median(u):.2f}% of a core (min {min(u):.2f}, max {max(u):.2f})")
 mt, mh = S.median(t), S.median(h)
 print(f"median TUI {mt:.1f} tok/s (min {min(t):.1f}, max {max(t):.1f}) | headless {mh:.1f} (min {min(h):.1f}, max {max(h):.1f}) | ratio of medians {mt/mh:.3f}")
-verdict = "no significant difference" if lo <= 1.0 <= hi else ("TUI slower" if hi < 1.0 else "TUI faster")
-print(f"TUI/headless: median of pair ratios {S.median(r):.3f}, 95% bootstrap CI [{lo:.3f}, {hi:.3f}], n={len(r)}: {verdict}")
+v = verdict(lo, hi, "TUI slower", "TUI faster")
+print(f"TUI/headless: median of pair ratios {S.median(r):.3f}, 95% bootstrap CI [{lo:.3f}, {hi:.3f}], n={len(r)}: {v}")
 PY
