@@ -270,25 +270,11 @@ pub fn tiled_matvec_acts(
             // SAFETY: [r0, r0 + rows) is inside the output (rows = stripe rows of a matrix
             // whose output length was asserted above) and distinct tasks own distinct stripes.
             let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(r0), rows) };
-            // The kernels prefetch 2 KiB and 16 KiB ahead as they stream a stripe; when the
-            // next task's stripe does not follow this one, those prefetches go there instead
-            // (`kernels::prefetch`; whichever thread claims it, a line in the other core's
-            // cache is not read from DRAM again).
-            if ordered && t + 1 < n_tasks {
-                let end = m.stripes[s] + m.stripe_bytes(s);
-                let (ni, ns) = order[t + 1];
-                let next = table[ni as usize].expect("filled").1.stripes[ns as usize];
-                if next != end {
-                    let base = bytes.as_ptr() as usize;
-                    super::prefetch::redirect(base + end, base + next);
-                }
-            }
             if m.packed {
                 packed_stripe_matvec(kernel, bytes, m, s, act, out);
             } else {
                 stripe_matvec(isa, bytes, m, s, act, out);
             }
-            super::prefetch::clear_redirect();
         }
     });
 }

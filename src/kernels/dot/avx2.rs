@@ -54,11 +54,9 @@ pub(super) const PREFETCH_L2_AHEAD: usize = 16384;
 
 /// Issues a `prefetcht0` for every 64-byte line of `len` bytes starting [`PREFETCH_AHEAD`] bytes
 /// after `p` (the weights of the row group after next, while this one computes) and a
-/// `prefetcht1` for the same lines [`PREFETCH_L2_AHEAD`] bytes after `p`. Past the end of the
-/// current task's bytes they go to the next task's stripe when the driver set a redirect
-/// (`kernels::prefetch::redirect`). Prefetches never fault, so the ranges may run past the tile
-/// (into the next tiles of the stripe, the next stripe, or past the mapping); `wrapping_add`
-/// keeps the address arithmetic defined there.
+/// `prefetcht1` for the same lines [`PREFETCH_L2_AHEAD`] bytes after `p`. Prefetches never
+/// fault, so the ranges may run past the tile (into the next tiles of the stripe, the next
+/// stripe, or past the mapping); `wrapping_add` keeps the address arithmetic defined there.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn prefetch_ahead(p: *const u8, len: usize) {
@@ -68,11 +66,10 @@ pub(super) unsafe fn prefetch_ahead(p: *const u8, len: usize) {
     }
     let l1 = p.wrapping_add(PREFETCH_AHEAD);
     let l2 = p.wrapping_add(PREFETCH_L2_AHEAD);
-    let r = |q: *const u8| crate::kernels::prefetch::redirected(q as usize) as *const i8;
     let mut o = 0;
     while o < len {
-        _mm_prefetch::<_MM_HINT_T0>(r(l1.wrapping_add(o)));
-        _mm_prefetch::<_MM_HINT_T1>(r(l2.wrapping_add(o)));
+        _mm_prefetch::<_MM_HINT_T0>(l1.wrapping_add(o) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(l2.wrapping_add(o) as *const i8);
         o += 64;
     }
 }
