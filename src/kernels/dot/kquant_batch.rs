@@ -656,7 +656,7 @@ batch_kernels!(vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni", true);
 mod tests {
     use super::super::kquant::{self, BatchAct, Q8KRef};
     use super::super::testutil::Rng;
-    use super::super::testutil::{acts, random_body_tile, INTERLEAVED};
+    use super::super::testutil::{acts, assert_near, random_body_tile, INTERLEAVED};
     use super::super::{Isa, Q8Act, XqBlocks};
     #[allow(unused_imports)]
     use crate::kernels::dot::Tile;
@@ -862,22 +862,8 @@ mod tests {
                     kquant::tile_matmul(isa, Tile::body(q, rows, cols, &c.qs), acts, &mut got);
                     for j in 0..n {
                         let r = j * rows..(j + 1) * rows;
-                        let prod: f32 = want[r.clone()]
-                            .iter()
-                            .zip(&c.y0[r.clone()])
-                            .map(|(a, b)| (a - b) * (a - b))
-                            .sum::<f32>()
-                            .sqrt();
-                        let tol = 1e-4 * prod + 1e-6;
-                        for i in r {
-                            let d = (want[i] - got[i]).abs();
-                            assert!(
-                                d <= tol,
-                                "{q} {isa:?} rows {rows} cols {cols} n {n} [{i}]: {} vs {} (tol {tol})",
-                                want[i],
-                                got[i]
-                            );
-                        }
+                        let what = format!("{q} {isa:?} rows {rows} cols {cols} n {n} token {j}");
+                        assert_near(&what, &c.y0[r.clone()], &want[r.clone()], &got[r]);
                     }
                     if isa == Isa::Scalar {
                         assert_eq!(want, got, "{q} scalar batch is the per-token loop");

@@ -207,7 +207,8 @@ fn check_one_split(kern: Kernel, rng: &mut Rng, q: QuantType, rows: usize, cols:
             None,
             &mut ys,
         );
-        assert_near(q, cols, xa.is_some(), &y0, &yr, &ys);
+        let what = format!("{q} {}x{cols} int={}", y0.len(), xa.is_some());
+        assert_near(&what, &y0, &yr, &ys);
         outs.push(ys);
     }
     if q.is_blocked() {
@@ -248,21 +249,21 @@ fn check_one_interleaved(kern: Kernel, rng: &mut Rng, q: QuantType, rows: usize,
         kquant_scalar::tile_matvec(Tile::body(q, rows, cols, &qs), &x, xq, xk, &mut yr);
         let mut ys = y0.clone();
         kern(Tile::body(q, rows, cols, &qs), &x, xq, xk, &mut ys);
-        assert_near(q, cols, int, &y0, &yr, &ys);
+        assert_near(&format!("{q} {rows}x{cols} int={int}"), &y0, &yr, &ys);
     }
 }
 
 /// The kernel's outputs `ys` against the reference's `yr`, both accumulated onto `y0`: per row
-/// within 1e-4 of the product's norm, plus a few ulps of the accumulated y0 (|y0| < 1).
-fn assert_near(q: QuantType, cols: usize, int: bool, y0: &[f32], yr: &[f32], ys: &[f32]) {
-    let rows = y0.len();
+/// within 1e-4 of the product's norm, plus a few ulps of the accumulated y0 (|y0| < 1). `what`
+/// names the case in a failure. The one bound of the SIMD-vs-scalar tests (per token and batched).
+pub(super) fn assert_near(what: &str, y0: &[f32], yr: &[f32], ys: &[f32]) {
     let prod: Vec<f32> = yr.iter().zip(y0).map(|(a, b)| a - b).collect();
     let tol = 1e-4 * norm(&prod) + 1e-6;
-    for r in 0..rows {
+    for r in 0..y0.len() {
         let d = (yr[r] - ys[r]).abs();
         assert!(
             d <= tol,
-            "{q} {rows}x{cols} int={int} row {r}: ref {} simd {} (diff {d}, tol {tol})",
+            "{what} row {r}: ref {} simd {} (diff {d}, tol {tol})",
             yr[r],
             ys[r]
         );
