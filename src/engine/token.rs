@@ -168,7 +168,7 @@ impl Token<'_, '_> {
         let (act, sel) = route(cfg, lv, src);
         let nv = next.map(|b| &w.file.layers[b]);
         if let Some(r) = nv.and_then(|nv| nv.router.as_deref()) {
-            crate::kernels::router::prefetch(r);
+            crate::kernels::prefetch::to_l2(r);
         }
         // Direct tier with prefetch: the next layer's router on this layer's router input
         // predicts the experts to read ahead (an extension: docs/SEMANTICS.md).
@@ -239,7 +239,7 @@ impl Token<'_, '_> {
             let sel = select(cfg, lt, &router_in);
             // The router used at the next step, brought in while this layer computes.
             if let Some(r) = w.file.layers.get(t + 1).and_then(|n| n.router.as_deref()) {
-                crate::kernels::router::prefetch(r);
+                crate::kernels::prefetch::to_l2(r);
             }
             self.stats.layers[t].routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
             let tickets = self.io.routed(lt, &sel, None, None);

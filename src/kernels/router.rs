@@ -1,5 +1,4 @@
-//! The MoE router's logits: every expert's dot product with the router input in one pass, and a
-//! cache hint that brings a router's weights in ahead of use.
+//! The MoE router's logits: every expert's dot product with the router input in one pass.
 //!
 //! [`logits`] computes each expert's logit with exactly the arithmetic of
 //! [`super::attention::dot`] (eight lane sums in chunk order, the lanes added in order, then the
@@ -21,12 +20,12 @@ pub fn logits(r: &[f32], x: &[f32], out: &mut [f32]) {
     let d = x.len();
     assert_eq!(r.len(), out.len() * d, "router is experts × d");
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if super::Isa::Avx2.available() {
         let full = out.len() / GROUP * GROUP;
         let (head, rest) = out.split_at_mut(full);
         for (g, outs) in head.chunks_exact_mut(GROUP).enumerate() {
             let rows = &r[g * GROUP * d..(g + 1) * GROUP * d];
-            // SAFETY: AVX2 was detected just above; `rows` is GROUP × d and `outs` GROUP long.
+            // SAFETY: AVX2 (with FMA/F16C) was detected just above (a cached test); `rows` is GROUP × d and `outs` GROUP long.
             unsafe { avx2::group(rows, x, outs) };
         }
         return logits_scalar(&r[full * d..], x, rest);
@@ -110,12 +109,6 @@ pub fn logits_ref(r: &[f32], x: &[f32], out: &mut [f32]) {
     }
 }
 
-/// Asks the CPU to bring `w` towards the core (into L2) without waiting: issued a layer before
-/// a router is used, its rows come from cache rather than DRAM.
-pub fn prefetch(w: &[f32]) {
-    super::prefetch::to_l2(w);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,11 +129,5 @@ mod tests {
             assert_eq!(bits(&a), bits(&b), "{e} experts × {d}");
             assert_eq!(bits(&c), bits(&b), "scalar, {e} experts × {d}");
         }
-    }
-
-    #[test]
-    fn prefetch_of_any_slice_is_harmless() {
-        prefetch(&[]);
-        prefetch(&[1.0; 33]);
     }
 }
