@@ -232,6 +232,7 @@ impl Q8Act {
     /// The blocks covering columns `col..col + cols` (both multiples of 32), in the form
     /// [`tile_matvec`] takes as `xq`. Quantize the whole activation once per matvec, then hand each
     /// tile its slice.
+    #[inline]
     pub fn tile_slice(&self, col: usize, cols: usize) -> (&[f32], &[f32], &[i8]) {
         assert!(
             col.is_multiple_of(QK) && cols.is_multiple_of(QK),
