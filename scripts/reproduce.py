@@ -213,22 +213,16 @@ def m_prefetch(r):
 
 
 def m_kernel_prefetch(r):
-    """Our kernels' own prefetch (prefetch_ahead) against a build without it, on the file-layout
-    kernels (--no-repack) and a model larger than L3; binaries alternate, pair by pair."""
-    keep = r.work / "cflow-tui-main"
-    shutil.copy2(BIN, keep)
-    r.sh(["cargo", "build", "--release", "--quiet", "--features", "no-kernel-prefetch"])
-    nopf = r.work / "cflow-tui-nopf"
-    shutil.copy2(ROOT / "target" / "release" / "cflow-tui", nopf)
-    r.sh(["cargo", "build", "--release", "--quiet"])  # restore the default binary
+    """Our kernels' own prefetch (prefetch_ahead) on and off (`--kernel-prefetch`), on the
+    file-layout kernels (--no-repack) and a model larger than L3; the arms alternate, pair by pair."""
     model = big_dense(r)
     out = {"model": "big_dense (arch1 d 2048, 16 layers, Q4_0)", "pairs": {}, "ratios": {}}
     for t in (1, 2):
         with_pf, without = [], []
         for i in range(6):
-            for b, acc in ((keep, with_pf), (nopf, without)) if i % 2 == 0 else ((nopf, without), (keep, with_pf)):
-                o = r.sh([b, "bench", "decode", model, "--threads", t, "-n", 48, "--repeat", 1, "--no-repack",
-                          "--feed", "random", "--json"], json_out=True)
+            for pf, acc in (("on", with_pf), ("off", without)) if i % 2 == 0 else (("off", without), ("on", with_pf)):
+                o = r.sh([BIN, "bench", "decode", model, "--threads", t, "-n", 48, "--repeat", 1, "--no-repack",
+                          "--kernel-prefetch", pf, "--feed", "random", "--json"], json_out=True)
                 acc.append(o["rows"][0]["decode_tok_s"]["median"])
         out["pairs"][str(t)] = {"with_prefetch_tok_s": with_pf, "without_tok_s": without}
         out["ratios"][str(t)] = ratio_summary([a / b for a, b in zip(with_pf, without)])
@@ -359,7 +353,7 @@ M = [
     ("isa", 0.5, "default", [SMOLLM2], m_isa, "Claim 3"),
     ("schedule", 0.3, "default", [], m_schedule, "§4.4 vertical schedule"),
     ("prefetch", 1, "default", [SMOLLM2, SMOLLM2_MOE], m_prefetch, "Claim 6 / §5.8"),
-    ("kernel_prefetch", 6, "default", ["cargo"], m_kernel_prefetch, "Claim 6: the kernels' own prefetch"),
+    ("kernel_prefetch", 6, "default", [], m_kernel_prefetch, "Claim 6: the kernels' own prefetch"),
     ("routing", 0.2, "default", [SMOLLM2_MOE], m_routing, "prefetch hit rate on learned routing"),
     ("overlap", 1.2, "default", [SMOLLM2_MOE], m_overlap, "§5.14 Parts 1–3"),
     ("readahead", 7, "default", [], m_readahead, "Claim 5, Claim 8 (§5.10)"),

@@ -202,3 +202,73 @@ fn bench_readahead_runs_every_arm_cold_and_needs_the_twin() {
         assert!(d["random_mb_s"]["median"].as_f64().unwrap() > 0.0, "{d}");
     }
 }
+
+/// `--kernel-prefetch`: `off` and `on` set every kernel family and say so; `auto` (the default)
+/// measures this machine once, reports the measurement, and the next process reads the same
+/// measurement from the per-machine cache instead of probing again. The logits are the same
+/// bits in every setting (a prefetch is a hint).
+#[test]
+fn kernel_prefetch_flag_and_cached_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny_model(dir.path(), "256");
+    let cache = dir.path().join("cache");
+    let bench = |pf: &str| {
+        let o = Command::new(BIN)
+            .env("CFLOW_CACHE", &cache)
+            .args([
+                "bench",
+                "decode",
+                m.to_str().unwrap(),
+                "--threads",
+                "1",
+                "--tokens",
+                "2",
+                "--repeat",
+                "1",
+                "--kernel-prefetch",
+                pf,
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["kernel_prefetch"].clone(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    for (pf, want) in [("off", false), ("on", true)] {
+        let (k, _) = bench(pf);
+        assert_eq!(k["source"], "flag", "{k}");
+        assert!(k["probe"].is_null(), "{k}");
+        for f in ["repacked", "split", "superblock"] {
+            assert_eq!(k[f], want, "{pf}: {k}");
+        }
+    }
+    let (first, said) = bench("auto");
+    assert_eq!(first["source"], "probe", "{first}");
+    assert!(said.contains("measuring whether the kernels' prefetch pays"), "{said}");
+    let fams = first["probe"]["families"].as_array().unwrap();
+    assert!(fams.len() >= 2, "{first}");
+    for f in fams {
+        let name = f["family"].as_str().unwrap();
+        let on = f["on_over_off"].as_f64().unwrap() <= 1.03;
+        assert_eq!(f["prefetch"], on, "{f}");
+        assert_eq!(first[name], on, "{first}");
+    }
+    let (again, said) = bench("auto");
+    assert_eq!(again, first, "the second process reads the cached probe");
+    assert!(!said.contains("measuring"), "{said}");
+    // Same logits with the prefetch on and off.
+    let logits = |pf: &str| {
+        let out = dir.path().join(format!("logits-{pf}.jsonl"));
+        let o = Command::new(BIN)
+            .env("CFLOW_CACHE", &cache)
+            .args(["run", m.to_str().unwrap(), "--token-ids", "1,2,3,4,5", "--dump-logits"])
+            .arg(&out)
+            .args(["--kernel-prefetch", pf])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read(out).unwrap()
+    };
+    assert_eq!(logits("on"), logits("off"));
+}

@@ -355,6 +355,25 @@ pub struct EngineArgs {
     /// the number that ran (`experts_used`).
     #[arg(long, value_name = "N")]
     pub experts_used: Option<usize>,
+    /// The kernels' own prefetch of the weights they stream: auto, on or off.
+    ///
+    /// Whether the weight kernels prefetch ahead of the bytes they read (prefetcht0 2 KiB and
+    /// prefetcht1 16 KiB ahead), per kernel family: repacked records, file-layout split tiles,
+    /// super-blocks (K-quants, Q5). It pays on some CPUs and costs on others (SmolLM2 decode on
+    /// one Zen 4: ~30 % faster without it on repacked weights, ~45 % slower without it on the
+    /// file layout). auto: each family as this machine's probe measured it (once per machine,
+    /// ~0.3 s, cached beside the bandwidth profile); on / off: every family. Changes speed
+    /// only, never a value. `bench decode --json` reports it (`kernel_prefetch`).
+    #[arg(long, value_enum, env = "CFLOW_KERNEL_PREFETCH", default_value_t = KernelPrefetchArg::Auto)]
+    pub kernel_prefetch: KernelPrefetchArg,
+}
+
+/// `--kernel-prefetch`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelPrefetchArg {
+    Auto,
+    On,
+    Off,
 }
 
 /// `--weights`.
@@ -554,6 +573,23 @@ impl EngineArgs {
         Ok(!self.no_repack && crate::engine::weights::use_q8(o.int_act, o.force_int, o.isa))
     }
 
+    /// Resolves `--kernel-prefetch` for `isa` and sets it for every kernel (once per process:
+    /// `auto` may probe this machine the first time).
+    pub fn kernel_prefetch(&self, isa: Isa) -> crate::engine::kernel_prefetch::Resolved {
+        use crate::engine::kernel_prefetch::{resolve, Mode};
+        let mode = match self.kernel_prefetch {
+            KernelPrefetchArg::Auto => Mode::Auto,
+            KernelPrefetchArg::On => Mode::On,
+            KernelPrefetchArg::Off => Mode::Off,
+        };
+        resolve(mode, isa, &|| {
+            crate::errln!(
+                "note: measuring whether the kernels' prefetch pays on this CPU (once per \
+                 machine, ~0.3 s; --kernel-prefetch on|off skips it)"
+            );
+        })
+    }
+
     pub fn options(&self) -> Result<EngineOptions> {
         // The one home of the default numerics: `--act auto` is q8 (docs/PERFORMANCE.md).
         let int_act = !self.f32_act && self.act != ActArg::F32;
@@ -571,9 +607,11 @@ impl EngineArgs {
         if threads == 0 || threads > 256 {
             bail!("--threads {threads}: must be between 1 and 256");
         }
+        let isa = self.isa.resolve()?;
+        self.kernel_prefetch(isa);
         Ok(EngineOptions {
             threads,
-            isa: self.isa.resolve()?,
+            isa,
             int_act,
             layout: self.layout,
             timings: true,

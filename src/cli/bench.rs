@@ -182,6 +182,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             "model": path.display().to_string(),
             "isa": eng.isa.resolve()?.name(),
             "kernels": eng.isa.resolve()?.kernels_with(file.is_repacked()),
+            "kernel_prefetch": eng.kernel_prefetch(eng.isa.resolve()?).json(),
             "weights": file.weights_mode(),
             "expert_tier": tier_as_run,
             "experts_used": (file.cfg.n_experts > 0).then_some(file.cfg.top_k),

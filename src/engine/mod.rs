@@ -19,6 +19,7 @@ pub mod decode;
 mod engine_loop;
 pub mod expert_io;
 pub mod finite;
+pub mod kernel_prefetch;
 pub mod kv;
 pub mod kv_budget;
 pub mod layer;

@@ -11,6 +11,7 @@ pub mod kv_elem;
 pub mod matvec;
 pub mod pool;
 pub mod prefetch;
+pub mod prefetch_probe;
 pub mod router;
 pub mod vec;
 

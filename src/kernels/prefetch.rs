@@ -1,4 +1,86 @@
-//! Cache hints: ask the CPU to bring a range towards the core (into L2) without waiting for it.
+//! Cache hints: ask the CPU to bring a range towards the core (into L2) without waiting for it;
+//! and whether the weight-streaming kernels issue their own hints ahead of the bytes they read
+//! ([`KernelPrefetch`]), which pays on some CPUs and costs on others (`prefetch_probe` measures
+//! it).
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+/// Which kernel families prefetch their weights ahead (`prefetcht0` 2 KiB and `prefetcht1`
+/// 16 KiB ahead of each row group: `dot::avx2::prefetch_ahead`), by how they lay out the bytes
+/// they stream. A hint only: the results are the same bits either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KernelPrefetch {
+    /// Repacked Q4_0/Q4_1/Q8_0 records (`dot::packed`): one contiguous stream per task.
+    pub repacked: bool,
+    /// File-layout Q4_0/Q4_1/Q8_0 tiles: a tile's scales and quants are two streams.
+    pub split: bool,
+    /// Super-block bodies (the K-quants, Q5_0, Q5_1): one contiguous stream per row group.
+    pub superblock: bool,
+}
+
+impl KernelPrefetch {
+    /// Every family prefetches (the setting before any probe or flag).
+    pub const ALL: KernelPrefetch = KernelPrefetch {
+        repacked: true,
+        split: true,
+        superblock: true,
+    };
+    /// No family prefetches.
+    pub const NONE: KernelPrefetch = KernelPrefetch {
+        repacked: false,
+        split: false,
+        superblock: false,
+    };
+
+    /// `repacked`/`split`/`superblock` as on/off, e.g. `repacked off, split on, superblock on`.
+    pub fn describe(self) -> String {
+        let o = |b: bool| if b { "on" } else { "off" };
+        format!(
+            "repacked {}, split {}, superblock {}",
+            o(self.repacked),
+            o(self.split),
+            o(self.superblock)
+        )
+    }
+}
+
+static REPACKED: AtomicBool = AtomicBool::new(true);
+static SPLIT: AtomicBool = AtomicBool::new(true);
+static SUPERBLOCK: AtomicBool = AtomicBool::new(true);
+
+/// Sets which kernel families prefetch, for the whole process (the kernels read it per call).
+pub fn set_kernel(p: KernelPrefetch) {
+    REPACKED.store(p.repacked, Relaxed);
+    SPLIT.store(p.split, Relaxed);
+    SUPERBLOCK.store(p.superblock, Relaxed);
+}
+
+/// Which kernel families prefetch now.
+pub fn kernel() -> KernelPrefetch {
+    KernelPrefetch {
+        repacked: repacked(),
+        split: split(),
+        superblock: superblock(),
+    }
+}
+
+/// Whether the repacked kernels prefetch ([`KernelPrefetch::repacked`]).
+#[inline]
+pub fn repacked() -> bool {
+    REPACKED.load(Relaxed)
+}
+
+/// Whether the split-tile kernels prefetch ([`KernelPrefetch::split`]).
+#[inline]
+pub fn split() -> bool {
+    SPLIT.load(Relaxed)
+}
+
+/// Whether the super-block kernels prefetch ([`KernelPrefetch::superblock`]).
+#[inline]
+pub fn superblock() -> bool {
+    SUPERBLOCK.load(Relaxed)
+}
 
 /// Issues a `prefetcht1` for every 64-byte line of `w`. A hint: it never faults and changes no
 /// value, only when the bytes arrive.
@@ -24,7 +106,37 @@ pub fn to_l2<T>(w: &[T]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use super::*;
+
+    /// Held by the tests that set the process-wide [`KernelPrefetch`] and read it back.
+    pub(crate) static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn kernel_setting_reads_back_per_family() {
+        let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        for p in [
+            KernelPrefetch::NONE,
+            KernelPrefetch {
+                repacked: false,
+                split: true,
+                superblock: false,
+            },
+            KernelPrefetch::ALL,
+        ] {
+            set_kernel(p);
+            assert_eq!(kernel(), p);
+            assert_eq!(
+                (repacked(), split(), superblock()),
+                (p.repacked, p.split, p.superblock)
+            );
+        }
+        assert_eq!(
+            KernelPrefetch::ALL.describe(),
+            "repacked on, split on, superblock on"
+        );
+    }
+
     #[test]
     fn prefetch_of_any_slice_is_harmless() {
         super::to_l2::<f32>(&[]);

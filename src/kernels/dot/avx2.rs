@@ -60,10 +60,6 @@ pub(super) const PREFETCH_L2_AHEAD: usize = 16384;
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn prefetch_ahead(p: *const u8, len: usize) {
-    // The A/B of scripts/reproduce.py's `kernel_prefetch` builds a second binary without it.
-    if cfg!(feature = "no-kernel-prefetch") {
-        return;
-    }
     let l1 = p.wrapping_add(PREFETCH_AHEAD);
     let l2 = p.wrapping_add(PREFETCH_L2_AHEAD);
     let mut o = 0;
@@ -770,7 +766,9 @@ unsafe fn group<const K: u8, const INT: bool, const R: usize, const CN: usize>(
     }
     // The group's rows are contiguous in the tile when the chunk spans it (tiles are at most
     // one chunk wide, 256 columns).
-    prefetch_ahead(wp[0], R * cn * qb);
+    if crate::kernels::prefetch::split() {
+        prefetch_ahead(wp[0], R * cn * qb);
+    }
     if INT {
         let ones = _mm256_set1_epi16(1);
         let m4 = _mm256_set1_epi8(0x0F);

@@ -324,7 +324,9 @@ macro_rules! avx512_kernels {
                 }
                 // The group's rows are contiguous in the tile (tiles are at most one chunk
                 // wide); ask for the lines [`PREFETCH_AHEAD`] bytes on, as the AVX2 kernel does.
-                prefetch_ahead(wp[0], R * cn * qb);
+                if crate::kernels::prefetch::split() {
+                    prefetch_ahead(wp[0], R * cn * qb);
+                }
                 if INT {
                     let m4 = _mm512_set1_epi8(0x0F);
                     let spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);

@@ -236,7 +236,9 @@ unsafe fn q5_group<const ONE: bool, const R: usize>(
     xs: *const f32,
     xq: *const i8,
 ) {
-    prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
+    if crate::kernels::prefetch::superblock() {
+        prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
+    }
     let bb = if ONE { 24 } else { 22 };
     let off = if ONE { 4 } else { 2 };
     let m4 = _mm256_set1_epi8(0x0F);
@@ -298,7 +300,9 @@ pub(super) unsafe fn scales_mins_u64(p: *const u8) -> (u64, u64) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn k4_group<const FIVE: bool, const R: usize>(r0: usize, t: Rows, k: Q8KRef) {
-    prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
+    if crate::kernels::prefetch::superblock() {
+        prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
+    }
     let bb = if FIVE { 176 } else { 144 };
     let m4 = _mm256_set1_epi8(0x0F);
     let m16 = _mm256_set1_epi8(0x10);
@@ -370,7 +374,9 @@ unsafe fn k4_group<const FIVE: bool, const R: usize>(r0: usize, t: Rows, k: Q8KR
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6k_group<const R: usize>(r0: usize, t: Rows, k: Q8KRef) {
-    prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
+    if crate::kernels::prefetch::superblock() {
+        prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
+    }
     let mut acc = _mm_setzero_ps();
     for b in 0..t.nb {
         // SAFETY (all loads): the caller checked `k` covers `nb` blocks and the tile `rows`.

@@ -125,7 +125,9 @@ pub unsafe fn q5_0(rows: usize, cols: usize, qs: &[u8], xq: super::XqBlocks, y: 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 unsafe fn q5_0_rows<const R: usize>(r0: usize, t: Rows, xd: *const f32, x: *const i8) {
-    super::avx2::prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
+    if crate::kernels::prefetch::superblock() {
+        super::avx2::prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
+    }
     let perm = _mm512_loadu_si512(Q5_0_PERM.as_ptr() as *const _);
     let pscale = _mm512_loadu_si512(Q5_0_SCALES.as_ptr() as *const _);
     let shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);

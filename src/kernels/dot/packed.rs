@@ -430,12 +430,15 @@ mod avx512 {
             *u = u32::from_le_bytes([c[0] as u8, c[1] as u8, c[2] as u8, c[3] as u8]) ^ 0x8080_8080;
         }
         let bias = _mm512_set1_epi8(-128);
+        let pf = crate::kernels::prefetch::repacked();
         for g in 0..rows / PACK_ROWS {
             let gp = body.as_ptr().add(g * nb * rb);
             let mut acc = _mm512_setzero_ps();
             for b in 0..nb {
                 let rec = gp.add(b * rb);
-                crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
+                if pf {
+                    crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
+                }
                 let qp = rec.add(rsb);
                 let mut i = [_mm512_setzero_si512(); 4];
                 for j in 0..8 {
@@ -481,12 +484,15 @@ mod avx512 {
         let m4 = _mm512_set1_epi8(0x0F);
         let mh = _mm512_set1_epi8(0xF0u8 as i8);
         let x4 = xq.as_ptr() as *const i32;
+        let pf = crate::kernels::prefetch::repacked();
         for g in 0..rows / PACK_ROWS {
             let gp = body.as_ptr().add(g * nb * rb);
             let mut acc = _mm512_setzero_ps();
             for b in 0..nb {
                 let rec = gp.add(b * rb);
-                crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
+                if pf {
+                    crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
+                }
                 let qp = rec.add(rsb);
                 let xb = x4.add(b * QK / 4);
                 // Four independent integer sums: low nibbles of chunks 0/2 and 1/3, high
