@@ -282,16 +282,11 @@ fn fused(
         outs.push((up, &mut **h2));
         ids.extend([None, None]);
     }
-    // The experts run in file order (ascending id), so the threads stream forward through the
-    // layer's expert regions; the sum below keeps the selection's order.
-    let mut by_id: Vec<(usize, &mut ExpertSlot)> =
-        sel.iter().map(|&(e, _)| e).zip(slots.iter_mut()).collect();
-    by_id.sort_by_key(|&(e, _)| e);
-    for (e, slot) in by_id.iter_mut() {
-        let ex = &lv.experts[*e];
+    for (slot, &(e, _)) in slots.iter_mut().zip(sel) {
+        let ex = &lv.experts[e];
         outs.push((&ex.gate, &mut slot.h));
         outs.push((&ex.up, &mut slot.h2));
-        ids.extend([Some(*e as u8), Some(*e as u8)]);
+        ids.extend([Some(e as u8), Some(e as u8)]);
     }
     // An expert's gate and up are stored interleaved (one group); experts apart.
     w.mv_each(
@@ -316,7 +311,7 @@ fn fused(
         outs.push((down, &mut **out));
         ids.push(None);
     }
-    for (e, slot) in by_id {
+    for (slot, &(e, _)) in slots.iter_mut().zip(sel) {
         gated(w.isa, act, &mut slot.h, &slot.h2);
         xs.push(&slot.h);
         outs.push((&lv.experts[e].down, &mut slot.o));
