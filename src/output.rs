@@ -215,6 +215,15 @@ impl Output {
         OutputError::io(&self.path, what, source)
     }
 
+    /// Writes `bytes` to `path` as one output ([`Output::create`], then [`Output::commit`]): a
+    /// reader never sees a half-written file.
+    pub fn write_all_at(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
+        let mut o = Output::create(path, &[])?;
+        io::Write::write_all(&mut o, bytes).map_err(|e| o.error("write", e))?;
+        o.commit()?;
+        Ok(())
+    }
+
     /// Finishes the output: a temporary file is synced and renamed over its target; a spool is
     /// copied into its device. Returns the file, still open at its end (a recorder goes on
     /// appending to it under the final name).

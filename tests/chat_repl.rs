@@ -184,17 +184,37 @@ fn on_a_terminal_lines_are_kept_in_the_history_file() {
 /// the reply ran to its end; it worked only when stdin was a pipe.
 #[test]
 fn on_a_terminal_ctrl_c_stops_the_reply() {
+    ctrl_c_stops_the_reply("cflow-chat-ctrlc", "");
+}
+
+/// The same with `--record` and no kernel-prefetch probe: the recording's output (a temporary
+/// file with its signal watcher) is opened before the line editor, which once left the line
+/// editor's SIGINT handler in place of ours, so Ctrl-C went unheard.
+#[test]
+fn on_a_terminal_ctrl_c_stops_the_reply_while_recording() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rec = tmp.path().join("rec.trace.jsonl");
+    let env = format!("CFLOW_KERNEL_PREFETCH=on --record {}", rec.display());
+    ctrl_c_stops_the_reply("cflow-chat-ctrlc-rec", &env);
+}
+
+/// `extra`: `NAME=VALUE` words go before the command, the rest after `chat`.
+fn ctrl_c_stops_the_reply(session: &str, extra: &str) {
     if !common::have_tmux() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let m = model(tmp.path());
+    let (env, args): (Vec<&str>, Vec<&str>) =
+        extra.split_whitespace().partition(|w| w.contains('='));
     let cmd = format!(
-        "CFLOW_CACHE={} {BIN} chat -n 4000 {}; echo EXITED $?; sleep 30",
+        "{} CFLOW_CACHE={} {BIN} chat {} -n 4000 {}; echo EXITED $?; sleep 30",
+        env.join(" "),
         tmp.path().join("cache").display(),
+        args.join(" "),
         m.display()
     );
-    let t = common::tmux::Tmux::start("cflow-chat-ctrlc", &cmd, 120, 40);
+    let t = common::tmux::Tmux::start(session, &cmd, 120, 40);
     t.wait(60, "the chat banner", |s| {
         s.contains("Ctrl-C stops a reply")
     });

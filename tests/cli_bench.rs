@@ -233,7 +233,10 @@ fn kernel_prefetch_flag_and_cached_probe() {
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        (v["kernel_prefetch"].clone(), String::from_utf8_lossy(&o.stderr).into_owned())
+        (
+            v["kernel_prefetch"].clone(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     for (pf, want) in [("off", false), ("on", true)] {
         let (k, _) = bench(pf);
@@ -245,7 +248,10 @@ fn kernel_prefetch_flag_and_cached_probe() {
     }
     let (first, said) = bench("auto");
     assert_eq!(first["source"], "probe", "{first}");
-    assert!(said.contains("measuring whether the kernels' prefetch pays"), "{said}");
+    assert!(
+        said.contains("measuring whether the kernels' prefetch pays"),
+        "{said}"
+    );
     let fams = first["probe"]["families"].as_array().unwrap();
     assert!(fams.len() >= 2, "{first}");
     for f in fams {
@@ -262,7 +268,13 @@ fn kernel_prefetch_flag_and_cached_probe() {
         let out = dir.path().join(format!("logits-{pf}.jsonl"));
         let o = Command::new(BIN)
             .env("CFLOW_CACHE", &cache)
-            .args(["run", m.to_str().unwrap(), "--token-ids", "1,2,3,4,5", "--dump-logits"])
+            .args([
+                "run",
+                m.to_str().unwrap(),
+                "--token-ids",
+                "1,2,3,4,5",
+                "--dump-logits",
+            ])
             .arg(&out)
             .args(["--kernel-prefetch", pf])
             .output()

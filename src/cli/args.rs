@@ -355,7 +355,7 @@ pub struct EngineArgs {
     /// the number that ran (`experts_used`).
     #[arg(long, value_name = "N")]
     pub experts_used: Option<usize>,
-    /// The kernels' own prefetch of the weights they stream: auto, on or off.
+    /// Kernel weight prefetch: auto, on or off, e.g. `--kernel-prefetch off`.
     ///
     /// Whether the weight kernels prefetch ahead of the bytes they read (prefetcht0 2 KiB and
     /// prefetcht1 16 KiB ahead), per kernel family: repacked records, file-layout split tiles,
@@ -364,7 +364,8 @@ pub struct EngineArgs {
     /// file layout). auto: each family as this machine's probe measured it (once per machine,
     /// ~0.3 s, cached beside the bandwidth profile); on / off: every family. Changes speed
     /// only, never a value. `bench decode --json` reports it (`kernel_prefetch`).
-    #[arg(long, value_enum, env = "CFLOW_KERNEL_PREFETCH", default_value_t = KernelPrefetchArg::Auto)]
+    #[arg(long, value_enum, value_name = "MODE", env = "CFLOW_KERNEL_PREFETCH",
+          default_value_t = KernelPrefetchArg::Auto)]
     pub kernel_prefetch: KernelPrefetchArg,
 }
 

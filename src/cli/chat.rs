@@ -169,9 +169,11 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         Some(p) => Some(RecordTap::start(p, &sess, conv.as_ref())?),
         None => None,
     };
-    // The line editor first: on a terminal rustyline installs its own SIGINT handler when it is
-    // created (and keeps it until it is dropped), which replaced ours, so Ctrl-C did not stop a
-    // reply. While it reads a line the terminal is raw and Ctrl-C reaches it as a key instead.
+    // rustyline is built with its `signal-hook` feature: without it, on a terminal it installs
+    // a raw SIGINT handler while it lives, which replaced signal-hook's, and once anything had
+    // registered with signal-hook before it (a temporary-file watcher of `output`: the cache
+    // of the kernel-prefetch probe, `--record`), ours was never reinstalled and Ctrl-C did not
+    // stop a reply. While it reads a line the terminal is raw and Ctrl-C reaches it as a key.
     let mut lines = Lines::open();
     // Ctrl-C stops the current reply (not the REPL): the handler sets the engine's stop flag.
     let stop = sess.engine.stop_flag().clone();

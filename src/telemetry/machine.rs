@@ -144,11 +144,8 @@ impl MachineProfile {
             key: self.cache_key(),
             bandwidth: bw.clone(),
         };
-        let s = serde_json::to_vec_pretty(&c)?;
         // Atomic replace: a concurrent launch never reads a half-written profile.
-        let mut o = crate::output::Output::create(path, &[])?;
-        std::io::Write::write_all(&mut o, &s).map_err(|e| o.error("write", e))?;
-        o.commit()?;
+        crate::output::Output::write_all_at(path, &serde_json::to_vec_pretty(&c)?)?;
         Ok(())
     }
 
