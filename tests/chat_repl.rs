@@ -195,7 +195,7 @@ fn on_a_terminal_ctrl_c_stops_the_reply_while_recording() {
     let tmp = tempfile::tempdir().unwrap();
     let rec = tmp.path().join("rec.trace.jsonl");
     let env = format!("CFLOW_KERNEL_PREFETCH=on --record {}", rec.display());
-    ctrl_c_stops_the_reply("cflow-chat-ctrlc-rec", &env);
+    ctrl_c_stops_the_reply("cflow-rec-ctrlc", &env);
 }
 
 /// `extra`: `NAME=VALUE` words go before the command, the rest after `chat`.

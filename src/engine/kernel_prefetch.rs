@@ -25,7 +25,8 @@ pub enum Source {
     Flag,
     /// This machine's probe, measured now or read from the cache (`cached`).
     Probe { probe: Probe, cached: bool },
-    /// `auto` without a usable probe: the kernels' built-in setting (every family on).
+    /// `auto` where there is nothing to measure (`--isa scalar`, whose kernels never
+    /// prefetch): the built-in setting, every family on.
     Default,
 }
 
@@ -102,6 +103,13 @@ pub fn resolve(mode: Mode, isa: Isa, before_probe: &dyn Fn()) -> Resolved {
 /// `auto`: the cached probe of this machine and ISA, else a new one (saved; a cache that
 /// cannot be written only means the next process probes again).
 fn auto(isa: Isa, before_probe: &dyn Fn()) -> Resolved {
+    // The scalar kernels never prefetch: nothing to measure.
+    if isa == Isa::Scalar {
+        return Resolved {
+            setting: KernelPrefetch::ALL,
+            source: Source::Default,
+        };
+    }
     let m = crate::telemetry::machine::MachineProfile::detect(isa.name());
     let key = cache_key(&m.cpu_model, m.logical_cores, isa);
     let path = crate::util::cache_dir().ok().map(|d| cache_file(&d, &key));
@@ -207,6 +215,13 @@ mod tests {
         // A malformed cache is ignored (probed again), never an error.
         std::fs::write(&f, b"{not json").unwrap();
         assert_eq!(read_cached(&f, &key), None);
+    }
+
+    #[test]
+    fn scalar_kernels_are_not_probed() {
+        let r = auto(Isa::Scalar, &|| panic!("no probe for the scalar kernels"));
+        assert_eq!(r.source, Source::Default);
+        assert_eq!(r.setting, KernelPrefetch::ALL);
     }
 
     #[test]

@@ -11,8 +11,10 @@ pub struct Tmux {
 
 impl Tmux {
     pub fn start(name: &str, cmd: &str, w: u16, h: u16) -> Tmux {
+        // `=NAME`: an exact match; a bare name also matches a session it is a prefix of
+        // (`cflow-e2e` would kill `cflow-e2e-chat`, a test running beside it).
         let _ = Command::new("tmux")
-            .args(["kill-session", "-t", name])
+            .args(["kill-session", "-t", &format!("={name}")])
             .output();
         let ok = Command::new("tmux")
             .args([
@@ -32,21 +34,26 @@ impl Tmux {
         assert!(ok, "tmux new-session failed");
         Tmux { name: name.into() }
     }
+    /// The session's current pane, its name matched exactly.
+    fn target(&self) -> String {
+        format!("={}:", self.name)
+    }
     pub fn keys(&self, k: &[&str]) {
-        let mut a = vec!["send-keys", "-t", &self.name];
+        let t = self.target();
+        let mut a = vec!["send-keys", "-t", &t];
         a.extend_from_slice(k);
         assert!(Command::new("tmux").args(&a).status().unwrap().success());
     }
     pub fn literal(&self, text: &str) {
         assert!(Command::new("tmux")
-            .args(["send-keys", "-t", &self.name, "-l", text])
+            .args(["send-keys", "-t", &self.target(), "-l", text])
             .status()
             .unwrap()
             .success());
     }
     pub fn screen(&self) -> String {
         let o = Command::new("tmux")
-            .args(["capture-pane", "-p", "-t", &self.name])
+            .args(["capture-pane", "-p", "-t", &self.target()])
             .output()
             .unwrap();
         String::from_utf8_lossy(&o.stdout).to_string()
@@ -70,7 +77,7 @@ impl Tmux {
 impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.name])
+            .args(["kill-session", "-t", &format!("={}", self.name)])
             .output();
     }
 }
