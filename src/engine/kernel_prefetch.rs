@@ -185,14 +185,14 @@ fn save(path: &Path, key: &str, probe: &Probe) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::prefetch_probe::FamilyProbe;
+    use crate::kernels::prefetch_probe::{Family, FamilyProbe};
 
     fn probe(repacked: bool) -> Probe {
         Probe {
             bytes: 1 << 26,
             rounds: 7,
             families: vec![FamilyProbe {
-                family: "repacked".into(),
+                family: Family::Repacked,
                 quant: "Q4_1".into(),
                 on_ms: 3.0,
                 off_ms: 2.4,

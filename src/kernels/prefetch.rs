@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 /// Which kernel families prefetch their weights ahead (`prefetcht0` 2 KiB and `prefetcht1`
 /// 16 KiB ahead of each row group: `dot::avx2::prefetch_ahead`), by how they lay out the bytes
 /// they stream. A hint only: the results are the same bits either way.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelPrefetch {
     /// Repacked Q4_0/Q4_1/Q8_0 records (`dot::packed`, its AVX-512 VNNI kernel; the AVX2 one
     /// never prefetches): one contiguous stream per task.

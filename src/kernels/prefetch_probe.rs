@@ -22,11 +22,31 @@ pub const ROUNDS: usize = 7;
 /// the per-round time ratios on / off): a smaller gain is within this probe's noise.
 pub const OFF_ABOVE: f64 = 1.03;
 
+/// A kernel family: one of [`KernelPrefetch`]'s fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Repacked,
+    Split,
+    Superblock,
+}
+
+impl Family {
+    /// `p` with this family's field set to `on`.
+    fn set(self, mut p: KernelPrefetch, on: bool) -> KernelPrefetch {
+        match self {
+            Family::Repacked => p.repacked = on,
+            Family::Split => p.split = on,
+            Family::Superblock => p.superblock = on,
+        }
+        p
+    }
+}
+
 /// One family's measurement.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FamilyProbe {
-    /// `repacked`, `split` or `superblock` ([`KernelPrefetch`]'s fields).
-    pub family: String,
+    pub family: Family,
     /// The quant type streamed.
     pub quant: String,
     /// Median pass time with the prefetch on and off, ms.
@@ -50,17 +70,9 @@ pub struct Probe {
 impl Probe {
     /// The setting the probe chose.
     pub fn choice(&self) -> KernelPrefetch {
-        let on = |f: &str| {
-            self.families
-                .iter()
-                .find(|p| p.family == f)
-                .is_none_or(|p| p.prefetch)
-        };
-        KernelPrefetch {
-            repacked: on("repacked"),
-            split: on("split"),
-            superblock: on("superblock"),
-        }
+        self.families
+            .iter()
+            .fold(KernelPrefetch::ALL, |c, f| f.family.set(c, f.prefetch))
     }
 }
 
@@ -88,40 +100,34 @@ pub fn run(isa: Isa, bytes: usize) -> Probe {
     let mut families = Vec::new();
     let kernel = packed::Kernel::of(isa);
     // Only the AVX-512 VNNI repacked kernel prefetches (the AVX2 one never did).
-    let mut cases: Vec<(&str, QuantType)> = Vec::new();
+    let mut cases = Vec::new();
     if isa.available() && kernel.path() == packed::Path::Vnni {
-        cases.push(("repacked", QuantType::Q4_1));
+        cases.push((Family::Repacked, QuantType::Q4_1));
     }
-    cases.push(("split", QuantType::Q4_1));
-    cases.push(("superblock", QuantType::Q4_K));
+    cases.push((Family::Split, QuantType::Q4_1));
+    cases.push((Family::Superblock, QuantType::Q4_K));
     for (family, q) in cases {
         let tile = q.matrix_bytes(ROWS, COLS);
         let tiles = bytes / tile;
         let mut pass = |on: bool| -> f64 {
-            let mut p = before;
-            match family {
-                "repacked" => p.repacked = on,
-                "split" => p.split = on,
-                _ => p.superblock = on,
-            }
-            prefetch::set_kernel(p);
+            prefetch::set_kernel(family.set(before, on));
             let t0 = Instant::now();
             for i in 0..tiles {
                 let b = &buf[i * tile..(i + 1) * tile];
                 match family {
-                    "repacked" => packed::tile_run(
+                    Family::Repacked => packed::tile_run(
                         kernel,
                         Tile::body(q, ROWS, COLS, b),
                         &x,
                         Some(act.tile_slice(0, COLS)),
                         &mut y,
                     ),
-                    "split" => {
+                    Family::Split => {
                         let sb = ROWS * q.row_scale_bytes(COLS);
                         let t = Tile::split(q, ROWS, COLS, &b[..sb], &b[sb..]);
                         kquant::tile_matvec_act(isa, t, &x, Some(&act), 0, &mut y)
                     }
-                    _ => kquant::tile_matvec_act(
+                    Family::Superblock => kquant::tile_matvec_act(
                         isa,
                         Tile::body(q, ROWS, COLS, b),
                         &x,
@@ -151,7 +157,7 @@ pub fn run(isa: Isa, bytes: usize) -> Probe {
         }
         let on_over_off = median(&mut ratio);
         families.push(FamilyProbe {
-            family: family.to_string(),
+            family,
             quant: q.to_string(),
             on_ms: median(&mut on),
             off_ms: median(&mut off),
@@ -209,22 +215,22 @@ mod tests {
         let p = run(Isa::cached(), 4 << 20);
         assert_eq!(prefetch::kernel(), set);
         prefetch::set_kernel(KernelPrefetch::ALL);
-        assert!(p.families.iter().any(|f| f.family == "split"));
-        assert!(p.families.iter().any(|f| f.family == "superblock"));
+        assert!(p.families.iter().any(|f| f.family == Family::Split));
+        assert!(p.families.iter().any(|f| f.family == Family::Superblock));
         for f in &p.families {
             assert!(f.on_ms > 0.0 && f.off_ms > 0.0, "{f:?}");
             assert_eq!(f.prefetch, f.on_over_off <= OFF_ABOVE, "{f:?}");
         }
         let c = p.choice();
-        let of = |n: &str| {
+        let of = |n: Family| {
             p.families
                 .iter()
                 .find(|f| f.family == n)
                 .map(|f| f.prefetch)
         };
-        assert_eq!(Some(c.split), of("split"));
-        assert_eq!(Some(c.superblock), of("superblock"));
-        assert_eq!(c.repacked, of("repacked").unwrap_or(true));
+        assert_eq!(Some(c.split), of(Family::Split));
+        assert_eq!(Some(c.superblock), of(Family::Superblock));
+        assert_eq!(c.repacked, of(Family::Repacked).unwrap_or(true));
     }
 
     #[test]
