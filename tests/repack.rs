@@ -1,4 +1,5 @@
-//! The repacked resident copy (`CflowFile::make_resident(true)`, `quant::packed`): it holds the
+//! The repacked resident copy (`CflowFile::make_resident`, `quant::packed`; Q4_0, Q4_1, Q8_0 and
+//! Q5_0, the last asked for explicitly as the engine does where its kernel runs): it holds the
 //! same weights as the file (every matrix reassembles to the file's bytes, every embedding row
 //! dequantizes to the same values), decode and prefill over it agree with the file's layout to
 //! float rounding, and batched prefill over it agrees with decoding the same tokens one by one.
@@ -7,8 +8,22 @@ use cflow::convert::generate::{generate, GenSpec};
 use cflow::engine::kv::KvType;
 use cflow::engine::{Engine, EngineOptions, Layout};
 use cflow::format::CflowFile;
+use cflow::quant::packed::Repack;
 use cflow::quant::QuantType;
 use std::sync::Arc;
+
+/// Every repackable type, whatever this CPU (off the VNNI path, Q5_0 runs its scalar kernel).
+const ALL: Repack = Repack {
+    q4_q8: true,
+    q5_0: true,
+};
+
+const TYPES: [QuantType; 4] = [
+    QuantType::Q4_0,
+    QuantType::Q4_1,
+    QuantType::Q8_0,
+    QuantType::Q5_0,
+];
 
 /// A dense model of `q` weights whose row counts are multiples of 16 (320 = 256 + 64 columns,
 /// so every matrix has a full and a partial column tile); `tied` shares the embedding.
@@ -52,12 +67,12 @@ fn rel_err(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn the_repacked_copy_holds_the_files_weights() {
     let dir = tempfile::tempdir().unwrap();
-    for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+    for q in TYPES {
         for tied in [false, true] {
             let p = model(dir.path(), q, tied);
             let file = CflowFile::open(&p).unwrap();
             let mut res = CflowFile::open(&p).unwrap();
-            res.make_resident(true).unwrap();
+            res.make_resident(ALL).unwrap();
             assert!(res.is_repacked(), "{q} tied={tied}: nothing repacked");
             assert_ne!(
                 res.bytes(),
@@ -96,6 +111,10 @@ fn the_repacked_copy_holds_the_files_weights() {
             plain.make_resident(false).unwrap();
             assert!(!plain.is_repacked());
             assert_eq!(plain.bytes(), file.bytes());
+            // `true` alone leaves Q5_0 in the file's layout.
+            let mut q4 = CflowFile::open(&p).unwrap();
+            q4.make_resident(true).unwrap();
+            assert_eq!(q4.is_repacked(), q != QuantType::Q5_0, "{q}");
         }
     }
 }
@@ -109,15 +128,15 @@ fn the_repacked_copy_holds_the_files_weights() {
 /// first flip lands moves with any change of rounding anywhere (a flip can also come and go:
 /// Q4_0 at position 2 only), so the bound there is on the share of positions that still agree
 /// to rounding (~10⁻⁷: at least a quarter), with a maximum far below what a wrong kernel gives
-/// (order 1 at every position).
+/// (order 1 at every position). Q5_0: see below.
 #[test]
 fn decode_and_prefill_over_the_repacked_copy_agree_with_the_file_layout() {
     let dir = tempfile::tempdir().unwrap();
-    for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+    for q in TYPES {
         let p = model(dir.path(), q, true);
         let file = Arc::new(CflowFile::open(&p).unwrap());
         let mut res = CflowFile::open(&p).unwrap();
-        res.make_resident(true).unwrap();
+        res.make_resident(ALL).unwrap();
         let res = Arc::new(res);
         for (threads, int_act) in [(1, true), (2, true), (2, false)] {
             let o = EngineOptions {
@@ -137,7 +156,15 @@ fn decode_and_prefill_over_the_repacked_copy_agree_with_the_file_layout() {
             let max = errs.iter().cloned().fold(0f32, f32::max);
             if int_act {
                 let exact = errs.iter().filter(|&&e| e < 1e-5).count();
-                assert!(4 * exact >= errs.len() && max < 0.05, "{what}");
+                // Q5_0's file-layout kernel sums each row in 8 partial lanes, its repacked one
+                // in one: here a flip at position 2 enters the KV cache and stays (~1 %), so
+                // what is asked of it is rounding before the first flip.
+                let agrees = if q == QuantType::Q5_0 {
+                    errs[..2].iter().all(|&e| e < 1e-5)
+                } else {
+                    4 * exact >= errs.len()
+                };
+                assert!(agrees && max < 0.05, "{what}");
             } else {
                 assert!(max < 1e-5, "{what}");
             }

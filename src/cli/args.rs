@@ -565,13 +565,18 @@ impl EngineArgs {
         Ok(())
     }
 
-    /// Whether a resident copy is repacked (see `--no-repack`): only when decode takes the
-    /// integer path, the one the repacked kernels are fast on.
-    pub fn repack(&self) -> Result<bool> {
+    /// Which types a resident copy repacks (see `--no-repack`): none unless decode takes the
+    /// integer path, the one the repacked kernels are fast on; Q5_0 only where its repacked
+    /// kernel runs (`kernels::dot::packed::repacks_q5_0`).
+    pub fn repack(&self) -> Result<crate::quant::packed::Repack> {
         // The numerics do not depend on the thread count, which may be a list here
         // (`bench decode --threads 1,2` opens the model once for every count).
         let o = self.with_threads(1).options()?;
-        Ok(!self.no_repack && crate::engine::weights::use_q8(o.int_act, o.force_int, o.isa))
+        let on = !self.no_repack && crate::engine::weights::use_q8(o.int_act, o.force_int, o.isa);
+        Ok(crate::quant::packed::Repack {
+            q4_q8: on,
+            q5_0: on && crate::kernels::dot::packed::repacks_q5_0(o.isa),
+        })
     }
 
     /// Resolves `--kernel-prefetch` for `isa` and sets it for every kernel (once per process:

@@ -698,7 +698,11 @@ mod tests {
             let mut c = matrix(q, 5 * TILE_ROWS + 48, 576, &mut buf);
             let split = matrix(q, 200, 576, &mut buf);
             for m in [&mut a, &mut b, &mut c] {
-                assert!(crate::format::reader::repack_matrix(&mut buf, m));
+                assert!(crate::format::reader::repack_matrix(
+                    &mut buf,
+                    m,
+                    true.into()
+                ));
             }
             let (x, xq) = ramp(576, 37, 101);
             // The Q8 activation (decode's integer path) and the f32 one (the scalar fallback).

@@ -1,6 +1,7 @@
-//! The row-interleaved ("repacked") layout of Q4_0/Q4_1/Q8_0 tiles: what the resident copy of a model
-//! holds when it is repacked at open (`--repack`, on by default; see docs/FORMAT.md, "Repacked
-//! tiles in memory"). Files never hold it: a `.cflow` tile is always in the split layout.
+//! The row-interleaved ("repacked") layout of Q4_0/Q4_1/Q8_0 and Q5_0 tiles: what the resident
+//! copy of a model holds when it is repacked at open (`--repack`, on by default; see
+//! docs/FORMAT.md, "Repacked tiles in memory"). Files never hold it: a `.cflow` tile is always
+//! in the split layout (Q5_0: GGUF's blocks, row-major).
 //!
 //! A tile of `rows × cols` weights (`rows` a multiple of [`PACK_ROWS`]) is rearranged in place,
 //! at the same size. The tile becomes a sequence of *records*, group-major: record `(g, b)`
@@ -8,9 +9,13 @@
 //! [`record_bytes`] long:
 //!
 //! * the 16 rows' scales `d` as f16 (32 bytes), then for Q4_1 their minima `m` (32 bytes);
+//! * for Q5_0, the 5th bits as 8 masks of 64 bits (64 bytes), two per chunk below: mask `2j`
+//!   (bytes `8·2j ..`) has bit `4r + p` set when weight `8j + p` of row `r` has its 5th bit,
+//!   mask `2j + 1` the same for weight `8j + 4 + p`: a chunk's 64 bytes as one `k` register;
 //! * four chunks of 64 bytes. Chunk `j` gives each row 4 bytes (row `r` at bytes `4r .. 4r + 4`);
 //!   byte `p` of them packs the row's weight `8j + p` in its low nibble and weight `8j + 4 + p`
-//!   in its high nibble. Q8_0 has eight chunks: byte `p` of chunk `j` is weight `4j + p`.
+//!   in its high nibble (Q5_0: the low 4 bits of its 5-bit level). Q8_0 has eight chunks: byte
+//!   `p` of chunk `j` is weight `4j + p`.
 //!
 //! So one 512-bit load of a chunk holds 4 weights of each of 16 rows in one 32-bit lane per
 //! row: one `vpdpbusd` with the activation bytes `8j .. 8j + 4` broadcast to every lane adds
@@ -22,27 +27,78 @@ use super::{QuantType, QK};
 /// Rows per record: one 32-bit lane per row in a 512-bit register.
 pub const PACK_ROWS: usize = 16;
 
-/// True when a `rows`-row tile of `q` can be repacked: Q4_0, Q4_1 or Q8_0 with whole 16-row
-/// groups.
+/// True when a `rows`-row tile of `q` can be repacked: Q4_0, Q4_1, Q8_0 or Q5_0 with whole
+/// 16-row groups. (Which of them a resident copy does repack: [`Repack`].)
 pub fn packable(q: QuantType, rows: usize) -> bool {
-    matches!(q, QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q8_0)
-        && rows > 0
+    matches!(
+        q,
+        QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q8_0 | QuantType::Q5_0
+    ) && rows > 0
         && rows.is_multiple_of(PACK_ROWS)
 }
 
-/// Bytes of one record (16 rows × one block) of `q`.
+/// The types a resident copy repacks at open. Q4_0/Q4_1/Q8_0 have repacked kernels on every
+/// path; Q5_0 only an AVX-512 VNNI one (elsewhere its split-layout kernels are the fast ones),
+/// so the engine asks for it only where that kernel runs (`kernels::dot::packed::repacks_q5_0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Repack {
+    pub q4_q8: bool,
+    pub q5_0: bool,
+}
+
+impl Repack {
+    /// Whether a matrix of type `q` is repacked (when its rows allow, [`packable`]).
+    pub fn includes(self, q: QuantType) -> bool {
+        match q {
+            QuantType::Q5_0 => self.q5_0,
+            _ => self.q4_q8,
+        }
+    }
+}
+
+/// `true`: the types every kernel path runs repacked (Q4_0, Q4_1, Q8_0); `false`: none.
+impl From<bool> for Repack {
+    fn from(on: bool) -> Repack {
+        Repack {
+            q4_q8: on,
+            q5_0: false,
+        }
+    }
+}
+
+/// Bytes of one record (16 rows × one block) of `q`: the same as the 16 rows' blocks.
 pub const fn record_bytes(q: QuantType) -> usize {
-    PACK_ROWS * (q.scale_bytes_per_block() + q.quant_bytes_per_block())
+    PACK_ROWS * q.block_bytes()
 }
 
-/// Bytes of the scale part at the start of a record: 32 (`d`) or 64 (Q4_1: `d`, `m`).
+/// Bytes before the quant chunks of a record: 32 (`d`), 64 (Q4_1: `d`, `m`) or 96 (Q5_0: `d`
+/// and the 5th-bit masks).
 pub const fn record_scale_bytes(q: QuantType) -> usize {
-    PACK_ROWS * q.scale_bytes_per_block()
+    match q {
+        QuantType::Q5_0 => 2 * PACK_ROWS + Q5_MASK_BYTES,
+        _ => PACK_ROWS * q.scale_bytes_per_block(),
+    }
 }
 
-/// 64-byte quant chunks per record: 4 for the Q4 types, 8 for Q8_0.
+/// Bytes of a Q5_0 record's 5th-bit masks (8 × 64 bits), after its 16 `d`.
+pub const Q5_MASK_BYTES: usize = 64;
+
+/// 64-byte quant chunks per record: 4 for the Q4 types and Q5_0, 8 for Q8_0.
 pub const fn record_chunks(q: QuantType) -> usize {
-    q.quant_bytes_per_block() / 4
+    match q {
+        QuantType::Q8_0 => 8,
+        _ => 4,
+    }
+}
+
+/// Offset in a Q5_0 block (GGUF: `d`, `qh`, then 16 nibble bytes) of its nibbles.
+const Q5_QS: usize = 6;
+
+/// The 5th bit (0 or 1) of weight `k` of the row at lane `i` of a Q5_0 record.
+pub fn q5_bit(rec: &[u8], i: usize, k: usize) -> u8 {
+    let mask = 2 * (k / 8) + usize::from(k % 8 >= 4);
+    let bit = 4 * i + k % 4;
+    (rec[2 * PACK_ROWS + 8 * mask + bit / 8] >> (bit % 8)) & 1
 }
 
 /// Weight `k` (0..32) of a split-layout Q4 block's 16 quant bytes (GGUF nibble order: weight
@@ -56,12 +112,16 @@ fn nibble(qb: &[u8], k: usize) -> u8 {
 }
 
 /// Byte `p` (0..4) of chunk `j` of a record for one row, from its split-layout block: two
-/// nibbles (weights `8j + p` and `8j + 4 + p`) for the Q4 types, weight `4j + p` for Q8_0.
+/// nibbles (weights `8j + p` and `8j + 4 + p`) for the Q4 types and Q5_0, weight `4j + p` for
+/// Q8_0.
 fn packed_byte(q: QuantType, qb: &[u8], j: usize, p: usize) -> u8 {
-    if q == QuantType::Q8_0 {
-        qb[4 * j + p]
-    } else {
-        nibble(qb, 8 * j + p) | (nibble(qb, 8 * j + 4 + p) << 4)
+    match q {
+        QuantType::Q8_0 => qb[4 * j + p],
+        QuantType::Q5_0 => {
+            let n = &qb[Q5_QS..];
+            nibble(n, 8 * j + p) | (nibble(n, 8 * j + 4 + p) << 4)
+        }
+        _ => nibble(qb, 8 * j + p) | (nibble(qb, 8 * j + 4 + p) << 4),
     }
 }
 
@@ -92,6 +152,7 @@ pub fn pack_tile(q: QuantType, rows: usize, cols: usize, body: &mut [u8]) {
     for g in 0..rows / PACK_ROWS {
         for b in 0..nb {
             let rec = &mut body[(g * nb + b) * rb..(g * nb + b + 1) * rb];
+            rec.fill(0);
             for i in 0..PACK_ROWS {
                 let r = g * PACK_ROWS + i;
                 let s = &scales[(r * nb + b) * sb..(r * nb + b + 1) * sb];
@@ -100,6 +161,17 @@ pub fn pack_tile(q: QuantType, rows: usize, cols: usize, body: &mut [u8]) {
                     rec[h * 2 * PACK_ROWS + 2 * i..][..2].copy_from_slice(pair);
                 }
                 let blk = &qs[(r * nb + b) * qb..(r * nb + b + 1) * qb];
+                if q == QuantType::Q5_0 {
+                    // d from the block; each weight's 5th bit into its chunk's mask.
+                    rec[2 * i..2 * i + 2].copy_from_slice(&blk[..2]);
+                    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+                    for k in 0..QK {
+                        let mask = 2 * (k / 8) + usize::from(k % 8 >= 4);
+                        let bit = 4 * i + k % 4;
+                        rec[2 * PACK_ROWS + 8 * mask + bit / 8] |=
+                            (((qh >> k) & 1) as u8) << (bit % 8);
+                    }
+                }
                 for j in 0..record_chunks(q) {
                     for p in 0..4 {
                         rec[rsb + 64 * j + 4 * i + p] = packed_byte(q, blk, j, p);
@@ -131,6 +203,14 @@ pub fn unpack_row(
             scales.extend_from_slice(&rec[h * 2 * PACK_ROWS + 2 * i..][..2]);
         }
         let blk = &mut qs[b * q.quant_bytes_per_block()..(b + 1) * q.quant_bytes_per_block()];
+        let nibbles = if q == QuantType::Q5_0 {
+            blk[..2].copy_from_slice(&rec[2 * i..2 * i + 2]);
+            let qh = (0..QK).fold(0u32, |h, k| h | (u32::from(q5_bit(rec, i, k)) << k));
+            blk[2..Q5_QS].copy_from_slice(&qh.to_le_bytes());
+            Q5_QS
+        } else {
+            0
+        };
         for k in 0..QK {
             let (at, hi) = weight_at(q, i, k);
             let byte = rec[at];
@@ -139,9 +219,9 @@ pub fn unpack_row(
                 _ => {
                     let v = if hi { byte >> 4 } else { byte & 0x0F };
                     if k < 16 {
-                        blk[k] |= v;
+                        blk[nibbles + k] |= v;
                     } else {
-                        blk[k - 16] |= v << 4;
+                        blk[nibbles + k - 16] |= v << 4;
                     }
                 }
             }
@@ -188,7 +268,12 @@ mod tests {
 
     #[test]
     fn unpack_inverts_pack_and_pack_moves_every_byte() {
-        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+        for q in [
+            QuantType::Q4_0,
+            QuantType::Q4_1,
+            QuantType::Q8_0,
+            QuantType::Q5_0,
+        ] {
             for (rows, cols) in [(16, 32), (128, 256), (64, 64), (48, 96)] {
                 let split = split_tile(q, rows, cols, (rows * cols) as u64);
                 let mut body = split.clone();
@@ -205,7 +290,12 @@ mod tests {
     #[test]
     fn records_hold_the_documented_weights_and_scales() {
         let (rows, cols) = (32, 64);
-        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+        for q in [
+            QuantType::Q4_0,
+            QuantType::Q4_1,
+            QuantType::Q8_0,
+            QuantType::Q5_0,
+        ] {
             let split = split_tile(q, rows, cols, 7);
             let mut body = split.clone();
             pack_tile(q, rows, cols, &mut body);
@@ -233,7 +323,13 @@ mod tests {
                         _ => {
                             let byte = rec[record_scale_bytes(q) + 64 * (k / 8) + 4 * i + k % 4];
                             let u = if k % 8 >= 4 { byte >> 4 } else { byte & 0x0F };
-                            if q == QuantType::Q4_0 {
+                            if q == QuantType::Q5_0 {
+                                // The 5th bit from mask 2·(k/8) + (k%8 ≥ 4), bit 4i + k%4.
+                                let mask = 2 * (k / 8) + usize::from(k % 8 >= 4);
+                                let bit = 4 * i + k % 4;
+                                let h = (rec[32 + 8 * mask + bit / 8] >> (bit % 8)) & 1;
+                                ((u | h << 4) as i32 - 16) as f32 * d
+                            } else if q == QuantType::Q4_0 {
                                 (u as i32 - 8) as f32 * d
                             } else {
                                 u as f32 * d + super::super::f16_at(rec, 32 + 2 * i)
@@ -255,5 +351,15 @@ mod tests {
         assert!(packable(QuantType::Q8_0, 128));
         assert!(!packable(QuantType::F16, 128));
         assert!(!packable(QuantType::Q4_K, 128));
+        assert!(packable(QuantType::Q5_0, 32));
+        assert!(!packable(QuantType::Q5_1, 32));
+    }
+
+    #[test]
+    fn repack_true_means_the_types_every_path_runs() {
+        let r = Repack::from(true);
+        assert!(r.includes(QuantType::Q4_0) && r.includes(QuantType::Q8_0));
+        assert!(!r.includes(QuantType::Q5_0));
+        assert!(!Repack::from(false).includes(QuantType::Q4_1));
     }
 }

@@ -179,30 +179,36 @@ impl CflowFile {
 
     /// Copies the whole file into private huge-page memory and reads it from there from now on
     /// (see [`ModelMap::make_resident`]): `--weights resident`, and `auto` on dense models.
-    /// With `repack`, the copy's Q4_0/Q4_1/Q8_0 matrices that decode multiplies (the layers'
+    /// With `repack`, the copy's matrices of the types it names (`quant::packed::Repack`:
+    /// Q4_0/Q4_1/Q8_0, and Q5_0 where its repacked kernel runs) that decode multiplies (the layers'
     /// dense matrices, their experts, and the LM head, which may be the tied embedding) whose
     /// stripes are whole 16-row groups are rearranged into the layout of `quant::packed`, tile
     /// by tile, and marked [`Matrix::packed`]. The direct tier still reads experts from the
     /// file, in its tile layout (`engine::weights::relative_experts` views are never packed).
-    pub fn make_resident(&mut self, repack: bool) -> Result<(), FormatError> {
+    pub fn make_resident(
+        &mut self,
+        repack: impl Into<crate::quant::packed::Repack>,
+    ) -> Result<(), FormatError> {
+        let repack = repack.into();
         self.release_pages();
         let (layers, vocab) = (&mut self.layers, &mut self.vocab);
         let mut any = false;
         self.map.make_resident(&self.path, |bytes| {
-            if !repack {
+            if repack == crate::quant::packed::Repack::default() {
                 return;
             }
             any |= repack_matrix(
                 bytes,
                 vocab.lm_head.as_mut().unwrap_or(&mut vocab.embedding),
+                repack,
             );
             for l in layers.iter_mut() {
                 for m in l.dense_matrices_mut() {
-                    any |= repack_matrix(bytes, m);
+                    any |= repack_matrix(bytes, m, repack);
                 }
                 for e in l.experts.iter_mut() {
                     for m in [&mut e.gate, &mut e.up, &mut e.down] {
-                        any |= repack_matrix(bytes, m);
+                        any |= repack_matrix(bytes, m, repack);
                     }
                 }
             }

@@ -167,10 +167,15 @@ impl LayerView {
     }
 }
 
-/// Repacks every tile of `m` inside `bytes` (`quant::packed`) and marks it, when all of its
-/// stripes are whole 16-row groups of Q4_0/Q4_1; else leaves it as it is.
-pub(crate) fn repack_matrix(bytes: &mut [u8], m: &mut Matrix) -> bool {
+/// Repacks every tile of `m` inside `bytes` (`quant::packed`) and marks it, when `repack`
+/// includes its type and all of its stripes are whole 16-row groups; else leaves it as it is.
+pub(crate) fn repack_matrix(
+    bytes: &mut [u8],
+    m: &mut Matrix,
+    repack: crate::quant::packed::Repack,
+) -> bool {
     if m.packed
+        || !repack.includes(m.quant)
         || !(0..m.n_stripes()).all(|s| crate::quant::packed::packable(m.quant, m.stripe_rows(s)))
     {
         return m.packed;

@@ -154,7 +154,8 @@ impl Isa {
         }
     }
 
-    /// [`Isa::kernels`] for a model whose Q4_0/Q4_1/Q8_0 matrices were `repacked` at open:
+    /// [`Isa::kernels`] for a model whose Q4_0/Q4_1/Q8_0 (and, where [`packed::repacks_q5_0`],
+    /// Q5_0) matrices were `repacked` at open:
     /// those run the kernel [`packed::path`] picks, the other matrices as `kernels` says.
     pub fn kernels_with(self, repacked: bool) -> String {
         let k = self.kernels();
@@ -167,9 +168,14 @@ impl Isa {
         } else {
             ""
         };
+        let types = if packed::repacks_q5_0(self) {
+            "Q4_0/Q4_1/Q8_0/Q5_0"
+        } else {
+            "Q4_0/Q4_1/Q8_0"
+        };
         match path.name() {
-            p if p == k => format!("{k} (repacked Q4_0/Q4_1/Q8_0 included)"),
-            p => format!("{p} for repacked Q4_0/Q4_1/Q8_0{amx}; the other matrices: {k}"),
+            p if p == k => format!("{k} (repacked {types} included)"),
+            p => format!("{p} for repacked {types}{amx}; the other matrices: {k}"),
         }
     }
 
@@ -504,6 +510,11 @@ mod tests {
             let with = isa.kernels_with(true);
             assert!(with.contains("repacked Q4_0/Q4_1/Q8_0"), "{isa:?}: {with}");
             assert_eq!(with.contains("VNNI"), isa.has_vnni(), "{isa:?}: {with}");
+            assert_eq!(
+                with.contains("repacked Q4_0/Q4_1/Q8_0/Q5_0"),
+                packed::repacks_q5_0(isa),
+                "{isa:?}: {with}"
+            );
             assert_eq!(
                 with.contains("AMX"),
                 isa.has_vnni() && packed_amx::available(),

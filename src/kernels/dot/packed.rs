@@ -1,5 +1,5 @@
-//! Tile kernels over the repacked Q4_0/Q4_1/Q8_0 layout (`quant::packed`: records of 16 rows ×
-//! one block), with their scalar reference.
+//! Tile kernels over the repacked Q4_0/Q4_1/Q8_0 and Q5_0 layout (`quant::packed`: records of
+//! 16 rows × one block), with their scalar reference.
 //!
 //! Integer path (the Q8 activation): per record, each row's exact integer dot `Σ w·q` over the
 //! block (`w` the 4-bit quant `u` or the Q8_0 weight, `q` the activation's i8), then in f32, in
@@ -18,12 +18,18 @@
 //!   per call), and `128·Σw` (one more `vpdpbusd`) is subtracted.
 //! * AVX2 (also AVX-512 without VNNI): the record's two 8-row halves; Q4 with `vpmaddubsw` into
 //!   i16 and one `vpmaddwd` per half, Q8_0 with `|w|` and `sign(x, w)` per chunk.
+//! * Q5_0 (repacked only where [`repacks_q5_0`]): per record each row's exact integer dot
+//!   `Σ (l − 16)·q` over the block (`l` the 5-bit level), then `acc = fma(dot, d·d_x, acc)`.
+//!   AVX-512 VNNI: a chunk's nibbles are split (`w & 0xF`, `(w >> 4) & 0xF`), each half gets its
+//!   5th bits as 16 by one byte-masked add (`vpaddb` under the record's 64-bit mask), and the
+//!   two `vpdpbusd` start from `−16·Σq` of the block (summed once per call). Other paths run
+//!   the scalar reference (the engine does not repack Q5_0 there).
 //! * f32 activation (`--act f32`, or no SIMD): scalar only. The engine repacks only when decode
 //!   takes the integer path (`EngineArgs::repack`), so this is the fallback, not a fast path.
 
 use super::{Isa, XqRef};
 use super::{Tile, XqBlocks};
-use crate::quant::packed::{record_bytes, record_scale_bytes, weight_at, PACK_ROWS};
+use crate::quant::packed::{q5_bit, record_bytes, record_scale_bytes, weight_at, PACK_ROWS};
 use crate::quant::{f16_at, QuantType, QK};
 
 /// `y[r] += W[r]·x` for one repacked tile of `rows` rows (a multiple of 16) and `cols` columns
@@ -98,7 +104,9 @@ pub fn tile_run(k: Kernel, t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
         // SAFETY: `Avx2` comes only from `path`, after AVX2/FMA/F16C were detected; the
         // lengths were asserted above.
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => unsafe { avx2::run(q, rows, nb, body, (d, s, xqs), y) },
+        Path::Avx2 if q != QuantType::Q5_0 => unsafe {
+            avx2::run(q, rows, nb, body, (d, s, xqs), y)
+        },
         _ => scalar_int(q, rows, nb, body, (d, s, xqs), y),
     }
 }
@@ -139,7 +147,7 @@ pub fn tile_run_batch(k: Kernel, t: Tile, xqs: &[XqBlocks], ys: &mut [f32]) {
                 "xq too short"
             );
         }
-        if n >= AMX_MIN_TOKENS && super::packed_amx::available() {
+        if n >= AMX_MIN_TOKENS && q != QuantType::Q5_0 && super::packed_amx::available() {
             // SAFETY: AMX was detected and permitted (`available`), AVX-512 with `Vnni`; the
             // lengths were asserted above.
             unsafe { super::packed_amx::run_batch(q, rows, nb, body, xqs, ys) };
@@ -180,6 +188,13 @@ impl Path {
             Path::Scalar => "scalar",
         }
     }
+}
+
+/// Whether a resident copy for `isa` repacks its Q5_0 matrices (`quant::packed::Repack`): where
+/// the integer path runs the AVX-512 VNNI kernels, and the CPU has no AMX, whose prompt kernels
+/// (`kquant_amx`) read Q5_0 in the file's layout.
+pub fn repacks_q5_0(isa: Isa) -> bool {
+    path(isa) == Path::Vnni && !super::packed_amx::available()
 }
 
 /// The dispatch of [`tile_matvec`]'s integer path on `isa`: AVX-512 VNNI where the CPU has it,
@@ -224,6 +239,10 @@ pub fn scalar_int(q: QuantType, rows: usize, nb: usize, body: &[u8], xq: XqBlock
                         (_, false) => (rec[at] & 0x0F) as i32,
                         (_, true) => (rec[at] >> 4) as i32,
                     };
+                    let w = match q {
+                        QuantType::Q5_0 => (w | (q5_bit(rec, i, k) as i32) << 4) - 16,
+                        _ => w,
+                    };
                     dot += w * *xk as i32;
                 }
                 let dr = f16_at(rec, 2 * i);
@@ -258,6 +277,7 @@ pub fn scalar_f32(q: QuantType, rows: usize, cols: usize, body: &[u8], x: &[f32]
                     let u = if hi { rec[at] >> 4 } else { rec[at] & 0x0F };
                     let w = match q {
                         QuantType::Q4_0 => (u as i32 - 8) as f32 * dr,
+                        QuantType::Q5_0 => ((u | q5_bit(rec, i, k) << 4) as i32 - 16) as f32 * dr,
                         QuantType::Q4_1 => u as f32 * dr + f16_at(rec, 2 * PACK_ROWS + 2 * i),
                         _ => (rec[at] as i8) as f32 * dr,
                     };
@@ -292,6 +312,18 @@ mod avx512 {
         let (d, s, xq) = xq;
         match q {
             QuantType::Q8_0 => run_q8(rows, nb, body, d, xq, y),
+            QuantType::Q5_0 => {
+                let mut stack = [0i32; crate::format::TILE_COLS / QK];
+                let mut heap = Vec::new();
+                let bias: &mut [i32] = if nb <= stack.len() {
+                    &mut stack[..nb]
+                } else {
+                    heap.resize(nb, 0);
+                    &mut heap
+                };
+                q5_bias(xq, bias);
+                run_q5(rows, nb, body, d, bias, xq, y)
+            }
             QuantType::Q4_1 => run_q4::<true>(rows, nb, body, d, s, xq, y),
             _ => run_q4::<false>(rows, nb, body, d, s, xq, y),
         }
@@ -316,6 +348,18 @@ mod avx512 {
             let xs = &xqs[j..j + t];
             let y = &mut ys[j * rows..(j + t) * rows];
             match (q, t) {
+                (QuantType::Q5_0, _) => {
+                    let mut bias = vec![0i32; t * nb];
+                    for (i, (_, _, x)) in xs.iter().enumerate() {
+                        q5_bias(x, &mut bias[i * nb..(i + 1) * nb]);
+                    }
+                    match t {
+                        4 => run_q5_batch::<4>(rows, nb, body, xs, &bias, y),
+                        3 => run_q5_batch::<3>(rows, nb, body, xs, &bias, y),
+                        2 => run_q5_batch::<2>(rows, nb, body, xs, &bias, y),
+                        _ => run_q5_batch::<1>(rows, nb, body, xs, &bias, y),
+                    }
+                }
                 (QuantType::Q8_0, _) => {
                     for (i, (d, _, x)) in xs.iter().enumerate() {
                         run_q8(rows, nb, body, d, x, &mut y[i * rows..(i + 1) * rows]);
@@ -456,6 +500,142 @@ mod avx512 {
             }
             let yp = y.as_mut_ptr().add(g * PACK_ROWS);
             _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), acc));
+        }
+    }
+
+    /// `bias[b] = −16 · Σ q` over activation block `b`: where a Q5_0 block's integer sums start.
+    fn q5_bias(xq: &[i8], bias: &mut [i32]) {
+        for (b, x) in bias.iter_mut().zip(xq.chunks_exact(QK)) {
+            *b = -16 * x.iter().map(|&v| v as i32).sum::<i32>();
+        }
+    }
+
+    /// One chunk of a Q5_0 record as its two halves of 5-bit levels: the low nibbles (weights
+    /// `8j + p`) and the high ones (`8j + 4 + p`), each plus 16 where its mask has the bit.
+    ///
+    /// # Safety
+    /// `qp` points at the record's chunk `j` and `mp` at its masks (`quant::packed`).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn q5_levels(qp: *const u8, mp: *const u64, j: usize) -> (__m512i, __m512i) {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let c16 = _mm512_set1_epi8(16);
+        let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
+        let lo = _mm512_and_si512(w, m4);
+        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
+        (
+            _mm512_mask_add_epi8(lo, mp.add(2 * j).read_unaligned(), lo, c16),
+            _mm512_mask_add_epi8(hi, mp.add(2 * j + 1).read_unaligned(), hi, c16),
+        )
+    }
+
+    /// Q5_0 records (see the module docs): per chunk two `vpdpbusd` on the 5-bit levels,
+    /// starting from the block's `bias` (`−16·Σq`), so each lane's sum is its row's exact
+    /// `Σ (l − 16)·q`.
+    ///
+    /// # Safety
+    /// As [`run`]; `bias` holds `nb` entries.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn run_q5(
+        rows: usize,
+        nb: usize,
+        body: &[u8],
+        d: &[f32],
+        bias: &[i32],
+        xq: &[i8],
+        y: &mut [f32],
+    ) {
+        let q = QuantType::Q5_0;
+        let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+        let x4 = xq.as_ptr() as *const i32;
+        let pf = crate::kernels::prefetch::repacked();
+        for g in 0..rows / PACK_ROWS {
+            let gp = body.as_ptr().add(g * nb * rb);
+            let mut acc = _mm512_setzero_ps();
+            for b in 0..nb {
+                let rec = gp.add(b * rb);
+                if pf {
+                    crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
+                }
+                let (qp, mp) = (rec.add(rsb), rec.add(2 * PACK_ROWS) as *const u64);
+                let xb = x4.add(b * QK / 4);
+                let mut s = [_mm512_set1_epi32(bias[b]), _mm512_setzero_si512()];
+                for j in 0..4 {
+                    let (lo, hi) = q5_levels(qp, mp, j);
+                    s[0] = _mm512_dpbusd_epi32(
+                        s[0],
+                        lo,
+                        _mm512_set1_epi32(xb.add(2 * j).read_unaligned()),
+                    );
+                    s[1] = _mm512_dpbusd_epi32(
+                        s[1],
+                        hi,
+                        _mm512_set1_epi32(xb.add(2 * j + 1).read_unaligned()),
+                    );
+                }
+                let dot = _mm512_add_epi32(s[0], s[1]);
+                let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
+                let dd = _mm512_mul_ps(dr, _mm512_set1_ps(d[b]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc);
+            }
+            let yp = y.as_mut_ptr().add(g * PACK_ROWS);
+            _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), acc));
+        }
+    }
+
+    /// [`run_q5`] for `T` tokens at once: each record's levels are made once, then dotted with
+    /// every token's activation; per token the same exact sums and float steps in its order.
+    ///
+    /// # Safety
+    /// As [`run_batch`], with `xs.len() == T` and `bias` holding `T · nb` entries (token-major).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn run_q5_batch<const T: usize>(
+        rows: usize,
+        nb: usize,
+        body: &[u8],
+        xs: &[XqBlocks],
+        bias: &[i32],
+        y: &mut [f32],
+    ) {
+        let q = QuantType::Q5_0;
+        let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+        let x4: [*const i32; T] = std::array::from_fn(|t| xs[t].2.as_ptr() as *const i32);
+        for g in 0..rows / PACK_ROWS {
+            let gp = body.as_ptr().add(g * nb * rb);
+            let mut acc = [_mm512_setzero_ps(); T];
+            for b in 0..nb {
+                let rec = gp.add(b * rb);
+                let (qp, mp) = (rec.add(rsb), rec.add(2 * PACK_ROWS) as *const u64);
+                let mut lo = [_mm512_setzero_si512(); 4];
+                let mut hi = [_mm512_setzero_si512(); 4];
+                for j in 0..4 {
+                    (lo[j], hi[j]) = q5_levels(qp, mp, j);
+                }
+                let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
+                for t in 0..T {
+                    let xb = x4[t].add(b * QK / 4);
+                    let mut s = [_mm512_set1_epi32(bias[t * nb + b]), _mm512_setzero_si512()];
+                    for j in 0..4 {
+                        s[0] = _mm512_dpbusd_epi32(
+                            s[0],
+                            lo[j],
+                            _mm512_set1_epi32(xb.add(2 * j).read_unaligned()),
+                        );
+                        s[1] = _mm512_dpbusd_epi32(
+                            s[1],
+                            hi[j],
+                            _mm512_set1_epi32(xb.add(2 * j + 1).read_unaligned()),
+                        );
+                    }
+                    let dot = _mm512_add_epi32(s[0], s[1]);
+                    let dd = _mm512_mul_ps(dr, _mm512_set1_ps(xs[t].0[b]));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc[t]);
+                }
+            }
+            for (t, a) in acc.iter().enumerate() {
+                let yp = y.as_mut_ptr().add(t * rows + g * PACK_ROWS);
+                _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), *a));
+            }
         }
     }
 
@@ -652,7 +832,12 @@ mod tests {
     /// shapes (one to eight records per group row), and accumulates into `y`.
     #[test]
     fn every_isa_equals_the_scalar_reference_bit_for_bit() {
-        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+        for q in [
+            QuantType::Q4_0,
+            QuantType::Q4_1,
+            QuantType::Q8_0,
+            QuantType::Q5_0,
+        ] {
             for (rows, cols) in [
                 (16, 32),
                 (128, 256),
@@ -690,7 +875,12 @@ mod tests {
     /// accumulating into `ys`.
     #[test]
     fn batch_equals_one_call_per_token_bit_for_bit() {
-        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+        for q in [
+            QuantType::Q4_0,
+            QuantType::Q4_1,
+            QuantType::Q8_0,
+            QuantType::Q5_0,
+        ] {
             for (rows, cols) in [(16, 32), (128, 256), (48, 96), (80, 576)] {
                 let (body, _, _) = tile(q, rows, cols, (rows * cols) as u64);
                 let acts: Vec<Q8Act> = (0..33).map(|j| act(cols, 7 + j as u64).1).collect();
@@ -730,18 +920,34 @@ mod tests {
     /// against a float64 dot of the dequantized weights.
     #[test]
     fn both_paths_agree_with_the_split_layout_and_with_float64() {
-        for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+        for q in [
+            QuantType::Q4_0,
+            QuantType::Q4_1,
+            QuantType::Q8_0,
+            QuantType::Q5_0,
+        ] {
             let (rows, cols) = (64, 256);
             let (body, sc, qs) = tile(q, rows, cols, 11);
             let (x, a) = act(cols, 5);
             let xq = (&a.d[..], &a.s[..], &a.qs[..]);
             let mut split = vec![0f32; rows];
-            super::super::scalar::tile_matvec(
-                Tile::split(q, rows, cols, &sc, &qs),
-                &x,
-                Some(xq),
-                &mut split,
-            );
+            if q == QuantType::Q5_0 {
+                super::super::kquant::tile_matvec(
+                    Isa::Scalar,
+                    Tile::body(q, rows, cols, &qs),
+                    &x,
+                    Some(xq),
+                    None,
+                    &mut split,
+                );
+            } else {
+                super::super::scalar::tile_matvec(
+                    Tile::split(q, rows, cols, &sc, &qs),
+                    &x,
+                    Some(xq),
+                    &mut split,
+                );
+            }
             let mut packed = vec![0f32; rows];
             tile_matvec(
                 Isa::cached(),
