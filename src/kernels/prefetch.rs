@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 /// they stream. A hint only: the results are the same bits either way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelPrefetch {
-    /// Repacked Q4_0/Q4_1/Q8_0 records (`dot::packed`, its AVX-512 VNNI kernel; the AVX2 one
+    /// Repacked Q4_0/Q4_1/Q8_0 (and Q5_0) records (`dot::packed`, its AVX-512 VNNI kernel; the AVX2 one
     /// never prefetches): one contiguous stream per task.
     pub repacked: bool,
     /// File-layout Q4_0/Q4_1/Q8_0 tiles: a tile's scales and quants are two streams.
