@@ -15,24 +15,27 @@ use std::sync::Arc;
 /// Every repackable type, whatever this CPU (off the VNNI path, Q5_0 runs its scalar kernel).
 const ALL: Repack = Repack {
     q4_q8: true,
-    q5_0: true,
+    q5_0_q4_k: true,
 };
 
-const TYPES: [QuantType; 4] = [
+const TYPES: [QuantType; 5] = [
     QuantType::Q4_0,
     QuantType::Q4_1,
     QuantType::Q8_0,
     QuantType::Q5_0,
+    QuantType::Q4_K,
 ];
 
 /// A dense model of `q` weights whose row counts are multiples of 16 (320 = 256 + 64 columns,
-/// so every matrix has a full and a partial column tile); `tied` shares the embedding.
+/// so every matrix has a full and a partial column tile; the K-quants, whose rows are whole
+/// 256-column blocks: 512 and 768); `tied` shares the embedding.
 fn model(dir: &std::path::Path, q: QuantType, tied: bool) -> std::path::PathBuf {
     let mut spec = GenSpec::new("llama");
     spec.layers = Some(2);
-    spec.hidden = Some(320);
-    spec.heads = Some(5);
-    spec.ffn = Some(640);
+    let k = q.is_k();
+    spec.hidden = Some(if k { 512 } else { 320 });
+    spec.heads = Some(if k { 8 } else { 5 });
+    spec.ffn = Some(if k { 768 } else { 640 });
     spec.vocab = Some(400);
     spec.quant = q;
     spec.tied = tied;
@@ -111,10 +114,11 @@ fn the_repacked_copy_holds_the_files_weights() {
             plain.make_resident(false).unwrap();
             assert!(!plain.is_repacked());
             assert_eq!(plain.bytes(), file.bytes());
-            // `true` alone leaves Q5_0 in the file's layout.
+            // `true` alone leaves Q5_0 and Q4_K in the file's layout.
             let mut q4 = CflowFile::open(&p).unwrap();
             q4.make_resident(true).unwrap();
-            assert_eq!(q4.is_repacked(), q != QuantType::Q5_0, "{q}");
+            let vnni_only = matches!(q, QuantType::Q5_0 | QuantType::Q4_K);
+            assert_eq!(q4.is_repacked(), !vnni_only, "{q}");
         }
     }
 }
@@ -156,10 +160,10 @@ fn decode_and_prefill_over_the_repacked_copy_agree_with_the_file_layout() {
             let max = errs.iter().cloned().fold(0f32, f32::max);
             if int_act {
                 let exact = errs.iter().filter(|&&e| e < 1e-5).count();
-                // Q5_0's file-layout kernel sums each row in 8 partial lanes, its repacked one
-                // in one: here a flip at position 2 enters the KV cache and stays (~1 %), so
-                // what is asked of it is rounding before the first flip.
-                let agrees = if q == QuantType::Q5_0 {
+                // Q5_0's and Q4_K's file-layout kernels sum each row in 8 partial lanes, their
+                // repacked ones in one: a flip (Q5_0: at position 2) can enter the KV cache and
+                // stay (~1 %), so what is asked of them is rounding before the first flip.
+                let agrees = if matches!(q, QuantType::Q5_0 | QuantType::Q4_K) {
                     errs[..2].iter().all(|&e| e < 1e-5)
                 } else {
                     4 * exact >= errs.len()

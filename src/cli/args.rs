@@ -568,7 +568,7 @@ impl EngineArgs {
 
     /// Which types a resident copy repacks (see `--no-repack`): none unless decode takes the
     /// integer path, the one the repacked kernels are fast on; Q5_0 only where its repacked
-    /// kernel runs (`kernels::dot::packed::repacks_q5_0`).
+    /// kernel runs (`kernels::dot::packed::repacks_q5_0_q4_k`).
     pub fn repack(&self) -> Result<crate::quant::packed::Repack> {
         // The numerics do not depend on the thread count, which may be a list here
         // (`bench decode --threads 1,2` opens the model once for every count).
@@ -576,7 +576,7 @@ impl EngineArgs {
         let on = !self.no_repack && crate::engine::weights::use_q8(o.int_act, o.force_int, o.isa);
         Ok(crate::quant::packed::Repack {
             q4_q8: on,
-            q5_0: on && crate::kernels::dot::packed::repacks_q5_0(o.isa),
+            q5_0_q4_k: on && crate::kernels::dot::packed::repacks_q5_0_q4_k(o.isa),
         })
     }
 

@@ -109,9 +109,21 @@ fn packed_rows_matvec(
     );
     let group = m.quant.matrix_bytes(PACK_ROWS, t.cols);
     let body = &t.body[r0 / PACK_ROWS * group..(r0 + rows) / PACK_ROWS * group];
-    let xq = act.q8.map(|a| a.tile_slice(c0, t.cols));
+    packed_tile(k, Tile::body(m.quant, rows, t.cols, body), act, c0, out);
+}
+
+/// One repacked tile whose first column is `c0`, with the activation in the form its type
+/// takes: Q8_K blocks for Q4_K records, Q8 blocks for the others (f32 without them).
+#[inline]
+fn packed_tile(k: packed::Kernel, t: Tile, act: &Act, c0: usize, out: &mut [f32]) {
     let x = &act.x[c0..c0 + t.cols];
-    packed::tile_run(k, Tile::body(m.quant, rows, t.cols, body), x, xq, out);
+    if t.quant.is_k() {
+        let xk = act.q8.and_then(|a| a.k.slice(c0, t.cols));
+        packed::tile_run_k(k, t, x, xk, out);
+    } else {
+        let xq = act.q8.map(|a| a.tile_slice(c0, t.cols));
+        packed::tile_run(k, t, x, xq, out);
+    }
 }
 
 /// Stripe `s` of a repacked matrix into `out` (all its rows), as [`stripe_matvec`] computes it
@@ -137,14 +149,7 @@ fn packed_stripe_matvec(
         let c0 = c * TILE_COLS;
         let body = m.stripes[s] + c * full + TileHeader::SIZE;
         let body = &bytes[body..body + m.quant.matrix_bytes(rows, cols)];
-        let xq = act.q8.map(|a| a.tile_slice(c0, cols));
-        packed::tile_run(
-            k,
-            Tile::body(m.quant, rows, cols, body),
-            &act.x[c0..c0 + cols],
-            xq,
-            out,
-        );
+        packed_tile(k, Tile::body(m.quant, rows, cols, body), act, c0, out);
     }
 }
 
@@ -431,7 +436,9 @@ pub fn tiled_matvec_batch(
         let (m, p) = ptrs[i];
         let asked = isa;
         let isa = isa.for_quant(m.quant);
-        let kernel = packed::Kernel::of(isa);
+        // Repacked records run their own kernels, chosen from the ISA asked for (as in
+        // decode): `for_quant` maps Q5_0 and the K-quants to their file layout's ISA.
+        let kernel = packed::Kernel::of(asked);
         let r0 = s * TILE_ROWS;
         let rows = m.stripe_rows(s);
         let nt = b1 - b0;
@@ -445,8 +452,9 @@ pub fn tiled_matvec_batch(
             let c1 = c0 + tile.cols;
             if m.packed {
                 // Repacked tiles: the batched kernel, which unpacks each record once for
-                // several tokens (bit-identical to one call per token).
-                if let Some(q) = q8 {
+                // several tokens (bit-identical to one call per token); Q4_K records one
+                // token at a time, below.
+                if let Some(q) = q8.filter(|_| !m.quant.is_k()) {
                     xq.clear();
                     xq.extend(q[b0..b1].iter().map(|a| a.tile_slice(c0, tile.cols)));
                     let body = &tile.body[..m.quant.matrix_bytes(rows, tile.cols)];

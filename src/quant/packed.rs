@@ -12,6 +12,11 @@
 //! * for Q5_0, the 5th bits as 8 masks of 64 bits (64 bytes), two per chunk below: mask `2j`
 //!   (bytes `8·2j ..`) has bit `4r + p` set when weight `8j + p` of row `r` has its 5th bit,
 //!   mask `2j + 1` the same for weight `8j + 4 + p`: a chunk's 64 bytes as one `k` register;
+//! * Q4_K records cover one super-block (256 columns): the 16 rows' `d` (32 bytes) and `dmin` (32
+//!   bytes), then their 6-bit sub-block scales `sc_j` and mins `m_j` (j = 0..7) as three 64-byte
+//!   vectors of one 32-bit lane per row: the low nibbles of `sc_0..sc_7` (bits `4j..4j+4`), those
+//!   of `m_0..m_7`, and the high 2 bits (`sc_j` at bits `2j`, `m_j` at `16 + 2j`); then 32 chunks
+//!   as below, chunk `c` holding weights `8c .. 8c + 8` (sub-block `c / 4`);
 //! * four chunks of 64 bytes. Chunk `j` gives each row 4 bytes (row `r` at bytes `4r .. 4r + 4`);
 //!   byte `p` of them packs the row's weight `8j + p` in its low nibble and weight `8j + 4 + p`
 //!   in its high nibble (Q5_0: the low 4 bits of its 5-bit level). Q8_0 has eight chunks: byte
@@ -32,25 +37,26 @@ pub const PACK_ROWS: usize = 16;
 pub fn packable(q: QuantType, rows: usize) -> bool {
     matches!(
         q,
-        QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q8_0 | QuantType::Q5_0
+        QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q8_0 | QuantType::Q5_0 | QuantType::Q4_K
     ) && rows > 0
         && rows.is_multiple_of(PACK_ROWS)
 }
 
 /// The types a resident copy repacks at open. Q4_0/Q4_1/Q8_0 have repacked kernels on every
-/// path; Q5_0 only an AVX-512 VNNI one (elsewhere its split-layout kernels are the fast ones),
-/// so the engine asks for it only where that kernel runs (`kernels::dot::packed::repacks_q5_0`).
+/// path; Q5_0 and Q4_K only AVX-512 VNNI ones (elsewhere their file-layout kernels are the fast
+/// ones), so the engine asks for them only where those run (`kernels::dot::packed::repacks_q5_0_q4_k`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Repack {
     pub q4_q8: bool,
-    pub q5_0: bool,
+    /// Q5_0 and Q4_K.
+    pub q5_0_q4_k: bool,
 }
 
 impl Repack {
     /// Whether a matrix of type `q` is repacked (when its rows allow, [`packable`]).
     pub fn includes(self, q: QuantType) -> bool {
         match q {
-            QuantType::Q5_0 => self.q5_0,
+            QuantType::Q5_0 | QuantType::Q4_K => self.q5_0_q4_k,
             _ => self.q4_q8,
         }
     }
@@ -61,7 +67,7 @@ impl From<bool> for Repack {
     fn from(on: bool) -> Repack {
         Repack {
             q4_q8: on,
-            q5_0: false,
+            q5_0_q4_k: false,
         }
     }
 }
@@ -76,6 +82,7 @@ pub const fn record_bytes(q: QuantType) -> usize {
 pub const fn record_scale_bytes(q: QuantType) -> usize {
     match q {
         QuantType::Q5_0 => 2 * PACK_ROWS + Q5_MASK_BYTES,
+        QuantType::Q4_K => 4 * PACK_ROWS + 3 * 64,
         _ => PACK_ROWS * q.scale_bytes_per_block(),
     }
 }
@@ -87,7 +94,89 @@ pub const Q5_MASK_BYTES: usize = 64;
 pub const fn record_chunks(q: QuantType) -> usize {
     match q {
         QuantType::Q8_0 => 8,
+        QuantType::Q4_K => 32,
         _ => 4,
+    }
+}
+
+/// Offsets in a Q4_K record of its scale vectors: the low nibbles of `sc_j`, of `m_j`, and the
+/// high bits of both.
+pub const Q4K_SC_LO: usize = 64;
+pub const Q4K_M_LO: usize = 128;
+pub const Q4K_HI: usize = 192;
+
+/// `(sc_j, m_j)` of the row at lane `i` of a Q4_K record.
+pub fn q4k_scale_min(rec: &[u8], i: usize, j: usize) -> (u8, u8) {
+    let lane =
+        |off: usize| u32::from_le_bytes(rec[off + 4 * i..off + 4 * i + 4].try_into().unwrap());
+    let (sl, ml, hi) = (lane(Q4K_SC_LO), lane(Q4K_M_LO), lane(Q4K_HI));
+    let sc = ((sl >> (4 * j)) & 0xF) | (((hi >> (2 * j)) & 3) << 4);
+    let m = ((ml >> (4 * j)) & 0xF) | (((hi >> (16 + 2 * j)) & 3) << 4);
+    (sc as u8, m as u8)
+}
+
+/// The 256 levels (0..16) of a GGUF Q4_K block in weight order: its 128 bytes hold, per group
+/// `n` of 64 weights, weight `64n + l` in the low nibble of byte `32n + l` and `64n + 32 + l` in
+/// the high one.
+fn q4k_levels(blk: &[u8]) -> [u8; 256] {
+    let mut l = [0u8; 256];
+    for n in 0..4 {
+        for i in 0..32 {
+            let b = blk[16 + 32 * n + i];
+            l[64 * n + i] = b & 0xF;
+            l[64 * n + 32 + i] = b >> 4;
+        }
+    }
+    l
+}
+
+/// Packs a Q4_K block's 16 (scale, min) pairs into its 12 GGUF bytes (the inverse of
+/// `kquants::scale_min_k4`).
+fn q4k_pack_scales(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
+    let mut q = [0u8; 12];
+    for j in 0..4 {
+        q[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+        q[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
+        q[j + 8] = (sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4);
+    }
+    q
+}
+
+/// Lays one row's GGUF Q4_K block into lane `i` of record `rec`.
+fn pack_q4k_row(rec: &mut [u8], i: usize, blk: &[u8]) {
+    rec[2 * i..2 * i + 2].copy_from_slice(&blk[..2]);
+    rec[2 * PACK_ROWS + 2 * i..2 * PACK_ROWS + 2 * i + 2].copy_from_slice(&blk[2..4]);
+    let (mut sl, mut ml, mut hi) = (0u32, 0u32, 0u32);
+    for j in 0..8 {
+        let (sc, m) = super::kquants::scale_min_k4(j, &blk[4..16]);
+        sl |= u32::from(sc & 0xF) << (4 * j);
+        ml |= u32::from(m & 0xF) << (4 * j);
+        hi |= u32::from(sc >> 4) << (2 * j) | u32::from(m >> 4) << (16 + 2 * j);
+    }
+    rec[Q4K_SC_LO + 4 * i..][..4].copy_from_slice(&sl.to_le_bytes());
+    rec[Q4K_M_LO + 4 * i..][..4].copy_from_slice(&ml.to_le_bytes());
+    rec[Q4K_HI + 4 * i..][..4].copy_from_slice(&hi.to_le_bytes());
+    for (k, l) in q4k_levels(blk).iter().enumerate() {
+        let (at, high) = weight_at(QuantType::Q4_K, i, k);
+        rec[at] |= l << (4 * u8::from(high));
+    }
+}
+
+/// The GGUF Q4_K block of lane `i` of record `rec` (the inverse of [`pack_q4k_row`]).
+fn unpack_q4k_row(rec: &[u8], i: usize, blk: &mut [u8]) {
+    blk[..2].copy_from_slice(&rec[2 * i..2 * i + 2]);
+    blk[2..4].copy_from_slice(&rec[2 * PACK_ROWS + 2 * i..2 * PACK_ROWS + 2 * i + 2]);
+    let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        (sc[j], m[j]) = q4k_scale_min(rec, i, j);
+    }
+    blk[4..16].copy_from_slice(&q4k_pack_scales(&sc, &m));
+    blk[16..144].fill(0);
+    for k in 0..256 {
+        let (at, high) = weight_at(QuantType::Q4_K, i, k);
+        let l = if high { rec[at] >> 4 } else { rec[at] & 0xF };
+        let (n, r) = (k / 64, k % 64);
+        blk[16 + 32 * n + r % 32] |= l << (4 * u8::from(r >= 32));
     }
 }
 
@@ -146,7 +235,7 @@ pub fn pack_tile(q: QuantType, rows: usize, cols: usize, body: &mut [u8]) {
     check(q, rows, cols, body);
     let split = body.to_vec();
     let (sb, qb) = (q.scale_bytes_per_block(), q.quant_bytes_per_block());
-    let nb = cols / QK;
+    let nb = cols / q.block_len();
     let (scales, qs) = split.split_at(rows * nb * sb);
     let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
     for g in 0..rows / PACK_ROWS {
@@ -161,6 +250,10 @@ pub fn pack_tile(q: QuantType, rows: usize, cols: usize, body: &mut [u8]) {
                     rec[h * 2 * PACK_ROWS + 2 * i..][..2].copy_from_slice(pair);
                 }
                 let blk = &qs[(r * nb + b) * qb..(r * nb + b + 1) * qb];
+                if q == QuantType::Q4_K {
+                    pack_q4k_row(rec, i, blk);
+                    continue;
+                }
                 if q == QuantType::Q5_0 {
                     // d from the block; each weight's 5th bit into its chunk's mask.
                     rec[2 * i..2 * i + 2].copy_from_slice(&blk[..2]);
@@ -192,7 +285,7 @@ pub fn unpack_row(
 ) -> (Vec<u8>, Vec<u8>) {
     check(q, rows, cols, packed);
     assert!(r < rows, "row {r} of a {rows}-row tile");
-    let nb = cols / QK;
+    let nb = cols / q.block_len();
     let mut scales = Vec::with_capacity(nb * q.scale_bytes_per_block());
     let mut qs = vec![0u8; nb * q.quant_bytes_per_block()];
     let rb = record_bytes(q);
@@ -203,6 +296,10 @@ pub fn unpack_row(
             scales.extend_from_slice(&rec[h * 2 * PACK_ROWS + 2 * i..][..2]);
         }
         let blk = &mut qs[b * q.quant_bytes_per_block()..(b + 1) * q.quant_bytes_per_block()];
+        if q == QuantType::Q4_K {
+            unpack_q4k_row(rec, i, blk);
+            continue;
+        }
         let nibbles = if q == QuantType::Q5_0 {
             blk[..2].copy_from_slice(&rec[2 * i..2 * i + 2]);
             let qh = (0..QK).fold(0u32, |h, k| h | (u32::from(q5_bit(rec, i, k)) << k));
@@ -245,8 +342,9 @@ pub fn unpack_tile(q: QuantType, rows: usize, cols: usize, packed: &[u8]) -> (Ve
 fn check(q: QuantType, rows: usize, cols: usize, body: &[u8]) {
     assert!(packable(q, rows), "{q} tile of {rows} rows is not packable");
     assert!(
-        cols.is_multiple_of(QK),
-        "tile cols {cols} not a multiple of 32"
+        cols.is_multiple_of(q.block_len()),
+        "tile cols {cols} not a multiple of {}",
+        q.block_len()
     );
     assert_eq!(body.len(), q.matrix_bytes(rows, cols), "tile body size");
 }
@@ -273,8 +371,18 @@ mod tests {
             QuantType::Q4_1,
             QuantType::Q8_0,
             QuantType::Q5_0,
+            QuantType::Q4_K,
         ] {
-            for (rows, cols) in [(16, 32), (128, 256), (64, 64), (48, 96)] {
+            for (rows, cols) in [
+                (16usize, 32usize),
+                (128, 256),
+                (64, 64),
+                (48, 96),
+                (32, 512),
+            ] {
+                if !cols.is_multiple_of(q.block_len()) {
+                    continue;
+                }
                 let split = split_tile(q, rows, cols, (rows * cols) as u64);
                 let mut body = split.clone();
                 pack_tile(q, rows, cols, &mut body);
@@ -342,6 +450,41 @@ mod tests {
         }
     }
 
+    /// A Q4_K record's weights, read as the module docs lay them out, dequantize to the file's.
+    #[test]
+    fn q4k_records_hold_the_documented_weights() {
+        let (rows, cols, q) = (32, 512, QuantType::Q4_K);
+        let split = split_tile(q, rows, cols, 5);
+        let mut body = split.clone();
+        pack_tile(q, rows, cols, &mut body);
+        let (nb, bb) = (cols / 256, q.block_bytes());
+        for r in 0..rows {
+            let mut want = vec![0f32; cols];
+            super::super::kquants::dequantize_row(
+                q,
+                &split[r * nb * bb..(r + 1) * nb * bb],
+                &mut want,
+            );
+            let (g, i) = (r / PACK_ROWS, r % PACK_ROWS);
+            for (c, want) in want.iter().enumerate() {
+                let (b, k) = (c / 256, c % 256);
+                let rec = &body[(g * nb + b) * record_bytes(q)..][..record_bytes(q)];
+                let (d, dmin) = (
+                    super::super::f16_at(rec, 2 * i),
+                    super::super::f16_at(rec, 32 + 2 * i),
+                );
+                let (sc, m) = q4k_scale_min(rec, i, k / 32);
+                let byte = rec[256 + 64 * (k / 8) + 4 * i + k % 4];
+                let l = if k % 8 >= 4 { byte >> 4 } else { byte & 0xF };
+                let got = d * sc as f32 * l as f32 - dmin * m as f32;
+                assert!(
+                    (got - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                    "row {r} col {c}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn only_whole_16_row_tiles_of_the_split_block_types_are_packable() {
         assert!(packable(QuantType::Q4_0, 128));
@@ -350,8 +493,9 @@ mod tests {
         assert!(!packable(QuantType::Q4_1, 0));
         assert!(packable(QuantType::Q8_0, 128));
         assert!(!packable(QuantType::F16, 128));
-        assert!(!packable(QuantType::Q4_K, 128));
         assert!(packable(QuantType::Q5_0, 32));
+        assert!(packable(QuantType::Q4_K, 32));
+        assert!(!packable(QuantType::Q6_K, 32));
         assert!(!packable(QuantType::Q5_1, 32));
     }
 

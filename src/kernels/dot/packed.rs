@@ -18,18 +18,28 @@
 //!   per call), and `128·Σw` (one more `vpdpbusd`) is subtracted.
 //! * AVX2 (also AVX-512 without VNNI): the record's two 8-row halves; Q4 with `vpmaddubsw` into
 //!   i16 and one `vpmaddwd` per half, Q8_0 with `|w|` and `sign(x, w)` per chunk.
-//! * Q5_0 (repacked only where [`repacks_q5_0`]): per record each row's exact integer dot
+//! * Q5_0 (repacked only where [`repacks_q5_0_q4_k`]): per record each row's exact integer dot
 //!   `Σ (l − 16)·q` over the block (`l` the 5-bit level), then `acc = fma(dot, d·d_x, acc)`.
 //!   AVX-512 VNNI: a chunk's nibbles are split (`w & 0xF`, `(w >> 4) & 0xF`), each half gets its
 //!   5th bits as 16 by one byte-masked add (`vpaddb` under the record's 64-bit mask), and the
 //!   two `vpdpbusd` start from `−16·Σq` of the block (summed once per call). Other paths run
 //!   the scalar reference (the engine does not repack Q5_0 there).
+//! * Q4_K (repacked where [`repacks_q5_0_q4_k`], as Q5_0), against Q8_K activation blocks
+//!   ([`tile_run_k`]): per record and row, each sub-block `j`'s exact integer dot `S_j = Σ l·q`,
+//!   then in i32 `T = Σ_j sc_j·S_j` and `M = Σ_j m_j·X_j` (`X_j` the activation's sum over the
+//!   sub-block, from its `bsums`), then `acc = fma(T, d·d_x, acc)` and `acc = fma(−M, dmin·d_x,
+//!   acc)`. AVX-512 VNNI: the nibbles as for Q4, the 16 rows' `sc_j` and `m_j` taken out of the
+//!   record's three scale vectors by shifts, `vpmulld` for the products.
 //! * f32 activation (`--act f32`, or no SIMD): scalar only. The engine repacks only when decode
 //!   takes the integer path (`EngineArgs::repack`), so this is the fallback, not a fast path.
 
+use super::kquant::Q8KRef;
 use super::{Isa, XqRef};
 use super::{Tile, XqBlocks};
-use crate::quant::packed::{q5_bit, record_bytes, record_scale_bytes, weight_at, PACK_ROWS};
+use crate::quant::kquants::QK_K;
+use crate::quant::packed::{
+    q4k_scale_min, q5_bit, record_bytes, record_scale_bytes, weight_at, PACK_ROWS,
+};
 use crate::quant::{f16_at, QuantType, QK};
 
 /// `y[r] += W[r]·x` for one repacked tile of `rows` rows (a multiple of 16) and `cols` columns
@@ -78,6 +88,10 @@ pub fn tile_run(k: Kernel, t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
         "{q} tile of {rows} rows is not repacked"
     );
     assert!(
+        q != QuantType::Q4_K,
+        "Q4_K records take Q8_K blocks: tile_run_k"
+    );
+    assert!(
         cols.is_multiple_of(QK),
         "tile cols {cols} not a multiple of 32"
     );
@@ -108,6 +122,82 @@ pub fn tile_run(k: Kernel, t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
             avx2::run(q, rows, nb, body, (d, s, xqs), y)
         },
         _ => scalar_int(q, rows, nb, body, (d, s, xqs), y),
+    }
+}
+
+/// [`tile_run`] for a repacked Q4_K tile: `y[r] += W[r]·x` with the Q8_K blocks `xk` of these
+/// columns (integer path), else the f32 `x`.
+#[inline]
+pub fn tile_run_k(k: Kernel, t: Tile, x: &[f32], xk: Option<Q8KRef>, y: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs: body,
+        ..
+    } = t;
+    assert!(
+        q == QuantType::Q4_K && crate::quant::packed::packable(q, rows),
+        "{q} tile of {rows} rows is not a repacked Q4_K tile"
+    );
+    assert!(
+        cols.is_multiple_of(QK_K),
+        "tile cols {cols} not a multiple of 256"
+    );
+    assert!(
+        body.len() >= q.matrix_bytes(rows, cols),
+        "tile body too short"
+    );
+    assert!(y.len() >= rows, "y too short: {} < {rows}", y.len());
+    let nb = cols / QK_K;
+    let Some(xk) = xk else {
+        assert!(x.len() >= cols, "x too short: {} < {cols}", x.len());
+        return scalar_f32(q, rows, cols, body, x, y);
+    };
+    assert!(
+        xk.d.len() >= nb && xk.bsums.len() >= 16 * nb && xk.qs.len() >= cols,
+        "xk too short"
+    );
+    match k.0 {
+        // SAFETY: a `Kernel` holding `Vnni` comes only from `path`, after AVX-512 F/BW/VNNI were
+        // detected; the lengths were asserted above.
+        #[cfg(target_arch = "x86_64")]
+        Path::Vnni => unsafe { avx512::run_q4k(rows, nb, body, xk, y) },
+        _ => scalar_int_q4k(rows, nb, body, xk, y),
+    }
+}
+
+/// Scalar reference of the Q4_K records' integer path (see the module docs).
+pub fn scalar_int_q4k(rows: usize, nb: usize, body: &[u8], xk: Q8KRef, y: &mut [f32]) {
+    let rb = record_bytes(QuantType::Q4_K);
+    for g in 0..rows / PACK_ROWS {
+        let mut acc = [0f32; PACK_ROWS];
+        for b in 0..nb {
+            let rec = &body[(g * nb + b) * rb..(g * nb + b + 1) * rb];
+            let xb = &xk.qs[b * QK_K..(b + 1) * QK_K];
+            let dx = xk.d[b];
+            for (i, a) in acc.iter_mut().enumerate() {
+                let (mut t, mut m) = (0i32, 0i32);
+                for j in 0..8 {
+                    let mut dot = 0i32;
+                    for (k, &xv) in xb.iter().enumerate().skip(32 * j).take(32) {
+                        let (at, hi) = weight_at(QuantType::Q4_K, i, k);
+                        let l = if hi { rec[at] >> 4 } else { rec[at] & 0x0F };
+                        dot += l as i32 * xv as i32;
+                    }
+                    let (sc, mn) = q4k_scale_min(rec, i, j);
+                    let xs = xk.bsums[16 * b + 2 * j] as i32 + xk.bsums[16 * b + 2 * j + 1] as i32;
+                    t += sc as i32 * dot;
+                    m += mn as i32 * xs;
+                }
+                let (dr, dm) = (f16_at(rec, 2 * i), f16_at(rec, 2 * PACK_ROWS + 2 * i));
+                *a = (t as f32).mul_add(dr * dx, *a);
+                *a = (-(m as f32)).mul_add(dm * dx, *a);
+            }
+        }
+        for (yr, a) in y[g * PACK_ROWS..(g + 1) * PACK_ROWS].iter_mut().zip(acc) {
+            *yr += a;
+        }
     }
 }
 
@@ -190,10 +280,10 @@ impl Path {
     }
 }
 
-/// Whether a resident copy for `isa` repacks its Q5_0 matrices (`quant::packed::Repack`): where
+/// Whether a resident copy for `isa` repacks its Q5_0 and Q4_K matrices (`quant::packed::Repack`): where
 /// the integer path runs the AVX-512 VNNI kernels, and the CPU has no AMX, whose prompt kernels
-/// (`kquant_amx`) read Q5_0 in the file's layout.
-pub fn repacks_q5_0(isa: Isa) -> bool {
+/// (`kquant_amx`) read Q5_0 and Q4_K in the file's layout.
+pub fn repacks_q5_0_q4_k(isa: Isa) -> bool {
     path(isa) == Path::Vnni && !super::packed_amx::available()
 }
 
@@ -263,6 +353,9 @@ pub fn scalar_int(q: QuantType, rows: usize, nb: usize, body: &[u8], xq: XqBlock
 /// The f32-activation path (scalar): per row and block, the dequantized weights dotted with `x`
 /// in column order, the block sums added in block order.
 pub fn scalar_f32(q: QuantType, rows: usize, cols: usize, body: &[u8], x: &[f32], y: &mut [f32]) {
+    if q == QuantType::Q4_K {
+        return scalar_f32_q4k(rows, cols, body, x, y);
+    }
     let nb = cols / QK;
     let rb = record_bytes(q);
     for g in 0..rows / PACK_ROWS {
@@ -284,6 +377,34 @@ pub fn scalar_f32(q: QuantType, rows: usize, cols: usize, body: &[u8], x: &[f32]
                     blk += w * x[b * QK + k];
                 }
                 acc += blk;
+            }
+            y[g * PACK_ROWS + i] += acc;
+        }
+    }
+}
+
+/// [`scalar_f32`] of Q4_K records: per row and sub-block, the dequantized weights
+/// (`d·sc·l − dmin·m`) dotted with `x` in column order, the sub-block sums added in order.
+fn scalar_f32_q4k(rows: usize, cols: usize, body: &[u8], x: &[f32], y: &mut [f32]) {
+    let nb = cols / QK_K;
+    let rb = record_bytes(QuantType::Q4_K);
+    for g in 0..rows / PACK_ROWS {
+        for i in 0..PACK_ROWS {
+            let mut acc = 0f32;
+            for b in 0..nb {
+                let rec = &body[(g * nb + b) * rb..(g * nb + b + 1) * rb];
+                let (d, dmin) = (f16_at(rec, 2 * i), f16_at(rec, 2 * PACK_ROWS + 2 * i));
+                for j in 0..8 {
+                    let (sc, m) = q4k_scale_min(rec, i, j);
+                    let (d1, m1) = (d * sc as f32, dmin * m as f32);
+                    let mut blk = 0f32;
+                    for k in 32 * j..32 * j + 32 {
+                        let (at, hi) = weight_at(QuantType::Q4_K, i, k);
+                        let l = if hi { rec[at] >> 4 } else { rec[at] & 0x0F };
+                        blk += (d1 * l as f32 - m1) * x[b * QK_K + k];
+                    }
+                    acc += blk;
+                }
             }
             y[g * PACK_ROWS + i] += acc;
         }
@@ -496,9 +617,9 @@ mod avx512 {
                 for j in 0..8 {
                     let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
                     wsum[j & 1] = _mm512_dpbusd_epi32(wsum[j & 1], bias, w);
-                    for t in 0..T {
+                    for (t, s) in sx.iter_mut().enumerate() {
                         let u = _mm512_set1_epi32(*xu.get_unchecked(t * per + b * 8 + j) as i32);
-                        sx[t] = _mm512_dpbusd_epi32(sx[t], u, w);
+                        *s = _mm512_dpbusd_epi32(*s, u, w);
                     }
                 }
                 let wsum = _mm512_add_epi32(wsum[0], wsum[1]);
@@ -560,6 +681,90 @@ mod avx512 {
                 let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
                 let dd = _mm512_mul_ps(dr, _mm512_set1_ps(d[b]));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc);
+            }
+            let yp = y.as_mut_ptr().add(g * PACK_ROWS);
+            _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), acc));
+        }
+    }
+
+    /// Q4_K records against Q8_K blocks (see the module docs): per sub-block two `vpdpbusd`
+    /// chains (low nibbles; high nibbles in place, × 16), then `sc_j`/`m_j` out of the scale
+    /// vectors and the i32 products `T += sc_j·S_j`, `M += m_j·X_j`.
+    ///
+    /// # Safety
+    /// As [`run`], for [`super::tile_run_k`]'s asserted lengths.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn run_q4k(rows: usize, nb: usize, body: &[u8], xk: Q8KRef, y: &mut [f32]) {
+        use crate::quant::packed::{Q4K_HI, Q4K_M_LO, Q4K_SC_LO};
+        let q = QuantType::Q4_K;
+        let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+        let m4 = _mm512_set1_epi8(0x0F);
+        let mh = _mm512_set1_epi8(0xF0u8 as i8);
+        let (f4, f2) = (_mm512_set1_epi32(0xF), _mm512_set1_epi32(3));
+        let x4 = xk.qs.as_ptr() as *const i32;
+        let pf = crate::kernels::prefetch::repacked();
+        for g in 0..rows / PACK_ROWS {
+            let gp = body.as_ptr().add(g * nb * rb);
+            let mut acc = _mm512_setzero_ps();
+            for b in 0..nb {
+                let rec = gp.add(b * rb);
+                let qp = rec.add(rsb);
+                let sl = _mm512_loadu_si512(rec.add(Q4K_SC_LO) as *const _);
+                let ml = _mm512_loadu_si512(rec.add(Q4K_M_LO) as *const _);
+                let hi2 = _mm512_loadu_si512(rec.add(Q4K_HI) as *const _);
+                let mut t = _mm512_setzero_si512();
+                let mut m = _mm512_setzero_si512();
+                for j in 0..8 {
+                    if pf {
+                        crate::kernels::dot::avx2::prefetch_ahead(qp.add(256 * j), 256);
+                    }
+                    let xb = x4.add(b * QK_K / 4 + 8 * j);
+                    let mut lo = [_mm512_setzero_si512(); 2];
+                    let mut hi = [_mm512_setzero_si512(); 2];
+                    for c in 0..4 {
+                        let w = _mm512_loadu_si512(qp.add(256 * j + 64 * c) as *const _);
+                        let k = c & 1;
+                        lo[k] = _mm512_dpbusd_epi32(
+                            lo[k],
+                            _mm512_and_si512(w, m4),
+                            _mm512_set1_epi32(xb.add(2 * c).read_unaligned()),
+                        );
+                        hi[k] = _mm512_dpbusd_epi32(
+                            hi[k],
+                            _mm512_and_si512(w, mh),
+                            _mm512_set1_epi32(xb.add(2 * c + 1).read_unaligned()),
+                        );
+                    }
+                    let dot = _mm512_add_epi32(
+                        _mm512_add_epi32(lo[0], lo[1]),
+                        _mm512_srai_epi32::<4>(_mm512_add_epi32(hi[0], hi[1])),
+                    );
+                    let (s4, s2) = (
+                        _mm512_set1_epi32(4 * j as i32),
+                        _mm512_set1_epi32(2 * j as i32),
+                    );
+                    let sc = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srlv_epi32(sl, s4), f4),
+                        _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srlv_epi32(hi2, s2), f2)),
+                    );
+                    let mn = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srlv_epi32(ml, s4), f4),
+                        _mm512_slli_epi32::<4>(_mm512_and_si512(
+                            _mm512_srlv_epi32(hi2, _mm512_set1_epi32(16 + 2 * j as i32)),
+                            f2,
+                        )),
+                    );
+                    let xs = *xk.bsums.get_unchecked(16 * b + 2 * j) as i32
+                        + *xk.bsums.get_unchecked(16 * b + 2 * j + 1) as i32;
+                    t = _mm512_add_epi32(t, _mm512_mullo_epi32(dot, sc));
+                    m = _mm512_add_epi32(m, _mm512_mullo_epi32(mn, _mm512_set1_epi32(xs)));
+                }
+                let dx = _mm512_set1_ps(*xk.d.get_unchecked(b));
+                let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
+                let dm =
+                    _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(2 * PACK_ROWS) as *const __m256i));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dr, dx), acc);
+                acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dm, dx), acc);
             }
             let yp = y.as_mut_ptr().add(g * PACK_ROWS);
             _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), acc));
@@ -929,6 +1134,68 @@ mod tests {
                         isa.has_vnni()
                     );
                 }
+            }
+        }
+    }
+
+    /// Q4_K records: every ISA gives [`scalar_int_q4k`]'s bits; that reference agrees with the
+    /// file layout's scalar K-quant kernel to float rounding, and the f32 path with a float64 dot
+    /// of the dequantized weights.
+    #[test]
+    fn q4k_records_equal_their_reference_and_the_file_layout() {
+        let q = QuantType::Q4_K;
+        for (rows, cols) in [(16, 256), (128, 256), (48, 512)] {
+            let (body, _, qs) = tile(q, rows, cols, (rows + cols) as u64);
+            let (x, mut a) = act(cols, 3);
+            a.k.quantize_from(&x);
+            let xk = a.k.slice(0, cols).unwrap();
+            let t = Tile::body(q, rows, cols, &body);
+            let y0: Vec<f32> = (0..rows).map(|r| r as f32 * 0.25 - 3.0).collect();
+            let mut want = y0.clone();
+            scalar_int_q4k(rows, cols / QK_K, &body, xk, &mut want);
+            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                if !isa.available() {
+                    println!("SKIP {q} {isa:?}: this CPU lacks it");
+                    continue;
+                }
+                let mut y = y0.clone();
+                tile_run_k(Kernel::of(isa), t, &[], Some(xk), &mut y);
+                assert_eq!(
+                    y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{rows}×{cols} {isa:?}"
+                );
+            }
+            let mut split = vec![0f32; rows];
+            super::super::kquant::tile_matvec(
+                Isa::Scalar,
+                Tile::body(q, rows, cols, &qs),
+                &x,
+                None,
+                Some(xk),
+                &mut split,
+            );
+            let mut got = vec![0f32; rows];
+            tile_run_k(Kernel::of(Isa::cached()), t, &[], Some(xk), &mut got);
+            let mut f = vec![0f32; rows];
+            tile_run_k(Kernel::of(Isa::cached()), t, &x, None, &mut f);
+            let bb = q.block_bytes() * cols / QK_K;
+            for r in 0..rows {
+                let tol = 1e-4 * (1.0 + split[r].abs());
+                assert!(
+                    (split[r] - got[r]).abs() <= tol,
+                    "row {r}: {} vs {}",
+                    split[r],
+                    got[r]
+                );
+                let mut w = vec![0f32; cols];
+                crate::quant::dequantize_row(q, &[], &qs[r * bb..(r + 1) * bb], &mut w);
+                let exact: f64 = w.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+                assert!(
+                    (f[r] as f64 - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
+                    "row {r} f32 path: {} vs {exact}",
+                    f[r]
+                );
             }
         }
     }
