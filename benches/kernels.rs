@@ -3,8 +3,9 @@
 //! K-quants; Q5_1 and the f32 paths of the new types run their AVX2 kernels under AVX-512, Q5_0
 //! its AVX-512 VNNI + VBMI kernel where the CPU has them). Throughput is
 //! reported in weight bytes (scales + quants) per second. The integer paths include the one
-//! activation quantization per matvec, as the engine pays it. Q4_0/Q4_1 also run over the
-//! repacked layout of a resident copy (`-int-repacked`: `quant::packed`, `dot::packed`).
+//! activation quantization per matvec, as the engine pays it. Q4_0/Q4_1/Q8_0, and Q5_0/Q4_K where
+//! their VNNI kernels run (`packed::repacks_q5_0_q4_k`), also run over the repacked layout of a
+//! resident copy (`-int-repacked`: `quant::packed`, `dot::packed`).
 //!
 //! `kquant_matmul_32tok`: the batched prefill kernels of Q5_0, Q4_K and Q6_K against per-token
 //! calls (`-- kquant_matmul`).
@@ -106,23 +107,27 @@ fn matvec(isa: Isa, m: &Matrix, x: &[f32], xq: Option<&mut Q8Act>, y: &mut [f32]
     }
 }
 
-/// The same matvec over the repacked tiles (integer path).
+/// The same matvec over the repacked tiles (integer path; Q8_K blocks for Q4_K).
 fn packed_matvec(isa: Isa, m: &Matrix, x: &[f32], xq: &mut Q8Act, y: &mut [f32]) {
     y.fill(0.0);
     quantize_act(isa, x, xq);
+    if m.q.is_k() {
+        xq.quantize_k_from(x);
+    }
+    let k = packed::Kernel::of(isa);
     for t in &m.tiles {
-        packed::tile_matvec(
-            isa,
-            cflow::kernels::dot::Tile::body(
-                m.q,
-                t.rows,
-                t.cols,
-                t.packed.as_ref().expect("repacked"),
-            ),
-            &[],
-            Some(xq.tile_slice(t.c0, t.cols)),
-            &mut y[t.r0..t.r0 + t.rows],
+        let tile = cflow::kernels::dot::Tile::body(
+            m.q,
+            t.rows,
+            t.cols,
+            t.packed.as_ref().expect("repacked"),
         );
+        let y = &mut y[t.r0..t.r0 + t.rows];
+        if m.q.is_k() {
+            packed::tile_run_k(k, tile, &[], xq.k.slice(t.c0, t.cols), y);
+        } else {
+            packed::tile_run(k, tile, &[], Some(xq.tile_slice(t.c0, t.cols)), y);
+        }
     }
 }
 
@@ -166,7 +171,11 @@ fn bench_shape(c: &mut Criterion, group: &str, shapes: &[(QuantType, usize, usiz
                     })
                 });
             }
-            if m.tiles.iter().all(|t| t.packed.is_some()) {
+            // Q5_0 and Q4_K are repacked only where their VNNI kernels run.
+            let vnni_only = matches!(q, QuantType::Q5_0 | QuantType::Q4_K);
+            if m.tiles.iter().all(|t| t.packed.is_some())
+                && (!vnni_only || packed::repacks_q5_0_q4_k(isa))
+            {
                 let name = format!("{}/{}x{}/{}-int-repacked", q, rows, cols, isa.name());
                 g.bench_function(BenchmarkId::from_parameter(name), |b| {
                     b.iter(|| {

@@ -339,8 +339,8 @@ pub struct EngineArgs {
     ///
     /// Keep a resident copy in the file's tile layout. By default, when decode takes the
     /// integer path (--act q8, the default, on a CPU with AVX2), the resident copy's
-    /// Q4_0/Q4_1/Q8_0 layer matrices, experts and LM head (and Q5_0 ones with AVX-512 VNNI and no
-    /// AMX) are repacked at open into records of 16 rows × 32 columns, whose kernels
+    /// Q4_0/Q4_1/Q8_0 layer matrices, experts and LM head (and Q5_0 and Q4_K ones with AVX-512 VNNI
+    /// and no AMX) are repacked at open into records of 16 rows × 32 columns, whose kernels
     /// run several times faster (docs/PERFORMANCE.md, "Defaults chosen by measurement"). Same weights and
     /// bytes per token; the logits differ from the file layout's only in float rounding (the
     /// sums are taken in another order). `run --json` says whether it happened (`repacked`).
