@@ -567,8 +567,8 @@ impl EngineArgs {
     }
 
     /// Which types a resident copy repacks (see `--no-repack`): none unless decode takes the
-    /// integer path, the one the repacked kernels are fast on; Q5_0 only where its repacked
-    /// kernel runs (`kernels::dot::packed::repacks_q5_0_q4_k`).
+    /// integer path, the one the repacked kernels are fast on; Q5_0 and Q4_K only where their
+    /// repacked kernels run (`kernels::dot::packed::repacks_q5_0_q4_k`).
     pub fn repack(&self) -> Result<crate::quant::packed::Repack> {
         // The numerics do not depend on the thread count, which may be a list here
         // (`bench decode --threads 1,2` opens the model once for every count).

@@ -1,7 +1,7 @@
-//! The row-interleaved ("repacked") layout of Q4_0/Q4_1/Q8_0 and Q5_0 tiles: what the resident
+//! The row-interleaved ("repacked") layout of Q4_0/Q4_1/Q8_0, Q5_0 and Q4_K tiles: what the resident
 //! copy of a model holds when it is repacked at open (`--repack`, on by default; see
 //! docs/FORMAT.md, "Repacked tiles in memory"). Files never hold it: a `.cflow` tile is always
-//! in the split layout (Q5_0: GGUF's blocks, row-major).
+//! in the split layout (Q5_0, Q4_K: GGUF's blocks, row-major).
 //!
 //! A tile of `rows × cols` weights (`rows` a multiple of [`PACK_ROWS`]) is rearranged in place,
 //! at the same size. The tile becomes a sequence of *records*, group-major: record `(g, b)`

@@ -1,5 +1,6 @@
-//! Tile kernels over the repacked Q4_0/Q4_1/Q8_0 and Q5_0 layout (`quant::packed`: records of
-//! 16 rows × one block), with their scalar reference.
+//! Tile kernels over the repacked Q4_0/Q4_1/Q8_0, Q5_0 and Q4_K layout (`quant::packed`: records
+//! of 16 rows × one block), with their scalar reference. Q4_K records take Q8_K activation blocks
+//! ([`tile_run_k`]); [`tile_matvec`] and [`tile_run`] the others.
 //!
 //! Integer path (the Q8 activation): per record, each row's exact integer dot `Σ w·q` over the
 //! block (`w` the 4-bit quant `u` or the Q8_0 weight, `q` the activation's i8), then in f32, in
@@ -687,6 +688,40 @@ mod avx512 {
         }
     }
 
+    /// The 16 rows' exact `Σ u·q` over 32 weights held as 4 nibble chunks at `qp` (weights
+    /// `8c + p` low, `8c + 4 + p` high), against the 32 activation bytes at `xb`: four independent
+    /// sums (low nibbles of chunks 0/2 and 1/3, high nibbles × 16 of chunks 0/2 and 1/3), the
+    /// high ones shifted back once.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VNNI; `qp` holds 256 readable bytes, `xb` 32.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn nibble_dot32(qp: *const u8, xb: *const i32) -> __m512i {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let mh = _mm512_set1_epi8(0xF0u8 as i8);
+        let mut lo = [_mm512_setzero_si512(); 2];
+        let mut hi = [_mm512_setzero_si512(); 2];
+        for c in 0..4 {
+            let w = _mm512_loadu_si512(qp.add(64 * c) as *const _);
+            let k = c & 1;
+            lo[k] = _mm512_dpbusd_epi32(
+                lo[k],
+                _mm512_and_si512(w, m4),
+                _mm512_set1_epi32(xb.add(2 * c).read_unaligned()),
+            );
+            hi[k] = _mm512_dpbusd_epi32(
+                hi[k],
+                _mm512_and_si512(w, mh),
+                _mm512_set1_epi32(xb.add(2 * c + 1).read_unaligned()),
+            );
+        }
+        _mm512_add_epi32(
+            _mm512_add_epi32(lo[0], lo[1]),
+            _mm512_srai_epi32::<4>(_mm512_add_epi32(hi[0], hi[1])),
+        )
+    }
+
     /// Q4_K records against Q8_K blocks (see the module docs): per sub-block two `vpdpbusd`
     /// chains (low nibbles; high nibbles in place, × 16), then `sc_j`/`m_j` out of the scale
     /// vectors and the i32 products `T += sc_j·S_j`, `M += m_j·X_j`.
@@ -698,8 +733,6 @@ mod avx512 {
         use crate::quant::packed::{Q4K_HI, Q4K_M_LO, Q4K_SC_LO};
         let q = QuantType::Q4_K;
         let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
-        let m4 = _mm512_set1_epi8(0x0F);
-        let mh = _mm512_set1_epi8(0xF0u8 as i8);
         let (f4, f2) = (_mm512_set1_epi32(0xF), _mm512_set1_epi32(3));
         let x4 = xk.qs.as_ptr() as *const i32;
         let pf = crate::kernels::prefetch::repacked();
@@ -718,27 +751,7 @@ mod avx512 {
                     if pf {
                         crate::kernels::dot::avx2::prefetch_ahead(qp.add(256 * j), 256);
                     }
-                    let xb = x4.add(b * QK_K / 4 + 8 * j);
-                    let mut lo = [_mm512_setzero_si512(); 2];
-                    let mut hi = [_mm512_setzero_si512(); 2];
-                    for c in 0..4 {
-                        let w = _mm512_loadu_si512(qp.add(256 * j + 64 * c) as *const _);
-                        let k = c & 1;
-                        lo[k] = _mm512_dpbusd_epi32(
-                            lo[k],
-                            _mm512_and_si512(w, m4),
-                            _mm512_set1_epi32(xb.add(2 * c).read_unaligned()),
-                        );
-                        hi[k] = _mm512_dpbusd_epi32(
-                            hi[k],
-                            _mm512_and_si512(w, mh),
-                            _mm512_set1_epi32(xb.add(2 * c + 1).read_unaligned()),
-                        );
-                    }
-                    let dot = _mm512_add_epi32(
-                        _mm512_add_epi32(lo[0], lo[1]),
-                        _mm512_srai_epi32::<4>(_mm512_add_epi32(hi[0], hi[1])),
-                    );
+                    let dot = nibble_dot32(qp.add(256 * j), x4.add(b * QK_K / 4 + 8 * j));
                     let (s4, s2) = (
                         _mm512_set1_epi32(4 * j as i32),
                         _mm512_set1_epi32(2 * j as i32),
@@ -929,8 +942,6 @@ mod avx512 {
             QuantType::Q4_0
         };
         let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
-        let m4 = _mm512_set1_epi8(0x0F);
-        let mh = _mm512_set1_epi8(0xF0u8 as i8);
         let x4 = xq.as_ptr() as *const i32;
         let pf = crate::kernels::prefetch::repacked();
         for g in 0..rows / PACK_ROWS {
@@ -942,29 +953,7 @@ mod avx512 {
                     crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
                 }
                 let qp = rec.add(rsb);
-                let xb = x4.add(b * QK / 4);
-                // Four independent integer sums: low nibbles of chunks 0/2 and 1/3, high
-                // nibbles (× 16) of chunks 0/2 and 1/3.
-                let mut lo = [_mm512_setzero_si512(); 2];
-                let mut hi = [_mm512_setzero_si512(); 2];
-                for j in 0..4 {
-                    let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
-                    let k = j & 1;
-                    lo[k] = _mm512_dpbusd_epi32(
-                        lo[k],
-                        _mm512_and_si512(w, m4),
-                        _mm512_set1_epi32(xb.add(2 * j).read_unaligned()),
-                    );
-                    hi[k] = _mm512_dpbusd_epi32(
-                        hi[k],
-                        _mm512_and_si512(w, mh),
-                        _mm512_set1_epi32(xb.add(2 * j + 1).read_unaligned()),
-                    );
-                }
-                let dot = _mm512_add_epi32(
-                    _mm512_add_epi32(lo[0], lo[1]),
-                    _mm512_srai_epi32::<4>(_mm512_add_epi32(hi[0], hi[1])),
-                );
+                let dot = nibble_dot32(qp, x4.add(b * QK / 4));
                 let (dx, sp) = block_consts(q, d, s, b);
                 let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
                 let c = if Q41 {
