@@ -85,23 +85,10 @@ pub fn tile_run(k: Kernel, t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
         ..
     } = t;
     assert!(
-        crate::quant::packed::packable(q, rows),
-        "{q} tile of {rows} rows is not repacked"
-    );
-    assert!(
         q != QuantType::Q4_K,
         "Q4_K records take Q8_K blocks: tile_run_k"
     );
-    assert!(
-        cols.is_multiple_of(QK),
-        "tile cols {cols} not a multiple of 32"
-    );
-    assert!(
-        body.len() >= q.matrix_bytes(rows, cols),
-        "tile body too short"
-    );
-    assert!(y.len() >= rows, "y too short: {} < {rows}", y.len());
-    let nb = cols / QK;
+    let nb = check_records(t, y.len(), 1);
     let Some((d, s, xqs)) = xq else {
         assert!(x.len() >= cols, "x too short: {} < {cols}", x.len());
         return scalar_f32(q, rows, cols, body, x, y);
@@ -126,6 +113,34 @@ pub fn tile_run(k: Kernel, t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
     }
 }
 
+/// Checks a repacked tile against the kernels' contract before any SIMD code reads it: whole
+/// 16-row groups of a repackable type, whole blocks of it, the body's size, and room in `y` for
+/// `n` tokens' rows. Returns the blocks per row.
+fn check_records(t: Tile, y_len: usize, n: usize) -> usize {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs: body,
+        ..
+    } = t;
+    assert!(
+        crate::quant::packed::packable(q, rows),
+        "{q} tile of {rows} rows is not repacked"
+    );
+    let bl = q.block_len();
+    assert!(
+        cols.is_multiple_of(bl),
+        "tile cols {cols} not a multiple of {bl}"
+    );
+    assert!(
+        body.len() >= q.matrix_bytes(rows, cols),
+        "tile body too short"
+    );
+    assert!(y_len >= n * rows, "y too short: {y_len} < {}", n * rows);
+    cols / bl
+}
+
 /// [`tile_run`] for a repacked Q4_K tile: `y[r] += W[r]·x` with the Q8_K blocks `xk` of these
 /// columns (integer path), else the f32 `x`.
 #[inline]
@@ -137,20 +152,8 @@ pub fn tile_run_k(k: Kernel, t: Tile, x: &[f32], xk: Option<Q8KRef>, y: &mut [f3
         qs: body,
         ..
     } = t;
-    assert!(
-        q == QuantType::Q4_K && crate::quant::packed::packable(q, rows),
-        "{q} tile of {rows} rows is not a repacked Q4_K tile"
-    );
-    assert!(
-        cols.is_multiple_of(QK_K),
-        "tile cols {cols} not a multiple of 256"
-    );
-    assert!(
-        body.len() >= q.matrix_bytes(rows, cols),
-        "tile body too short"
-    );
-    assert!(y.len() >= rows, "y too short: {} < {rows}", y.len());
-    let nb = cols / QK_K;
+    assert!(q == QuantType::Q4_K, "{q} tile is not a Q4_K tile");
+    let nb = check_records(t, y.len(), 1);
     let Some(xk) = xk else {
         assert!(x.len() >= cols, "x too short: {} < {cols}", x.len());
         return scalar_f32(q, rows, cols, body, x, y);
@@ -216,22 +219,13 @@ pub fn tile_run_batch(k: Kernel, t: Tile, xqs: &[XqBlocks], ys: &mut [f32]) {
         ..
     } = t;
     let n = xqs.len();
-    assert!(ys.len() >= n * rows, "ys too short");
+    assert!(
+        q != QuantType::Q4_K,
+        "Q4_K records take Q8_K blocks: tile_run_k"
+    );
+    let nb = check_records(t, ys.len(), n);
     #[cfg(target_arch = "x86_64")]
     if k.0 == Path::Vnni && n > 1 {
-        assert!(
-            crate::quant::packed::packable(q, rows),
-            "{q} tile of {rows} rows is not repacked"
-        );
-        assert!(
-            cols.is_multiple_of(QK),
-            "tile cols {cols} not a multiple of 32"
-        );
-        assert!(
-            body.len() >= q.matrix_bytes(rows, cols),
-            "tile body too short"
-        );
-        let nb = cols / QK;
         for (d, s, x) in xqs {
             assert!(
                 d.len() >= nb && s.len() >= nb && x.len() >= cols,
