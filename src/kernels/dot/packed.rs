@@ -779,6 +779,9 @@ mod avx512 {
     }
 
     /// `bias[b] = −16 · Σ q` over activation block `b`: where a Q5_0 block's integer sums start.
+    /// Inlined into its VNNI callers so that the sums are built with their vector instructions
+    /// (out of line it was a baseline-SSE2 loop: 1.6 % of SmolLM2 Q4_K_M decode's samples).
+    #[inline(always)]
     fn q5_bias(xq: &[i8], bias: &mut [i32]) {
         for (b, x) in bias.iter_mut().zip(xq.chunks_exact(QK)) {
             *b = -16 * x.iter().map(|&v| v as i32).sum::<i32>();
