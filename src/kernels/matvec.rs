@@ -451,19 +451,23 @@ pub fn tiled_matvec_batch(
             let c0 = c * TILE_COLS;
             let c1 = c0 + tile.cols;
             if m.packed {
-                // Repacked tiles: the batched kernel, which unpacks each record once for
-                // several tokens (bit-identical to one call per token); Q4_K records one
-                // token at a time, below.
+                // Repacked tiles: the batched kernels, which unpack each record once for
+                // several tokens (bit-identical to one call per token); Q4_K records take the
+                // tokens' Q8_K blocks. Without an integer activation, one token at a time.
+                let body = &tile.body[..m.quant.matrix_bytes(rows, tile.cols)];
+                let t = Tile::body(m.quant, rows, tile.cols, body);
+                if let Some(q) = q8.filter(|_| m.quant.is_k()) {
+                    xk.clear();
+                    xk.extend(q[b0..b1].iter().map_while(|a| a.k.slice(c0, tile.cols)));
+                    if xk.len() == nt {
+                        packed::tile_run_k_batch(kernel, t, &xk, &mut acc);
+                        continue;
+                    }
+                }
                 if let Some(q) = q8.filter(|_| !m.quant.is_k()) {
                     xq.clear();
                     xq.extend(q[b0..b1].iter().map(|a| a.tile_slice(c0, tile.cols)));
-                    let body = &tile.body[..m.quant.matrix_bytes(rows, tile.cols)];
-                    packed::tile_run_batch(
-                        kernel,
-                        Tile::body(m.quant, rows, tile.cols, body),
-                        &xq,
-                        &mut acc,
-                    );
+                    packed::tile_run_batch(kernel, t, &xq, &mut acc);
                     continue;
                 }
                 for b in b0..b1 {

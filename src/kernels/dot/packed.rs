@@ -171,6 +171,37 @@ pub fn tile_run_k(k: Kernel, t: Tile, x: &[f32], xk: Option<Q8KRef>, y: &mut [f3
     }
 }
 
+/// [`tile_run_k`] for a batch of tokens: for every token `j`, `ys[j·rows ..][..rows] += W·x_j`
+/// with `x_j`'s Q8_K blocks `xks[j]`. Bit-identical to one [`tile_run_k`] per token. With
+/// AVX-512 VNNI each record's nibbles, scales and mins are unpacked once for up to [`BATCH`]
+/// tokens; the other paths run one token at a time.
+pub fn tile_run_k_batch(k: Kernel, t: Tile, xks: &[Q8KRef], ys: &mut [f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        ..
+    } = t;
+    assert!(q == QuantType::Q4_K, "{q} tile is not a Q4_K tile");
+    let nb = check_records(t, ys.len(), xks.len());
+    for xk in xks {
+        assert!(
+            xk.d.len() >= nb && xk.bsums.len() >= 16 * nb && xk.qs.len() >= cols,
+            "xk too short"
+        );
+    }
+    #[cfg(target_arch = "x86_64")]
+    if k.0 == Path::Vnni && xks.len() > 1 {
+        // SAFETY: `Vnni` comes only from `path`, after AVX-512 F/BW/VNNI were detected; the
+        // tile and every token's lengths were asserted above.
+        unsafe { avx512::run_q4k_batch(rows, nb, t.qs, xks, ys) };
+        return;
+    }
+    for (j, xk) in xks.iter().enumerate() {
+        tile_run_k(k, t, &[], Some(*xk), &mut ys[j * rows..(j + 1) * rows]);
+    }
+}
+
 /// Scalar reference of the Q4_K records' integer path (see the module docs).
 pub fn scalar_int_q4k(rows: usize, nb: usize, body: &[u8], xk: Q8KRef, y: &mut [f32]) {
     let rb = record_bytes(QuantType::Q4_K);
@@ -778,6 +809,131 @@ mod avx512 {
         }
     }
 
+    /// [`super::tile_run_k_batch`]'s VNNI path: tokens in passes of up to [`BATCH`].
+    ///
+    /// # Safety
+    /// As [`run_q4k`], for every token's blocks; `ys` holds `xks.len() · rows` outputs.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn run_q4k_batch(
+        rows: usize,
+        nb: usize,
+        body: &[u8],
+        xks: &[Q8KRef],
+        ys: &mut [f32],
+    ) {
+        let mut j = 0;
+        while j < xks.len() {
+            let t = (xks.len() - j).min(BATCH);
+            let (xs, y) = (&xks[j..j + t], &mut ys[j * rows..(j + t) * rows]);
+            match t {
+                4 => run_q4k_t::<4>(rows, nb, body, xs, y),
+                3 => run_q4k_t::<3>(rows, nb, body, xs, y),
+                2 => run_q4k_t::<2>(rows, nb, body, xs, y),
+                _ => run_q4k_t::<1>(rows, nb, body, xs, y),
+            }
+            j += t;
+        }
+    }
+
+    /// [`run_q4k`] for `T` tokens at once: per sub-block the four chunks are split into low and
+    /// high nibbles and the 16 rows' `sc_j`, `m_j` taken out once, then dotted with every
+    /// token's activation. Per token `T`, `M` are the same exact i32 sums and the float steps
+    /// are [`run_q4k`]'s, in its order.
+    ///
+    /// # Safety
+    /// As [`run_q4k_batch`], with `xs.len() == T`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn run_q4k_t<const T: usize>(
+        rows: usize,
+        nb: usize,
+        body: &[u8],
+        xs: &[Q8KRef],
+        y: &mut [f32],
+    ) {
+        use crate::quant::packed::{Q4K_HI, Q4K_M_LO, Q4K_SC_LO};
+        let q = QuantType::Q4_K;
+        let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+        let (f4, f2) = (_mm512_set1_epi32(0xF), _mm512_set1_epi32(3));
+        let m4 = _mm512_set1_epi8(0x0F);
+        let mh = _mm512_set1_epi8(0xF0u8 as i8);
+        let x4: [*const i32; T] = std::array::from_fn(|t| xs[t].qs.as_ptr() as *const i32);
+        for g in 0..rows / PACK_ROWS {
+            let gp = body.as_ptr().add(g * nb * rb);
+            let mut acc = [_mm512_setzero_ps(); T];
+            for b in 0..nb {
+                let rec = gp.add(b * rb);
+                let qp = rec.add(rsb);
+                let sl = _mm512_loadu_si512(rec.add(Q4K_SC_LO) as *const _);
+                let ml = _mm512_loadu_si512(rec.add(Q4K_M_LO) as *const _);
+                let hi2 = _mm512_loadu_si512(rec.add(Q4K_HI) as *const _);
+                let mut ti = [_mm512_setzero_si512(); T];
+                let mut mi = [_mm512_setzero_si512(); T];
+                for j in 0..8 {
+                    let (s4, s2) = (
+                        _mm512_set1_epi32(4 * j as i32),
+                        _mm512_set1_epi32(2 * j as i32),
+                    );
+                    let sc = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srlv_epi32(sl, s4), f4),
+                        _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srlv_epi32(hi2, s2), f2)),
+                    );
+                    let mn = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srlv_epi32(ml, s4), f4),
+                        _mm512_slli_epi32::<4>(_mm512_and_si512(
+                            _mm512_srlv_epi32(hi2, _mm512_set1_epi32(16 + 2 * j as i32)),
+                            f2,
+                        )),
+                    );
+                    let mut wl = [_mm512_setzero_si512(); 4];
+                    let mut wh = [_mm512_setzero_si512(); 4];
+                    for c in 0..4 {
+                        let w = _mm512_loadu_si512(qp.add(256 * j + 64 * c) as *const _);
+                        wl[c] = _mm512_and_si512(w, m4);
+                        wh[c] = _mm512_and_si512(w, mh);
+                    }
+                    for t in 0..T {
+                        let xb = x4[t].add(b * QK_K / 4 + 8 * j);
+                        let mut lo = _mm512_setzero_si512();
+                        let mut hi = _mm512_setzero_si512();
+                        for c in 0..4 {
+                            lo = _mm512_dpbusd_epi32(
+                                lo,
+                                wl[c],
+                                _mm512_set1_epi32(xb.add(2 * c).read_unaligned()),
+                            );
+                            hi = _mm512_dpbusd_epi32(
+                                hi,
+                                wh[c],
+                                _mm512_set1_epi32(xb.add(2 * c + 1).read_unaligned()),
+                            );
+                        }
+                        let dot = _mm512_add_epi32(lo, _mm512_srai_epi32::<4>(hi));
+                        let bs = xs[t].bsums;
+                        let x = *bs.get_unchecked(16 * b + 2 * j) as i32
+                            + *bs.get_unchecked(16 * b + 2 * j + 1) as i32;
+                        ti[t] = _mm512_add_epi32(ti[t], _mm512_mullo_epi32(dot, sc));
+                        mi[t] =
+                            _mm512_add_epi32(mi[t], _mm512_mullo_epi32(mn, _mm512_set1_epi32(x)));
+                    }
+                }
+                let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
+                let dm =
+                    _mm512_cvtph_ps(_mm256_loadu_si256(rec.add(2 * PACK_ROWS) as *const __m256i));
+                for t in 0..T {
+                    let dx = _mm512_set1_ps(*xs[t].d.get_unchecked(b));
+                    acc[t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(ti[t]), _mm512_mul_ps(dr, dx), acc[t]);
+                    acc[t] =
+                        _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi[t]), _mm512_mul_ps(dm, dx), acc[t]);
+                }
+            }
+            for (t, a) in acc.iter().enumerate() {
+                let yp = y.as_mut_ptr().add(t * rows + g * PACK_ROWS);
+                _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), *a));
+            }
+        }
+    }
+
     /// `bias[b] = −16 · Σ q` over activation block `b`: where a Q5_0 block's integer sums start.
     /// Inlined into its VNNI callers so that the sums are built with their vector instructions
     /// (out of line it was a baseline-SSE2 loop: 1.6 % of SmolLM2 Q4_K_M decode's samples).
@@ -1226,6 +1382,50 @@ mod tests {
                             k.path()
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// The batched Q4_K kernel equals one [`tile_run_k`] per token bit for bit, for every ISA,
+    /// batch size (whole passes of [`BATCH`] and remainders) and shape, accumulating into `ys`.
+    #[test]
+    fn q4k_batch_equals_one_call_per_token_bit_for_bit() {
+        let q = QuantType::Q4_K;
+        for (rows, cols) in [(16, 256), (48, 512), (80, 768)] {
+            let (body, _, _) = tile(q, rows, cols, (rows * cols) as u64);
+            let acts: Vec<Q8Act> = (0..9)
+                .map(|j| {
+                    let (x, mut a) = act(cols, 11 + j as u64);
+                    a.k.quantize_from(&x);
+                    a
+                })
+                .collect();
+            for n in [1usize, 2, 3, 4, 5, 8, 9] {
+                let xks: Vec<Q8KRef> = acts[..n]
+                    .iter()
+                    .map(|a| a.k.slice(0, cols).unwrap())
+                    .collect();
+                let y0: Vec<f32> = (0..n * rows).map(|r| r as f32 * 0.125 - 1.0).collect();
+                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                    if !isa.available() {
+                        println!("SKIP {q} {isa:?}: this CPU lacks it");
+                        continue;
+                    }
+                    let k = Kernel::of(isa);
+                    let t = Tile::body(q, rows, cols, &body);
+                    let mut want = y0.clone();
+                    for (j, xk) in xks.iter().enumerate() {
+                        tile_run_k(k, t, &[], Some(*xk), &mut want[j * rows..(j + 1) * rows]);
+                    }
+                    let mut got = y0.clone();
+                    tile_run_k_batch(k, t, &xks, &mut got);
+                    assert_eq!(
+                        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "{rows}×{cols} n={n} {:?}",
+                        k.path()
+                    );
                 }
             }
         }
