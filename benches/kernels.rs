@@ -3,8 +3,8 @@
 //! K-quants; Q5_1 and the f32 paths of the new types run their AVX2 kernels under AVX-512, Q5_0
 //! its AVX-512 VNNI + VBMI kernel where the CPU has them). Throughput is
 //! reported in weight bytes (scales + quants) per second. The integer paths include the one
-//! activation quantization per matvec, as the engine pays it. Q4_0/Q4_1/Q8_0, and Q5_0/Q4_K where
-//! their VNNI kernels run (`packed::repacks_q5_0_q4_k`), also run over the repacked layout of a
+//! activation quantization per matvec, as the engine pays it. Q4_0/Q4_1/Q8_0, and Q5_0/Q4_K/Q6_K where
+//! their VNNI kernels run (`packed::repacks_vnni_types`), also run over the repacked layout of a
 //! resident copy (`-int-repacked`: `quant::packed`, `dot::packed`).
 //!
 //! `kquant_matmul_32tok`: the batched prefill kernels of Q5_0, Q4_K and Q6_K against per-token
@@ -171,10 +171,10 @@ fn bench_shape(c: &mut Criterion, group: &str, shapes: &[(QuantType, usize, usiz
                     })
                 });
             }
-            // Q5_0 and Q4_K are repacked only where their VNNI kernels run.
-            let vnni_only = matches!(q, QuantType::Q5_0 | QuantType::Q4_K);
+            // Q5_0, Q4_K and Q6_K are repacked only where their VNNI kernels run.
+            let vnni_only = matches!(q, QuantType::Q5_0 | QuantType::Q4_K | QuantType::Q6_K);
             if m.tiles.iter().all(|t| t.packed.is_some())
-                && (!vnni_only || packed::repacks_q5_0_q4_k(isa))
+                && (!vnni_only || packed::repacks_vnni_types(isa))
             {
                 let name = format!("{}/{}x{}/{}-int-repacked", q, rows, cols, isa.name());
                 g.bench_function(BenchmarkId::from_parameter(name), |b| {

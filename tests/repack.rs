@@ -15,15 +15,16 @@ use std::sync::Arc;
 /// Every repackable type, whatever this CPU (off the VNNI path, Q5_0 runs its scalar kernel).
 const ALL: Repack = Repack {
     q4_q8: true,
-    q5_0_q4_k: true,
+    vnni_types: true,
 };
 
-const TYPES: [QuantType; 5] = [
+const TYPES: [QuantType; 6] = [
     QuantType::Q4_0,
     QuantType::Q4_1,
     QuantType::Q8_0,
     QuantType::Q5_0,
     QuantType::Q4_K,
+    QuantType::Q6_K,
 ];
 
 /// A dense model of `q` weights whose row counts are multiples of 16 (320 = 256 + 64 columns,
@@ -114,10 +115,10 @@ fn the_repacked_copy_holds_the_files_weights() {
             plain.make_resident(false).unwrap();
             assert!(!plain.is_repacked());
             assert_eq!(plain.bytes(), file.bytes());
-            // `true` alone leaves Q5_0 and Q4_K in the file's layout.
+            // `true` alone leaves Q5_0 and the K-quants in the file's layout.
             let mut q4 = CflowFile::open(&p).unwrap();
             q4.make_resident(true).unwrap();
-            let vnni_only = matches!(q, QuantType::Q5_0 | QuantType::Q4_K);
+            let vnni_only = matches!(q, QuantType::Q5_0 | QuantType::Q4_K | QuantType::Q6_K);
             assert_eq!(q4.is_repacked(), !vnni_only, "{q}");
         }
     }
@@ -160,10 +161,10 @@ fn decode_and_prefill_over_the_repacked_copy_agree_with_the_file_layout() {
             let max = errs.iter().cloned().fold(0f32, f32::max);
             if int_act {
                 let exact = errs.iter().filter(|&&e| e < 1e-5).count();
-                // Q5_0's and Q4_K's file-layout kernels sum each row in 8 partial lanes, their
-                // repacked ones in one: a flip (Q5_0: at position 2) can enter the KV cache and
-                // stay (~1 %), so what is asked of them is rounding before the first flip.
-                let agrees = if matches!(q, QuantType::Q5_0 | QuantType::Q4_K) {
+                // Q5_0's and the K-quants' file-layout kernels sum each row in 8 partial lanes,
+                // their repacked ones in one: a flip (Q5_0: at position 2) can enter the KV cache
+                // and stay (~1 %), so what is asked of them is rounding before the first flip.
+                let agrees = if matches!(q, QuantType::Q5_0 | QuantType::Q4_K | QuantType::Q6_K) {
                     errs[..2].iter().all(|&e| e < 1e-5)
                 } else {
                     4 * exact >= errs.len()

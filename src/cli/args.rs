@@ -339,7 +339,7 @@ pub struct EngineArgs {
     ///
     /// Keep a resident copy in the file's tile layout. By default, when decode takes the
     /// integer path (--act q8, the default, on a CPU with AVX2), the resident copy's
-    /// Q4_0/Q4_1/Q8_0 layer matrices, experts and LM head (and Q5_0 and Q4_K ones with AVX-512 VNNI
+    /// Q4_0/Q4_1/Q8_0 layer matrices, experts and LM head (and Q5_0, Q4_K and Q6_K ones with AVX-512 VNNI
     /// and no AMX) are repacked at open into records of 16 rows × 32 columns, whose kernels
     /// run several times faster (docs/PERFORMANCE.md, "Defaults chosen by measurement"). Same weights and
     /// bytes per token; the logits differ from the file layout's only in float rounding (the
@@ -567,8 +567,8 @@ impl EngineArgs {
     }
 
     /// Which types a resident copy repacks (see `--no-repack`): none unless decode takes the
-    /// integer path, the one the repacked kernels are fast on; Q5_0 and Q4_K only where their
-    /// repacked kernels run (`kernels::dot::packed::repacks_q5_0_q4_k`).
+    /// integer path, the one the repacked kernels are fast on; Q5_0, Q4_K and Q6_K only where their
+    /// repacked kernels run (`kernels::dot::packed::repacks_vnni_types`).
     pub fn repack(&self) -> Result<crate::quant::packed::Repack> {
         // The numerics do not depend on the thread count, which may be a list here
         // (`bench decode --threads 1,2` opens the model once for every count).
@@ -576,7 +576,7 @@ impl EngineArgs {
         let on = !self.no_repack && crate::engine::weights::use_q8(o.int_act, o.force_int, o.isa);
         Ok(crate::quant::packed::Repack {
             q4_q8: on,
-            q5_0_q4_k: on && crate::kernels::dot::packed::repacks_q5_0_q4_k(o.isa),
+            vnni_types: on && crate::kernels::dot::packed::repacks_vnni_types(o.isa),
         })
     }
 

@@ -111,22 +111,8 @@ pub fn dequantize_row(q: QuantType, b: &[u8], out: &mut [f32]) {
             }
             QuantType::Q6_K => {
                 let d = f16_at(blk, 208);
-                for h in 0..2 {
-                    let ql = &blk[64 * h..64 * h + 64];
-                    let qh = &blk[128 + 32 * h..128 + 32 * h + 32];
-                    let sc = &blk[192 + 8 * h..192 + 8 * h + 8];
-                    let o = &mut o[128 * h..128 * h + 128];
-                    for l in 0..32 {
-                        let is = l / 16;
-                        let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
-                        let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
-                        let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
-                        let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-                        o[l] = d * (sc[is] as i8) as f32 * q1 as f32;
-                        o[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
-                        o[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
-                        o[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
-                    }
+                for (k, l) in q6k_levels(blk).iter().enumerate() {
+                    o[k] = d * (blk[192 + k / 16] as i8) as f32 * (*l as i32 - 32) as f32;
                 }
             }
             _ => unreachable!("{q} is not an interleaved type"),
@@ -280,6 +266,41 @@ fn quantize_k4(five: bool, x: &[f32], out: &mut Vec<u8>) {
 }
 
 /// Q6_K super-block from 256 weights.
+/// The 256 6-bit levels (0..64; the weight is `d · sc · (l − 32)`) of a Q6_K block in weight
+/// order: per half `h` of 128 weights, weight `128h + 32n + i` (n = 0..4) has its low 4 bits in
+/// `ql[64h + 32(n % 2) + i]` (low nibble for n < 2, high for n ≥ 2) and its high 2 bits in bits
+/// `2n, 2n + 1` of `qh[32h + i]`.
+pub fn q6k_levels(blk: &[u8]) -> [u8; QK_K] {
+    let mut l = [0u8; QK_K];
+    for h in 0..2 {
+        let ql = &blk[64 * h..64 * h + 64];
+        let qh = &blk[128 + 32 * h..128 + 32 * h + 32];
+        let o = &mut l[128 * h..128 * h + 128];
+        for i in 0..32 {
+            o[i] = (ql[i] & 0xF) | ((qh[i] & 3) << 4);
+            o[i + 32] = (ql[i + 32] & 0xF) | (((qh[i] >> 2) & 3) << 4);
+            o[i + 64] = (ql[i] >> 4) | (((qh[i] >> 4) & 3) << 4);
+            o[i + 96] = (ql[i + 32] >> 4) | (((qh[i] >> 6) & 3) << 4);
+        }
+    }
+    l
+}
+
+/// The inverse of [`q6k_levels`]: a Q6_K block's `ql` and `qh` (its first 192 bytes) from its 256
+/// levels.
+pub fn q6k_pack_levels(l: &[u8; QK_K], out: &mut [u8]) {
+    let (ql, qh) = out[..192].split_at_mut(128);
+    for h in 0..2 {
+        let j = 128 * h;
+        for i in 0..32 {
+            let (q1, q2, q3, q4) = (l[j + i], l[j + i + 32], l[j + i + 64], l[j + i + 96]);
+            ql[64 * h + i] = (q1 & 0xF) | ((q3 & 0xF) << 4);
+            ql[64 * h + i + 32] = (q2 & 0xF) | ((q4 & 0xF) << 4);
+            qh[32 * h + i] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
+        }
+    }
+}
+
 fn quantize_q6_k(x: &[f32], out: &mut Vec<u8>) {
     let mut s = [0f32; 16];
     for (g, sg) in s.iter_mut().enumerate() {
@@ -302,18 +323,9 @@ fn quantize_q6_k(x: &[f32], out: &mut Vec<u8>) {
             l[i] = ((x[i] * inv).round().clamp(-32.0, 31.0) + 32.0) as u8;
         }
     }
-    let (mut ql, mut qh) = ([0u8; 128], [0u8; 64]);
-    for h in 0..2 {
-        let j = 128 * h;
-        for i in 0..32 {
-            let (q1, q2, q3, q4) = (l[j + i], l[j + i + 32], l[j + i + 64], l[j + i + 96]);
-            ql[64 * h + i] = (q1 & 0xF) | ((q3 & 0xF) << 4);
-            ql[64 * h + i + 32] = (q2 & 0xF) | ((q4 & 0xF) << 4);
-            qh[32 * h + i] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
-        }
-    }
-    out.extend_from_slice(&ql);
-    out.extend_from_slice(&qh);
+    let mut qlh = [0u8; 192];
+    q6k_pack_levels(&l, &mut qlh);
+    out.extend_from_slice(&qlh);
     out.extend(sc.iter().map(|&v| v as u8));
     out.extend_from_slice(&d.to_le_bytes());
 }

@@ -1,7 +1,7 @@
-//! The row-interleaved ("repacked") layout of Q4_0/Q4_1/Q8_0, Q5_0 and Q4_K tiles: what the resident
+//! The row-interleaved ("repacked") layout of Q4_0/Q4_1/Q8_0, Q5_0, Q4_K and Q6_K tiles: what the resident
 //! copy of a model holds when it is repacked at open (`--repack`, on by default; see
 //! docs/FORMAT.md, "Repacked tiles in memory"). Files never hold it: a `.cflow` tile is always
-//! in the split layout (Q5_0, Q4_K: GGUF's blocks, row-major).
+//! in the split layout (Q5_0 and the K-quants: GGUF's blocks, row-major).
 //!
 //! A tile of `rows × cols` weights (`rows` a multiple of [`PACK_ROWS`]) is rearranged in place,
 //! at the same size. The tile becomes a sequence of *records*, group-major: record `(g, b)`
@@ -17,6 +17,13 @@
 //!   vectors of one 32-bit lane per row: the low nibbles of `sc_0..sc_7` (bits `4j..4j+4`), those
 //!   of `m_0..m_7`, and the high 2 bits (`sc_j` at bits `2j`, `m_j` at `16 + 2j`); then 32 chunks
 //!   as below, chunk `c` holding weights `8c .. 8c + 8` (sub-block `c / 4`);
+//! * Q6_K records cover one super-block (256 columns): the 16 rows' `d` (32 bytes), then one
+//!   208-byte group per sub-block `g` (weights `16g .. 16g + 16`), so that a kernel reads the
+//!   record front to back: the two high bits of the group's 6-bit levels as 8 masks of 64 bits
+//!   (mask `4h + 2n + e` holds bit `4 + e` of weights `16g + 8h + 4n + p` at bit `4r + p`, as
+//!   Q5_0's), the levels' low 4 bits as two chunks as below (chunk `h` holding weights
+//!   `16g + 8h .. + 8`), and the 16 rows' signed scales `sc_g` (16 bytes, row `r` at byte `r`).
+//!   A weight is `d · sc_g · (l − 32)`;
 //! * four chunks of 64 bytes. Chunk `j` gives each row 4 bytes (row `r` at bytes `4r .. 4r + 4`);
 //!   byte `p` of them packs the row's weight `8j + p` in its low nibble and weight `8j + 4 + p`
 //!   in its high nibble (Q5_0: the low 4 bits of its 5-bit level). Q8_0 has eight chunks: byte
@@ -32,31 +39,37 @@ use super::{QuantType, QK};
 /// Rows per record: one 32-bit lane per row in a 512-bit register.
 pub const PACK_ROWS: usize = 16;
 
-/// True when a `rows`-row tile of `q` can be repacked: Q4_0, Q4_1, Q8_0 or Q5_0 with whole
-/// 16-row groups. (Which of them a resident copy does repack: [`Repack`].)
+/// True when a `rows`-row tile of `q` can be repacked: Q4_0, Q4_1, Q8_0, Q5_0, Q4_K or Q6_K with
+/// whole 16-row groups. (Which of them a resident copy does repack: [`Repack`].)
 pub fn packable(q: QuantType, rows: usize) -> bool {
     matches!(
         q,
-        QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q8_0 | QuantType::Q5_0 | QuantType::Q4_K
+        QuantType::Q4_0
+            | QuantType::Q4_1
+            | QuantType::Q8_0
+            | QuantType::Q5_0
+            | QuantType::Q4_K
+            | QuantType::Q6_K
     ) && rows > 0
         && rows.is_multiple_of(PACK_ROWS)
 }
 
 /// The types a resident copy repacks at open. Q4_0/Q4_1/Q8_0 have repacked kernels on every
-/// path; Q5_0 and Q4_K only AVX-512 VNNI ones (elsewhere their file-layout kernels are the fast
-/// ones), so the engine asks for them only where those run (`kernels::dot::packed::repacks_q5_0_q4_k`).
+/// path; Q5_0, Q4_K and Q6_K only AVX-512 VNNI ones (elsewhere their file-layout kernels are the
+/// fast ones), so the engine asks for them only where those run
+/// (`kernels::dot::packed::repacks_vnni_types`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Repack {
     pub q4_q8: bool,
-    /// Q5_0 and Q4_K.
-    pub q5_0_q4_k: bool,
+    /// Q5_0, Q4_K and Q6_K.
+    pub vnni_types: bool,
 }
 
 impl Repack {
     /// Whether a matrix of type `q` is repacked (when its rows allow, [`packable`]).
     pub fn includes(self, q: QuantType) -> bool {
         match q {
-            QuantType::Q5_0 | QuantType::Q4_K => self.q5_0_q4_k,
+            QuantType::Q5_0 | QuantType::Q4_K | QuantType::Q6_K => self.vnni_types,
             _ => self.q4_q8,
         }
     }
@@ -67,7 +80,7 @@ impl From<bool> for Repack {
     fn from(on: bool) -> Repack {
         Repack {
             q4_q8: on,
-            q5_0_q4_k: false,
+            vnni_types: false,
         }
     }
 }
@@ -77,12 +90,14 @@ pub const fn record_bytes(q: QuantType) -> usize {
     PACK_ROWS * q.block_bytes()
 }
 
-/// Bytes before the quant chunks of a record: 32 (`d`), 64 (Q4_1: `d`, `m`) or 96 (Q5_0: `d`
-/// and the 5th-bit masks).
+/// Bytes before the quant chunks of a record: 32 (`d`), 64 (Q4_1: `d`, `m`), 96 (Q5_0: `d`
+/// and the 5th-bit masks), 256 (Q4_K) or 1312 (Q6_K).
 pub const fn record_scale_bytes(q: QuantType) -> usize {
     match q {
         QuantType::Q5_0 => 2 * PACK_ROWS + Q5_MASK_BYTES,
         QuantType::Q4_K => 4 * PACK_ROWS + 3 * 64,
+        // Its chunks are interleaved with masks and scales (`weight_at`).
+        QuantType::Q6_K => 2 * PACK_ROWS,
         _ => PACK_ROWS * q.scale_bytes_per_block(),
     }
 }
@@ -94,7 +109,7 @@ pub const Q5_MASK_BYTES: usize = 64;
 pub const fn record_chunks(q: QuantType) -> usize {
     match q {
         QuantType::Q8_0 => 8,
-        QuantType::Q4_K => 32,
+        QuantType::Q4_K | QuantType::Q6_K => 32,
         _ => 4,
     }
 }
@@ -104,6 +119,72 @@ pub const fn record_chunks(q: QuantType) -> usize {
 pub const Q4K_SC_LO: usize = 64;
 pub const Q4K_M_LO: usize = 128;
 pub const Q4K_HI: usize = 192;
+
+/// Bytes of a Q6_K record's group for one sub-block of 16 weights: 8 masks of 64 bits, two
+/// 64-byte chunks, 16 scales.
+pub const Q6K_GROUP: usize = 8 * 8 + 2 * 64 + PACK_ROWS;
+/// Offsets in a Q6_K group of its chunks and its scales (the masks are first).
+pub const Q6K_CHUNKS: usize = 64;
+pub const Q6K_SC: usize = Q6K_CHUNKS + 2 * 64;
+
+/// Offset in a Q6_K record of the group of sub-block `g`.
+pub const fn q6k_group(g: usize) -> usize {
+    2 * PACK_ROWS + Q6K_GROUP * g
+}
+
+/// The scale `sc_g` of sub-block `g` (weights `16g .. 16g + 16`) of the row at lane `i` of a Q6_K
+/// record.
+pub fn q6k_scale(rec: &[u8], i: usize, g: usize) -> i8 {
+    rec[q6k_group(g) + Q6K_SC + i] as i8
+}
+
+/// The byte offset in a Q6_K record and the bit of high bit `e` (0: bit 4, 1: bit 5) of weight
+/// `k` of the row at lane `i`.
+fn q6k_mask_bit(i: usize, k: usize, e: usize) -> (usize, usize) {
+    let mask = 4 * (k % 16 / 8) + 2 * usize::from(k % 8 >= 4) + e;
+    let bit = 4 * i + k % 4;
+    (q6k_group(k / 16) + 8 * mask + bit / 8, bit % 8)
+}
+
+/// The 6-bit level (0..64) of weight `k` (0..256) of the row at lane `i` of a Q6_K record.
+pub fn q6k_level(rec: &[u8], i: usize, k: usize) -> u8 {
+    let (at, high) = weight_at(QuantType::Q6_K, i, k);
+    let mut l = if high { rec[at] >> 4 } else { rec[at] & 0xF };
+    for e in 0..2 {
+        let (at, bit) = q6k_mask_bit(i, k, e);
+        l |= ((rec[at] >> bit) & 1) << (4 + e);
+    }
+    l
+}
+
+/// Lays one row's GGUF Q6_K block into lane `i` of record `rec`.
+fn pack_q6k_row(rec: &mut [u8], i: usize, blk: &[u8]) {
+    rec[2 * i..2 * i + 2].copy_from_slice(&blk[208..210]);
+    for g in 0..16 {
+        rec[q6k_group(g) + Q6K_SC + i] = blk[192 + g];
+    }
+    for (k, l) in super::kquants::q6k_levels(blk).iter().enumerate() {
+        let (at, high) = weight_at(QuantType::Q6_K, i, k);
+        rec[at] |= (l & 0xF) << (4 * u8::from(high));
+        for e in 0..2 {
+            let (at, bit) = q6k_mask_bit(i, k, e);
+            rec[at] |= ((l >> (4 + e)) & 1) << bit;
+        }
+    }
+}
+
+/// The GGUF Q6_K block of lane `i` of record `rec` (the inverse of [`pack_q6k_row`]).
+fn unpack_q6k_row(rec: &[u8], i: usize, blk: &mut [u8]) {
+    let mut l = [0u8; 256];
+    for (k, v) in l.iter_mut().enumerate() {
+        *v = q6k_level(rec, i, k);
+    }
+    super::kquants::q6k_pack_levels(&l, &mut blk[..192]);
+    for g in 0..16 {
+        blk[192 + g] = q6k_scale(rec, i, g) as u8;
+    }
+    blk[208..210].copy_from_slice(&rec[2 * i..2 * i + 2]);
+}
 
 /// `(sc_j, m_j)` of the row at lane `i` of a Q4_K record.
 pub fn q4k_scale_min(rec: &[u8], i: usize, j: usize) -> (u8, u8) {
@@ -218,6 +299,10 @@ fn packed_byte(q: QuantType, qb: &[u8], j: usize, p: usize) -> u8 {
 /// for the Q4 types, whether it is the high nibble.
 pub fn weight_at(q: QuantType, i: usize, k: usize) -> (usize, bool) {
     let rsb = record_scale_bytes(q);
+    if q == QuantType::Q6_K {
+        let at = q6k_group(k / 16) + Q6K_CHUNKS + 64 * (k % 16 / 8) + 4 * i + k % 4;
+        return (at, k % 8 >= 4);
+    }
     if q == QuantType::Q8_0 {
         (rsb + 64 * (k / 4) + 4 * i + k % 4, false)
     } else {
@@ -250,9 +335,16 @@ pub fn pack_tile(q: QuantType, rows: usize, cols: usize, body: &mut [u8]) {
                     rec[h * 2 * PACK_ROWS + 2 * i..][..2].copy_from_slice(pair);
                 }
                 let blk = &qs[(r * nb + b) * qb..(r * nb + b + 1) * qb];
-                if q == QuantType::Q4_K {
-                    pack_q4k_row(rec, i, blk);
-                    continue;
+                match q {
+                    QuantType::Q4_K => {
+                        pack_q4k_row(rec, i, blk);
+                        continue;
+                    }
+                    QuantType::Q6_K => {
+                        pack_q6k_row(rec, i, blk);
+                        continue;
+                    }
+                    _ => {}
                 }
                 if q == QuantType::Q5_0 {
                     // d from the block; each weight's 5th bit into its chunk's mask.
@@ -296,9 +388,16 @@ pub fn unpack_row(
             scales.extend_from_slice(&rec[h * 2 * PACK_ROWS + 2 * i..][..2]);
         }
         let blk = &mut qs[b * q.quant_bytes_per_block()..(b + 1) * q.quant_bytes_per_block()];
-        if q == QuantType::Q4_K {
-            unpack_q4k_row(rec, i, blk);
-            continue;
+        match q {
+            QuantType::Q4_K => {
+                unpack_q4k_row(rec, i, blk);
+                continue;
+            }
+            QuantType::Q6_K => {
+                unpack_q6k_row(rec, i, blk);
+                continue;
+            }
+            _ => {}
         }
         let nibbles = if q == QuantType::Q5_0 {
             blk[..2].copy_from_slice(&rec[2 * i..2 * i + 2]);
@@ -372,6 +471,7 @@ mod tests {
             QuantType::Q8_0,
             QuantType::Q5_0,
             QuantType::Q4_K,
+            QuantType::Q6_K,
         ] {
             for (rows, cols) in [
                 (16usize, 32usize),
@@ -485,6 +585,43 @@ mod tests {
         }
     }
 
+    /// A Q6_K record's weights, read as the module docs lay them out (`d · sc_g · (l − 32)`),
+    /// dequantize to the file's.
+    #[test]
+    fn q6k_records_hold_the_documented_weights() {
+        let (rows, cols, q) = (32, 512, QuantType::Q6_K);
+        let split = split_tile(q, rows, cols, 9);
+        let mut body = split.clone();
+        pack_tile(q, rows, cols, &mut body);
+        let (nb, bb) = (cols / 256, q.block_bytes());
+        for r in 0..rows {
+            let mut want = vec![0f32; cols];
+            super::super::kquants::dequantize_row(
+                q,
+                &split[r * nb * bb..(r + 1) * nb * bb],
+                &mut want,
+            );
+            let (g, i) = (r / PACK_ROWS, r % PACK_ROWS);
+            for (c, want) in want.iter().enumerate() {
+                let (b, k) = (c / 256, c % 256);
+                let rec = &body[(g * nb + b) * record_bytes(q)..][..record_bytes(q)];
+                let d = super::super::f16_at(rec, 2 * i);
+                let grp = &rec[32 + 208 * (k / 16)..][..208];
+                let sc = grp[192 + i] as i8;
+                let byte = grp[64 + 64 * (k % 16 / 8) + 4 * i + k % 4];
+                let lo = if k % 8 >= 4 { byte >> 4 } else { byte & 0xF };
+                let mask = |m: usize| {
+                    let bit = 4 * i + k % 4;
+                    (grp[8 * m + bit / 8] >> (bit % 8)) & 1
+                };
+                let m0 = 4 * (k % 16 / 8) + 2 * usize::from(k % 8 >= 4);
+                let l = lo | mask(m0) << 4 | mask(m0 + 1) << 5;
+                let got = d * sc as f32 * (l as i32 - 32) as f32;
+                assert_eq!(got, *want, "row {r} col {c}");
+            }
+        }
+    }
+
     #[test]
     fn only_whole_16_row_tiles_of_the_split_block_types_are_packable() {
         assert!(packable(QuantType::Q4_0, 128));
@@ -495,7 +632,8 @@ mod tests {
         assert!(!packable(QuantType::F16, 128));
         assert!(packable(QuantType::Q5_0, 32));
         assert!(packable(QuantType::Q4_K, 32));
-        assert!(!packable(QuantType::Q6_K, 32));
+        assert!(packable(QuantType::Q6_K, 32));
+        assert!(!packable(QuantType::Q5_K, 32));
         assert!(!packable(QuantType::Q5_1, 32));
     }
 

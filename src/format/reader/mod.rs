@@ -180,7 +180,7 @@ impl CflowFile {
     /// Copies the whole file into private huge-page memory and reads it from there from now on
     /// (see [`ModelMap::make_resident`]): `--weights resident`, and `auto` on dense models.
     /// With `repack`, the copy's matrices of the types it names (`quant::packed::Repack`:
-    /// Q4_0/Q4_1/Q8_0, and Q5_0/Q4_K where their repacked kernels run) that decode multiplies (the layers'
+    /// Q4_0/Q4_1/Q8_0, and Q5_0/Q4_K/Q6_K where their repacked kernels run) that decode multiplies (the layers'
     /// dense matrices, their experts, and the LM head, which may be the tied embedding) whose
     /// stripes are whole 16-row groups are rearranged into the layout of `quant::packed`, tile
     /// by tile, and marked [`Matrix::packed`]. The direct tier still reads experts from the

@@ -138,19 +138,7 @@ pub fn k4_levels(five: bool, blk: &[u8]) -> [u8; QK_K] {
 /// The 256 levels of a Q6_K block (signed, q − 32) in weight order.
 #[inline]
 pub fn q6k_levels(blk: &[u8]) -> [i8; QK_K] {
-    let mut l = [0i8; QK_K];
-    for h in 0..2 {
-        let ql = &blk[64 * h..64 * h + 64];
-        let qh = &blk[128 + 32 * h..128 + 32 * h + 32];
-        let o = &mut l[128 * h..128 * h + 128];
-        for i in 0..32 {
-            o[i] = ((ql[i] & 0xF) | ((qh[i] & 3) << 4)) as i8 - 32;
-            o[i + 32] = ((ql[i + 32] & 0xF) | (((qh[i] >> 2) & 3) << 4)) as i8 - 32;
-            o[i + 64] = ((ql[i] >> 4) | (((qh[i] >> 4) & 3) << 4)) as i8 - 32;
-            o[i + 96] = ((ql[i + 32] >> 4) | (((qh[i] >> 6) & 3) << 4)) as i8 - 32;
-        }
-    }
-    l
+    crate::quant::kquants::q6k_levels(blk).map(|l| l as i8 - 32)
 }
 
 /// K-quant block `b` · Q8_K block `b`.

@@ -154,7 +154,7 @@ impl Isa {
         }
     }
 
-    /// [`Isa::kernels`] for a model whose Q4_0/Q4_1/Q8_0 (and, where [`packed::repacks_q5_0_q4_k`],
+    /// [`Isa::kernels`] for a model whose Q4_0/Q4_1/Q8_0 (and, where [`packed::repacks_vnni_types`],
     /// Q5_0) matrices were `repacked` at open:
     /// those run the kernel [`packed::path`] picks, the other matrices as `kernels` says.
     pub fn kernels_with(self, repacked: bool) -> String {
@@ -168,8 +168,8 @@ impl Isa {
         } else {
             ""
         };
-        let types = if packed::repacks_q5_0_q4_k(self) {
-            "Q4_0/Q4_1/Q8_0/Q5_0/Q4_K"
+        let types = if packed::repacks_vnni_types(self) {
+            "Q4_0/Q4_1/Q8_0/Q5_0/Q4_K/Q6_K"
         } else {
             "Q4_0/Q4_1/Q8_0"
         };
@@ -511,8 +511,8 @@ mod tests {
             assert!(with.contains("repacked Q4_0/Q4_1/Q8_0"), "{isa:?}: {with}");
             assert_eq!(with.contains("VNNI"), isa.has_vnni(), "{isa:?}: {with}");
             assert_eq!(
-                with.contains("repacked Q4_0/Q4_1/Q8_0/Q5_0/Q4_K"),
-                packed::repacks_q5_0_q4_k(isa),
+                with.contains("repacked Q4_0/Q4_1/Q8_0/Q5_0/Q4_K/Q6_K"),
+                packed::repacks_vnni_types(isa),
                 "{isa:?}: {with}"
             );
             assert_eq!(

@@ -1,5 +1,5 @@
-//! Tile kernels over the repacked Q4_0/Q4_1/Q8_0, Q5_0 and Q4_K layout (`quant::packed`: records
-//! of 16 rows × one block), with their scalar reference. Q4_K records take Q8_K activation blocks
+//! Tile kernels over the repacked Q4_0/Q4_1/Q8_0, Q5_0, Q4_K and Q6_K layout (`quant::packed`: records
+//! of 16 rows × one block), with their scalar reference. Q4_K and Q6_K records take Q8_K activation blocks
 //! ([`tile_run_k`]); [`tile_matvec`] and [`tile_run`] the others.
 //!
 //! Integer path (the Q8 activation): per record, each row's exact integer dot `Σ w·q` over the
@@ -19,18 +19,23 @@
 //!   per call), and `128·Σw` (one more `vpdpbusd`) is subtracted.
 //! * AVX2 (also AVX-512 without VNNI): the record's two 8-row halves; Q4 with `vpmaddubsw` into
 //!   i16 and one `vpmaddwd` per half, Q8_0 with `|w|` and `sign(x, w)` per chunk.
-//! * Q5_0 (repacked only where [`repacks_q5_0_q4_k`]): per record each row's exact integer dot
+//! * Q5_0 (repacked only where [`repacks_vnni_types`]): per record each row's exact integer dot
 //!   `Σ (l − 16)·q` over the block (`l` the 5-bit level), then `acc = fma(dot, d·d_x, acc)`.
 //!   AVX-512 VNNI: a chunk's nibbles are split (`w & 0xF`, `(w >> 4) & 0xF`), each half gets its
 //!   5th bits as 16 by one byte-masked add (`vpaddb` under the record's 64-bit mask), and the
 //!   two `vpdpbusd` start from `−16·Σq` of the block (summed once per call). Other paths run
 //!   the scalar reference (the engine does not repack Q5_0 there).
-//! * Q4_K (repacked where [`repacks_q5_0_q4_k`], as Q5_0), against Q8_K activation blocks
+//! * Q4_K (repacked where [`repacks_vnni_types`], as Q5_0), against Q8_K activation blocks
 //!   ([`tile_run_k`]): per record and row, each sub-block `j`'s exact integer dot `S_j = Σ l·q`,
 //!   then in i32 `T = Σ_j sc_j·S_j` and `M = Σ_j m_j·X_j` (`X_j` the activation's sum over the
 //!   sub-block, from its `bsums`), then `acc = fma(T, d·d_x, acc)` and `acc = fma(−M, dmin·d_x,
 //!   acc)`. AVX-512 VNNI: the nibbles as for Q4, the 16 rows' `sc_j` and `m_j` taken out of the
 //!   record's three scale vectors by shifts, `vpmulld` for the products.
+//! * Q6_K (as Q4_K): per record and row, each sub-block `g`'s (16 weights) exact
+//!   `S_g = Σ (l − 32)·q = Σ l·q − 32·X_g`, then in i32 `T = Σ_g sc_g·S_g`, then
+//!   `acc = fma(T, d·d_x, acc)`. AVX-512 VNNI: a chunk's nibbles split as for Q5_0, bit 4 and
+//!   bit 5 added as 16 and 32 under the group's masks, `vpdpbusd` from `−32·X_g`, the 16 rows'
+//!   `sc_g` sign-extended from 16 bytes, `vpmulld`; the record is read front to back.
 //! * f32 activation (`--act f32`, or no SIMD): scalar only. The engine repacks only when decode
 //!   takes the integer path (`EngineArgs::repack`), so this is the fallback, not a fast path.
 
@@ -39,7 +44,8 @@ use super::{Isa, XqRef};
 use super::{Tile, XqBlocks};
 use crate::quant::kquants::QK_K;
 use crate::quant::packed::{
-    q4k_scale_min, q5_bit, record_bytes, record_scale_bytes, weight_at, PACK_ROWS,
+    q4k_scale_min, q5_bit, q6k_level, q6k_scale, record_bytes, record_scale_bytes, weight_at,
+    PACK_ROWS,
 };
 use crate::quant::{f16_at, QuantType, QK};
 
@@ -84,10 +90,7 @@ pub fn tile_run(k: Kernel, t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {
         qs: body,
         ..
     } = t;
-    assert!(
-        q != QuantType::Q4_K,
-        "Q4_K records take Q8_K blocks: tile_run_k"
-    );
+    assert!(!q.is_k(), "{q} records take Q8_K blocks: tile_run_k");
     let nb = check_records(t, y.len(), 1);
     let Some((d, s, xqs)) = xq else {
         assert!(x.len() >= cols, "x too short: {} < {cols}", x.len());
@@ -141,8 +144,8 @@ fn check_records(t: Tile, y_len: usize, n: usize) -> usize {
     cols / bl
 }
 
-/// [`tile_run`] for a repacked Q4_K tile: `y[r] += W[r]·x` with the Q8_K blocks `xk` of these
-/// columns (integer path), else the f32 `x`.
+/// [`tile_run`] for a repacked Q4_K or Q6_K tile: `y[r] += W[r]·x` with the Q8_K blocks `xk` of
+/// these columns (integer path), else the f32 `x`.
 #[inline]
 pub fn tile_run_k(k: Kernel, t: Tile, x: &[f32], xk: Option<Q8KRef>, y: &mut [f32]) {
     let Tile {
@@ -152,7 +155,7 @@ pub fn tile_run_k(k: Kernel, t: Tile, x: &[f32], xk: Option<Q8KRef>, y: &mut [f3
         qs: body,
         ..
     } = t;
-    assert!(q == QuantType::Q4_K, "{q} tile is not a Q4_K tile");
+    assert!(q.is_k(), "{q} tile is not a K-quant tile");
     let nb = check_records(t, y.len(), 1);
     let Some(xk) = xk else {
         assert!(x.len() >= cols, "x too short: {} < {cols}", x.len());
@@ -166,15 +169,19 @@ pub fn tile_run_k(k: Kernel, t: Tile, x: &[f32], xk: Option<Q8KRef>, y: &mut [f3
         // SAFETY: a `Kernel` holding `Vnni` comes only from `path`, after AVX-512 F/BW/VNNI were
         // detected; the lengths were asserted above.
         #[cfg(target_arch = "x86_64")]
-        Path::Vnni => unsafe { avx512::run_q4k(rows, nb, body, xk, y) },
-        _ => scalar_int_q4k(rows, nb, body, xk, y),
+        Path::Vnni if q == QuantType::Q4_K => unsafe { avx512::run_q4k(rows, nb, body, xk, y) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Path::Vnni => unsafe { avx512::run_k_batch(q, rows, nb, body, &[xk], y) },
+        _ if q == QuantType::Q4_K => scalar_int_q4k(rows, nb, body, xk, y),
+        _ => scalar_int_q6k(rows, nb, body, xk, y),
     }
 }
 
 /// [`tile_run_k`] for a batch of tokens: for every token `j`, `ys[j·rows ..][..rows] += W·x_j`
 /// with `x_j`'s Q8_K blocks `xks[j]`. Bit-identical to one [`tile_run_k`] per token. With
-/// AVX-512 VNNI each record's nibbles, scales and mins are unpacked once for up to [`BATCH`]
-/// tokens; the other paths run one token at a time.
+/// AVX-512 VNNI each record's levels and scales are unpacked once for up to [`BATCH`] tokens;
+/// the other paths run one token at a time.
 pub fn tile_run_k_batch(k: Kernel, t: Tile, xks: &[Q8KRef], ys: &mut [f32]) {
     let Tile {
         quant: q,
@@ -182,7 +189,7 @@ pub fn tile_run_k_batch(k: Kernel, t: Tile, xks: &[Q8KRef], ys: &mut [f32]) {
         cols,
         ..
     } = t;
-    assert!(q == QuantType::Q4_K, "{q} tile is not a Q4_K tile");
+    assert!(q.is_k(), "{q} tile is not a K-quant tile");
     let nb = check_records(t, ys.len(), xks.len());
     for xk in xks {
         assert!(
@@ -194,7 +201,7 @@ pub fn tile_run_k_batch(k: Kernel, t: Tile, xks: &[Q8KRef], ys: &mut [f32]) {
     if k.0 == Path::Vnni && xks.len() > 1 {
         // SAFETY: `Vnni` comes only from `path`, after AVX-512 F/BW/VNNI were detected; the
         // tile and every token's lengths were asserted above.
-        unsafe { avx512::run_q4k_batch(rows, nb, t.qs, xks, ys) };
+        unsafe { avx512::run_k_batch(q, rows, nb, t.qs, xks, ys) };
         return;
     }
     for (j, xk) in xks.iter().enumerate() {
@@ -236,6 +243,32 @@ pub fn scalar_int_q4k(rows: usize, nb: usize, body: &[u8], xk: Q8KRef, y: &mut [
     }
 }
 
+/// Scalar reference of the Q6_K records' integer path (see the module docs).
+pub fn scalar_int_q6k(rows: usize, nb: usize, body: &[u8], xk: Q8KRef, y: &mut [f32]) {
+    let rb = record_bytes(QuantType::Q6_K);
+    for g in 0..rows / PACK_ROWS {
+        let mut acc = [0f32; PACK_ROWS];
+        for b in 0..nb {
+            let rec = &body[(g * nb + b) * rb..(g * nb + b + 1) * rb];
+            let xb = &xk.qs[b * QK_K..(b + 1) * QK_K];
+            for (i, a) in acc.iter_mut().enumerate() {
+                let mut t = 0i32;
+                for j in 0..16 {
+                    let mut s = -32 * xk.bsums[16 * b + j] as i32;
+                    for (k, &xv) in xb.iter().enumerate().skip(16 * j).take(16) {
+                        s += q6k_level(rec, i, k) as i32 * xv as i32;
+                    }
+                    t += q6k_scale(rec, i, j) as i32 * s;
+                }
+                *a = (t as f32).mul_add(f16_at(rec, 2 * i) * xk.d[b], *a);
+            }
+        }
+        for (yr, a) in y[g * PACK_ROWS..(g + 1) * PACK_ROWS].iter_mut().zip(acc) {
+            *yr += a;
+        }
+    }
+}
+
 /// [`tile_run`] for a batch of tokens on the integer path: for every token `j`,
 /// `ys[j·rows ..][..rows] += W·x_j` with `x_j`'s Q8 blocks `xqs[j]`. Bit-identical to one
 /// [`tile_run`] per token (each token's integer dots are exact and its float steps are the
@@ -250,10 +283,7 @@ pub fn tile_run_batch(k: Kernel, t: Tile, xqs: &[XqBlocks], ys: &mut [f32]) {
         ..
     } = t;
     let n = xqs.len();
-    assert!(
-        q != QuantType::Q4_K,
-        "Q4_K records take Q8_K blocks: tile_run_k"
-    );
+    assert!(!q.is_k(), "{q} records take Q8_K blocks: tile_run_k_batch");
     let nb = check_records(t, ys.len(), n);
     #[cfg(target_arch = "x86_64")]
     if k.0 == Path::Vnni && n > 1 {
@@ -306,10 +336,10 @@ impl Path {
     }
 }
 
-/// Whether a resident copy for `isa` repacks its Q5_0 and Q4_K matrices (`quant::packed::Repack`): where
+/// Whether a resident copy for `isa` repacks its Q5_0, Q4_K and Q6_K matrices (`quant::packed::Repack`): where
 /// the integer path runs the AVX-512 VNNI kernels, and the CPU has no AMX, whose prompt kernels
-/// (`kquant_amx`) read Q5_0 and Q4_K in the file's layout.
-pub fn repacks_q5_0_q4_k(isa: Isa) -> bool {
+/// (`kquant_amx`) read Q5_0 and the K-quants in the file's layout.
+pub fn repacks_vnni_types(isa: Isa) -> bool {
     path(isa) == Path::Vnni && !super::packed_amx::available()
 }
 
@@ -379,8 +409,10 @@ pub fn scalar_int(q: QuantType, rows: usize, nb: usize, body: &[u8], xq: XqBlock
 /// The f32-activation path (scalar): per row and block, the dequantized weights dotted with `x`
 /// in column order, the block sums added in block order.
 pub fn scalar_f32(q: QuantType, rows: usize, cols: usize, body: &[u8], x: &[f32], y: &mut [f32]) {
-    if q == QuantType::Q4_K {
-        return scalar_f32_q4k(rows, cols, body, x, y);
+    match q {
+        QuantType::Q4_K => return scalar_f32_q4k(rows, cols, body, x, y),
+        QuantType::Q6_K => return scalar_f32_q6k(rows, cols, body, x, y),
+        _ => {}
     }
     let nb = cols / QK;
     let rb = record_bytes(q);
@@ -403,6 +435,31 @@ pub fn scalar_f32(q: QuantType, rows: usize, cols: usize, body: &[u8], x: &[f32]
                     blk += w * x[b * QK + k];
                 }
                 acc += blk;
+            }
+            y[g * PACK_ROWS + i] += acc;
+        }
+    }
+}
+
+/// [`scalar_f32`] of Q6_K records: per row and sub-block, the dequantized weights
+/// (`d·sc·(l − 32)`) dotted with `x` in column order, the sub-block sums added in order.
+fn scalar_f32_q6k(rows: usize, cols: usize, body: &[u8], x: &[f32], y: &mut [f32]) {
+    let nb = cols / QK_K;
+    let rb = record_bytes(QuantType::Q6_K);
+    for g in 0..rows / PACK_ROWS {
+        for i in 0..PACK_ROWS {
+            let mut acc = 0f32;
+            for b in 0..nb {
+                let rec = &body[(g * nb + b) * rb..(g * nb + b + 1) * rb];
+                let d = f16_at(rec, 2 * i);
+                for j in 0..16 {
+                    let e = d * q6k_scale(rec, i, j) as f32;
+                    let mut sub = 0f32;
+                    for k in 16 * j..16 * j + 16 {
+                        sub += e * (q6k_level(rec, i, k) as i32 - 32) as f32 * x[b * QK_K + k];
+                    }
+                    acc += sub;
+                }
             }
             y[g * PACK_ROWS + i] += acc;
         }
@@ -809,12 +866,14 @@ mod avx512 {
         }
     }
 
-    /// [`super::tile_run_k_batch`]'s VNNI path: tokens in passes of up to [`BATCH`].
+    /// [`super::tile_run_k_batch`]'s VNNI path (Q4_K or Q6_K records `q`): tokens in passes of
+    /// up to [`BATCH`].
     ///
     /// # Safety
     /// As [`run_q4k`], for every token's blocks; `ys` holds `xks.len() · rows` outputs.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn run_q4k_batch(
+    pub(super) unsafe fn run_k_batch(
+        q: QuantType,
         rows: usize,
         nb: usize,
         body: &[u8],
@@ -825,10 +884,14 @@ mod avx512 {
         while j < xks.len() {
             let t = (xks.len() - j).min(BATCH);
             let (xs, y) = (&xks[j..j + t], &mut ys[j * rows..(j + t) * rows]);
-            match t {
-                4 => run_q4k_t::<4>(rows, nb, body, xs, y),
-                3 => run_q4k_t::<3>(rows, nb, body, xs, y),
-                2 => run_q4k_t::<2>(rows, nb, body, xs, y),
+            match (q, t) {
+                (QuantType::Q6_K, 4) => run_q6k_t::<4>(rows, nb, body, xs, y),
+                (QuantType::Q6_K, 3) => run_q6k_t::<3>(rows, nb, body, xs, y),
+                (QuantType::Q6_K, 2) => run_q6k_t::<2>(rows, nb, body, xs, y),
+                (QuantType::Q6_K, _) => run_q6k_t::<1>(rows, nb, body, xs, y),
+                (_, 4) => run_q4k_t::<4>(rows, nb, body, xs, y),
+                (_, 3) => run_q4k_t::<3>(rows, nb, body, xs, y),
+                (_, 2) => run_q4k_t::<2>(rows, nb, body, xs, y),
                 _ => run_q4k_t::<1>(rows, nb, body, xs, y),
             }
             j += t;
@@ -925,6 +988,79 @@ mod avx512 {
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(ti[t]), _mm512_mul_ps(dr, dx), acc[t]);
                     acc[t] =
                         _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi[t]), _mm512_mul_ps(dm, dx), acc[t]);
+                }
+            }
+            for (t, a) in acc.iter().enumerate() {
+                let yp = y.as_mut_ptr().add(t * rows + g * PACK_ROWS);
+                _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), *a));
+            }
+        }
+    }
+
+    /// Q6_K records against Q8_K blocks for `T` tokens at once (`T = 1` in decode): per
+    /// sub-block `g` of 16 weights, its two chunks' 6-bit levels are made once (the nibbles
+    /// split, then 16 and 32 added under the record's bit-4 and bit-5 masks) and the 16 rows'
+    /// `sc_g` widened from their 16 bytes; per token, four `vpdpbusd` start from `−32·X_g` (`X_g`
+    /// the activation's sum over the sub-block, its `bsums[g]`), so each lane holds its row's
+    /// exact `Σ (l − 32)·q`, and `T += sc_g · that` (`vpmulld`). Then `acc = fma(T, d·d_x, acc)`.
+    ///
+    /// # Safety
+    /// As [`run_k_batch`], with `xs.len() == T`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn run_q6k_t<const T: usize>(
+        rows: usize,
+        nb: usize,
+        body: &[u8],
+        xs: &[Q8KRef],
+        y: &mut [f32],
+    ) {
+        use crate::quant::packed::{q6k_group, Q6K_CHUNKS, Q6K_SC};
+        let rb = record_bytes(QuantType::Q6_K);
+        let m4 = _mm512_set1_epi8(0x0F);
+        let (c16, c32) = (_mm512_set1_epi8(16), _mm512_set1_epi8(32));
+        let x4: [*const i32; T] = std::array::from_fn(|t| xs[t].qs.as_ptr() as *const i32);
+        for g in 0..rows / PACK_ROWS {
+            let gp = body.as_ptr().add(g * nb * rb);
+            let mut acc = [_mm512_setzero_ps(); T];
+            for b in 0..nb {
+                let rec = gp.add(b * rb);
+                let mut ti = [_mm512_setzero_si512(); T];
+                for j in 0..16 {
+                    let grp = rec.add(q6k_group(j));
+                    let mut lv = [_mm512_setzero_si512(); 4];
+                    for h in 0..2 {
+                        let w = _mm512_loadu_si512(grp.add(Q6K_CHUNKS + 64 * h) as *const _);
+                        let lo = _mm512_and_si512(w, m4);
+                        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
+                        let m = (grp as *const u64).add(4 * h);
+                        let lo = _mm512_mask_add_epi8(lo, m.read_unaligned(), lo, c16);
+                        let lo = _mm512_mask_add_epi8(lo, m.add(1).read_unaligned(), lo, c32);
+                        let hi = _mm512_mask_add_epi8(hi, m.add(2).read_unaligned(), hi, c16);
+                        let hi = _mm512_mask_add_epi8(hi, m.add(3).read_unaligned(), hi, c32);
+                        (lv[2 * h], lv[2 * h + 1]) = (lo, hi);
+                    }
+                    let sc =
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128(grp.add(Q6K_SC) as *const __m128i));
+                    for t in 0..T {
+                        let xb = x4[t].add(b * QK_K / 4 + 4 * j);
+                        let bias = -32 * *xs[t].bsums.get_unchecked(16 * b + j) as i32;
+                        let mut s = [_mm512_set1_epi32(bias), _mm512_setzero_si512()];
+                        for (k, l) in lv.iter().enumerate() {
+                            s[k & 1] = _mm512_dpbusd_epi32(
+                                s[k & 1],
+                                *l,
+                                _mm512_set1_epi32(xb.add(k).read_unaligned()),
+                            );
+                        }
+                        let dot = _mm512_add_epi32(s[0], s[1]);
+                        ti[t] = _mm512_add_epi32(ti[t], _mm512_mullo_epi32(dot, sc));
+                    }
+                }
+                let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
+                for t in 0..T {
+                    let dx = _mm512_set1_ps(*xs[t].d.get_unchecked(b));
+                    acc[t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(ti[t]), _mm512_mul_ps(dr, dx), acc[t]);
                 }
             }
             for (t, a) in acc.iter().enumerate() {
@@ -1280,13 +1416,15 @@ mod tests {
         }
     }
 
-    /// Q4_K records: every ISA gives [`scalar_int_q4k`]'s bits; that reference agrees with the
-    /// file layout's scalar K-quant kernel to float rounding, and the f32 path with a float64 dot
-    /// of the dequantized weights.
+    /// Q4_K and Q6_K records: every ISA gives the scalar reference's bits ([`scalar_int_q4k`],
+    /// [`scalar_int_q6k`]); that reference agrees with the file layout's scalar K-quant kernel to
+    /// float rounding, and the f32 path with a float64 dot of the dequantized weights.
     #[test]
-    fn q4k_records_equal_their_reference_and_the_file_layout() {
-        let q = QuantType::Q4_K;
-        for (rows, cols) in [(16, 256), (128, 256), (48, 512)] {
+    fn k_records_equal_their_reference_and_the_file_layout() {
+        for (q, (rows, cols)) in [QuantType::Q4_K, QuantType::Q6_K]
+            .into_iter()
+            .flat_map(|q| [(16, 256), (128, 256), (48, 512)].map(|s| (q, s)))
+        {
             let (body, _, qs) = tile(q, rows, cols, (rows + cols) as u64);
             let (x, mut a) = act(cols, 3);
             a.k.quantize_from(&x);
@@ -1294,7 +1432,11 @@ mod tests {
             let t = Tile::body(q, rows, cols, &body);
             let y0: Vec<f32> = (0..rows).map(|r| r as f32 * 0.25 - 3.0).collect();
             let mut want = y0.clone();
-            scalar_int_q4k(rows, cols / QK_K, &body, xk, &mut want);
+            if q == QuantType::Q4_K {
+                scalar_int_q4k(rows, cols / QK_K, &body, xk, &mut want);
+            } else {
+                scalar_int_q6k(rows, cols / QK_K, &body, xk, &mut want);
+            }
             for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
                 if !isa.available() {
                     println!("SKIP {q} {isa:?}: this CPU lacks it");
@@ -1305,7 +1447,7 @@ mod tests {
                 assert_eq!(
                     y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    "{rows}×{cols} {isa:?}"
+                    "{q} {rows}×{cols} {isa:?}"
                 );
             }
             let mut split = vec![0f32; rows];
@@ -1326,7 +1468,7 @@ mod tests {
                 let tol = 1e-4 * (1.0 + split[r].abs());
                 assert!(
                     (split[r] - got[r]).abs() <= tol,
-                    "row {r}: {} vs {}",
+                    "{q} row {r}: {} vs {}",
                     split[r],
                     got[r]
                 );
@@ -1335,7 +1477,7 @@ mod tests {
                 let exact: f64 = w.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
                 assert!(
                     (f[r] as f64 - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
-                    "row {r} f32 path: {} vs {exact}",
+                    "{q} row {r} f32 path: {} vs {exact}",
                     f[r]
                 );
             }
@@ -1387,12 +1529,15 @@ mod tests {
         }
     }
 
-    /// The batched Q4_K kernel equals one [`tile_run_k`] per token bit for bit, for every ISA,
-    /// batch size (whole passes of [`BATCH`] and remainders) and shape, accumulating into `ys`.
+    /// The batched Q4_K and Q6_K kernels equal one [`tile_run_k`] per token bit for bit, for
+    /// every ISA, batch size (whole passes of [`BATCH`] and remainders) and shape, accumulating
+    /// into `ys`.
     #[test]
-    fn q4k_batch_equals_one_call_per_token_bit_for_bit() {
-        let q = QuantType::Q4_K;
-        for (rows, cols) in [(16, 256), (48, 512), (80, 768)] {
+    fn k_batch_equals_one_call_per_token_bit_for_bit() {
+        for (q, (rows, cols)) in [QuantType::Q4_K, QuantType::Q6_K]
+            .into_iter()
+            .flat_map(|q| [(16, 256), (48, 512), (80, 768)].map(|s| (q, s)))
+        {
             let (body, _, _) = tile(q, rows, cols, (rows * cols) as u64);
             let acts: Vec<Q8Act> = (0..9)
                 .map(|j| {
@@ -1423,7 +1568,7 @@ mod tests {
                     assert_eq!(
                         got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                         want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                        "{rows}×{cols} n={n} {:?}",
+                        "{q} {rows}×{cols} n={n} {:?}",
                         k.path()
                     );
                 }
