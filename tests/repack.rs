@@ -161,10 +161,11 @@ fn decode_and_prefill_over_the_repacked_copy_agree_with_the_file_layout() {
             let max = errs.iter().cloned().fold(0f32, f32::max);
             if int_act {
                 let exact = errs.iter().filter(|&&e| e < 1e-5).count();
-                // Q5_0's and the K-quants' file-layout kernels sum each row in 8 partial lanes,
-                // their repacked ones in one: a flip (Q5_0: at position 2) can enter the KV cache
-                // and stay (~1 %), so what is asked of them is rounding before the first flip.
-                let agrees = if matches!(q, QuantType::Q5_0 | QuantType::Q4_K | QuantType::Q6_K) {
+                // Q5_0's and Q4_K's file-layout kernels sum each row in 8 partial lanes, their
+                // repacked ones in one: a flip (Q5_0: at position 2) can enter the KV cache and
+                // stay (~1 %), so what is asked of them is rounding before the first flip. (Q6_K's
+                // decode logits come out bit-identical to the file layout's on SmolLM2.)
+                let agrees = if matches!(q, QuantType::Q5_0 | QuantType::Q4_K) {
                     errs[..2].iter().all(|&e| e < 1e-5)
                 } else {
                     4 * exact >= errs.len()
