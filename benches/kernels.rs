@@ -254,7 +254,7 @@ fn single_tile(c: &mut Criterion) {
 /// prefill batch), per ISA and path. Throughput counts the weight bytes once per token, so it
 /// compares directly with `single_tile` (32 `tile_matvec` calls).
 fn batched_tile(c: &mut Criterion) {
-    const N: usize = 32;
+    const N: usize = 128;
     let mut g = c.benchmark_group("tile_matmul_32tok");
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(300))
@@ -292,6 +292,19 @@ fn batched_tile(c: &mut Criterion) {
                             N,
                             &mut y,
                         );
+                        black_box(&y);
+                    })
+                });
+            }
+            // The repacked layout's batched kernel (`packed::tile_run_batch`), where it runs.
+            if let Some(body) = t.packed.as_ref() {
+                let name = format!("{q}/{}-int-repacked", isa.name());
+                let k = packed::Kernel::of(isa);
+                g.bench_function(BenchmarkId::from_parameter(name), |b| {
+                    b.iter(|| {
+                        y.fill(0.0);
+                        let tile = cflow::kernels::dot::Tile::body(q, TR, TC, body);
+                        packed::tile_run_batch(k, tile, &xq, &mut y);
                         black_box(&y);
                     })
                 });

@@ -310,7 +310,10 @@ pub fn tile_run_batch(k: Kernel, t: Tile, xqs: &[XqBlocks], ys: &mut [f32]) {
 }
 
 /// Tokens per pass of the batched VNNI kernels: their accumulators, integer sums and a
-/// record's unpacked weights fit the 32 vector registers.
+/// record's unpacked weights fit the 32 vector registers. Q8_0 passes take twice as many (its
+/// weights need no unpacking and its weight sums are made once per batch): on SmolLM2 Q6_K,
+/// whose 576-column matrices are Q8_0, pp256 ran 1.36× faster than with 4 per pass and the
+/// sums made per pass (docs/PERFORMANCE.md); the Q4 kernels lost 2.6 % with 8.
 pub const BATCH: usize = 4;
 
 /// From this many tokens a batch runs on AMX where the CPU has it (`packed_amx`; a pass is 16
@@ -533,7 +536,7 @@ mod avx512 {
         }
     }
 
-    /// [`super::tile_run_batch`]'s VNNI path: tokens in passes of up to [`BATCH`].
+    /// [`super::tile_run_batch`]'s VNNI path: tokens in passes of up to [`BATCH`] (Q8_0: twice that).
     ///
     /// # Safety
     /// As [`run`], for every token's blocks; `ys` holds `xqs.len() · rows` outputs.
@@ -546,9 +549,16 @@ mod avx512 {
         xqs: &[XqBlocks],
         ys: &mut [f32],
     ) {
+        // Q8_0: every record's `128·Σ w` per row, made on the first pass for all of them.
+        let mut wsum: Vec<i32> = Vec::new();
         let mut j = 0;
         while j < xqs.len() {
-            let t = (xqs.len() - j).min(BATCH);
+            let most = if q == QuantType::Q8_0 {
+                2 * BATCH
+            } else {
+                BATCH
+            };
+            let t = (xqs.len() - j).min(most);
             let xs = &xqs[j..j + t];
             let y = &mut ys[j * rows..(j + t) * rows];
             match (q, t) {
@@ -565,15 +575,22 @@ mod avx512 {
                     }
                 }
                 (QuantType::Q8_0, _) => {
+                    if wsum.is_empty() {
+                        wsum = q8_weight_sums(rows, nb, body);
+                    }
                     let mut xu = vec![0u32; t * nb * QK / 4];
                     for (i, (_, _, x)) in xs.iter().enumerate() {
                         q8_unsigned(&x[..nb * QK], &mut xu[i * nb * QK / 4..][..nb * QK / 4]);
                     }
                     match t {
-                        4 => run_q8_batch::<4>(rows, nb, body, xs, &xu, y),
-                        3 => run_q8_batch::<3>(rows, nb, body, xs, &xu, y),
-                        2 => run_q8_batch::<2>(rows, nb, body, xs, &xu, y),
-                        _ => run_q8_batch::<1>(rows, nb, body, xs, &xu, y),
+                        8 => run_q8_batch::<8>(rows, nb, body, xs, &xu, &wsum, y),
+                        7 => run_q8_batch::<7>(rows, nb, body, xs, &xu, &wsum, y),
+                        6 => run_q8_batch::<6>(rows, nb, body, xs, &xu, &wsum, y),
+                        5 => run_q8_batch::<5>(rows, nb, body, xs, &xu, &wsum, y),
+                        4 => run_q8_batch::<4>(rows, nb, body, xs, &xu, &wsum, y),
+                        3 => run_q8_batch::<3>(rows, nb, body, xs, &xu, &wsum, y),
+                        2 => run_q8_batch::<2>(rows, nb, body, xs, &xu, &wsum, y),
+                        _ => run_q8_batch::<1>(rows, nb, body, xs, &xu, &wsum, y),
                     }
                 }
                 (QuantType::Q4_1, 4) => run_q4_batch::<true, 4>(rows, nb, body, xs, y),
@@ -669,13 +686,39 @@ mod avx512 {
         }
     }
 
-    /// [`run_q8`] for `T` tokens at once: each chunk is loaded once, and `128·Σ w`, which does
-    /// not depend on the token, is summed once per record instead of once per token. Per token
-    /// the integer dot is the same exact sum and the float steps are [`run_q8`]'s, in its order.
+    /// Every Q8_0 record's `128·Σ w` per row (16 per record, records in body order): the term
+    /// [`run_q8`] subtracts, which does not depend on the token.
     ///
     /// # Safety
-    /// As [`run_batch`], with `xs.len() == T` and `xu` holding each token's [`q8_unsigned`]
-    /// groups (`nb · 8` per token, token-major).
+    /// As [`run_batch`] for a Q8_0 body.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn q8_weight_sums(rows: usize, nb: usize, body: &[u8]) -> Vec<i32> {
+        let q = QuantType::Q8_0;
+        let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
+        let bias = _mm512_set1_epi8(-128);
+        let n = rows / PACK_ROWS * nb;
+        let mut out = vec![0i32; n * PACK_ROWS];
+        for r in 0..n {
+            let qp = body.as_ptr().add(r * rb + rsb);
+            let mut s = [_mm512_setzero_si512(); 2];
+            for j in 0..8 {
+                let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
+                s[j & 1] = _mm512_dpbusd_epi32(s[j & 1], bias, w);
+            }
+            let s = _mm512_add_epi32(s[0], s[1]);
+            _mm512_storeu_si512(out.as_mut_ptr().add(r * PACK_ROWS) as *mut _, s);
+        }
+        out
+    }
+
+    /// [`run_q8`] for `T` tokens at once: each chunk is loaded once, and `128·Σ w`, which does
+    /// not depend on the token, is taken from `wsum` ([`q8_weight_sums`], made once per batch)
+    /// instead of being summed per token. Per token the integer dot is the same exact sum and
+    /// the float steps are [`run_q8`]'s, in its order.
+    ///
+    /// # Safety
+    /// As [`run_batch`], with `xs.len() == T`, `xu` holding each token's [`q8_unsigned`]
+    /// groups (`nb · 8` per token, token-major) and `wsum` this body's weight sums.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     unsafe fn run_q8_batch<const T: usize>(
         rows: usize,
@@ -683,29 +726,32 @@ mod avx512 {
         body: &[u8],
         xs: &[XqBlocks],
         xu: &[u32],
+        wsum: &[i32],
         y: &mut [f32],
     ) {
         let q = QuantType::Q8_0;
         let (rb, rsb) = (record_bytes(q), record_scale_bytes(q));
-        let bias = _mm512_set1_epi8(-128);
         let per = nb * QK / 4;
+        assert!(
+            wsum.len() >= rows / PACK_ROWS * nb * PACK_ROWS,
+            "weight sums"
+        );
         for g in 0..rows / PACK_ROWS {
             let gp = body.as_ptr().add(g * nb * rb);
             let mut acc = [_mm512_setzero_ps(); T];
             for b in 0..nb {
                 let rec = gp.add(b * rb);
                 let qp = rec.add(rsb);
-                let mut wsum = [_mm512_setzero_si512(); 2];
                 let mut sx = [_mm512_setzero_si512(); T];
                 for j in 0..8 {
                     let w = _mm512_loadu_si512(qp.add(64 * j) as *const _);
-                    wsum[j & 1] = _mm512_dpbusd_epi32(wsum[j & 1], bias, w);
                     for (t, s) in sx.iter_mut().enumerate() {
                         let u = _mm512_set1_epi32(*xu.get_unchecked(t * per + b * 8 + j) as i32);
                         *s = _mm512_dpbusd_epi32(*s, u, w);
                     }
                 }
-                let wsum = _mm512_add_epi32(wsum[0], wsum[1]);
+                let wsum =
+                    _mm512_loadu_si512(wsum.as_ptr().add((g * nb + b) * PACK_ROWS) as *const _);
                 let dr = _mm512_cvtph_ps(_mm256_loadu_si256(rec as *const __m256i));
                 for t in 0..T {
                     let dot = _mm512_sub_epi32(sx[t], wsum);
@@ -1498,7 +1544,7 @@ mod tests {
             for (rows, cols) in [(16, 32), (128, 256), (48, 96), (80, 576)] {
                 let (body, _, _) = tile(q, rows, cols, (rows * cols) as u64);
                 let acts: Vec<Q8Act> = (0..33).map(|j| act(cols, 7 + j as u64).1).collect();
-                for n in [1usize, 2, 3, 4, 5, 8, 9, 16, 17, 33] {
+                for n in [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 14, 15, 16, 17, 33] {
                     let xqs: Vec<XqBlocks> = acts[..n]
                         .iter()
                         .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))
