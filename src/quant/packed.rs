@@ -550,11 +550,17 @@ mod tests {
         }
     }
 
-    /// A Q4_K record's weights, read as the module docs lay them out, dequantize to the file's.
-    #[test]
-    fn q4k_records_hold_the_documented_weights() {
-        let (rows, cols, q) = (32, 512, QuantType::Q4_K);
-        let split = split_tile(q, rows, cols, 5);
+    /// Packs a random `rows` × 512 tile of K-quant `q` and checks every weight: `read(record,
+    /// row in the group, column in the super-block)` must give what the file's dequantization
+    /// gives, within `tol` (relative).
+    fn check_k_records(
+        q: QuantType,
+        seed: u64,
+        tol: f32,
+        read: impl Fn(&[u8], usize, usize) -> f32,
+    ) {
+        let (rows, cols) = (32, 512);
+        let split = split_tile(q, rows, cols, seed);
         let mut body = split.clone();
         pack_tile(q, rows, cols, &mut body);
         let (nb, bb) = (cols / 256, q.block_bytes());
@@ -569,57 +575,48 @@ mod tests {
             for (c, want) in want.iter().enumerate() {
                 let (b, k) = (c / 256, c % 256);
                 let rec = &body[(g * nb + b) * record_bytes(q)..][..record_bytes(q)];
-                let (d, dmin) = (
-                    super::super::f16_at(rec, 2 * i),
-                    super::super::f16_at(rec, 32 + 2 * i),
-                );
-                let (sc, m) = q4k_scale_min(rec, i, k / 32);
-                let byte = rec[256 + 64 * (k / 8) + 4 * i + k % 4];
-                let l = if k % 8 >= 4 { byte >> 4 } else { byte & 0xF };
-                let got = d * sc as f32 * l as f32 - dmin * m as f32;
+                let got = read(rec, i, k);
                 assert!(
-                    (got - want).abs() <= 1e-6 * (1.0 + want.abs()),
-                    "row {r} col {c}: {got} vs {want}"
+                    (got - want).abs() <= tol * (1.0 + want.abs()),
+                    "{q} row {r} col {c}: {got} vs {want}"
                 );
             }
         }
     }
 
+    /// A Q4_K record's weights, read as the module docs lay them out, dequantize to the file's.
+    #[test]
+    fn q4k_records_hold_the_documented_weights() {
+        check_k_records(QuantType::Q4_K, 5, 1e-6, |rec, i, k| {
+            let (d, dmin) = (
+                super::super::f16_at(rec, 2 * i),
+                super::super::f16_at(rec, 32 + 2 * i),
+            );
+            let (sc, m) = q4k_scale_min(rec, i, k / 32);
+            let byte = rec[256 + 64 * (k / 8) + 4 * i + k % 4];
+            let l = if k % 8 >= 4 { byte >> 4 } else { byte & 0xF };
+            d * sc as f32 * l as f32 - dmin * m as f32
+        });
+    }
+
     /// A Q6_K record's weights, read as the module docs lay them out (`d · sc_g · (l − 32)`),
-    /// dequantize to the file's.
+    /// dequantize to the file's exactly.
     #[test]
     fn q6k_records_hold_the_documented_weights() {
-        let (rows, cols, q) = (32, 512, QuantType::Q6_K);
-        let split = split_tile(q, rows, cols, 9);
-        let mut body = split.clone();
-        pack_tile(q, rows, cols, &mut body);
-        let (nb, bb) = (cols / 256, q.block_bytes());
-        for r in 0..rows {
-            let mut want = vec![0f32; cols];
-            super::super::kquants::dequantize_row(
-                q,
-                &split[r * nb * bb..(r + 1) * nb * bb],
-                &mut want,
-            );
-            let (g, i) = (r / PACK_ROWS, r % PACK_ROWS);
-            for (c, want) in want.iter().enumerate() {
-                let (b, k) = (c / 256, c % 256);
-                let rec = &body[(g * nb + b) * record_bytes(q)..][..record_bytes(q)];
-                let d = super::super::f16_at(rec, 2 * i);
-                let grp = &rec[32 + 208 * (k / 16)..][..208];
-                let sc = grp[192 + i] as i8;
-                let byte = grp[64 + 64 * (k % 16 / 8) + 4 * i + k % 4];
-                let lo = if k % 8 >= 4 { byte >> 4 } else { byte & 0xF };
-                let mask = |m: usize| {
-                    let bit = 4 * i + k % 4;
-                    (grp[8 * m + bit / 8] >> (bit % 8)) & 1
-                };
-                let m0 = 4 * (k % 16 / 8) + 2 * usize::from(k % 8 >= 4);
-                let l = lo | mask(m0) << 4 | mask(m0 + 1) << 5;
-                let got = d * sc as f32 * (l as i32 - 32) as f32;
-                assert_eq!(got, *want, "row {r} col {c}");
-            }
-        }
+        check_k_records(QuantType::Q6_K, 9, 0.0, |rec, i, k| {
+            let d = super::super::f16_at(rec, 2 * i);
+            let grp = &rec[32 + 208 * (k / 16)..][..208];
+            let sc = grp[192 + i] as i8;
+            let byte = grp[64 + 64 * (k % 16 / 8) + 4 * i + k % 4];
+            let lo = if k % 8 >= 4 { byte >> 4 } else { byte & 0xF };
+            let mask = |m: usize| {
+                let bit = 4 * i + k % 4;
+                (grp[8 * m + bit / 8] >> (bit % 8)) & 1
+            };
+            let m0 = 4 * (k % 16 / 8) + 2 * usize::from(k % 8 >= 4);
+            let l = lo | mask(m0) << 4 | mask(m0 + 1) << 5;
+            d * sc as f32 * (l as i32 - 32) as f32
+        });
     }
 
     #[test]

@@ -672,10 +672,21 @@ mod avx512 {
                     acc[t] = _mm512_fmadd_ps(c, _mm512_set1_ps(sp), acc[t]);
                 }
             }
-            for (t, a) in acc.iter().enumerate() {
-                let yp = y.as_mut_ptr().add(t * rows + g * PACK_ROWS);
-                _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), *a));
-            }
+            add_group(&acc, y, rows, g);
+        }
+    }
+
+    /// Adds a 16-row group's results for every token: `y[t·rows + 16g ..][..16] += acc[t]`.
+    ///
+    /// # Safety
+    /// AVX-512 F; `y` holds `T · rows` values and `16g + 16 <= rows`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    unsafe fn add_group<const T: usize>(acc: &[__m512; T], y: &mut [f32], rows: usize, g: usize) {
+        debug_assert!((g + 1) * PACK_ROWS <= rows && T * rows <= y.len());
+        for (t, a) in acc.iter().enumerate() {
+            let yp = y.as_mut_ptr().add(t * rows + g * PACK_ROWS);
+            _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), *a));
         }
     }
 
@@ -759,10 +770,7 @@ mod avx512 {
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc[t]);
                 }
             }
-            for (t, a) in acc.iter().enumerate() {
-                let yp = y.as_mut_ptr().add(t * rows + g * PACK_ROWS);
-                _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), *a));
-            }
+            add_group(&acc, y, rows, g);
         }
     }
 
@@ -1036,10 +1044,7 @@ mod avx512 {
                         _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mi[t]), _mm512_mul_ps(dm, dx), acc[t]);
                 }
             }
-            for (t, a) in acc.iter().enumerate() {
-                let yp = y.as_mut_ptr().add(t * rows + g * PACK_ROWS);
-                _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), *a));
-            }
+            add_group(&acc, y, rows, g);
         }
     }
 
@@ -1109,10 +1114,7 @@ mod avx512 {
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(ti[t]), _mm512_mul_ps(dr, dx), acc[t]);
                 }
             }
-            for (t, a) in acc.iter().enumerate() {
-                let yp = y.as_mut_ptr().add(t * rows + g * PACK_ROWS);
-                _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), *a));
-            }
+            add_group(&acc, y, rows, g);
         }
     }
 
@@ -1248,10 +1250,7 @@ mod avx512 {
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc[t]);
                 }
             }
-            for (t, a) in acc.iter().enumerate() {
-                let yp = y.as_mut_ptr().add(t * rows + g * PACK_ROWS);
-                _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), *a));
-            }
+            add_group(&acc, y, rows, g);
         }
     }
 
@@ -1549,29 +1548,50 @@ mod tests {
                         .iter()
                         .map(|a| (&a.d[..], &a.s[..], &a.qs[..]))
                         .collect();
-                    let y0: Vec<f32> = (0..n * rows).map(|r| r as f32 * 0.125 - 1.0).collect();
-                    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-                        if !isa.available() {
-                            println!("SKIP {q} {isa:?}: this CPU lacks it");
-                            continue;
-                        }
-                        let k = Kernel::of(isa);
-                        let t = Tile::body(q, rows, cols, &body);
-                        let mut want = y0.clone();
-                        for (j, xq) in xqs.iter().enumerate() {
-                            tile_run(k, t, &[], Some(*xq), &mut want[j * rows..(j + 1) * rows]);
-                        }
-                        let mut got = y0.clone();
-                        tile_run_batch(k, t, &xqs, &mut got);
-                        assert_eq!(
-                            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                            "{q} {rows}×{cols} n={n} {:?}",
-                            k.path()
-                        );
-                    }
+                    batch_equals_per_token(
+                        q,
+                        (rows, cols),
+                        &body,
+                        &xqs,
+                        |k, t, xq, y| tile_run(k, t, &[], Some(xq), y),
+                        tile_run_batch,
+                    );
                 }
             }
+        }
+    }
+
+    /// For every ISA this CPU has: `batch` over the tokens `xs` equals `one` per token bit for
+    /// bit, both accumulating into the same starting outputs.
+    fn batch_equals_per_token<A: Copy>(
+        q: QuantType,
+        (rows, cols): (usize, usize),
+        body: &[u8],
+        xs: &[A],
+        one: impl Fn(Kernel, Tile, A, &mut [f32]),
+        batch: impl Fn(Kernel, Tile, &[A], &mut [f32]),
+    ) {
+        let n = xs.len();
+        let y0: Vec<f32> = (0..n * rows).map(|r| r as f32 * 0.125 - 1.0).collect();
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+            if !isa.available() {
+                println!("SKIP {q} {isa:?}: this CPU lacks it");
+                continue;
+            }
+            let k = Kernel::of(isa);
+            let t = Tile::body(q, rows, cols, body);
+            let mut want = y0.clone();
+            for (j, x) in xs.iter().enumerate() {
+                one(k, t, *x, &mut want[j * rows..(j + 1) * rows]);
+            }
+            let mut got = y0.clone();
+            batch(k, t, xs, &mut got);
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{q} {rows}×{cols} n={n} {:?}",
+                k.path()
+            );
         }
     }
 
@@ -1597,27 +1617,14 @@ mod tests {
                     .iter()
                     .map(|a| a.k.slice(0, cols).unwrap())
                     .collect();
-                let y0: Vec<f32> = (0..n * rows).map(|r| r as f32 * 0.125 - 1.0).collect();
-                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-                    if !isa.available() {
-                        println!("SKIP {q} {isa:?}: this CPU lacks it");
-                        continue;
-                    }
-                    let k = Kernel::of(isa);
-                    let t = Tile::body(q, rows, cols, &body);
-                    let mut want = y0.clone();
-                    for (j, xk) in xks.iter().enumerate() {
-                        tile_run_k(k, t, &[], Some(*xk), &mut want[j * rows..(j + 1) * rows]);
-                    }
-                    let mut got = y0.clone();
-                    tile_run_k_batch(k, t, &xks, &mut got);
-                    assert_eq!(
-                        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                        "{q} {rows}×{cols} n={n} {:?}",
-                        k.path()
-                    );
-                }
+                batch_equals_per_token(
+                    q,
+                    (rows, cols),
+                    &body,
+                    &xks,
+                    |k, t, xk, y| tile_run_k(k, t, &[], Some(xk), y),
+                    tile_run_k_batch,
+                );
             }
         }
     }
