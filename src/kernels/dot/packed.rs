@@ -549,15 +549,20 @@ mod avx512 {
         xqs: &[XqBlocks],
         ys: &mut [f32],
     ) {
-        // Q8_0: every record's `128·Σ w` per row, made on the first pass for all of them.
-        let mut wsum: Vec<i32> = Vec::new();
+        // Q8_0, once per call: every record's `128·Σ w` per row, and every token's unsigned
+        // activation groups (`per` a token).
+        let per = nb * QK / 4;
+        let (wsum, xu, most) = if q == QuantType::Q8_0 {
+            let mut xu = vec![0u32; xqs.len() * per];
+            for (u, (_, _, x)) in xu.chunks_exact_mut(per).zip(xqs) {
+                q8_unsigned(&x[..nb * QK], u);
+            }
+            (q8_weight_sums(rows, nb, body), xu, 2 * BATCH)
+        } else {
+            (Vec::new(), Vec::new(), BATCH)
+        };
         let mut j = 0;
         while j < xqs.len() {
-            let most = if q == QuantType::Q8_0 {
-                2 * BATCH
-            } else {
-                BATCH
-            };
             let t = (xqs.len() - j).min(most);
             let xs = &xqs[j..j + t];
             let y = &mut ys[j * rows..(j + t) * rows];
@@ -575,22 +580,16 @@ mod avx512 {
                     }
                 }
                 (QuantType::Q8_0, _) => {
-                    if wsum.is_empty() {
-                        wsum = q8_weight_sums(rows, nb, body);
-                    }
-                    let mut xu = vec![0u32; t * nb * QK / 4];
-                    for (i, (_, _, x)) in xs.iter().enumerate() {
-                        q8_unsigned(&x[..nb * QK], &mut xu[i * nb * QK / 4..][..nb * QK / 4]);
-                    }
+                    let xu = &xu[j * per..(j + t) * per];
                     match t {
-                        8 => run_q8_batch::<8>(rows, nb, body, xs, &xu, &wsum, y),
-                        7 => run_q8_batch::<7>(rows, nb, body, xs, &xu, &wsum, y),
-                        6 => run_q8_batch::<6>(rows, nb, body, xs, &xu, &wsum, y),
-                        5 => run_q8_batch::<5>(rows, nb, body, xs, &xu, &wsum, y),
-                        4 => run_q8_batch::<4>(rows, nb, body, xs, &xu, &wsum, y),
-                        3 => run_q8_batch::<3>(rows, nb, body, xs, &xu, &wsum, y),
-                        2 => run_q8_batch::<2>(rows, nb, body, xs, &xu, &wsum, y),
-                        _ => run_q8_batch::<1>(rows, nb, body, xs, &xu, &wsum, y),
+                        8 => run_q8_batch::<8>(rows, nb, body, xs, xu, &wsum, y),
+                        7 => run_q8_batch::<7>(rows, nb, body, xs, xu, &wsum, y),
+                        6 => run_q8_batch::<6>(rows, nb, body, xs, xu, &wsum, y),
+                        5 => run_q8_batch::<5>(rows, nb, body, xs, xu, &wsum, y),
+                        4 => run_q8_batch::<4>(rows, nb, body, xs, xu, &wsum, y),
+                        3 => run_q8_batch::<3>(rows, nb, body, xs, xu, &wsum, y),
+                        2 => run_q8_batch::<2>(rows, nb, body, xs, xu, &wsum, y),
+                        _ => run_q8_batch::<1>(rows, nb, body, xs, xu, &wsum, y),
                     }
                 }
                 (QuantType::Q4_1, 4) => run_q4_batch::<true, 4>(rows, nb, body, xs, y),
@@ -1411,6 +1410,26 @@ mod tests {
         (body, sc, qs)
     }
 
+    /// The ISAs this CPU has, for the bit-identity tests (each one it lacks printed as a SKIP).
+    fn isas(q: QuantType) -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|isa| {
+                let ok = isa.available();
+                if !ok {
+                    println!("SKIP {q} {isa:?}: this CPU lacks it");
+                }
+                ok
+            })
+            .collect()
+    }
+
+    /// `got` equals `want` bit for bit.
+    fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(got), bits(want), "{what}");
+    }
+
     fn act(cols: usize, seed: u64) -> (Vec<f32>, Q8Act) {
         let mut rng = crate::rng::Rng::new(seed);
         let x = rng.fill(cols, 1.0);
@@ -1443,19 +1462,11 @@ mod tests {
                 let y0: Vec<f32> = (0..rows).map(|r| r as f32 * 0.25 - 3.0).collect();
                 let mut want = y0.clone();
                 scalar_int(q, rows, cols / QK, &body, (&a.d, &a.s, &a.qs), &mut want);
-                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-                    if !isa.available() {
-                        println!("SKIP {q} {isa:?}: this CPU lacks it");
-                        continue;
-                    }
+                for isa in isas(q) {
                     let mut y = y0.clone();
                     tile_matvec(isa, Tile::body(q, rows, cols, &body), &[], Some(xq), &mut y);
-                    assert_eq!(
-                        y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                        "{q} {rows}×{cols} {isa:?} (VNNI {})",
-                        isa.has_vnni()
-                    );
+                    let what = format!("{q} {rows}×{cols} {isa:?} (VNNI {})", isa.has_vnni());
+                    assert_same_bits(&y, &want, &what);
                 }
             }
         }
@@ -1482,18 +1493,10 @@ mod tests {
             } else {
                 scalar_int_q6k(rows, cols / QK_K, &body, xk, &mut want);
             }
-            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-                if !isa.available() {
-                    println!("SKIP {q} {isa:?}: this CPU lacks it");
-                    continue;
-                }
+            for isa in isas(q) {
                 let mut y = y0.clone();
                 tile_run_k(Kernel::of(isa), t, &[], Some(xk), &mut y);
-                assert_eq!(
-                    y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    "{q} {rows}×{cols} {isa:?}"
-                );
+                assert_same_bits(&y, &want, &format!("{q} {rows}×{cols} {isa:?}"));
             }
             let mut split = vec![0f32; rows];
             super::super::kquant::tile_matvec(
@@ -1573,11 +1576,7 @@ mod tests {
     ) {
         let n = xs.len();
         let y0: Vec<f32> = (0..n * rows).map(|r| r as f32 * 0.125 - 1.0).collect();
-        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-            if !isa.available() {
-                println!("SKIP {q} {isa:?}: this CPU lacks it");
-                continue;
-            }
+        for isa in isas(q) {
             let k = Kernel::of(isa);
             let t = Tile::body(q, rows, cols, body);
             let mut want = y0.clone();
@@ -1586,11 +1585,10 @@ mod tests {
             }
             let mut got = y0.clone();
             batch(k, t, xs, &mut got);
-            assert_eq!(
-                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{q} {rows}×{cols} n={n} {:?}",
-                k.path()
+            assert_same_bits(
+                &got,
+                &want,
+                &format!("{q} {rows}×{cols} n={n} {:?}", k.path()),
             );
         }
     }
