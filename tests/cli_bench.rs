@@ -101,6 +101,16 @@ fn bench_decode_depth_runs_after_the_filled_context_and_is_checked() {
         "{err}"
     );
     assert!(!err.contains("repeat 1: decode"), "measured first: {err}");
+    // No prompt: nothing to decode from, refused before anything is opened (it used to report
+    // 0 tok/s as a measurement).
+    let o = Command::new(BIN)
+        .args(base)
+        .args(["--depth", "16", "--prompt-len", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("--prompt-len must be at least 1"), "{err}");
     // The text report says the depth.
     let o = Command::new(BIN)
         .args(base)

@@ -901,7 +901,8 @@ pub struct BenchDecodeArgs {
     /// Measured repeats per thread count (after one warm-up; `-r` as llama-bench's).
     #[arg(short = 'r', long, default_value_t = 5)]
     pub repeat: usize,
-    /// Prompt length for the prefill measurement (`-p` as llama-bench's).
+    /// Prompt length for the prefill measurement (`-p` as llama-bench's, but at least 1: decode
+    /// starts from the prompt's last token; with `--depth`, `-p 1` measures decode alone).
     #[arg(short = 'p', long, default_value_t = 8)]
     pub prompt_len: usize,
     /// Context positions filled before each repeat's prompt (`-d` as llama-bench's), e.g.

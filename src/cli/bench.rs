@@ -28,6 +28,11 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
     if a.repeat == 0 || a.tokens == 0 {
         bail!("--repeat and --tokens must be at least 1");
     }
+    // Decoding starts from the prompt's last token: with none, nothing would run, and every
+    // figure would read 0.
+    if a.prompt_len == 0 {
+        bail!("--prompt-len must be at least 1 (decode starts from the prompt's last token)");
+    }
     // Every count is checked before the first is measured (`--threads 1,0` used to run the
     // whole 1-thread benchmark, then fail).
     for &t in &threads {
