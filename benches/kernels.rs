@@ -628,22 +628,29 @@ fn attention_batch(c: &mut Criterion) {
                 })
             },
         );
-        g.bench_function(
-            BenchmarkId::from_parameter(format!("smollm2 batch t{threads}")),
-            |b| {
-                b.iter(|| {
-                    attend_batch(
-                        &pool,
-                        isa,
-                        &sh,
-                        cflow::kernels::attention::Batch { window: 0, pos0, n },
-                        &q,
-                        cflow::kernels::attention::Kv { k: &k, v: &v },
-                        black_box(&mut att),
-                    )
-                })
-            },
-        );
+        for (name, bf16) in [("batch", false), ("batch-bf16", true)] {
+            g.bench_function(
+                BenchmarkId::from_parameter(format!("smollm2 {name} t{threads}")),
+                |b| {
+                    b.iter(|| {
+                        attend_batch(
+                            &pool,
+                            isa,
+                            &sh,
+                            cflow::kernels::attention::Batch {
+                                window: 0,
+                                pos0,
+                                n,
+                                bf16,
+                            },
+                            &q,
+                            cflow::kernels::attention::Kv { k: &k, v: &v },
+                            black_box(&mut att),
+                        )
+                    })
+                },
+            );
+        }
     }
     g.finish();
 }

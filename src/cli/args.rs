@@ -258,7 +258,8 @@ pub struct EngineArgs {
     /// Activation numerics: auto, q8 or f32, e.g. `--act f32`.
     ///
     /// Activations fed to the quantized matvecs: q8 (quantized once per matvec, integer dot
-    /// products: fastest, llama.cpp's numerics), f32 (exact: matches a float64 forward to 1e-4),
+    /// products: fastest, llama.cpp's numerics; prefill's attention also rounds its operands to
+    /// bfloat16 where the CPU has AVX512-BF16), f32 (exact: matches a float64 forward to 1e-4),
     /// or auto: q8 everywhere (chat, the TUI, run, bench, perplexity), the default chosen by
     /// KL divergence against the exact path (docs/PERFORMANCE.md, "Defaults chosen by measurement").
     #[arg(long, value_enum, default_value_t = ActArg::Auto)]
@@ -982,6 +983,15 @@ pub struct PplArgs {
     /// Print one JSON object on stdout (assets/schema/perplexity.json).
     #[arg(long)]
     pub json: bool,
+    /// Evaluate each chunk as one prompt (batched prefill, llama-perplexity's way) instead of
+    /// token by token (decode's arithmetic, the default).
+    ///
+    /// Evaluate each chunk as one prompt: batched prefill with every position's logits, the
+    /// way llama-perplexity evaluates, so the KL divergence measures the prompt path's
+    /// numerics (its batched kernels and block attention). Without it every position runs
+    /// decode's step. Models that cannot batch (MoE, pipeline styles) run token by token either way.
+    #[arg(long)]
+    pub batch: bool,
     /// Diagnostic, not a router: every MoE layer runs the K experts whose hidden activation is
     /// largest on its own input (all E experts' gate/up are computed to find them). The bound
     /// for moefy's trained routers; only for models whose experts are summed with weight 1.

@@ -186,7 +186,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
         let report = serde_json::json!({
             "model": path.display().to_string(),
             "isa": eng.isa.resolve()?.name(),
-            "kernels": eng.isa.resolve()?.kernels_with(file.is_repacked()),
+            "kernels": eng.isa.resolve()?.kernels_report(file.is_repacked(), act == "q8"),
             "kernel_prefetch": eng.kernel_prefetch(eng.isa.resolve()?).json(),
             "weights": file.weights_mode(),
             "expert_tier": tier_as_run,

@@ -298,7 +298,7 @@ pub fn overlap(a: &OverlapArgs) -> Result<()> {
     if a.json {
         outln!(
             "{}",
-            serde_json::json!({"model": path, "isa": base.isa.name(), "kernels": base.isa.kernels_with(file.is_repacked()), "act": act, "kv": kv,
+            serde_json::json!({"model": path, "isa": base.isa.name(), "kernels": base.isa.kernels_report(file.is_repacked(), act == "q8"), "act": act, "kv": kv,
                 "tokens_per_arm": a.tokens, "repeat": a.repeat, "readers": readers,
                 "cold_start": cold, "notes": notes, "rows": rows})
         )?;
@@ -475,7 +475,7 @@ pub fn prefetch(a: &PrefetchArgs, path: &Path) -> Result<()> {
     if a.json {
         outln!(
             "{}",
-            serde_json::json!({"model": path, "threads": threads, "isa": base.isa.name(), "kernels": base.isa.kernels_with(e.file().is_repacked()),
+            serde_json::json!({"model": path, "threads": threads, "isa": base.isa.name(), "kernels": base.isa.kernels_report(e.file().is_repacked(), act == "q8"),
             "act": act, "kv": kv, "tokens_per_run": a.tokens, "repeat": a.repeat, "off_ms_tok": off, "on_ms_tok": on, "off_median": m_off,
             "on_median": m_on, "on_over_off": m_on / m_off, "regime": regime, "cold_start": cold,
             "hints_last_on_run": h, "prefetch_depth": crate::io::prefetch::depth_for_steps(file.cfg.effective_layers())})

@@ -133,7 +133,7 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
             let (act, kv) = s.engine.opts().numerics();
             let f = s.engine.file();
             format!(
-                "cflow-tui {} act={act} kv={kv} isa={} weights={}{}{} model={}",
+                "cflow-tui {} act={act} kv={kv} isa={} weights={}{}{}{} model={}",
                 env!("CARGO_PKG_VERSION"),
                 s.engine.opts().isa.name(),
                 f.weights_mode(),
@@ -143,10 +143,16 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
                 } else {
                     ""
                 },
+                if a.batch { " eval=batch" } else { "" },
                 f.path.file_name().unwrap_or_default().to_string_lossy()
             )
         }
         Source::File(f) => f.header.label.clone(),
+    };
+    let eval = match (&src, a.batch) {
+        (Source::File(_), _) => "file",
+        (_, true) => "batch",
+        _ => "step",
     };
     let mut writer = match (&a.save_logits, &src) {
         (Some(p), Source::Model(s)) => {
@@ -184,6 +190,31 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
         if let Source::Model(s) = &mut src {
             s.reset();
         }
+        if let (true, Source::Model(s)) = (a.batch, &mut src) {
+            // Every position's logits from one batched prompt; the scoring is the loop's below.
+            let mut err = None;
+            let mut i = 0;
+            let inputs = &chunk[..chunk.len().saturating_sub(1)];
+            s.engine.prefill_each(inputs, &mut |l| {
+                if err.is_some() {
+                    return;
+                }
+                log_softmax(l, &mut test_lp);
+                let nll_test = -test_lp[chunk[i + 1] as usize];
+                let target = chunk[i + 1] as usize;
+                let (w, r) = (writer.as_mut(), reference.as_mut());
+                err = record(&test_lp, target, nll_test, w, r, &mut ref_lp, &mut acc).err();
+                nll += nll_test;
+                nll2 += nll_test * nll_test;
+                count += 1;
+                i += 1;
+            })?;
+            if let Some(e) = err {
+                return Err(e);
+            }
+            pb.set_position(count as u64);
+            continue;
+        }
         for (i, &id) in chunk.iter().enumerate() {
             let last = i + 1 == chunk.len();
             let nll_test = match &mut src {
@@ -202,13 +233,9 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
                     -f.next_row(&mut test_lp)?.target_lp
                 }
             };
-            if let Some(w) = writer.as_mut() {
-                w.push(&test_lp, chunk[i + 1] as usize)?;
-            }
-            if let Some(r) = reference.as_mut() {
-                let row = r.next_row(&mut ref_lp)?;
-                acc.push(&ref_lp, &test_lp, -row.target_lp, nll_test);
-            }
+            let target = chunk[i + 1] as usize;
+            let (w, r) = (writer.as_mut(), reference.as_mut());
+            record(&test_lp, target, nll_test, w, r, &mut ref_lp, &mut acc)?;
             nll += nll_test;
             nll2 += nll_test * nll_test;
             count += 1;
@@ -261,6 +288,7 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
             "kv": kv,
             "isa": isa,
             "threads": threads,
+            "eval": eval,
             "router": if a.oracle_router { "oracle" } else { "model" },
             "chunk": ctx,
             "n_tokens": ids.len(),
@@ -288,6 +316,27 @@ pub(super) fn cmd_perplexity(a: PplArgs) -> Result<()> {
 }
 
 /// The text report of a comparison against a reference.
+/// One scored position: its distribution to `--save-logits`, and against the reference's
+/// row to the KL-divergence statistics.
+fn record(
+    test_lp: &[f64],
+    target: usize,
+    nll_test: f64,
+    writer: Option<&mut LogitsWriter>,
+    reference: Option<&mut LogitsReader>,
+    ref_lp: &mut [f64],
+    acc: &mut KldAccum,
+) -> Result<()> {
+    if let Some(w) = writer {
+        w.push(test_lp, target)?;
+    }
+    if let Some(r) = reference {
+        let row = r.next_row(ref_lp)?;
+        acc.push(ref_lp, test_lp, -row.target_lp, nll_test);
+    }
+    Ok(())
+}
+
 pub fn render_kld(s: &KldSummary, path: &Path, label: &str) -> String {
     format!(
         "vs reference {} [{label}] over {} positions:\n  \

@@ -176,7 +176,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
         "model": f.path.display().to_string(),
         "threads": sess.engine.threads(),
         "isa": sess.engine.opts().isa.name(),
-        "kernels": sess.engine.opts().isa.kernels_with(sess.engine.file().is_repacked()),
+        "kernels": sess.engine.opts().isa.kernels_report(sess.engine.file().is_repacked(), act == "q8"),
         "weights": sess.engine.file().weights_mode(),
         "expert_tier": sess.engine.cfg().has_experts().then(|| sess.engine.opts().expert_tier.name()),
         "repacked": sess.engine.file().is_repacked(),

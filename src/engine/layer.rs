@@ -110,7 +110,8 @@ fn attn_shape(cfg: &ModelConfig, pos: usize, cap: usize) -> attention::AttnShape
 }
 
 /// [`attend`] for the queries of positions `rows` (rows of `q` and `att`, in order), all in one
-/// pool run (prefill; bit-identical to one `attend` per position).
+/// pool run (prefill). With AVX-512 the block kernel runs (equal to one `attend` per position to
+/// rounding); with `--act q8` (`w.q8`) its BF16 build where the CPU has AVX512-BF16.
 pub fn attend_batch(
     w: &Weights,
     l: usize,
@@ -134,6 +135,7 @@ pub fn attend_batch(
                 window: win,
                 pos0,
                 n,
+                bf16: w.q8,
             },
             q,
             attention::Kv { k, v },
@@ -147,6 +149,7 @@ pub fn attend_batch(
                 window: win,
                 pos0,
                 n,
+                bf16: w.q8,
             },
             q,
             attention::Kv { k, v },

@@ -71,6 +71,50 @@ impl Engine {
         Ok(())
     }
 
+    /// [`Engine::prefill`] that hands `each` the logits after every token of `tokens`, in
+    /// order, as llama.cpp's perplexity evaluates a chunk: the prompt's batched arithmetic
+    /// (`perplexity --batch`), where [`Engine::step`] gives decode's. Token by token when the
+    /// model cannot batch. A batch's logits are handed out before the check that the model's
+    /// pages are intact ends it; when that check fails the call returns its error and the
+    /// caller must drop what it got.
+    pub fn prefill_each(
+        &mut self,
+        tokens: &[u32],
+        each: &mut dyn FnMut(&[f32]),
+    ) -> Result<(), ForwardError> {
+        if !self.can_batch_prefill() || tokens.len() < 2 {
+            for &t in tokens {
+                let l = self.step(t, true)?.expect("asked for logits");
+                each(l);
+            }
+            return Ok(());
+        }
+        let pos = self.kv.len;
+        if pos + tokens.len() > self.cfg.max_ctx {
+            return Err(ForwardError::ContextFull {
+                pos: pos + tokens.len() - 1,
+                max: self.cfg.max_ctx,
+            });
+        }
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            return Err(ForwardError::BadToken {
+                id,
+                vocab: self.cfg.vocab,
+            });
+        }
+        for chunk in tokens.chunks(BatchScratch::tokens_per_batch(&self.cfg)) {
+            let p0 = self.kv.len;
+            self.files_intact()?;
+            let mut bs = std::mem::take(&mut self.batch);
+            let r = self.forward_batch_in(&mut bs, chunk, p0, BatchLogits::Each(each));
+            self.batch = bs;
+            r?;
+            self.files_intact()?;
+            self.kv.len = p0 + chunk.len();
+        }
+        Ok(())
+    }
+
     /// One batch of a prompt, with the engine's batch scratch (kept between batches).
     fn forward_batch(
         &mut self,
@@ -79,7 +123,12 @@ impl Engine {
         want_logits: bool,
     ) -> Result<(), ForwardError> {
         let mut bs = std::mem::take(&mut self.batch);
-        let r = self.forward_batch_in(&mut bs, toks, pos0, want_logits);
+        let logits = if want_logits {
+            BatchLogits::Last
+        } else {
+            BatchLogits::None
+        };
+        let r = self.forward_batch_in(&mut bs, toks, pos0, logits);
         self.batch = bs;
         r
     }
@@ -89,7 +138,7 @@ impl Engine {
         bs: &mut BatchScratch,
         toks: &[u32],
         pos0: usize,
-        want_logits: bool,
+        logits: BatchLogits,
     ) -> Result<(), ForwardError> {
         let t_start = Instant::now();
         let ctx = Weights {
@@ -230,13 +279,29 @@ impl Engine {
             st.ns_dense = t1.elapsed().as_nanos() as u64;
         }
         let s = &mut self.s;
-        s.x.copy_from_slice(&bs.x[(n - 1) * d..n * d]);
-        if want_logits {
-            let t4 = Instant::now();
-            stats.lm_head_bytes = lm_head(&ctx, s);
+        let t4 = Instant::now();
+        let rows = match logits {
+            BatchLogits::None => n..n,
+            BatchLogits::Last => n - 1..n,
+            BatchLogits::Each(_) => 0..n,
+        };
+        let mut each = match logits {
+            BatchLogits::Each(f) => Some(f),
+            _ => None,
+        };
+        for b in rows.clone() {
+            s.x.copy_from_slice(&bs.x[b * d..(b + 1) * d]);
+            stats.lm_head_bytes += lm_head(&ctx, s);
+            check(&s.xb, None, 0, Phase::Logits, pos0 + b)?;
+            check(&s.logits, None, 0, Phase::Logits, pos0 + b)?;
+            if let Some(f) = each.as_mut() {
+                f(&s.logits);
+            }
+        }
+        if rows.is_empty() {
+            s.x.copy_from_slice(&bs.x[(n - 1) * d..n * d]);
+        } else {
             stats.ns_lm_head = t4.elapsed().as_nanos() as u64;
-            check(&s.xb, None, 0, Phase::Logits, pos0 + n - 1)?;
-            check(&s.logits, None, 0, Phase::Logits, pos0 + n - 1)?;
         }
         stats.ns_total = t_start.elapsed().as_nanos() as u64;
         self.stats = stats;
@@ -339,4 +404,13 @@ fn quantize_rows(
         q.quantize_for(&xs[b * width..(b + 1) * width], k)
     });
     true
+}
+
+/// Which logits a batch computes: none (a prompt's inner batches), the last token's (the
+/// prompt's last batch), or every token's, each handed to the callback in order
+/// ([`Engine::prefill_each`]).
+enum BatchLogits<'a> {
+    None,
+    Last,
+    Each(&'a mut dyn FnMut(&[f32])),
 }

@@ -48,6 +48,10 @@ pub struct Batch {
     pub window: usize,
     pub pos0: usize,
     pub n: usize,
+    /// Let the block kernel round its operands to bfloat16 where the CPU has AVX512-BF16
+    /// (`attention_block`'s BF16 build: about twice the multiply-adds per instruction; the
+    /// engine sets it with `--act q8`, not with `--act f32`).
+    pub bf16: bool,
 }
 
 /// Geometry of one attention call.
@@ -175,7 +179,12 @@ pub fn attend_batch<T: KvElem>(
     pool: &ThreadPool,
     isa: Isa,
     sh: &AttnShape,
-    Batch { window, pos0, n }: Batch,
+    Batch {
+        window,
+        pos0,
+        n,
+        bf16,
+    }: Batch,
     q: &[f32],
     Kv { k: kc, v: vc }: Kv<'_, T>,
     att: &mut [f32],
@@ -199,7 +208,12 @@ pub fn attend_batch<T: KvElem>(
     if isa == Isa::Avx512 && n > 1 && super::attention_block::usable(sh) {
         // Blocks of 16 positions in the lanes (`attention_block`): each K/V row converted once
         // per block; equal to the per-position kernels to rounding.
-        let b = Batch { window, pos0, n };
+        let b = Batch {
+            window,
+            pos0,
+            n,
+            bf16,
+        };
         return super::attention_block::attend_batch(pool, sh, b, q, Kv { k: kc, v: vc }, att);
     }
     let simd = head_kernel(isa, hd);
@@ -971,7 +985,12 @@ mod tests {
                             &pool,
                             isa,
                             &sh,
-                            Batch { window, pos0, n },
+                            Batch {
+                                window,
+                                pos0,
+                                n,
+                                bf16: false,
+                            },
                             &q,
                             Kv { k: &k, v: &v },
                             &mut got,
@@ -1055,6 +1074,7 @@ mod tests {
                                 window: 0,
                                 pos0: p0,
                                 n: 2,
+                                bf16: false,
                             },
                             &qq,
                             Kv { k: &k16, v: &v16 },
@@ -1068,6 +1088,7 @@ mod tests {
                                 window: 0,
                                 pos0: p0,
                                 n: 2,
+                                bf16: false,
                             },
                             &qq,
                             Kv { k: &kr, v: &vr },
@@ -1122,7 +1143,12 @@ mod tests {
                         &pool,
                         isa,
                         &sh,
-                        Batch { window: 0, pos0, n },
+                        Batch {
+                            window: 0,
+                            pos0,
+                            n,
+                            bf16: false,
+                        },
                         &qb,
                         Kv { k: &k, v: &v },
                         &mut ab,
@@ -1131,7 +1157,12 @@ mod tests {
                         &pool,
                         isa,
                         &hm,
-                        Batch { window: 0, pos0, n },
+                        Batch {
+                            window: 0,
+                            pos0,
+                            n,
+                            bf16: false,
+                        },
                         &qb,
                         Kv { k: &kh, v: &vh },
                         &mut bb,

@@ -179,6 +179,16 @@ impl Isa {
         }
     }
 
+    /// The `kernels` field of the JSON reports: [`Isa::kernels_with`], then what runs prefill's
+    /// attention with activations `q8` or not (`attention_block::label`).
+    pub fn kernels_report(self, repacked: bool, q8: bool) -> String {
+        format!(
+            "{}; {}",
+            self.kernels_with(repacked),
+            crate::kernels::attention_block::label(self, q8)
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
