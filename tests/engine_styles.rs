@@ -609,14 +609,19 @@ fn batched_prefill_matches_token_by_token() {
         // kernel's order 1.
         let bound = if int_act { 0.05 } else { 1e-5 };
         let r = rel(&la, &lb);
-        assert!(r < bound, "{}: int_act={int_act}: rel err {r}", f.path.display());
+        assert!(
+            r < bound,
+            "{}: int_act={int_act}: rel err {r}",
+            f.path.display()
+        );
         // Every position's logits from one batched prompt (`perplexity --batch`): the last
         // equals `prefill`'s bit for bit, every one is within rounding of decode's (an early
         // position's small logits: up to 2.5e-5 relative with f32 activations).
         let bound = if int_act { 0.05 } else { 1e-4 };
         let mut c = mk();
         let mut each = Vec::new();
-        c.prefill_each(&prompt, &mut |l| each.push(l.to_vec())).unwrap();
+        c.prefill_each(&prompt, &mut |l| each.push(l.to_vec()))
+            .unwrap();
         assert_eq!(each.len(), prompt.len());
         assert_eq!(each.last().unwrap(), &la);
         for (i, (x, y)) in each.iter().zip(&steps).enumerate() {

@@ -123,7 +123,10 @@ fn own_distributions_give_zero_kld_and_q8_a_small_one() {
     ]);
     let kq = q8["kl_divergence"]["kld"]["mean"].as_f64().unwrap();
     assert!(q8["act"] == "q8" && kq > 1e-7 && kq < 0.1, "{q8}");
-    assert_eq!((&first["eval"], &files["eval"]), (&"step".into(), &"file".into()));
+    assert_eq!(
+        (&first["eval"], &files["eval"]),
+        (&"step".into(), &"file".into())
+    );
     // Each chunk as one batched prompt: the same positions, prefill's rounding only.
     let batch = json_ok(&[
         m,
