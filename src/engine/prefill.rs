@@ -40,19 +40,7 @@ impl Engine {
         if tokens.is_empty() {
             return Ok(());
         }
-        let pos = self.kv.len;
-        if pos + tokens.len() > self.cfg.max_ctx {
-            return Err(ForwardError::ContextFull {
-                pos: pos + tokens.len() - 1,
-                max: self.cfg.max_ctx,
-            });
-        }
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
-            return Err(ForwardError::BadToken {
-                id,
-                vocab: self.cfg.vocab,
-            });
-        }
+        self.check_prompt(tokens)?;
         if !self.can_batch_prefill() || tokens.len() == 1 {
             for (i, &t) in tokens.iter().enumerate() {
                 self.step(t, i + 1 == tokens.len())?;
@@ -89,19 +77,7 @@ impl Engine {
             }
             return Ok(());
         }
-        let pos = self.kv.len;
-        if pos + tokens.len() > self.cfg.max_ctx {
-            return Err(ForwardError::ContextFull {
-                pos: pos + tokens.len() - 1,
-                max: self.cfg.max_ctx,
-            });
-        }
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
-            return Err(ForwardError::BadToken {
-                id,
-                vocab: self.cfg.vocab,
-            });
-        }
+        self.check_prompt(tokens)?;
         for chunk in tokens.chunks(BatchScratch::tokens_per_batch(&self.cfg)) {
             let p0 = self.kv.len;
             self.files_intact()?;
@@ -113,6 +89,24 @@ impl Engine {
             self.kv.len = p0 + chunk.len();
         }
         Ok(())
+    }
+
+    /// A prompt fits the context from the current position, and every id is in the vocabulary.
+    fn check_prompt(&self, tokens: &[u32]) -> Result<(), ForwardError> {
+        let pos = self.kv.len;
+        if pos + tokens.len() > self.cfg.max_ctx {
+            return Err(ForwardError::ContextFull {
+                pos: pos + tokens.len() - 1,
+                max: self.cfg.max_ctx,
+            });
+        }
+        match tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            Some(&id) => Err(ForwardError::BadToken {
+                id,
+                vocab: self.cfg.vocab,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// One batch of a prompt, with the engine's batch scratch (kept between batches).

@@ -344,7 +344,6 @@ mod avx512 {
             }
         }
         let scale = _mm512_set1_ps(sh.scale);
-        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
         for (t0, k) in sp.chunks() {
             for jj in 0..KC {
                 let dst = s.rows.as_mut_ptr().add(jj * hd);
@@ -371,13 +370,27 @@ mod avx512 {
                             *a = _mm512_fmadd_ps(qv, _mm512_set1_ps(*kp.add(d)), *a);
                         }
                     }
-                    for (jj, a) in acc.iter().enumerate().take(k - j0) {
-                        let v =
-                            _mm512_mask_blend_ps(masks[j0 + jj], ninf, _mm512_mul_ps(*a, scale));
-                        _mm512_storeu_ps(out.add((j0 + jj) * LANES), v);
-                    }
+                    store_scores(&acc, k - j0, &masks[j0..], scale, out.add(j0 * LANES));
                 }
             }
+        }
+    }
+
+    /// The first `n` score vectors of `acc` (keys `0..n` of `out`, 16 lanes apart), scaled;
+    /// −∞ in the lanes `masks` leaves out.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn store_scores(
+        acc: &[__m512; KS],
+        n: usize,
+        masks: &[u16],
+        scale: __m512,
+        out: *mut f32,
+    ) {
+        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+        for (jj, a) in acc.iter().enumerate().take(n) {
+            let v = _mm512_mask_blend_ps(masks[jj], ninf, _mm512_mul_ps(*a, scale));
+            _mm512_storeu_ps(out.add(jj * LANES), v);
         }
     }
 
@@ -534,7 +547,6 @@ mod avx512 {
             }
         }
         let scale = _mm512_set1_ps(sh.scale);
-        let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
         for (t0, k) in sp.chunks() {
             for jj in 0..k {
                 let src = kc.as_ptr().add(sh.at(t0 + jj, sp.kh));
@@ -564,11 +576,7 @@ mod avx512 {
                             *a = _mm512_dpbf16_ps(*a, qv, transmute::<__m512i, __m512bh>(kb));
                         }
                     }
-                    for (jj, a) in acc.iter().enumerate().take(k - j0) {
-                        let v =
-                            _mm512_mask_blend_ps(masks[j0 + jj], ninf, _mm512_mul_ps(*a, scale));
-                        _mm512_storeu_ps(out.add((j0 + jj) * LANES), v);
-                    }
+                    store_scores(&acc, k - j0, &masks[j0..], scale, out.add(j0 * LANES));
                 }
             }
         }
