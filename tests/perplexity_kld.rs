@@ -144,6 +144,10 @@ fn own_distributions_give_zero_kld_and_q8_a_small_one() {
     assert!(batch["label"].as_str().unwrap().contains("eval=batch"));
     let kb = batch["kl_divergence"]["kld"]["mean"].as_f64().unwrap();
     assert!(kb.abs() < 1e-4, "{batch}");
+    // `--batch` runs a model; read distributions have none to run.
+    let o = ppl(&["--batch", "--logits", own_s, "--kl-divergence", own_s]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--batch"), "{err}");
 }
 
 #[test]

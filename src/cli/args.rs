@@ -990,7 +990,7 @@ pub struct PplArgs {
     /// way llama-perplexity evaluates, so the KL divergence measures the prompt path's
     /// numerics (its batched kernels and block attention). Without it every position runs
     /// decode's step. Models that cannot batch (MoE, pipeline styles) run token by token either way.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "logits")]
     pub batch: bool,
     /// Diagnostic, not a router: every MoE layer runs the K experts whose hidden activation is
     /// largest on its own input (all E experts' gate/up are computed to find them). The bound
