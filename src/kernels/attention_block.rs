@@ -715,6 +715,25 @@ mod tests {
         }
     }
 
+    /// (window, first position, positions) of the batches the tests run: whole and partial
+    /// blocks, a batch after earlier positions, sliding windows.
+    const CASES: [(usize, usize, usize); 5] =
+        [(0, 0, 32), (0, 7, 21), (0, 40, 16), (12, 30, 35), (5, 0, 3)];
+
+    /// Random K and V caches of `ctx` positions for `sh`, as f32 and as f16.
+    fn caches(
+        rng: &mut crate::rng::Rng,
+        sh: &AttnShape,
+        ctx: usize,
+    ) -> (Vec<f32>, Vec<f32>, Vec<half::f16>, Vec<half::f16>) {
+        let kvd = (sh.n_heads / sh.group) * sh.head_dim * ctx;
+        let kf = rng.fill(kvd, 1.0);
+        let vf = rng.fill(kvd, 1.0);
+        let kh = kf.iter().map(|&x| half::f16::from_f32(x)).collect();
+        let vh = vf.iter().map(|&x| half::f16::from_f32(x)).collect();
+        (kf, vf, kh, vh)
+    }
+
     /// The block kernel against one per-query `attend` per position (scalar reference), for
     /// f32 and f16 caches, with and without a sliding window, whole and partial blocks, and a
     /// batch that starts after earlier positions.
@@ -729,14 +748,9 @@ mod tests {
                 return;
             }
             let mut rng = crate::rng::Rng::new(hd as u64);
-            let kvd = (nh / group) * hd * ctx;
-            let kf = rng.fill(kvd, 1.0);
-            let vf = rng.fill(kvd, 1.0);
-            let kh: Vec<half::f16> = kf.iter().map(|&x| half::f16::from_f32(x)).collect();
-            let vh: Vec<half::f16> = vf.iter().map(|&x| half::f16::from_f32(x)).collect();
+            let (kf, vf, kh, vh) = caches(&mut rng, &sh, ctx);
             let row = nh * hd;
-            for (window, pos0, n) in [(0, 0, 32), (0, 7, 21), (0, 40, 16), (12, 30, 35), (5, 0, 3)]
-            {
+            for (window, pos0, n) in CASES {
                 let q = rng.fill(n * row, 2.0);
                 let b = Batch {
                     window,
@@ -787,14 +801,9 @@ mod tests {
                 return;
             }
             let mut rng = crate::rng::Rng::new(hd as u64 + 1);
-            let kvd = (nh / group) * hd * ctx;
-            let kf = rng.fill(kvd, 1.0);
-            let vf = rng.fill(kvd, 1.0);
-            let kh: Vec<half::f16> = kf.iter().map(|&x| half::f16::from_f32(x)).collect();
-            let vh: Vec<half::f16> = vf.iter().map(|&x| half::f16::from_f32(x)).collect();
+            let (kf, vf, kh, vh) = caches(&mut rng, &sh, ctx);
             let row = nh * hd;
-            for (window, pos0, n) in [(0, 0, 32), (0, 7, 21), (0, 40, 16), (12, 30, 35), (5, 0, 3)]
-            {
+            for (window, pos0, n) in CASES {
                 let q = rng.fill(n * row, 2.0);
                 let b = Batch {
                     window,
