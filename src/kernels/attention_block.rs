@@ -160,6 +160,14 @@ struct Job<'a> {
     q: &'a [f32],
 }
 
+impl Job<'_> {
+    /// Lane `i`'s query for head `h0 + h` (padding lanes repeat the last real position's).
+    fn query(&self, h: usize, i: usize) -> &[f32] {
+        let (hd, row) = (self.sh.head_dim, self.sh.n_heads * self.sh.head_dim);
+        &self.q[i.min(self.nq - 1) * row + (self.h0 + h) * hd..][..hd]
+    }
+}
+
 /// Per-thread buffers: transposed queries, scores, converted K/V rows, output accumulators.
 #[derive(Default)]
 struct Scratch {
@@ -332,25 +340,21 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     unsafe fn scores<T: KvElem>(j: &Job, kc: &[T], sp: &Span, s: &mut Scratch) {
-        let (sh, hd, row) = (j.sh, sp.hd, j.sh.n_heads * sp.hd);
+        let (sh, hd) = (j.sh, sp.hd);
         s.qt.resize(j.g * hd * LANES, 0.0);
         s.rows.resize(KC * hd, 0.0);
         for h in 0..j.g {
             for i in 0..LANES {
-                let src = &j.q[i.min(j.nq - 1) * row + (j.h0 + h) * hd..][..hd];
-                for (d, &v) in src.iter().enumerate() {
+                for (d, &v) in j.query(h, i).iter().enumerate() {
                     s.qt[(h * hd + d) * LANES + i] = v;
                 }
             }
         }
         let scale = _mm512_set1_ps(sh.scale);
         for (t0, k) in sp.chunks() {
-            for jj in 0..KC {
+            // Rows past `k` keep an earlier chunk's keys (or zeros): scored, not stored.
+            for jj in 0..k {
                 let dst = s.rows.as_mut_ptr().add(jj * hd);
-                if jj >= k {
-                    std::ptr::write_bytes(dst, 0, hd);
-                    continue;
-                }
                 let src = kc.as_ptr().add(sh.at(t0 + jj, sp.kh));
                 for d in (0..hd).step_by(16) {
                     _mm512_storeu_ps(dst.add(d), load16(src.add(d)));
@@ -528,7 +532,7 @@ mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma,f16c")]
     unsafe fn scores_bf16<T: KvElem>(j: &Job, kc: &[T], sp: &Span, s: &mut Scratch) {
-        let (sh, hd, row) = (j.sh, sp.hd, j.sh.n_heads * sp.hd);
+        let (sh, hd) = (j.sh, sp.hd);
         let hp = hd / 2;
         s.qp.resize(j.g * hp * LANES, 0);
         s.kb.resize(KC * hp, 0);
@@ -536,7 +540,7 @@ mod avx512 {
         let mut qb = [0u32; 256];
         for h in 0..j.g {
             for i in 0..LANES {
-                let src = j.q[i.min(j.nq - 1) * row + (j.h0 + h) * hd..][..hd].as_ptr();
+                let src = j.query(h, i).as_ptr();
                 for d in (0..hd).step_by(16) {
                     let b = to_bf16(_mm512_loadu_ps(src.add(d)));
                     _mm256_storeu_si256(qb.as_mut_ptr().add(d / 2) as *mut __m256i, b);
