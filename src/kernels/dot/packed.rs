@@ -4,9 +4,10 @@
 //!
 //! Integer path (the Q8 activation): per record, each row's exact integer dot `Σ w·q` over the
 //! block (`w` the 4-bit quant `u` or the Q8_0 weight, `q` the activation's i8), then in f32, in
-//! this order: `acc = fma(dot, d·d_x, acc)`, and for the Q4 types `acc = fma(c, s', acc)`, where
-//! `d_x` is the activation block's scale, `s = d_x·Σq` its sum ([`super::Q8Act`]), and `(c, s')`
-//! is `(m, s)` for Q4_1 or `(d, −8·s)` for Q4_0. A tile's 16-row accumulators start at zero and
+//! this order ([`block_step`]): `acc = fma(dot, d·d_x, acc)`, and for Q4_1 `acc = fma(m, s,
+//! acc)`, where `d_x` is the activation block's scale and `s = d_x·Σq` its sum
+//! ([`super::Q8Act`]); Q4_0's offset folds into one step, `acc = fma(d, fma(dot, d_x, −8·s),
+//! acc)` (one multiply fewer per record and token). A tile's 16-row accumulators start at zero and
 //! are added to `y` at the end. Every path below computes exactly this (bit-identical, tested):
 //! the integer dot is exact in i32 (and in the AVX2 path's i16 partial sums: at most 16
 //! products of 15 × 128 for Q4, 2 of 128 × 127 for Q8_0), and the float steps are the same
@@ -358,7 +359,28 @@ pub fn path(isa: Isa) -> Path {
     }
 }
 
-/// The f32-side constants of block `b` for the two FMAs: `(d_x, s')`.
+/// One record row's float steps for block `b` (module docs): `dot` the row's exact integer
+/// dot, `dr` its weight scale, `c` its Q4_1 minimum (unused otherwise), `(dx, sp)` the block's
+/// [`block_consts`]. The scalar form of what every kernel below computes.
+#[inline(always)]
+pub(super) fn block_step(
+    q: QuantType,
+    acc: f32,
+    dot: i32,
+    dr: f32,
+    c: f32,
+    dx: f32,
+    sp: f32,
+) -> f32 {
+    match q {
+        QuantType::Q4_0 => dr.mul_add((dot as f32).mul_add(dx, sp), acc),
+        QuantType::Q4_1 => c.mul_add(sp, (dot as f32).mul_add(dr * dx, acc)),
+        _ => (dot as f32).mul_add(dr * dx, acc),
+    }
+}
+
+/// The f32-side constants of block `b` for [`block_step`]: `(d_x, s')`, `s'` being `−8·s` for
+/// Q4_0 and `s` otherwise.
 #[inline(always)]
 pub(super) fn block_consts(q: QuantType, d: &[f32], s: &[f32], b: usize) -> (f32, f32) {
     let sp = if q == QuantType::Q4_0 {
@@ -395,12 +417,11 @@ pub fn scalar_int(q: QuantType, rows: usize, nb: usize, body: &[u8], xq: XqBlock
                     dot += w * *xk as i32;
                 }
                 let dr = f16_at(rec, 2 * i);
-                *a = (dot as f32).mul_add(dr * dx, *a);
-                match q {
-                    QuantType::Q4_0 => *a = dr.mul_add(sp, *a),
-                    QuantType::Q4_1 => *a = f16_at(rec, 2 * PACK_ROWS + 2 * i).mul_add(sp, *a),
-                    _ => {}
-                }
+                let c = match q {
+                    QuantType::Q4_1 => f16_at(rec, 2 * PACK_ROWS + 2 * i),
+                    _ => 0.0,
+                };
+                *a = block_step(q, *a, dot, dr, c, dx, sp);
             }
         }
         for (yr, a) in y[g * PACK_ROWS..(g + 1) * PACK_ROWS].iter_mut().zip(acc) {
@@ -498,7 +519,7 @@ fn scalar_f32_q4k(rows: usize, cols: usize, body: &[u8], x: &[f32], y: &mut [f32
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     use super::*;
     use core::arch::x86_64::*;
 
@@ -666,12 +687,34 @@ mod avx512 {
                     let dot = _mm512_add_epi32(lo, _mm512_srai_epi32::<4>(hi));
                     let (d, s, _) = xs[t];
                     let (dx, sp) = block_consts(q, d, s, b);
-                    let dd = _mm512_mul_ps(dr, _mm512_set1_ps(dx));
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc[t]);
-                    acc[t] = _mm512_fmadd_ps(c, _mm512_set1_ps(sp), acc[t]);
+                    acc[t] = q4_step::<Q41>(acc[t], dot, dr, c, dx, sp);
                 }
             }
             add_group(&acc, y, rows, g);
+        }
+    }
+
+    /// [`super::block_step`] for 16 rows of a Q4_0 (`Q41 = false`) or Q4_1 record.
+    ///
+    /// # Safety
+    /// AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(in crate::kernels::dot) unsafe fn q4_step<const Q41: bool>(
+        acc: __m512,
+        dot: __m512i,
+        dr: __m512,
+        c: __m512,
+        dx: f32,
+        sp: f32,
+    ) -> __m512 {
+        let dot = _mm512_cvtepi32_ps(dot);
+        if Q41 {
+            let acc = _mm512_fmadd_ps(dot, _mm512_mul_ps(dr, _mm512_set1_ps(dx)), acc);
+            _mm512_fmadd_ps(c, _mm512_set1_ps(sp), acc)
+        } else {
+            let t = _mm512_fmadd_ps(dot, _mm512_set1_ps(dx), _mm512_set1_ps(sp));
+            _mm512_fmadd_ps(dr, t, acc)
         }
     }
 
@@ -1294,9 +1337,7 @@ mod avx512 {
                 } else {
                     dr
                 };
-                let dd = _mm512_mul_ps(dr, _mm512_set1_ps(dx));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, acc);
-                acc = _mm512_fmadd_ps(c, _mm512_set1_ps(sp), acc);
+                acc = q4_step::<Q41>(acc, dot, dr, c, dx, sp);
             }
             let yp = y.as_mut_ptr().add(g * PACK_ROWS);
             _mm512_storeu_ps(yp, _mm512_add_ps(_mm512_loadu_ps(yp), acc));
@@ -1376,9 +1417,14 @@ mod avx2 {
                             rec.add(2 * PACK_ROWS + 16 * h) as *const __m128i
                         ))
                     };
-                    let dd = _mm256_mul_ps(dr, _mm256_set1_ps(dx));
-                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), dd, *a);
-                    *a = _mm256_fmadd_ps(c, _mm256_set1_ps(sp), *a);
+                    let dot = _mm256_cvtepi32_ps(dot);
+                    *a = if q == QuantType::Q4_0 {
+                        let t = _mm256_fmadd_ps(dot, _mm256_set1_ps(dx), _mm256_set1_ps(sp));
+                        _mm256_fmadd_ps(dr, t, *a)
+                    } else {
+                        let dd = _mm256_mul_ps(dr, _mm256_set1_ps(dx));
+                        _mm256_fmadd_ps(c, _mm256_set1_ps(sp), _mm256_fmadd_ps(dot, dd, *a))
+                    };
                 }
             }
             for (h, a) in acc.iter().enumerate() {

@@ -8,9 +8,8 @@
 //! Up to 16 tokens' Q8 activations of the block are the "A" operand (16 × 32 signed bytes). One
 //! `TDPBSUD` (Q4: signed × unsigned) or `TDPBSSD` (Q8_0) gives each token's exact integer dot
 //! with each of the 16 rows, 16 × 16 i32. Each token's float steps are then `packed`'s, in its
-//! order: `acc = fma(dot, d·d_x, acc)` and, for Q4, `acc = fma(c, s', acc)`. The integer dot is
-//! the same exact value, so every token's result is bit-identical to `packed::tile_run` on it
-//! (tested in `packed`).
+//! order (`packed::block_step`). The integer dot is the same exact value, so every token's
+//! result is bit-identical to `packed::tile_run` on it (tested in `packed`).
 //!
 //! Availability: CPUID leaf 7 (AMX-TILE, AMX-INT8), the OS's XCR0 tile state bits, and Linux's
 //! per-process permission (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), asked once. `CFLOW_AMX=0` turns
@@ -363,11 +362,19 @@ unsafe fn run_passes(
                 let spb = sp.as_ptr().add(b * TOKENS);
                 let db = dots.as_ptr().add(b * TOKENS);
                 for (t, acc) in acc.iter_mut().enumerate() {
-                    let dd = _mm512_mul_ps(dr, _mm512_set1_ps(*dxb.add(t)));
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*db.add(t)), dd, *acc);
-                    if q != QuantType::Q8_0 {
-                        *acc = _mm512_fmadd_ps(c, _mm512_set1_ps(*spb.add(t)), *acc);
-                    }
+                    let (dot, dx, sp) = (*db.add(t), *dxb.add(t), *spb.add(t));
+                    *acc = match q {
+                        QuantType::Q4_0 => {
+                            super::packed::avx512::q4_step::<false>(*acc, dot, dr, c, dx, sp)
+                        }
+                        QuantType::Q4_1 => {
+                            super::packed::avx512::q4_step::<true>(*acc, dot, dr, c, dx, sp)
+                        }
+                        _ => {
+                            let dd = _mm512_mul_ps(dr, _mm512_set1_ps(dx));
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), dd, *acc)
+                        }
+                    };
                 }
             }
             for (t, acc) in acc.iter().enumerate().take(nt) {
