@@ -336,7 +336,7 @@ fn batched_kquant_tile(c: &mut Criterion) {
             .chunks_exact(TC)
             .map(|x| {
                 let mut a = Q8Act::default();
-                a.quantize_for(x, q.is_k());
+                a.quantize_for(x, [q]);
                 a
             })
             .collect();

@@ -375,8 +375,8 @@ fn at_row(mut e: NonFinite, d: usize) -> NonFinite {
 }
 
 /// Quantizes each `width`-wide row of `xs` into `out[row]` (grown as needed, buffers reused)
-/// when the batched kernels take Q8 input (`use_q8`, `width` a multiple of 32), with Q8_K
-/// blocks too when one of `mats` is a K-quant. Returns whether it did.
+/// when the batched kernels take Q8 input (`use_q8`, `width` a multiple of 32), in the forms
+/// `mats` read ([`Q8Act::quantize_for`]). Returns whether it did.
 fn quantize_rows(
     pool: &ThreadPool,
     use_q8: bool,
@@ -388,14 +388,16 @@ fn quantize_rows(
     if !use_q8 || !width.is_multiple_of(32) {
         return false;
     }
-    let k = mats.iter().any(|m| m.quant.is_k());
     let n = xs.len() / width;
     if out.len() < n {
         out.resize_with(n, Q8Act::default);
     }
     // One token per task: each row's quantization is the same on any thread.
     pool.for_each_mut(&mut out[..n], &|b, q| {
-        q.quantize_for(&xs[b * width..(b + 1) * width], k)
+        q.quantize_for(
+            &xs[b * width..(b + 1) * width],
+            mats.iter().map(|m| m.quant),
+        )
     });
     true
 }

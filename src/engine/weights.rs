@@ -56,7 +56,7 @@ impl Weights<'_> {
         let blocked = outs.iter().any(|(m, _)| m.quant.is_blocked());
         let use_q8 = self.q8 && blocked && x.len().is_multiple_of(32);
         if use_q8 {
-            xq.quantize_for(x, outs.iter().any(|(m, _)| m.quant.is_k()));
+            xq.quantize_for(x, outs.iter().map(|(m, _)| m.quant));
         }
         let act = Act {
             x,
@@ -106,7 +106,7 @@ impl Weights<'_> {
             let users = || outs.iter().enumerate().filter(move |(i, _)| which(*i) == j);
             let blocked = users().any(|(_, (m, _))| m.quant.is_blocked());
             if self.q8 && blocked && x.len().is_multiple_of(32) {
-                xq.quantize_for(x, users().any(|(_, (m, _))| m.quant.is_k()));
+                xq.quantize_for(x, users().map(|(_, (m, _))| m.quant));
                 q8[j] = true;
             }
         }

@@ -877,7 +877,7 @@ mod tests {
                         .chunks_exact(cols)
                         .map(|x| {
                             let mut a = Q8Act::default();
-                            a.quantize_for(x, q.is_k());
+                            a.quantize_for(x, [q]);
                             a
                         })
                         .collect();

@@ -95,7 +95,7 @@ pub fn run(isa: Isa, bytes: usize) -> Probe {
         *v = ((i % 17) as f32 - 8.0) / 8.0;
     }
     let mut act = Q8Act::default();
-    act.quantize_for(&x, true);
+    act.quantize_for(&x, [QuantType::Q4_1, QuantType::Q4_K]);
     let mut y = vec![0.0f32; ROWS];
     let mut families = Vec::new();
     let kernel = packed::Kernel::of(isa);

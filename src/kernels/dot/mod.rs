@@ -231,10 +231,27 @@ impl Q8Act {
         }
     }
 
-    /// Quantizes `x` to Q8 blocks, and to Q8_K blocks too when `k` (a K-quant matrix will read
-    /// it): what a matvec over a set of matrices needs.
-    pub fn quantize_for(&mut self, x: &[f32], k: bool) {
-        self.quantize_from(x);
+    /// Quantizes `x` into the forms that matrices of the given types read: Q8 blocks unless
+    /// every one is a K-quant, Q8_K blocks when one is. K-quant rows are whole super-blocks of
+    /// 256, so their Q8_K form always exists; an input that only K-quants read (a K-quant
+    /// model's FFN down projection) skips the Q8 blocks it would never use, which leaves
+    /// [`Q8Act::blocks`] at zero.
+    pub fn quantize_for(&mut self, x: &[f32], types: impl IntoIterator<Item = QuantType>) {
+        let (mut q8, mut k) = (false, false);
+        for q in types {
+            if q.is_k() {
+                k = true;
+            } else {
+                q8 = true;
+            }
+        }
+        if q8 || !k {
+            self.quantize_from(x);
+        } else {
+            self.d.clear();
+            self.s.clear();
+            self.qs.clear();
+        }
         if k {
             self.quantize_k_from(x);
         }
@@ -510,6 +527,34 @@ mod tests {
     use super::*;
     #[allow(unused_imports)]
     use crate::kernels::dot::Tile;
+
+    /// `quantize_for` makes exactly the forms its matrices read, and each form equals the one
+    /// made on its own.
+    #[test]
+    fn quantize_for_makes_the_forms_its_matrices_read() {
+        let x: Vec<f32> = (0..512).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let mut alone = Q8Act::default();
+        alone.quantize_from(&x);
+        alone.quantize_k_from(&x);
+        let mut a = Q8Act::default();
+        for (types, q8, k) in [
+            (vec![QuantType::Q4_0], true, false),
+            (vec![QuantType::Q6_K, QuantType::Q4_K], false, true),
+            (vec![QuantType::Q4_K, QuantType::Q8_0], true, true),
+            (vec![QuantType::F32], true, false),
+        ] {
+            a.quantize_for(&x, types.iter().copied());
+            assert_eq!(a.blocks() > 0, q8, "{types:?}");
+            assert_eq!(a.k.slice(0, 512).is_some(), k, "{types:?}");
+            if q8 {
+                assert_eq!((&a.d, &a.s, &a.qs), (&alone.d, &alone.s, &alone.qs));
+            }
+            if k {
+                let (got, want) = (a.k.slice(0, 512).unwrap(), alone.k.slice(0, 512).unwrap());
+                assert_eq!((got.d, got.qs, got.bsums), (want.d, want.qs, want.bsums));
+            }
+        }
+    }
 
     /// `kernels_with` names what runs: unchanged without repacking; with it, the packed
     /// kernels' own dispatch (VNNI only where the CPU has it).
