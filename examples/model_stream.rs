@@ -17,6 +17,9 @@
 //! another in its own part of the copy, so its stream runs on across the calls' barriers (the
 //! bytes read are the copy's, in those places; docs/PERFORMANCE.md, "Where the time goes").
 //!
+//! `PF=0` turns the kernels' own prefetch hints off (`kernels::prefetch::set_kernel`); by
+//! default every family issues them.
+//!
 //! `cargo run --release --example model_stream -- MODEL.cflow [PASSES]`
 
 use cflow::format::reader::Matrix;
@@ -53,6 +56,9 @@ fn main() {
     let repack = env("REPACK", 1) == 1;
     let read_only = matches!(env("READ", 0), 1 | 3);
     let halves = env("READ", 0) == 3;
+    if env("PF", 1) == 0 {
+        cflow::kernels::prefetch::set_kernel(cflow::kernels::prefetch::KernelPrefetch::NONE);
+    }
     let mut f = CflowFile::open(std::path::Path::new(path)).unwrap_or_else(|e| {
         eprintln!("{e}");
         std::process::exit(1);

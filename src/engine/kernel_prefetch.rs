@@ -137,7 +137,7 @@ fn auto(isa: Isa, before_probe: &dyn Fn()) -> Resolved {
 }
 
 /// The probe's method version: a probe measured by an older method is measured again.
-const METHOD_VERSION: u32 = 1;
+const METHOD_VERSION: u32 = 2;
 
 fn cache_key(cpu: &str, logical: u32, isa: Isa) -> String {
     format!(

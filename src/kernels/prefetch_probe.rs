@@ -3,7 +3,9 @@
 //! one thread, with its prefetch on and off in alternating rounds, and keeps it only where it
 //! is not slower. The hint's worth is a property of the CPU and the layout: on the Zen 4 guest
 //! of docs/PERFORMANCE.md SmolLM2's repacked decode ran ~30 % faster without it and its
-//! file-layout decode ~45 % slower, while earlier machines gained on both.
+//! file-layout decode ~45 % slower, while earlier machines gained on both. It is also a
+//! property of the pages: the probe streams from the memory the resident weights live in
+//! (transparent huge pages), since the hint can pay on 4 KiB pages and cost on huge ones.
 
 use super::dot::{kquant, packed, Q8Act, Tile};
 use super::prefetch::{self, KernelPrefetch};
@@ -88,8 +90,21 @@ pub fn pass_bytes(l3: Option<u64>) -> usize {
 pub fn run(isa: Isa, bytes: usize) -> Probe {
     let before = prefetch::kernel();
     // Every byte 0x11: finite f16 scales, nibbles of 1; the values do not matter, only the
-    // bytes streamed.
-    let buf = vec![0x11u8; bytes];
+    // bytes streamed. The bytes sit in the kind of memory the resident weights are streamed
+    // from (`format::mmap::huge_anon`, transparent huge pages): on the Zen 4 guest the hint
+    // cost repacked decode 1.26× at one thread from such pages, while from a heap buffer in
+    // 4 KiB pages it sped the same kernel up 1.28×, so a probe on other pages chose wrong.
+    let mut mapped = crate::format::mmap::huge_anon(bytes).ok();
+    let mut heap = Vec::new();
+    let buf: &mut [u8] = match mapped.as_mut() {
+        Some(m) => &mut m[..],
+        None => {
+            heap.resize(bytes, 0);
+            &mut heap
+        }
+    };
+    buf.fill(0x11);
+    let buf = &*buf;
     let mut x = vec![0.0f32; COLS];
     for (i, v) in x.iter_mut().enumerate() {
         *v = ((i % 17) as f32 - 8.0) / 8.0;

@@ -532,7 +532,9 @@ mod tests {
     /// made on its own.
     #[test]
     fn quantize_for_makes_the_forms_its_matrices_read() {
-        let x: Vec<f32> = (0..512).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let x: Vec<f32> = (0..512)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
         let mut alone = Q8Act::default();
         alone.quantize_from(&x);
         alone.quantize_k_from(&x);
