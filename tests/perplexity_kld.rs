@@ -83,17 +83,13 @@ fn own_distributions_give_zero_kld_and_q8_a_small_one() {
     assert_eq!(first["act"], "f32");
     assert_eq!(first["reference"]["label"], "crafted");
     assert!(first["kl_divergence"]["kld"]["mean"].as_f64().unwrap() > 0.01);
-    // f32 against its own saved distributions: zero up to the 16-bit rounding.
-    let same = json_ok(&[
-        m,
-        "--kl-divergence",
-        own_s,
-        "--act",
-        "f32",
-        "--threads",
-        "1",
-        "--json",
-    ]);
+    // Against its own saved distributions, on one thread, with `act` and any further flags.
+    let against_own = |act: &str, more: &[&str]| {
+        let head = [m, "--kl-divergence", own_s, "--act", act, "--threads", "1"];
+        json_ok(&[&head[..], more, &["--json"]].concat())
+    };
+    // f32: zero up to the 16-bit rounding.
+    let same = against_own("f32", &[]);
     let k = &same["kl_divergence"];
     assert!(k["kld"]["mean"].as_f64().unwrap().abs() < 1e-6, "{k}");
     assert!(k["kld_max"].as_f64().unwrap().abs() < 1e-5, "{k}");
@@ -111,16 +107,7 @@ fn own_distributions_give_zero_kld_and_q8_a_small_one() {
     );
     assert!((pf - ps).abs() < 1e-6 * ps, "{pf} vs {ps}");
     // The Q8 path differs a little.
-    let q8 = json_ok(&[
-        m,
-        "--kl-divergence",
-        own_s,
-        "--act",
-        "q8",
-        "--threads",
-        "1",
-        "--json",
-    ]);
+    let q8 = against_own("q8", &[]);
     let kq = q8["kl_divergence"]["kld"]["mean"].as_f64().unwrap();
     assert!(q8["act"] == "q8" && kq > 1e-7 && kq < 0.1, "{q8}");
     assert_eq!(
@@ -128,17 +115,7 @@ fn own_distributions_give_zero_kld_and_q8_a_small_one() {
         (&"step".into(), &"file".into())
     );
     // Each chunk as one batched prompt: the same positions, prefill's rounding only.
-    let batch = json_ok(&[
-        m,
-        "--kl-divergence",
-        own_s,
-        "--act",
-        "f32",
-        "--threads",
-        "1",
-        "--batch",
-        "--json",
-    ]);
+    let batch = against_own("f32", &["--batch"]);
     assert_eq!(batch["eval"], "batch");
     assert_eq!(batch["predictions"], first["predictions"]);
     assert!(batch["label"].as_str().unwrap().contains("eval=batch"));
