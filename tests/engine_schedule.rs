@@ -5,6 +5,7 @@
 //! logits.
 
 use cflow::convert::generate::{generate, GenSpec};
+use cflow::engine::sampler::argmax;
 use cflow::engine::ExpertTier;
 use cflow::engine::{stream_bytes, Engine, EngineOptions, Layout, Schedule};
 use cflow::format::vflow::{convert, VflowFile};
@@ -41,24 +42,19 @@ fn gen(dir: &Path, arch: &str) -> PathBuf {
     p
 }
 
-/// The greedy token (the engine's own `argmax`: the first of equal maxima).
-fn argmax(v: &[f32]) -> u32 {
-    cflow::engine::sampler::argmax(v) as u32
-}
-
 /// Greedy decode of `n` tokens after a fixed prompt: the tokens and every step's logits' bits.
 fn decode(e: &mut Engine, n: usize) -> (Vec<u32>, Vec<Vec<u32>>) {
     e.reset();
     let (mut toks, mut logits) = (Vec::new(), Vec::new());
     let mut last = 0;
     for &t in &[1u32, 17, 99, 3] {
-        last = argmax(e.step(t, true).unwrap().unwrap());
+        last = argmax(e.step(t, true).unwrap().unwrap()) as u32;
     }
     for _ in 0..n {
         toks.push(last);
         let l = e.step(last, true).unwrap().unwrap();
         logits.push(l.iter().map(|v| v.to_bits()).collect());
-        last = argmax(l);
+        last = argmax(l) as u32;
     }
     (toks, logits)
 }
@@ -134,7 +130,7 @@ fn switching_the_schedule_between_tokens_keeps_the_tokens() {
     e.reset();
     let mut last = 0;
     for &t in &[1u32, 17, 99, 3] {
-        last = argmax(e.step(t, true).unwrap().unwrap());
+        last = argmax(e.step(t, true).unwrap().unwrap()) as u32;
     }
     let mut got = Vec::new();
     for i in 0..10 {
@@ -144,7 +140,7 @@ fn switching_the_schedule_between_tokens_keeps_the_tokens() {
             Schedule::Sequential
         });
         got.push(last);
-        last = argmax(e.step(last, true).unwrap().unwrap());
+        last = argmax(e.step(last, true).unwrap().unwrap()) as u32;
     }
     assert_eq!(got, want);
     assert!(e.vertical_jobs() > 0);

@@ -13,6 +13,7 @@
 //! Every scenario runs under a watchdog, so a hang fails the test instead of blocking the suite.
 
 use cflow::convert::generate::{generate, GenSpec};
+use cflow::engine::sampler::argmax;
 use cflow::engine::session::Session;
 use cflow::engine::worker::{spawn, WorkerOptions};
 use cflow::engine::ForwardError;
@@ -82,11 +83,6 @@ fn fault(kind: FaultKind, at: u64) -> FetchHooks {
     }
 }
 
-/// The greedy token (the engine's own `argmax`: the first of equal maxima).
-fn argmax(v: &[f32]) -> u32 {
-    cflow::engine::sampler::argmax(v) as u32
-}
-
 /// Runs `f` on its own thread; fails if it takes longer than `secs` (a hang).
 fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = unbounded();
@@ -119,7 +115,7 @@ fn decode(e: &mut Engine, n: usize, on_error: &mut OnError) -> (Vec<u32>, Vec<u3
         let slots = (e.fetch_free_slots(), e.fetch_slots());
         match e.step(t, true) {
             Ok(l) => {
-                let next = argmax(l.unwrap());
+                let next = argmax(l.unwrap()) as u32;
                 if i + 1 >= PROMPT.len() {
                     out.push(next);
                 }

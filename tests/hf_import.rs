@@ -21,6 +21,7 @@
 //!   counters and routing) go strictly forward through the file, except the selected experts.
 
 use cflow::convert::hf::{import_hf, HfError};
+use cflow::engine::sampler::argmax;
 use cflow::engine::{Engine, EngineOptions, Layout};
 use cflow::engine::{ExpertTier, FetchMode};
 use cflow::format::vflow::{convert, is_twin_of, VflowFile};
@@ -145,10 +146,6 @@ fn truncate(f: &CflowFile, k: usize, out: &Path) -> Arc<CflowFile> {
     }
     w.finish(&f.vocab_data(), &cfg.meta).unwrap();
     Arc::new(CflowFile::open(&p).unwrap())
-}
-
-fn argmax(v: &[f32]) -> usize {
-    cflow::engine::sampler::argmax(v)
 }
 
 fn max_rel(a: &[f32], b: &[f32]) -> f32 {

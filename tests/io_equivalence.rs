@@ -4,6 +4,7 @@
 //! random toggling between tokens.
 
 use cflow::convert::generate::{generate, GenSpec};
+use cflow::engine::sampler::argmax;
 use cflow::engine::{Engine, EngineOptions};
 use cflow::engine::{ExpertTier, FetchMode};
 use cflow::format::CflowFile;
@@ -29,22 +30,17 @@ fn gen(dir: &Path, arch: &str, layers: usize, hidden: usize) -> PathBuf {
     p
 }
 
-/// The greedy token (the engine's own `argmax`: the first of equal maxima).
-fn argmax(v: &[f32]) -> u32 {
-    cflow::engine::sampler::argmax(v) as u32
-}
-
 /// Greedy decode of `n` tokens after a fixed prompt; returns tokens and the final logits' bits.
 fn decode(e: &mut Engine, n: usize) -> (Vec<u32>, Vec<u32>) {
     e.reset();
     let prompt = [1u32, 17, 99, 3];
     let mut last = 0;
     for &t in &prompt {
-        last = argmax(e.step(t, true).unwrap().unwrap());
+        last = argmax(e.step(t, true).unwrap().unwrap()) as u32;
     }
     let mut out = vec![last];
     for _ in 1..n {
-        last = argmax(e.step(last, true).unwrap().unwrap());
+        last = argmax(e.step(last, true).unwrap().unwrap()) as u32;
         out.push(last);
     }
     (out, e.logits().iter().map(|v| v.to_bits()).collect())
@@ -313,7 +309,7 @@ fn stress_random_toggling_1000_tokens() {
     );
     let mut want = Vec::with_capacity(n);
     for &t in &seq {
-        want.push(argmax(base.step(t, true).unwrap().unwrap()));
+        want.push(argmax(base.step(t, true).unwrap().unwrap()) as u32);
     }
     let mut e = Engine::new(
         f.clone(),
@@ -348,7 +344,7 @@ fn stress_random_toggling_1000_tokens() {
             fetches_clean(&e, &mut checked);
             e.set_readers(1 + (r >> 10) as usize % 3);
         }
-        let got = argmax(e.step(t, true).unwrap().unwrap());
+        let got = argmax(e.step(t, true).unwrap().unwrap()) as u32;
         assert_eq!(got, want[i], "token {i}");
     }
     fetches_clean(&e, &mut checked);

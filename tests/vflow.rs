@@ -3,6 +3,7 @@
 //! combination, and live switching between tokens), and typed errors on corrupted files.
 
 use cflow::convert::generate::{generate, GenSpec};
+use cflow::engine::sampler::argmax;
 use cflow::engine::Layout;
 use cflow::engine::{Engine, EngineOptions};
 use cflow::engine::{ExpertTier, FetchMode};
@@ -34,21 +35,16 @@ fn to_vflow(p: &Path, g: usize) -> PathBuf {
     out
 }
 
-/// The greedy token (the engine's own `argmax`: the first of equal maxima).
-fn argmax(v: &[f32]) -> u32 {
-    cflow::engine::sampler::argmax(v) as u32
-}
-
 /// Greedy decode of `n` tokens after a fixed prompt; returns tokens and the final logits' bits.
 fn decode(e: &mut Engine, n: usize) -> (Vec<u32>, Vec<u32>) {
     e.reset();
     let mut last = 0;
     for &t in &[1u32, 17, 99, 3] {
-        last = argmax(e.step(t, true).unwrap().unwrap());
+        last = argmax(e.step(t, true).unwrap().unwrap()) as u32;
     }
     let mut out = vec![last];
     for _ in 1..n {
-        last = argmax(e.step(last, true).unwrap().unwrap());
+        last = argmax(e.step(last, true).unwrap().unwrap()) as u32;
         out.push(last);
     }
     (out, e.logits().iter().map(|v| v.to_bits()).collect())
@@ -115,12 +111,12 @@ fn check_equivalence(cflow: &Path, vflow: &Path) {
     let mut last = 0;
     for (i, &t) in [1u32, 17, 99, 3].iter().enumerate() {
         e.set_layout(layouts[i % 4]).unwrap();
-        last = argmax(e.step(t, true).unwrap().unwrap());
+        last = argmax(e.step(t, true).unwrap().unwrap()) as u32;
     }
     let mut out = vec![last];
     for i in 1..8 {
         e.set_layout(layouts[(i + 1) % 4]).unwrap();
-        last = argmax(e.step(last, true).unwrap().unwrap());
+        last = argmax(e.step(last, true).unwrap().unwrap()) as u32;
         out.push(last);
     }
     assert_eq!(out, toks, "tokens differ with live layout switching");

@@ -1,9 +1,8 @@
 //! Sampling settings: their defaults (greedy for scripted runs, llama.cpp-like for chat), their
-//! validation, the one-line description the header and transcripts show, and the command-line
-//! flags (`SamplingArgs`, flattened into the TUI's top level, `run` and `chat`).
+//! validation, the one-line description the header and transcripts show, and the settings a user
+//! overrides (`SamplingOverrides`; the command line's flags, `cli::args::SamplingOverrides`, fill it).
 
 use crate::telemetry::SamplingParams;
-use clap::Args;
 
 /// A sampling setting outside its range; the message names the flag / field.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -148,47 +147,31 @@ pub fn describe_short(p: &SamplingParams) -> String {
     )
 }
 
-/// The sampling flags. Unset flags take the defaults of the context ([`scripted_defaults`] for
-/// `run`, [`chat_defaults`] for the TUI on a chat model and `chat`).
-#[derive(Args, Debug, Clone, Default, PartialEq)]
-#[command(next_help_heading = "Sampling")]
-pub struct SamplingArgs {
-    /// Random seed for sampling [default: 0].
-    #[arg(long)]
+/// The sampling settings a user set (the flags of `run`, `chat` and the TUI); unset ones take
+/// the defaults of the context ([`scripted_defaults`] for `run`, [`chat_defaults`] for the TUI
+/// on a chat model and `chat`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SamplingOverrides {
     pub seed: Option<u64>,
-    /// Sampling temperature; 0 = greedy [default: 0 for `run`; 0.7 for chat: the TUI on a chat
-    /// model and `chat`].
-    #[arg(long)]
     pub temperature: Option<f32>,
-    /// Keep the K most likely tokens (0 = all) [default: 40].
-    #[arg(long)]
     pub top_k: Option<u32>,
-    /// Nucleus sampling: keep the smallest set of tokens whose probability reaches P
-    /// [default: 0.95].
-    #[arg(long)]
     pub top_p: Option<f32>,
-    /// Keep tokens at least P times as likely as the most likely one (0 = off) [default: 0 for
-    /// `run`; 0.05 for chat].
-    #[arg(long)]
     pub min_p: Option<f32>,
-    /// Repetition penalty over the last 64 tokens (1 = off) [default: 1 for `run`; 1.1 for
-    /// chat].
-    #[arg(long)]
     pub repeat_penalty: Option<f32>,
 }
 
-impl SamplingArgs {
-    /// The flags over [`scripted_defaults`].
+impl SamplingOverrides {
+    /// The overrides over [`scripted_defaults`].
     pub fn params(&self) -> Result<SamplingParams, InvalidSampling> {
         self.over(scripted_defaults())
     }
 
-    /// The flags over [`chat_defaults`].
+    /// The overrides over [`chat_defaults`].
     pub fn chat_params(&self) -> Result<SamplingParams, InvalidSampling> {
         self.over(chat_defaults())
     }
 
-    /// The flags that are set, over `base`, validated.
+    /// The overrides that are set, over `base`, validated.
     pub fn over(&self, base: SamplingParams) -> Result<SamplingParams, InvalidSampling> {
         let p = SamplingParams {
             temperature: self.temperature.unwrap_or(base.temperature),
@@ -203,17 +186,13 @@ impl SamplingArgs {
     }
 }
 
-/// The TUI's chat flags besides sampling.
-#[derive(Args, Debug, Clone, Default, PartialEq)]
-#[command(next_help_heading = "Chat")]
-pub struct TuiChatArgs {
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
-    /// System prompt for the chat template (editable in the TUI: o, then the `system` row).
-    #[arg(long)]
+/// How the TUI's chat starts: the sampling overrides, a system prompt, and a conversation to
+/// continue (the TUI's chat flags).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatStart {
+    pub sampling: SamplingOverrides,
     pub system: Option<String>,
-    /// Continue a conversation saved with Ctrl+S (a Markdown transcript).
-    #[arg(long, value_name = "FILE")]
+    /// A Markdown transcript saved with Ctrl+S.
     pub transcript: Option<std::path::PathBuf>,
 }
 
@@ -223,10 +202,10 @@ mod tests {
 
     #[test]
     fn unset_flags_take_the_context_defaults() {
-        let none = SamplingArgs::default();
+        let none = SamplingOverrides::default();
         assert_eq!(none.params().unwrap(), scripted_defaults());
         assert_eq!(none.chat_params().unwrap(), chat_defaults());
-        let some = SamplingArgs {
+        let some = SamplingOverrides {
             temperature: Some(0.0),
             seed: Some(9),
             ..Default::default()
@@ -274,28 +253,28 @@ mod tests {
     fn ranges_are_checked_and_named() {
         for (a, flag) in [
             (
-                SamplingArgs {
+                SamplingOverrides {
                     temperature: Some(-1.0),
                     ..Default::default()
                 },
                 "--temperature",
             ),
             (
-                SamplingArgs {
+                SamplingOverrides {
                     top_p: Some(0.0),
                     ..Default::default()
                 },
                 "--top-p",
             ),
             (
-                SamplingArgs {
+                SamplingOverrides {
                     min_p: Some(1.5),
                     ..Default::default()
                 },
                 "--min-p",
             ),
             (
-                SamplingArgs {
+                SamplingOverrides {
                     repeat_penalty: Some(f32::NAN),
                     ..Default::default()
                 },

@@ -61,7 +61,7 @@ pub struct Cli {
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
-    pub chat: crate::chat::sampling::TuiChatArgs,
+    pub chat: TuiChatArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -649,7 +649,7 @@ impl EngineArgs {
     }
 }
 
-pub use crate::chat::sampling::SamplingArgs;
+pub use super::sampling_args::{SamplingArgs, TuiChatArgs};
 
 /// `bench decode --feed`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -861,7 +861,7 @@ pub enum BenchCmd {
     Overlap(crate::cli::bench_io::OverlapArgs),
     /// The overlap model alone, on figures you give it (e.g. the paper's Table 5.6): steady
     /// state vs the per-layer replay with fill and drain. Measures nothing.
-    OverlapModel(crate::telemetry::overlap_model::ModelArgs),
+    OverlapModel(crate::cli::bench_io::OverlapModelArgs),
     /// Tiled vs row-major matvec wall clock at large shapes (paper §5.4).
     Layout(crate::cli::bench_layout::LayoutArgs),
     /// Decode ms/token with the PREFETCHT0 thread on vs off (paper §5.8).

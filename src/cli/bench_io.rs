@@ -1,11 +1,12 @@
 //! The I/O benchmarks: `bench overlap` (sync vs staged expert fetch on the direct tier,
-//! paper §5.14) and `bench prefetch` (decode with the PREFETCHT0 thread on vs off, §5.8).
+//! paper §5.14), its model alone on given figures (`bench overlap-model`), and `bench prefetch`
+//! (decode with the PREFETCHT0 thread on vs off, §5.8).
 //!
 //! (`bench layout` lives in `bench_layout.rs`.)
 
 use crate::convert::generate::{generate, GenSpec};
 use crate::engine::{Engine, EngineOptions, ExpertTier, FetchMode};
-use crate::telemetry::overlap_model::{self, LayerTiming};
+use crate::telemetry::overlap_model::{self, LayerTiming, UniformFigures};
 use crate::{errln, outln};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -529,4 +530,64 @@ pub fn prefetch(a: &PrefetchArgs, path: &Path) -> Result<()> {
         )
     )?;
     Ok(())
+}
+
+/// `bench overlap-model`: the model on uniform per-layer figures.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Example (the paper's Table 5.6, T = 4: 1128 ms/token sync = 16 layers × (38.0 + 32.5) ms):\n  \
+    cflow-tui bench overlap-model --layers 16 --expert-delay 2 --c 38.0 --io 32.5 --io-eff 40 --sync-ms 1128"
+)]
+pub struct OverlapModelArgs {
+    /// Layers per token.
+    #[arg(long)]
+    pub layers: usize,
+    /// Expert delay δe (reads of layer ℓ are injected at min(ℓ + δe, L − 1)).
+    #[arg(long)]
+    pub expert_delay: usize,
+    /// Compute per layer before its expert reads are submitted, ms.
+    #[arg(long)]
+    pub c: f64,
+    /// Compute per layer of the injected experts (after their reads), ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub inject: f64,
+    /// Wall-clock expert I/O per layer the staged arm's reads take, ms (IO_eff).
+    #[arg(long)]
+    pub io_eff: f64,
+    /// Expert I/O per layer the sync arm pays, ms (default: --io-eff). The paper's Table 5.6
+    /// gives IO = 32.5 for the sync arm and IO_eff ≈ 40 for the disk floor.
+    #[arg(long)]
+    pub io: Option<f64>,
+    /// The measured sync ms/token, when known: the time outside the layers is then
+    /// sync − L·(c + inject + io), the same in both arms; without it that time is taken as 0.
+    #[arg(long)]
+    pub sync_ms: Option<f64>,
+    /// Reader threads serving the reads (FIFO).
+    #[arg(long, default_value_t = 1)]
+    pub readers: usize,
+    /// Expert reads per layer, each keeping a reader busy for --read-ms (default: one read of
+    /// --io-eff per layer).
+    #[arg(long, default_value_t = 1)]
+    pub reads: usize,
+    /// Reader-busy ms of one read (default: --io-eff / --reads).
+    #[arg(long)]
+    pub read_ms: Option<f64>,
+}
+
+impl OverlapModelArgs {
+    /// The flags as the model's figures.
+    pub fn figures(&self) -> UniformFigures {
+        UniformFigures {
+            layers: self.layers,
+            expert_delay: self.expert_delay,
+            c: self.c,
+            inject: self.inject,
+            io_eff: self.io_eff,
+            io: self.io,
+            sync_ms: self.sync_ms,
+            readers: self.readers,
+            reads: self.reads,
+            read_ms: self.read_ms,
+        }
+    }
 }

@@ -15,6 +15,7 @@ mod model;
 mod moefy;
 mod perplexity;
 mod run;
+mod sampling_args;
 mod toggles;
 mod trace;
 mod tui_host;
@@ -110,7 +111,7 @@ fn dispatch(mut cli: Cli) -> Result<()> {
         }
         Some(Cmd::Bench(BenchCmd::Overlap(a))) => crate::cli::bench_io::overlap(&a),
         Some(Cmd::Bench(BenchCmd::OverlapModel(a))) => {
-            crate::outln!("{}", crate::telemetry::overlap_model::report(&a)?)?;
+            crate::outln!("{}", crate::telemetry::overlap_model::report(&a.figures())?)?;
             Ok(())
         }
         Some(Cmd::Bench(BenchCmd::Layout(a))) => {

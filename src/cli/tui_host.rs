@@ -49,7 +49,7 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
         true => cli.chat.sampling.chat_params()?,
         false => cli.chat.sampling.params()?,
     };
-    let startup = crate::tui::transcript::startup_commands(&cli.chat)?;
+    let startup = crate::tui::transcript::startup_commands(&cli.chat.start())?;
     let mut session =
         Session::with_tokenizer(engine, sampling, opened.tokenizer).map_err(anyhow::Error::msg)?;
     session.report = Some(report);

@@ -237,50 +237,34 @@ fn layer_means<'a>(
     Some((per, other / k))
 }
 
-/// `bench overlap-model`: the model on uniform per-layer figures.
-#[derive(clap::Args, Debug)]
-#[command(
-    after_help = "Example (the paper's Table 5.6, T = 4: 1128 ms/token sync = 16 layers × (38.0 + 32.5) ms):\n  \
-    cflow-tui bench overlap-model --layers 16 --expert-delay 2 --c 38.0 --io 32.5 --io-eff 40 --sync-ms 1128"
-)]
-pub struct ModelArgs {
+/// Uniform per-layer figures the model runs on (`bench overlap-model`'s flags, which say what
+/// each means), in ms.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UniformFigures {
     /// Layers per token.
-    #[arg(long)]
     pub layers: usize,
-    /// Expert delay δe (reads of layer ℓ are injected at min(ℓ + δe, L − 1)).
-    #[arg(long)]
+    /// Expert delay δe.
     pub expert_delay: usize,
-    /// Compute per layer before its expert reads are submitted, ms.
-    #[arg(long)]
+    /// Compute per layer before its expert reads are submitted.
     pub c: f64,
-    /// Compute per layer of the injected experts (after their reads), ms.
-    #[arg(long, default_value_t = 0.0)]
+    /// Compute per layer of the injected experts.
     pub inject: f64,
-    /// Wall-clock expert I/O per layer the staged arm's reads take, ms (IO_eff).
-    #[arg(long)]
+    /// Wall-clock expert I/O per layer of the staged arm (IO_eff).
     pub io_eff: f64,
-    /// Expert I/O per layer the sync arm pays, ms (default: --io-eff). The paper's Table 5.6
-    /// gives IO = 32.5 for the sync arm and IO_eff ≈ 40 for the disk floor.
-    #[arg(long)]
+    /// Expert I/O per layer of the sync arm (default: `io_eff`).
     pub io: Option<f64>,
-    /// The measured sync ms/token, when known: the time outside the layers is then
-    /// sync − L·(c + inject + io), the same in both arms; without it that time is taken as 0.
-    #[arg(long)]
+    /// The measured sync ms/token, when known.
     pub sync_ms: Option<f64>,
     /// Reader threads serving the reads (FIFO).
-    #[arg(long, default_value_t = 1)]
     pub readers: usize,
-    /// Expert reads per layer, each keeping a reader busy for --read-ms (default: one read of
-    /// --io-eff per layer).
-    #[arg(long, default_value_t = 1)]
+    /// Expert reads per layer.
     pub reads: usize,
-    /// Reader-busy ms of one read (default: --io-eff / --reads).
-    #[arg(long)]
+    /// Reader-busy ms of one read (default: `io_eff / reads`).
     pub read_ms: Option<f64>,
 }
 
 /// The text of `bench overlap-model`.
-pub fn report(a: &ModelArgs) -> anyhow::Result<String> {
+pub fn report(a: &UniformFigures) -> anyhow::Result<String> {
     let io = a.io.unwrap_or(a.io_eff);
     let reads = a.reads.max(1);
     let read_ms = a.read_ms.unwrap_or(a.io_eff / reads as f64);
@@ -388,7 +372,7 @@ mod tests {
     /// steady-state formula gives 70.5 / 40 = 1.76× (it prints 1.68×, the measured figure).
     #[test]
     fn report_on_the_papers_table() {
-        let a = ModelArgs {
+        let a = UniformFigures {
             layers: 16,
             expert_delay: 2,
             c: 38.0,
@@ -403,7 +387,7 @@ mod tests {
         let r = report(&a).unwrap();
         assert!(r.contains("1.762× steady state"), "{r}");
         assert!(r.contains("sync 1128.0 ms/token"), "{r}");
-        let bad = ModelArgs { layers: 0, ..a };
+        let bad = UniformFigures { layers: 0, ..a };
         assert!(report(&bad).is_err());
     }
 

@@ -993,23 +993,95 @@ impl App {
         // A key pressed during the reply means the user is at the panes: the input does not
         // take the keys back at its end (Submit sets it again).
         self.refocus_after_reply = false;
-        if self.show_help || self.show_info {
-            let page = self.page();
-            let s = &mut self.help_scroll;
-            match a {
-                Action::ScrollUp(n) => *s = s.saturating_sub(n),
-                Action::ScrollDown(n) => *s = s.saturating_add(n),
-                Action::PageUp => *s = s.saturating_sub(page),
-                Action::PageDown => *s = s.saturating_add(page),
-                _ => {}
-            }
-            if matches!(
-                a,
-                Action::ScrollUp(_) | Action::ScrollDown(_) | Action::PageUp | Action::PageDown
-            ) {
-                return Effects::default();
-            }
+        if self.scroll_overlay(a) {
+            return Effects::default();
         }
+        match a {
+            Action::Help
+            | Action::ModelInfo
+            | Action::Timeline
+            | Action::FocusNext
+            | Action::FocusPrev
+            | Action::CycleView
+            | Action::TimelinePan(_)
+            | Action::TimelineLive
+            | Action::TimelineZoom(_)
+            | Action::TimelineMetric
+            | Action::HeatMetric
+            | Action::Maximize
+            | Action::Freeze => {
+                self.on_view_action(a);
+                Effects::default()
+            }
+            Action::Record
+            | Action::ResetContext
+            | Action::Quit
+            | Action::Interrupt
+            | Action::Suspend
+            | Action::Escape
+            | Action::FocusInput
+            | Action::ScrollUp(_)
+            | Action::ScrollDown(_)
+            | Action::PageUp
+            | Action::PageDown
+            | Action::ScrollEnd
+            | Action::Submit => self.on_session_action(a),
+            Action::TogglePrefetch
+            | Action::ToggleFetch
+            | Action::ToggleSchedule
+            | Action::ToggleTier
+            | Action::CycleLayout
+            | Action::AbAuto
+            | Action::WhatIf
+            | Action::WhatIfDense(_)
+            | Action::WhatIfExpert(_) => self.on_toggle_action(a),
+            Action::ReplayPause | Action::ReplayStep(_) | Action::ReplaySpeed(_) => {
+                self.on_replay_action(a)
+            }
+            Action::Insert(_)
+            | Action::Newline
+            | Action::Backspace
+            | Action::Delete
+            | Action::CursorLeft
+            | Action::CursorRight
+            | Action::CursorHome
+            | Action::CursorEnd
+            | Action::ClearInput
+            | Action::HistoryPrev
+            | Action::HistoryNext => self.on_edit_action(a),
+            Action::OpenSettings
+            | Action::SettingsMove(_)
+            | Action::SettingsAdjust(_)
+            | Action::SettingsInsert(_)
+            | Action::SettingsBackspace
+            | Action::SettingsApply
+            | Action::SettingsCancel
+            | Action::SaveTranscript
+            | Action::CopyReply
+            | Action::ToggleMouse => self.on_chat_action(a),
+        }
+    }
+
+    /// Scrolls the help or model-info overlay when one is open; true when `a` was such a scroll.
+    fn scroll_overlay(&mut self, a: Action) -> bool {
+        if !(self.show_help || self.show_info) {
+            return false;
+        }
+        let page = self.page();
+        let s = &mut self.help_scroll;
+        match a {
+            Action::ScrollUp(n) => *s = s.saturating_sub(n),
+            Action::ScrollDown(n) => *s = s.saturating_add(n),
+            Action::PageUp => *s = s.saturating_sub(page),
+            Action::PageDown => *s = s.saturating_add(page),
+            _ => return false,
+        }
+        true
+    }
+
+    /// What the panes show: overlays, focus, the time views and their zoom, freezing. Changes
+    /// only the view; the engine is not asked anything.
+    fn on_view_action(&mut self, a: Action) {
         match a {
             Action::Help => {
                 self.show_help = !self.show_help;
@@ -1094,6 +1166,13 @@ impl App {
                     self.say("panes live");
                 }
             }
+            _ => {} // `on_action` routes only the view actions here
+        }
+    }
+
+    /// Recording, stopping and quitting, the input's focus, the text's scroll and submitting.
+    fn on_session_action(&mut self, a: Action) -> Effects {
+        match a {
             Action::Record => {
                 self.recording = !self.recording;
                 return Effects::req(if self.recording {
@@ -1102,11 +1181,7 @@ impl App {
                     UiRequest::StopRecording
                 });
             }
-            Action::ResetContext => {
-                if self.replay.is_none() {
-                    return Effects::cmd(Command::Reset);
-                }
-            }
+            Action::ResetContext if self.replay.is_none() => return Effects::cmd(Command::Reset),
             Action::Quit => return self.quit(),
             Action::Interrupt => {
                 if self.generating && !self.interrupt_armed {
@@ -1152,39 +1227,7 @@ impl App {
             Action::PageDown => self.scroll = self.scroll.saturating_sub(self.page()),
             Action::ScrollEnd => self.scroll = 0,
             Action::Submit => return self.submit(),
-            Action::TogglePrefetch
-            | Action::ToggleFetch
-            | Action::ToggleSchedule
-            | Action::ToggleTier
-            | Action::CycleLayout
-            | Action::AbAuto
-            | Action::WhatIf
-            | Action::WhatIfDense(_)
-            | Action::WhatIfExpert(_) => return self.on_toggle_action(a),
-            Action::ReplayPause | Action::ReplayStep(_) | Action::ReplaySpeed(_) => {
-                return self.on_replay_action(a)
-            }
-            Action::Insert(_)
-            | Action::Newline
-            | Action::Backspace
-            | Action::Delete
-            | Action::CursorLeft
-            | Action::CursorRight
-            | Action::CursorHome
-            | Action::CursorEnd
-            | Action::ClearInput
-            | Action::HistoryPrev
-            | Action::HistoryNext => return self.on_edit_action(a),
-            Action::OpenSettings
-            | Action::SettingsMove(_)
-            | Action::SettingsAdjust(_)
-            | Action::SettingsInsert(_)
-            | Action::SettingsBackspace
-            | Action::SettingsApply
-            | Action::SettingsCancel
-            | Action::SaveTranscript
-            | Action::CopyReply
-            | Action::ToggleMouse => return self.on_chat_action(a),
+            _ => {} // `on_action` routes only the session actions here
         }
         Effects::default()
     }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::app::{App, Role};
-use crate::chat::sampling::{parse_spec, spec, TuiChatArgs};
+use crate::chat::sampling::{parse_spec, spec, ChatStart};
 use crate::chat::transcript::{Message, Transcript, TranscriptError};
 use crate::output::Output;
 use crate::telemetry::event::{Command, HistoryMessage};
@@ -122,7 +122,7 @@ pub fn save_in(dir: &Path, t: &Transcript) -> Result<PathBuf, String> {
 /// The commands the TUI sends before the first prompt: the loaded transcript (system prompt and
 /// messages, then the sampling it recorded, under any sampling flag given, which wins), then
 /// `--system` (which wins over the transcript's).
-pub fn startup_commands(a: &TuiChatArgs) -> Result<Vec<Command>, TranscriptError> {
+pub fn startup_commands(a: &ChatStart) -> Result<Vec<Command>, TranscriptError> {
     let mut out = Vec::new();
     if let Some(p) = &a.transcript {
         let t = Transcript::load(p)?;
@@ -236,7 +236,7 @@ mod tests {
             ..Default::default()
         };
         std::fs::write(&p, t.to_markdown()).unwrap();
-        let mut a = TuiChatArgs {
+        let mut a = ChatStart {
             transcript: Some(p.clone()),
             ..Default::default()
         };
@@ -274,7 +274,7 @@ mod tests {
             "# cflow-tui transcript\n\n## system\n\nold\n\n## user\n\nhi\n\n## assistant · x\n\nyo\n",
         )
         .unwrap();
-        let a = TuiChatArgs {
+        let a = ChatStart {
             transcript: Some(p.clone()),
             system: Some("new".into()),
             ..Default::default()
