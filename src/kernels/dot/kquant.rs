@@ -99,7 +99,7 @@ pub fn tile_matvec_act(
 }
 
 /// Checks the tile contract for an interleaved type; returns which integer path applies.
-fn check(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: &[f32]) -> (bool, bool) {
+pub(super) fn check(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: &[f32]) -> (bool, bool) {
     let Tile {
         quant: q,
         rows,
@@ -193,7 +193,7 @@ impl<'a> BatchAct<'a> {
     }
 
     /// Token `j`'s activation as [`tile_matvec`] takes it (`xq`, `xk`).
-    fn token(&self, j: usize) -> (XqRef<'a>, Option<Q8KRef<'a>>) {
+    pub(super) fn token(&self, j: usize) -> (XqRef<'a>, Option<Q8KRef<'a>>) {
         match self {
             BatchAct::Q8(x) => (Some(x[j]), None),
             BatchAct::K(x) => (None, Some(x[j])),
@@ -203,7 +203,7 @@ impl<'a> BatchAct<'a> {
 
 /// Whether [`tile_matmul`] on `isa` runs the `vnni` build of `kquant_batch`.
 #[cfg(target_arch = "x86_64")]
-fn batch_vnni(isa: Isa) -> bool {
+pub(super) fn batch_vnni(isa: Isa) -> bool {
     isa == Isa::Avx512 && isa.has_vnni() && is_x86_feature_detected!("avx512vl")
 }
 
@@ -217,6 +217,7 @@ fn batch_vnni(isa: Isa) -> bool {
 /// one lane (within the scalar reference's bound; see `kquant_batch`). On
 /// `Isa::Scalar` or without AVX2: one scalar call per token.
 pub fn tile_matmul(isa: Isa, t: Tile, acts: BatchAct, y: &mut [f32]) {
+    check_batch(t, acts, y);
     let Tile {
         quant: q,
         rows,
@@ -225,19 +226,6 @@ pub fn tile_matmul(isa: Isa, t: Tile, acts: BatchAct, y: &mut [f32]) {
         ..
     } = t;
     let n = acts.len();
-    assert!(y.len() >= n * rows, "y too short for {n} tokens");
-    assert!(
-        matches!(
-            (q.is_k(), acts),
-            (true, BatchAct::K(_)) | (false, BatchAct::Q8(_))
-        ),
-        "{q}: activation form {acts:?} does not match"
-    );
-    for j in 0..n {
-        let (xq, xk) = acts.token(j);
-        let (int8, intk) = check(Tile::body(q, rows, cols, qs), &[], xq, xk, &y[j * rows..]);
-        assert!(int8 || intk, "{q}: batched tiles take the integer path");
-    }
     #[cfg(target_arch = "x86_64")]
     {
         if batch_vnni(isa) {
@@ -267,6 +255,32 @@ pub fn tile_matmul(isa: Isa, t: Tile, acts: BatchAct, y: &mut [f32]) {
         let (xq, xk) = acts.token(j);
         let yj = &mut y[j * rows..(j + 1) * rows];
         scalar::tile_matvec(t, &[], xq, xk, yj);
+    }
+}
+
+/// Checks a batched tile ([`tile_matmul`]) before any SIMD code reads it: room in `y` for every
+/// token, the activation form of `q`, and every token's slices against the tile contract.
+pub(super) fn check_batch(t: Tile, acts: BatchAct, y: &[f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs,
+        ..
+    } = t;
+    let n = acts.len();
+    assert!(y.len() >= n * rows, "y too short for {n} tokens");
+    assert!(
+        matches!(
+            (q.is_k(), acts),
+            (true, BatchAct::K(_)) | (false, BatchAct::Q8(_))
+        ),
+        "{q}: activation form {acts:?} does not match"
+    );
+    for j in 0..n {
+        let (xq, xk) = acts.token(j);
+        let (int8, intk) = check(Tile::body(q, rows, cols, qs), &[], xq, xk, &y[j * rows..]);
+        assert!(int8 || intk, "{q}: batched tiles take the integer path");
     }
 }
 

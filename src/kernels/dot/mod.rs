@@ -18,6 +18,12 @@
 //! Tiles of a repacked resident copy (`quant::packed`) run the kernels of [`packed`] instead
 //! (AVX-512 VNNI when present, else AVX2, else scalar), whatever `Isa::for_quant` says.
 //!
+//! The matvec drivers do not dispatch per tile: each matrix's kernel is chosen once, from its
+//! type, its layout and the ISA, by [`select`] (and bound on the matrix when the model is
+//! opened). The dispatching entry points here ([`tile_matvec`], [`tile_matmul`],
+//! `kquant::tile_matvec_act`, `packed::tile_run`) run one tile on an ISA named by the caller:
+//! the kernel tests and benches use them.
+//!
 //! Which path to use: the integer (Q8-activation) path is faster for every block type on every
 //! ISA measured (AVX2 on Zen 3, best-of-N, in-cache 2048×2048: Q4_0 ≈ 17–18 vs 6–9 GB/s, Q4_1
 //! ≈ 17 vs 8–9, Q8_0 ≈ 23 vs 14; scalar ≈ 3× faster too), so [`int_path_preferred`] returns true
@@ -41,6 +47,7 @@ pub mod kquant_scalar;
 pub mod packed;
 pub mod packed_amx;
 pub mod scalar;
+pub mod select;
 mod tile;
 pub use tile::Tile;
 

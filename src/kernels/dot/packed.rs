@@ -79,6 +79,12 @@ impl Kernel {
     pub fn path(self) -> Path {
         self.0
     }
+
+    /// The kernel of `p`, for the table of `dot::select`: an entry holding it is selected only
+    /// where [`path`] returns `p` on this CPU, which keeps the promise of [`Kernel::of`].
+    pub(super) const fn of_path(p: Path) -> Kernel {
+        Kernel(p)
+    }
 }
 
 /// [`tile_matvec`] with its kernel chosen by the caller.
