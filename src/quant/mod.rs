@@ -97,7 +97,7 @@ impl QuantType {
     }
 
     /// True for the K-quants (256-weight super-blocks; their integer path takes a Q8_K
-    /// activation, `kernels::dot::kquant::Q8K`).
+    /// activation, `kernels::dot::act_q8::Q8K`).
     pub const fn is_k(self) -> bool {
         matches!(self, QuantType::Q4_K | QuantType::Q5_K | QuantType::Q6_K)
     }

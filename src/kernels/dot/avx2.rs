@@ -32,43 +32,11 @@
 //! those lengths (masked loads for partial block pairs; full-width scale loads only when they stay
 //! inside the `scales` slice).
 
-use super::kquant_avx2::hsum;
+use super::simd::{hsum_block, prefetch_ahead, reduce4};
 use super::{Tile, XqRef};
 use core::arch::x86_64::*;
 
-use super::Q8Act;
 use crate::quant::{QuantType, QK};
-
-/// How far ahead of a row group's weights [`prefetch_ahead`] reaches into L1, in bytes. The
-/// hardware prefetchers alone left the Q8_0 LM head of Gemma 3 streaming at ~10 GB/s on one Zen 3
-/// core against 15–18 GB/s for a plain read; prefetching every line 1–8 KiB ahead was 10–15%
-/// faster (docs/PERFORMANCE.md, "Defaults chosen by measurement"), 2–4 KiB best.
-pub(super) const PREFETCH_AHEAD: usize = 2048;
-
-/// How far ahead [`prefetch_ahead`] also asks for each line into L2 (`prefetcht1`), in bytes.
-/// A core reaching 34 GB/s from DRAM (Zen 5) needs more lines in flight than the L1 prefetches
-/// can hold: 32 lines 2 KiB ahead cover ~18 GB/s at ~110 ns. The L2 requests carry the
-/// distance; the L1 requests then hit L2. Q8_0 streamed 16 → 23 GB/s and SmolLM2 decode
-/// ~+20% at 16 KiB, less at 8 or 24 (docs/PERFORMANCE.md, "Defaults chosen by measurement").
-pub(super) const PREFETCH_L2_AHEAD: usize = 16384;
-
-/// Issues a `prefetcht0` for every 64-byte line of `len` bytes starting [`PREFETCH_AHEAD`] bytes
-/// after `p` (the weights of the row group after next, while this one computes) and a
-/// `prefetcht1` for the same lines [`PREFETCH_L2_AHEAD`] bytes after `p`. Prefetches never
-/// fault, so the ranges may run past the tile (into the next tiles of the stripe, the next
-/// stripe, or past the mapping); `wrapping_add` keeps the address arithmetic defined there.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn prefetch_ahead(p: *const u8, len: usize) {
-    let l1 = p.wrapping_add(PREFETCH_AHEAD);
-    let l2 = p.wrapping_add(PREFETCH_L2_AHEAD);
-    let mut o = 0;
-    while o < len {
-        _mm_prefetch::<_MM_HINT_T0>(l1.wrapping_add(o) as *const i8);
-        _mm_prefetch::<_MM_HINT_T1>(l2.wrapping_add(o) as *const i8);
-        o += 64;
-    }
-}
 
 /// Blocks per column chunk.
 pub(super) const CHUNK: usize = 8;
@@ -253,16 +221,6 @@ pub(super) unsafe fn load_scales<const K: u8>(
         ));
         (_mm256_and_ps(d, keep), _mm256_and_ps(m, keep))
     }
-}
-
-/// Horizontal sums of 4 vectors → one `__m128` (lane i = Σ a[i]).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn reduce4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
-    let ab = _mm256_hadd_ps(a, b);
-    let cd = _mm256_hadd_ps(c, d);
-    let s = _mm256_hadd_ps(ab, cd);
-    _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s))
 }
 
 /// Adds the `R` row accumulators into `y[0..R]`.
@@ -712,17 +670,6 @@ pub(super) unsafe fn chunk_consts<const K: u8, const INT: bool>(
     (amv, csv)
 }
 
-/// Σ of the 32 floats at `p`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn hsum_block(p: *const f32) -> f32 {
-    let s = _mm256_add_ps(
-        _mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))),
-        _mm256_add_ps(_mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))),
-    );
-    hsum(s)
-}
-
 /// `R` rows starting at `r0`, blocks `ch.c0..ch.c0+ch.cn`.
 #[inline]
 #[allow(clippy::needless_range_loop)] // indices address several parallel arrays in the hot loop
@@ -1035,78 +982,9 @@ pub(super) unsafe fn float_tail<const HALF: bool>(
     s
 }
 
-/// AVX2 activation quantization; bit-identical to `scalar::quantize_act` (d = max|x|/127,
-/// q = round-half-away-from-zero(x/d), s = d·Σq).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn quantize_act(x: &[f32], out: &mut Q8Act) {
-    let nb = x.len() / QK;
-    // Every block below writes its `d`, `s` and 32 quants, so the buffers only need the right
-    // length: no zero fill when they already have it (four calls per layer in decode).
-    out.d.resize(nb, 0.0);
-    out.s.resize(nb, 0.0);
-    out.qs.resize(nb * QK, 0);
-    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
-    let sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
-    let half = _mm256_set1_ps(0.5);
-    let one = _mm256_set1_ps(1.0);
-    let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for b in 0..nb {
-        let p = x.as_ptr().add(b * QK);
-        let v = [
-            _mm256_loadu_ps(p),
-            _mm256_loadu_ps(p.add(8)),
-            _mm256_loadu_ps(p.add(16)),
-            _mm256_loadu_ps(p.add(24)),
-        ];
-        let mut mx = _mm256_and_ps(v[0], abs_mask);
-        for vi in &v[1..] {
-            mx = _mm256_max_ps(mx, _mm256_and_ps(*vi, abs_mask));
-        }
-        let h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps::<1>(mx));
-        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        let h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        let amax = _mm_cvtss_f32(h);
-        let d = amax / 127.0;
-        let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let invv = _mm256_set1_ps(inv);
-        let mut qi = [_mm256_setzero_si256(); 4];
-        let mut sum = _mm256_setzero_si256();
-        for (k, vi) in v.iter().enumerate() {
-            let s = _mm256_mul_ps(*vi, invv);
-            // Round half away from zero, like f32::round: truncate, then step away from zero when
-            // the dropped fraction is ≥ 0.5.
-            let tr = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(s);
-            let frac = _mm256_and_ps(_mm256_sub_ps(s, tr), abs_mask);
-            let up = _mm256_cmp_ps::<_CMP_GE_OQ>(frac, half);
-            let step = _mm256_or_ps(_mm256_and_ps(s, sign_mask), one);
-            let r = _mm256_add_ps(tr, _mm256_and_ps(up, step));
-            qi[k] = _mm256_cvttps_epi32(r);
-            sum = _mm256_add_epi32(sum, qi[k]);
-        }
-        let p16a = _mm256_packs_epi32(qi[0], qi[1]);
-        let p16b = _mm256_packs_epi32(qi[2], qi[3]);
-        let p8 = _mm256_packs_epi16(p16a, p16b);
-        // packs works per 128-bit lane: dwords come out as [0,2,4,6,1,3,5,7] groups of 4 bytes.
-        let p8 = _mm256_permutevar8x32_epi32(p8, perm);
-        _mm256_storeu_si256(out.qs.as_mut_ptr().add(b * QK) as *mut __m256i, p8);
-        let s4 = _mm_add_epi32(
-            _mm256_castsi256_si128(sum),
-            _mm256_extracti128_si256::<1>(sum),
-        );
-        let s4 = _mm_add_epi32(s4, _mm_shuffle_epi32::<0b01_00_11_10>(s4));
-        let s4 = _mm_add_epi32(s4, _mm_shuffle_epi32::<0b10_11_00_01>(s4));
-        let total = _mm_cvtsi128_si32(s4);
-        out.d[b] = d;
-        out.s[b] = d * total as f32;
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{check_kernel, check_quantize};
+    use super::super::testutil::check_kernel;
     use super::super::Isa;
     #[allow(unused_imports)]
     use crate::kernels::dot::Tile;
@@ -1248,16 +1126,5 @@ mod tests {
             None,
             &mut y,
         );
-    }
-
-    #[test]
-    fn avx2_quantize_act_is_bit_identical() {
-        if skip() {
-            return;
-        }
-        check_quantize(&|x, out| {
-            // SAFETY: features detected by `skip()`.
-            unsafe { super::quantize_act(x, out) }
-        });
     }
 }

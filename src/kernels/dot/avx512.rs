@@ -23,9 +23,10 @@ use super::{Tile, XqBlocks, XqRef};
 use core::arch::x86_64::*;
 
 use super::avx2::{
-    chunk_consts, float_tail, load_scales, prefetch_ahead, quant_bytes, scale_bytes, store_rows,
-    Act, Lanes, RawTile, CHUNK, K_Q4_0, K_Q4_1, K_Q8_0, TB,
+    chunk_consts, float_tail, load_scales, quant_bytes, scale_bytes, store_rows, Act, Lanes,
+    RawTile, CHUNK, K_Q4_0, K_Q4_1, K_Q8_0, TB,
 };
+use super::simd::prefetch_ahead;
 use crate::quant::{QuantType, QK};
 
 /// `y[r] += W[r]·x` for one tile (AVX-512). Integer path when `xq` is given for a block type;

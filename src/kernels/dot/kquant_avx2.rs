@@ -9,8 +9,8 @@
 //! replaced (tested against a copy of it below). The f32 paths dequantize one block to the stack
 //! and dot it with FMA. Tested against `kquant_scalar`.
 
-use super::avx2::prefetch_ahead;
-use super::kquant::Q8KRef;
+use super::simd::{hsum, hsum4, hsum4_i32, hsum4_i32x8, prefetch_ahead};
+use super::Q8KRef;
 use super::Tile;
 use super::XqRef;
 use crate::quant::kquants::{dequantize_row, QK_K};
@@ -88,18 +88,6 @@ pub unsafe fn tile_matvec(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: 
     }
 }
 
-/// Horizontal sum of 8 floats: the one AVX2 horizontal sum of the crate (the split-layout,
-/// K-quant and attention kernels all reduce with it): (low + high half), then pairs, then the
-/// last two lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
-    _mm_cvtss_f32(s)
-}
-
 /// Raw view of one interleaved tile: `rb` bytes per row of `nb` blocks.
 #[derive(Clone, Copy)]
 pub(super) struct Rows {
@@ -164,21 +152,6 @@ pub(super) unsafe fn finish<const R: usize>(
     add_rows::<R>(r, y);
 }
 
-/// The horizontal sums of 4 vectors at once, lane i = Σ v[i], each in exactly `hsum`'s order
-/// ((s0 + s2) + (s1 + s3) of the two halves' sum s): a 4 × 4 transpose instead of 4 reductions.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
-    let s = |x: __m256| _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
-    let (s0, s1, s2, s3) = (s(v[0]), s(v[1]), s(v[2]), s(v[3]));
-    let (t0, t1) = (_mm_unpacklo_ps(s0, s1), _mm_unpacklo_ps(s2, s3));
-    let (t2, t3) = (_mm_unpackhi_ps(s0, s1), _mm_unpackhi_ps(s2, s3));
-    // c_k = lane k of every vector's s.
-    let (c0, c1) = (_mm_movelh_ps(t0, t1), _mm_movehl_ps(t1, t0));
-    let (c2, c3) = (_mm_movelh_ps(t2, t3), _mm_movehl_ps(t3, t2));
-    _mm_add_ps(_mm_add_ps(c0, c2), _mm_add_ps(c1, c3))
-}
-
 /// `y[i] += v[i]` for `i < R`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -192,21 +165,6 @@ pub(super) unsafe fn add_rows<const R: usize>(v: __m128, y: *mut f32) {
             *y.add(i) += v;
         }
     }
-}
-
-/// Sums of each of 4 vectors of 4 i32 (lane i = Σ v_i), 3 `vphaddd`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn hsum4_i32(v: [__m128i; 4]) -> __m128i {
-    _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]))
-}
-
-/// [`hsum4_i32`] of 4 vectors of 8 i32.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn hsum4_i32x8(v: [__m256i; 4]) -> __m128i {
-    let f = |x: __m256i| _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
-    hsum4_i32([f(v[0]), f(v[1]), f(v[2]), f(v[3])])
 }
 
 /// 0xFF in byte i where bit i of the little-endian u32 at `p` is set.
@@ -464,75 +422,6 @@ pub(super) unsafe fn q6k_levels(ql0: __m256i, ql1: __m256i, qh: __m256i) -> [__m
     ]
 }
 
-/// AVX2 form of `kquant_scalar::quantize_q8k`, bit-identical to it (tested below): the block's
-/// largest magnitude and products `x · −127/max` in 8 lanes, rounded to nearest-even with
-/// `vroundps` (what `round_ties_even` does), converted and packed. A block that is all zeros,
-/// holds a NaN or an infinity, or whose scale `−127/max` is not finite (max subnormal), goes to
-/// the scalar code, whose conversions of NaN and ±inf these instructions would not reproduce.
-///
-/// # Safety
-/// The CPU must support AVX2 (callers check with `Isa::available`).
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn quantize_q8k(x: &[f32], out: &mut super::kquant::Q8K) {
-    assert!(
-        x.len().is_multiple_of(QK_K),
-        "activation length {} not a multiple of 256",
-        x.len()
-    );
-    out.clear();
-    let sign = _mm256_set1_ps(-0.0);
-    for blk in x.chunks_exact(QK_K) {
-        let p = blk.as_ptr();
-        let (mut m, mut nan) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for i in (0..QK_K).step_by(8) {
-            // SAFETY: i + 8 <= 256 = blk.len().
-            let v = _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(i)));
-            nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
-            m = _mm256_max_ps(m, v);
-        }
-        let h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        let amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
-        // The value of largest magnitude: the first one reaching it, as the scalar scan keeps.
-        let max = blk.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
-        let iscale = -127.0 / max;
-        if _mm256_movemask_ps(nan) != 0 || amax == 0.0 || !amax.is_finite() || !iscale.is_finite() {
-            let mut one = super::kquant::Q8K::default();
-            super::kquant_scalar::quantize_q8k(blk, &mut one);
-            out.d.extend_from_slice(&one.d);
-            out.qs.extend_from_slice(&one.qs);
-            out.bsums.extend_from_slice(&one.bsums);
-            continue;
-        }
-        let vi = _mm256_set1_ps(iscale);
-        let q0 = out.qs.len();
-        out.qs.resize(q0 + QK_K, 0);
-        let dst = out.qs.as_mut_ptr().add(q0);
-        for i in (0..QK_K).step_by(32) {
-            let q = |j: usize| {
-                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                    _mm256_mul_ps(vi, _mm256_loadu_ps(p.add(i + 8 * j))),
-                );
-                _mm256_min_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127))
-            };
-            // |x · iscale| ≤ 127 here, so the saturating packs are exact; they interleave the
-            // 128-bit halves, which the final permute puts back in order.
-            let a = _mm256_packs_epi32(q(0), q(1));
-            let b = _mm256_packs_epi32(q(2), q(3));
-            let v = _mm256_permutevar8x32_epi32(
-                _mm256_packs_epi16(a, b),
-                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
-            );
-            // SAFETY: dst + i .. + 32 lies inside the 256 bytes just resized.
-            _mm256_storeu_si256(dst.add(i) as *mut __m256i, v);
-        }
-        for g in out.qs[q0..].chunks_exact(16) {
-            out.bsums.push(g.iter().map(|&q| q as i16).sum());
-        }
-        out.d.push(1.0 / iscale);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{check_kernel, INTERLEAVED};
@@ -568,8 +457,8 @@ mod tests {
     /// verbatim as the bit-exact reference of `grouped_kernels_match_one_row_kernels_bit_for_bit`.
     #[allow(clippy::needless_range_loop)]
     mod legacy {
-        use super::super::super::kquant::Q8KRef;
-        use super::super::hsum;
+        use super::super::super::Q8KRef;
+        use crate::kernels::dot::simd::hsum;
         use crate::quant::kquants::{scales_mins_k4, QK_K};
         use crate::quant::{f16_at, QK};
         use std::arch::x86_64::*;
@@ -791,53 +680,6 @@ mod tests {
                     assert_eq!(w, g, "{q} {rows}x{cols}");
                 }
             }
-        }
-    }
-
-    /// The AVX2 Q8_K quantizer gives the scalar reference's bytes on random activations of
-    /// several scales and on the blocks it hands back to the scalar code (zeros, NaN, ±inf, a
-    /// subnormal maximum), on exact ties (x · −127/max = k + ½) and ±max ties (first one wins).
-    #[test]
-    fn avx2_quantize_q8k_is_bit_identical_to_scalar() {
-        use super::super::kquant::Q8K;
-        use super::super::testutil::Rng;
-        if !Isa::Avx2.available() {
-            println!("SKIP: this CPU lacks AVX2/FMA/F16C");
-            return;
-        }
-        let mut rng = Rng::new(97);
-        let mut cases: Vec<Vec<f32>> = Vec::new();
-        for scale in [1e-30f32, 1e-3, 1.0, 37.0, 1e30] {
-            for n in [256, 512, 2048] {
-                cases.push((0..n).map(|_| rng.uniform() * scale).collect());
-            }
-        }
-        let mut odd = vec![0f32; 256 * 8];
-        // block 1: a NaN; 2: +inf; 3: −inf; 4: subnormal max; 5: ties to even; 6: ±max tie.
-        odd[256 + 7] = f32::NAN;
-        odd[512] = 1.0;
-        odd[512 + 9] = f32::INFINITY;
-        odd[768 + 3] = f32::NEG_INFINITY;
-        odd[1024 + 5] = 1e-40;
-        odd[1024 + 6] = -3e-41;
-        for i in 0..256 {
-            // max = −127 → iscale = 1: values k + 0.5 land exactly on ties.
-            odd[1280 + i] = (i as f32 - 128.0) * 0.5;
-        }
-        odd[1280] = -127.0;
-        odd[1536 + 10] = 2.0;
-        odd[1536 + 20] = -2.0;
-        odd[1536 + 30] = 1.0;
-        cases.push(odd);
-        for x in &cases {
-            let (mut want, mut got) = (Q8K::default(), Q8K::default());
-            super::super::kquant_scalar::quantize_q8k(x, &mut want);
-            // SAFETY: AVX2 and FMA detected above.
-            unsafe { super::quantize_q8k(x, &mut got) };
-            assert_eq!(want.qs, got.qs);
-            assert_eq!(want.bsums, got.bsums);
-            let bits = |v: &[f32]| v.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&want.d), bits(&got.d));
         }
     }
 }

@@ -20,8 +20,8 @@
 //! Q5_1 and every f32 path run the AVX2 kernels. Tested against `kquant_scalar` (the tests
 //! SKIP on a CPU without AVX-512 F/BW).
 
-use super::kquant::Q8KRef;
 use super::kquant_avx2::{row_groups, Rows};
+use super::Q8KRef;
 use super::Tile;
 use super::XqRef;
 use crate::quant::kquants::{scales_mins_k4, QK_K};
@@ -126,7 +126,7 @@ pub unsafe fn q5_0(rows: usize, cols: usize, qs: &[u8], xq: super::XqBlocks, y: 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 unsafe fn q5_0_rows<const R: usize>(r0: usize, t: Rows, xd: *const f32, x: *const i8) {
     if crate::kernels::prefetch::superblock() {
-        super::avx2::prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
+        super::simd::prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
     }
     let perm = _mm512_loadu_si512(Q5_0_PERM.as_ptr() as *const _);
     let pscale = _mm512_loadu_si512(Q5_0_SCALES.as_ptr() as *const _);

@@ -1,49 +1,13 @@
-//! Scalar reference kernels of the interleaved types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) and the Q8_K
-//! activation quantizer: the ground truth the SIMD kernels are tested against. The integer paths
+//! Scalar reference kernels of the interleaved types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the ground
+//! truth the SIMD kernels are tested against (the Q8_K quantizer's is `act_q8::scalar`). The integer paths
 //! follow ggml's `vec_dot_*` reference arithmetic (integer sums per sub-block, scaled once per
 //! block); the f32 paths dot the dequantized weights.
 
-use super::kquant::{Q8KRef, Q8K};
+use super::Q8KRef;
 use super::Tile;
 use super::XqRef;
 use crate::quant::kquants::{dequantize_row, scales_mins_k4, QK_K};
 use crate::quant::{f16_at, QuantType, QK};
-
-/// ggml's `quantize_row_q8_K_ref`: per 256 values d = max/−127 (max = the value of largest
-/// magnitude), q = nearest(x · −127/max) (ties to even) clamped at 127, bsums of 16.
-pub fn quantize_q8k(x: &[f32], out: &mut Q8K) {
-    assert!(
-        x.len().is_multiple_of(QK_K),
-        "activation length {} not a multiple of 256",
-        x.len()
-    );
-    out.clear();
-    for blk in x.chunks_exact(QK_K) {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in blk {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
-        if amax == 0.0 {
-            out.d.push(0.0);
-            out.qs.extend(std::iter::repeat_n(0i8, QK_K));
-            out.bsums.extend(std::iter::repeat_n(0i16, 16));
-            continue;
-        }
-        let iscale = -127.0 / max;
-        let q0 = out.qs.len();
-        for &v in blk {
-            let q = (iscale * v).round_ties_even() as i32;
-            out.qs.push(q.min(127) as i8);
-        }
-        for g in out.qs[q0..].chunks_exact(16) {
-            out.bsums.push(g.iter().map(|&q| q as i16).sum());
-        }
-        out.d.push(1.0 / iscale);
-    }
-}
 
 /// Scalar `y[r] += W[r]·x` over one interleaved tile (contract: `kquant::tile_matvec`).
 pub fn tile_matvec(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: &mut [f32]) {

@@ -1,29 +1,7 @@
 //! Scalar reference kernels: the ground truth every SIMD path is tested against.
 
-use super::Q8Act;
 use super::{Tile, XqRef};
 use crate::quant::{f16_at, QuantType, QK};
-
-/// Quantizes `x` to Q8 blocks (d = max|x|/127, round to nearest).
-pub fn quantize_act(x: &[f32], out: &mut Q8Act) {
-    let nb = x.len() / QK;
-    out.d.clear();
-    out.s.clear();
-    out.qs.clear();
-    for blk in x.chunks_exact(QK).take(nb) {
-        let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut sum = 0i32;
-        for v in blk {
-            let q = (v * inv).round() as i32;
-            sum += q;
-            out.qs.push(q as i8);
-        }
-        out.d.push(d);
-        out.s.push(d * sum as f32);
-    }
-}
 
 /// Scalar `y[r] += W[r]·x` over one tile; integer path when `xq` is given for block types.
 pub fn tile_matvec(t: Tile, x: &[f32], xq: XqRef, y: &mut [f32]) {

@@ -22,11 +22,11 @@
 //! per-ISA entry points (`dot::tile_matvec`, `kquant::tile_matvec_act`, `packed::tile_run`, …)
 //! stay for the kernel tests and benches, which run every ISA on one tile.
 
-use super::kquant::{self, BatchAct, Q8KRef};
+use super::kquant::{self, BatchAct};
 use super::packed::{self, Kernel, Path};
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512, kquant_avx2, kquant_avx512, kquant_batch};
-use super::{check_tile, kquant_scalar, scalar, Isa, Q8Act, Tile, XqBlocks, XqRef};
+use super::{check_tile, kquant_scalar, scalar, Isa, Q8Act, Q8KRef, Tile, XqBlocks, XqRef};
 use crate::format::reader::{KernelId, Matrix};
 use crate::format::CflowFile;
 use crate::quant::{QuantType, QK};
@@ -348,14 +348,42 @@ const PACKED_Q8: &[QuantType] = &[
 ];
 const PACKED_K: &[QuantType] = &[QuantType::Q4_K, QuantType::Q6_K];
 
-macro_rules! entry {
-    ($name:literal, $quants:expr, $packed:literal, $mv:expr, $mm:expr) => {
+/// A split-layout entry of level `$l` (`$q4`: Q4_0/Q4_1's batched kernels).
+macro_rules! split {
+    ($name:literal, $quants:expr, $l:expr, $q4:literal) => {
         MatKernel {
             name: $name,
             quants: $quants,
-            packed: $packed,
-            matvec: $mv,
-            matmul: $mm,
+            packed: false,
+            matvec: split::<$l>,
+            matmul: split_matmul::<$l, $q4>,
+        }
+    };
+}
+
+/// An entry of Q5_0/Q5_1 (`$k` false) or the K-quants in the file's layout: decode at level
+/// `$d`, prefill's batches at `$b`.
+macro_rules! gguf {
+    ($name:literal, $quants:expr, $d:expr, $b:expr, $k:literal) => {
+        MatKernel {
+            name: $name,
+            quants: $quants,
+            packed: false,
+            matvec: if $k { kq::<$d> } else { q5::<$d> },
+            matmul: gguf_matmul::<$d, $b, $k>,
+        }
+    };
+}
+
+/// A repacked entry of path `$p` (see [`packed_kernel`]); `$k`: the Q8_K records.
+macro_rules! repacked {
+    ($name:literal, $quants:expr, $p:literal, $k:literal) => {
+        MatKernel {
+            name: $name,
+            quants: $quants,
+            packed: true,
+            matvec: packed_mv::<$p, $k>,
+            matmul: packed_mm::<$p, $k>,
         }
     };
 }
@@ -370,186 +398,37 @@ const K_AT: usize = 15;
 const PACKED_AT: usize = 19;
 
 /// The kernels. Order: see [`split_at`], [`Q5_AT`], [`K_AT`], [`PACKED_AT`] ([`index`]).
+#[rustfmt::skip]
 static TABLE: [MatKernel; 25] = [
-    // Split layout, by level.
-    entry!(
-        "Q4_0/Q4_1 scalar",
-        Q4,
-        false,
-        split::<SCALAR>,
-        split_matmul::<SCALAR, true>
-    ),
-    entry!(
-        "Q8_0/F16/F32 scalar",
-        Q8_FLOAT,
-        false,
-        split::<SCALAR>,
-        split_matmul::<SCALAR, false>
-    ),
-    entry!(
-        "Q4_0/Q4_1 AVX2",
-        Q4,
-        false,
-        split::<AVX2>,
-        split_matmul::<AVX2, true>
-    ),
-    entry!(
-        "Q8_0/F16/F32 AVX2",
-        Q8_FLOAT,
-        false,
-        split::<AVX2>,
-        split_matmul::<AVX2, false>
-    ),
-    entry!(
-        "Q4_0/Q4_1 AVX-512",
-        Q4,
-        false,
-        split::<AVX512>,
-        split_matmul::<AVX512, true>
-    ),
-    entry!(
-        "Q8_0/F16/F32 AVX-512",
-        Q8_FLOAT,
-        false,
-        split::<AVX512>,
-        split_matmul::<AVX512, false>
-    ),
-    entry!(
-        "Q4_0/Q4_1 AVX-512 VNNI",
-        Q4,
-        false,
-        split::<VNNI>,
-        split_matmul::<VNNI, true>
-    ),
-    entry!(
-        "Q8_0/F16/F32 AVX-512 VNNI",
-        Q8_FLOAT,
-        false,
-        split::<VNNI>,
-        split_matmul::<VNNI, false>
-    ),
+    // The split layout, by level.
+    split!("Q4_0/Q4_1 scalar", Q4, SCALAR, true),
+    split!("Q8_0/F16/F32 scalar", Q8_FLOAT, SCALAR, false),
+    split!("Q4_0/Q4_1 AVX2", Q4, AVX2, true),
+    split!("Q8_0/F16/F32 AVX2", Q8_FLOAT, AVX2, false),
+    split!("Q4_0/Q4_1 AVX-512", Q4, AVX512, true),
+    split!("Q8_0/F16/F32 AVX-512", Q8_FLOAT, AVX512, false),
+    split!("Q4_0/Q4_1 AVX-512 VNNI", Q4, VNNI, true),
+    split!("Q8_0/F16/F32 AVX-512 VNNI", Q8_FLOAT, VNNI, false),
     // Q5_0/Q5_1 in the file's layout, by (decode, prefill) level.
-    entry!(
-        "Q5_0/Q5_1 scalar",
-        Q5,
-        false,
-        q5::<SCALAR>,
-        gguf_matmul::<SCALAR, SCALAR, false>
-    ),
-    entry!(
-        "Q5_0/Q5_1 AVX2",
-        Q5,
-        false,
-        q5::<AVX2>,
-        gguf_matmul::<AVX2, AVX2, false>
-    ),
-    entry!(
-        "Q5_0/Q5_1 AVX2, prefill AVX-512 VNNI",
-        Q5,
-        false,
-        q5::<AVX2>,
-        gguf_matmul::<AVX2, VNNI, false>
-    ),
-    entry!(
-        "Q5_0/Q5_1 AVX2, prefill AVX-512 VNNI + AMX",
-        Q5,
-        false,
-        q5::<AVX2>,
-        gguf_matmul::<AVX2, AMX, false>
-    ),
-    entry!(
-        "Q5_0 AVX-512 VNNI",
-        Q5,
-        false,
-        q5::<VNNI>,
-        gguf_matmul::<VNNI, VNNI, false>
-    ),
-    entry!(
-        "Q5_0 AVX-512 VNNI, prefill + AMX",
-        Q5,
-        false,
-        q5::<VNNI>,
-        gguf_matmul::<VNNI, AMX, false>
-    ),
-    entry!(
-        "Q5_0 AVX-512 VNNI, prefill AVX2",
-        Q5,
-        false,
-        q5::<VNNI>,
-        gguf_matmul::<VNNI, AVX2, false>
-    ),
+    gguf!("Q5_0/Q5_1 scalar", Q5, SCALAR, SCALAR, false),
+    gguf!("Q5_0/Q5_1 AVX2", Q5, AVX2, AVX2, false),
+    gguf!("Q5_0/Q5_1 AVX2, prefill AVX-512 VNNI", Q5, AVX2, VNNI, false),
+    gguf!("Q5_0/Q5_1 AVX2, prefill AVX-512 VNNI + AMX", Q5, AVX2, AMX, false),
+    gguf!("Q5_0 AVX-512 VNNI", Q5, VNNI, VNNI, false),
+    gguf!("Q5_0 AVX-512 VNNI, prefill + AMX", Q5, VNNI, AMX, false),
+    gguf!("Q5_0 AVX-512 VNNI, prefill AVX2", Q5, VNNI, AVX2, false),
     // The K-quants in the file's layout, by (decode, prefill) level.
-    entry!(
-        "Q4_K/Q5_K/Q6_K scalar",
-        KQ,
-        false,
-        kq::<SCALAR>,
-        gguf_matmul::<SCALAR, SCALAR, true>
-    ),
-    entry!(
-        "Q4_K/Q5_K/Q6_K AVX2",
-        KQ,
-        false,
-        kq::<AVX2>,
-        gguf_matmul::<AVX2, AVX2, true>
-    ),
-    entry!(
-        "Q4_K/Q5_K/Q6_K AVX2, prefill AVX-512 VNNI",
-        KQ,
-        false,
-        kq::<AVX2>,
-        gguf_matmul::<AVX2, VNNI, true>
-    ),
-    entry!(
-        "Q4_K/Q5_K/Q6_K AVX2, prefill AVX-512 VNNI + AMX",
-        KQ,
-        false,
-        kq::<AVX2>,
-        gguf_matmul::<AVX2, AMX, true>
-    ),
+    gguf!("Q4_K/Q5_K/Q6_K scalar", KQ, SCALAR, SCALAR, true),
+    gguf!("Q4_K/Q5_K/Q6_K AVX2", KQ, AVX2, AVX2, true),
+    gguf!("Q4_K/Q5_K/Q6_K AVX2, prefill AVX-512 VNNI", KQ, AVX2, VNNI, true),
+    gguf!("Q4_K/Q5_K/Q6_K AVX2, prefill AVX-512 VNNI + AMX", KQ, AVX2, AMX, true),
     // Repacked tiles, by path.
-    entry!(
-        "repacked Q4_0/Q4_1/Q8_0/Q5_0 AVX-512 VNNI",
-        PACKED_Q8,
-        true,
-        packed_mv::<0, false>,
-        packed_mm::<0, false>
-    ),
-    entry!(
-        "repacked Q4_0/Q4_1/Q8_0/Q5_0 AVX2",
-        PACKED_Q8,
-        true,
-        packed_mv::<1, false>,
-        packed_mm::<1, false>
-    ),
-    entry!(
-        "repacked Q4_0/Q4_1/Q8_0/Q5_0 scalar",
-        PACKED_Q8,
-        true,
-        packed_mv::<2, false>,
-        packed_mm::<2, false>
-    ),
-    entry!(
-        "repacked Q4_K/Q6_K AVX-512 VNNI",
-        PACKED_K,
-        true,
-        packed_mv::<0, true>,
-        packed_mm::<0, true>
-    ),
-    entry!(
-        "repacked Q4_K/Q6_K AVX2",
-        PACKED_K,
-        true,
-        packed_mv::<1, true>,
-        packed_mm::<1, true>
-    ),
-    entry!(
-        "repacked Q4_K/Q6_K scalar",
-        PACKED_K,
-        true,
-        packed_mv::<2, true>,
-        packed_mm::<2, true>
-    ),
+    repacked!("repacked Q4_0/Q4_1/Q8_0/Q5_0 AVX-512 VNNI", PACKED_Q8, 0, false),
+    repacked!("repacked Q4_0/Q4_1/Q8_0/Q5_0 AVX2", PACKED_Q8, 1, false),
+    repacked!("repacked Q4_0/Q4_1/Q8_0/Q5_0 scalar", PACKED_Q8, 2, false),
+    repacked!("repacked Q4_K/Q6_K AVX-512 VNNI", PACKED_K, 0, true),
+    repacked!("repacked Q4_K/Q6_K AVX2", PACKED_K, 1, true),
+    repacked!("repacked Q4_K/Q6_K scalar", PACKED_K, 2, true),
 ];
 
 /// The decode level `dot::tile_matvec` and `kquant::tile_matvec` run on `isa`: the one asked
