@@ -1,4 +1,6 @@
-//! AVX2 kernels of the interleaved types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), integer paths after
+//! The AVX2 tile dispatch of the interleaved types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), their f32
+//! path, and the row-group helpers their kernels share; the kernels themselves sit in each
+//! type's file beside its scalar reference (`q5::avx2`, `k4::avx2`, `q6_k::avx2`). Integer paths after
 //! llama.cpp's x86 `vec_dot_*`: unsigned levels × signed activation quants with `vpmaddubsw`,
 //! sub-block scales applied with `vpmaddwd`, one float multiply per block. The K-quants' minimums
 //! (and Q6_K's −32 offset) go through the activation's `bsums`. Rows run in groups of 4: the
@@ -7,14 +9,17 @@
 //! vector code, and the 4 rows' horizontal sums are reduced together in the order of the
 //! one-row `hsum`, so every row's result is bit-identical to the one-row-at-a-time kernel this
 //! replaced (tested against a copy of it below). The f32 paths dequantize one block to the stack
-//! and dot it with FMA. Tested against `kquant_scalar`.
+//! and dot it with FMA. Tested against the scalar references (`kquant_scalar`).
 
-use super::simd::{hsum, hsum4, hsum4_i32, hsum4_i32x8, prefetch_ahead};
+use super::k4::avx2::k4_group;
+use super::q5::avx2::q5_group;
+use super::q6_k::avx2::q6k_group;
+use super::simd::{hsum, hsum4};
 use super::Q8KRef;
 use super::Tile;
 use super::XqRef;
 use crate::quant::kquants::{dequantize_row, QK_K};
-use crate::quant::{QuantType, QK};
+use crate::quant::QuantType;
 use std::arch::x86_64::*;
 
 /// Rows per group of the integer kernels: each activation load and per-block activation value
@@ -167,212 +172,6 @@ pub(super) unsafe fn add_rows<const R: usize>(v: __m128, y: *mut f32) {
     }
 }
 
-/// 0xFF in byte i where bit i of the little-endian u32 at `p` is set.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q5_bits(p: *const u8) -> __m256i {
-    let v = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
-    let shuf = _mm256_setr_epi8(
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
-        3, 3,
-    );
-    let b = _mm256_shuffle_epi8(v, shuf);
-    let m = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    _mm256_cmpeq_epi8(_mm256_and_si256(b, m), m)
-}
-
-/// Rows `r0..r0 + R` of Q5_0 · Q8_0 (`ONE` false) or Q5_1 · Q8_1 blocks. Per block the
-/// activation quants are loaded once for the group. Q5_0's `q − 16` goes through the unsigned
-/// levels: `Σ q·y − Σ 16·y` per pair of bytes, in i16, is exactly the pair sum of the
-/// sign-trick product `|q − 16| · sign(y, q − 16)` (no saturation: |Σ| ≤ 2·31·127).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_group<const ONE: bool, const R: usize>(
-    r0: usize,
-    t: Rows,
-    xd: *const f32,
-    xs: *const f32,
-    xq: *const i8,
-) {
-    if crate::kernels::prefetch::superblock() {
-        prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
-    }
-    let bb = if ONE { 24 } else { 22 };
-    let off = if ONE { 4 } else { 2 };
-    let m4 = _mm256_set1_epi8(0x0F);
-    // The 16 packed bytes sit in both 128-bit halves (`vbroadcasti128`, a load with no shuffle);
-    // shifting the high half's 64-bit lanes by 4 puts the high nibbles there, so one `vpand`
-    // gives [low nibbles | high nibbles] (was two 128-bit ands, a shift and a `vinserti128`).
-    let nib_shift = _mm256_setr_epi64x(0, 0, 4, 4);
-    let b16 = _mm256_set1_epi8(0x10);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut mins = _mm_setzero_ps();
-    let mut dd = Lanes4([0.0; 4]);
-    for b in 0..t.nb {
-        let yv = _mm256_loadu_si256(xq.add(b * QK) as *const __m256i);
-        let y16 = _mm256_maddubs_epi16(b16, yv);
-        // Each row's scale is broadcast from memory (a load, not a shuffle-port `vpermps`).
-        _mm_store_ps(
-            dd.0.as_mut_ptr(),
-            _mm_mul_ps(f16_lanes::<R>(t, r0, bb, b, 0), _mm_set1_ps(*xd.add(b))),
-        );
-        if ONE {
-            let m = f16_lanes::<R>(t, r0, bb, b, 2);
-            mins = _mm_add_ps(mins, _mm_mul_ps(m, _mm_set1_ps(*xs.add(b))));
-        }
-        for (i, a) in acc.iter_mut().enumerate() {
-            let p = t.qs.add((r0 + i) * t.rb + b * bb);
-            let bits = q5_bits(p.add(off));
-            let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(off + 4) as *const __m128i));
-            let nib = _mm256_and_si256(_mm256_srlv_epi64(q, nib_shift), m4);
-            let qv = _mm256_or_si256(nib, _mm256_and_si256(bits, b16));
-            let s = _mm256_maddubs_epi16(qv, yv);
-            let s = if ONE { s } else { _mm256_sub_epi16(s, y16) };
-            let p32 = _mm256_madd_epi16(s, ones);
-            *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd.0[i]), _mm256_cvtepi32_ps(p32), *a);
-        }
-    }
-    finish::<R>(&acc, mins, false, t.y.add(r0));
-}
-
-/// The 8 scales and 8 minimums (6 bits each) of a Q4_K/Q5_K block from its 12 packed bytes at
-/// `p`, as two little-endian u64 (byte j = sub-block j); ggml's `get_scale_min_k4` for all j at
-/// once with 32-bit masks.
-#[inline]
-pub(super) unsafe fn scales_mins_u64(p: *const u8) -> (u64, u64) {
-    let u = |k: usize| p.add(4 * k).cast::<u32>().read_unaligned();
-    let (u0, u1, u2) = (u(0), u(1), u(2));
-    let (m6, m4, m2) = (0x3F3F_3F3Fu32, 0x0F0F_0F0Fu32, 0x0303_0303u32);
-    let sc_lo = u0 & m6;
-    let sc_hi = (u2 & m4) | (((u0 >> 6) & m2) << 4);
-    let mn_lo = u1 & m6;
-    let mn_hi = ((u2 >> 4) & m4) | (((u1 >> 6) & m2) << 4);
-    (
-        sc_lo as u64 | (sc_hi as u64) << 32,
-        mn_lo as u64 | (mn_hi as u64) << 32,
-    )
-}
-
-/// Rows `r0..r0 + R` of Q4_K (`FIVE` false) or Q5_K · Q8_K blocks.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k4_group<const FIVE: bool, const R: usize>(r0: usize, t: Rows, k: Q8KRef) {
-    if crate::kernels::prefetch::superblock() {
-        prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
-    }
-    let bb = if FIVE { 176 } else { 144 };
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m16 = _mm256_set1_epi8(0x10);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut mins = _mm_setzero_ps();
-    for b in 0..t.nb {
-        // SAFETY (all loads): the caller checked `k` covers `nb` blocks and the tile `rows`.
-        let bs = _mm256_loadu_si256(k.bsums.as_ptr().add(16 * b) as *const __m256i);
-        // Sums of the bsums pairs (2j, 2j+1), the 32 quants of sub-block j (|·| ≤ 4064).
-        let bsp = _mm_hadd_epi16(
-            _mm256_castsi256_si128(bs),
-            _mm256_extracti128_si256::<1>(bs),
-        );
-        let yd = _mm_set1_ps(*k.d.as_ptr().add(b));
-        let yq = k.qs.as_ptr().add(b * QK_K);
-        let mut summ = [_mm_setzero_si128(); 4];
-        let mut sumi = [_mm256_setzero_si256(); R];
-        for i in 0..R {
-            let blk = t.qs.add((r0 + i) * t.rb + b * bb);
-            let (sc, mn) = scales_mins_u64(blk.add(4));
-            summ[i] = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64)), bsp);
-            let sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64));
-            let scv = _mm256_set_m128i(sc16, sc16);
-            let ql = blk.add(if FIVE { 48 } else { 16 });
-            let qh = if FIVE {
-                _mm256_loadu_si256(blk.add(16) as *const __m256i)
-            } else {
-                _mm256_setzero_si256()
-            };
-            for n in 0..4 {
-                let qb = _mm256_loadu_si256(ql.add(32 * n) as *const __m256i);
-                let mut lo = _mm256_and_si256(qb, m4);
-                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4);
-                if FIVE {
-                    let bl = _mm256_set1_epi8(1 << (2 * n));
-                    let bh = _mm256_set1_epi8(1 << (2 * n + 1));
-                    let hl = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl);
-                    let hh = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh);
-                    lo = _mm256_or_si256(lo, _mm256_and_si256(hl, m16));
-                    hi = _mm256_or_si256(hi, _mm256_and_si256(hh, m16));
-                }
-                let ylo = _mm256_loadu_si256(yq.add(64 * n) as *const __m256i);
-                let yhi = _mm256_loadu_si256(yq.add(64 * n + 32) as *const __m256i);
-                // Scales 2n and 2n+1 as i16 in every lane.
-                let sl =
-                    _mm256_shuffle_epi8(scv, _mm256_set1_epi16((0x0100 + 0x0202 * 2 * n) as i16));
-                let sh = _mm256_shuffle_epi8(
-                    scv,
-                    _mm256_set1_epi16((0x0100 + 0x0202 * (2 * n + 1)) as i16),
-                );
-                let plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), sl);
-                let phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), sh);
-                sumi[i] = _mm256_add_epi32(sumi[i], _mm256_add_epi32(plo, phi));
-            }
-        }
-        let summ = _mm_cvtepi32_ps(hsum4_i32(summ));
-        let dmin = f16_lanes::<R>(t, r0, bb, b, 2);
-        mins = _mm_add_ps(mins, _mm_mul_ps(_mm_mul_ps(dmin, yd), summ));
-        let d = _mm_mul_ps(f16_lanes::<R>(t, r0, bb, b, 0), yd);
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_fmadd_ps(lane(d, i), _mm256_cvtepi32_ps(sumi[i]), *a);
-        }
-    }
-    finish::<R>(&acc, mins, true, t.y.add(r0));
-}
-
-/// Rows `r0..r0 + R` of Q6_K · Q8_K blocks. The −32 offset goes through the bsums: per row
-/// `Σ_g sc_g · bsum_g` with one `vpmaddwd`, folded into the integer sum before the reduction.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_group<const R: usize>(r0: usize, t: Rows, k: Q8KRef) {
-    if crate::kernels::prefetch::superblock() {
-        prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
-    }
-    let mut acc = _mm_setzero_ps();
-    for b in 0..t.nb {
-        // SAFETY (all loads): the caller checked `k` covers `nb` blocks and the tile `rows`.
-        let bs = _mm256_loadu_si256(k.bsums.as_ptr().add(16 * b) as *const __m256i);
-        let yq = k.qs.as_ptr().add(b * QK_K);
-        let mut tot = [_mm256_setzero_si256(); 4];
-        for (i, tv) in tot.iter_mut().enumerate().take(R) {
-            let blk = t.qs.add((r0 + i) * t.rb + b * 210);
-            let sc = _mm_loadu_si128(blk.add(192) as *const __m128i);
-            let corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs);
-            let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(corr));
-            for h in 0..2 {
-                let ql0 = _mm256_loadu_si256(blk.add(64 * h) as *const __m256i);
-                let ql1 = _mm256_loadu_si256(blk.add(64 * h + 32) as *const __m256i);
-                let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
-                let q = q6k_levels(ql0, ql1, qh);
-                for (j, qv) in q.iter().enumerate() {
-                    let e0 = 128 * h + 32 * j;
-                    let g = (e0 / 16) as i64;
-                    let yv = _mm256_loadu_si256(yq.add(e0) as *const __m256i);
-                    // Scale g in the low 8 i16 lanes, g+1 in the high 8.
-                    let pick =
-                        _mm_set_epi64x(0x0101_0101_0101_0101 * (g + 1), 0x0101_0101_0101_0101 * g);
-                    let s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(*qv, yv), s);
-                    sumi = _mm256_add_epi32(sumi, p);
-                }
-            }
-            *tv = sumi;
-        }
-        let total = _mm_cvtepi32_ps(hsum4_i32x8(tot));
-        let d = f16_lanes::<R>(t, r0, 210, b, 208);
-        let yd = _mm_set1_ps(*k.d.as_ptr().add(b));
-        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(d, yd), total));
-    }
-    add_rows::<R>(acc, t.y.add(r0));
-}
-
 /// f32 path: each block dequantized to the stack, then an FMA dot with `x`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -391,35 +190,6 @@ unsafe fn f32_row(q: QuantType, row: &[u8], x: &[f32]) -> f32 {
         }
     }
     hsum(_mm256_add_ps(a0, a1))
-}
-
-/// The 6-bit levels (0..63) of one half (128 weights) of a Q6_K block: `ql0`/`ql1` are the half's
-/// 64 low-nibble bytes, `qh` its 32 bytes of high bit pairs. Returns weights 0–31, 32–63,
-/// 64–95 and 96–127 of the half, one byte each (ggml's layout).
-#[inline]
-#[target_feature(enable = "avx2")]
-pub(super) unsafe fn q6k_levels(ql0: __m256i, ql1: __m256i, qh: __m256i) -> [__m256i; 4] {
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m3 = _mm256_set1_epi8(0x03);
-    let m30 = _mm256_set1_epi8(0x30);
-    [
-        _mm256_or_si256(
-            _mm256_and_si256(ql0, m4),
-            _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3)),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(ql1, m4),
-            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-            _mm256_and_si256(qh, m30),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-        ),
-    ]
 }
 
 #[cfg(test)]
@@ -604,7 +374,7 @@ mod tests {
                     let ql0 = _mm256_loadu_si256(blk.as_ptr().add(64 * h) as *const __m256i);
                     let ql1 = _mm256_loadu_si256(blk.as_ptr().add(64 * h + 32) as *const __m256i);
                     let qh = _mm256_loadu_si256(blk.as_ptr().add(128 + 32 * h) as *const __m256i);
-                    let q = super::super::q6k_levels(ql0, ql1, qh);
+                    let q = crate::kernels::dot::q6_k::avx2::q6k_levels(ql0, ql1, qh);
                     for (j, qv) in q.iter().enumerate() {
                         let e0 = 128 * h + 32 * j;
                         let g = e0 / 16;

@@ -45,10 +45,11 @@
 //! results are defined by their 8 lanes (and Zen 4 runs 512-bit integer operations as two
 //! 256-bit halves).
 
+use super::k4::avx2::scales_mins_u64;
 use super::kquant::BatchAct;
-use super::kquant_avx2::{
-    add_rows, f16_lanes, finish, q5_bits, q6k_levels, scales_mins_u64, Lanes4, Rows,
-};
+use super::kquant_avx2::{add_rows, f16_lanes, finish, Lanes4, Rows};
+use super::q5::avx2::q5_bits;
+use super::q6_k::avx2::q6k_levels;
 use super::simd::{hsum4_i32, hsum4_i32x8};
 use super::Q8KRef;
 use super::XqBlocks;

@@ -36,6 +36,7 @@ pub mod act_q8;
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
+pub mod k4;
 pub mod kquant;
 #[cfg(target_arch = "x86_64")]
 pub mod kquant_amx;
@@ -48,6 +49,8 @@ pub mod kquant_batch;
 pub mod kquant_scalar;
 pub mod packed;
 pub mod packed_amx;
+pub mod q5;
+pub mod q6_k;
 pub mod scalar;
 pub mod select;
 #[cfg(target_arch = "x86_64")]
@@ -421,10 +424,10 @@ pub fn tile_matmul(
 #[cfg(test)]
 pub(crate) mod testutil;
 
-/// Whether Q5_0 decode runs its AVX-512 kernel on this CPU ([`kquant_avx512::q5_0`]).
+/// Whether Q5_0 decode runs its AVX-512 kernel on this CPU (`q5::avx512::q5_0`).
 fn q5_0_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return kquant_avx512::q5_0_available();
+    return q5::avx512::q5_0_available();
     #[cfg(not(target_arch = "x86_64"))]
     false
 }
