@@ -51,7 +51,7 @@ impl QuantType {
     ];
 
     /// The types of the split layout (F32, F16, Q4_0, Q4_1, Q8_0), which the kernels in
-    /// `kernels::dot::{scalar, avx2, avx512}` handle; the others go to `kernels::dot::kquant`.
+    /// `kernels::dot::split` handles; the others go to `kernels::dot::kquant`.
     pub const SPLIT: [QuantType; 5] = [
         QuantType::F32,
         QuantType::F16,

@@ -32,10 +32,6 @@
 //! `benches/kernels.rs`.
 
 pub mod act_q8;
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
 pub mod k4;
 pub mod kquant;
 #[cfg(target_arch = "x86_64")]
@@ -51,15 +47,18 @@ pub mod packed;
 pub mod packed_amx;
 pub mod q5;
 pub mod q6_k;
-pub mod scalar;
 pub mod select;
 #[cfg(target_arch = "x86_64")]
 pub mod simd;
+pub mod split;
 mod tile;
 pub use act_q8::{quantize_act, Q8Act, Q8KRef, XqBlocks, XqRef, Q8K};
 pub use tile::Tile;
 
 use crate::quant::{QuantType, QK};
+use split::scalar;
+#[cfg(target_arch = "x86_64")]
+use split::{avx2, avx512};
 
 /// Instruction-set path chosen for the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

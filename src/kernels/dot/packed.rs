@@ -1705,7 +1705,7 @@ mod tests {
                     &mut split,
                 );
             } else {
-                super::super::scalar::tile_matvec(
+                super::super::split::scalar::tile_matvec(
                     Tile::split(q, rows, cols, &sc, &qs),
                     &x,
                     Some(xq),

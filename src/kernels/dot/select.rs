@@ -24,9 +24,12 @@
 
 use super::kquant::{self, BatchAct};
 use super::packed::{self, Kernel, Path};
+use super::split::scalar;
 #[cfg(target_arch = "x86_64")]
-use super::{avx2, avx512, kquant_avx2, kquant_avx512, kquant_batch};
-use super::{check_tile, kquant_scalar, scalar, Isa, Q8Act, Q8KRef, Tile, XqBlocks, XqRef};
+use super::split::{avx2, avx512};
+use super::{check_tile, kquant_scalar, Isa, Q8Act, Q8KRef, Tile, XqBlocks, XqRef};
+#[cfg(target_arch = "x86_64")]
+use super::{kquant_avx2, kquant_avx512, kquant_batch};
 use crate::format::reader::{KernelId, Matrix};
 use crate::format::CflowFile;
 use crate::quant::{QuantType, QK};

@@ -5,8 +5,9 @@
 //! each type and bounds the difference. Also the batched kernels' cases and the activation
 //! quantizer's check.
 
+use super::split::scalar;
 use super::Q8KRef;
-use super::{act_q8, kquant_scalar, scalar, Q8Act, Tile, XqRef};
+use super::{act_q8, kquant_scalar, Q8Act, Tile, XqRef};
 use crate::quant::kquants::QK_K;
 use crate::quant::{dequantize_row, quantize_row, QuantType, QK};
 
