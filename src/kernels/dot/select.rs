@@ -510,9 +510,32 @@ fn isa_tag(isa: Isa) -> u16 {
     }
 }
 
-/// The kernel of a matrix of type `q`, repacked or not, when the engine asks for `isa`.
+/// The kernel of a matrix of type `q`, repacked or not, when the engine asks for `isa`. The
+/// choice for every ISA, type and layout is made once per process (the CPU's features do not
+/// change), so a matrix without a bound kernel costs one lookup per stripe.
 pub fn select(q: QuantType, packed: bool, isa: Isa) -> KernelId {
-    KernelId((isa_tag(isa) << 8) | index(q, packed, isa) as u16)
+    static CHOSEN: std::sync::OnceLock<[KernelId; SLOTS]> = std::sync::OnceLock::new();
+    let chosen = CHOSEN.get_or_init(|| {
+        let mut t = [KernelId::UNSET; SLOTS];
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+            for q in QuantType::ALL {
+                for packed in [false, true] {
+                    t[slot(q, packed, isa)] =
+                        KernelId((isa_tag(isa) << 8) | index(q, packed, isa) as u16);
+                }
+            }
+        }
+        t
+    });
+    chosen[slot(q, packed, isa)]
+}
+
+/// Slots of [`select`]'s choices: 3 ISAs × 16 type ids × 2 layouts.
+const SLOTS: usize = 3 * 16 * 2;
+
+/// The slot of `(q, packed, isa)` among [`SLOTS`].
+fn slot(q: QuantType, packed: bool, isa: Isa) -> usize {
+    (isa_tag(isa) as usize * 16 + q as usize) * 2 + packed as usize
 }
 
 /// The entry of `id` (made by [`select`]).
