@@ -102,6 +102,7 @@ pub fn tile(m: &MatrixData, kind: EntryKind, buf: &mut Vec<u8>) -> Matrix {
         cols: m.cols,
         stripes: Vec::new(),
         packed: false,
+        kernel: crate::format::reader::KernelId::UNSET,
     };
     for s in 0..m.rows.div_ceil(TILE_ROWS) {
         mat.stripes.push(buf.len());

@@ -118,6 +118,9 @@ pub(super) fn open_for_decode(path: &Path, eng: &EngineArgs) -> Result<Opened> {
         }
         Placement::Mmap(None) => {}
     }
+    // Every matrix's kernel, chosen once for its type, its layout (repacked by the resident
+    // copy or not) and the ISA (`kernels::dot::select`).
+    crate::kernels::dot::select::bind(&mut file, eng.isa.resolve()?);
     Ok(Opened {
         file: Arc::new(file),
         tokenizer,

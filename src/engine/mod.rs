@@ -71,6 +71,16 @@ pub fn auto_cache_mib(expert_bytes: u64, available: Option<u64>) -> u64 {
     third.min(expert_bytes).div_ceil(1 << 20)
 }
 
+/// Binds every matrix of `file` to its kernel on `isa` (`kernels::dot::select`), when this
+/// engine holds the only reference (the CLI binds at open, `cli::model::open_for_decode`). A
+/// file shared with another engine keeps its binding: a matrix bound for another ISA, or not
+/// at all, has its kernel chosen per matvec.
+fn bind_kernels(file: &mut Arc<CflowFile>, isa: crate::kernels::Isa) {
+    if let Some(f) = Arc::get_mut(file) {
+        crate::kernels::dot::select::bind(f, isa);
+    }
+}
+
 /// Why a forward pass did not complete.
 #[derive(Debug, thiserror::Error)]
 pub enum ForwardError {
@@ -172,7 +182,8 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(file: Arc<CflowFile>, opts: EngineOptions) -> Engine {
+    pub fn new(mut file: Arc<CflowFile>, opts: EngineOptions) -> Engine {
+        bind_kernels(&mut file, opts.isa);
         let cfg = file.cfg.clone();
         let le = cfg.effective_layers();
         let rule = StyleRule::of(&cfg);
@@ -211,7 +222,7 @@ impl Engine {
         }
         e.resolve_expert_tier();
         e.experts_aside = vertical::experts_aside(&stream_bytes(&e.file), e.cfg.dense_delay);
-        e.rel_experts = relative_experts(&e.file);
+        e.rel_experts = relative_experts(&e.file, e.opts.isa);
         if e.opts.layout == Layout::RowMajor {
             e.build_rowmajor();
         }
@@ -412,7 +423,7 @@ impl Engine {
 
     /// Attaches the views of a `.vflow` twin of `file` (same configuration; the caller checks
     /// the source hash with `format::vflow::is_twin_of`). Makes `Layout::Vflow` available.
-    pub fn attach_vflow(&mut self, v: Arc<CflowFile>) -> Result<(), String> {
+    pub fn attach_vflow(&mut self, mut v: Arc<CflowFile>) -> Result<(), String> {
         if v.cfg != self.cfg || v.layers.len() != self.file.layers.len() {
             return Err(format!(
                 "{}: not a twin of {} (configuration differs)",
@@ -424,8 +435,9 @@ impl Engine {
             self.quiesce();
             self.fetcher = None;
         }
+        bind_kernels(&mut v, self.opts.isa);
         self.vflow = Some(v);
-        self.rel_experts = relative_experts(self.active());
+        self.rel_experts = relative_experts(self.active(), self.opts.isa);
         Ok(())
     }
 
@@ -692,7 +704,7 @@ impl Engine {
             // The expert fetcher reads from the active file's path; reopen it on next use.
             self.quiesce();
             self.fetcher = None;
-            self.rel_experts = relative_experts(self.active());
+            self.rel_experts = relative_experts(self.active(), self.opts.isa);
         }
         Ok(())
     }

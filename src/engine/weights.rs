@@ -203,13 +203,15 @@ pub fn build_rowmajor(f: &CflowFile) -> RowMajorWeights {
     rm
 }
 
-/// `e` with every stripe offset made relative to the start of its region.
-fn relative_expert(e: &ExpertView) -> ExpertView {
+/// `e` with every stripe offset made relative to the start of its region, each matrix bound to
+/// its kernel on `isa`.
+fn relative_expert(e: &ExpertView, isa: Isa) -> ExpertView {
     let rel = |m: &Matrix| Matrix {
         stripes: m.stripes.iter().map(|&o| o - e.offset as usize).collect(),
         // A region read from the file is in the file's tile layout, even when the resident
-        // copy's expert is repacked (`CflowFile::make_resident`).
+        // copy's expert is repacked (`CflowFile::make_resident`): its kernel is the layout's.
         packed: false,
+        kernel: crate::kernels::dot::select::select(m.quant, false, isa),
         ..m.clone()
     };
     ExpertView {
@@ -221,11 +223,12 @@ fn relative_expert(e: &ExpertView) -> ExpertView {
     }
 }
 
-/// Expert views with stripe offsets relative to their region start, per physical layer.
-pub fn relative_experts(f: &CflowFile) -> Vec<Vec<ExpertView>> {
+/// Expert views with stripe offsets relative to their region start, per physical layer, their
+/// matrices bound to their kernels on `isa`.
+pub fn relative_experts(f: &CflowFile, isa: Isa) -> Vec<Vec<ExpertView>> {
     f.layers
         .iter()
-        .map(|l| l.experts.iter().map(relative_expert).collect())
+        .map(|l| l.experts.iter().map(|e| relative_expert(e, isa)).collect())
         .collect()
 }
 

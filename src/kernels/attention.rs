@@ -364,7 +364,7 @@ pub fn head_scalar<T: KvElem>(
 mod avx2 {
     use super::{AttnShape, Kv};
     use crate::kernels::act::exp_avx2;
-    use crate::kernels::dot::kquant_avx2::{hsum, hsum4};
+    use crate::kernels::dot::simd::{hsum, hsum4};
     use crate::kernels::kv_elem::KvElem;
     use std::arch::x86_64::*;
 

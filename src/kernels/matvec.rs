@@ -4,10 +4,14 @@
 //! Q8 activation when given: a *blocked* row-major baseline) and `naive_matvec` (the paper's
 //! §5.4 naive loop: row by row, the f32 activation, dequantize and dot). All call the same tile
 //! kernels. A matrix marked [`Matrix::packed`] (a resident copy's repacked tiles) runs the
-//! kernels of `dot::packed` instead, in decode and, one token at a time, in prefill.
+//! kernels of `dot::packed` instead, in decode and in prefill.
+//!
+//! Which kernel runs a matrix was chosen once, when the model was opened, and is bound on it
+//! ([`Matrix::kernel`], `dot::select`); the drivers look it up once per stripe and call it for
+//! every tile of the stripe.
 
-use super::dot::kquant::{self, tile_matvec_act, BatchAct, Q8KRef};
-use super::dot::{packed, tile_matmul, tile_matvec, Isa, Q8Act, XqBlocks};
+use super::dot::select::{self, Batch, Bufs, MatKernel};
+use super::dot::{Isa, Q8Act};
 use super::pool::ThreadPool;
 use crate::format::header::{tile_bytes, TileHeader};
 use crate::format::reader::{tile_at, MappedTile, Matrix};
@@ -15,7 +19,6 @@ use crate::format::writer::MatrixData;
 use crate::format::{TILE_COLS, TILE_ROWS};
 use crate::kernels::dot::Tile;
 use crate::quant::packed::PACK_ROWS;
-use crate::quant::QK;
 
 /// Shares disjoint `&mut [f32]` output ranges with pool tasks.
 #[derive(Clone, Copy)]
@@ -35,10 +38,16 @@ pub struct Act<'a> {
 /// Computes one stripe of `m` into `out` (length = stripe rows): out = W_stripe · x.
 #[inline]
 pub fn stripe_matvec(isa: Isa, bytes: &[u8], m: &Matrix, s: usize, act: &Act, out: &mut [f32]) {
+    stripe_with(select::kernel(m, isa), bytes, m, s, act, out);
+}
+
+/// [`stripe_matvec`] with `m`'s kernel `k` looked up.
+#[inline]
+fn stripe_with(k: &MatKernel, bytes: &[u8], m: &Matrix, s: usize, act: &Act, out: &mut [f32]) {
     if m.packed {
-        packed_stripe_matvec(packed::Kernel::of(isa), bytes, m, s, act, out);
+        packed_stripe_matvec(k, bytes, m, s, act, out);
     } else {
-        stripe_rows_matvec(isa, bytes, m, s, 0, act, out);
+        rows_with(k, bytes, m, s, 0, act, out);
     }
 }
 
@@ -55,25 +64,36 @@ pub fn stripe_rows_matvec(
     act: &Act,
     out: &mut [f32],
 ) {
+    rows_with(select::kernel(m, isa), bytes, m, s, r0, act, out);
+}
+
+/// [`stripe_rows_matvec`] with `m`'s kernel `k` looked up.
+#[inline]
+fn rows_with(
+    k: &MatKernel,
+    bytes: &[u8],
+    m: &Matrix,
+    s: usize,
+    r0: usize,
+    act: &Act,
+    out: &mut [f32],
+) {
     let rows = out.len();
     out.fill(0.0);
     if m.packed {
-        let k = packed::Kernel::of(isa);
         for c in 0..m.n_col_tiles() {
             let t = tile_at(bytes, m, s, c);
             packed_rows_matvec(k, m, &t, r0, act, c * TILE_COLS, out);
         }
         return;
     }
-    let isa = isa.for_quant(m.quant);
     for c in 0..m.n_col_tiles() {
         let t = tile_at(bytes, m, s, c);
         debug_assert!(r0 + rows <= t.rows);
         let (rsb, rqb) = row_bytes(m, t.cols);
         let c0 = c * TILE_COLS;
         let c1 = c0 + t.cols;
-        tile_matvec_act(
-            isa,
+        (k.matvec)(
             Tile::split(
                 m.quant,
                 rows,
@@ -92,7 +112,7 @@ pub fn stripe_rows_matvec(
 /// Rows `r0 .. r0 + out.len()` (whole 16-row groups) of a repacked tile `t` of `m` whose first
 /// column is `c0`, accumulated into `out`, with kernel `k`.
 fn packed_rows_matvec(
-    k: packed::Kernel,
+    k: &MatKernel,
     m: &Matrix,
     t: &MappedTile,
     r0: usize,
@@ -109,31 +129,18 @@ fn packed_rows_matvec(
     );
     let group = m.quant.matrix_bytes(PACK_ROWS, t.cols);
     let body = &t.body[r0 / PACK_ROWS * group..(r0 + rows) / PACK_ROWS * group];
-    packed_tile(k, Tile::body(m.quant, rows, t.cols, body), act, c0, out);
-}
-
-/// One repacked tile whose first column is `c0`, with the activation in the form its type
-/// takes: Q8_K blocks for Q4_K records, Q8 blocks for the others (f32 without them).
-#[inline]
-fn packed_tile(k: packed::Kernel, t: Tile, act: &Act, c0: usize, out: &mut [f32]) {
     let x = &act.x[c0..c0 + t.cols];
-    if t.quant.is_k() {
-        let xk = act.q8.and_then(|a| a.k.slice(c0, t.cols));
-        packed::tile_run_k(k, t, x, xk, out);
-    } else {
-        let xq = act.q8.map(|a| a.tile_slice(c0, t.cols));
-        packed::tile_run(k, t, x, xq, out);
-    }
+    (k.matvec)(Tile::body(m.quant, rows, t.cols, body), x, act.q8, c0, out);
 }
 
 /// Stripe `s` of a repacked matrix into `out` (all its rows), as [`stripe_matvec`] computes it
 /// with the same kernels in the same order, but without per-tile bookkeeping: a stripe's tiles
 /// lie one after another (header, body), every one but the last `TILE_COLS` wide, so each body
 /// is found from the stripe's offset by arithmetic (the headers were validated at open), and
-/// the kernel was chosen once per matvec. The per-tile header decode, slicing and CPU-feature
-/// checks took ~4 % of decode's samples on SmolLM2.
+/// the kernel was chosen when the model was opened. The per-tile header decode, slicing and
+/// CPU-feature checks took ~4 % of decode's samples on SmolLM2.
 fn packed_stripe_matvec(
-    k: packed::Kernel,
+    k: &MatKernel,
     bytes: &[u8],
     m: &Matrix,
     s: usize,
@@ -149,7 +156,8 @@ fn packed_stripe_matvec(
         let c0 = c * TILE_COLS;
         let body = m.stripes[s] + c * full + TileHeader::SIZE;
         let body = &bytes[body..body + m.quant.matrix_bytes(rows, cols)];
-        packed_tile(k, Tile::body(m.quant, rows, cols, body), act, c0, out);
+        let x = &act.x[c0..c0 + cols];
+        (k.matvec)(Tile::body(m.quant, rows, cols, body), x, act.q8, c0, out);
     }
 }
 
@@ -258,7 +266,6 @@ pub fn tiled_matvec_acts(
         }
     }
     let run = stripes_per_claim(n_tasks, pool.threads());
-    let kernel = packed::Kernel::of(isa);
     pool.run(n_tasks.div_ceil(run), &|g| {
         for t in g * run..((g + 1) * run).min(n_tasks) {
             let (s, m, p, i) = if ordered {
@@ -275,11 +282,7 @@ pub fn tiled_matvec_acts(
             // SAFETY: [r0, r0 + rows) is inside the output (rows = stripe rows of a matrix
             // whose output length was asserted above) and distinct tasks own distinct stripes.
             let out = unsafe { std::slice::from_raw_parts_mut(p.0.add(r0), rows) };
-            if m.packed {
-                packed_stripe_matvec(kernel, bytes, m, s, act, out);
-            } else {
-                stripe_matvec(isa, bytes, m, s, act, out);
-            }
+            stripe_with(select::kernel(m, isa), bytes, m, s, act, out);
         }
     });
 }
@@ -312,7 +315,7 @@ pub fn rowmajor_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, act: &Act, y
     assert_eq!(y.len(), m.rows);
     assert_eq!(act.x.len(), m.cols);
     let chunks = m.rows.div_ceil(TILE_ROWS);
-    let isa = isa.for_quant(m.quant);
+    let k = select::entry(select::select(m.quant, false, isa));
     let out = OutPtr(y.as_mut_ptr(), y.len());
     let (rsb, rqb) = (m.row_scale_bytes(), m.row_quant_bytes());
     pool.run(chunks, &|t| {
@@ -322,8 +325,7 @@ pub fn rowmajor_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, act: &Act, y
         // SAFETY: chunk t owns rows [r0, r0 + rows) of the output, inside its length.
         let yy = unsafe { std::slice::from_raw_parts_mut(o.0.add(r0), rows) };
         yy.fill(0.0);
-        tile_matvec_act(
-            isa,
+        (k.matvec)(
             Tile::split(
                 m.quant,
                 rows,
@@ -350,7 +352,7 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
     assert_eq!(y.len(), m.rows);
     assert_eq!(x.len(), m.cols);
     let chunks = m.rows.div_ceil(TILE_ROWS);
-    let isa = isa.for_quant(m.quant);
+    let kernel = select::entry(select::select(m.quant, false, isa));
     let out = OutPtr(y.as_mut_ptr(), y.len());
     let (rsb, rqb) = (m.row_scale_bytes(), m.row_quant_bytes());
     let q = m.quant;
@@ -374,11 +376,11 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
             while c0 < m.cols {
                 let cols = (m.cols - c0).min(TILE_COLS);
                 let (s0, q0) = (k * sb, k * qb);
-                tile_matvec(
-                    isa,
+                (kernel.matvec)(
                     Tile::split(q, 1, cols, &rs[s0.min(rs.len())..], &rq[q0..]),
                     &x[c0..c0 + cols],
                     None,
+                    c0,
                     std::slice::from_mut(yr),
                 );
                 c0 += cols;
@@ -390,8 +392,9 @@ pub fn naive_matvec(pool: &ThreadPool, isa: Isa, m: &MatrixData, x: &[f32], y: &
 
 /// Batched tiled matvec for prefill: for every `(matrix, ys)` pair and every token `b < n`,
 /// `ys[b·rows ..][..rows] = W · xs[b·cols ..][..cols]`. Each tile is loaded once and applied to
-/// all `n` activations while it is hot in cache ([`tile_matmul`]), so weight traffic is paid
-/// once per batch. `q8`, when given, holds each token's quantized activation. Per token the
+/// all `n` activations while it is hot in cache (the `matmul` of the matrix's kernel,
+/// `dot::select`), so weight traffic is paid once per batch. `q8`, when given, holds each
+/// token's quantized activation. Per token the
 /// result is bit-identical to [`tiled_matvec`] on the same ISA, except for Q5_0 on the integer
 /// path with AVX-512 VNNI, whose batched kernel sums each row in one lane
 /// (`dot::kquant_batch`): the same value within the kernels' bound.
@@ -434,133 +437,29 @@ pub fn tiled_matvec_batch(
     pool.run(tasks.len(), &|t| {
         let (i, s, b0, b1) = tasks[t];
         let (m, p) = ptrs[i];
-        let asked = isa;
-        let isa = isa.for_quant(m.quant);
-        // Repacked records run their own kernels, chosen from the ISA asked for (as in
-        // decode): `for_quant` maps Q5_0 and the K-quants to their file layout's ISA.
-        let kernel = packed::Kernel::of(asked);
+        let k = select::kernel(m, isa);
         let r0 = s * TILE_ROWS;
         let rows = m.stripe_rows(s);
         let nt = b1 - b0;
         // The stripe's outputs for tokens b0..b1, token-major, accumulated over the column tiles.
         let mut acc = vec![0f32; nt * rows];
-        let mut xq: Vec<XqBlocks> = Vec::with_capacity(nt);
-        let mut xk: Vec<Q8KRef> = Vec::with_capacity(nt);
+        let mut bufs = Bufs::default();
         for c in 0..m.n_col_tiles() {
             let tile = tile_at(bytes, m, s, c);
-            let c0 = c * TILE_COLS;
-            let c1 = c0 + tile.cols;
-            if m.packed {
-                // Repacked tiles: the batched kernels, which unpack each record once for
-                // several tokens (bit-identical to one call per token); Q4_K records take the
-                // tokens' Q8_K blocks. Without an integer activation, one token at a time.
-                let body = &tile.body[..m.quant.matrix_bytes(rows, tile.cols)];
-                let t = Tile::body(m.quant, rows, tile.cols, body);
-                if let Some(q) = q8.filter(|_| m.quant.is_k()) {
-                    xk.clear();
-                    xk.extend(q[b0..b1].iter().map_while(|a| a.k.slice(c0, tile.cols)));
-                    if xk.len() == nt {
-                        packed::tile_run_k_batch(kernel, t, &xk, &mut acc);
-                        continue;
-                    }
-                }
-                if let Some(q) = q8.filter(|_| !m.quant.is_k()) {
-                    xq.clear();
-                    xq.extend(q[b0..b1].iter().map(|a| a.tile_slice(c0, tile.cols)));
-                    packed::tile_run_batch(kernel, t, &xq, &mut acc);
-                    continue;
-                }
-                for b in b0..b1 {
-                    let j = b - b0;
-                    let a = Act {
-                        x: &xs[b * cols..(b + 1) * cols],
-                        q8: q8.map(|q| &q[b]),
-                    };
-                    packed_rows_matvec(
-                        kernel,
-                        m,
-                        &tile,
-                        0,
-                        &a,
-                        c0,
-                        &mut acc[j * rows..(j + 1) * rows],
-                    );
-                }
-                continue;
-            }
-            if m.quant.is_interleaved() {
-                // The GGUF block types (Q5_x, K-quants): the batched integer kernels when every
-                // token has its activation in the type's form (with the ISA asked for, not
-                // `for_quant`'s: on AVX-512 the VNNI build, see `kquant::tile_matmul`), else
-                // one call per token, accumulated.
-                if let Some(q) = q8 {
-                    xq.clear();
-                    xk.clear();
-                    if m.quant.is_k() {
-                        xk.extend(q[b0..b1].iter().map_while(|a| a.k.slice(c0, tile.cols)));
-                    } else {
-                        let (k0, k1) = (c0 / QK, c1 / QK);
-                        xq.extend(
-                            q[b0..b1]
-                                .iter()
-                                .map(|a| (&a.d[k0..k1], &a.s[k0..k1], &a.qs[c0..c1])),
-                        );
-                    }
-                    if (if m.quant.is_k() { xk.len() } else { xq.len() }) == nt {
-                        let acts = if m.quant.is_k() {
-                            BatchAct::K(&xk)
-                        } else {
-                            BatchAct::Q8(&xq)
-                        };
-                        kquant::tile_matmul(
-                            asked,
-                            Tile::body(m.quant, tile.rows, tile.cols, tile.qs),
-                            acts,
-                            &mut acc,
-                        );
-                        continue;
-                    }
-                }
-                for b in b0..b1 {
-                    let j = b - b0;
-                    tile_matvec_act(
-                        isa,
-                        Tile::split(m.quant, tile.rows, tile.cols, tile.scales, tile.qs),
-                        &xs[b * cols + c0..b * cols + c1],
-                        q8.map(|q| &q[b]),
-                        c0,
-                        &mut acc[j * rows..(j + 1) * rows],
-                    );
-                }
-                continue;
-            }
-            let q8 = q8.filter(|_| m.quant.is_blocked());
-            xq.clear();
-            if let Some(q) = q8 {
-                let (k0, k1) = (c0 / QK, c1 / QK);
-                xq.extend(
-                    q[b0..b1]
-                        .iter()
-                        .map(|a| (&a.d[k0..k1], &a.s[k0..k1], &a.qs[c0..c1])),
-                );
-            }
-            // The f32 activations of this tile's columns, token-major.
-            let xt: Vec<f32> = if q8.is_some() {
-                Vec::new()
+            let t = if m.packed {
+                Tile::body(m.quant, rows, tile.cols, tile.body)
             } else {
-                (b0..b1)
-                    .flat_map(|b| &xs[b * cols + c0..b * cols + c1])
-                    .copied()
-                    .collect()
+                Tile::split(m.quant, tile.rows, tile.cols, tile.scales, tile.qs)
             };
-            tile_matmul(
-                isa,
-                Tile::split(m.quant, tile.rows, tile.cols, tile.scales, tile.qs),
-                &xt,
-                q8.map(|_| &xq[..]),
-                nt,
-                &mut acc,
-            );
+            let batch = Batch {
+                xs,
+                cols,
+                q8,
+                b0,
+                b1,
+                c0: c * TILE_COLS,
+            };
+            (k.matmul)(t, &batch, &mut bufs, &mut acc);
         }
         for b in b0..b1 {
             let j = b - b0;

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// Which kernel families prefetch their weights ahead (`prefetcht0` 2 KiB and `prefetcht1`
-/// 16 KiB ahead of each row group: `dot::avx2::prefetch_ahead`), by how they lay out the bytes
+/// 16 KiB ahead of each row group: `dot::simd::prefetch_ahead`), by how they lay out the bytes
 /// they stream. A hint only: the results are the same bits either way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelPrefetch {

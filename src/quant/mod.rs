@@ -51,7 +51,7 @@ impl QuantType {
     ];
 
     /// The types of the split layout (F32, F16, Q4_0, Q4_1, Q8_0), which the kernels in
-    /// `kernels::dot::{scalar, avx2, avx512}` handle; the others go to `kernels::dot::kquant`.
+    /// `kernels::dot::split` handles; the others go to `kernels::dot::kquant`.
     pub const SPLIT: [QuantType; 5] = [
         QuantType::F32,
         QuantType::F16,
@@ -97,7 +97,7 @@ impl QuantType {
     }
 
     /// True for the K-quants (256-weight super-blocks; their integer path takes a Q8_K
-    /// activation, `kernels::dot::kquant::Q8K`).
+    /// activation, `kernels::dot::act_q8::Q8K`).
     pub const fn is_k(self) -> bool {
         matches!(self, QuantType::Q4_K | QuantType::Q5_K | QuantType::Q6_K)
     }

@@ -105,6 +105,7 @@ pub(super) fn new_matrix(
         cols,
         stripes: Vec::new(),
         packed: false,
+        kernel: crate::format::reader::KernelId::UNSET,
     })
 }
 

@@ -217,6 +217,28 @@ impl CflowFile {
         Ok(())
     }
 
+    /// Sets every matrix's [`Matrix::kernel`] to `f(matrix)`: the embedding, the LM head, the
+    /// layers' dense matrices and their experts. The engine calls it when it opens the model,
+    /// after [`CflowFile::make_resident`] (whose repacking changes which kernel a matrix needs),
+    /// with `kernels::dot::select` (`format` does not know the kernels).
+    pub fn bind_kernels(&mut self, f: impl Fn(&Matrix) -> KernelId) {
+        let bind = |m: &mut Matrix| m.kernel = f(m);
+        bind(&mut self.vocab.embedding);
+        if let Some(m) = self.vocab.lm_head.as_mut() {
+            bind(m);
+        }
+        for l in self.layers.iter_mut() {
+            for m in l.dense_matrices_mut() {
+                bind(m);
+            }
+            for e in l.experts.iter_mut() {
+                for m in [&mut e.gate, &mut e.up, &mut e.down] {
+                    bind(m);
+                }
+            }
+        }
+    }
+
     /// True when the resident copy holds repacked matrices ([`CflowFile::make_resident`]).
     pub fn is_repacked(&self) -> bool {
         self.repacked
@@ -478,6 +500,7 @@ mod tests {
                     cols,
                     stripes: vec![0; rows.div_ceil(TILE_ROWS)],
                     packed: false,
+                    kernel: crate::format::reader::KernelId::UNSET,
                 };
                 let mut want = 0;
                 for s in 0..m.n_stripes() {

@@ -17,6 +17,27 @@ pub struct Matrix {
     /// The tiles are in the repacked layout of `quant::packed` in the bytes this view is read
     /// from (set only on a resident copy, by [`CflowFile::make_resident`]; files never hold it).
     pub packed: bool,
+    /// The kernel that runs this matrix's tiles: [`KernelId::UNSET`] until the engine binds one
+    /// ([`CflowFile::bind_kernels`]) when the model is opened.
+    pub kernel: KernelId,
+}
+
+/// Which kernel runs a matrix: an index into `kernels::dot::select`'s table (with the ISA it was
+/// chosen for), set when the model is opened ([`CflowFile::bind_kernels`]). Opaque here: only
+/// `kernels::dot::select` makes and reads one. [`KernelId::UNSET`] (a matrix built by hand, or
+/// one whose layout changed) means the matvec chooses at call time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelId(pub u16);
+
+impl KernelId {
+    /// No kernel bound: chosen at call time.
+    pub const UNSET: KernelId = KernelId(u16::MAX);
+}
+
+impl Default for KernelId {
+    fn default() -> Self {
+        KernelId::UNSET
+    }
 }
 
 impl Matrix {
@@ -189,6 +210,8 @@ pub(crate) fn repack_matrix(
         }
     }
     m.packed = true;
+    // Its kernel was chosen for the file's layout: bind again (`CflowFile::bind_kernels`).
+    m.kernel = KernelId::UNSET;
     true
 }
 

@@ -1,72 +1,21 @@
-//! Tile kernels of the interleaved GGUF types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; see `quant::kquants`)
-//! and the Q8_K activation the K-quants' integer path takes.
+//! Tile kernels of the interleaved GGUF types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; see `quant::kquants`):
+//! the slice checks and the per-ISA dispatch in front of `kquant_scalar`, `kquant_avx2`,
+//! `kquant_avx512` and the batched `kquant_batch`.
 //!
-//! Activation forms, quantized once per matvec like llama.cpp does: Q5_0 takes the Q8_0 blocks of
-//! [`Q8Act`] (`d`, `qs`), Q5_1 also their `s = d · Σq` (Q8_1); the K-quants take [`Q8K`]: per 256
-//! values one f32 scale `d = max/−127` (of the value of largest magnitude), 256 i8 quants and 16
-//! sums of 16 quants (`bsums`), bit-identical to ggml's `quantize_row_q8_K_ref`. Without an
-//! activation (`--act f32`) every type has an f32 path.
+//! Activation forms, quantized once per matvec like llama.cpp does (`act_q8`): Q5_0 takes the
+//! Q8_0 blocks of [`Q8Act`] (`d`, `qs`), Q5_1 also their `s = d · Σq` (Q8_1); the K-quants take
+//! the Q8_K blocks (`act_q8::Q8K`: per 256 values one f32 scale, 256 i8 quants and 16 sums of 16
+//! quants). Without an activation (`--act f32`) every type has an f32 path.
 //!
 //! Dispatch as in `dot`: [`tile_matvec`] asserts the slice lengths, then runs AVX-512 (BW, or
-//! VNNI `vpdpbusd`; K-quant integer paths only, the rest runs the AVX2 kernels) → AVX2 → scalar. [`tile_matvec_act`] is what the matvec drivers call: it hands each
-//! type the activation form its integer kernel takes.
+//! VNNI `vpdpbusd`; K-quant integer paths only, the rest runs the AVX2 kernels) → AVX2 → scalar.
+//! [`tile_matvec_act`] hands each type the activation form its integer kernel takes. The
+//! engine's matvecs do not come through here: `dot::select` calls [`check`] and the kernels.
 
 use super::Tile;
-use super::{kquant_scalar as scalar, Isa, Q8Act, XqBlocks, XqRef};
+use super::{kquant_scalar as scalar, Isa, Q8Act, Q8KRef, XqBlocks, XqRef};
 use crate::quant::kquants::QK_K;
 use crate::quant::QK;
-
-/// An activation quantized to Q8_K blocks of 256 (see the module docs).
-#[derive(Clone, Debug, Default)]
-pub struct Q8K {
-    pub d: Vec<f32>,
-    /// 16 per block: the sum of each 16 consecutive quants.
-    pub bsums: Vec<i16>,
-    pub qs: Vec<i8>,
-}
-
-/// Borrowed Q8_K blocks covering one tile's columns.
-#[derive(Clone, Copy, Debug)]
-pub struct Q8KRef<'a> {
-    pub d: &'a [f32],
-    pub bsums: &'a [i16],
-    pub qs: &'a [i8],
-}
-
-impl Q8K {
-    /// Quantizes `x` (length a multiple of 256) into `self`, reusing its buffers.
-    /// Uses AVX2 when this CPU has it ([`Isa::cached`]); bit-identical to the scalar code.
-    pub fn quantize_from(&mut self, x: &[f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if Isa::Avx2.available() && Isa::cached() != Isa::Scalar {
-            // SAFETY: AVX2 and FMA were detected just above (`Isa::available`).
-            unsafe { super::kquant_avx2::quantize_q8k(x, self) };
-            return;
-        }
-        scalar::quantize_q8k(x, self);
-    }
-
-    /// Empties the activation (no K-quant integer path until quantized again).
-    pub fn clear(&mut self) {
-        self.d.clear();
-        self.bsums.clear();
-        self.qs.clear();
-    }
-
-    /// The blocks covering columns `col..col + cols` (multiples of 256), or `None` when this
-    /// activation does not cover them (not quantized for this matvec).
-    pub fn slice(&self, col: usize, cols: usize) -> Option<Q8KRef<'_>> {
-        if !col.is_multiple_of(QK_K) || !cols.is_multiple_of(QK_K) || col + cols > self.qs.len() {
-            return None;
-        }
-        let (b0, nb) = (col / QK_K, cols / QK_K);
-        Some(Q8KRef {
-            d: &self.d[b0..b0 + nb],
-            bsums: &self.bsums[16 * b0..16 * (b0 + nb)],
-            qs: &self.qs[col..col + cols],
-        })
-    }
-}
 
 /// One tile of any type, with the activation of the whole matvec (`act`, quantized once; the
 /// tile covers its columns `c0..c0 + cols`) or none (f32 path). K-quant tiles use `act.k` when it
@@ -99,7 +48,7 @@ pub fn tile_matvec_act(
 }
 
 /// Checks the tile contract for an interleaved type; returns which integer path applies.
-fn check(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: &[f32]) -> (bool, bool) {
+pub(super) fn check(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: &[f32]) -> (bool, bool) {
     let Tile {
         quant: q,
         rows,
@@ -193,7 +142,7 @@ impl<'a> BatchAct<'a> {
     }
 
     /// Token `j`'s activation as [`tile_matvec`] takes it (`xq`, `xk`).
-    fn token(&self, j: usize) -> (XqRef<'a>, Option<Q8KRef<'a>>) {
+    pub(super) fn token(&self, j: usize) -> (XqRef<'a>, Option<Q8KRef<'a>>) {
         match self {
             BatchAct::Q8(x) => (Some(x[j]), None),
             BatchAct::K(x) => (None, Some(x[j])),
@@ -203,7 +152,7 @@ impl<'a> BatchAct<'a> {
 
 /// Whether [`tile_matmul`] on `isa` runs the `vnni` build of `kquant_batch`.
 #[cfg(target_arch = "x86_64")]
-fn batch_vnni(isa: Isa) -> bool {
+pub(super) fn batch_vnni(isa: Isa) -> bool {
     isa == Isa::Avx512 && isa.has_vnni() && is_x86_feature_detected!("avx512vl")
 }
 
@@ -217,6 +166,7 @@ fn batch_vnni(isa: Isa) -> bool {
 /// one lane (within the scalar reference's bound; see `kquant_batch`). On
 /// `Isa::Scalar` or without AVX2: one scalar call per token.
 pub fn tile_matmul(isa: Isa, t: Tile, acts: BatchAct, y: &mut [f32]) {
+    check_batch(t, acts, y);
     let Tile {
         quant: q,
         rows,
@@ -225,19 +175,6 @@ pub fn tile_matmul(isa: Isa, t: Tile, acts: BatchAct, y: &mut [f32]) {
         ..
     } = t;
     let n = acts.len();
-    assert!(y.len() >= n * rows, "y too short for {n} tokens");
-    assert!(
-        matches!(
-            (q.is_k(), acts),
-            (true, BatchAct::K(_)) | (false, BatchAct::Q8(_))
-        ),
-        "{q}: activation form {acts:?} does not match"
-    );
-    for j in 0..n {
-        let (xq, xk) = acts.token(j);
-        let (int8, intk) = check(Tile::body(q, rows, cols, qs), &[], xq, xk, &y[j * rows..]);
-        assert!(int8 || intk, "{q}: batched tiles take the integer path");
-    }
     #[cfg(target_arch = "x86_64")]
     {
         if batch_vnni(isa) {
@@ -267,6 +204,32 @@ pub fn tile_matmul(isa: Isa, t: Tile, acts: BatchAct, y: &mut [f32]) {
         let (xq, xk) = acts.token(j);
         let yj = &mut y[j * rows..(j + 1) * rows];
         scalar::tile_matvec(t, &[], xq, xk, yj);
+    }
+}
+
+/// Checks a batched tile ([`tile_matmul`]) before any SIMD code reads it: room in `y` for every
+/// token, the activation form of `q`, and every token's slices against the tile contract.
+pub(super) fn check_batch(t: Tile, acts: BatchAct, y: &[f32]) {
+    let Tile {
+        quant: q,
+        rows,
+        cols,
+        qs,
+        ..
+    } = t;
+    let n = acts.len();
+    assert!(y.len() >= n * rows, "y too short for {n} tokens");
+    assert!(
+        matches!(
+            (q.is_k(), acts),
+            (true, BatchAct::K(_)) | (false, BatchAct::Q8(_))
+        ),
+        "{q}: activation form {acts:?} does not match"
+    );
+    for j in 0..n {
+        let (xq, xk) = acts.token(j);
+        let (int8, intk) = check(Tile::body(q, rows, cols, qs), &[], xq, xk, &y[j * rows..]);
+        assert!(int8 || intk, "{q}: batched tiles take the integer path");
     }
 }
 
@@ -341,35 +304,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// Q8_K quantization follows ggml's reference: d = max/−127, nearest (ties to even), clamp
-    /// at 127, bsums of 16.
-    #[test]
-    fn q8k_follows_ggml_reference() {
-        let mut x = vec![0f32; 256];
-        x[3] = -2.54; // largest magnitude, negative: iscale = −127/max = +50, d = 0.02
-        x[4] = 1.27; // 63.5 → 64 (ties to even)
-        x[5] = 0.01; // 0.5 → 0 (ties to even)
-        x[6] = 0.03; // 1.5 → 2
-        let mut k = Q8K::default();
-        k.quantize_from(&x);
-        assert_eq!(k.d, vec![1.0 / (-127.0 / -2.54f32)]);
-        assert_eq!(k.qs[3], -127);
-        assert_eq!(k.qs[4], 64);
-        assert_eq!(k.qs[5], 0);
-        assert_eq!(k.qs[6], 2);
-        assert_eq!(k.bsums[0], -127 + 64 + 2);
-        // A positive maximum: iscale < 0, the quants flip sign and the largest clamps at 127.
-        let mut x = vec![0f32; 256];
-        x[0] = 1.0;
-        x[1] = -1.0;
-        k.quantize_from(&x);
-        assert_eq!((k.qs[0], k.qs[1]), (-127, 127));
-        assert_eq!(k.d[0], 1.0 / (-127.0f32));
-        assert!(k.bsums[1..].iter().all(|&s| s == 0));
-        k.quantize_from(&[0.0; 256]);
-        assert_eq!((k.d[0], k.bsums[0]), (0.0, 0));
     }
 
     /// `tile_matvec_act` on a K tile without a quantized Q8_K part takes the f32 path; with it,

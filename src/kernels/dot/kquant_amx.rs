@@ -12,10 +12,10 @@
 //! sum is the same exact value, so every output is bit-identical to `q5_0_lanes` (tested in
 //! `kquant_batch`), which is tested against the scalar reference within its bound.
 
-use super::kquant::Q8KRef;
-use super::kquant_avx2::q5_bits;
 use super::kquant_batch::vnni::transpose8;
 use super::packed_amx::{block_dots, configure, two_block_dots, two_dots, TOKENS};
+use super::q5::avx2::q5_bits;
+use super::Q8KRef;
 use super::XqBlocks;
 use crate::quant::kquants::QK_K;
 use crate::quant::{QuantType, QK};

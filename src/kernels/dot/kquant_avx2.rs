@@ -1,4 +1,6 @@
-//! AVX2 kernels of the interleaved types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), integer paths after
+//! The AVX2 tile dispatch of the interleaved types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), their f32
+//! path, and the row-group helpers their kernels share; the kernels themselves sit in each
+//! type's file beside its scalar reference (`q5::avx2`, `k4::avx2`, `q6_k::avx2`). Integer paths after
 //! llama.cpp's x86 `vec_dot_*`: unsigned levels × signed activation quants with `vpmaddubsw`,
 //! sub-block scales applied with `vpmaddwd`, one float multiply per block. The K-quants' minimums
 //! (and Q6_K's −32 offset) go through the activation's `bsums`. Rows run in groups of 4: the
@@ -7,14 +9,17 @@
 //! vector code, and the 4 rows' horizontal sums are reduced together in the order of the
 //! one-row `hsum`, so every row's result is bit-identical to the one-row-at-a-time kernel this
 //! replaced (tested against a copy of it below). The f32 paths dequantize one block to the stack
-//! and dot it with FMA. Tested against `kquant_scalar`.
+//! and dot it with FMA. Tested against the scalar references (`kquant_scalar`).
 
-use super::avx2::prefetch_ahead;
-use super::kquant::Q8KRef;
+use super::k4::avx2::k4_group;
+use super::q5::avx2::q5_group;
+use super::q6_k::avx2::q6k_group;
+use super::simd::{hsum, hsum4};
+use super::Q8KRef;
 use super::Tile;
 use super::XqRef;
 use crate::quant::kquants::{dequantize_row, QK_K};
-use crate::quant::{QuantType, QK};
+use crate::quant::QuantType;
 use std::arch::x86_64::*;
 
 /// Rows per group of the integer kernels: each activation load and per-block activation value
@@ -88,18 +93,6 @@ pub unsafe fn tile_matvec(t: Tile, x: &[f32], xq: XqRef, xk: Option<Q8KRef>, y: 
     }
 }
 
-/// Horizontal sum of 8 floats: the one AVX2 horizontal sum of the crate (the split-layout,
-/// K-quant and attention kernels all reduce with it): (low + high half), then pairs, then the
-/// last two lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
-    _mm_cvtss_f32(s)
-}
-
 /// Raw view of one interleaved tile: `rb` bytes per row of `nb` blocks.
 #[derive(Clone, Copy)]
 pub(super) struct Rows {
@@ -164,21 +157,6 @@ pub(super) unsafe fn finish<const R: usize>(
     add_rows::<R>(r, y);
 }
 
-/// The horizontal sums of 4 vectors at once, lane i = Σ v[i], each in exactly `hsum`'s order
-/// ((s0 + s2) + (s1 + s3) of the two halves' sum s): a 4 × 4 transpose instead of 4 reductions.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn hsum4(v: [__m256; 4]) -> __m128 {
-    let s = |x: __m256| _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
-    let (s0, s1, s2, s3) = (s(v[0]), s(v[1]), s(v[2]), s(v[3]));
-    let (t0, t1) = (_mm_unpacklo_ps(s0, s1), _mm_unpacklo_ps(s2, s3));
-    let (t2, t3) = (_mm_unpackhi_ps(s0, s1), _mm_unpackhi_ps(s2, s3));
-    // c_k = lane k of every vector's s.
-    let (c0, c1) = (_mm_movelh_ps(t0, t1), _mm_movehl_ps(t1, t0));
-    let (c2, c3) = (_mm_movelh_ps(t2, t3), _mm_movehl_ps(t3, t2));
-    _mm_add_ps(_mm_add_ps(c0, c2), _mm_add_ps(c1, c3))
-}
-
 /// `y[i] += v[i]` for `i < R`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -192,227 +170,6 @@ pub(super) unsafe fn add_rows<const R: usize>(v: __m128, y: *mut f32) {
             *y.add(i) += v;
         }
     }
-}
-
-/// Sums of each of 4 vectors of 4 i32 (lane i = Σ v_i), 3 `vphaddd`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn hsum4_i32(v: [__m128i; 4]) -> __m128i {
-    _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]))
-}
-
-/// [`hsum4_i32`] of 4 vectors of 8 i32.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn hsum4_i32x8(v: [__m256i; 4]) -> __m128i {
-    let f = |x: __m256i| _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
-    hsum4_i32([f(v[0]), f(v[1]), f(v[2]), f(v[3])])
-}
-
-/// 0xFF in byte i where bit i of the little-endian u32 at `p` is set.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q5_bits(p: *const u8) -> __m256i {
-    let v = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
-    let shuf = _mm256_setr_epi8(
-        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
-        3, 3,
-    );
-    let b = _mm256_shuffle_epi8(v, shuf);
-    let m = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    _mm256_cmpeq_epi8(_mm256_and_si256(b, m), m)
-}
-
-/// Rows `r0..r0 + R` of Q5_0 · Q8_0 (`ONE` false) or Q5_1 · Q8_1 blocks. Per block the
-/// activation quants are loaded once for the group. Q5_0's `q − 16` goes through the unsigned
-/// levels: `Σ q·y − Σ 16·y` per pair of bytes, in i16, is exactly the pair sum of the
-/// sign-trick product `|q − 16| · sign(y, q − 16)` (no saturation: |Σ| ≤ 2·31·127).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q5_group<const ONE: bool, const R: usize>(
-    r0: usize,
-    t: Rows,
-    xd: *const f32,
-    xs: *const f32,
-    xq: *const i8,
-) {
-    if crate::kernels::prefetch::superblock() {
-        prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
-    }
-    let bb = if ONE { 24 } else { 22 };
-    let off = if ONE { 4 } else { 2 };
-    let m4 = _mm256_set1_epi8(0x0F);
-    // The 16 packed bytes sit in both 128-bit halves (`vbroadcasti128`, a load with no shuffle);
-    // shifting the high half's 64-bit lanes by 4 puts the high nibbles there, so one `vpand`
-    // gives [low nibbles | high nibbles] (was two 128-bit ands, a shift and a `vinserti128`).
-    let nib_shift = _mm256_setr_epi64x(0, 0, 4, 4);
-    let b16 = _mm256_set1_epi8(0x10);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut mins = _mm_setzero_ps();
-    let mut dd = Lanes4([0.0; 4]);
-    for b in 0..t.nb {
-        let yv = _mm256_loadu_si256(xq.add(b * QK) as *const __m256i);
-        let y16 = _mm256_maddubs_epi16(b16, yv);
-        // Each row's scale is broadcast from memory (a load, not a shuffle-port `vpermps`).
-        _mm_store_ps(
-            dd.0.as_mut_ptr(),
-            _mm_mul_ps(f16_lanes::<R>(t, r0, bb, b, 0), _mm_set1_ps(*xd.add(b))),
-        );
-        if ONE {
-            let m = f16_lanes::<R>(t, r0, bb, b, 2);
-            mins = _mm_add_ps(mins, _mm_mul_ps(m, _mm_set1_ps(*xs.add(b))));
-        }
-        for (i, a) in acc.iter_mut().enumerate() {
-            let p = t.qs.add((r0 + i) * t.rb + b * bb);
-            let bits = q5_bits(p.add(off));
-            let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(off + 4) as *const __m128i));
-            let nib = _mm256_and_si256(_mm256_srlv_epi64(q, nib_shift), m4);
-            let qv = _mm256_or_si256(nib, _mm256_and_si256(bits, b16));
-            let s = _mm256_maddubs_epi16(qv, yv);
-            let s = if ONE { s } else { _mm256_sub_epi16(s, y16) };
-            let p32 = _mm256_madd_epi16(s, ones);
-            *a = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd.0[i]), _mm256_cvtepi32_ps(p32), *a);
-        }
-    }
-    finish::<R>(&acc, mins, false, t.y.add(r0));
-}
-
-/// The 8 scales and 8 minimums (6 bits each) of a Q4_K/Q5_K block from its 12 packed bytes at
-/// `p`, as two little-endian u64 (byte j = sub-block j); ggml's `get_scale_min_k4` for all j at
-/// once with 32-bit masks.
-#[inline]
-pub(super) unsafe fn scales_mins_u64(p: *const u8) -> (u64, u64) {
-    let u = |k: usize| p.add(4 * k).cast::<u32>().read_unaligned();
-    let (u0, u1, u2) = (u(0), u(1), u(2));
-    let (m6, m4, m2) = (0x3F3F_3F3Fu32, 0x0F0F_0F0Fu32, 0x0303_0303u32);
-    let sc_lo = u0 & m6;
-    let sc_hi = (u2 & m4) | (((u0 >> 6) & m2) << 4);
-    let mn_lo = u1 & m6;
-    let mn_hi = ((u2 >> 4) & m4) | (((u1 >> 6) & m2) << 4);
-    (
-        sc_lo as u64 | (sc_hi as u64) << 32,
-        mn_lo as u64 | (mn_hi as u64) << 32,
-    )
-}
-
-/// Rows `r0..r0 + R` of Q4_K (`FIVE` false) or Q5_K · Q8_K blocks.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k4_group<const FIVE: bool, const R: usize>(r0: usize, t: Rows, k: Q8KRef) {
-    if crate::kernels::prefetch::superblock() {
-        prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
-    }
-    let bb = if FIVE { 176 } else { 144 };
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m16 = _mm256_set1_epi8(0x10);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut mins = _mm_setzero_ps();
-    for b in 0..t.nb {
-        // SAFETY (all loads): the caller checked `k` covers `nb` blocks and the tile `rows`.
-        let bs = _mm256_loadu_si256(k.bsums.as_ptr().add(16 * b) as *const __m256i);
-        // Sums of the bsums pairs (2j, 2j+1), the 32 quants of sub-block j (|·| ≤ 4064).
-        let bsp = _mm_hadd_epi16(
-            _mm256_castsi256_si128(bs),
-            _mm256_extracti128_si256::<1>(bs),
-        );
-        let yd = _mm_set1_ps(*k.d.as_ptr().add(b));
-        let yq = k.qs.as_ptr().add(b * QK_K);
-        let mut summ = [_mm_setzero_si128(); 4];
-        let mut sumi = [_mm256_setzero_si256(); R];
-        for i in 0..R {
-            let blk = t.qs.add((r0 + i) * t.rb + b * bb);
-            let (sc, mn) = scales_mins_u64(blk.add(4));
-            summ[i] = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn as i64)), bsp);
-            let sc16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc as i64));
-            let scv = _mm256_set_m128i(sc16, sc16);
-            let ql = blk.add(if FIVE { 48 } else { 16 });
-            let qh = if FIVE {
-                _mm256_loadu_si256(blk.add(16) as *const __m256i)
-            } else {
-                _mm256_setzero_si256()
-            };
-            for n in 0..4 {
-                let qb = _mm256_loadu_si256(ql.add(32 * n) as *const __m256i);
-                let mut lo = _mm256_and_si256(qb, m4);
-                let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4);
-                if FIVE {
-                    let bl = _mm256_set1_epi8(1 << (2 * n));
-                    let bh = _mm256_set1_epi8(1 << (2 * n + 1));
-                    let hl = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl);
-                    let hh = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh);
-                    lo = _mm256_or_si256(lo, _mm256_and_si256(hl, m16));
-                    hi = _mm256_or_si256(hi, _mm256_and_si256(hh, m16));
-                }
-                let ylo = _mm256_loadu_si256(yq.add(64 * n) as *const __m256i);
-                let yhi = _mm256_loadu_si256(yq.add(64 * n + 32) as *const __m256i);
-                // Scales 2n and 2n+1 as i16 in every lane.
-                let sl =
-                    _mm256_shuffle_epi8(scv, _mm256_set1_epi16((0x0100 + 0x0202 * 2 * n) as i16));
-                let sh = _mm256_shuffle_epi8(
-                    scv,
-                    _mm256_set1_epi16((0x0100 + 0x0202 * (2 * n + 1)) as i16),
-                );
-                let plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), sl);
-                let phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), sh);
-                sumi[i] = _mm256_add_epi32(sumi[i], _mm256_add_epi32(plo, phi));
-            }
-        }
-        let summ = _mm_cvtepi32_ps(hsum4_i32(summ));
-        let dmin = f16_lanes::<R>(t, r0, bb, b, 2);
-        mins = _mm_add_ps(mins, _mm_mul_ps(_mm_mul_ps(dmin, yd), summ));
-        let d = _mm_mul_ps(f16_lanes::<R>(t, r0, bb, b, 0), yd);
-        for (i, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_fmadd_ps(lane(d, i), _mm256_cvtepi32_ps(sumi[i]), *a);
-        }
-    }
-    finish::<R>(&acc, mins, true, t.y.add(r0));
-}
-
-/// Rows `r0..r0 + R` of Q6_K · Q8_K blocks. The −32 offset goes through the bsums: per row
-/// `Σ_g sc_g · bsum_g` with one `vpmaddwd`, folded into the integer sum before the reduction.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6k_group<const R: usize>(r0: usize, t: Rows, k: Q8KRef) {
-    if crate::kernels::prefetch::superblock() {
-        prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
-    }
-    let mut acc = _mm_setzero_ps();
-    for b in 0..t.nb {
-        // SAFETY (all loads): the caller checked `k` covers `nb` blocks and the tile `rows`.
-        let bs = _mm256_loadu_si256(k.bsums.as_ptr().add(16 * b) as *const __m256i);
-        let yq = k.qs.as_ptr().add(b * QK_K);
-        let mut tot = [_mm256_setzero_si256(); 4];
-        for (i, tv) in tot.iter_mut().enumerate().take(R) {
-            let blk = t.qs.add((r0 + i) * t.rb + b * 210);
-            let sc = _mm_loadu_si128(blk.add(192) as *const __m128i);
-            let corr = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs);
-            let mut sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(corr));
-            for h in 0..2 {
-                let ql0 = _mm256_loadu_si256(blk.add(64 * h) as *const __m256i);
-                let ql1 = _mm256_loadu_si256(blk.add(64 * h + 32) as *const __m256i);
-                let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
-                let q = q6k_levels(ql0, ql1, qh);
-                for (j, qv) in q.iter().enumerate() {
-                    let e0 = 128 * h + 32 * j;
-                    let g = (e0 / 16) as i64;
-                    let yv = _mm256_loadu_si256(yq.add(e0) as *const __m256i);
-                    // Scale g in the low 8 i16 lanes, g+1 in the high 8.
-                    let pick =
-                        _mm_set_epi64x(0x0101_0101_0101_0101 * (g + 1), 0x0101_0101_0101_0101 * g);
-                    let s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick));
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(*qv, yv), s);
-                    sumi = _mm256_add_epi32(sumi, p);
-                }
-            }
-            *tv = sumi;
-        }
-        let total = _mm_cvtepi32_ps(hsum4_i32x8(tot));
-        let d = f16_lanes::<R>(t, r0, 210, b, 208);
-        let yd = _mm_set1_ps(*k.d.as_ptr().add(b));
-        acc = _mm_add_ps(acc, _mm_mul_ps(_mm_mul_ps(d, yd), total));
-    }
-    add_rows::<R>(acc, t.y.add(r0));
 }
 
 /// f32 path: each block dequantized to the stack, then an FMA dot with `x`.
@@ -433,104 +190,6 @@ unsafe fn f32_row(q: QuantType, row: &[u8], x: &[f32]) -> f32 {
         }
     }
     hsum(_mm256_add_ps(a0, a1))
-}
-
-/// The 6-bit levels (0..63) of one half (128 weights) of a Q6_K block: `ql0`/`ql1` are the half's
-/// 64 low-nibble bytes, `qh` its 32 bytes of high bit pairs. Returns weights 0–31, 32–63,
-/// 64–95 and 96–127 of the half, one byte each (ggml's layout).
-#[inline]
-#[target_feature(enable = "avx2")]
-pub(super) unsafe fn q6k_levels(ql0: __m256i, ql1: __m256i, qh: __m256i) -> [__m256i; 4] {
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m3 = _mm256_set1_epi8(0x03);
-    let m30 = _mm256_set1_epi8(0x30);
-    [
-        _mm256_or_si256(
-            _mm256_and_si256(ql0, m4),
-            _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3)),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(ql1, m4),
-            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-            _mm256_and_si256(qh, m30),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-        ),
-    ]
-}
-
-/// AVX2 form of `kquant_scalar::quantize_q8k`, bit-identical to it (tested below): the block's
-/// largest magnitude and products `x · −127/max` in 8 lanes, rounded to nearest-even with
-/// `vroundps` (what `round_ties_even` does), converted and packed. A block that is all zeros,
-/// holds a NaN or an infinity, or whose scale `−127/max` is not finite (max subnormal), goes to
-/// the scalar code, whose conversions of NaN and ±inf these instructions would not reproduce.
-///
-/// # Safety
-/// The CPU must support AVX2 (callers check with `Isa::available`).
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn quantize_q8k(x: &[f32], out: &mut super::kquant::Q8K) {
-    assert!(
-        x.len().is_multiple_of(QK_K),
-        "activation length {} not a multiple of 256",
-        x.len()
-    );
-    out.clear();
-    let sign = _mm256_set1_ps(-0.0);
-    for blk in x.chunks_exact(QK_K) {
-        let p = blk.as_ptr();
-        let (mut m, mut nan) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for i in (0..QK_K).step_by(8) {
-            // SAFETY: i + 8 <= 256 = blk.len().
-            let v = _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(i)));
-            nan = _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
-            m = _mm256_max_ps(m, v);
-        }
-        let h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        let amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
-        // The value of largest magnitude: the first one reaching it, as the scalar scan keeps.
-        let max = blk.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
-        let iscale = -127.0 / max;
-        if _mm256_movemask_ps(nan) != 0 || amax == 0.0 || !amax.is_finite() || !iscale.is_finite() {
-            let mut one = super::kquant::Q8K::default();
-            super::kquant_scalar::quantize_q8k(blk, &mut one);
-            out.d.extend_from_slice(&one.d);
-            out.qs.extend_from_slice(&one.qs);
-            out.bsums.extend_from_slice(&one.bsums);
-            continue;
-        }
-        let vi = _mm256_set1_ps(iscale);
-        let q0 = out.qs.len();
-        out.qs.resize(q0 + QK_K, 0);
-        let dst = out.qs.as_mut_ptr().add(q0);
-        for i in (0..QK_K).step_by(32) {
-            let q = |j: usize| {
-                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                    _mm256_mul_ps(vi, _mm256_loadu_ps(p.add(i + 8 * j))),
-                );
-                _mm256_min_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127))
-            };
-            // |x · iscale| ≤ 127 here, so the saturating packs are exact; they interleave the
-            // 128-bit halves, which the final permute puts back in order.
-            let a = _mm256_packs_epi32(q(0), q(1));
-            let b = _mm256_packs_epi32(q(2), q(3));
-            let v = _mm256_permutevar8x32_epi32(
-                _mm256_packs_epi16(a, b),
-                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
-            );
-            // SAFETY: dst + i .. + 32 lies inside the 256 bytes just resized.
-            _mm256_storeu_si256(dst.add(i) as *mut __m256i, v);
-        }
-        for g in out.qs[q0..].chunks_exact(16) {
-            out.bsums.push(g.iter().map(|&q| q as i16).sum());
-        }
-        out.d.push(1.0 / iscale);
-    }
 }
 
 #[cfg(test)]
@@ -568,8 +227,8 @@ mod tests {
     /// verbatim as the bit-exact reference of `grouped_kernels_match_one_row_kernels_bit_for_bit`.
     #[allow(clippy::needless_range_loop)]
     mod legacy {
-        use super::super::super::kquant::Q8KRef;
-        use super::super::hsum;
+        use super::super::super::Q8KRef;
+        use crate::kernels::dot::simd::hsum;
         use crate::quant::kquants::{scales_mins_k4, QK_K};
         use crate::quant::{f16_at, QK};
         use std::arch::x86_64::*;
@@ -715,7 +374,7 @@ mod tests {
                     let ql0 = _mm256_loadu_si256(blk.as_ptr().add(64 * h) as *const __m256i);
                     let ql1 = _mm256_loadu_si256(blk.as_ptr().add(64 * h + 32) as *const __m256i);
                     let qh = _mm256_loadu_si256(blk.as_ptr().add(128 + 32 * h) as *const __m256i);
-                    let q = super::super::q6k_levels(ql0, ql1, qh);
+                    let q = crate::kernels::dot::q6_k::avx2::q6k_levels(ql0, ql1, qh);
                     for (j, qv) in q.iter().enumerate() {
                         let e0 = 128 * h + 32 * j;
                         let g = e0 / 16;
@@ -791,53 +450,6 @@ mod tests {
                     assert_eq!(w, g, "{q} {rows}x{cols}");
                 }
             }
-        }
-    }
-
-    /// The AVX2 Q8_K quantizer gives the scalar reference's bytes on random activations of
-    /// several scales and on the blocks it hands back to the scalar code (zeros, NaN, ±inf, a
-    /// subnormal maximum), on exact ties (x · −127/max = k + ½) and ±max ties (first one wins).
-    #[test]
-    fn avx2_quantize_q8k_is_bit_identical_to_scalar() {
-        use super::super::kquant::Q8K;
-        use super::super::testutil::Rng;
-        if !Isa::Avx2.available() {
-            println!("SKIP: this CPU lacks AVX2/FMA/F16C");
-            return;
-        }
-        let mut rng = Rng::new(97);
-        let mut cases: Vec<Vec<f32>> = Vec::new();
-        for scale in [1e-30f32, 1e-3, 1.0, 37.0, 1e30] {
-            for n in [256, 512, 2048] {
-                cases.push((0..n).map(|_| rng.uniform() * scale).collect());
-            }
-        }
-        let mut odd = vec![0f32; 256 * 8];
-        // block 1: a NaN; 2: +inf; 3: −inf; 4: subnormal max; 5: ties to even; 6: ±max tie.
-        odd[256 + 7] = f32::NAN;
-        odd[512] = 1.0;
-        odd[512 + 9] = f32::INFINITY;
-        odd[768 + 3] = f32::NEG_INFINITY;
-        odd[1024 + 5] = 1e-40;
-        odd[1024 + 6] = -3e-41;
-        for i in 0..256 {
-            // max = −127 → iscale = 1: values k + 0.5 land exactly on ties.
-            odd[1280 + i] = (i as f32 - 128.0) * 0.5;
-        }
-        odd[1280] = -127.0;
-        odd[1536 + 10] = 2.0;
-        odd[1536 + 20] = -2.0;
-        odd[1536 + 30] = 1.0;
-        cases.push(odd);
-        for x in &cases {
-            let (mut want, mut got) = (Q8K::default(), Q8K::default());
-            super::super::kquant_scalar::quantize_q8k(x, &mut want);
-            // SAFETY: AVX2 and FMA detected above.
-            unsafe { super::quantize_q8k(x, &mut got) };
-            assert_eq!(want.qs, got.qs);
-            assert_eq!(want.bsums, got.bsums);
-            let bits = |v: &[f32]| v.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&want.d), bits(&got.d));
         }
     }
 }

@@ -5,7 +5,8 @@
 //!   minimums and Q6_K's −32 offset through the activation's `bsums`, as in `kquant_avx2`.
 //!   One row at a time, so decode keeps the AVX2 kernels' rows-in-groups for them
 //!   (`Isa::for_quant`).
-//! * Q5_0 · Q8_0 ([`q5_0`], VNNI + VBMI), the decode kernel of Q5_0 on such CPUs: rows in
+//! * Q5_0 · Q8_0 (`q5::avx512::q5_0`, VNNI + VBMI; in Q5_0's own file, `q5.rs`, beside its
+//!   scalar reference), the decode kernel of Q5_0 on such CPUs: rows in
 //!   groups of 4, two blocks per 512-bit step. Per row and block pair: one masked 44-byte load;
 //!   `vpermb` puts each block's 16 packed bytes in two 16-byte quarters, and a shift by 0 or 4
 //!   per 64-bit lane and a mask leave the 64 low 4-bit levels in weight order; the fifth bits
@@ -17,11 +18,11 @@
 //!   sums in another order than the AVX2 kernel, within the same bound of the scalar
 //!   reference. Gemma 3 270M's Q4_K_M file holds 81 Q5_0 matrices.
 //!
-//! Q5_1 and every f32 path run the AVX2 kernels. Tested against `kquant_scalar` (the tests
+//! Q5_1 and every f32 path run the AVX2 kernels. [`tile_matvec`] dispatches to both. Tested
+//! against the scalar references (`kquant_scalar`; the tests
 //! SKIP on a CPU without AVX-512 F/BW).
 
-use super::kquant::Q8KRef;
-use super::kquant_avx2::{row_groups, Rows};
+use super::Q8KRef;
 use super::Tile;
 use super::XqRef;
 use crate::quant::kquants::{scales_mins_k4, QK_K};
@@ -49,10 +50,11 @@ pub unsafe fn tile_matvec(
         qs,
         ..
     } = t;
-    if let (QuantType::Q5_0, Some(xq), true) = (q, xq, vnni && q5_0_available()) {
+    if let (QuantType::Q5_0, Some(xq), true) = (q, xq, vnni && super::q5::avx512::q5_0_available())
+    {
         // SAFETY: AVX-512 F/BW/VNNI/VBMI detected (`q5_0_available`); `qs` holds `rows` rows
         // of `cols / 32` blocks and `xq` covers `cols` (checked by `kquant::tile_matvec`).
-        return q5_0(rows, cols, qs, xq, y);
+        return super::q5::avx512::q5_0(rows, cols, qs, xq, y);
     }
     let Some(k) = xk.filter(|_| q.is_k()) else {
         // SAFETY: AVX2/FMA/F16C are part of the caller's guarantee.
@@ -67,114 +69,6 @@ pub unsafe fn tile_matvec(
             (_, true) => vnni::k4(q == QuantType::Q5_K, row, k),
             (_, false) => bw::k4(q == QuantType::Q5_K, row, k),
         };
-    }
-}
-
-/// Whether this CPU runs [`q5_0`]: AVX-512 F, BW, VNNI and VBMI (`vpermb`), asked once.
-pub fn q5_0_available() -> bool {
-    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OK.get_or_init(|| super::Isa::Avx512.has_vnni() && is_x86_feature_detected!("avx512vbmi"))
-}
-
-/// Bytes of one Q5_0 block: `d` (f16), `qh` (4 bytes), 16 packed bytes.
-const Q5_0_BLOCK: usize = 22;
-
-/// `vpermb` indices of a Q5_0 block pair: quarters 0–1 are the first block's packed bytes
-/// (offset 6), quarters 2–3 the second's (offset 22 + 6).
-const Q5_0_PERM: [u8; 64] = {
-    let mut t = [0u8; 64];
-    let mut i = 0;
-    while i < 64 {
-        let base = if i < 32 { 6 } else { 28 };
-        t[i] = (base + i % 16) as u8;
-        i += 1;
-    }
-    t
-};
-
-/// `vpermw` indices: words 0–7 the first block's `d` (word 0), 8–15 the second's (word 11).
-const Q5_0_SCALES: [u16; 32] = {
-    let mut t = [0u16; 32];
-    let mut i = 8;
-    while i < 16 {
-        t[i] = 11;
-        i += 1;
-    }
-    t
-};
-
-/// `y[r] += W[r]·x` for a Q5_0 tile on the integer path (see the module docs).
-///
-/// # Safety
-/// [`q5_0_available`]; `qs` holds `rows` rows of `cols / 32` blocks; the activation's blocks
-/// cover `cols`; `y.len() >= rows`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-pub unsafe fn q5_0(rows: usize, cols: usize, qs: &[u8], xq: super::XqBlocks, y: &mut [f32]) {
-    let nb = cols / crate::quant::QK;
-    let (d, _, x) = xq;
-    let t = Rows {
-        qs: qs.as_ptr(),
-        rb: nb * Q5_0_BLOCK,
-        nb,
-        y: y.as_mut_ptr(),
-    };
-    row_groups!(rows, q5_0_rows(t, d.as_ptr(), x.as_ptr()));
-}
-
-/// Rows `r0..r0 + R` of [`q5_0`].
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn q5_0_rows<const R: usize>(r0: usize, t: Rows, xd: *const f32, x: *const i8) {
-    if crate::kernels::prefetch::superblock() {
-        super::avx2::prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
-    }
-    let perm = _mm512_loadu_si512(Q5_0_PERM.as_ptr() as *const _);
-    let pscale = _mm512_loadu_si512(Q5_0_SCALES.as_ptr() as *const _);
-    let shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
-    let m4 = _mm512_set1_epi8(0x0F);
-    let b16 = _mm512_set1_epi8(16);
-    let zero = _mm512_setzero_si512();
-    let mut acc = [_mm512_setzero_ps(); R];
-    let mut b = 0;
-    while b < t.nb {
-        // A pair of blocks, or the last block alone (the upper lanes then load zeros: zero
-        // levels, activations and scales, so they add nothing).
-        let two = b + 1 < t.nb;
-        let (wmask, xmask): (u64, u64) = if two {
-            ((1 << (2 * Q5_0_BLOCK)) - 1, u64::MAX)
-        } else {
-            ((1 << Q5_0_BLOCK) - 1, u32::MAX as u64)
-        };
-        let yv = _mm512_maskz_loadu_epi8(xmask, x.add(b * 32));
-        let ny16 = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, b16, yv));
-        let dx1 = if two { *xd.add(b + 1) } else { 0.0 };
-        // (`vinsertf64x4` on the bits: `vinsertf32x8` would need AVX-512 DQ.)
-        let dx = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-            _mm512_castps_pd(_mm512_set1_ps(*xd.add(b))),
-            _mm256_castps_pd(_mm256_set1_ps(dx1)),
-        ));
-        for (i, a) in acc.iter_mut().enumerate() {
-            let p = t.qs.add((r0 + i) * t.rb + b * Q5_0_BLOCK);
-            let raw = _mm512_maskz_loadu_epi8(wmask, p as *const i8);
-            let lv = _mm512_permutexvar_epi8(perm, raw);
-            let nib = _mm512_and_si512(_mm512_srlv_epi64(lv, shift), m4);
-            let h0 = p.add(2).cast::<u32>().read_unaligned() as u64;
-            let h1 = if two {
-                p.add(Q5_0_BLOCK + 2).cast::<u32>().read_unaligned() as u64
-            } else {
-                0
-            };
-            let u = _mm512_mask_add_epi8(nib, h0 | (h1 << 32), nib, b16);
-            let dot = _mm512_dpbusd_epi32(ny16, u, yv);
-            let dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(
-                pscale, raw,
-            )));
-            *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx), *a);
-        }
-        b += 2;
-    }
-    for (i, a) in acc.iter().enumerate() {
-        *t.y.add(r0 + i) += _mm512_reduce_add_ps(*a);
     }
 }
 
@@ -277,7 +171,7 @@ macro_rules! kquant_avx512 {
                             _mm256_loadu_si256(blk.as_ptr().add(64 * h + 32) as *const __m256i);
                         let qh =
                             _mm256_loadu_si256(blk.as_ptr().add(128 + 32 * h) as *const __m256i);
-                        let [q0, q1, q2, q3] = super::super::kquant_avx2::q6k_levels(ql0, ql1, qh);
+                        let [q0, q1, q2, q3] = super::super::q6_k::avx2::q6k_levels(ql0, ql1, qh);
                         for (j, q) in [join(q0, q1), join(q2, q3)].into_iter().enumerate() {
                             // Weights 128h + 64j .. +64: four groups of 16, one per 128-bit lane.
                             let g = 8 * h + 4 * j;

@@ -45,11 +45,13 @@
 //! results are defined by their 8 lanes (and Zen 4 runs 512-bit integer operations as two
 //! 256-bit halves).
 
-use super::kquant::{BatchAct, Q8KRef};
-use super::kquant_avx2::{
-    add_rows, f16_lanes, finish, hsum4_i32, hsum4_i32x8, q5_bits, q6k_levels, scales_mins_u64,
-    Lanes4, Rows,
-};
+use super::k4::avx2::scales_mins_u64;
+use super::kquant::BatchAct;
+use super::kquant_avx2::{add_rows, f16_lanes, finish, Lanes4, Rows};
+use super::q5::avx2::q5_bits;
+use super::q6_k::avx2::q6k_levels;
+use super::simd::{hsum4_i32, hsum4_i32x8};
+use super::Q8KRef;
 use super::XqBlocks;
 use crate::quant::kquants::QK_K;
 use crate::quant::{QuantType, QK};
@@ -654,9 +656,10 @@ batch_kernels!(vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni", true);
 
 #[cfg(test)]
 mod tests {
-    use super::super::kquant::{self, BatchAct, Q8KRef};
+    use super::super::kquant::{self, BatchAct};
     use super::super::testutil::Rng;
     use super::super::testutil::{acts, assert_near, random_body_tile, INTERLEAVED};
+    use super::super::Q8KRef;
     use super::super::{Isa, Q8Act, XqBlocks};
     #[allow(unused_imports)]
     use crate::kernels::dot::Tile;

@@ -13,10 +13,17 @@
 //! `Isa` value can never run unsupported instructions), else the next lower one:
 //! `Avx512` (F+BW; VNNI `vpdpbusd` variant when `avx512vnni` is present) → `Avx2` (AVX2+FMA+F16C)
 //! → `Scalar`. [`Q8Act::quantize_from`] uses the AVX2 quantizer when available; it is
-//! bit-identical to the scalar one.
+//! bit-identical to the scalar one (both in `act_q8`). The AVX2/AVX-512 helpers the kernels
+//! share (`hsum`, `prefetch_ahead`) are in `simd`.
 //!
 //! Tiles of a repacked resident copy (`quant::packed`) run the kernels of [`packed`] instead
 //! (AVX-512 VNNI when present, else AVX2, else scalar), whatever `Isa::for_quant` says.
+//!
+//! The matvec drivers do not dispatch per tile: each matrix's kernel is chosen once, from its
+//! type, its layout and the ISA, by [`select`] (and bound on the matrix when the model is
+//! opened). The dispatching entry points here ([`tile_matvec`], [`tile_matmul`],
+//! `kquant::tile_matvec_act`, `packed::tile_run`) run one tile on an ISA named by the caller:
+//! the kernel tests and benches use them.
 //!
 //! Which path to use: the integer (Q8-activation) path is faster for every block type on every
 //! ISA measured (AVX2 on Zen 3, best-of-N, in-cache 2048×2048: Q4_0 ≈ 17–18 vs 6–9 GB/s, Q4_1
@@ -24,10 +31,8 @@
 //! for block types. The f32 path stays as the exact reference-accuracy option. See
 //! `benches/kernels.rs`.
 
-#[cfg(target_arch = "x86_64")]
-pub mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub mod avx512;
+pub mod act_q8;
+pub mod k4;
 pub mod kquant;
 #[cfg(target_arch = "x86_64")]
 pub mod kquant_amx;
@@ -40,11 +45,20 @@ pub mod kquant_batch;
 pub mod kquant_scalar;
 pub mod packed;
 pub mod packed_amx;
-pub mod scalar;
+pub mod q5;
+pub mod q6_k;
+pub mod select;
+#[cfg(target_arch = "x86_64")]
+pub mod simd;
+pub mod split;
 mod tile;
+pub use act_q8::{quantize_act, Q8Act, Q8KRef, XqBlocks, XqRef, Q8K};
 pub use tile::Tile;
 
 use crate::quant::{QuantType, QK};
+use split::scalar;
+#[cfg(target_arch = "x86_64")]
+use split::{avx2, avx512};
 
 /// Instruction-set path chosen for the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,113 +212,12 @@ impl Isa {
     }
 }
 
-/// Borrowed Q8 activation blocks `(d, s, qs)` as passed to the tile kernels.
-pub type XqRef<'a> = Option<(&'a [f32], &'a [f32], &'a [i8])>;
-
-/// An activation vector quantized to Q8 blocks of 32: per block a f32 scale `d`, 32 i8 quants and
-/// `s = d · Σq` (used by the Q4_1 integer path).
-#[derive(Clone, Debug, Default)]
-pub struct Q8Act {
-    pub d: Vec<f32>,
-    pub s: Vec<f32>,
-    pub qs: Vec<i8>,
-    /// The same activation as Q8_K blocks of 256, for the K-quants; empty unless
-    /// [`Q8Act::quantize_k_from`] ran after the last [`Q8Act::quantize_from`].
-    pub k: kquant::Q8K,
-}
-
-impl Q8Act {
-    /// Quantizes `x` (length a multiple of 32) into `self`, reusing its buffers.
-    /// Uses the best ISA of this CPU ([`Isa::cached`]); the result is bit-identical on every path.
-    /// Drops the Q8_K part (see [`Q8Act::quantize_k_from`]).
-    pub fn quantize_from(&mut self, x: &[f32]) {
-        self.k.clear();
-        quantize_act(Isa::cached(), x, self);
-    }
-
-    /// Also quantizes `x` to Q8_K (for K-quant weights) when its length is a multiple of 256.
-    pub fn quantize_k_from(&mut self, x: &[f32]) {
-        if x.len().is_multiple_of(crate::quant::kquants::QK_K) {
-            self.k.quantize_from(x);
-        } else {
-            self.k.clear();
-        }
-    }
-
-    /// Quantizes `x` into the forms that matrices of the given types read: Q8 blocks unless
-    /// every one is a K-quant, Q8_K blocks when one is. K-quant rows are whole super-blocks of
-    /// 256, so their Q8_K form always exists; an input that only K-quants read (a K-quant
-    /// model's FFN down projection) skips the Q8 blocks it would never use, which leaves
-    /// [`Q8Act::blocks`] at zero.
-    pub fn quantize_for(&mut self, x: &[f32], types: impl IntoIterator<Item = QuantType>) {
-        let (mut q8, mut k) = (false, false);
-        for q in types {
-            if q.is_k() {
-                k = true;
-            } else {
-                q8 = true;
-            }
-        }
-        if q8 || !k {
-            self.quantize_from(x);
-        } else {
-            self.d.clear();
-            self.s.clear();
-            self.qs.clear();
-        }
-        if k {
-            self.quantize_k_from(x);
-        }
-    }
-
-    /// Number of 32-element blocks.
-    pub fn blocks(&self) -> usize {
-        self.d.len()
-    }
-
-    /// The blocks covering columns `col..col + cols` (both multiples of 32), in the form
-    /// [`tile_matvec`] takes as `xq`. Quantize the whole activation once per matvec, then hand each
-    /// tile its slice.
-    #[inline]
-    pub fn tile_slice(&self, col: usize, cols: usize) -> (&[f32], &[f32], &[i8]) {
-        assert!(
-            col.is_multiple_of(QK) && cols.is_multiple_of(QK),
-            "unaligned tile slice"
-        );
-        let (b0, nb) = (col / QK, cols / QK);
-        (
-            &self.d[b0..b0 + nb],
-            &self.s[b0..b0 + nb],
-            &self.qs[col..col + cols],
-        )
-    }
-}
-
 /// True when the integer path (activation quantized once per matvec with [`Q8Act`]) should be
 /// the default for `q` on `isa`: every block type, on every ISA (measured, see module docs).
 /// F16/F32 have no integer path.
 pub fn int_path_preferred(isa: Isa, q: QuantType) -> bool {
     let _ = isa;
     q.is_blocked()
-}
-
-/// Quantizes `x` (length a multiple of 32) to Q8 blocks with the given ISA (falls back to scalar
-/// when `isa` is not available). All paths produce identical bytes.
-pub fn quantize_act(isa: Isa, x: &[f32], out: &mut Q8Act) {
-    assert!(
-        x.len().is_multiple_of(QK),
-        "activation length {} not a multiple of 32",
-        x.len()
-    );
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar && Isa::Avx2.available() {
-        // SAFETY: AVX2, FMA and F16C were just detected; `avx2::quantize_act` only reads `x`
-        // within its length and sizes `out`'s buffers itself.
-        unsafe { avx2::quantize_act(x, out) };
-        return;
-    }
-    let _ = isa;
-    scalar::quantize_act(x, out);
 }
 
 /// Checks the tile contract before any SIMD code touches the slices (one set of asserts per tile
@@ -404,9 +317,6 @@ fn avx2_batch(isa: Isa) -> bool {
         Isa::Scalar => false,
     }
 }
-
-/// Borrowed Q8 activation blocks of one token (as in [`XqRef`], present).
-pub type XqBlocks<'a> = (&'a [f32], &'a [f32], &'a [i8]);
 
 /// Batched [`tile_matvec`] for prefill: for every token `j < n`, `y[j·rows + r] += W_tile[r] ·
 /// x_j`, with `x_j = xs[j·cols ..][..cols]`, or its Q8 blocks `xq[j]` when `xq` is given and `q`
@@ -513,10 +423,10 @@ pub fn tile_matmul(
 #[cfg(test)]
 pub(crate) mod testutil;
 
-/// Whether Q5_0 decode runs its AVX-512 kernel on this CPU ([`kquant_avx512::q5_0`]).
+/// Whether Q5_0 decode runs its AVX-512 kernel on this CPU (`q5::avx512::q5_0`).
 fn q5_0_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return kquant_avx512::q5_0_available();
+    return q5::avx512::q5_0_available();
     #[cfg(not(target_arch = "x86_64"))]
     false
 }
@@ -527,36 +437,6 @@ mod tests {
     use super::*;
     #[allow(unused_imports)]
     use crate::kernels::dot::Tile;
-
-    /// `quantize_for` makes exactly the forms its matrices read, and each form equals the one
-    /// made on its own.
-    #[test]
-    fn quantize_for_makes_the_forms_its_matrices_read() {
-        let x: Vec<f32> = (0..512)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
-            .collect();
-        let mut alone = Q8Act::default();
-        alone.quantize_from(&x);
-        alone.quantize_k_from(&x);
-        let mut a = Q8Act::default();
-        for (types, q8, k) in [
-            (vec![QuantType::Q4_0], true, false),
-            (vec![QuantType::Q6_K, QuantType::Q4_K], false, true),
-            (vec![QuantType::Q4_K, QuantType::Q8_0], true, true),
-            (vec![QuantType::F32], true, false),
-        ] {
-            a.quantize_for(&x, types.iter().copied());
-            assert_eq!(a.blocks() > 0, q8, "{types:?}");
-            assert_eq!(a.k.slice(0, 512).is_some(), k, "{types:?}");
-            if q8 {
-                assert_eq!((&a.d, &a.s, &a.qs), (&alone.d, &alone.s, &alone.qs));
-            }
-            if k {
-                let (got, want) = (a.k.slice(0, 512).unwrap(), alone.k.slice(0, 512).unwrap());
-                assert_eq!((got.d, got.qs, got.bsums), (want.d, want.qs, want.bsums));
-            }
-        }
-    }
 
     /// `kernels_with` names what runs: unchanged without repacking; with it, the packed
     /// kernels' own dispatch (VNNI only where the CPU has it).

@@ -40,7 +40,7 @@
 //! * f32 activation (`--act f32`, or no SIMD): scalar only. The engine repacks only when decode
 //!   takes the integer path (`EngineArgs::repack`), so this is the fallback, not a fast path.
 
-use super::kquant::Q8KRef;
+use super::Q8KRef;
 use super::{Isa, XqRef};
 use super::{Tile, XqBlocks};
 use crate::quant::kquants::QK_K;
@@ -78,6 +78,12 @@ impl Kernel {
 
     pub fn path(self) -> Path {
         self.0
+    }
+
+    /// The kernel of `p`, for the table of `dot::select`: an entry holding it is selected only
+    /// where [`path`] returns `p` on this CPU, which keeps the promise of [`Kernel::of`].
+    pub(super) const fn of_path(p: Path) -> Kernel {
+        Kernel(p)
     }
 }
 
@@ -844,7 +850,7 @@ pub(super) mod avx512 {
             for b in 0..nb {
                 let rec = gp.add(b * rb);
                 if pf {
-                    crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
+                    crate::kernels::dot::simd::prefetch_ahead(rec, rb);
                 }
                 let qp = rec.add(rsb);
                 let mut i = [_mm512_setzero_si512(); 4];
@@ -927,7 +933,7 @@ pub(super) mod avx512 {
                 let mut m = _mm512_setzero_si512();
                 for j in 0..8 {
                     if pf {
-                        crate::kernels::dot::avx2::prefetch_ahead(qp.add(256 * j), 256);
+                        crate::kernels::dot::simd::prefetch_ahead(qp.add(256 * j), 256);
                     }
                     let dot = nibble_dot32(qp.add(256 * j), x4.add(b * QK_K / 4 + 8 * j));
                     let (s4, s2) = (
@@ -1215,7 +1221,7 @@ pub(super) mod avx512 {
             for b in 0..nb {
                 let rec = gp.add(b * rb);
                 if pf {
-                    crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
+                    crate::kernels::dot::simd::prefetch_ahead(rec, rb);
                 }
                 let (qp, mp) = (rec.add(rsb), rec.add(2 * PACK_ROWS) as *const u64);
                 let xb = x4.add(b * QK / 4);
@@ -1326,7 +1332,7 @@ pub(super) mod avx512 {
             for b in 0..nb {
                 let rec = gp.add(b * rb);
                 if pf {
-                    crate::kernels::dot::avx2::prefetch_ahead(rec, rb);
+                    crate::kernels::dot::simd::prefetch_ahead(rec, rb);
                 }
                 let qp = rec.add(rsb);
                 let dot = nibble_dot32(qp, x4.add(b * QK / 4));
@@ -1480,7 +1486,7 @@ mod tests {
         let mut rng = crate::rng::Rng::new(seed);
         let x = rng.fill(cols, 1.0);
         let mut a = Q8Act::default();
-        crate::kernels::dot::scalar::quantize_act(&x, &mut a);
+        crate::kernels::dot::act_q8::scalar::quantize_act(&x, &mut a);
         (x, a)
     }
 
@@ -1699,7 +1705,7 @@ mod tests {
                     &mut split,
                 );
             } else {
-                super::super::scalar::tile_matvec(
+                super::super::split::scalar::tile_matvec(
                     Tile::split(q, rows, cols, &sc, &qs),
                     &x,
                     Some(xq),

@@ -5,8 +5,9 @@
 //! each type and bounds the difference. Also the batched kernels' cases and the activation
 //! quantizer's check.
 
-use super::kquant::Q8KRef;
-use super::{kquant_scalar, scalar, Q8Act, Tile, XqRef};
+use super::split::scalar;
+use super::Q8KRef;
+use super::{act_q8, kquant_scalar, Q8Act, Tile, XqRef};
 use crate::quant::kquants::QK_K;
 use crate::quant::{dequantize_row, quantize_row, QuantType, QK};
 
@@ -91,7 +92,7 @@ impl BatchCase {
             .chunks_exact(cols)
             .map(|x| {
                 let mut a = Q8Act::default();
-                scalar::quantize_act(x, &mut a);
+                act_q8::scalar::quantize_act(x, &mut a);
                 a
             })
             .collect();
@@ -169,9 +170,9 @@ pub fn random_body_tile(
 /// The activation in every form.
 pub fn acts(x: &[f32]) -> Q8Act {
     let mut a = Q8Act::default();
-    scalar::quantize_act(x, &mut a);
+    act_q8::scalar::quantize_act(x, &mut a);
     if x.len().is_multiple_of(QK_K) {
-        kquant_scalar::quantize_q8k(x, &mut a.k);
+        act_q8::scalar::quantize_q8k(x, &mut a.k);
     }
     a
 }
@@ -182,7 +183,7 @@ fn check_one_split(kern: Kernel, rng: &mut Rng, q: QuantType, rows: usize, cols:
     let t = random_tile(rng, q, rows, cols);
     let x: Vec<f32> = (0..cols).map(|_| rng.uniform() * 2.0).collect();
     let mut xq = Q8Act::default();
-    scalar::quantize_act(&x, &mut xq);
+    act_q8::scalar::quantize_act(&x, &mut xq);
     let y0: Vec<f32> = (0..rows).map(|_| rng.uniform()).collect();
     let xqs = (&xq.d[..], &xq.s[..], &xq.qs[..]);
     let paths: &[XqRef] = if q.is_blocked() {
@@ -290,7 +291,7 @@ pub fn check_quantize(quant: &dyn Fn(&[f32], &mut Q8Act)) {
     let mut reused = Q8Act::default();
     for x in &xs {
         let (mut a, mut b) = (Q8Act::default(), Q8Act::default());
-        scalar::quantize_act(x, &mut a);
+        act_q8::scalar::quantize_act(x, &mut a);
         quant(x, &mut b);
         assert_eq!(a.qs, b.qs);
         assert_eq!(a.d, b.d);
