@@ -16,22 +16,22 @@ pub struct SamplingArgs {
     pub seed: Option<u64>,
     /// Sampling temperature; 0 = greedy [default: 0 for `run`; 0.7 for chat: the TUI on a chat
     /// model and `chat`].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub temperature: Option<f32>,
     /// Keep the K most likely tokens (0 = all) [default: 40].
     #[arg(long)]
     pub top_k: Option<u32>,
     /// Nucleus sampling: keep the smallest set of tokens whose probability reaches P
     /// [default: 0.95].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub top_p: Option<f32>,
     /// Keep tokens at least P times as likely as the most likely one (0 = off) [default: 0 for
     /// `run`; 0.05 for chat].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub min_p: Option<f32>,
     /// Repetition penalty over the last 64 tokens (1 = off) [default: 1 for `run`; 1.1 for
     /// chat].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub repeat_penalty: Option<f32>,
 }
 
@@ -134,5 +134,10 @@ mod tests {
         );
         let none = Cli::try_parse_from(["x"]).unwrap().chat.start();
         assert_eq!(none, ChatStart::default());
+        // A negative value reaches the range check, which names the flag (clap alone would
+        // take `-1` for an unknown flag).
+        let neg = Cli::try_parse_from(["x", "--temperature", "-1"]).unwrap();
+        let e = neg.chat.sampling.params().unwrap_err().to_string();
+        assert!(e.contains("--temperature must be >= 0"), "{e}");
     }
 }

@@ -20,6 +20,9 @@ pub(super) fn default_command(cli: &Cli) -> Result<()> {
     };
     if cli.no_tui || !tty {
         errln!("cflow-tui: stdout is not a terminal (or --no-tui): running the headless demo instead of the TUI.");
+        if cli.chat.transcript.is_some() || cli.chat.system.is_some() {
+            errln!("cflow-tui: --transcript and --system apply to the TUI's chat; the headless demo ignores them.");
+        }
         let a = RunArgs {
             model: model.clone(),
             model_flag: None,
