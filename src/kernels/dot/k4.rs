@@ -5,7 +5,9 @@
 //! * `scalar`: the reference, ggml's `vec_dot_q4_K_q8_K` / `vec_dot_q5_K_q8_K` arithmetic.
 //! * `avx2`: rows in groups of 4 against the activation's Q8_K blocks: what decode runs on AVX2
 //!   and on AVX-512 (`Isa::for_quant` maps AVX-512 to AVX2 here: twice as fast as the one-row
-//!   AVX-512 kernel, which stays in `kquant_avx512` for the tests and benches).
+//!   AVX-512 kernel).
+//! * `avx512`: one row at a time, 64 weights per 512-bit step (BW and VNNI builds), run by the
+//!   tests and benches, not by decode.
 //!
 //! The tile dispatch in front of them and the row-group helpers they share are in
 //! `kquant_scalar` and `kquant_avx2`; prefill's batched kernels in `kquant_batch` (and
@@ -168,4 +170,88 @@ pub mod avx2 {
         }
         finish::<R>(&acc, mins, true, t.y.add(r0));
     }
+}
+
+/// The one-row AVX-512 kernels (BW and VNNI builds): 64 weights per step, one row at a time.
+/// Tested and benchmarked; decode runs the 4-row AVX2 kernel instead (twice as fast on Zen 5).
+/// Safety contract: as `kquant_avx512`'s, whose `tile_matvec` is the only caller (the CPU
+/// features of the build were detected; a row holds whole blocks and `k` covers them).
+#[cfg(target_arch = "x86_64")]
+pub mod avx512 {
+    use crate::kernels::dot::simd::{dot64, join512 as join};
+    use crate::kernels::dot::Q8KRef;
+    use crate::quant::f16_at;
+    use crate::quant::kquants::{scales_mins_k4, QK_K};
+    use std::arch::x86_64::*;
+
+    /// Σ_j m_j · (bsums[2j] + bsums[2j+1]) of a Q4_K/Q5_K block.
+    #[inline(always)]
+    pub(super) fn k4_mins(mn: &[u8; 8], bs: &[i16]) -> i32 {
+        (0..8)
+            .map(|j| mn[j] as i32 * (bs[2 * j] as i32 + bs[2 * j + 1] as i32))
+            .sum()
+    }
+
+    macro_rules! build {
+        ($name:ident, $feat:literal, $vnni:literal) => {
+            pub(in crate::kernels::dot) mod $name {
+                use super::*;
+
+                /// One row of Q4_K (`five` false) or Q5_K · Q8_K blocks.
+                #[target_feature(enable = $feat)]
+                pub(in crate::kernels::dot) unsafe fn k4(five: bool, row: &[u8], k: Q8KRef) -> f32 {
+                    let bb = if five { 176 } else { 144 };
+                    let m4 = _mm256_set1_epi8(0x0F);
+                    let m16 = _mm512_set1_epi8(0x10);
+                    let mut acc = _mm512_setzero_ps();
+                    let mut mins = 0f32;
+                    for (b, blk) in row.chunks_exact(bb).enumerate() {
+                        let (sc, mn) = scales_mins_k4(&blk[4..16]);
+                        let yd = k.d[b];
+                        mins += f16_at(blk, 2)
+                            * yd
+                            * super::k4_mins(&mn, &k.bsums[16 * b..16 * b + 16]) as f32;
+                        let ql = if five { &blk[48..176] } else { &blk[16..144] };
+                        let yq = &k.qs[b * QK_K..(b + 1) * QK_K];
+                        // SAFETY (loads): `ql` has 128 bytes, `qh` (blk[16..48]) 32, `yq` 256.
+                        let qh = if five {
+                            _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                                blk.as_ptr().add(16) as *const __m256i
+                            ))
+                        } else {
+                            _mm512_setzero_si512()
+                        };
+                        let mut sumi = _mm512_setzero_si512();
+                        for n in 0..4 {
+                            let qb = _mm256_loadu_si256(ql.as_ptr().add(32 * n) as *const __m256i);
+                            let lo = _mm256_and_si256(qb, m4);
+                            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4);
+                            let mut q = join(lo, hi);
+                            if five {
+                                let mb = join(
+                                    _mm256_set1_epi8(1 << (2 * n)),
+                                    _mm256_set1_epi8(1 << (2 * n + 1)),
+                                );
+                                let bits = _mm512_test_epi8_mask(qh, mb);
+                                q = _mm512_or_si512(q, _mm512_maskz_mov_epi8(bits, m16));
+                            }
+                            let yv = _mm512_loadu_si512(yq.as_ptr().add(64 * n) as *const _);
+                            let (s0, s1) = (sc[2 * n], sc[2 * n + 1]);
+                            let s16 =
+                                join(_mm256_set1_epi16(s0 as i16), _mm256_set1_epi16(s1 as i16));
+                            let s32 =
+                                join(_mm256_set1_epi32(s0 as i32), _mm256_set1_epi32(s1 as i32));
+                            sumi = _mm512_add_epi32(sumi, dot64::<$vnni>(q, yv, s16, s32));
+                        }
+                        let d = f16_at(blk, 0) * yd;
+                        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+                    }
+                    _mm512_reduce_add_ps(acc) - mins
+                }
+            }
+        };
+    }
+
+    build!(bw, "avx512f,avx512bw,avx2,fma,f16c", false);
+    build!(vnni, "avx512f,avx512bw,avx512vnni,avx2,fma,f16c", true);
 }

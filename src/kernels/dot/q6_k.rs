@@ -3,8 +3,10 @@
 //!
 //! * `scalar`: the reference, ggml's `vec_dot_q6_K_q8_K` arithmetic.
 //! * `avx2`: rows in groups of 4 against the activation's Q8_K blocks: what decode runs on AVX2
-//!   and on AVX-512 (`Isa::for_quant`, as for `k4`; the one-row AVX-512 kernel stays in
-//!   `kquant_avx512` for the tests and benches), and the level unpacking `kquant_batch` shares.
+//!   and on AVX-512 (`Isa::for_quant`, as for `k4`), and the level unpacking `kquant_batch`
+//!   shares.
+//! * `avx512`: one row at a time (BW and VNNI builds), run by the tests and benches, not by
+//!   decode.
 //!
 //! The tile dispatch in front of them and the row-group helpers they share are in
 //! `kquant_scalar` and `kquant_avx2`; prefill's batched kernels in `kquant_batch` (and
@@ -130,4 +132,73 @@ pub mod avx2 {
             ),
         ]
     }
+}
+
+/// The one-row AVX-512 kernels (BW and VNNI builds): 64 weights per step, one row at a time.
+/// Tested and benchmarked; decode runs the 4-row AVX2 kernel instead (twice as fast on Zen 5).
+/// Safety contract: as `kquant_avx512`'s, whose `tile_matvec` is the only caller (the CPU
+/// features of the build were detected; a row holds whole blocks and `k` covers them).
+#[cfg(target_arch = "x86_64")]
+pub mod avx512 {
+    use crate::kernels::dot::simd::{dot64, join512 as join};
+    use crate::kernels::dot::Q8KRef;
+    use crate::quant::f16_at;
+    use crate::quant::kquants::QK_K;
+    use std::arch::x86_64::*;
+
+    macro_rules! build {
+        ($name:ident, $feat:literal, $vnni:literal) => {
+            pub(in crate::kernels::dot) mod $name {
+                use super::*;
+
+                /// One row of Q6_K · Q8_K blocks.
+                #[target_feature(enable = $feat)]
+                pub(in crate::kernels::dot) unsafe fn q6k(row: &[u8], k: Q8KRef) -> f32 {
+                    let mut acc = 0f32;
+                    for (b, blk) in row.chunks_exact(210).enumerate() {
+                        let sc = &blk[192..208];
+                        let bs = &k.bsums[16 * b..16 * b + 16];
+                        let yq = &k.qs[b * QK_K..(b + 1) * QK_K];
+                        let corr: i32 = (0..16).map(|g| (sc[g] as i8) as i32 * bs[g] as i32).sum();
+                        let mut sumi = _mm512_setzero_si512();
+                        for h in 0..2 {
+                            // SAFETY: `blk` has 210 bytes (ql 0..128, qh 128..192); `yq` 256.
+                            let ql0 =
+                                _mm256_loadu_si256(blk.as_ptr().add(64 * h) as *const __m256i);
+                            let ql1 =
+                                _mm256_loadu_si256(blk.as_ptr().add(64 * h + 32) as *const __m256i);
+                            let qh = _mm256_loadu_si256(
+                                blk.as_ptr().add(128 + 32 * h) as *const __m256i
+                            );
+                            let [q0, q1, q2, q3] =
+                                crate::kernels::dot::q6_k::avx2::q6k_levels(ql0, ql1, qh);
+                            for (j, q) in [join(q0, q1), join(q2, q3)].into_iter().enumerate() {
+                                // Weights 128h + 64j .. +64: four groups of 16, one per 128-bit lane.
+                                let g = 8 * h + 4 * j;
+                                let mut s16 = [0i16; 32];
+                                let mut s32 = [0i32; 16];
+                                for l in 0..4 {
+                                    let s = sc[g + l] as i8;
+                                    s16[8 * l..8 * l + 8].fill(s as i16);
+                                    s32[4 * l..4 * l + 4].fill(s as i32);
+                                }
+                                let yv = _mm512_loadu_si512(
+                                    yq.as_ptr().add(128 * h + 64 * j) as *const _
+                                );
+                                let s16 = _mm512_loadu_si512(s16.as_ptr() as *const _);
+                                let s32 = _mm512_loadu_si512(s32.as_ptr() as *const _);
+                                sumi = _mm512_add_epi32(sumi, dot64::<$vnni>(q, yv, s16, s32));
+                            }
+                        }
+                        let total = _mm512_reduce_add_epi32(sumi) - 32 * corr;
+                        acc += f16_at(blk, 208) * k.d[b] * total as f32;
+                    }
+                    acc
+                }
+            }
+        };
+    }
+
+    build!(bw, "avx512f,avx512bw,avx2,fma,f16c", false);
+    build!(vnni, "avx512f,avx512bw,avx512vnni,avx2,fma,f16c", true);
 }

@@ -1,6 +1,7 @@
 //! The SIMD helpers the AVX2 and AVX-512 tile kernels share (x86_64 only): the horizontal sums
-//! (one [`hsum`] of 8 floats, which every other float reduction here follows) and the software
-//! prefetch of the weights ahead of a row group ([`prefetch_ahead`]).
+//! (one [`hsum`] of 8 floats, which every other float reduction here follows), the software
+//! prefetch of the weights ahead of a row group ([`prefetch_ahead`]), and the one-row AVX-512
+//! K-quant kernels' 64-level integer dot ([`dot64`]) and 256 → 512-bit join ([`join512`]).
 //!
 //! Safety contract of every `unsafe fn` here: the caller has detected the features named in its
 //! `#[target_feature]`; [`hsum_block`] reads the 32 floats at its pointer, [`prefetch_ahead`]
@@ -99,5 +100,30 @@ pub(super) unsafe fn prefetch_ahead(p: *const u8, len: usize) {
         _mm_prefetch::<_MM_HINT_T0>(l1.wrapping_add(o) as *const i8);
         _mm_prefetch::<_MM_HINT_T1>(l2.wrapping_add(o) as *const i8);
         o += 64;
+    }
+}
+
+/// Two 256-bit halves as one 512-bit vector (low, high).
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+pub(crate) unsafe fn join512(lo: __m256i, hi: __m256i) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// Integer dot of 64 unsigned levels `q` with 64 activation quants `y`, scaled per 128-bit lane
+/// group: `vpdpbusd` then the i32 scales `s32` (`VNNI`), or `vpmaddubsw` + `vpmaddwd` by the i16
+/// scales `s16` (AVX-512 BW). Inlined into the one-row K-quant kernels' builds, whose features
+/// it then has.
+#[inline(always)]
+pub(crate) unsafe fn dot64<const VNNI: bool>(
+    q: __m512i,
+    y: __m512i,
+    s16: __m512i,
+    s32: __m512i,
+) -> __m512i {
+    if VNNI {
+        _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y), s32)
+    } else {
+        _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s16)
     }
 }
