@@ -32,6 +32,7 @@
 //! `benches/kernels.rs`.
 
 pub mod act_q8;
+pub mod float;
 pub mod k4;
 pub mod kquant;
 #[cfg(target_arch = "x86_64")]

@@ -127,3 +127,12 @@ pub(crate) unsafe fn dot64<const VNNI: bool>(
         _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s16)
     }
 }
+
+/// Folds a 512-bit accumulator to 256 bits (lane-wise sum of its halves).
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+pub(crate) unsafe fn fold512(v: __m512) -> __m256 {
+    let lo = _mm512_castps512_ps256(v);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    _mm256_add_ps(lo, hi)
+}

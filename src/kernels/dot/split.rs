@@ -1,11 +1,10 @@
-//! The split layout's types (`quant`: per-row block scales, then the quants): Q4_0, Q4_1 and
-//! Q8_0, and the float types F16 and F32, with the scalar reference (`scalar`) and its AVX2
-//! (`avx2`) and AVX-512 (`avx512`, F + BW, and a VNNI build) versions side by side. They are
-//! one family: on each ISA one tile entry (`tile_matvec`) serves all five types, and the block
-//! types share one kernel body, generic over the type (`K_Q4_0`, `K_Q4_1`, `K_Q8_0`), beside
-//! the float rows (`HALF`: F16). The ISA dispatch in front of them is `dot::tile_matvec` (tests,
-//! benches) and `dot::select` (the engine); every SIMD kernel is tested against `scalar` by
-//! `testutil::check_kernel`.
+//! The split layout's block types (`quant`: per-row block scales, then the quants): Q4_0, Q4_1
+//! and Q8_0, with the scalar reference (`scalar`) and its AVX2 (`avx2`) and AVX-512 (`avx512`,
+//! F + BW, and a VNNI build) versions side by side. The three share one kernel body per ISA,
+//! generic over the type (`K_Q4_0`, `K_Q4_1`, `K_Q8_0`). Each ISA's tile entry (`tile_matvec`)
+//! also takes the layout's float types, F16 and F32, whose kernels are in `float`. The ISA
+//! dispatch in front of them is `dot::tile_matvec` (tests, benches) and `dot::select` (the
+//! engine); every SIMD kernel is tested against `scalar` by `testutil::check_kernel`.
 
 pub mod scalar {
     //! Scalar reference kernels: the ground truth every SIMD path is tested against.
@@ -22,38 +21,24 @@ pub mod scalar {
             scales,
             qs,
         } = t;
+        if !q.is_blocked() {
+            return super::super::float::scalar::tile_matvec(t, x, y);
+        }
         let nb = cols / QK;
         let sb = q.scale_bytes_per_block();
         let qb = q.quant_bytes_per_block();
         for (r, yr) in y.iter_mut().enumerate().take(rows) {
             let mut acc = 0f32;
-            match q {
-                QuantType::F32 => {
-                    let row = &qs[r * cols * 4..(r + 1) * cols * 4];
-                    for (wb, xc) in row.chunks_exact(4).zip(&x[..cols]) {
-                        let w = f32::from_le_bytes([wb[0], wb[1], wb[2], wb[3]]);
-                        acc += w * xc;
-                    }
-                }
-                QuantType::F16 => {
-                    let row = &qs[r * cols * 2..(r + 1) * cols * 2];
-                    for (c, xc) in x[..cols].iter().enumerate() {
-                        acc += f16_at(row, 2 * c) * xc;
-                    }
-                }
-                _ => {
-                    let rs = &scales[r * nb * sb..(r + 1) * nb * sb];
-                    let rq = &qs[r * nb * qb..(r + 1) * nb * qb];
-                    for b in 0..nb {
-                        let bq = &rq[b * qb..(b + 1) * qb];
-                        if let Some((xd, xs, xqs)) = xq {
-                            let xb = &xqs[b * QK..(b + 1) * QK];
-                            acc += dot_block_int(q, rs, b, bq, xd[b], xs[b], xb);
-                        } else {
-                            let xb = &x[b * QK..(b + 1) * QK];
-                            acc += dot_block_f32(q, rs, b, bq, xb);
-                        }
-                    }
+            let rs = &scales[r * nb * sb..(r + 1) * nb * sb];
+            let rq = &qs[r * nb * qb..(r + 1) * nb * qb];
+            for b in 0..nb {
+                let bq = &rq[b * qb..(b + 1) * qb];
+                if let Some((xd, xs, xqs)) = xq {
+                    let xb = &xqs[b * QK..(b + 1) * QK];
+                    acc += dot_block_int(q, rs, b, bq, xd[b], xs[b], xb);
+                } else {
+                    let xb = &x[b * QK..(b + 1) * QK];
+                    acc += dot_block_f32(q, rs, b, bq, xb);
                 }
             }
             *yr += acc;
@@ -219,8 +204,8 @@ pub mod avx2 {
             y: y.as_mut_ptr(),
         };
         match q {
-            QuantType::F32 => f32_rows(&t, x.as_ptr()),
-            QuantType::F16 => f16_rows(&t, x.as_ptr()),
+            QuantType::F32 => super::super::float::avx2::f32_rows(&t, x.as_ptr()),
+            QuantType::F16 => super::super::float::avx2::f16_rows(&t, x.as_ptr()),
             _ => {
                 let k = match q {
                     QuantType::Q4_0 => K_Q4_0,
@@ -240,16 +225,16 @@ pub mod avx2 {
     }
 
     /// Raw view of one tile (validated by the caller).
-    pub(super) struct RawTile {
-        pub(super) rows: usize,
-        pub(super) nb: usize,
+    pub(in crate::kernels::dot) struct RawTile {
+        pub(in crate::kernels::dot) rows: usize,
+        pub(in crate::kernels::dot) nb: usize,
         /// Columns (= 32·nb for block types; any width for F16/F32).
-        pub(super) cols: usize,
-        pub(super) scales: *const u8,
+        pub(in crate::kernels::dot) cols: usize,
+        pub(in crate::kernels::dot) scales: *const u8,
         /// Length of the `scales` slice in bytes.
-        pub(super) scales_len: usize,
-        pub(super) qs: *const u8,
-        pub(super) y: *mut f32,
+        pub(in crate::kernels::dot) scales_len: usize,
+        pub(in crate::kernels::dot) qs: *const u8,
+        pub(in crate::kernels::dot) y: *mut f32,
     }
 
     impl RawTile {
@@ -368,7 +353,10 @@ pub mod avx2 {
     /// Adds the `R` row accumulators into `y[0..R]`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn store_rows<const R: usize>(acc: &[__m256; R], y: *mut f32) {
+    pub(in crate::kernels::dot) unsafe fn store_rows<const R: usize>(
+        acc: &[__m256; R],
+        y: *mut f32,
+    ) {
         let z = _mm256_setzero_ps();
         let g = |i: usize| if i < R { acc[i] } else { z };
         let s = reduce4(g(0), g(1), g(2), g(3));
@@ -1013,125 +1001,6 @@ pub mod avx2 {
         store_rows::<R>(&acc, t.y.add(r0));
     }
 
-    /// F16 weights: `vcvtph2ps` fused into FMAs, 4 rows sharing the activation loads.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn f16_rows(t: &RawTile, x: *const f32) {
-        let mut r0 = 0;
-        while r0 + 4 <= t.rows {
-            float_group::<true, 4>(t, x, r0);
-            r0 += 4;
-        }
-        match t.rows - r0 {
-            1 => float_group::<true, 1>(t, x, r0),
-            2 => float_group::<true, 2>(t, x, r0),
-            3 => float_group::<true, 3>(t, x, r0),
-            _ => {}
-        }
-    }
-
-    /// F32 weights.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn f32_rows(t: &RawTile, x: *const f32) {
-        let mut r0 = 0;
-        while r0 + 4 <= t.rows {
-            float_group::<false, 4>(t, x, r0);
-            r0 += 4;
-        }
-        match t.rows - r0 {
-            1 => float_group::<false, 1>(t, x, r0),
-            2 => float_group::<false, 2>(t, x, r0),
-            3 => float_group::<false, 3>(t, x, r0),
-            _ => {}
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn load_w<const HALF: bool>(p: *const u8, e: usize) -> __m256 {
-        if HALF {
-            _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * e) as *const __m128i))
-        } else {
-            _mm256_loadu_ps(p.add(4 * e) as *const f32)
-        }
-    }
-
-    /// `R` rows of F16 (`HALF`) or F32 weights; two accumulators per row for FMA latency. Columns
-    /// in steps of 32, then 8, then one at a time (any width).
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn float_group<const HALF: bool, const R: usize>(t: &RawTile, x: *const f32, r0: usize) {
-        let cols = t.cols;
-        let eb = if HALF { 2 } else { 4 };
-        let mut a0 = [_mm256_setzero_ps(); R];
-        let mut a1 = [_mm256_setzero_ps(); R];
-        let mut wp = [core::ptr::null::<u8>(); R];
-        for (i, w) in wp.iter_mut().enumerate() {
-            *w = t.qs.add((r0 + i) * cols * eb);
-        }
-        let mut c = 0;
-        while c + QK <= cols {
-            let x0 = _mm256_loadu_ps(x.add(c));
-            let x1 = _mm256_loadu_ps(x.add(c + 8));
-            let x2 = _mm256_loadu_ps(x.add(c + 16));
-            let x3 = _mm256_loadu_ps(x.add(c + 24));
-            for i in 0..R {
-                a0[i] = _mm256_fmadd_ps(load_w::<HALF>(wp[i], c), x0, a0[i]);
-                a1[i] = _mm256_fmadd_ps(load_w::<HALF>(wp[i], c + 8), x1, a1[i]);
-                a0[i] = _mm256_fmadd_ps(load_w::<HALF>(wp[i], c + 16), x2, a0[i]);
-                a1[i] = _mm256_fmadd_ps(load_w::<HALF>(wp[i], c + 24), x3, a1[i]);
-            }
-            c += QK;
-        }
-        while c + 8 <= cols {
-            let x0 = _mm256_loadu_ps(x.add(c));
-            for i in 0..R {
-                a0[i] = _mm256_fmadd_ps(load_w::<HALF>(wp[i], c), x0, a0[i]);
-            }
-            c += 8;
-        }
-        for i in 0..R {
-            a0[i] = _mm256_add_ps(a0[i], a1[i]);
-        }
-        store_rows::<R>(&a0, t.y.add(r0));
-        if c < cols {
-            for (i, &w) in wp.iter().enumerate() {
-                *t.y.add(r0 + i) += float_tail::<HALF>(w, x, c, cols);
-            }
-        }
-    }
-
-    /// `Σ_{e in c..cols} w[e]·x[e]` for the last (< 8) columns of one F16/F32 row.
-    ///
-    /// # Safety
-    /// `w` points at a row of `cols` F16 (`HALF`) or F32 weights and `x` at `cols` floats (the tile
-    /// contract checked by `check_tile`); `c <= cols`.
-    #[inline]
-    pub(super) unsafe fn float_tail<const HALF: bool>(
-        w: *const u8,
-        x: *const f32,
-        c: usize,
-        cols: usize,
-    ) -> f32 {
-        let mut s = 0f32;
-        for e in c..cols {
-            let wv = if HALF {
-                half::f16::from_bits(u16::from_le_bytes([*w.add(2 * e), *w.add(2 * e + 1)]))
-                    .to_f32()
-            } else {
-                f32::from_le_bytes([
-                    *w.add(4 * e),
-                    *w.add(4 * e + 1),
-                    *w.add(4 * e + 2),
-                    *w.add(4 * e + 3),
-                ])
-            };
-            s += wv * *x.add(e);
-        }
-        s
-    }
-
     #[cfg(test)]
     mod tests {
         use super::super::super::testutil::check_kernel;
@@ -1314,8 +1183,8 @@ pub mod avx512 {
 
     use super::super::simd::prefetch_ahead;
     use super::avx2::{
-        chunk_consts, float_tail, load_scales, quant_bytes, scale_bytes, store_rows, Act, Lanes,
-        RawTile, CHUNK, K_Q4_0, K_Q4_1, K_Q8_0, TB,
+        chunk_consts, load_scales, quant_bytes, scale_bytes, store_rows, Act, Lanes, RawTile,
+        CHUNK, K_Q4_0, K_Q4_1, K_Q8_0, TB,
     };
     use crate::quant::{QuantType, QK};
 
@@ -1386,6 +1255,7 @@ pub mod avx512 {
         ($name:ident, $feat:literal, $vnni:literal) => {
             mod $name {
                 use super::*;
+                use crate::kernels::dot::simd::fold512 as fold;
 
                 const VNNI: bool = $vnni;
 
@@ -1393,8 +1263,12 @@ pub mod avx512 {
                 #[target_feature(enable = $feat)]
                 pub(super) unsafe fn run(q: QuantType, t: &RawTile, a: Act, int: bool) {
                     match (q, int) {
-                        (QuantType::F32, _) => float_rows::<false>(t, a.x),
-                        (QuantType::F16, _) => float_rows::<true>(t, a.x),
+                        (QuantType::F32, _) => {
+                            crate::kernels::dot::float::avx512::rows::<false>(t, a.x)
+                        }
+                        (QuantType::F16, _) => {
+                            crate::kernels::dot::float::avx512::rows::<true>(t, a.x)
+                        }
                         (QuantType::Q4_0, true) => blocked::<K_Q4_0, true>(t, a),
                         (QuantType::Q4_1, true) => blocked::<K_Q4_1, true>(t, a),
                         (QuantType::Q8_0, true) => blocked::<K_Q8_0, true>(t, a),
@@ -1528,15 +1402,6 @@ pub mod avx512 {
                         }
                         store_rows::<R>(&folded, y.add(j * t.rows + r0));
                     }
-                }
-
-                /// Folds a 512-bit accumulator to 256 bits (lane-wise sum of the halves).
-                #[inline]
-                #[target_feature(enable = $feat)]
-                unsafe fn fold(v: __m512) -> __m256 {
-                    let lo = _mm512_castps512_ps256(v);
-                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-                    _mm256_add_ps(lo, hi)
                 }
 
                 #[inline]
@@ -1695,82 +1560,6 @@ pub mod avx512 {
                         folded[i] = fold(acc[i]);
                     }
                     store_rows::<R>(&folded, t.y.add(r0));
-                }
-
-                #[inline]
-                #[target_feature(enable = $feat)]
-                unsafe fn float_rows<const HALF: bool>(t: &RawTile, x: *const f32) {
-                    let mut r0 = 0;
-                    while r0 + 4 <= t.rows {
-                        float_group::<HALF, 4>(t, x, r0);
-                        r0 += 4;
-                    }
-                    match t.rows - r0 {
-                        1 => float_group::<HALF, 1>(t, x, r0),
-                        2 => float_group::<HALF, 2>(t, x, r0),
-                        3 => float_group::<HALF, 3>(t, x, r0),
-                        _ => {}
-                    }
-                }
-
-                #[inline]
-                #[target_feature(enable = $feat)]
-                unsafe fn load_w<const HALF: bool>(p: *const u8, e: usize) -> __m512 {
-                    if HALF {
-                        _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * e) as *const __m256i))
-                    } else {
-                        _mm512_loadu_ps(p.add(4 * e) as *const f32)
-                    }
-                }
-
-                /// Columns in steps of 32, then 8 (256-bit), then one at a time (any width).
-                #[inline]
-                #[target_feature(enable = $feat)]
-                unsafe fn float_group<const HALF: bool, const R: usize>(
-                    t: &RawTile,
-                    x: *const f32,
-                    r0: usize,
-                ) {
-                    let cols = t.cols;
-                    let eb = if HALF { 2 } else { 4 };
-                    let mut a0 = [_mm512_setzero_ps(); R];
-                    let mut a1 = [_mm512_setzero_ps(); R];
-                    let mut wp = [core::ptr::null::<u8>(); R];
-                    for (i, w) in wp.iter_mut().enumerate() {
-                        *w = t.qs.add((r0 + i) * cols * eb);
-                    }
-                    let mut c = 0;
-                    while c + QK <= cols {
-                        let x0 = _mm512_loadu_ps(x.add(c));
-                        let x1 = _mm512_loadu_ps(x.add(c + 16));
-                        for i in 0..R {
-                            a0[i] = _mm512_fmadd_ps(load_w::<HALF>(wp[i], c), x0, a0[i]);
-                            a1[i] = _mm512_fmadd_ps(load_w::<HALF>(wp[i], c + 16), x1, a1[i]);
-                        }
-                        c += QK;
-                    }
-                    let mut folded = [_mm256_setzero_ps(); R];
-                    for i in 0..R {
-                        folded[i] = fold(_mm512_add_ps(a0[i], a1[i]));
-                    }
-                    while c + 8 <= cols {
-                        let x0 = _mm256_loadu_ps(x.add(c));
-                        for i in 0..R {
-                            let w = if HALF {
-                                _mm256_cvtph_ps(_mm_loadu_si128(wp[i].add(2 * c) as *const __m128i))
-                            } else {
-                                _mm256_loadu_ps(wp[i].add(4 * c) as *const f32)
-                            };
-                            folded[i] = _mm256_fmadd_ps(w, x0, folded[i]);
-                        }
-                        c += 8;
-                    }
-                    store_rows::<R>(&folded, t.y.add(r0));
-                    if c < cols {
-                        for (i, &w) in wp.iter().enumerate() {
-                            *t.y.add(r0 + i) += float_tail::<HALF>(w, x, c, cols);
-                        }
-                    }
                 }
             }
         };
