@@ -74,6 +74,33 @@ pub mod avx2 {
     use crate::quant::kquants::QK_K;
     use std::arch::x86_64::*;
 
+    /// The 64 unsigned levels of quarter `n` of a Q4_K/Q5_K block from its 32 packed bytes
+    /// `qb`: weights `64n ..+32` (`lo`, low nibbles) and `64n+32 ..+32` (`hi`, high nibbles),
+    /// with `five` (Q5_K) each one's fifth bit from `qh` (the block's 32 high-bit bytes, bits
+    /// `2n` and `2n+1`). The one home of this unpacking: decode's row groups, the f32 path's
+    /// rows (`kquant_avx2`) and prefill's batched kernels (`kquant_batch`) all use it.
+    #[inline(always)]
+    pub(in crate::kernels::dot) unsafe fn levels(
+        qb: __m256i,
+        qh: __m256i,
+        n: usize,
+        five: bool,
+    ) -> (__m256i, __m256i) {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let mut lo = _mm256_and_si256(qb, m4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4);
+        if five {
+            let m16 = _mm256_set1_epi8(0x10);
+            let bl = _mm256_set1_epi8(1 << (2 * n));
+            let bh = _mm256_set1_epi8(1 << (2 * n + 1));
+            let hl = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl);
+            let hh = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh);
+            lo = _mm256_or_si256(lo, _mm256_and_si256(hl, m16));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(hh, m16));
+        }
+        (lo, hi)
+    }
+
     /// The 8 scales and 8 minimums (6 bits each) of a Q4_K/Q5_K block from its 12 packed bytes at
     /// `p`, as two little-endian u64 (byte j = sub-block j); ggml's `get_scale_min_k4` for all j at
     /// once with 32-bit masks.
@@ -104,8 +131,6 @@ pub mod avx2 {
             prefetch_ahead(t.qs.add(r0 * t.rb), R * t.rb);
         }
         let bb = if FIVE { 176 } else { 144 };
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m16 = _mm256_set1_epi8(0x10);
         let mut acc = [_mm256_setzero_ps(); R];
         let mut mins = _mm_setzero_ps();
         for b in 0..t.nb {
@@ -134,16 +159,7 @@ pub mod avx2 {
                 };
                 for n in 0..4 {
                     let qb = _mm256_loadu_si256(ql.add(32 * n) as *const __m256i);
-                    let mut lo = _mm256_and_si256(qb, m4);
-                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4);
-                    if FIVE {
-                        let bl = _mm256_set1_epi8(1 << (2 * n));
-                        let bh = _mm256_set1_epi8(1 << (2 * n + 1));
-                        let hl = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl);
-                        let hh = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh);
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(hl, m16));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(hh, m16));
-                    }
+                    let (lo, hi) = levels(qb, qh, n, FIVE);
                     let ylo = _mm256_loadu_si256(yq.add(64 * n) as *const __m256i);
                     let yhi = _mm256_loadu_si256(yq.add(64 * n + 32) as *const __m256i);
                     // Scales 2n and 2n+1 as i16 in every lane.

@@ -302,8 +302,6 @@ mod tests {
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(super) unsafe fn k4_q8k(five: bool, row: &[u8], k: Q8KRef) -> f32 {
             let bb = if five { 176 } else { 144 };
-            let m4 = _mm256_set1_epi8(0x0F);
-            let m16 = _mm256_set1_epi8(0x10);
             let mut acc = _mm256_setzero_ps();
             let mut mins = 0f32;
             for (b, blk) in row.chunks_exact(bb).enumerate() {
@@ -326,16 +324,7 @@ mod tests {
                 let mut sumi = _mm256_setzero_si256();
                 for n in 0..4 {
                     let qb = _mm256_loadu_si256(ql.as_ptr().add(32 * n) as *const __m256i);
-                    let mut lo = _mm256_and_si256(qb, m4);
-                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4);
-                    if five {
-                        let bl = _mm256_set1_epi8(1 << (2 * n));
-                        let bh = _mm256_set1_epi8(1 << (2 * n + 1));
-                        let hl = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl);
-                        let hh = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh);
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(hl, m16));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(hh, m16));
-                    }
+                    let (lo, hi) = crate::kernels::dot::k4::avx2::levels(qb, qh, n, five);
                     let ylo = _mm256_loadu_si256(yq.as_ptr().add(64 * n) as *const __m256i);
                     let yhi = _mm256_loadu_si256(yq.as_ptr().add(64 * n + 32) as *const __m256i);
                     let plo = _mm256_madd_epi16(

@@ -483,8 +483,6 @@ macro_rules! batch_kernels {
                 y: *mut f32,
             ) {
                 let bb = if FIVE { 176 } else { 144 };
-                let m4 = _mm256_set1_epi8(0x0F);
-                let m16 = _mm256_set1_epi8(0x10);
                 let mut acc = [[_mm256_setzero_ps(); R]; TB];
                 let mut mins = [_mm_setzero_ps(); TB];
                 // Per row: the levels of sub-blocks 0..8 and their i16 scales in every lane.
@@ -507,16 +505,7 @@ macro_rules! batch_kernels {
                         };
                         for n in 0..4 {
                             let qb = _mm256_loadu_si256(ql.add(32 * n) as *const __m256i);
-                            let mut lo = _mm256_and_si256(qb, m4);
-                            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4);
-                            if FIVE {
-                                let bl = _mm256_set1_epi8(1 << (2 * n));
-                                let bh = _mm256_set1_epi8(1 << (2 * n + 1));
-                                let hl = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl);
-                                let hh = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh);
-                                lo = _mm256_or_si256(lo, _mm256_and_si256(hl, m16));
-                                hi = _mm256_or_si256(hi, _mm256_and_si256(hh, m16));
-                            }
+                            let (lo, hi) = crate::kernels::dot::k4::avx2::levels(qb, qh, n, FIVE);
                             lv[i][2 * n] = lo;
                             lv[i][2 * n + 1] = hi;
                             let s = |k: usize| {
