@@ -1,5 +1,6 @@
-//! Multi-head attention of one query over a KV cache, parallel over heads on the thread pool
-//! (the per-head work is independent; each task writes only its head's output slice).
+//! Multi-head attention of one query over a KV cache, parallel over heads, or at long context
+//! over chunks of positions, on the thread pool (each task writes only its own heads' output, or
+//! its own chunk's partial result, which [`merge`] combines as a softmax over all positions).
 //!
 //! Per head: scores `s_t = q·k_t · scale` (optionally soft-capped), `softmax`, then `Σ_t w_t v_t`.
 //! The scalar reference ([`head_scalar`]) and the AVX2 + FMA kernel sit side by side here and are
@@ -118,6 +119,14 @@ unsafe impl Sync for Ptr {}
 /// `start..=pos` of `kc`/`vc` (laid out as `sh.row_stride`/`sh.head_stride` say, f32 or f16: [`KvElem`]). The AVX2
 /// kernel runs unless `isa` is scalar, the CPU lacks AVX2/FMA/F16C or the head width is not a
 /// multiple of 8.
+///
+/// On several threads, past one [`CHUNK`] of positions, the AVX2 kernel splits the positions
+/// into chunks (boundaries at multiples of `CHUNK`, whatever the thread count), computes each
+/// (KV group, chunk) pair as its own task (a partial softmax) and merges the chunks in order
+/// ([`merge`]): the threads share the positions instead of the heads, so each K/V row is read
+/// from memory once, by one thread, for every head of its group. Any thread count above one
+/// gives the same bits; one thread (and the per-head-range split of short contexts) computes the
+/// positions as one chunk, which agrees to rounding.
 pub fn attend<T: KvElem>(
     pool: &ThreadPool,
     isa: Isa,
@@ -131,6 +140,38 @@ pub fn attend<T: KvElem>(
     check_shape(sh, q, kc, vc, att);
     let n = sh.pos + 1 - sh.start;
     let simd = head_kernel(isa, hd);
+    let kv = Kv { k: kc, v: vc };
+    // Below ~16k multiply-adds the pool's hand-off costs more than it saves.
+    let parallel = pool.threads() > 1 && n * sh.n_heads * hd >= 16 * 1024;
+    let chunks = chunk_count(sh);
+    if parallel && simd != HeadKernel::Scalar && chunks > 1 {
+        // One task per (KV group, chunk), then each group's chunks merged in order on this
+        // thread: the same arithmetic as `heads_into`, so the same bits.
+        let groups = sh.n_heads.div_ceil(sh.group);
+        let slot = sh.group * (hd + 2);
+        return with_partials(&PARTS, groups * chunks * slot, |parts| {
+            let pp = Ptr(parts.as_mut_ptr());
+            pool.run(groups * chunks, &|task| {
+                let (gi, c) = (task / chunks, task % chunks);
+                let h0 = gi * sh.group;
+                let g = sh.group.min(sh.n_heads - h0);
+                let p = pp;
+                // SAFETY: task (gi, c) owns slot gi·chunks + c of `parts` (groups·chunks slots
+                // of `slot` floats); tasks are distinct.
+                let part = unsafe {
+                    std::slice::from_raw_parts_mut(p.0.add((gi * chunks + c) * slot), slot)
+                };
+                let shc = chunk_shape(sh, c);
+                with_scores(|scores| chunk_into((simd, true), &shc, (h0, g), q, kv, scores, part));
+            });
+            for gi in 0..groups {
+                let h0 = gi * sh.group;
+                let g = sh.group.min(sh.n_heads - h0);
+                let mine = &parts[gi * chunks * slot..(gi + 1) * chunks * slot];
+                merge(mine, slot, (g, hd), &mut att[h0 * hd..(h0 + g) * hd]);
+            }
+        });
+    }
     let out = Ptr(att.as_mut_ptr());
     // Heads h0..h0 + g (one KV head's) into their slice of `att`.
     let heads = |h0: usize, g: usize, scores: &mut Vec<f32>| {
@@ -138,15 +179,14 @@ pub fn attend<T: KvElem>(
         // SAFETY: heads h0..h0 + g own att[h0·hd .. (h0 + g)·hd], inside `att` (checked by
         // `check_shape`); tasks take distinct heads.
         let oh = unsafe { std::slice::from_raw_parts_mut(o.0.add(h0 * hd), g * hd) };
-        heads_into(simd, sh, (h0, g), q, Kv { k: kc, v: vc }, scores, oh);
+        heads_into(simd, sh, (h0, g), q, kv, scores, oh);
     };
-    // Below ~16k multiply-adds the pool's hand-off costs more than it saves. In parallel each
-    // thread takes one contiguous range of heads (9 heads on 2 threads: 0..5 and 5..9) and runs
-    // it KV group by KV group, so a group's K/V rows are read once per thread rather than once
-    // per head (`cargo bench --bench kernels -- attention`, 2 threads: SmolLM2 shape at 128
-    // positions 5.87 → 4.55 µs, Gemma 3 at 128 8.06 → 5.99 µs, against one task per head).
-    // Alone, one range holds every head.
-    let parts = if pool.threads() > 1 && n * sh.n_heads * hd >= 16 * 1024 {
+    // Within one chunk each thread takes one contiguous range of heads (9 heads on 2 threads:
+    // 0..5 and 5..9) and runs it KV group by KV group, so a group's K/V rows are read once per
+    // thread rather than once per head (`cargo bench --bench kernels -- attention`, 2 threads:
+    // SmolLM2 shape at 128 positions 5.87 → 4.55 µs, Gemma 3 at 128 8.06 → 5.99 µs, against one
+    // task per head). Alone, one range holds every head.
+    let parts = if parallel {
         pool.threads().min(sh.n_heads)
     } else {
         1
@@ -167,14 +207,92 @@ pub fn attend<T: KvElem>(
     });
 }
 
+/// Positions per chunk of the AVX2 kernel ([`attend`]): 256 KiB of K and V rows at Gemma 3's
+/// head width in f16 (64 KiB at SmolLM2's), which stays in L2 between a chunk's dot products and
+/// its weighted V sum. (1024 positions at SmolLM2's width decoded slower at depth 4096, 1
+/// thread: 0.840 [0.758, 0.904] against the unchunked kernel, where 256 gave 0.928–0.964.)
+pub const CHUNK: usize = 256;
+
+/// How many chunks of [`CHUNK`] positions `sh.start..=sh.pos` spans.
+fn chunk_count(sh: &AttnShape) -> usize {
+    sh.pos / CHUNK - sh.start / CHUNK + 1
+}
+
+/// `sh` narrowed to its chunk `c` (0 = the chunk holding `sh.start`).
+fn chunk_shape(sh: &AttnShape, c: usize) -> AttnShape {
+    let first = (sh.start / CHUNK + c) * CHUNK;
+    AttnShape {
+        start: first.max(sh.start),
+        pos: (first + CHUNK - 1).min(sh.pos),
+        ..*sh
+    }
+}
+
+/// Merges the chunks' partial results of `g` heads into `oh`. A partial (one KV group and chunk)
+/// is `g · (hd + 2)` floats: head `j`'s unnormalized sum `Σ_t exp(s_t − m_j) v_t` at `j·hd`, then
+/// `(m_j, Σ_t exp(s_t − m_j))` at `g·hd + 2j`; `parts` holds one per chunk, `slot` floats apart,
+/// in position order. With `M = max_c m_c` and `w_c = exp(m_c − M)`,
+/// `oh = Σ_c w_c · out_c / Σ_c w_c · l_c` (the softmax over all the chunks' positions).
+fn merge(parts: &[f32], slot: usize, (g, hd): (usize, usize), oh: &mut [f32]) {
+    let chunks = parts.len() / slot;
+    for j in 0..g {
+        let ml = |c: usize| {
+            let p = &parts[c * slot + g * hd + 2 * j..];
+            (p[0], p[1])
+        };
+        let m = (0..chunks)
+            .map(|c| ml(c).0)
+            .fold(f32::NEG_INFINITY, f32::max);
+        let o = &mut oh[j * hd..(j + 1) * hd];
+        o.fill(0.0);
+        let mut l = 0f32;
+        for c in 0..chunks {
+            let (mc, lc) = ml(c);
+            let w = (mc - m).exp();
+            l += w * lc;
+            let src = &parts[c * slot + j * hd..c * slot + (j + 1) * hd];
+            for (o, &x) in o.iter_mut().zip(src) {
+                *o += w * x;
+            }
+        }
+        let inv = 1.0 / l;
+        for o in o.iter_mut() {
+            *o *= inv;
+        }
+    }
+}
+
+thread_local! {
+    /// [`attend`]'s partial results ([`merge`]), held on its thread while its chunk tasks run.
+    static PARTS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// [`heads_into`]'s, apart from [`PARTS`] (a task may run on the thread that holds those).
+    static TASK_PARTS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's buffer `key` (kept between calls) grown to `len` floats.
+fn with_partials<R>(
+    key: &'static std::thread::LocalKey<std::cell::RefCell<Vec<f32>>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    key.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < len {
+            p.resize(len, 0.0);
+        }
+        f(&mut p[..len])
+    })
+}
+
 /// [`attend`] for the queries of `n` consecutive positions `pos0..pos0 + n` (prefill): row `b`
 /// of `q` and `att` (`n_heads · head_dim` apart) is position `pos0 + b`, which attends to
 /// `pos0 + b + 1 − window ..= pos0 + b` (`window` 0: from position 0; `sh.start` and `sh.pos` are
 /// ignored). With AVX-512 (`isa`), blocks of 16 positions run together
 /// ([`super::attention_block`], equal to [`attend`] to rounding). Otherwise every (position, KV
 /// group) pair is one task of a single pool run, the longest (latest positions) first, so both
-/// cores stay busy; every head runs the same arithmetic as in [`attend`], so the results are
-/// bit-identical to `n` calls of it.
+/// cores stay busy; every head runs the same arithmetic as in [`attend`] on one thread, so the
+/// results are bit-identical to `n` calls of it there (and on several threads while a query's
+/// positions fit one [`CHUNK`]; past that, to rounding).
 pub fn attend_batch<T: KvElem>(
     pool: &ThreadPool,
     isa: Isa,
@@ -290,8 +408,7 @@ fn head_kernel(isa: Isa, hd: usize) -> HeadKernel {
 
 /// Heads `h0..h0 + g` of one query (`q` holds all heads; the `g` heads share KV head
 /// `h0 / group`) into `oh` (`g · head_dim` floats), with the kernel `simd` ([`head_kernel`]):
-/// the AVX2 kernel, or the scalar reference head by head. The shape was checked by
-/// [`check_shape`].
+/// the AVX2 kernel over all the positions at once, or the scalar reference head by head. The shape was checked by [`check_shape`].
 fn heads_into<T: KvElem>(
     simd: HeadKernel,
     sh: &AttnShape,
@@ -301,27 +418,79 @@ fn heads_into<T: KvElem>(
     scores: &mut Vec<f32>,
     oh: &mut [f32],
 ) {
-    let Kv { k: kc, v: vc } = kv;
+    let hd = sh.head_dim;
+    debug_assert!(g >= 1 && (h0 + g - 1) / sh.group == h0 / sh.group && oh.len() == g * hd);
+    if simd == HeadKernel::Scalar {
+        let kh = h0 / sh.group;
+        for j in 0..g {
+            let qh = &q[(h0 + j) * hd..(h0 + j + 1) * hd];
+            head_scalar(
+                sh,
+                qh,
+                kv.k,
+                kv.v,
+                kh,
+                scores,
+                &mut oh[j * hd..(j + 1) * hd],
+            );
+        }
+        return;
+    }
+    // All positions as one chunk: the chunk tasks of `attend` pay only when threads share the
+    // positions (at 1 thread, SmolLM2 at depth 4096 decoded 0.90–0.96× as fast chunked).
+    let slot = g * (hd + 2);
+    with_partials(&TASK_PARTS, slot, |part| {
+        chunk_into((simd, false), sh, (h0, g), q, kv, scores, part);
+        merge(part, slot, (g, hd), oh);
+    })
+}
+
+/// One chunk (`sh.start..=sh.pos` within one [`CHUNK`]) of heads `h0..h0 + g` into `part` (a
+/// partial result: [`merge`]), with an AVX2 build (`simd` is not scalar) whose prefetches go
+/// into L2 when `l2` (the chunk tasks of several threads), else into L1.
+///
+/// The hint is chosen per path by measurement (Zen 4, depth 4096, `ab_binaries.sh`, 6 pairs):
+/// into L2 the chunk tasks of Gemma 3 at 2 threads decoded 1.036 [1.023, 1.058]× faster (1 thread
+/// 1.008 [0.983, 1.027], none), while SmolLM2 at 1 thread, one thread running the chunks in turn,
+/// lost with it (chunked with L2 hints 0.928 [0.918, 0.951]× the unchunked kernel, with L1 hints
+/// 0.964 [0.885, 1.049]). The hint never changes the result.
+fn chunk_into<T: KvElem>(
+    (simd, l2): (HeadKernel, bool),
+    sh: &AttnShape,
+    (h0, g): (usize, usize),
+    q: &[f32],
+    kv: Kv<'_, T>,
+    scores: &mut Vec<f32>,
+    part: &mut [f32],
+) {
     let hd = sh.head_dim;
     let kh = h0 / sh.group;
-    debug_assert!(g >= 1 && (h0 + g - 1) / sh.group == kh && oh.len() == g * hd);
+    debug_assert!(part.len() == g * (hd + 2));
     let qg = &q[h0 * hd..(h0 + g) * hd];
     #[cfg(target_arch = "x86_64")]
     match simd {
         // SAFETY: AVX2/FMA/F16C available and hd % 8 == 0 (`head_kernel`); every K/V row read
-        // lies inside kc/vc (rows ≤ pos of KV heads < n_heads / group: `check_shape`); qg and
-        // oh hold g heads.
-        HeadKernel::Avx2 => return unsafe { avx2::heads(sh, qg, g, kv, kh, scores, oh) },
+        // lies inside kc/vc (rows ≤ pos of KV heads < n_heads / group: `check_shape`); qg holds
+        // g heads and part g · (hd + 2) floats.
+        HeadKernel::Avx2 => unsafe {
+            if l2 {
+                avx2::heads::<T, { avx2::INTO_L2 }>(sh, qg, g, kv, kh, scores, part)
+            } else {
+                avx2::heads::<T, { avx2::INTO_L1 }>(sh, qg, g, kv, kh, scores, part)
+            }
+        },
         // SAFETY: as above, and AVX-512F/VL available (`head_kernel`).
-        HeadKernel::Avx2Vl => return unsafe { avx2::heads_vl(sh, qg, g, kv, kh, scores, oh) },
-        HeadKernel::Scalar => {}
+        HeadKernel::Avx2Vl => unsafe {
+            if l2 {
+                avx2::heads_vl::<T, { avx2::INTO_L2 }>(sh, qg, g, kv, kh, scores, part)
+            } else {
+                avx2::heads_vl::<T, { avx2::INTO_L1 }>(sh, qg, g, kv, kh, scores, part)
+            }
+        },
+        HeadKernel::Scalar => unreachable!("chunk_into runs an AVX2 build"),
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = simd; // only the scalar reference exists off x86_64
-    for j in 0..g {
-        let qh = &qg[j * hd..(j + 1) * hd];
-        head_scalar(sh, qh, kc, vc, kh, scores, &mut oh[j * hd..(j + 1) * hd]);
-    }
+    let _ = (simd, l2, sh, kh, qg, kv, scores, part);
 }
 
 /// The scalar reference of one head: `oh = softmax(score(qh · k_t)) · V` over `start..=pos`,
@@ -469,31 +638,34 @@ mod avx2 {
         }
     }
 
-    /// Heads `0..g` of `q` (`g · hd` floats; all use KV head `kh`), each as
-    /// [`super::head_scalar`], in AVX2 + FMA, into `out` (`g · hd` floats). Each block of 4 K rows
+    /// Heads `0..g` of `q` (`g · hd` floats; all use KV head `kh`) over positions
+    /// `sh.start..=sh.pos` (one chunk, [`super::CHUNK`]), in AVX2 + FMA, into `slot` (a
+    /// partial result of `g` heads, [`super::merge`]): each head's `Σ_t exp(s_t − m) v_t`, unnormalized, and its
+    /// `(m, Σ_t exp(s_t − m))`. Each block of 4 K rows
     /// is read once for all `g` heads, and the V rows in blocks of [`v_block`] positions (L1-sized),
     /// with each head's accumulators carried in `out` between blocks. Every head's operations and
     /// their order are those of a head computed alone, so the results do not depend on `g`.
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C (`Isa::Avx2`); `sh.head_dim % 8 == 0`; rows
-    /// `start..=pos` of `kc` and `vc` hold KV head `kh` at `sh.at(t, kh)` (rows `row_stride` apart); `q` and
-    /// `out` hold `g · hd` floats.
+    /// `start..=pos` of `kc` and `vc` hold KV head `kh` at `sh.at(t, kh)` (rows `row_stride` apart); `q`
+    /// holds `g · hd` floats, `slot` `g · (hd + 2)`.
     // Inlined into each of its two builds ([`heads`], [`heads_vl`]), whose target features
     // it then takes: `#[inline(always)]` cannot carry `#[target_feature]` itself.
     #[inline(always)]
-    unsafe fn heads_body<T: KvElem, const WIDE: bool>(
+    unsafe fn heads_body<T: KvElem, const WIDE: bool, const HINT: i32>(
         sh: &AttnShape,
         q: &[f32],
         g: usize,
         Kv { k: kc, v: vc }: Kv<'_, T>,
         kh: usize,
         scores: &mut Vec<f32>,
-        out: &mut [f32],
+        slot: &mut [f32],
     ) {
         let hd = sh.head_dim;
         let n = sh.pos + 1 - sh.start;
-        debug_assert!(hd.is_multiple_of(8) && q.len() >= g * hd && out.len() >= g * hd);
+        debug_assert!(hd.is_multiple_of(8) && q.len() >= g * hd && slot.len() >= g * (hd + 2));
+        let (out, ml) = slot.split_at_mut(g * hd);
         debug_assert!(kc.len() >= sh.at(sh.pos, kh) + hd && (kh + 1) * hd <= sh.kv_dim);
         let k0 = kc.as_ptr().add(sh.at(sh.start, kh));
         let v0 = vc.as_ptr().add(sh.at(sh.start, kh));
@@ -507,11 +679,11 @@ mod avx2 {
         let mut i = 0;
         while i + 4 <= n {
             for r in i..i + 4 {
-                prefetch_row(
+                prefetch_row::<HINT>(
                     k0.wrapping_add((r + KV_AHEAD) * stride) as *const u8,
                     row_bytes,
                 );
-                prefetch_row(v0.wrapping_add(r * stride) as *const u8, row_bytes);
+                prefetch_row::<HINT>(v0.wrapping_add(r * stride) as *const u8, row_bytes);
             }
             // The group's heads in chunks of at most 3 (12 accumulators and the 4 K rows fill
             // the 16 registers), or 4 in the `WIDE` build (32 registers: 16 accumulators), so
@@ -535,7 +707,9 @@ mod avx2 {
             }
         }
         for j in 0..g {
-            softmax(sh, &mut scores[j * n..(j + 1) * n]);
+            let (m, l) = softmax(sh, &mut scores[j * n..(j + 1) * n]);
+            ml[2 * j] = m;
+            ml[2 * j + 1] = l;
         }
         out[..g * hd].fill(0.0);
         let pb = v_block(hd);
@@ -597,16 +771,16 @@ mod avx2 {
         ($(#[$doc:meta])* $name:ident, $wide:literal, $features:literal) => {
             $(#[$doc])*
             #[target_feature(enable = $features)]
-            pub(super) unsafe fn $name<T: KvElem>(
+            pub(super) unsafe fn $name<T: KvElem, const HINT: i32>(
                 sh: &AttnShape,
                 q: &[f32],
                 g: usize,
                 kv: Kv<'_, T>,
                 kh: usize,
                 scores: &mut Vec<f32>,
-                out: &mut [f32],
+                slot: &mut [f32],
             ) {
-                heads_body::<T, $wide>(sh, q, g, kv, kh, scores, out)
+                heads_body::<T, $wide, HINT>(sh, q, g, kv, kh, scores, slot)
             }
         };
     }
@@ -636,18 +810,22 @@ mod avx2 {
     /// How many positions ahead of its dot products [`heads`] asks for K rows.
     const KV_AHEAD: usize = 16;
 
-    /// `prefetcht0` of the lines of `len` bytes from `p`. Prefetches never fault, so `p` may lie
-    /// past the cache (the last positions ask for rows that do not exist); the callers form it
-    /// with `wrapping_add`.
+    /// The prefetch hints [`heads_body`] takes: into L1 (`prefetcht0`) or into L2 (`prefetcht1`).
+    pub(super) const INTO_L1: i32 = _MM_HINT_T0;
+    pub(super) const INTO_L2: i32 = _MM_HINT_T1;
+
+    /// Prefetch `HINT` ([`INTO_L1`] or [`INTO_L2`]) of the lines of `len` bytes from `p`.
+    /// Prefetches never fault, so `p` may lie past the cache (the last positions ask for rows
+    /// that do not exist); the callers form it with `wrapping_add`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn prefetch_row(p: *const u8, len: usize) {
+    unsafe fn prefetch_row<const HINT: i32>(p: *const u8, len: usize) {
         let mut o = 0;
         while o < len {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o) as *const i8);
+            _mm_prefetch::<HINT>(p.wrapping_add(o) as *const i8);
             o += 64;
         }
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(len - 1) as *const i8);
+        _mm_prefetch::<HINT>(p.wrapping_add(len - 1) as *const i8);
     }
 
     /// Positions per block of the weighted V sum: 16 KiB of one head's V rows (64 at head width
@@ -656,10 +834,11 @@ mod avx2 {
         (16 * 1024 / (4 * hd)).max(8)
     }
 
-    /// `scores[i] = softmax(score(dot_i))`: the raw dot products scaled (and soft-capped), then
-    /// `exp(s_i − max)` 8 at a time (the tail through libm, as the reference) and normalized.
+    /// `scores[i] = exp(score(dot_i) − m)`: the raw dot products scaled (and soft-capped), then
+    /// exponentiated 8 at a time (the tail through libm, as the reference) against their maximum
+    /// `m`, not normalized. Returns `(m, Σ_i scores[i])` for [`super::merge`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn softmax(sh: &AttnShape, scores: &mut [f32]) {
+    unsafe fn softmax(sh: &AttnShape, scores: &mut [f32]) -> (f32, f32) {
         let n = scores.len();
         let mut m = f32::NEG_INFINITY;
         let mut i = 0;
@@ -698,10 +877,7 @@ mod avx2 {
             *s = (*s - m).exp();
             sum += *s;
         }
-        let inv = 1.0 / sum;
-        for s in scores.iter_mut() {
-            *s *= inv;
-        }
+        (m, sum)
     }
 }
 
@@ -758,7 +934,20 @@ mod tests {
             (4, 2, 16),
             (10, 5, 32),
         ] {
-            for (start, pos) in [(0, 0), (0, 6), (0, 7), (0, 16), (3, 40), (0, 130)] {
+            // The last four span several chunks ([`CHUNK`]): from 0, from inside one, one
+            // position each side of a boundary, and over eight boundaries.
+            for (start, pos) in [
+                (0, 0),
+                (0, 6),
+                (0, 7),
+                (0, 16),
+                (3, 40),
+                (0, 130),
+                (0, 600),
+                (300, 900),
+                (255, 256),
+                (0, 2100),
+            ] {
                 for cap in [0.0, 30.0] {
                     v.push(AttnShape {
                         n_heads,
@@ -926,13 +1115,15 @@ mod tests {
         }
     }
 
-    /// Any thread count gives the same bits: the head ranges of the threads only decide which
-    /// heads share a K/V pass, never a head's arithmetic.
+    /// Every thread count above one gives the same bits: the head ranges of the threads only
+    /// decide which heads share a K/V pass, and the chunks' boundaries and merge order do not
+    /// depend on the threads. (One thread computes the positions as one chunk: to rounding, in
+    /// `every_isa_matches_a_float64_forward`.)
     #[test]
     fn thread_counts_agree_bit_for_bit() {
-        let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
-        for base in cases() {
-            let sh = AttnShape { pos: 300, ..base };
+        let pools: Vec<ThreadPool> = (2..=4).map(ThreadPool::new).collect();
+        for (base, pos) in cases().into_iter().flat_map(|b| [(b, 300), (b, 1100)]) {
+            let sh = AttnShape { pos, ..base };
             let (q, kc, vc) = inputs(&sh, 5);
             for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512]
                 .into_iter()
