@@ -408,7 +408,8 @@ fn head_kernel(isa: Isa, hd: usize) -> HeadKernel {
 
 /// Heads `h0..h0 + g` of one query (`q` holds all heads; the `g` heads share KV head
 /// `h0 / group`) into `oh` (`g · head_dim` floats), with the kernel `simd` ([`head_kernel`]):
-/// the AVX2 kernel over all the positions at once, or the scalar reference head by head. The shape was checked by [`check_shape`].
+/// the AVX2 kernel over all the positions at once, or the scalar reference head by head. The
+/// shape was checked by [`check_shape`].
 fn heads_into<T: KvElem>(
     simd: HeadKernel,
     sh: &AttnShape,
@@ -445,8 +446,8 @@ fn heads_into<T: KvElem>(
     })
 }
 
-/// One chunk (`sh.start..=sh.pos` within one [`CHUNK`]) of heads `h0..h0 + g` into `part` (a
-/// partial result: [`merge`]), with an AVX2 build (`simd` is not scalar) whose prefetches go
+/// Positions `sh.start..=sh.pos` (one [`CHUNK`], or all of them) of heads `h0..h0 + g` into
+/// `part` (a partial result: [`merge`]), with an AVX2 build (`simd` is not scalar) whose prefetches go
 /// into L2 when `l2` (the chunk tasks of several threads), else into L1.
 ///
 /// The hint is chosen per path by measurement (Zen 4, depth 4096, `ab_binaries.sh`, 6 pairs):
@@ -639,10 +640,10 @@ mod avx2 {
     }
 
     /// Heads `0..g` of `q` (`g · hd` floats; all use KV head `kh`) over positions
-    /// `sh.start..=sh.pos` (one chunk, [`super::CHUNK`]), in AVX2 + FMA, into `slot` (a
-    /// partial result of `g` heads, [`super::merge`]): each head's `Σ_t exp(s_t − m) v_t`, unnormalized, and its
-    /// `(m, Σ_t exp(s_t − m))`. Each block of 4 K rows
-    /// is read once for all `g` heads, and the V rows in blocks of [`v_block`] positions (L1-sized),
+    /// `sh.start..=sh.pos` (one [`super::CHUNK`], or all of them), in AVX2 + FMA, into `slot` (a
+    /// partial result of `g` heads, [`super::merge`]): each head's `Σ_t exp(s_t − m) v_t`,
+    /// unnormalized, and its `(m, Σ_t exp(s_t − m))`. Each block of 4 K rows is read once for all
+    /// `g` heads, and the V rows in blocks of [`v_block`] positions (L1-sized),
     /// with each head's accumulators carried in `out` between blocks. Every head's operations and
     /// their order are those of a head computed alone, so the results do not depend on `g`.
     ///
@@ -672,9 +673,10 @@ mod avx2 {
         let stride = sh.row_stride;
         scores.clear();
         scores.resize(g * n, 0.0);
-        // Four positions at a time ([`dots4`]), one 4-way reduction per head. In decode the rows come from DRAM (the weight
-        // stream evicts them between layers): each step asks for the K rows [`KV_AHEAD`]
-        // positions on, and for its own positions' V rows, which the V sum reads next.
+        // Four positions at a time ([`dots4`]), one 4-way reduction per head. In decode the rows
+        // come from DRAM (the weight stream evicts them between layers): each step asks (into L1
+        // or L2: `HINT`) for the K rows [`KV_AHEAD`] positions on, and for its own positions' V
+        // rows, which the V sum reads next.
         let row_bytes = hd * T::BYTES;
         let mut i = 0;
         while i + 4 <= n {
