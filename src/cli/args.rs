@@ -267,11 +267,15 @@ pub struct EngineArgs {
     /// Shorthand for --act f32.
     #[arg(long)]
     pub f32_act: bool,
-    /// KV-cache element type: f16 or f32, e.g. `--kv f32`.
+    /// KV-cache element type: f16, bf16 or f32, e.g. `--kv bf16`.
     ///
-    /// What the KV cache stores: f16 (the default, as llama.cpp's: half the memory and half the
-    /// bytes each attention step reads, values rounded to nearest-even; chosen by KL divergence,
-    /// docs/PERFORMANCE.md) or f32 (exact: the reference path with --act f32).
+    /// What the KV cache stores. f16 (the default, llama.cpp's): half the memory and half the
+    /// bytes each attention step reads of f32, values rounded to nearest-even; chosen by KL
+    /// divergence, docs/PERFORMANCE.md. bf16: the same bytes with fewer mantissa bits; on CPUs
+    /// with AVX512-BF16 (and --isa avx512) decode's attention then also rounds the queries and
+    /// softmax weights to bf16 and runs `vdpbf16ps`, two products per lane and no conversion:
+    /// faster on one thread at long context, not on two here (docs/PERFORMANCE.md, "Defaults").
+    /// f32: exact (the reference path with --act f32). `run --json` reports it (`kv`).
     #[arg(long, value_enum, default_value_t = KvArg::F16)]
     pub kv: KvArg,
     /// Shorthand for --kv f16.
@@ -427,6 +431,7 @@ pub enum ActArg {
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvArg {
     F16,
+    Bf16,
     F32,
 }
 
@@ -628,6 +633,7 @@ impl EngineArgs {
             } else {
                 match self.kv {
                     KvArg::F16 => KvType::F16,
+                    KvArg::Bf16 => KvType::Bf16,
                     KvArg::F32 => KvType::F32,
                 }
             },

@@ -1,6 +1,8 @@
-//! KV cache: per effective layer, the keys and values of every cached position, stored as f32 or
-//! as f16 (llama.cpp's default KV type; half the bytes each attention step reads). The element
-//! type is fixed when the cache is made ([`KvType`]); storing rounds to it, attention reads it.
+//! KV cache: per effective layer, the keys and values of every cached position, stored as f32, as
+//! f16 (llama.cpp's default KV type; half the bytes each attention step reads) or as bf16 (the
+//! same bytes, fewer mantissa bits; decode's `vdpbf16ps` kernel reads it on CPUs with
+//! AVX512-BF16: `kernels::attention_bf16`). The element type is fixed when the cache is made
+//! ([`KvType`]); storing rounds to it, attention reads it.
 //!
 //! A sliding-window layer ([`KvCache::with_windows`]) keeps only its window's positions and a
 //! margin: when its buffer of `window + WINDOW_SLACK + WINDOW_RUN` rows is full, the newest
@@ -10,13 +12,14 @@
 //! positions, 12.8 MB of f16 rows instead of 63 MB).
 
 use crate::kernels::kv_elem::KvElem;
-use half::f16;
+use half::{bf16, f16};
 
 /// What a cached value is stored as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvType {
     F32,
     F16,
+    Bf16,
 }
 
 impl KvType {
@@ -25,6 +28,7 @@ impl KvType {
         match self {
             KvType::F32 => <f32 as KvElem>::BYTES,
             KvType::F16 => <f16 as KvElem>::BYTES,
+            KvType::Bf16 => <bf16 as KvElem>::BYTES,
         }
     }
 
@@ -33,6 +37,7 @@ impl KvType {
         match self {
             KvType::F32 => <f32 as KvElem>::NAME,
             KvType::F16 => <f16 as KvElem>::NAME,
+            KvType::Bf16 => <bf16 as KvElem>::NAME,
         }
     }
 }
@@ -40,8 +45,18 @@ impl KvType {
 /// The rows of every layer in one element type.
 #[derive(Clone, Debug)]
 enum Rows {
-    F32 { k: Vec<Vec<f32>>, v: Vec<Vec<f32>> },
-    F16 { k: Vec<Vec<f16>>, v: Vec<Vec<f16>> },
+    F32 {
+        k: Vec<Vec<f32>>,
+        v: Vec<Vec<f32>>,
+    },
+    F16 {
+        k: Vec<Vec<f16>>,
+        v: Vec<Vec<f16>>,
+    },
+    Bf16 {
+        k: Vec<Vec<bf16>>,
+        v: Vec<Vec<bf16>>,
+    },
 }
 
 /// One layer's cached keys and values, **head-major**: KV head `h`'s row at position `t`
@@ -63,20 +78,28 @@ pub enum KvLayer<'a> {
         cap: usize,
         base: usize,
     },
+    Bf16 {
+        k: &'a [bf16],
+        v: &'a [bf16],
+        cap: usize,
+        base: usize,
+    },
 }
 
 impl KvLayer<'_> {
     /// Positions each KV head's block holds (the distance between heads, in rows).
     pub fn cap(&self) -> usize {
         match *self {
-            KvLayer::F32 { cap, .. } | KvLayer::F16 { cap, .. } => cap,
+            KvLayer::F32 { cap, .. } | KvLayer::F16 { cap, .. } | KvLayer::Bf16 { cap, .. } => cap,
         }
     }
 
     /// The position held in row 0 (0 unless a sliding-window layer has moved on).
     pub fn base(&self) -> usize {
         match *self {
-            KvLayer::F32 { base, .. } | KvLayer::F16 { base, .. } => base,
+            KvLayer::F32 { base, .. } | KvLayer::F16 { base, .. } | KvLayer::Bf16 { base, .. } => {
+                base
+            }
         }
     }
 }
@@ -128,6 +151,10 @@ impl KvCache {
                 k: vec![Vec::new(); layers],
                 v: vec![Vec::new(); layers],
             },
+            KvType::Bf16 => Rows::Bf16 {
+                k: vec![Vec::new(); layers],
+                v: vec![Vec::new(); layers],
+            },
         };
         KvCache {
             kv_dim,
@@ -165,6 +192,7 @@ impl KvCache {
         match self.rows {
             Rows::F32 { .. } => KvType::F32,
             Rows::F16 { .. } => KvType::F16,
+            Rows::Bf16 { .. } => KvType::Bf16,
         }
     }
 
@@ -188,6 +216,12 @@ impl KvCache {
                 base,
             },
             Rows::F16 { k, v } => KvLayer::F16 {
+                k: &k[l],
+                v: &v[l],
+                cap,
+                base,
+            },
+            Rows::Bf16 { k, v } => KvLayer::Bf16 {
                 k: &k[l],
                 v: &v[l],
                 cap,
@@ -219,6 +253,10 @@ impl KvCache {
                     to_front(&mut kc[l], hd, heads, cap, from - base, n);
                     to_front(&mut vc[l], hd, heads, cap, from - base, n);
                 }
+                Rows::Bf16 { k: kc, v: vc } => {
+                    to_front(&mut kc[l], hd, heads, cap, from - base, n);
+                    to_front(&mut vc[l], hd, heads, cap, from - base, n);
+                }
             }
             self.base[l] = from;
         }
@@ -236,6 +274,10 @@ impl KvCache {
                 put(&mut vc[l], hd, heads, old, cap, row, v);
             }
             Rows::F16 { k: kc, v: vc } => {
+                put(&mut kc[l], hd, heads, old, cap, row, k);
+                put(&mut vc[l], hd, heads, old, cap, row, v);
+            }
+            Rows::Bf16 { k: kc, v: vc } => {
                 put(&mut kc[l], hd, heads, old, cap, row, k);
                 put(&mut vc[l], hd, heads, old, cap, row, v);
             }
@@ -336,7 +378,7 @@ mod tests {
     #[test]
     fn store_rounds_to_the_element_type_and_truncate_keeps_earlier_rows() {
         let (k, v) = ([0.1f32, -2.5, 1.0 + 1.0 / 2048.0], [3.0f32, 1e-3, -0.7]);
-        for ty in [KvType::F32, KvType::F16] {
+        for ty in [KvType::F32, KvType::F16, KvType::Bf16] {
             let mut c = KvCache::new(2, 3, 3, 8, ty);
             c.store(1, 0, &k, &v);
             c.store(1, 1, &v, &k);
@@ -349,12 +391,17 @@ mod tests {
                         k[pos * 3..][..3].iter().map(|x| x.to_f32()).collect(),
                         v[pos * 3..][..3].iter().map(|x| x.to_f32()).collect(),
                     ),
+                    KvLayer::Bf16 { k, v, .. } => (
+                        k[pos * 3..][..3].iter().map(|x| x.to_f32()).collect(),
+                        v[pos * 3..][..3].iter().map(|x| x.to_f32()).collect(),
+                    ),
                 }
             };
             let round = |x: &[f32]| -> Vec<f32> {
                 match ty {
                     KvType::F32 => x.to_vec(),
                     KvType::F16 => x.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
+                    KvType::Bf16 => x.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
                 }
             };
             assert_eq!(row(&c, 0), (round(&k), round(&v)), "{ty:?}");

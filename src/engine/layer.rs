@@ -89,6 +89,7 @@ pub fn attend(
     match layer {
         KvLayer::F32 { k, v, .. } => attention::attend(w.pool, w.isa, &sh, q, k, v, att),
         KvLayer::F16 { k, v, .. } => attention::attend(w.pool, w.isa, &sh, q, k, v, att),
+        KvLayer::Bf16 { k, v, .. } => attention::attend(w.pool, w.isa, &sh, q, k, v, att),
     }
 }
 
@@ -142,6 +143,20 @@ pub fn attend_batch(
             att,
         ),
         KvLayer::F16 { k, v, .. } => attention::attend_batch(
+            w.pool,
+            w.isa,
+            &sh,
+            attention::Batch {
+                window: win,
+                pos0,
+                n,
+                bf16: w.q8,
+            },
+            q,
+            attention::Kv { k, v },
+            att,
+        ),
+        KvLayer::Bf16 { k, v, .. } => attention::attend_batch(
             w.pool,
             w.isa,
             &sh,

@@ -11,6 +11,10 @@
 //! `exp` of `act.rs`), and sums the V rows 16 columns at a time for up to 4 heads (each V row
 //! piece loaded once for them). It sums in another order than the scalar loop, so the two agree
 //! to rounding, not bit for bit.
+//!
+//! Over a bf16 cache with the AVX-512 ISA on a CPU with AVX512-BF16, each (KV group, chunk) runs
+//! [`super::attention_bf16`]'s `vdpbf16ps` kernel instead (queries and softmax weights rounded
+//! to bf16 as well); chunks, merge and thread counts as above.
 
 use super::kv_elem::KvElem;
 use super::pool::ThreadPool;
@@ -96,7 +100,7 @@ impl AttnShape {
 
     /// The score of a raw dot product: scaled, then soft-capped when a cap is set.
     #[inline]
-    fn score(&self, dot: f32) -> f32 {
+    pub(super) fn score(&self, dot: f32) -> f32 {
         let s = dot * self.scale;
         if self.cap > 0.0 {
             self.cap * (s / self.cap).tanh()
@@ -462,6 +466,23 @@ fn chunk_into<T: KvElem>(
     let kh = h0 / sh.group;
     debug_assert!(part.len() == g * (hd + 2));
     let qg = &q[h0 * hd..(h0 + g) * hd];
+    #[cfg(target_arch = "x86_64")]
+    if let (HeadKernel::Avx2Vl, Some(k), Some(v)) = (simd, T::as_bf16(kv.k), T::as_bf16(kv.v)) {
+        if super::attention_bf16::usable(hd) {
+            use super::attention_bf16::avx512::heads;
+            let kv = Kv { k, v };
+            // SAFETY: `usable(hd)` checked the CPU and the width; rows as for the AVX2 builds
+            // below (`check_shape`).
+            unsafe {
+                if l2 {
+                    heads::<{ avx2::INTO_L2 }>(sh, qg, g, kv, kh, scores, part)
+                } else {
+                    heads::<{ avx2::INTO_L1 }>(sh, qg, g, kv, kh, scores, part)
+                }
+            }
+            return;
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     match simd {
         // SAFETY: AVX2/FMA/F16C available and hd % 8 == 0 (`head_kernel`); every K/V row read

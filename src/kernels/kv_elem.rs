@@ -1,8 +1,11 @@
-//! The element types a KV cache stores (`f32`, or IEEE `f16` as llama.cpp stores it by default)
-//! and how the attention kernels read them: one scalar conversion for the reference, and one
-//! 8-wide load to f32 for the AVX2 kernel (`vcvtph2ps`, exact). Storing rounds to nearest-even
-//! (`half::f16::from_f32`); every f16 converts back to f32 exactly, so attention over an f16
-//! cache equals attention over an f32 cache holding the same rounded values, bit for bit.
+//! The element types a KV cache stores (`f32`, IEEE `f16` as llama.cpp stores it by default, or
+//! `bf16`) and how the attention kernels read them: one scalar conversion for the reference, and
+//! one 8-wide load to f32 for the AVX2 kernel (`vcvtph2ps` for f16, a 16-bit shift for bf16; both
+//! exact). Storing rounds to nearest-even (`half`'s `from_f32`); every stored value converts back
+//! to f32 exactly, so the f32-operand kernels over an f16 or bf16 cache equal them over an f32
+//! cache holding the same rounded values, bit for bit. A bf16 cache also lets decode run the
+//! `vdpbf16ps` kernel ([`super::attention_bf16`]), which reaches its rows through
+//! [`KvElem::as_bf16`].
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -29,6 +32,11 @@ pub trait KvElem: Copy + Default + Send + Sync + 'static {
     /// The CPU must support AVX2 and F16C; `p .. p + 8` must be readable.
     #[cfg(target_arch = "x86_64")]
     unsafe fn load8(p: *const Self) -> __m256;
+    /// The rows as bf16 when that is what they are (the bf16 decode kernel's input), else `None`.
+    fn as_bf16(rows: &[Self]) -> Option<&[half::bf16]> {
+        let _ = rows;
+        None
+    }
 }
 
 impl KvElem for f32 {
@@ -76,6 +84,33 @@ impl KvElem for half::f16 {
     }
 }
 
+impl KvElem for half::bf16 {
+    const BYTES: usize = 2;
+    const NAME: &'static str = "bf16";
+    #[inline]
+    fn from_f32(x: f32) -> half::bf16 {
+        half::bf16::from_f32(x)
+    }
+    #[inline]
+    fn to_f32(self) -> f32 {
+        half::bf16::to_f32(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load8(p: *const half::bf16) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable bf16 (16 bytes) at p; a bf16 is the upper
+        // half of the f32 with the same bits, so widening and shifting by 16 is exact.
+        unsafe {
+            let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w))
+        }
+    }
+    fn as_bf16(rows: &[half::bf16]) -> Option<&[half::bf16]> {
+        Some(rows)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +149,39 @@ mod tests {
         for (d, &x) in dst.iter().zip(&src) {
             assert_eq!(d.to_bits(), f16::from_f32(x).to_bits(), "{x}");
         }
+    }
+
+    /// The bf16 vector load widens every finite bf16 exactly as the scalar conversion does, and
+    /// the row store rounds as `from_f32` (nearest-even: 1 + 2^-8 is a tie, kept at 1).
+    #[test]
+    fn bf16_loads_and_stores_equal_the_scalar_conversions() {
+        use half::bf16;
+        if !crate::kernels::Isa::Avx2.available() {
+            println!("SKIP: this CPU has no AVX2");
+            return;
+        }
+        let all: Vec<bf16> = (0..=u16::MAX)
+            .map(bf16::from_bits)
+            .filter(|h| h.is_finite())
+            .collect();
+        for c in all.chunks_exact(8) {
+            let mut got = [0f32; 8];
+            // SAFETY: AVX2 checked above; c holds 8 values.
+            unsafe { _mm256_storeu_ps(got.as_mut_ptr(), bf16::load8(c.as_ptr())) };
+            for (g, h) in got.iter().zip(c) {
+                assert_eq!(g.to_bits(), h.to_f32().to_bits(), "{:#06x}", h.to_bits());
+            }
+        }
+        let src = [0.1f32, -3.3e-5, 1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, 3e38];
+        let mut dst = vec![bf16::ZERO; src.len()];
+        <bf16 as KvElem>::store(&mut dst, &src);
+        for (d, &x) in dst.iter().zip(&src) {
+            assert_eq!(d.to_bits(), bf16::from_f32(x).to_bits(), "{x}");
+        }
+        assert_eq!(dst[2].to_f32(), 1.0);
+        assert_eq!(dst[3].to_f32(), 1.0 + 4.0 / 256.0);
+        assert!(<bf16 as KvElem>::as_bf16(&dst).is_some());
+        assert!(<f16 as KvElem>::as_bf16(&[f16::ZERO]).is_none());
     }
 
     /// Rounding is to nearest-even and the round trip of a stored value is exact.

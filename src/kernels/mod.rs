@@ -5,6 +5,7 @@
 
 pub mod act;
 pub mod attention;
+pub mod attention_bf16;
 pub mod attention_block;
 pub mod dot;
 pub mod kv_elem;

@@ -247,7 +247,7 @@ pub struct RunInfo {
     pub threads: u32,
     /// "mmap" | "resident" | "resident repacked".
     pub weights: String,
-    /// Activation numerics ("q8" | "f32") and KV element type ("f16" | "f32").
+    /// Activation numerics ("q8" | "f32") and KV element type ("f16" | "bf16" | "f32").
     pub act: String,
     pub kv: String,
     /// The direct tier's expert cache capacity in MiB (0: off, or the experts came from
