@@ -88,6 +88,30 @@ fn bench_decode_depth_runs_after_the_filled_context_and_is_checked() {
     let row = &deep["rows"][0];
     assert!(f(row, "decode_tok_s", "median") > 0.0, "{row}");
     assert!(f(row, "ttft_ms", "median") > 0.0, "{row}");
+    // The KV cache read per step is its own column: it grows with the depth (positions
+    // ~1,510 against ~10) while the weight bytes stay, and an f32 cache reads twice an f16 one.
+    let kv = |v: &serde_json::Value| v["rows"][0]["kv_mib_per_token"].as_f64().unwrap();
+    let weights = |v: &serde_json::Value| v["rows"][0]["mib_per_token"].as_f64().unwrap();
+    let shallow = json(&[&base[..], &["--prompt-len", "8", "--json"]].concat());
+    let ratio = kv(&deep) / kv(&shallow);
+    assert!((100.0..200.0).contains(&ratio), "{ratio} {deep} {shallow}");
+    assert_eq!(weights(&deep), weights(&shallow));
+    let f32_cache = json(
+        &[
+            &base[..],
+            &[
+                "--depth",
+                "1500",
+                "--prompt-len",
+                "8",
+                "--kv",
+                "f32",
+                "--json",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(kv(&f32_cache), 2.0 * kv(&deep), "{f32_cache}");
 
     let o = Command::new(BIN)
         .args(base)

@@ -78,7 +78,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             );
         }
         let (mut dec, mut pre, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
-        let mut mib_tok = 0.0;
+        let (mut mib_tok, mut kv_mib_tok) = (0.0, None);
         let mut split = crate::engine::step_split::StepSplit::default();
         let mut cache: Option<crate::telemetry::ExpertCacheStat> = None;
         let (mut prefetch, mut pf_tokens): (Option<crate::telemetry::PrefetchStat>, u64) =
@@ -126,6 +126,14 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
                 .sum::<u64>() as f64
                 / n
                 / crate::util::MIB;
+            // The KV cache each step read (the weights above do not count it).
+            let summary = sess.summary();
+            kv_mib_tok = out
+                .stats
+                .iter()
+                .map(|s| summary.kv_read_bytes(s.pos))
+                .sum::<Option<u64>>()
+                .map(|b| b as f64 / n / crate::util::MIB);
             if !a.json {
                 errln!(
                     "threads {t} repeat {r}: decode {:.1} tok/s, prefill {:.1} tok/s, TTFT {:.2} ms",
@@ -141,6 +149,7 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             "prefill_tok_s": stats3(&pre),
             "ttft_ms": stats3(&ttft),
             "mib_per_token": mib_tok,
+            "kv_mib_per_token": kv_mib_tok,
         });
         if let Some(j) = split.json() {
             row["time_split"] = j;
@@ -216,18 +225,19 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             a.repeat
         )?;
         outln!(
-            "{:>7} | {:>28} | {:>28} | {:>26} | {:>9}",
+            "{:>7} | {:>28} | {:>28} | {:>26} | {:>16} | {:>12}",
             "threads",
             "decode tok/s med (min-max)",
             "prefill tok/s med (min-max)",
             "TTFT ms med (min-max)",
-            "MiB/token"
+            "weight MiB/token",
+            "KV MiB/token"
         )?;
         for r in &results {
             let f = |k: &str, s: &str| r[k][s].as_f64().unwrap_or(0.0);
             outln!(
                 "{:>7} | {:>10.1} ({:>6.1}-{:>6.1})    | {:>10.1} ({:>6.1}-{:>6.1})    | \
-                 {:>9.2} ({:>6.2}-{:>6.2})  | {:>9.2}",
+                 {:>9.2} ({:>6.2}-{:>6.2})  | {:>16.2} | {:>12}",
                 r["threads"].as_u64().unwrap_or(0),
                 f("decode_tok_s", "median"),
                 f("decode_tok_s", "min"),
@@ -238,7 +248,10 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
                 f("ttft_ms", "median"),
                 f("ttft_ms", "min"),
                 f("ttft_ms", "max"),
-                r["mib_per_token"].as_f64().unwrap_or(0.0)
+                r["mib_per_token"].as_f64().unwrap_or(0.0),
+                r["kv_mib_per_token"]
+                    .as_f64()
+                    .map_or("unknown".to_string(), |m| format!("{m:.2}"))
             )?;
         }
         for r in results.iter().filter(|r| r["time_split"].is_object()) {
