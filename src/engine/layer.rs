@@ -126,50 +126,23 @@ pub fn attend_batch(
     let layer = kv.layer(l);
     let (pos0, n) = (rows.start - layer.base(), rows.len());
     let sh = attn_shape(cfg, pos0, layer.cap());
-    let win = cfg.sliding_window_for(p);
+    let b = attention::Batch {
+        window: cfg.sliding_window_for(p),
+        pos0,
+        n,
+        bf16: w.q8,
+    };
+    let (pool, isa) = (w.pool, w.isa);
     match layer {
-        KvLayer::F32 { k, v, .. } => attention::attend_batch(
-            w.pool,
-            w.isa,
-            &sh,
-            attention::Batch {
-                window: win,
-                pos0,
-                n,
-                bf16: w.q8,
-            },
-            q,
-            attention::Kv { k, v },
-            att,
-        ),
-        KvLayer::F16 { k, v, .. } => attention::attend_batch(
-            w.pool,
-            w.isa,
-            &sh,
-            attention::Batch {
-                window: win,
-                pos0,
-                n,
-                bf16: w.q8,
-            },
-            q,
-            attention::Kv { k, v },
-            att,
-        ),
-        KvLayer::Bf16 { k, v, .. } => attention::attend_batch(
-            w.pool,
-            w.isa,
-            &sh,
-            attention::Batch {
-                window: win,
-                pos0,
-                n,
-                bf16: w.q8,
-            },
-            q,
-            attention::Kv { k, v },
-            att,
-        ),
+        KvLayer::F32 { k, v, .. } => {
+            attention::attend_batch(pool, isa, &sh, b, q, attention::Kv { k, v }, att)
+        }
+        KvLayer::F16 { k, v, .. } => {
+            attention::attend_batch(pool, isa, &sh, b, q, attention::Kv { k, v }, att)
+        }
+        KvLayer::Bf16 { k, v, .. } => {
+            attention::attend_batch(pool, isa, &sh, b, q, attention::Kv { k, v }, att)
+        }
     }
 }
 

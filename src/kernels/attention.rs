@@ -546,7 +546,7 @@ pub fn head_scalar<T: KvElem>(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use super::{AttnShape, Kv};
     use crate::kernels::act::exp_avx2;
     use crate::kernels::dot::simd::{hsum, hsum4};
@@ -724,7 +724,7 @@ mod avx2 {
             }
         }
         for j in 0..g {
-            let (m, l) = softmax(sh, &mut scores[j * n..(j + 1) * n]);
+            let (m, l) = softmax::<false>(sh, &mut scores[j * n..(j + 1) * n]);
             ml[2 * j] = m;
             ml[2 * j + 1] = l;
         }
@@ -824,8 +824,9 @@ mod avx2 {
         "avx2,fma,f16c,avx512f,avx512vl"
     );
 
-    /// How many positions ahead of its dot products [`heads`] asks for K rows.
-    const KV_AHEAD: usize = 16;
+    /// How many positions ahead of its dot products [`heads`] (and the bf16 kernel) asks for K
+    /// rows.
+    pub(in crate::kernels) const KV_AHEAD: usize = 16;
 
     /// The prefetch hints [`heads_body`] takes: into L1 (`prefetcht0`) or into L2 (`prefetcht1`).
     pub(super) const INTO_L1: i32 = _MM_HINT_T0;
@@ -836,7 +837,7 @@ mod avx2 {
     /// that do not exist); the callers form it with `wrapping_add`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn prefetch_row<const HINT: i32>(p: *const u8, len: usize) {
+    pub(in crate::kernels) unsafe fn prefetch_row<const HINT: i32>(p: *const u8, len: usize) {
         let mut o = 0;
         while o < len {
             _mm_prefetch::<HINT>(p.wrapping_add(o) as *const i8);
@@ -853,9 +854,14 @@ mod avx2 {
 
     /// `scores[i] = exp(score(dot_i) − m)`: the raw dot products scaled (and soft-capped), then
     /// exponentiated 8 at a time (the tail through libm, as the reference) against their maximum
-    /// `m`, not normalized. Returns `(m, Σ_i scores[i])` for [`super::merge`].
+    /// `m`, not normalized; with `ROUND` each rounded to bf16 (nearest-even) before it is stored
+    /// and summed (the bf16 decode kernel's weights). Returns `(m, Σ_i scores[i])` for
+    /// [`super::merge`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn softmax(sh: &AttnShape, scores: &mut [f32]) -> (f32, f32) {
+    pub(in crate::kernels) unsafe fn softmax<const ROUND: bool>(
+        sh: &AttnShape,
+        scores: &mut [f32],
+    ) -> (f32, f32) {
         let n = scores.len();
         let mut m = f32::NEG_INFINITY;
         let mut i = 0;
@@ -884,7 +890,10 @@ mod avx2 {
         let mut i = 0;
         while i + 8 <= n {
             let p = scores.as_mut_ptr().add(i);
-            let e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p), mv));
+            let mut e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p), mv));
+            if ROUND {
+                e = round_bf16(e);
+            }
             _mm256_storeu_ps(p, e);
             sv = _mm256_add_ps(sv, e);
             i += 8;
@@ -892,9 +901,26 @@ mod avx2 {
         let mut sum = hsum(sv);
         for s in &mut scores[i..] {
             *s = (*s - m).exp();
+            if ROUND {
+                *s = crate::kernels::attention_block::bf16_round(*s);
+            }
             sum += *s;
         }
         (m, sum)
+    }
+
+    /// `x` rounded to bf16 (nearest-even, in integer arithmetic as
+    /// [`crate::kernels::attention_block::bf16_round`]) as f32, 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn round_bf16(x: __m256) -> __m256 {
+        let b = _mm256_castps_si256(x);
+        let odd = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
+        let r = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+        _mm256_castsi256_ps(_mm256_and_si256(
+            r,
+            _mm256_set1_epi32(0xFFFF_0000u32 as i32),
+        ))
     }
 }
 

@@ -42,8 +42,8 @@ pub fn usable(hd: usize) -> bool {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
+    use super::super::attention::avx2::{prefetch_row, softmax, KV_AHEAD};
     use super::super::attention::{AttnShape, Kv};
-    use crate::kernels::act::exp_avx2;
     use crate::kernels::dot::simd::{hsum, hsum4};
     use half::bf16;
     use std::arch::x86_64::*;
@@ -63,10 +63,6 @@ pub(super) mod avx512 {
         }
         S.with(|s| f(&mut s.borrow_mut()))
     }
-
-    /// How many positions ahead of its dot products [`heads`] asks for K rows (as the AVX2
-    /// kernel).
-    const KV_AHEAD: usize = 16;
 
     /// Heads `0..g` of `q` (`g · hd` floats; all use KV head `kh`) over positions
     /// `sh.start..=sh.pos`, into `slot` (`g · (hd + 2)` floats: the partial result of
@@ -157,7 +153,7 @@ pub(super) mod avx512 {
             s.w.resize(g * 2 * np, 0);
             for j in 0..g {
                 let sj = &mut scores[j * n..(j + 1) * n];
-                let (m, l) = softmax(sh, sj);
+                let (m, l) = softmax::<true>(sh, sj);
                 ml[2 * j] = m;
                 ml[2 * j + 1] = l;
                 let wj = s.w.as_mut_ptr().add(j * 2 * np);
@@ -304,80 +300,6 @@ pub(super) mod avx512 {
             }
         }
         G
-    }
-
-    /// `x` rounded to bf16 (nearest-even, in integer arithmetic as the block kernel's) as f32.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn round_bf16(x: __m256) -> __m256 {
-        let b = _mm256_castps_si256(x);
-        let odd = _mm256_and_si256(_mm256_srli_epi32::<16>(b), _mm256_set1_epi32(1));
-        let r = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
-        _mm256_castsi256_ps(_mm256_and_si256(
-            r,
-            _mm256_set1_epi32(0xFFFF_0000u32 as i32),
-        ))
-    }
-
-    /// The scalar [`round_bf16`].
-    fn round1(x: f32) -> f32 {
-        let b = x.to_bits();
-        f32::from_bits(b.wrapping_add(0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000)
-    }
-
-    /// `scores[i] = bf16(exp(score(dot_i) − m))`; returns `(m, Σ_i scores[i])`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn softmax(sh: &AttnShape, scores: &mut [f32]) -> (f32, f32) {
-        let n = scores.len();
-        let mut m = f32::NEG_INFINITY;
-        let mut i = 0;
-        if sh.cap <= 0.0 {
-            // Without a cap the score is one product: 8 at a time, the maximum in a vector.
-            let (sc, mut mv) = (_mm256_set1_ps(sh.scale), _mm256_set1_ps(f32::NEG_INFINITY));
-            while i + 8 <= n {
-                let p = scores.as_mut_ptr().add(i);
-                let v = _mm256_mul_ps(_mm256_loadu_ps(p), sc);
-                _mm256_storeu_ps(p, v);
-                mv = _mm256_max_ps(mv, v);
-                i += 8;
-            }
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), mv);
-            m = lanes.iter().fold(m, |a, &b| a.max(b));
-        }
-        for s in scores[i..].iter_mut() {
-            *s = sh.score(*s);
-            m = m.max(*s);
-        }
-        let mv = _mm256_set1_ps(m);
-        let mut sv = _mm256_setzero_ps();
-        let mut i = 0;
-        while i + 8 <= n {
-            let p = scores.as_mut_ptr().add(i);
-            let e = round_bf16(exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p), mv)));
-            _mm256_storeu_ps(p, e);
-            sv = _mm256_add_ps(sv, e);
-            i += 8;
-        }
-        let mut sum = hsum(sv);
-        for s in &mut scores[i..] {
-            *s = round1((*s - m).exp());
-            sum += *s;
-        }
-        (m, sum)
-    }
-
-    /// Prefetch `HINT` of the lines of `len` bytes from `p` (never faults; `p` may lie past
-    /// the cache).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn prefetch_row<const HINT: i32>(p: *const u8, len: usize) {
-        let mut o = 0;
-        while o < len {
-            _mm_prefetch::<HINT>(p.wrapping_add(o) as *const i8);
-            o += 64;
-        }
-        _mm_prefetch::<HINT>(p.wrapping_add(len - 1) as *const i8);
     }
 }
 

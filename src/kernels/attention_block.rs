@@ -644,7 +644,7 @@ mod avx512 {
 }
 
 /// `x` rounded to bfloat16 (nearest-even; the values here are finite), as f32.
-fn bf16_round(x: f32) -> f32 {
+pub(super) fn bf16_round(x: f32) -> f32 {
     let b = x.to_bits();
     let r = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000;
     f32::from_bits(r)
