@@ -925,7 +925,7 @@ pub(super) mod avx2 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::rng::Rng;
 
@@ -964,7 +964,8 @@ mod tests {
 
     /// Shapes of SmolLM2 (9 heads of 64, 3 KV heads) and Gemma 3 (4 of 256, 1 KV head), odd
     /// widths, a sliding window, a soft cap and lengths around the 8-score vector step.
-    fn cases() -> Vec<AttnShape> {
+    /// The test shapes (position-major), shared with the bf16 kernel's tests.
+    pub(in crate::kernels) fn cases() -> Vec<AttnShape> {
         let mut v = Vec::new();
         // Groups of 1–5 heads: the AVX2 kernel takes heads in chunks of at most 3 for the dots
         // and sums V for 2–4 heads together when the width is a multiple of 16.
@@ -976,6 +977,8 @@ mod tests {
             (2, 2, 12),
             (4, 2, 16),
             (10, 5, 32),
+            (8, 8, 64),
+            (4, 1, 32),
         ] {
             // The last four span several chunks ([`CHUNK`]): from 0, from inside one, one
             // position each side of a boundary, and over eight boundaries.
@@ -1010,7 +1013,7 @@ mod tests {
         v
     }
 
-    fn inputs(sh: &AttnShape, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    pub(in crate::kernels) fn inputs(sh: &AttnShape, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let mut r = Rng::new(seed);
         let q = r.fill(sh.n_heads * sh.head_dim, 2.0);
         let k = r.fill((sh.pos + 1) * sh.kv_dim, 2.0);

@@ -309,51 +309,21 @@ mod tests {
     use super::super::attention_block::reference_bf16;
     use super::super::pool::ThreadPool;
     use super::super::Isa;
-    use crate::rng::Rng;
     use half::bf16;
 
-    /// Position-major shapes: Gemma 3's group (4 × 256), SmolLM2's (3 of 9 × 64), a group of 8
-    /// (two passes of 4 heads), groups of 1 and 2; one position, fewer than 4, odd counts, a
-    /// window start, and spans over chunk boundaries.
+    /// The f32-operand kernel's test shapes whose head width the bf16 kernel takes (a multiple
+    /// of 32: groups of 1, 3, 4, 5 and 8 heads, over 1 to 8 chunk boundaries), with K and V
+    /// rounded to bf16.
     fn cases() -> Vec<AttnShape> {
-        let mut v = Vec::new();
-        for (n_heads, group, hd) in [(4, 4, 256), (9, 3, 64), (8, 8, 64), (4, 1, 32), (6, 2, 96)] {
-            for (start, pos) in [
-                (0, 0),
-                (0, 2),
-                (0, 6),
-                (3, 40),
-                (0, 131),
-                (300, 900),
-                (0, 1100),
-            ] {
-                for cap in [0.0, 30.0] {
-                    let kv_dim = n_heads / group * hd;
-                    v.push(AttnShape {
-                        n_heads,
-                        group,
-                        head_dim: hd,
-                        kv_dim,
-                        row_stride: kv_dim,
-                        head_stride: hd,
-                        start,
-                        pos,
-                        scale: 1.0 / (hd as f32).sqrt(),
-                        cap,
-                    });
-                }
-            }
-        }
+        let mut v = super::super::attention::tests::cases();
+        v.retain(|s| s.head_dim.is_multiple_of(32));
         v
     }
 
     fn inputs(sh: &AttnShape, seed: u64) -> (Vec<f32>, Vec<bf16>, Vec<bf16>) {
-        let mut r = Rng::new(seed);
-        let q = r.fill(sh.n_heads * sh.head_dim, 2.0);
+        let (q, k, v) = super::super::attention::tests::inputs(sh, seed);
         let to = |x: Vec<f32>| x.into_iter().map(bf16::from_f32).collect::<Vec<_>>();
-        let k = to(r.fill((sh.pos + 1) * sh.kv_dim, 2.0));
-        let v = to(r.fill((sh.pos + 1) * sh.kv_dim, 1.0));
-        (q, k, v)
+        (q, to(k), to(v))
     }
 
     /// On AVX512-BF16 CPUs, decode over a bf16 cache (1–3 threads: one pass, or 256-position
