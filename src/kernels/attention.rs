@@ -100,7 +100,7 @@ impl AttnShape {
 
     /// The score of a raw dot product: scaled, then soft-capped when a cap is set.
     #[inline]
-    pub(super) fn score(&self, dot: f32) -> f32 {
+    fn score(&self, dot: f32) -> f32 {
         let s = dot * self.scale;
         if self.cap > 0.0 {
             self.cap * (s / self.cap).tanh()

@@ -93,6 +93,9 @@ pub(super) mod avx512 {
     }
 
     /// [`heads`] with the thread's scratch; `k0`/`v0` point at row `sh.start` of the KV head.
+    ///
+    /// # Safety
+    /// As [`heads`]; `k0`/`v0` as `heads` forms them.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
     unsafe fn body<const HINT: i32>(
         sh: &AttnShape,
