@@ -170,6 +170,20 @@ fn run_reports_the_time_to_first_token() {
     assert!(o.status.success());
     let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
     assert!(text.contains(" · TTFT "), "{text}");
+    // The KV cache read per step is reported beside the weights (`run` and `bench decode` name
+    // it alike): positive, and twice as much from an f32 cache as from an f16 one.
+    let kv = run["kv_mib_per_token"].as_f64().expect("kv_mib_per_token");
+    assert!(kv > 0.0, "{run}");
+    let f32_cache = json(&[&args[..], &["--threads", "1", "--kv", "f32", "--json"]].concat());
+    assert_eq!(
+        f32_cache["kv_mib_per_token"].as_f64(),
+        Some(2.0 * kv),
+        "{f32_cache}"
+    );
+    assert!(
+        text.contains("weight MiB/token") && text.contains("KV cache "),
+        "{text}"
+    );
 }
 
 /// `bench readahead` (paper Claim 8): both layouts run under both schedules in every round,

@@ -161,6 +161,14 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
     let lm_head = f.lm_head().bytes() as f64;
     let experts_all = crate::engine::streams::all_expert_bytes(f);
     let total = attn as f64 + dense as f64 + experts + lm_head;
+    // The KV cache each decode step read (not in `total`, which counts weights).
+    let summary = sess.summary();
+    let kv_mib = out
+        .stats
+        .iter()
+        .map(|s| summary.kv_read_bytes(s.pos))
+        .sum::<Option<u64>>()
+        .map(|b| b as f64 / n / MIB);
     // Per-token figures only from timed decode steps, rates only from ≥ 2 tokens
     // (`stats::MIN_RATE_TOKENS`): `null` otherwise, and the text report says why.
     let ms_per_token = (!out.token_ns.is_empty()).then(|| {
@@ -192,6 +200,7 @@ fn run_report(sess: &Session, out: &GenOutcome) -> serde_json::Value {
             "attention": mib(attn), "dense": mib(dense), "experts": experts / MIB,
             "experts_all": mib(experts_all), "lm_head": lm_head / MIB, "total": total / MIB
         },
+        "kv_mib_per_token": kv_mib,
         "effective_gb_s": gbs,
         "critical_path_mib": crate::engine::critical::critical_path_both(f),
         "stop_reason": out.reason,
@@ -236,12 +245,13 @@ fn render_run_report(
     format!(
         "\n--- {} generated, {} prompt tokens, {} threads, {}\n{ended}\
          prefill {}{ttft} · decode {} · {per_token}\n\
-         MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · lm head {:.2} · total {:.2}{gbs}\n\
+         weight MiB/token: attention {:.2} · dense {:.2} · experts {:.2} · lm head {:.2} · total {:.2}{gbs} · KV cache {}\n\
          {}",
         r["generated_tokens"], r["prompt_tokens"], r["threads"], r["isa"].as_str().unwrap_or(""),
         rate(out.prompt_tokens, out.prefill_ns), rate(out.tokens.len(), out.decode_ns),
         g("/mib_per_token/attention"), g("/mib_per_token/dense"), g("/mib_per_token/experts"),
         g("/mib_per_token/lm_head"), g("/mib_per_token/total"),
+        r["kv_mib_per_token"].as_f64().map_or("unknown".to_string(), |m| format!("{m:.2} MiB/token")),
         {
             let c = &r["critical_path_mib"];
             let delayed = c["payload"]["ratio"].as_f64().is_some_and(|x| x != 1.0);
