@@ -225,19 +225,19 @@ pub(super) fn cmd_bench_decode(a: BenchDecodeArgs) -> Result<()> {
             a.repeat
         )?;
         outln!(
-            "{:>7} | {:>28} | {:>28} | {:>26} | {:>16} | {:>12}",
+            "{:>7} | {:>28} | {:>28} | {:>26} | {:>16} | {:>20}",
             "threads",
             "decode tok/s med (min-max)",
             "prefill tok/s med (min-max)",
             "TTFT ms med (min-max)",
             "weight MiB/token",
-            "KV MiB/token"
+            "KV MiB/token (model)"
         )?;
         for r in &results {
             let f = |k: &str, s: &str| r[k][s].as_f64().unwrap_or(0.0);
             outln!(
                 "{:>7} | {:>10.1} ({:>6.1}-{:>6.1})    | {:>10.1} ({:>6.1}-{:>6.1})    | \
-                 {:>9.2} ({:>6.2}-{:>6.2})  | {:>16.2} | {:>12}",
+                 {:>9.2} ({:>6.2}-{:>6.2})  | {:>16.2} | {:>20}",
                 r["threads"].as_u64().unwrap_or(0),
                 f("decode_tok_s", "median"),
                 f("decode_tok_s", "min"),

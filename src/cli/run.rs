@@ -251,7 +251,7 @@ fn render_run_report(
         rate(out.prompt_tokens, out.prefill_ns), rate(out.tokens.len(), out.decode_ns),
         g("/mib_per_token/attention"), g("/mib_per_token/dense"), g("/mib_per_token/experts"),
         g("/mib_per_token/lm_head"), g("/mib_per_token/total"),
-        r["kv_mib_per_token"].as_f64().map_or("unknown".to_string(), |m| format!("{m:.2} MiB/token")),
+        r["kv_mib_per_token"].as_f64().map_or("unknown".to_string(), |m| format!("{m:.2} MiB/token (modelled from its shape)")),
         {
             let c = &r["critical_path_mib"];
             let delayed = c["payload"]["ratio"].as_f64().is_some_and(|x| x != 1.0);

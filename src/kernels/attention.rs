@@ -695,13 +695,12 @@ pub(super) mod avx2 {
         let row_bytes = hd * T::BYTES;
         let mut i = 0;
         while i + 4 <= n {
-            for r in i..i + 4 {
-                prefetch_row::<HINT>(
-                    k0.wrapping_add((r + KV_AHEAD) * stride) as *const u8,
-                    row_bytes,
-                );
-                prefetch_row::<HINT>(v0.wrapping_add(r * stride) as *const u8, row_bytes);
-            }
+            prefetch_step::<HINT>(
+                (k0 as *const u8, v0 as *const u8),
+                i,
+                stride * T::BYTES,
+                row_bytes,
+            );
             // The group's heads in chunks of at most 3 (12 accumulators and the 4 K rows fill
             // the 16 registers), or 4 in the `WIDE` build (32 registers: 16 accumulators), so
             // each K row piece is converted once per chunk.
@@ -826,18 +825,35 @@ pub(super) mod avx2 {
 
     /// How many positions ahead of its dot products [`heads`] (and the bf16 kernel) asks for K
     /// rows.
-    pub(in crate::kernels) const KV_AHEAD: usize = 16;
+    const KV_AHEAD: usize = 16;
 
     /// The prefetch hints [`heads_body`] takes: into L1 (`prefetcht0`) or into L2 (`prefetcht1`).
     pub(super) const INTO_L1: i32 = _MM_HINT_T0;
     pub(super) const INTO_L2: i32 = _MM_HINT_T1;
+
+    /// The prefetches of one 4-position step of the dot products (this kernel's and the bf16
+    /// one's): the K rows of positions `i + KV_AHEAD ..` and the V rows of `i ..`, 4 each, rows
+    /// `stride` bytes apart from `k0` / `v0` (row `start`), `row_bytes` long.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::kernels) unsafe fn prefetch_step<const HINT: i32>(
+        (k0, v0): (*const u8, *const u8),
+        i: usize,
+        stride: usize,
+        row_bytes: usize,
+    ) {
+        for r in i..i + 4 {
+            prefetch_row::<HINT>(k0.wrapping_add((r + KV_AHEAD) * stride), row_bytes);
+            prefetch_row::<HINT>(v0.wrapping_add(r * stride), row_bytes);
+        }
+    }
 
     /// Prefetch `HINT` ([`INTO_L1`] or [`INTO_L2`]) of the lines of `len` bytes from `p`.
     /// Prefetches never fault, so `p` may lie past the cache (the last positions ask for rows
     /// that do not exist); the callers form it with `wrapping_add`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::kernels) unsafe fn prefetch_row<const HINT: i32>(p: *const u8, len: usize) {
+    unsafe fn prefetch_row<const HINT: i32>(p: *const u8, len: usize) {
         let mut o = 0;
         while o < len {
             _mm_prefetch::<HINT>(p.wrapping_add(o) as *const i8);

@@ -42,7 +42,7 @@ pub fn usable(hd: usize) -> bool {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
-    use super::super::attention::avx2::{prefetch_row, softmax, KV_AHEAD};
+    use super::super::attention::avx2::{prefetch_step, softmax};
     use super::super::attention::{AttnShape, Kv};
     use crate::kernels::dot::simd::{hsum, hsum4};
     use half::bf16;
@@ -125,13 +125,7 @@ pub(super) mod avx512 {
             let row_bytes = hd * 2;
             let mut i = 0;
             while i + 4 <= n {
-                for r in i..i + 4 {
-                    prefetch_row::<HINT>(
-                        k0.wrapping_add((r + KV_AHEAD) * stride) as *const u8,
-                        row_bytes,
-                    );
-                    prefetch_row::<HINT>(v0.wrapping_add(r * stride) as *const u8, row_bytes);
-                }
+                prefetch_step::<HINT>((k0 as *const u8, v0 as *const u8), i, stride * 2, row_bytes);
                 let mut j = 0;
                 while j < g {
                     let qj = s.q.as_ptr().add(j * hd);
