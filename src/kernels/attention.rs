@@ -438,15 +438,28 @@ fn heads_into<T: KvElem>(
     // All positions as one chunk: the chunk tasks of `attend` pay only when threads share the
     // positions (at 1 thread, SmolLM2 at depth 4096 decoded 0.90–0.96× as fast chunked).
     let slot = g * (hd + 2);
+    let l2 = hd * T::BYTES > L1_ROW_MAX;
     with_partials(slot, |part| {
-        chunk_into((simd, false), sh, (h0, g), q, kv, scores, part);
+        chunk_into((simd, l2), sh, (h0, g), q, kv, scores, part);
         merge(part, slot, (g, hd), oh);
     })
 }
 
+/// The longest K/V row, in bytes, that the one-pass kernel ([`heads_into`]: one thread, or a
+/// short context) prefetches into L1; longer rows go into L2, as the chunk tasks' always do.
+/// A 4-position step asks for 8 rows (4 K rows ahead and its own 4 V rows): 16 cache lines at
+/// SmolLM2's f16 rows (128 bytes), 32 at its f32 rows, 64 at Gemma 3's (512). Zen 4, one thread,
+/// depth 4096, `ab_binaries.sh`: Gemma 3 into L2 over into L1 1.164 [1.038, 1.351] (12 pairs;
+/// 256-position chunks into L2 did less: the one pass over them 1.081 [1.055, 1.101]); SmolLM2
+/// Q4_0 into L2 lost, with an f32 cache 0.913 [0.820, 1.018], with its f16 rows in chunks 0.896
+/// [0.828, 1.024] (`docs/data/ab_attn_hint.json`). Why the wider rows want L2 is our reading,
+/// not a measurement: 64 outstanding L1 prefetches a step are more than L1's miss buffers hold.
+const L1_ROW_MAX: usize = 256;
+
 /// Positions `sh.start..=sh.pos` (one [`CHUNK`], or all of them) of heads `h0..h0 + g` into
 /// `part` (a partial result: [`merge`]), with an AVX2 build (`simd` is not scalar) whose prefetches go
-/// into L2 when `l2` (the chunk tasks of several threads), else into L1.
+/// into L2 when `l2` (the chunk tasks of several threads, and rows longer than [`L1_ROW_MAX`]),
+/// else into L1.
 ///
 /// The hint is chosen per path by measurement (Zen 4, depth 4096, `ab_binaries.sh`, 6 pairs):
 /// into L2 the chunk tasks of Gemma 3 at 2 threads decoded 1.036 [1.023, 1.058]× faster (1 thread
