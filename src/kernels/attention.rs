@@ -451,9 +451,10 @@ fn heads_into<T: KvElem>(
 /// SmolLM2's f16 rows (128 bytes), 32 at its f32 rows, 64 at Gemma 3's (512). Zen 4, one thread,
 /// depth 4096, `ab_binaries.sh`: Gemma 3 into L2 over into L1 1.164 [1.038, 1.351] (12 pairs;
 /// 256-position chunks into L2 did less: the one pass over them 1.081 [1.055, 1.101]); SmolLM2
-/// Q4_0 into L2 lost, with an f32 cache 0.913 [0.820, 1.018], with its f16 rows in chunks 0.896
-/// [0.828, 1.024] (`docs/data/ab_attn_hint.json`). Why the wider rows want L2 is our reading,
-/// not a measurement: 64 outstanding L1 prefetches a step are more than L1's miss buffers hold.
+/// Q4_0 gained nothing into L2 and likely lost, with an f32 cache 0.913 [0.820, 1.018], with
+/// its f16 rows in chunks 0.896 [0.828, 1.024] (`docs/data/ab_attn_hint.json`). Why the wider
+/// rows want L2 is our reading, not a measurement: 64 outstanding L1 prefetches a step are more
+/// than L1's miss buffers hold.
 const L1_ROW_MAX: usize = 256;
 
 /// Positions `sh.start..=sh.pos` (one [`CHUNK`], or all of them) of heads `h0..h0 + g` into
