@@ -135,17 +135,9 @@ impl Sampler {
     }
 }
 
-/// The index of the largest logit, the first of equal ones (greedy decoding; the one home of
-/// this rule, which the tests use too).
-pub fn argmax(l: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, v) in l.iter().enumerate() {
-        if *v > l[best] {
-            best = i;
-        }
-    }
-    best
-}
+/// The index of the largest logit, the first of equal ones (greedy decoding): the one home of
+/// this rule, vectorized, is [`crate::kernels::vec::argmax`].
+pub use crate::kernels::vec::argmax;
 
 #[cfg(test)]
 mod tests {

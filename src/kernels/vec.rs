@@ -1,5 +1,5 @@
 //! Whole-buffer f32 loops that the forward pass runs outside the matvecs: the non-finite check
-//! ([`all_finite`]), the residual adds ([`add_into`], [`add_scaled`]) and RMSNorm ([`rmsnorm`],
+//! ([`all_finite`]), greedy decoding's [`argmax`], the residual adds ([`add_into`], [`add_scaled`]) and RMSNorm ([`rmsnorm`],
 //! [`rmsnorm_in_place`]; the one home of its formula). Each has one plain-Rust body, built twice:
 //! for baseline x86-64 and with AVX2, picked at run time. The baseline build has no 32-bit
 //! integer max (SSE2) and 4-wide vectors: in a 2-thread SmolLM2 prefill, the check and the add
@@ -11,6 +11,38 @@
 #[inline(always)]
 fn all_finite_body(v: &[f32]) -> bool {
     v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff)) < 0x7f80_0000
+}
+
+/// The first index of the largest value; a NaN never wins, and a NaN at index 0 (or no values)
+/// gives 0: what a scan from index 0 keeping the first strict maximum returns (the tests'
+/// reference). Two passes that vectorize: the largest value in 16 lanes of compare-and-select,
+/// then the first index holding it, 16 at a time (every lane compared). The one branchy scan
+/// took ~0.3 ms of a Gemma 3 token (262,144 logits, 1 thread, `perf record -e cpu-clock`), 3 %
+/// of it, on the engine thread while the others wait.
+#[inline(always)]
+fn argmax_body(l: &[f32]) -> usize {
+    const W: usize = 16;
+    if l.first().is_none_or(|v| v.is_nan()) {
+        return 0;
+    }
+    let mut lanes = [f32::NEG_INFINITY; W];
+    let chunks = l.chunks_exact(W);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    let top = lanes
+        .iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    for (i, c) in l.chunks(W).enumerate() {
+        if c.iter().fold(false, |hit, &v| hit | (v == top)) {
+            return i * W + c.iter().position(|&v| v == top).unwrap_or(0);
+        }
+    }
+    0
 }
 
 #[inline(always)]
@@ -103,6 +135,10 @@ dispatch!(
     all_finite => all_finite_body(v: &[f32]) -> bool
 );
 dispatch!(
+    /// The first index of the largest value of `l` (NaN never wins; 0 for none): [`argmax_body`].
+    argmax => argmax_body(l: &[f32]) -> usize
+);
+dispatch!(
     /// `dst[i] += src[i]` over the shorter length.
     add_into => add_into_body(dst: &mut [f32], src: &[f32])
 );
@@ -182,5 +218,60 @@ mod tests {
             let got = rms_scale(&x, 1e-6) as f64;
             assert!((got - want).abs() <= 2e-7 * want, "n {n}: {got} vs {want}");
         }
+    }
+
+    /// The first strict maximum, scanning from index 0: [`argmax_body`]'s rule as one loop.
+    fn argmax_scalar(l: &[f32]) -> usize {
+        let mut best = 0;
+        for (i, v) in l.iter().enumerate() {
+            if *v > l[best] {
+                best = i;
+            }
+        }
+        best
+    }
+
+    /// Both builds of argmax answer as the scalar scan on random logits of every length near
+    /// the 16-lane chunks, with ties, signed zeros, infinities and NaNs anywhere (index 0 too).
+    #[test]
+    fn argmax_equals_the_scalar_scan() {
+        let mut rng = crate::rng::Rng::new(7);
+        let specials = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            3.0,
+            f32::MAX,
+        ];
+        for n in (0..70).chain([262_144, 49_152 + 5]) {
+            for trial in 0..40 {
+                let mut l: Vec<f32> = (0..n)
+                    .map(|_| {
+                        ((rng.next_u64() % 7) as f32 - 3.0)
+                            * if trial % 2 == 0 { 1.0 } else { 0.37 }
+                    })
+                    .collect();
+                for _ in 0..(trial % 4) {
+                    if n > 0 {
+                        let at = (rng.next_u64() as usize) % n;
+                        l[at] = specials[(rng.next_u64() as usize) % specials.len()];
+                    }
+                }
+                if trial == 5 && n > 0 {
+                    l[0] = f32::NAN;
+                }
+                if trial == 6 {
+                    l.iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
+                }
+                let want = argmax_scalar(&l);
+                assert_eq!(argmax(&l), want, "n {n} trial {trial}");
+                assert_eq!(argmax_body(&l), want, "n {n} trial {trial}");
+            }
+        }
+        assert_eq!(argmax(&[-0.0, 0.0, 1.0, 1.0]), 2);
+        assert_eq!(argmax(&[f32::NAN, 5.0]), 0);
+        assert_eq!(argmax(&[1.0, f32::NAN, 5.0]), 2);
     }
 }
