@@ -135,8 +135,8 @@ impl Sampler {
     }
 }
 
-/// The index of the largest logit, the first of equal ones (greedy decoding): the one home of
-/// this rule, vectorized, is [`crate::kernels::vec::argmax`].
+/// The index of the largest logit, the first of equal ones (greedy decoding): the rule's f32
+/// home, vectorized, is [`crate::kernels::vec::argmax`].
 pub use crate::kernels::vec::argmax;
 
 #[cfg(test)]

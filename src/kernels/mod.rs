@@ -1,7 +1,7 @@
 //! Compute kernels: fused dequantize-dot products per ISA (`dot`), the persistent thread pool
 //! (`pool`), the tiled and row-major matvec drivers (`matvec`), the gated FFN activations
 //! (`act`) single-query attention over the KV cache (`attention`), the cache's element types
-//! (`kv_elem`) and the whole-buffer check and add of the forward pass (`vec`).
+//! (`kv_elem`) and the whole-buffer loops of the forward pass and greedy sampling (`vec`).
 
 pub mod act;
 pub mod attention;

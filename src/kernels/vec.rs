@@ -1,6 +1,7 @@
-//! Whole-buffer f32 loops that the forward pass runs outside the matvecs: the non-finite check
-//! ([`all_finite`]), greedy decoding's [`argmax`], the residual adds ([`add_into`], [`add_scaled`]) and RMSNorm ([`rmsnorm`],
-//! [`rmsnorm_in_place`]; the one home of its formula). Each has one plain-Rust body, built twice:
+//! Whole-buffer f32 loops that the forward pass and greedy sampling run outside the matvecs:
+//! the non-finite check ([`all_finite`]), the residual adds ([`add_into`], [`add_scaled`]),
+//! RMSNorm ([`rmsnorm`], [`rmsnorm_in_place`]; the one home of its formula) and the greedy
+//! token ([`argmax`]). Each has one plain-Rust body, built twice:
 //! for baseline x86-64 and with AVX2, picked at run time. The baseline build has no 32-bit
 //! integer max (SSE2) and 4-wide vectors: in a 2-thread SmolLM2 prefill, the check and the add
 //! were ~3 % of the samples, all on the engine thread while the worker waited. Both builds do
@@ -13,12 +14,10 @@ fn all_finite_body(v: &[f32]) -> bool {
     v.iter().fold(0u32, |m, x| m.max(x.to_bits() & 0x7fff_ffff)) < 0x7f80_0000
 }
 
-/// The first index of the largest value; a NaN never wins, and a NaN at index 0 (or no values)
-/// gives 0: what a scan from index 0 keeping the first strict maximum returns (the tests'
-/// reference). Two passes that vectorize: the largest value in 16 lanes of compare-and-select,
-/// then the first index holding it, 16 at a time (every lane compared). The one branchy scan
-/// took ~0.3 ms of a Gemma 3 token (262,144 logits, 1 thread, `perf record -e cpu-clock`), 3 %
-/// of it, on the engine thread while the others wait.
+/// [`argmax`]'s rule in two passes that vectorize: the largest value in 16 lanes of
+/// compare-and-select, then the first index holding it, 16 at a time (every lane compared).
+/// The scalar scan it replaces took ~0.3 ms of a Gemma 3 token (262,144 logits, 1 thread,
+/// `perf record -e cpu-clock`), 3 % of it, on the engine thread while the others wait.
 #[inline(always)]
 fn argmax_body(l: &[f32]) -> usize {
     const W: usize = 16;
@@ -135,7 +134,8 @@ dispatch!(
     all_finite => all_finite_body(v: &[f32]) -> bool
 );
 dispatch!(
-    /// The first index of the largest value of `l` (NaN never wins; 0 for none): [`argmax_body`].
+    /// The first index of the largest value of `l`: a NaN never wins, and a NaN at index 0 (or
+    /// no values) gives 0, as a scan from index 0 keeping the first strict maximum returns.
     argmax => argmax_body(l: &[f32]) -> usize
 );
 dispatch!(
@@ -235,7 +235,7 @@ mod tests {
     /// the 16-lane chunks, with ties, signed zeros, infinities and NaNs anywhere (index 0 too).
     #[test]
     fn argmax_equals_the_scalar_scan() {
-        let mut rng = crate::rng::Rng::new(7);
+        let mut rng = Rng::new(7);
         let specials = [
             f32::NAN,
             f32::INFINITY,
@@ -271,6 +271,9 @@ mod tests {
             }
         }
         assert_eq!(argmax(&[-0.0, 0.0, 1.0, 1.0]), 2);
+        assert_eq!(argmax(&[-0.0, 0.0]), 0);
+        assert_eq!(argmax(&[0.0, -0.0]), 0);
+        assert_eq!(argmax(&[-2.0, -1.0, -3.0]), 1);
         assert_eq!(argmax(&[f32::NAN, 5.0]), 0);
         assert_eq!(argmax(&[1.0, f32::NAN, 5.0]), 2);
     }
