@@ -160,17 +160,22 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
 
+    /// Values the tests put among ordinary ones: non-finite, extreme, signed zeros, a tie-maker.
+    const SPECIALS: [f32; 8] = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        -0.0,
+        0.0,
+        1e-45,
+        3.0,
+    ];
+
     #[test]
     fn both_builds_agree_on_every_length_and_special_value() {
         let mut r = Rng::new(5);
-        let specials = [
-            f32::NAN,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::MAX,
-            -0.0,
-            1e-45,
-        ];
+        let specials = SPECIALS;
         for n in [0usize, 1, 7, 8, 9, 31, 64, 577, 4096] {
             let base: Vec<f32> = (0..n).map(|_| r.uniform() * 8.0 - 4.0).collect();
             let src: Vec<f32> = (0..n).map(|_| r.uniform() * 8.0 - 4.0).collect();
@@ -236,15 +241,7 @@ mod tests {
     #[test]
     fn argmax_equals_the_scalar_scan() {
         let mut rng = Rng::new(7);
-        let specials = [
-            f32::NAN,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            0.0,
-            -0.0,
-            3.0,
-            f32::MAX,
-        ];
+        let specials = SPECIALS;
         for n in (0..70).chain([262_144, 49_152 + 5]) {
             for trial in 0..40 {
                 let mut l: Vec<f32> = (0..n)
