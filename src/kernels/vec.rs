@@ -175,7 +175,6 @@ mod tests {
     #[test]
     fn both_builds_agree_on_every_length_and_special_value() {
         let mut r = Rng::new(5);
-        let specials = SPECIALS;
         for n in [0usize, 1, 7, 8, 9, 31, 64, 577, 4096] {
             let base: Vec<f32> = (0..n).map(|_| r.uniform() * 8.0 - 4.0).collect();
             let src: Vec<f32> = (0..n).map(|_| r.uniform() * 8.0 - 4.0).collect();
@@ -199,7 +198,7 @@ mod tests {
                 assert!(same(&i1, &i2) && same(&i1, &o1));
             }
             assert!(all_finite(&base) && all_finite_body(&base));
-            for (i, &s) in specials.iter().enumerate() {
+            for (i, &s) in SPECIALS.iter().enumerate() {
                 if n == 0 {
                     break;
                 }
@@ -241,7 +240,6 @@ mod tests {
     #[test]
     fn argmax_equals_the_scalar_scan() {
         let mut rng = Rng::new(7);
-        let specials = SPECIALS;
         for n in (0..70).chain([262_144, 49_152 + 5]) {
             for trial in 0..40 {
                 let mut l: Vec<f32> = (0..n)
@@ -253,7 +251,7 @@ mod tests {
                 for _ in 0..(trial % 4) {
                     if n > 0 {
                         let at = (rng.next_u64() as usize) % n;
-                        l[at] = specials[(rng.next_u64() as usize) % specials.len()];
+                        l[at] = SPECIALS[(rng.next_u64() as usize) % SPECIALS.len()];
                     }
                 }
                 if trial == 5 && n > 0 {
