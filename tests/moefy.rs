@@ -125,9 +125,9 @@ fn k_equal_e_is_the_dense_model() {
 }
 
 /// docs/SEMANTICS.md X3: with route-ahead, the shared expert and the routed experts run in the
-/// same two pool runs; the logits are bit-identical to running them apart, on the integer (Q8)
-/// path at 2 threads, and every layer whose selection was known before its FFN (all but the
-/// first) saves two pool runs.
+/// same pool run; the logits are bit-identical to running them apart (the dense FFN's two runs,
+/// then the experts' one), on the integer (Q8) path at 2 threads, and every layer whose
+/// selection was known before its FFN (all but the first) saves two pool runs.
 #[test]
 fn shared_and_routed_experts_fused_are_bit_identical_in_fewer_pool_runs() {
     use cflow::engine::options::Schedule;
@@ -171,6 +171,60 @@ fn shared_and_routed_experts_fused_are_bit_identical_in_fewer_pool_runs() {
         apart_runs - fused_runs,
         2 * (layers - 1) * steps,
         "pool runs: {apart_runs} apart, {fused_runs} fused over {steps} steps"
+    );
+}
+
+/// The fused experts run one task per expert when there are at least three per pool thread,
+/// else in two pool runs split by stripes (`engine::moe`): the same bits either way. Eight
+/// experts of 32 units and a shared expert of 32, top 6: 7 tasks, by expert at 1 and 2 threads,
+/// by stripe at 3 (one more pool run per layer and step), each equal to the 1-thread run with
+/// the shared expert apart.
+#[test]
+fn fused_experts_by_expert_and_by_stripe_are_bit_identical() {
+    use cflow::engine::options::Schedule;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dense_with(dir.path(), QuantType::Q4_1, 288);
+    let s = MoefySpec {
+        shared: 32,
+        route_from: 1,
+        ..spec(8, 6)
+    };
+    let m = make(&src, &s, &dir.path().join("by_expert.cflow"));
+    let run = |fuse: bool, threads: usize| {
+        let mut e = Engine::new(
+            m.clone(),
+            EngineOptions {
+                threads,
+                fuse_shared: fuse,
+                step_split: true,
+                schedule: Schedule::Sequential,
+                ..Default::default()
+            },
+        );
+        let out: Vec<Vec<f32>> = tokens(10)
+            .iter()
+            .map(|&t| e.step(t, true).unwrap().unwrap().to_vec())
+            .collect();
+        (out, e.take_step_split().pool.runs)
+    };
+    let (want, _) = run(false, 1);
+    let mut runs = Vec::new();
+    for threads in [1, 2, 3] {
+        let (got, n) = run(true, threads);
+        assert!(got == want, "fused at {threads} threads differs");
+        assert!(
+            run(false, threads).0 == want,
+            "apart at {threads} threads differs"
+        );
+        runs.push(n);
+    }
+    // Every layer's experts are fused (layer 0's without the shared expert: 6 tasks).
+    let per_layer_step = m.cfg.n_layers as u64 * 10;
+    assert_eq!(runs[0], runs[1], "by expert at 1 and 2 threads: {runs:?}");
+    assert_eq!(
+        runs[2] - runs[1],
+        per_layer_step,
+        "by stripe at 3: {runs:?}"
     );
 }
 

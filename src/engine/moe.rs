@@ -7,7 +7,9 @@ use super::schedule::Pending;
 use super::scratch::{DenseScratch, ExpertScratch, ExpertSlot};
 use super::weights::Weights;
 use crate::format::reader::{ExpertView, LayerView, Matrix};
-use crate::model::{ModelConfig, RouterNorm};
+use crate::kernels::matvec::{serial_matvec, Act};
+use crate::kernels::Isa;
+use crate::model::{FfnAct, ModelConfig, RouterNorm};
 
 /// Router: returns the normalized activation (saved for the deferred expert computation) and the
 /// top-k (expert, weight) list, best first.
@@ -152,11 +154,10 @@ pub fn oracle_select(
     norms.into_iter().map(|(e, _)| (e, 1.0)).collect()
 }
 
-/// [`run_experts`] with every selected expert read from the map: all gate and up projections in
-/// one pool run, then all down projections in another (each on its own expert's hidden
-/// activation), instead of two runs per expert. The arithmetic, and the order of the weighted
-/// sum, are those of the one-expert-at-a-time loop, so the result is bit-identical; at 2 threads
-/// it saves 2(K−1) pool synchronizations per layer (docs/MOE.md, "Speed at the default").
+/// [`run_experts`] with every selected expert read from the map: the experts in one pool run,
+/// one task per expert ([`fused`]), instead of two runs per expert. The arithmetic, and the
+/// order of the weighted sum, are those of the one-expert-at-a-time loop, so the result is
+/// bit-identical (docs/MOE.md, "Speed at the default").
 fn run_experts_fused(w: &Weights, lv: &LayerView, r: Routed, es: &mut ExpertScratch) -> u64 {
     es.ensure_slots(r.sel.len(), w.cfg.expert_ffn, w.cfg.d_model);
     let ExpertScratch {
@@ -175,8 +176,8 @@ fn run_experts_fused(w: &Weights, lv: &LayerView, r: Routed, es: &mut ExpertScra
 }
 
 /// The shared expert (the layer's dense FFN) and the selected routed experts `sel` of block `p`
-/// together, both on `ds.xb` (already `Norm(src)`, equal to the experts' input): every gate
-/// and up projection in one pool run, every down projection in a second (docs/SEMANTICS.md X3).
+/// together, both on `ds.xb` (already `Norm(src)`, equal to the experts' input), in one pool
+/// run with the shared expert as one more task ([`fused`], docs/SEMANTICS.md X3).
 /// Leaves the shared expert's output in `ds.hb`/`ds.out` before its gate scale and post-norm
 /// (the caller applies those, as [`super::layer::dense`] does), and the routed sum in `es.acc`
 /// with the arithmetic of [`run_experts_fused`]. Returns the shared and the routed bytes.
@@ -248,28 +249,125 @@ struct Slots<'a> {
     acc: &'a mut [f32],
 }
 
-/// The two pool runs of [`run_experts_fused`] and [`run_with_shared`]: gate and up of the
-/// shared expert (first, when given) and of every selected expert on `r.act` (its Q8 copy in
-/// `xq`), then their down projections; `acc` = Σ weight · expert output in `r.sel`'s order.
-/// Returns the routed bytes.
+/// The experts of [`run_experts_fused`] and [`run_with_shared`] (the shared expert first, when
+/// given) on `r.act`, its Q8 copy in `xq`, either [`by_expert`] or [`by_stripe`] (the rule:
+/// [`BY_EXPERT_TASKS_PER_THREAD`]); then `acc` = Σ weight · expert output in `r.sel`'s order.
+/// Both ways compute each expert with the arithmetic of the one-expert-at-a-time loop, and the
+/// sum in the same order, so the result is bit-identical either way. Returns the routed bytes.
 fn fused(
     w: &Weights,
     lv: &LayerView,
     r: Routed,
     xq: &mut crate::kernels::Q8Act,
-    mut shared: Option<Shared>,
+    shared: Option<Shared>,
     bufs: Slots,
 ) -> u64 {
-    let Routed {
-        block: p,
-        act: x,
-        sel,
-    } = r;
     let Slots {
         slots,
         xq: slot_xq,
         acc,
     } = bufs;
+    let sel = r.sel;
+    let tasks = sel.len() + usize::from(shared.is_some());
+    if w.rowmajor.is_none() && tasks >= BY_EXPERT_TASKS_PER_THREAD * w.pool.threads() {
+        by_expert(w, lv, r, xq, shared, slots, slot_xq);
+    } else {
+        by_stripe(w, lv, r, xq, shared, slots, slot_xq);
+    }
+    acc.fill(0.0);
+    let mut routed = 0;
+    for (slot, &(e, wt)) in slots.iter().zip(sel) {
+        add_scaled(acc, &slot.o, wt);
+        let ex = &lv.experts[e];
+        routed += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
+    }
+    routed
+}
+
+/// [`fused`] runs one task per expert when there are at least this many experts per pool
+/// thread, else two pool runs split by stripes. Whole experts read each expert's region front
+/// to back on one thread and make the gated products on both threads, but an expert is the
+/// smallest piece of work: with few experts per thread, a thread that draws the last one leaves
+/// the others waiting. Measured at 2 threads on moefy's default (a shared expert and 6 experts,
+/// 7 tasks): docs/MOE.md, "Speed at the default".
+const BY_EXPERT_TASKS_PER_THREAD: usize = 3;
+
+/// [`fused`] in one pool run, one task per expert ([`ExpertTask::run`]): its gate and up
+/// projections, gated product, Q8 copy and down projection on one thread. An expert's gate,
+/// up and down are one region of the file, read front to back.
+fn by_expert(
+    w: &Weights,
+    lv: &LayerView,
+    r: Routed,
+    xq: &mut crate::kernels::Q8Act,
+    shared: Option<Shared>,
+    slots: &mut [ExpertSlot],
+    slot_xq: &mut [crate::kernels::Q8Act],
+) {
+    let Routed { act: x, sel, .. } = r;
+    let mut xqs = slot_xq.iter_mut();
+    let mut tasks: Vec<ExpertTask> = Vec::with_capacity(sel.len() + 1);
+    if let Some(sh) = shared {
+        tasks.push(ExpertTask {
+            gate: sh.gate,
+            up: sh.up,
+            down: sh.down,
+            h: sh.h,
+            h2: sh.h2,
+            o: sh.out,
+            xq: xqs.next().expect("a Q8 buffer per expert"),
+        });
+    }
+    for (slot, &(e, _)) in slots.iter_mut().zip(sel) {
+        let ex = &lv.experts[e];
+        tasks.push(ExpertTask {
+            gate: &ex.gate,
+            up: &ex.up,
+            down: &ex.down,
+            h: &mut slot.h,
+            h2: &mut slot.h2,
+            o: &mut slot.o,
+            xq: xqs.next().expect("a Q8 buffer per expert"),
+        });
+    }
+    let blocked = tasks.iter().any(|t| t.gate.quant.is_blocked());
+    let q8 = w.q8 && blocked && x.len().is_multiple_of(32);
+    if q8 {
+        xq.quantize_for(x, tasks.iter().flat_map(|t| [t.gate.quant, t.up.quant]));
+    }
+    for t in &tasks {
+        // A selected expert's stripe offsets are usually cold: asked for together here, their
+        // misses overlap instead of stalling each task.
+        for m in [t.gate, t.up, t.down] {
+            crate::kernels::prefetch::to_l2(&m.stripes);
+        }
+    }
+    let act = Act {
+        x,
+        q8: q8.then_some(&*xq),
+    };
+    let (isa, ffn_act, wq8, bytes) = (w.isa, w.cfg.meta.ffn_act, w.q8, w.file.bytes());
+    w.pool
+        .for_each_mut(&mut tasks, &|_, t| t.run(isa, ffn_act, wq8, bytes, &act));
+}
+
+/// [`fused`] in two pool runs split by stripes: gate and up of every expert, then their down
+/// projections (each on its own expert's gated product), with the gated products and their Q8
+/// copies made on this thread between the runs.
+fn by_stripe(
+    w: &Weights,
+    lv: &LayerView,
+    r: Routed,
+    xq: &mut crate::kernels::Q8Act,
+    mut shared: Option<Shared>,
+    slots: &mut [ExpertSlot],
+    slot_xq: &mut [crate::kernels::Q8Act],
+) {
+    let Routed {
+        block: p,
+        act: x,
+        sel,
+    } = r;
     let k = sel.len();
     let bytes = w.file.bytes();
     let mut ids = Vec::with_capacity(2 * k + 2);
@@ -318,15 +416,40 @@ fn fused(
         ids.push(Some(e as u8));
     }
     w.mv_each(bytes, (p, &ids), 1, slot_xq, &xs, &mut outs);
-    drop(outs);
-    acc.fill(0.0);
-    let mut routed = 0;
-    for (slot, &(e, wt)) in slots.iter().zip(sel) {
-        add_scaled(acc, &slot.o, wt);
-        let ex = &lv.experts[e];
-        routed += (ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) as u64;
+}
+
+/// One expert of a [`fused`] run: its matrices and its buffers.
+struct ExpertTask<'a> {
+    gate: &'a Matrix,
+    up: &'a Matrix,
+    down: &'a Matrix,
+    h: &'a mut [f32],
+    h2: &'a mut [f32],
+    o: &'a mut [f32],
+    /// The Q8 copy of the gated product, the down projection's input.
+    xq: &'a mut crate::kernels::Q8Act,
+}
+
+impl ExpertTask<'_> {
+    /// The expert on the calling thread: `o = W_down · Q8(act(W_gate x) ⊙ W_up x)`, `x` as `act`.
+    fn run(&mut self, isa: Isa, ffn_act: FfnAct, q8: bool, bytes: &[u8], act: &Act) {
+        serial_matvec(
+            isa,
+            bytes,
+            &mut [(self.gate, &mut *self.h), (self.up, &mut *self.h2)],
+            act,
+        );
+        gated(isa, ffn_act, self.h, self.h2);
+        let q8 = q8 && self.down.quant.is_blocked() && self.h.len().is_multiple_of(32);
+        if q8 {
+            self.xq.quantize_for(self.h, [self.down.quant]);
+        }
+        let act = Act {
+            x: self.h,
+            q8: q8.then_some(&*self.xq),
+        };
+        serial_matvec(isa, bytes, &mut [(self.down, &mut *self.o)], &act);
     }
-    routed
 }
 
 /// Runs the experts of `pe` (see [`run_experts`]).

@@ -186,8 +186,8 @@ pub fn tiled_matvec(
 }
 
 /// [`tiled_matvec`] with one activation per output (`acts.len() == outs.len()`), or one shared
-/// by all (`acts.len() == 1`): the down projections of several experts, each on its own hidden
-/// activation, in one pool run instead of one run per expert. `group`: how many consecutive
+/// by all (`acts.len() == 1`): several matvecs, each on its own input, in one pool run instead
+/// of one run each. `group`: how many consecutive
 /// outputs the writer stored interleaved stripe by stripe (an expert's gate and up: 2; separate
 /// regions: 1); tasks run group after group, round-robin inside a group, so each claim streams
 /// one region of the file in order.
@@ -285,6 +285,32 @@ pub fn tiled_matvec_acts(
             stripe_with(select::kernel(m, isa), bytes, m, s, act, out);
         }
     });
+}
+
+/// [`tiled_matvec`] on the calling thread alone, for use inside a pool task: every
+/// `(matrix, y)` pair gets `y = W · x`, stripe by stripe in the writer's group order (stripe 0 of
+/// every output, then stripe 1, …: an expert's interleaved gate and up are then read front to
+/// back). The same kernel per stripe as the pooled drivers, so the same bits.
+pub fn serial_matvec(isa: Isa, bytes: &[u8], outs: &mut [(&Matrix, &mut [f32])], act: &Act) {
+    let most = outs.iter().map(|(m, _)| m.n_stripes()).max().unwrap_or(0);
+    for (m, y) in outs.iter() {
+        assert_eq!(y.len(), m.rows, "output length");
+        assert_eq!(act.x.len(), m.cols, "activation length");
+    }
+    for s in 0..most {
+        for (m, y) in outs.iter_mut().filter(|(m, _)| s < m.n_stripes()) {
+            let r0 = s * TILE_ROWS;
+            let rows = m.stripe_rows(s);
+            stripe_with(
+                select::kernel(m, isa),
+                bytes,
+                m,
+                s,
+                act,
+                &mut y[r0..r0 + rows],
+            );
+        }
+    }
 }
 
 /// Outputs of one fused matvec whose stripe table lives on the stack.
@@ -625,7 +651,8 @@ mod tests {
     }
 
     /// One activation of [`repacked_matrices_equal_stripe_calls_bit_for_bit_on_any_thread_count`]:
-    /// `mats` fused, on 1–4 threads, and `mats[2]` alone, against the per-tile path.
+    /// `mats` fused, on 1–4 threads, and `mats[2]` alone, then [`serial_matvec`], against the
+    /// per-tile path.
     fn repacked_case(isa: Isa, buf: &[u8], q: QuantType, mats: [&Matrix; 4], act: &Act) {
         let (c, q8) = (mats[2], act.q8.is_some());
         let want: Vec<Vec<f32>> = mats.iter().map(|m| per_stripe(isa, buf, m, act)).collect();
@@ -652,6 +679,15 @@ mod tests {
             }
             assert_eq!(&y, w, "{q} q8={q8} stripe_matvec");
         }
+        // `serial_matvec` (a pool task's own matvec) too, every matrix in one call.
+        let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![f32::NAN; m.rows]).collect();
+        let mut outs: Vec<(&Matrix, &mut [f32])> = mats
+            .iter()
+            .zip(ys.iter_mut())
+            .map(|(m, y)| (*m, y.as_mut_slice()))
+            .collect();
+        serial_matvec(isa, buf, &mut outs, act);
+        assert_eq!(ys, want, "{q} q8={q8} serial_matvec");
     }
 
     /// A matvec of many stripes (claimed in runs of consecutive stripes, see
