@@ -212,6 +212,8 @@ impl Token<'_, '_> {
         let rule = self.rule;
         let cfg = w.cfg;
         self.sched.begin_token();
+        // A route-ahead selection lives from a step's fused FFN to that step's routing only.
+        self.s.experts.ahead = None;
         if rule.two_streams() {
             // Both streams (registers) start at the embedding.
             self.s.sf.copy_from_slice(&self.s.x);

@@ -172,7 +172,7 @@ fn run_experts_fused(w: &Weights, lv: &LayerView, r: Routed, es: &mut ExpertScra
         xq: slot_xq,
         acc,
     };
-    fused(w, lv, r, xq, None, bufs)
+    fused(w, lv, r, xq, None, bufs, None)
 }
 
 /// The shared expert (the layer's dense FFN) and the selected routed experts `sel` of block `p`
@@ -180,7 +180,8 @@ fn run_experts_fused(w: &Weights, lv: &LayerView, r: Routed, es: &mut ExpertScra
 /// run with the shared expert as one more task ([`fused`], docs/SEMANTICS.md X3).
 /// Leaves the shared expert's output in `ds.hb`/`ds.out` before its gate scale and post-norm
 /// (the caller applies those, as [`super::layer::dense`] does), and the routed sum in `es.acc`
-/// with the arithmetic of [`run_experts_fused`]. Returns the shared and the routed bytes.
+/// with the arithmetic of [`run_experts_fused`]. `ahead`: a route-ahead selection to make in
+/// the same run ([`RouteAhead`]). Returns the shared and the routed bytes.
 pub fn run_with_shared(
     w: &Weights,
     lv: &LayerView,
@@ -188,6 +189,7 @@ pub fn run_with_shared(
     sel: &[(usize, f32)],
     ds: &mut DenseScratch,
     es: &mut ExpertScratch,
+    ahead: Option<RouteAhead>,
 ) -> (u64, u64) {
     let (g, u, dn) = (
         lv.gate.as_ref().expect("a shared expert"),
@@ -227,7 +229,7 @@ pub fn run_with_shared(
         xq: slot_xq,
         acc,
     };
-    let routed = fused(w, lv, r, xq, Some(shared), bufs);
+    let routed = fused(w, lv, r, xq, Some(shared), bufs, ahead);
     ((g.bytes() + u.bytes() + dn.bytes()) as u64, routed)
 }
 
@@ -252,6 +254,7 @@ struct Slots<'a> {
 /// The experts of [`run_experts_fused`] and [`run_with_shared`] (the shared expert first, when
 /// given) on `r.act`, its Q8 copy in `xq`, either [`by_expert`] or [`by_stripe`] (the rule:
 /// [`BY_EXPERT_TASKS_PER_THREAD`]); then `acc` = Σ weight · expert output in `r.sel`'s order.
+/// `ahead` is made as one more task of the run by expert, else before the runs by stripe.
 /// Both ways compute each expert with the arithmetic of the one-expert-at-a-time loop, and the
 /// sum in the same order, so the result is bit-identical either way. Returns the routed bytes.
 fn fused(
@@ -261,6 +264,7 @@ fn fused(
     xq: &mut crate::kernels::Q8Act,
     shared: Option<Shared>,
     bufs: Slots,
+    ahead: Option<RouteAhead>,
 ) -> u64 {
     let Slots {
         slots,
@@ -270,8 +274,11 @@ fn fused(
     let sel = r.sel;
     let tasks = sel.len() + usize::from(shared.is_some());
     if w.rowmajor.is_none() && tasks >= BY_EXPERT_TASKS_PER_THREAD * w.pool.threads() {
-        by_expert(w, lv, r, xq, shared, slots, slot_xq);
+        by_expert(w, lv, r, xq, shared, (slots, slot_xq), ahead);
     } else {
+        if let Some(a) = ahead {
+            a.run(w.cfg);
+        }
         by_stripe(w, lv, r, xq, shared, slots, slot_xq);
     }
     acc.fill(0.0);
@@ -301,8 +308,8 @@ fn by_expert(
     r: Routed,
     xq: &mut crate::kernels::Q8Act,
     shared: Option<Shared>,
-    slots: &mut [ExpertSlot],
-    slot_xq: &mut [crate::kernels::Q8Act],
+    (slots, slot_xq): (&mut [ExpertSlot], &mut [crate::kernels::Q8Act]),
+    ahead: Option<RouteAhead>,
 ) {
     let Routed { act: x, sel, .. } = r;
     let mut xqs = slot_xq.iter_mut();
@@ -346,9 +353,59 @@ fn by_expert(
         x,
         q8: q8.then_some(&*xq),
     };
-    let (isa, ffn_act, wq8, bytes) = (w.isa, w.cfg.meta.ffn_act, w.q8, w.file.bytes());
-    w.pool
-        .for_each_mut(&mut tasks, &|_, t| t.run(isa, ffn_act, wq8, bytes, &act));
+    let (isa, ffn_act, wq8, bytes, cfg) = (w.isa, w.cfg.meta.ffn_act, w.q8, w.file.bytes(), w.cfg);
+    // The route-ahead selection last: the largest task (the shared expert) went first, so it
+    // fills the gap the last expert leaves on the other thread.
+    let mut jobs: Vec<Job> = tasks.into_iter().map(Job::Expert).collect();
+    jobs.extend(ahead.map(Job::Route));
+    w.pool.for_each_mut(&mut jobs, &|_, j| match j {
+        Job::Expert(t) => t.run(isa, ffn_act, wq8, bytes, &act),
+        Job::Route(a) => a.reborrow().run(cfg),
+    });
+}
+
+/// A task of [`by_expert`]'s pool run.
+enum Job<'a> {
+    Expert(ExpertTask<'a>),
+    Route(RouteAhead<'a>),
+}
+
+/// A route-ahead selection (`meta.route_ahead` = D ≥ 1) made as a task of the fused FFN run of
+/// the step before it is needed: the router of layer `lv` on its input `N_m(src)`, `src` the
+/// step's router input (the residual the fused FFN reads), into `sel`; then the next layer's
+/// router is asked for in L2. The same functions on the same input as `Token::route_ahead`'s
+/// own selection, so the same experts and weights; on 2 threads it runs beside the experts
+/// instead of on the engine thread alone (docs/SEMANTICS.md X3).
+pub struct RouteAhead<'a> {
+    pub lv: &'a LayerView,
+    pub src: &'a [f32],
+    /// The router's input buffer (d).
+    pub router_in: &'a mut [f32],
+    pub sel: &'a mut Vec<(usize, f32)>,
+    /// The router to bring into L2 for the next step (the layer after `lv`).
+    pub next_router: Option<&'a [f32]>,
+}
+
+impl RouteAhead<'_> {
+    /// Selects into `sel` and prefetches `next_router`.
+    pub fn run(self, cfg: &ModelConfig) {
+        expert_input_into(cfg, self.lv, self.src, self.router_in);
+        *self.sel = select(cfg, self.lv, self.router_in);
+        if let Some(r) = self.next_router {
+            crate::kernels::prefetch::to_l2(r);
+        }
+    }
+
+    /// The same selection, borrowed (a pool task holds it by `&mut`).
+    fn reborrow(&mut self) -> RouteAhead<'_> {
+        RouteAhead {
+            lv: self.lv,
+            src: self.src,
+            router_in: self.router_in,
+            sel: self.sel,
+            next_router: self.next_router,
+        }
+    }
 }
 
 /// [`fused`] in two pool runs split by stripes: gate and up of every expert, then their down

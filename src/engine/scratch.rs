@@ -81,6 +81,9 @@ pub struct ExpertScratch {
     pub slot_xq: Vec<Q8Act>,
     /// [d] a router's input `N_m(x)` while route-ahead selects (reused, not allocated per layer).
     pub router_in: Vec<f32>,
+    /// A route-ahead selection made as a task of this step's fused FFN run (`moe::RouteAhead`):
+    /// (the layer it selects for, its selection), taken by the step's `route_ahead`.
+    pub ahead: Option<(usize, Vec<(usize, f32)>)>,
 }
 
 /// Buffers of one selected expert in the fused evaluation.
@@ -133,6 +136,7 @@ impl ExpertScratch {
             slots: Vec::new(),
             slot_xq: Vec::new(),
             router_in: vec![0.0; d],
+            ahead: None,
         }
     }
 }

@@ -135,17 +135,22 @@ impl StyleRule {
         }
     }
 
-    /// [`StyleRule::read`] of `src`, borrowed together with the dense FFN's buffers (so the FFN
-    /// reads the residual in place rather than from a copy).
-    pub fn read_with_dense<'a>(
+    /// [`StyleRule::read`] of `src`, borrowed together with the dense FFN's and the experts'
+    /// buffers (so the FFN reads the residual in place rather than from a copy).
+    pub fn read_with_ffn<'a>(
         &self,
         s: &'a mut Scratch,
         src: Src,
-    ) -> (&'a [f32], &'a mut super::scratch::DenseScratch) {
+    ) -> (
+        &'a [f32],
+        &'a mut super::scratch::DenseScratch,
+        &'a mut super::scratch::ExpertScratch,
+    ) {
+        let (ds, es) = (&mut s.dense, &mut s.experts);
         match src {
-            Src::In => (&s.x, &mut s.dense),
-            Src::Mid => (&s.xa, &mut s.dense),
-            Src::Second => (&s.sf, &mut s.dense),
+            Src::In => (&s.x, ds, es),
+            Src::Mid => (&s.xa, ds, es),
+            Src::Second => (&s.sf, ds, es),
         }
     }
 

@@ -4,7 +4,9 @@
 
 use super::expert_io::TokenIo;
 use super::layer::{dense, dense_bytes, dense_finish, shared_gate_scale};
-use super::moe::{expert_input, expert_input_into, route, run_pending, run_with_shared, select};
+use super::moe::{
+    expert_input, expert_input_into, route, run_pending, run_with_shared, select, RouteAhead,
+};
 use super::ops::rmsnorm;
 use super::probe::Probe;
 use super::schedule::{DelayInput, DelaySchedule, Pending};
@@ -76,7 +78,7 @@ impl Token<'_, '_> {
                 None => dense(w, lv, p, x, &mut s.dense),
             },
             DelayInput::Current => {
-                let (src, ds) = rule.read_with_dense(s, rule.dense_in);
+                let (src, ds, _) = rule.read_with_ffn(s, rule.dense_in);
                 dense(w, lv, p, src, ds);
                 let mut cap = s.capture.take();
                 if let Some(c) = cap.as_mut().and_then(|c| c.get_mut(l)) {
@@ -124,7 +126,7 @@ impl Token<'_, '_> {
         // agree (moefy's files): computed once. Otherwise it is computed and compared.
         let once = rule.route_in == rule.dense_in && lv.moe_norm_is_ffn_norm;
         let own = (!once).then(|| expert_input(cfg, lv, rule.read(self.s, rule.route_in)));
-        let (src, ds) = rule.read_with_dense(self.s, rule.dense_in);
+        let (src, ds, es) = rule.read_with_ffn(self.s, rule.dense_in);
         rmsnorm(&mut ds.xb, src, lv.ffn_norm.as_deref(), cfg.rms_eps);
         if own.is_some_and(|a| a != *ds.xb) {
             return None;
@@ -133,9 +135,26 @@ impl Token<'_, '_> {
             .shared_gate
             .as_deref()
             .map(|g| shared_gate_scale(g, &ds.xb));
-        let s = &mut *self.s;
-        let (shared, routed) = run_with_shared(w, lv, p, &pe.sel, &mut s.dense, &mut s.experts);
-        dense_finish(w, lv, gate_scale, &mut s.dense);
+        // This step's route-ahead selection (of layer l + D, which `route_ahead` then takes)
+        // as a task of the same run, when it reads the residual this FFN reads.
+        let t = l + cfg.meta.route_ahead as usize;
+        let ahead_lv = w.file.layers.get(t).filter(|lt| {
+            l > 0 && rule.route_in == rule.dense_in && !lt.experts.is_empty() && lt.router.is_some()
+        });
+        let mut router_in = std::mem::take(&mut es.router_in);
+        let mut ahead_sel = Vec::new();
+        let ahead = ahead_lv.map(|lt| RouteAhead {
+            lv: lt,
+            src,
+            router_in: &mut router_in,
+            sel: &mut ahead_sel,
+            next_router: w.file.layers.get(t + 1).and_then(|n| n.router.as_deref()),
+        });
+        let ran_ahead = ahead.is_some();
+        let (shared, routed) = run_with_shared(w, lv, p, &pe.sel, ds, es, ahead);
+        es.router_in = router_in;
+        es.ahead = ran_ahead.then_some((t, ahead_sel));
+        dense_finish(w, lv, gate_scale, ds);
         // The experts have run: their input is not kept (route-ahead skips a fused selection).
         pe.fused = Some((routed, 0));
         Some(shared)
@@ -229,18 +248,26 @@ impl Token<'_, '_> {
         };
         let probe = Probe::start(self.timings);
         let mut router_in = std::mem::take(&mut self.s.experts.router_in);
+        // Made by this step's fused FFN run (`fused_ffn`), for one of the targets.
+        let mut made = self.s.experts.ahead.take();
         let src: &[f32] = rule.read(&*self.s, rule.route_in);
         for t in targets {
             let lt = &w.file.layers[t];
             if lt.experts.is_empty() {
                 continue;
             }
-            expert_input_into(cfg, lt, src, &mut router_in);
-            let sel = select(cfg, lt, &router_in);
-            // The router used at the next step, brought in while this layer computes.
-            if let Some(r) = w.file.layers.get(t + 1).and_then(|n| n.router.as_deref()) {
-                crate::kernels::prefetch::to_l2(r);
-            }
+            let sel = match made.take() {
+                Some((mt, sel)) if mt == t => sel,
+                _ => {
+                    expert_input_into(cfg, lt, src, &mut router_in);
+                    let sel = select(cfg, lt, &router_in);
+                    // The router used at the next step, brought in while this layer computes.
+                    if let Some(r) = w.file.layers.get(t + 1).and_then(|n| n.router.as_deref()) {
+                        crate::kernels::prefetch::to_l2(r);
+                    }
+                    sel
+                }
+            };
             self.stats.layers[t].routing = sel.iter().map(|&(e, w)| (e as u16, w)).collect();
             let tickets = self.io.routed(lt, &sel, None, None);
             self.sched.defer_at(
