@@ -124,10 +124,11 @@ fn k_equal_e_is_the_dense_model() {
     }
 }
 
-/// docs/SEMANTICS.md X3: with route-ahead, the shared expert and the routed experts run in the
-/// same pool run; the logits are bit-identical to running them apart (the dense FFN's two runs,
-/// then the experts' one), on the integer (Q8) path at 2 threads, and every layer whose
-/// selection was known before its FFN (all but the first) saves two pool runs.
+/// docs/SEMANTICS.md X3: with route-ahead, the shared expert and the routed experts run
+/// together; the logits are bit-identical to running them apart, on the integer (Q8) path at
+/// 2 threads, and every layer whose selection was known before its FFN (all but the first)
+/// saves two pool runs (here 3 tasks at 2 threads: two runs by stripe, against the dense FFN's
+/// two and the experts' two).
 #[test]
 fn shared_and_routed_experts_fused_are_bit_identical_in_fewer_pool_runs() {
     use cflow::engine::options::Schedule;

@@ -647,8 +647,8 @@ impl Engine {
         {
             // docs/SEMANTICS.md X3: one pool run times both, so the split is modelled.
             notes.push(
-                "shared + routed experts (and the next layer's routing) run fused: their times \
-                 are split by bytes (modelled)"
+                "shared + routed experts (and the route-ahead selection) run fused: their \
+                 times are split by bytes (modelled)"
                     .into(),
             );
         }

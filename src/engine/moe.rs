@@ -205,7 +205,7 @@ pub fn run_with_shared(
         out,
         xq,
     } = ds;
-    let shared = Shared {
+    let shared = ExpertBufs {
         gate: g,
         up: u,
         down: dn,
@@ -233,8 +233,8 @@ pub fn run_with_shared(
     ((g.bytes() + u.bytes() + dn.bytes()) as u64, routed)
 }
 
-/// The shared expert's matrices and buffers when it runs in [`fused`].
-struct Shared<'a> {
+/// An expert's matrices and buffers in [`fused`] (the shared expert's, or a selected one's).
+struct ExpertBufs<'a> {
     gate: &'a Matrix,
     up: &'a Matrix,
     down: &'a Matrix,
@@ -262,7 +262,7 @@ fn fused(
     lv: &LayerView,
     r: Routed,
     xq: &mut crate::kernels::Q8Act,
-    shared: Option<Shared>,
+    shared: Option<ExpertBufs>,
     bufs: Slots,
     ahead: Option<RouteAhead>,
 ) -> u64 {
@@ -293,10 +293,11 @@ fn fused(
 
 /// [`fused`] runs one task per expert when there are at least this many experts per pool
 /// thread, else two pool runs split by stripes. Whole experts read each expert's region front
-/// to back on one thread and make the gated products on both threads, but an expert is the
+/// to back on one thread and make the gated products on every thread, but an expert is the
 /// smallest piece of work: with few experts per thread, a thread that draws the last one leaves
-/// the others waiting. Measured at 2 threads on moefy's default (a shared expert and 6 experts,
-/// 7 tasks): docs/MOE.md, "Speed at the default".
+/// the others waiting. Only moefy's default at 2 threads (a shared expert and 6 experts, 7
+/// tasks) was measured (docs/MOE.md, "Speed at the default"); 3 is a judgment, not a measured
+/// optimum.
 const BY_EXPERT_TASKS_PER_THREAD: usize = 3;
 
 /// [`fused`] in one pool run, one task per expert ([`ExpertTask::run`]): its gate and up
@@ -307,45 +308,38 @@ fn by_expert(
     lv: &LayerView,
     r: Routed,
     xq: &mut crate::kernels::Q8Act,
-    shared: Option<Shared>,
+    shared: Option<ExpertBufs>,
     (slots, slot_xq): (&mut [ExpertSlot], &mut [crate::kernels::Q8Act]),
     ahead: Option<RouteAhead>,
 ) {
     let Routed { act: x, sel, .. } = r;
     let mut xqs = slot_xq.iter_mut();
     let mut tasks: Vec<ExpertTask> = Vec::with_capacity(sel.len() + 1);
-    if let Some(sh) = shared {
-        tasks.push(ExpertTask {
-            gate: sh.gate,
-            up: sh.up,
-            down: sh.down,
-            h: sh.h,
-            h2: sh.h2,
-            o: sh.out,
-            xq: xqs.next().expect("a Q8 buffer per expert"),
-        });
-    }
-    for (slot, &(e, _)) in slots.iter_mut().zip(sel) {
+    let routed = slots.iter_mut().zip(sel).map(|(slot, &(e, _))| {
         let ex = &lv.experts[e];
-        tasks.push(ExpertTask {
+        ExpertBufs {
             gate: &ex.gate,
             up: &ex.up,
             down: &ex.down,
             h: &mut slot.h,
             h2: &mut slot.h2,
-            o: &mut slot.o,
-            xq: xqs.next().expect("a Q8 buffer per expert"),
-        });
+            out: &mut slot.o,
+        }
+    });
+    for e in shared.into_iter().chain(routed) {
+        let xq = xqs.next().expect("a Q8 buffer per expert");
+        // The down projection's input decided here (`Weights` stays on this thread).
+        let q8_down = w.q8_for(&*e.h, [e.down.quant]);
+        tasks.push(ExpertTask { e, xq, q8_down });
     }
-    let blocked = tasks.iter().any(|t| t.gate.quant.is_blocked());
-    let q8 = w.q8 && blocked && x.len().is_multiple_of(32);
+    let q8 = w.q8_for(x, tasks.iter().flat_map(|t| [t.e.gate.quant, t.e.up.quant]));
     if q8 {
-        xq.quantize_for(x, tasks.iter().flat_map(|t| [t.gate.quant, t.up.quant]));
+        xq.quantize_for(x, tasks.iter().flat_map(|t| [t.e.gate.quant, t.e.up.quant]));
     }
     for t in &tasks {
         // A selected expert's stripe offsets are usually cold: asked for together here, their
         // misses overlap instead of stalling each task.
-        for m in [t.gate, t.up, t.down] {
+        for m in [t.e.gate, t.e.up, t.e.down] {
             crate::kernels::prefetch::to_l2(&m.stripes);
         }
     }
@@ -353,13 +347,13 @@ fn by_expert(
         x,
         q8: q8.then_some(&*xq),
     };
-    let (isa, ffn_act, wq8, bytes, cfg) = (w.isa, w.cfg.meta.ffn_act, w.q8, w.file.bytes(), w.cfg);
+    let (isa, ffn_act, bytes, cfg) = (w.isa, w.cfg.meta.ffn_act, w.file.bytes(), w.cfg);
     // The route-ahead selection last: the largest task (the shared expert) went first, so it
     // fills the gap the last expert leaves on the other thread.
     let mut jobs: Vec<Job> = tasks.into_iter().map(Job::Expert).collect();
     jobs.extend(ahead.map(Job::Route));
     w.pool.for_each_mut(&mut jobs, &|_, j| match j {
-        Job::Expert(t) => t.run(isa, ffn_act, wq8, bytes, &act),
+        Job::Expert(t) => t.run(isa, ffn_act, bytes, &act),
         Job::Route(a) => a.reborrow().run(cfg),
     });
 }
@@ -416,7 +410,7 @@ fn by_stripe(
     lv: &LayerView,
     r: Routed,
     xq: &mut crate::kernels::Q8Act,
-    mut shared: Option<Shared>,
+    mut shared: Option<ExpertBufs>,
     slots: &mut [ExpertSlot],
     slot_xq: &mut [crate::kernels::Q8Act],
 ) {
@@ -429,7 +423,7 @@ fn by_stripe(
     let bytes = w.file.bytes();
     let mut ids = Vec::with_capacity(2 * k + 2);
     let mut outs: Vec<(&Matrix, &mut [f32])> = Vec::with_capacity(2 * k + 2);
-    if let Some(Shared {
+    if let Some(ExpertBufs {
         gate, up, h, h2, ..
     }) = shared.as_mut()
     {
@@ -457,7 +451,7 @@ fn by_stripe(
     let mut xs: Vec<&[f32]> = Vec::with_capacity(k + 1);
     let mut outs: Vec<(&Matrix, &mut [f32])> = Vec::with_capacity(k + 1);
     ids.clear();
-    if let Some(Shared {
+    if let Some(ExpertBufs {
         down, h, h2, out, ..
     }) = shared.as_mut()
     {
@@ -475,37 +469,37 @@ fn by_stripe(
     w.mv_each(bytes, (p, &ids), 1, slot_xq, &xs, &mut outs);
 }
 
-/// One expert of a [`fused`] run: its matrices and its buffers.
+/// One expert of a [`by_expert`] run: its matrices and buffers, and the Q8 copy of its gated
+/// product (the down projection's input).
 struct ExpertTask<'a> {
-    gate: &'a Matrix,
-    up: &'a Matrix,
-    down: &'a Matrix,
-    h: &'a mut [f32],
-    h2: &'a mut [f32],
-    o: &'a mut [f32],
-    /// The Q8 copy of the gated product, the down projection's input.
+    e: ExpertBufs<'a>,
     xq: &'a mut crate::kernels::Q8Act,
+    /// The down projection takes the Q8 copy ([`Weights::q8_for`]).
+    q8_down: bool,
 }
 
 impl ExpertTask<'_> {
     /// The expert on the calling thread: `o = W_down · Q8(act(W_gate x) ⊙ W_up x)`, `x` as `act`.
-    fn run(&mut self, isa: Isa, ffn_act: FfnAct, q8: bool, bytes: &[u8], act: &Act) {
-        serial_matvec(
-            isa,
-            bytes,
-            &mut [(self.gate, &mut *self.h), (self.up, &mut *self.h2)],
-            act,
-        );
-        gated(isa, ffn_act, self.h, self.h2);
-        let q8 = q8 && self.down.quant.is_blocked() && self.h.len().is_multiple_of(32);
+    fn run(&mut self, isa: Isa, ffn_act: FfnAct, bytes: &[u8], act: &Act) {
+        let ExpertBufs {
+            gate,
+            up,
+            down,
+            h,
+            h2,
+            out,
+        } = &mut self.e;
+        serial_matvec(isa, bytes, &mut [(gate, &mut **h), (up, &mut **h2)], act);
+        gated(isa, ffn_act, h, h2);
+        let q8 = self.q8_down;
         if q8 {
-            self.xq.quantize_for(self.h, [self.down.quant]);
+            self.xq.quantize_for(h, [down.quant]);
         }
         let act = Act {
-            x: self.h,
+            x: h,
             q8: q8.then_some(&*self.xq),
         };
-        serial_matvec(isa, bytes, &mut [(self.down, &mut *self.o)], &act);
+        serial_matvec(isa, bytes, &mut [(down, &mut **out)], &act);
     }
 }
 

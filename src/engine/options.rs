@@ -55,11 +55,13 @@ pub struct EngineOptions {
     /// activation norm ‖h_e‖ on the layer's own input, computing all E experts' gate and up
     /// projections to find them (moefy's upper bound; `perplexity --oracle-router`).
     pub oracle_router: bool,
-    /// Run a layer's shared expert (its dense FFN) and its routed experts in the same pool run
-    /// when they read the same input and the routed selection is already known (a route-ahead
-    /// model, `meta.route_ahead` ≥ 1, on the mmap tier or resident, sequential schedule): one
-    /// task per expert, instead of two runs for the dense FFN and one for the experts. The outputs are bit-identical; the run's time is split between `ns_dense`
-    /// and `ns_experts` in proportion to their bytes (a modelled split, docs/SEMANTICS.md X3).
+    /// Run a layer's shared expert (its dense FFN) and its routed experts together when they
+    /// read the same input and the routed selection is already known (a route-ahead model,
+    /// `meta.route_ahead` ≥ 1, on the mmap tier or resident, sequential schedule): one pool run
+    /// of one task per expert (two runs split by stripes with fewer than 3 experts per thread),
+    /// instead of two runs for the dense FFN and more for the experts. The outputs are
+    /// bit-identical; the time is split between `ns_dense` and `ns_experts` in proportion to
+    /// their bytes (a modelled split, docs/SEMANTICS.md X3).
     pub fuse_shared: bool,
     /// The direct tier's expert cache: MiB of expert regions kept in memory after their experts
     /// ran, served again without a read (0: off; [`super::CACHE_AUTO`]: sized when the engine

@@ -93,9 +93,10 @@ impl Token<'_, '_> {
         (dense_bytes(lv), None)
     }
 
-    /// The shared expert and the routed experts due at step `l` (block `p`) in the same two pool
-    /// runs (docs/SEMANTICS.md X3), when their selection is already known (route-ahead) and
-    /// they read the same input; else `None` and nothing is computed. Returns the shared
+    /// The shared expert and the routed experts due at step `l` (block `p`) together
+    /// (`moe::run_with_shared`, docs/SEMANTICS.md X3), with this step's route-ahead selection,
+    /// when their selection is already known (route-ahead) and they read the same input; else
+    /// `None` and nothing is computed. Returns the shared
     /// expert's bytes; the routed experts' bytes go to their [`Pending::fused`], their sum to
     /// `ExpertScratch::acc`.
     fn fused_ffn(&mut self, w: &Weights, l: usize, p: usize) -> Option<u64> {
@@ -258,7 +259,8 @@ impl Token<'_, '_> {
             }
             let sel = match made.take() {
                 Some((mt, sel)) if mt == t => sel,
-                _ => {
+                other => {
+                    debug_assert!(other.is_none(), "a selection made for another layer");
                     expert_input_into(cfg, lt, src, &mut router_in);
                     let sel = select(cfg, lt, &router_in);
                     // The router used at the next step, brought in while this layer computes.

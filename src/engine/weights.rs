@@ -9,6 +9,7 @@ use crate::kernels::matvec::{rowmajor_matvec, tiled_matvec, tiled_matvec_acts, A
 use crate::kernels::pool::ThreadPool;
 use crate::kernels::{Isa, Q8Act};
 use crate::model::ModelConfig;
+use crate::quant::QuantType;
 use std::collections::HashMap;
 
 /// Row-major copies of every matrix, keyed by (layer, kind, expert); the LM head is layer
@@ -53,8 +54,7 @@ impl Weights<'_> {
         x: &[f32],
         outs: &mut [(&Matrix, &mut [f32])],
     ) {
-        let blocked = outs.iter().any(|(m, _)| m.quant.is_blocked());
-        let use_q8 = self.q8 && blocked && x.len().is_multiple_of(32);
+        let use_q8 = self.q8_for(x, outs.iter().map(|(m, _)| m.quant));
         if use_q8 {
             xq.quantize_for(x, outs.iter().map(|(m, _)| m.quant));
         }
@@ -104,8 +104,7 @@ impl Weights<'_> {
         };
         for (j, (x, xq)) in xs.iter().zip(xqs.iter_mut()).enumerate() {
             let users = || outs.iter().enumerate().filter(move |(i, _)| which(*i) == j);
-            let blocked = users().any(|(_, (m, _))| m.quant.is_blocked());
-            if self.q8 && blocked && x.len().is_multiple_of(32) {
+            if self.q8_for(x, users().map(|(_, (m, _))| m.quant)) {
                 xq.quantize_for(x, users().map(|(_, (m, _))| m.quant));
                 q8[j] = true;
             }
@@ -128,6 +127,12 @@ impl Weights<'_> {
             }
             None => tiled_matvec_acts(self.pool, self.isa, bytes, outs, &acts, group),
         }
+    }
+
+    /// Whether matvecs of input `x` into matrices of types `quants` take the Q8 activation:
+    /// Q8 is on, some matrix is blocked, and `x` is whole blocks.
+    pub fn q8_for(&self, x: &[f32], quants: impl IntoIterator<Item = QuantType>) -> bool {
+        self.q8 && x.len().is_multiple_of(32) && quants.into_iter().any(|q| q.is_blocked())
     }
 
     /// The same weights with the matvecs split over `pool`.

@@ -656,15 +656,21 @@ mod tests {
     fn repacked_case(isa: Isa, buf: &[u8], q: QuantType, mats: [&Matrix; 4], act: &Act) {
         let (c, q8) = (mats[2], act.q8.is_some());
         let want: Vec<Vec<f32>> = mats.iter().map(|m| per_stripe(isa, buf, m, act)).collect();
-        for threads in [1, 2, 3, 4] {
-            let pool = ThreadPool::new(threads);
+        // Every matrix in one call of `f`, the outputs starting as NaN.
+        type Outs<'a, 'b> = [(&'a Matrix, &'b mut [f32])];
+        let all = |f: &dyn Fn(&mut Outs)| {
             let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![f32::NAN; m.rows]).collect();
             let mut outs: Vec<(&Matrix, &mut [f32])> = mats
                 .iter()
                 .zip(ys.iter_mut())
                 .map(|(m, y)| (*m, y.as_mut_slice()))
                 .collect();
-            tiled_matvec(&pool, isa, buf, &mut outs, act);
+            f(&mut outs);
+            ys
+        };
+        for threads in [1, 2, 3, 4] {
+            let pool = ThreadPool::new(threads);
+            let ys = all(&|outs| tiled_matvec(&pool, isa, buf, outs, act));
             assert_eq!(ys, want, "{q} q8={q8} threads {threads}");
             let (mut y1, w1) = (vec![f32::NAN; c.rows], &want[2]);
             tiled_matvec(&pool, isa, buf, &mut [(c, &mut y1)], act);
@@ -680,13 +686,7 @@ mod tests {
             assert_eq!(&y, w, "{q} q8={q8} stripe_matvec");
         }
         // `serial_matvec` (a pool task's own matvec) too, every matrix in one call.
-        let mut ys: Vec<Vec<f32>> = mats.iter().map(|m| vec![f32::NAN; m.rows]).collect();
-        let mut outs: Vec<(&Matrix, &mut [f32])> = mats
-            .iter()
-            .zip(ys.iter_mut())
-            .map(|(m, y)| (*m, y.as_mut_slice()))
-            .collect();
-        serial_matvec(isa, buf, &mut outs, act);
+        let ys = all(&|outs| serial_matvec(isa, buf, outs, act));
         assert_eq!(ys, want, "{q} q8={q8} serial_matvec");
     }
 
