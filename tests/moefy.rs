@@ -73,6 +73,26 @@ fn logits(f: &Arc<CflowFile>, ids: &[u32]) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// `n` steps of `m` on the sequential schedule at `threads` threads, shared expert fused or
+/// not, with the step split on: each step's logits, and the engine (its split and notes).
+fn run_steps(m: &Arc<CflowFile>, fuse: bool, threads: usize, n: usize) -> (Vec<Vec<f32>>, Engine) {
+    let mut e = Engine::new(
+        m.clone(),
+        EngineOptions {
+            threads,
+            fuse_shared: fuse,
+            step_split: true,
+            schedule: cflow::engine::options::Schedule::Sequential,
+            ..Default::default()
+        },
+    );
+    let out = tokens(n)
+        .iter()
+        .map(|&t| e.step(t, true).unwrap().unwrap().to_vec())
+        .collect();
+    (out, e)
+}
+
 fn make(src: &Path, s: &MoefySpec, out: &Path) -> Arc<CflowFile> {
     let f = Arc::new(CflowFile::open(src).unwrap());
     moefy(&f, &tokens(512), s, out, &mut |_, _, _| {}).unwrap();
@@ -131,7 +151,6 @@ fn k_equal_e_is_the_dense_model() {
 /// two and the experts' two).
 #[test]
 fn shared_and_routed_experts_fused_are_bit_identical_in_fewer_pool_runs() {
-    use cflow::engine::options::Schedule;
     let dir = tempfile::tempdir().unwrap();
     // FFN 288 = a shared expert of 32 + 4 experts of 64: whole Q4_1 blocks.
     let src = dense_with(dir.path(), QuantType::Q4_1, 288);
@@ -142,20 +161,7 @@ fn shared_and_routed_experts_fused_are_bit_identical_in_fewer_pool_runs() {
     };
     let m = make(&src, &s, &dir.path().join("fused.cflow"));
     let run = |fuse: bool| {
-        let mut e = Engine::new(
-            m.clone(),
-            EngineOptions {
-                threads: 2,
-                fuse_shared: fuse,
-                step_split: true,
-                schedule: Schedule::Sequential,
-                ..Default::default()
-            },
-        );
-        let out: Vec<Vec<f32>> = tokens(12)
-            .iter()
-            .map(|&t| e.step(t, true).unwrap().unwrap().to_vec())
-            .collect();
+        let (out, mut e) = run_steps(&m, fuse, 2, 12);
         let split = e.take_step_split();
         // The UI's notes say when the dense/expert times are a modelled split.
         let noted = e.config_info().notes.iter().any(|n| n.contains("fused"));
@@ -182,7 +188,6 @@ fn shared_and_routed_experts_fused_are_bit_identical_in_fewer_pool_runs() {
 /// the shared expert apart.
 #[test]
 fn fused_experts_by_expert_and_by_stripe_are_bit_identical() {
-    use cflow::engine::options::Schedule;
     let dir = tempfile::tempdir().unwrap();
     let src = dense_with(dir.path(), QuantType::Q4_1, 288);
     let s = MoefySpec {
@@ -192,20 +197,7 @@ fn fused_experts_by_expert_and_by_stripe_are_bit_identical() {
     };
     let m = make(&src, &s, &dir.path().join("by_expert.cflow"));
     let run = |fuse: bool, threads: usize| {
-        let mut e = Engine::new(
-            m.clone(),
-            EngineOptions {
-                threads,
-                fuse_shared: fuse,
-                step_split: true,
-                schedule: Schedule::Sequential,
-                ..Default::default()
-            },
-        );
-        let out: Vec<Vec<f32>> = tokens(10)
-            .iter()
-            .map(|&t| e.step(t, true).unwrap().unwrap().to_vec())
-            .collect();
+        let (out, mut e) = run_steps(&m, fuse, threads, 10);
         (out, e.take_step_split().pool.runs)
     };
     let (want, _) = run(false, 1);

@@ -276,7 +276,7 @@ fn fused(
     if w.rowmajor.is_none() && tasks >= BY_EXPERT_TASKS_PER_THREAD * w.pool.threads() {
         by_expert(w, lv, r, xq, shared, (slots, slot_xq), ahead);
     } else {
-        if let Some(a) = ahead {
+        if let Some(mut a) = ahead {
             a.run(w.cfg);
         }
         by_stripe(w, lv, r, xq, shared, slots, slot_xq);
@@ -314,7 +314,9 @@ fn by_expert(
 ) {
     let Routed { act: x, sel, .. } = r;
     let mut xqs = slot_xq.iter_mut();
-    let mut tasks: Vec<ExpertTask> = Vec::with_capacity(sel.len() + 1);
+    // The route-ahead selection last: the largest task (the shared expert) goes first, so the
+    // selection fills the gap the last expert leaves on the other thread.
+    let mut jobs: Vec<Job> = Vec::with_capacity(sel.len() + 2);
     let routed = slots.iter_mut().zip(sel).map(|(slot, &(e, _))| {
         let ex = &lv.experts[e];
         ExpertBufs {
@@ -327,34 +329,37 @@ fn by_expert(
         }
     });
     for e in shared.into_iter().chain(routed) {
+        // A selected expert's stripe offsets are usually cold: asked for together here, their
+        // misses overlap instead of stalling each task.
+        for m in [e.gate, e.up, e.down] {
+            crate::kernels::prefetch::to_l2(&m.stripes);
+        }
         let xq = xqs.next().expect("a Q8 buffer per expert");
         // The down projection's input decided here (`Weights` stays on this thread).
         let q8_down = w.q8_for(&*e.h, [e.down.quant]);
-        tasks.push(ExpertTask { e, xq, q8_down });
+        jobs.push(Job::Expert(ExpertTask { e, xq, q8_down }));
     }
-    let q8 = w.q8_for(x, tasks.iter().flat_map(|t| [t.e.gate.quant, t.e.up.quant]));
+    let gate_up = || {
+        jobs.iter()
+            .filter_map(|j| match j {
+                Job::Expert(t) => Some([t.e.gate.quant, t.e.up.quant]),
+                Job::Route(_) => None,
+            })
+            .flatten()
+    };
+    let q8 = w.q8_for(x, gate_up());
     if q8 {
-        xq.quantize_for(x, tasks.iter().flat_map(|t| [t.e.gate.quant, t.e.up.quant]));
-    }
-    for t in &tasks {
-        // A selected expert's stripe offsets are usually cold: asked for together here, their
-        // misses overlap instead of stalling each task.
-        for m in [t.e.gate, t.e.up, t.e.down] {
-            crate::kernels::prefetch::to_l2(&m.stripes);
-        }
+        xq.quantize_for(x, gate_up());
     }
     let act = Act {
         x,
         q8: q8.then_some(&*xq),
     };
     let (isa, ffn_act, bytes, cfg) = (w.isa, w.cfg.meta.ffn_act, w.file.bytes(), w.cfg);
-    // The route-ahead selection last: the largest task (the shared expert) went first, so it
-    // fills the gap the last expert leaves on the other thread.
-    let mut jobs: Vec<Job> = tasks.into_iter().map(Job::Expert).collect();
     jobs.extend(ahead.map(Job::Route));
     w.pool.for_each_mut(&mut jobs, &|_, j| match j {
         Job::Expert(t) => t.run(isa, ffn_act, bytes, &act),
-        Job::Route(a) => a.reborrow().run(cfg),
+        Job::Route(a) => a.run(cfg),
     });
 }
 
@@ -382,22 +387,11 @@ pub struct RouteAhead<'a> {
 
 impl RouteAhead<'_> {
     /// Selects into `sel` and prefetches `next_router`.
-    pub fn run(self, cfg: &ModelConfig) {
+    pub fn run(&mut self, cfg: &ModelConfig) {
         expert_input_into(cfg, self.lv, self.src, self.router_in);
         *self.sel = select(cfg, self.lv, self.router_in);
         if let Some(r) = self.next_router {
             crate::kernels::prefetch::to_l2(r);
-        }
-    }
-
-    /// The same selection, borrowed (a pool task holds it by `&mut`).
-    fn reborrow(&mut self) -> RouteAhead<'_> {
-        RouteAhead {
-            lv: self.lv,
-            src: self.src,
-            router_in: self.router_in,
-            sel: self.sel,
-            next_router: self.next_router,
         }
     }
 }

@@ -4,9 +4,7 @@
 
 use super::expert_io::TokenIo;
 use super::layer::{dense, dense_bytes, dense_finish, shared_gate_scale};
-use super::moe::{
-    expert_input, expert_input_into, route, run_pending, run_with_shared, select, RouteAhead,
-};
+use super::moe::{expert_input, route, run_pending, run_with_shared, select, RouteAhead};
 use super::ops::rmsnorm;
 use super::probe::Probe;
 use super::schedule::{DelayInput, DelaySchedule, Pending};
@@ -261,12 +259,16 @@ impl Token<'_, '_> {
                 Some((mt, sel)) if mt == t => sel,
                 other => {
                     debug_assert!(other.is_none(), "a selection made for another layer");
-                    expert_input_into(cfg, lt, src, &mut router_in);
-                    let sel = select(cfg, lt, &router_in);
-                    // The router used at the next step, brought in while this layer computes.
-                    if let Some(r) = w.file.layers.get(t + 1).and_then(|n| n.router.as_deref()) {
-                        crate::kernels::prefetch::to_l2(r);
+                    let mut sel = Vec::new();
+                    RouteAhead {
+                        lv: lt,
+                        src,
+                        router_in: &mut router_in,
+                        sel: &mut sel,
+                        // The router used at the next step, brought in while this layer computes.
+                        next_router: w.file.layers.get(t + 1).and_then(|n| n.router.as_deref()),
                     }
+                    .run(cfg);
                     sel
                 }
             };

@@ -133,6 +133,10 @@ pub struct EngineConfigInfo {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct LayerStat {
     pub bytes: StreamBytes,
+    /// Measured wall ns on the engine thread, per phase. Where the shared and routed experts
+    /// run fused (docs/SEMANTICS.md X3), `ns_dense` and `ns_experts` split that run's time by
+    /// bytes (modelled), and `ns_router` is only the routing's queueing: its selection ran
+    /// inside the fused run.
     pub ns_attn: u64,
     pub ns_dense: u64,
     pub ns_router: u64,
