@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Where a decode token's time goes at depth, cflow against llama.cpp, on one GGUF (issue 41's
+"if a target is missed"): `perf record -e cpu-clock` of each engine filling D cached positions
+and then decoding N tokens, and of the same engine filling them and decoding 2 tokens. Each
+symbol's samples go to a category (weight matvecs, attention, waiting, other; start-up work
+such as page clearing, hashing and the tokenizer is set apart and left out); a category's CPU
+time per decoded token is (its samples in the long run − in the short one) ÷ the sampling rate
+÷ the tokens decoded in addition, so the fill, the start-up and each engine's warm-up cancel.
+`bench decode` decodes its N tokens twice (an untimed warm-up repeat, then the timed one),
+llama-bench once (its warm-up is one token in both runs).
+
+The decode rates are the engines' own (`bench decode --json` `decode_tok_s`, llama-bench's tg
+`avg_ts`), from the long runs. At one thread the categories add up to about the wall time per
+token; at two they add up to the CPU time of both threads (a spinning thread counts as waiting).
+The subtraction leaves noise: each round's figures are kept, and the rounds alternate engines.
+
+Usage: benches/depth_profile.py MODEL.gguf [MODEL.cflow] [--depth 4096] [--tokens 512]
+       [--threads 1] [--rounds 2] [--out F.json]
+Environment: CFLOW_BIN [target/release/cflow-tui], LLAMA_BENCH [/tmp/anchor/llcpp-build/bin/llama-bench].
+Needs `perf` (software events only; no hardware PMU is required)."""
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
+
+FREQ = 2000
+CATS = [
+    ("startup", r"clear_page|copy_to_iter|sha2|pack_tile|filemap|memcpy_orig|rep_movs|do_huge_pmd|"
+                r"tokenizers|load_all_data|llama_model_loader|gguf_init|vocab|page_fault|"
+                r"tokenizer|from_doc|serde|hashbrown|malloc|free"),
+    ("attention", r"attention::|attention_bf16|flash_attn|soft_max|softmax|vec_dot_f16|vec_mad_f16|"
+                  r"attention_block"),
+    ("waiting", r"pool::|ThreadPool|crossbeam|ggml_barrier|gomp_|omp_|sched_yield|futex|__sched|"
+                r"do_idle|pv_native"),
+    ("weight matvecs", r"tile_matmul|tile_matvec|packed_amx|packed::avx512|packed::|kquant|gemm|gemv|"
+                       r"tinyBLAS|tiled_run_micro|vec_dot|mul_mat|serial_matvec|dot::"),
+]
+
+
+def categorize(report):
+    """Samples per category from `perf report -n` lines."""
+    samples = {c: 0 for c, _ in CATS}
+    samples["other"] = 0
+    per_symbol = {}
+    for line in report.splitlines():
+        m = re.match(r"\s*[0-9.]+%\s+(\d+)\s+\S+\s+\[[.k]\]\s+(.*\S)", line)
+        if not m:
+            continue
+        n, sym = int(m.group(1)), m.group(2).strip()
+        cat = next((c for c, rx in CATS if re.search(rx, sym)), "other")
+        samples[cat] += n
+        per_symbol[sym[:100]] = per_symbol.get(sym[:100], 0) + n
+    return samples, per_symbol
+
+
+def perf(cmd, env):
+    with tempfile.NamedTemporaryFile(suffix=".data", delete=False) as f:
+        data = f.name
+    out = subprocess.run(["perf", "record", "-e", "cpu-clock", "-F", str(FREQ), "-o", data, "--"]
+                         + cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit(f"perf record failed: {' '.join(cmd)}\n{out.stderr[-2000:]}")
+    rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,symbol",
+                          "-n", "--stdio"], capture_output=True, text=True).stdout
+    os.unlink(data)
+    return out.stdout, rep
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("gguf")
+    ap.add_argument("cflow_model", nargs="?", help="the .cflow of the same file (default: the GGUF)")
+    ap.add_argument("--depth", type=int, default=4096)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    for p in [a.gguf] + ([a.cflow_model] if a.cflow_model else []):
+        if not os.path.isfile(p):
+            sys.exit(f"{p}: no such file")
+    if a.tokens <= 2:
+        sys.exit("--tokens must be above 2 (the short run decodes 2)")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cflow = os.environ.get("CFLOW_BIN", os.path.join(repo, "target/release/cflow-tui"))
+    llama = os.environ.get("LLAMA_BENCH", "/tmp/anchor/llcpp-build/bin/llama-bench")
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(llama))
+    model = a.cflow_model or a.gguf
+    t, d = str(a.threads), str(a.depth)
+
+    def cflow_run(n):
+        out, rep = perf([cflow, "bench", "decode", model, "--depth", d, "--tokens", str(n),
+                         "--repeat", "1", "-t", t, "--json"], env)
+        return json.loads(out)["rows"][0]["decode_tok_s"]["median"], rep, 2 * n
+
+    def llama_run(n):
+        out, rep = perf([llama, "-m", a.gguf, "-p", "0", "-n", str(n), "-d", d, "-t", t, "-r", "1",
+                         "-o", "json"], env)
+        return json.loads(out)[0]["avg_ts"], rep, n
+
+    engines = [("cflow", cflow_run), ("llama.cpp", llama_run)]
+    rounds = []
+    for r in range(a.rounds):
+        order = engines if r % 2 == 0 else engines[::-1]
+        row = {}
+        for name, run in order:
+            tok_s, long_rep, n_long = run(a.tokens)
+            _, short_rep, n_short = run(2)
+            extra = n_long - n_short
+            (ls, lsym), (ss, ssym) = categorize(long_rep), categorize(short_rep)
+            ms = {c: round((ls[c] - ss[c]) / FREQ * 1000.0 / extra, 3) for c in ls if c != "startup"}
+            top = sorted(((lsym.get(s, 0) - ssym.get(s, 0), s) for s in lsym), reverse=True)[:8]
+            row[name] = {"decode_tok_s": round(tok_s, 2), "wall_ms_per_token": round(1000.0 / tok_s, 3),
+                         "cpu_ms_per_token": ms,
+                         "top_symbols_ms_per_token": [{"symbol": s, "ms": round(n / FREQ * 1000.0 / extra, 3)}
+                                                      for n, s in top]}
+            print(f"round {r + 1} {name:<10} {tok_s:7.2f} tok/s, wall {1000.0 / tok_s:6.2f} ms/token; CPU ms/token: "
+                  + ", ".join(f"{c} {v:.2f}" for c, v in ms.items()), flush=True)
+        rounds.append(row)
+    cats = [c for c, _ in CATS if c != "startup"] + ["other"]
+    summary = {}
+    for name, _ in engines:
+        summary[name] = {"wall_ms_per_token": statistics.median(x[name]["wall_ms_per_token"] for x in rounds),
+                         "cpu_ms_per_token": {c: statistics.median(x[name]["cpu_ms_per_token"][c] for x in rounds)
+                                              for c in cats}}
+    print(f"\nmedian over {a.rounds} rounds, ms per token at depth {a.depth}, {a.threads} thread(s):")
+    print(f"{'engine':<10} {'wall':>7} " + " ".join(f"{c:>15}" for c in cats))
+    for name, s in summary.items():
+        print(f"{name:<10} {s['wall_ms_per_token']:7.2f} " + " ".join(f"{s['cpu_ms_per_token'][c]:15.2f}" for c in cats))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"model": os.path.basename(a.gguf), "depth": a.depth, "tokens": a.tokens,
+                       "threads": a.threads, "perf_freq_hz": FREQ,
+                       "command": "benches/depth_profile.py " + " ".join(sys.argv[1:]),
+                       "rounds": rounds, "summary": summary}, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
