@@ -455,6 +455,12 @@ fn heads_into<T: KvElem>(
 /// its f16 rows in chunks 0.896 [0.828, 1.024] (`docs/data/ab_attn_hint.json`). Why the wider
 /// rows want L2 is our reading, not a measurement: 64 outstanding L1 prefetches a step are more
 /// than L1's miss buffers hold.
+///
+/// Rows longer than this (on every path) are also asked for a line at a time, spread through
+/// the dot products ([`avx2::dots4`]), rather than in one burst of whole rows per step: Gemma 3
+/// at depth 4096, 1 thread, 1.078 [1.029, 1.104] (12 pairs; 2 threads 1.051 [0.914, 1.134],
+/// 10), its attention in `run --record` 2.63–2.66 → 2.25–2.43 ms a token. SmolLM2's rows keep
+/// the burst: spread, 0.960 [0.910, 1.060] (8 pairs; `docs/data/ab_attn_spread.json`).
 const L1_ROW_MAX: usize = 256;
 
 /// Positions `sh.start..=sh.pos` (one [`CHUNK`], or all of them) of heads `h0..h0 + g` into
@@ -583,18 +589,34 @@ pub(super) mod avx2 {
     /// `k_r = k + r·stride` (`hd` a multiple of 8); returns `G`. Each (head, row) pair has one
     /// accumulator over 8-float steps, reduced by [`hsum4`] (lane for lane the same sums as
     /// [`hsum`]), so a score does not depend on `G` nor on which of [`dot`] and this computes it.
+    ///
+    /// With `pf = Some((pk, pv))` it also asks (`HINT`) for the 4 rows from `pk` and the 4 from
+    /// `pv` (rows `stride` elements apart, as `k`'s), spread through the dot products: at each
+    /// 64 bytes of row it has read, the line at that offset of each of the 8 rows. (A row's
+    /// last partial line, where rows do not start on a line, comes with the next row's first:
+    /// the cache's rows of one head are contiguous.) The hints never change the result.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dots4<T: KvElem, const G: usize>(
+    unsafe fn dots4<T: KvElem, const G: usize, const HINT: i32>(
         q: *const f32,
         k: *const T,
-        stride: usize,
-        hd: usize,
+        (stride, hd): (usize, usize),
         out: *mut f32,
         n: usize,
+        pf: Option<(*const u8, *const u8)>,
     ) -> usize {
         let mut acc = [[_mm256_setzero_ps(); 4]; G];
         for c in (0..hd).step_by(8) {
+            if let Some((pk, pv)) = pf {
+                let off = c * T::BYTES;
+                if off.is_multiple_of(64) {
+                    let sb = stride * T::BYTES;
+                    for r in 0..4 {
+                        _mm_prefetch::<HINT>(pk.wrapping_add(r * sb + off) as *const i8);
+                        _mm_prefetch::<HINT>(pv.wrapping_add(r * sb + off) as *const i8);
+                    }
+                }
+            }
             let kr: [__m256; 4] = core::array::from_fn(|r| T::load8(k.add(r * stride + c)));
             for (j, a) in acc.iter_mut().enumerate() {
                 let qv = _mm256_loadu_ps(q.add(j * hd + c));
@@ -705,28 +727,34 @@ pub(super) mod avx2 {
         // Four positions at a time ([`dots4`]), one 4-way reduction per head. In decode the rows
         // come from DRAM (the weight stream evicts them between layers): each step asks (into L1
         // or L2: `HINT`) for the K rows [`KV_AHEAD`] positions on, and for its own positions' V
-        // rows, which the V sum reads next.
-        let row_bytes = hd * T::BYTES;
+        // rows, which the V sum reads next. Rows over [`super::L1_ROW_MAX`] bytes (Gemma 3's)
+        // are asked for a line at a time through the step's first dot products, shorter ones
+        // (SmolLM2's) all at once before them, as measured (docs/PERFORMANCE.md, Long context).
+        let (sb, row_bytes) = (stride * T::BYTES, hd * T::BYTES);
+        let spread = row_bytes > super::L1_ROW_MAX;
         let mut i = 0;
         while i + 4 <= n {
-            prefetch_step::<HINT>(
-                (k0 as *const u8, v0 as *const u8),
-                i,
-                stride * T::BYTES,
-                row_bytes,
+            let hints = (
+                (k0 as *const u8).wrapping_add((i + KV_AHEAD) * sb),
+                (v0 as *const u8).wrapping_add(i * sb),
             );
+            if !spread {
+                prefetch_step::<HINT>((k0 as *const u8, v0 as *const u8), i, sb, row_bytes);
+            }
             // The group's heads in chunks of at most 3 (12 accumulators and the 4 K rows fill
             // the 16 registers), or 4 in the `WIDE` build (32 registers: 16 accumulators), so
-            // each K row piece is converted once per chunk.
+            // each K row piece is converted once per chunk; the first chunk gives spread hints.
             let mut j = 0;
             while j < g {
                 let qj = q.as_ptr().add(j * hd);
                 let (kb, sj) = (k0.add(i * stride), scores.as_mut_ptr().add(j * n + i));
+                let pf = (spread && j == 0).then_some(hints);
+                let geo = (stride, hd);
                 j += match g - j {
-                    1 => dots4::<T, 1>(qj, kb, stride, hd, sj, n),
-                    4.. if WIDE => dots4::<T, 4>(qj, kb, stride, hd, sj, n),
-                    2 | 4 => dots4::<T, 2>(qj, kb, stride, hd, sj, n),
-                    _ => dots4::<T, 3>(qj, kb, stride, hd, sj, n),
+                    1 => dots4::<T, 1, HINT>(qj, kb, geo, sj, n, pf),
+                    4.. if WIDE => dots4::<T, 4, HINT>(qj, kb, geo, sj, n, pf),
+                    2 | 4 => dots4::<T, 2, HINT>(qj, kb, geo, sj, n, pf),
+                    _ => dots4::<T, 3, HINT>(qj, kb, geo, sj, n, pf),
                 };
             }
             i += 4;
@@ -845,9 +873,11 @@ pub(super) mod avx2 {
     pub(super) const INTO_L1: i32 = _MM_HINT_T0;
     pub(super) const INTO_L2: i32 = _MM_HINT_T1;
 
-    /// The prefetches of one 4-position step of the dot products (this kernel's and the bf16
-    /// one's): the K rows of positions `i + KV_AHEAD ..` and the V rows of `i ..`, 4 each, rows
-    /// `stride` bytes apart from `k0` / `v0` (row `start`), `row_bytes` long.
+    /// The prefetches of one 4-position step of the dot products, all at once (the bf16
+    /// kernel's, and this one's for rows up to [`super::L1_ROW_MAX`] bytes; longer rows ask for
+    /// the same lines spread through the dot products, [`dots4`]): the K rows of positions
+    /// `i + KV_AHEAD ..` and the V rows of `i ..`, 4 each, rows `stride` bytes apart from `k0` /
+    /// `v0` (row `start`), `row_bytes` long.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::kernels) unsafe fn prefetch_step<const HINT: i32>(
