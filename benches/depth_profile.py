@@ -2,10 +2,12 @@
 """Where a decode token's time goes at depth, cflow against llama.cpp, on one GGUF (issue 41's
 "if a target is missed"): `perf record -e cpu-clock` of each engine filling D cached positions
 and then decoding N tokens, and of the same engine filling them and decoding 2 tokens. Each
-symbol's samples go to a category (weight matvecs, attention, waiting, other; start-up work
-such as page clearing, hashing and the tokenizer is set apart and left out); a category's CPU
-time per decoded token is (its samples in the long run − in the short one) ÷ the sampling rate
-÷ the tokens decoded in addition, so the fill, the start-up and each engine's warm-up cancel.
+symbol's samples go to a category (weight matvecs, attention, waiting, other; by symbol, or by
+shared object for libgomp's unnamed spin code); a category's CPU time per decoded token is (its
+samples in the long run − in the short one) × the sample period (0.5 ms of CPU time) ÷ the
+tokens decoded in addition, so the fill, the start-up and each engine's warm-up cancel. Two
+checks are reported that should come out near 0: "fill" (the batched prompt kernels) and
+"startup" (page clearing, hashing, the tokenizer).
 `bench decode` decodes its N tokens twice (an untimed warm-up repeat, then the timed one),
 llama-bench once (its warm-up is one token in both runs).
 
@@ -20,31 +22,37 @@ Environment: CFLOW_BIN [target/release/cflow-tui], LLAMA_BENCH [/tmp/anchor/llcp
 Needs `perf` (software events only; no hardware PMU is required)."""
 import argparse, json, os, re, statistics, subprocess, sys, tempfile
 
-FREQ = 2000
+PERIOD_NS = 500_000  # one sample per 0.5 ms of CPU time (`perf record -c`, cpu-clock counts ns)
+# (category, symbol pattern, shared-object pattern); the first match wins. "fill" is the prompt
+# kernels that fill the cache (cflow's batched ones, llama.cpp's repacked gemm): the subtraction
+# should leave it near 0, and it is reported as a check, as is "startup".
 CATS = [
     ("startup", r"clear_page|copy_to_iter|sha2|pack_tile|filemap|memcpy_orig|rep_movs|do_huge_pmd|"
                 r"tokenizers|load_all_data|llama_model_loader|gguf_init|vocab|page_fault|"
-                r"tokenizer|from_doc|serde|hashbrown|malloc|free"),
+                r"tokenizer|from_doc|serde|hashbrown|malloc|free", None),
+    ("fill", r"run_batch|run_k_batch|tile_matmul|attention_block|packed_amx|kquant_batch|gemm_", None),
     ("attention", r"attention::|attention_bf16|flash_attn|soft_max|softmax|vec_dot_f16|vec_mad_f16|"
-                  r"attention_block"),
+                  r"expf", None),
     ("waiting", r"pool::|ThreadPool|crossbeam|ggml_barrier|gomp_|omp_|sched_yield|futex|__sched|"
-                r"do_idle|pv_native"),
-    ("weight matvecs", r"tile_matmul|tile_matvec|packed_amx|packed::avx512|packed::|kquant|gemm|gemv|"
-                       r"tinyBLAS|tiled_run_micro|vec_dot|mul_mat|serial_matvec|dot::"),
+                r"do_idle|pv_native|__rust_begin_short_backtrace", r"libgomp"),
+    ("weight matvecs", r"tile_matvec|packed::|kquant|gemv|tinyBLAS|tiled_run_micro|vec_dot|mul_mat|"
+                       r"matvec|dot::", None),
 ]
+REPORTED = ["weight matvecs", "attention", "waiting", "other"]
 
 
 def categorize(report):
     """Samples per category from `perf report -n` lines."""
-    samples = {c: 0 for c, _ in CATS}
+    samples = {c: 0 for c, *_ in CATS}
     samples["other"] = 0
     per_symbol = {}
     for line in report.splitlines():
-        m = re.match(r"\s*[0-9.]+%\s+(\d+)\s+\S+\s+\[[.k]\]\s+(.*\S)", line)
+        m = re.match(r"\s*[0-9.]+%\s+(\d+)\s+(\S+)\s+\[[.k]\]\s+(.*\S)", line)
         if not m:
             continue
-        n, sym = int(m.group(1)), m.group(2).strip()
-        cat = next((c for c, rx in CATS if re.search(rx, sym)), "other")
+        n, dso, sym = int(m.group(1)), m.group(2), m.group(3).strip()
+        cat = next((c for c, rx, drx in CATS
+                    if re.search(rx, sym) or (drx and re.search(drx, dso))), "other")
         samples[cat] += n
         per_symbol[sym[:100]] = per_symbol.get(sym[:100], 0) + n
     return samples, per_symbol
@@ -53,7 +61,7 @@ def categorize(report):
 def perf(cmd, env):
     with tempfile.NamedTemporaryFile(suffix=".data", delete=False) as f:
         data = f.name
-    out = subprocess.run(["perf", "record", "-e", "cpu-clock", "-F", str(FREQ), "-o", data, "--"]
+    out = subprocess.run(["perf", "record", "-e", "cpu-clock", "-c", str(PERIOD_NS), "-o", data, "--"]
                          + cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"perf record failed: {' '.join(cmd)}\n{out.stderr[-2000:]}")
@@ -105,16 +113,17 @@ def main():
             _, short_rep, n_short = run(2)
             extra = n_long - n_short
             (ls, lsym), (ss, ssym) = categorize(long_rep), categorize(short_rep)
-            ms = {c: round((ls[c] - ss[c]) / FREQ * 1000.0 / extra, 3) for c in ls if c != "startup"}
+            ms = {c: round((ls[c] - ss[c]) * PERIOD_NS / 1e6 / extra, 3) for c in ls}
             top = sorted(((lsym.get(s, 0) - ssym.get(s, 0), s) for s in lsym), reverse=True)[:8]
             row[name] = {"decode_tok_s": round(tok_s, 2), "wall_ms_per_token": round(1000.0 / tok_s, 3),
                          "cpu_ms_per_token": ms,
-                         "top_symbols_ms_per_token": [{"symbol": s, "ms": round(n / FREQ * 1000.0 / extra, 3)}
+                         "top_symbols_ms_per_token": [{"symbol": s, "ms": round(n * PERIOD_NS / 1e6 / extra, 3)}
                                                       for n, s in top]}
             print(f"round {r + 1} {name:<10} {tok_s:7.2f} tok/s, wall {1000.0 / tok_s:6.2f} ms/token; CPU ms/token: "
-                  + ", ".join(f"{c} {v:.2f}" for c, v in ms.items()), flush=True)
+                  + ", ".join(f"{c} {ms[c]:.2f}" for c in REPORTED)
+                  + f" (checks, ~0: fill {ms['fill']:.2f}, startup {ms['startup']:.2f})", flush=True)
         rounds.append(row)
-    cats = [c for c, _ in CATS if c != "startup"] + ["other"]
+    cats = REPORTED + ["fill", "startup"]
     summary = {}
     for name, _ in engines:
         summary[name] = {"wall_ms_per_token": statistics.median(x[name]["wall_ms_per_token"] for x in rounds),
@@ -127,7 +136,7 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"model": os.path.basename(a.gguf), "depth": a.depth, "tokens": a.tokens,
-                       "threads": a.threads, "perf_freq_hz": FREQ,
+                       "threads": a.threads, "perf_period_ns": PERIOD_NS, "categories": {c: [rx, drx] for c, rx, drx in CATS},
                        "command": "benches/depth_profile.py " + " ".join(sys.argv[1:]),
                        "rounds": rounds, "summary": summary}, f, indent=1)
             f.write("\n")

@@ -456,11 +456,13 @@ fn heads_into<T: KvElem>(
 /// rows want L2 is our reading, not a measurement: 64 outstanding L1 prefetches a step are more
 /// than L1's miss buffers hold.
 ///
-/// Rows longer than this (on every path) are also asked for a line at a time, spread through
-/// the dot products ([`avx2::dots4`]), rather than in one burst of whole rows per step: Gemma 3
-/// at depth 4096, 1 thread, 1.078 [1.029, 1.104] (12 pairs; 2 threads 1.051 [0.914, 1.134],
-/// 10), its attention in `run --record` 2.63–2.66 → 2.25–2.43 ms a token. SmolLM2's rows keep
-/// the burst: spread, 0.960 [0.910, 1.060] (8 pairs; `docs/data/ab_attn_spread.json`).
+/// In the f32/f16 kernel (one pass or chunk tasks), rows longer than this are also asked for a
+/// line at a time, spread through the dot products ([`avx2::dots4`]), rather than in one burst
+/// of whole rows per step (the bf16 kernel keeps the burst): Gemma 3 at depth 4096, 1 thread,
+/// 1.078 [1.029, 1.104] (12 pairs), its attention in `run --record` 2.63–2.66 → 2.25–2.43 ms a
+/// token; at 2 threads, measured with a switch in one binary, 1.051 [0.914, 1.134] (10 pairs,
+/// no difference shown). SmolLM2's rows keep the burst: spread, 0.960 [0.910, 1.060] (8 pairs;
+/// `docs/data/ab_attn_spread.json`).
 const L1_ROW_MAX: usize = 256;
 
 /// Positions `sh.start..=sh.pos` (one [`CHUNK`], or all of them) of heads `h0..h0 + g` into
@@ -591,10 +593,11 @@ pub(super) mod avx2 {
     /// [`hsum`]), so a score does not depend on `G` nor on which of [`dot`] and this computes it.
     ///
     /// With `pf = Some((pk, pv))` it also asks (`HINT`) for the 4 rows from `pk` and the 4 from
-    /// `pv` (rows `stride` elements apart, as `k`'s), spread through the dot products: at each
-    /// 64 bytes of row it has read, the line at that offset of each of the 8 rows. (A row's
-    /// last partial line, where rows do not start on a line, comes with the next row's first:
-    /// the cache's rows of one head are contiguous.) The hints never change the result.
+    /// `pv` (rows `stride` elements apart, as `k`'s), spread through the dot products: before
+    /// reading each 64 bytes of its own rows, the line at that offset of each of the 8 rows.
+    /// Where rows do not start on a line, a row's last partial line comes with the next row's
+    /// first only when the rows of one head are contiguous (the engine's head-major cache); in a
+    /// position-major layout it is not asked for. The hints never change the result.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dots4<T: KvElem, const G: usize, const HINT: i32>(
