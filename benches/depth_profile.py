@@ -20,7 +20,10 @@ Usage: benches/depth_profile.py MODEL.gguf [MODEL.cflow] [--depth 4096] [--token
        [--threads 1] [--rounds 2] [--out F.json]
 Environment: CFLOW_BIN [target/release/cflow-tui], LLAMA_BENCH [/tmp/anchor/llcpp-build/bin/llama-bench].
 Needs `perf` (software events only; no hardware PMU is required)."""
-import argparse, json, os, re, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, statistics, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import prefill_profile  # noqa: E402  (its perf() helper)
 
 PERIOD_NS = 500_000  # one sample per 0.5 ms of CPU time (`perf record -c`, cpu-clock counts ns)
 # (category, symbol pattern, shared-object pattern); the first match wins. "fill" is the prompt
@@ -59,16 +62,8 @@ def categorize(report):
 
 
 def perf(cmd, env):
-    with tempfile.NamedTemporaryFile(suffix=".data", delete=False) as f:
-        data = f.name
-    out = subprocess.run(["perf", "record", "-e", "cpu-clock", "-c", str(PERIOD_NS), "-o", data, "--"]
-                         + cmd, capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        sys.exit(f"perf record failed: {' '.join(cmd)}\n{out.stderr[-2000:]}")
-    rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,symbol",
-                          "-n", "--stdio"], capture_output=True, text=True).stdout
-    os.unlink(data)
-    return out.stdout, rep
+    """`prefill_profile.perf` with a fixed sample period and sample counts in the report."""
+    return prefill_profile.perf(cmd, env, sampling=("-c", str(PERIOD_NS)), report=("-n",))
 
 
 def main():

@@ -33,15 +33,18 @@ def categorize(report):
             top.append({"symbol": sym[:120].strip(), "pct": pct, "category": cat})
     return shares, top
 
-def perf(cmd, env=None):
+def perf(cmd, env=None, sampling=("-F", "2000"), report=()):
+    """`perf record -e cpu-clock` of `cmd` (its `sampling` arguments), then `perf report` by
+    shared object and symbol (plus `report`); returns (cmd's stdout, the report). Shared with
+    depth_profile.py."""
     with tempfile.NamedTemporaryFile(suffix=".data", delete=False) as f:
         data = f.name
-    out = subprocess.run(["perf", "record", "-e", "cpu-clock", "-F", "2000", "-o", data, "--"] + cmd,
+    out = subprocess.run(["perf", "record", "-e", "cpu-clock", *sampling, "-o", data, "--"] + cmd,
                          capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"perf record failed: {' '.join(cmd)}\n{out.stderr[-2000:]}")
     rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,symbol",
-                          "--stdio"], capture_output=True, text=True).stdout
+                          *report, "--stdio"], capture_output=True, text=True).stdout
     os.unlink(data)
     return out.stdout, rep
 

@@ -735,15 +735,14 @@ pub(super) mod avx2 {
         // (SmolLM2's) all at once before them, as measured (docs/PERFORMANCE.md, Long context).
         let (sb, row_bytes) = (stride * T::BYTES, hd * T::BYTES);
         let spread = row_bytes > super::L1_ROW_MAX;
+        let geo = (stride, hd);
         let mut i = 0;
         while i + 4 <= n {
-            let hints = (
-                (k0 as *const u8).wrapping_add((i + KV_AHEAD) * sb),
-                (v0 as *const u8).wrapping_add(i * sb),
-            );
+            let bases = (k0 as *const u8, v0 as *const u8);
             if !spread {
-                prefetch_step::<HINT>((k0 as *const u8, v0 as *const u8), i, sb, row_bytes);
+                prefetch_step::<HINT>(bases, i, sb, row_bytes);
             }
+            let hints = step_rows(bases, i, sb);
             // The group's heads in chunks of at most 3 (12 accumulators and the 4 K rows fill
             // the 16 registers), or 4 in the `WIDE` build (32 registers: 16 accumulators), so
             // each K row piece is converted once per chunk; the first chunk gives spread hints.
@@ -752,7 +751,6 @@ pub(super) mod avx2 {
                 let qj = q.as_ptr().add(j * hd);
                 let (kb, sj) = (k0.add(i * stride), scores.as_mut_ptr().add(j * n + i));
                 let pf = (spread && j == 0).then_some(hints);
-                let geo = (stride, hd);
                 j += match g - j {
                     1 => dots4::<T, 1, HINT>(qj, kb, geo, sj, n, pf),
                     4.. if WIDE => dots4::<T, 4, HINT>(qj, kb, geo, sj, n, pf),
@@ -889,10 +887,26 @@ pub(super) mod avx2 {
         stride: usize,
         row_bytes: usize,
     ) {
-        for r in i..i + 4 {
-            prefetch_row::<HINT>(k0.wrapping_add((r + KV_AHEAD) * stride), row_bytes);
-            prefetch_row::<HINT>(v0.wrapping_add(r * stride), row_bytes);
+        let (k, v) = step_rows((k0, v0), i, stride);
+        for r in 0..4 {
+            prefetch_row::<HINT>(k.wrapping_add(r * stride), row_bytes);
+            prefetch_row::<HINT>(v.wrapping_add(r * stride), row_bytes);
         }
+    }
+
+    /// The first of the 4 K rows and of the 4 V rows that the 4-position step from position
+    /// `i` asks for: K at `i + KV_AHEAD`, V at `i` (rows `stride` bytes apart from `k0` / `v0`,
+    /// row `start`). Formed with `wrapping_add`: the last steps' K rows lie past the cache.
+    #[inline]
+    fn step_rows(
+        (k0, v0): (*const u8, *const u8),
+        i: usize,
+        stride: usize,
+    ) -> (*const u8, *const u8) {
+        (
+            k0.wrapping_add((i + KV_AHEAD) * stride),
+            v0.wrapping_add(i * stride),
+        )
     }
 
     /// Prefetch `HINT` ([`INTO_L1`] or [`INTO_L2`]) of the lines of `len` bytes from `p`.
