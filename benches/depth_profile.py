@@ -16,11 +16,16 @@ The decode rates are the engines' own (`bench decode --json` `decode_tok_s`, lla
 token; at two they add up to the CPU time of both threads (a spinning thread counts as waiting).
 The subtraction leaves noise: each round's figures are kept, and the rounds alternate engines.
 
+Against the work: a token's weight bytes and matvec FLOPs (2 per weight of every matrix, the LM
+head's included), and the K/V bytes and attention FLOPs of its mean position (GGUF geometry:
+`vs_llamacpp.py bytes`), each category's figures as GB/s and GFLOP/s of CPU time.
+
 Usage: benches/depth_profile.py MODEL.gguf [MODEL.cflow] [--depth 4096] [--tokens 512]
        [--threads 1] [--rounds 2] [--out F.json]
-Environment: CFLOW_BIN [target/release/cflow-tui], LLAMA_BENCH [/tmp/anchor/llcpp-build/bin/llama-bench].
+Environment: CFLOW_BIN [target/release/cflow-tui], LLAMA_BENCH [/tmp/anchor/llcpp-build/bin/llama-bench],
+PYTHON [$ANCHOR_DIR/venv/bin/python, ANCHOR_DIR /tmp/anchor: a Python with gguf-py].
 Needs `perf` (software events only; no hardware PMU is required)."""
-import argparse, json, os, re, statistics, sys
+import argparse, json, os, re, statistics, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import prefill_profile  # noqa: E402  (its perf() helper)
@@ -61,6 +66,35 @@ def categorize(report):
     return samples, per_symbol
 
 
+def work(gguf_path, depth, tokens):
+    """A decode token's work (`vs_llamacpp.py bytes`, run by a Python with gguf-py): weight bytes
+    and matvec FLOPs; K/V bytes and attention FLOPs at the mean position of the timed tokens."""
+    anchor = os.environ.get("ANCHOR_DIR", "/tmp/anchor")
+    py = os.environ.get("PYTHON", os.path.join(anchor, "venv/bin/python"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([py, os.path.join(here, "vs_llamacpp.py"), "bytes", gguf_path],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{py} vs_llamacpp.py bytes {gguf_path} failed (needs gguf-py; set PYTHON):\n{out.stderr[-1000:]}")
+    b = json.loads(out.stdout)
+    sys.path.insert(0, here)
+    import vs_llamacpp  # noqa: E402  (its formulas; importing it needs no gguf)
+    return {"weight_bytes": b["weight_bytes_per_token"],
+            "matvec_flops": 2 * (b["layer_matrix_params"] + b["lm_head_params"]),
+            "kv_bytes": round(vs_llamacpp.kv_read_bytes(b, depth, tokens)),
+            "attention_flops": vs_llamacpp.attention_flops(b, depth + tokens // 2), "geometry": b}
+
+
+def rates(ms, w):
+    """GB/s and GFLOP/s of the weight matvecs and the attention, from CPU ms per token."""
+    r = {}
+    for cat, by, fl in (("weight matvecs", "weight_bytes", "matvec_flops"),
+                        ("attention", "kv_bytes", "attention_flops")):
+        t = ms[cat] / 1e3
+        r[cat] = {"GB_s": round(w[by] / t / 1e9, 2), "GFLOP_s": round(w[fl] / t / 1e9, 2)} if t > 0 else None
+    return r
+
+
 def perf(cmd, env):
     """`prefill_profile.perf` with a fixed sample period and sample counts in the report."""
     return prefill_profile.perf(cmd, env, sampling=("-c", str(PERIOD_NS)), report=("-n",))
@@ -87,6 +121,9 @@ def main():
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(llama))
     model = a.cflow_model or a.gguf
     t, d = str(a.threads), str(a.depth)
+    w = work(a.gguf, a.depth, a.tokens)
+    print(f"a token's work: {w['weight_bytes'] / 1e6:.1f} MB of weights, {w['matvec_flops'] / 1e9:.3f} GFLOP of matvecs; "
+          f"{w['kv_bytes'] / 1e6:.2f} MB of K/V, {w['attention_flops'] / 1e9:.3f} GFLOP of attention (mean position)", flush=True)
 
     def cflow_run(n):
         out, rep = perf([cflow, "bench", "decode", model, "--depth", d, "--tokens", str(n),
@@ -128,10 +165,15 @@ def main():
     print(f"{'engine':<10} {'wall':>7} " + " ".join(f"{c:>15}" for c in cats))
     for name, s in summary.items():
         print(f"{name:<10} {s['wall_ms_per_token']:7.2f} " + " ".join(f"{s['cpu_ms_per_token'][c]:15.2f}" for c in cats))
+    print("\nagainst the work (CPU time of each category):")
+    for name, s in summary.items():
+        s["rates"] = rates(s["cpu_ms_per_token"], w)
+        print(f"{name:<10} " + "; ".join(f"{c}: {v['GB_s']:.1f} GB/s, {v['GFLOP_s']:.1f} GFLOP/s" if v else f"{c}: -"
+                                         for c, v in s["rates"].items()))
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"model": os.path.basename(a.gguf), "depth": a.depth, "tokens": a.tokens,
-                       "threads": a.threads, "perf_period_ns": PERIOD_NS, "categories": {c: [rx, drx] for c, rx, drx in CATS},
+                       "threads": a.threads, "work_per_token": w, "perf_period_ns": PERIOD_NS, "categories": {c: [rx, drx] for c, rx, drx in CATS},
                        "command": "benches/depth_profile.py " + " ".join(sys.argv[1:]),
                        "rounds": rounds, "summary": summary}, f, indent=1)
             f.write("\n")

@@ -85,14 +85,25 @@ def bytes_per_token(gguf_path):
     names = {t.name for t in r.tensors}
     tied = "output.weight" not in names
     other, emb_full, emb_row, n_vocab = 0, 0, 0, None
+    # Weights multiplied per token (matrices only, for the FLOP counts: 2 per weight): the layers'
+    # and the LM head's (the tied embedding's when there is no output.weight).
+    layer_params, head_params = 0, 0
     for t in r.tensors:
         n = int(t.n_bytes)
+        dims = [int(x) for x in t.shape if int(x) > 1]
         if t.name == "token_embd.weight":
             emb_full = n
             n_vocab = int(t.shape[-1])  # gguf shape is [n_embd, n_vocab]
             emb_row = n // n_vocab
+            if tied:
+                head_params = int(t.n_elements)
         else:
             other += n
+            if len(dims) >= 2:
+                if t.name == "output.weight":
+                    head_params = int(t.n_elements)
+                else:
+                    layer_params += int(t.n_elements)
     total = other + (emb_full if tied else emb_row)
 
     def field(key):
@@ -114,8 +125,20 @@ def bytes_per_token(gguf_path):
     return dict(path=gguf_path, arch=arch, n_vocab=n_vocab, tied_embedding=tied, non_embedding_bytes=other,
                 embedding_bytes_read=emb_full if tied else emb_row, weight_bytes_per_token=total,
                 kv_bytes_per_position=per_layer_pos * n_layer, kv_bytes_per_layer_position=per_layer_pos,
-                sliding_window=window, local_layers=sum(local), n_layer=n_layer,
+                sliding_window=window, local_layers=sum(local), n_layer=n_layer, n_head=n_head,
+                n_head_kv=n_kv, key_length=k_len, value_length=v_len,
+                layer_matrix_params=layer_params, lm_head_params=head_params,
                 types=sorted({t.tensor_type.name for t in r.tensors}))
+
+
+def attention_flops(bpt, pos):
+    """FLOPs of one query's attention at position `pos` (it attends over pos + 1 cached positions;
+    local layers over at most their window): per layer and head 2 · (key_length + value_length)
+    per position (the scores' dot products and the weighted sum of V)."""
+    w, nl, loc = bpt["sliding_window"], bpt["n_layer"], bpt["local_layers"]
+    seen = pos + 1
+    positions = (nl - loc) * seen + loc * (min(seen, w) if w else seen)
+    return 2 * bpt["n_head"] * (bpt["key_length"] + bpt["value_length"]) * positions
 
 
 def kv_read_bytes(bpt, first, n):
