@@ -13,7 +13,8 @@ the last token only) and the attention's (its mean over the causal positions), a
 category's CPU time (GGUF geometry: `vs_llamacpp.py bytes`, by `PYTHON`, as depth_profile.py).
 
 Usage: benches/prefill_profile.py MODEL.gguf [--prompt 256,2048] [--threads 1] [--repeats 6] [--out F.json]
-Environment: CFLOW_BIN [target/release/cflow-tui], LLAMA_BENCH [/tmp/anchor/llcpp-build/bin/llama-bench].
+Environment: CFLOW_BIN [target/release/cflow-tui], LLAMA_BENCH [/tmp/anchor/llcpp-build/bin/llama-bench],
+PYTHON [$ANCHOR_DIR/venv/bin/python, ANCHOR_DIR /tmp/anchor: a Python with gguf-py].
 Needs `perf` (software events only; no hardware PMU is required)."""
 import argparse, json, os, re, subprocess, sys, tempfile
 
@@ -74,6 +75,12 @@ def main():
     a = ap.parse_args()
     if not os.path.isfile(a.model):
         sys.exit(f"{a.model}: no such file")
+    try:
+        prompts = [int(x) for x in a.prompt.split(",")]
+    except ValueError:
+        sys.exit(f"--prompt {a.prompt!r}: comma-separated token counts, e.g. 256,2048")
+    if not prompts or min(prompts) < 1:
+        sys.exit("--prompt: every prompt needs at least 1 token")
     if a.repeats < 2:
         sys.exit("--repeats must be at least 2 (the short run has 1)")
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,7 +108,7 @@ def main():
               "categories": dict(CATS), "rows": []}
     print(f"{'engine':<10} {'prompt':>6} {'tok/s':>8} {'matmul':>8} {'GFLOP/s':>8} {'attention':>10} "
           f"{'GFLOP/s':>8} {'waiting':>8} {'other':>8}   (CPU ms per prompt token; check: startup)")
-    for p in [int(x) for x in a.prompt.split(",")]:
+    for p in prompts:
         flops = {"matmul": 2 * b["layer_matrix_params"],
                  "attention": sum(vs_llamacpp.attention_flops(b, q) for q in range(p)) / p}
         for eng, run in (("cflow", cflow_run), ("llama.cpp", llama_run)):

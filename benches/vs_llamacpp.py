@@ -88,6 +88,12 @@ def bytes_per_token(gguf_path):
     # Weights multiplied per token (matrices only, for the FLOP counts: 2 per weight): the layers'
     # and the LM head's (the tied embedding's when there is no output.weight).
     layer_params, head_params = 0, 0
+    arch0 = r.fields.get("general.architecture")
+    arch0 = arch0.contents() if arch0 is not None else ""
+    experts = r.fields.get(f"{arch0}.expert_count")
+    experts = int(experts.contents()) if experts is not None else 0
+    experts_used = r.fields.get(f"{arch0}.expert_used_count")
+    experts_used = int(experts_used.contents()) if experts_used is not None else experts
     for t in r.tensors:
         n = int(t.n_bytes)
         dims = [int(x) for x in t.shape if int(x) > 1]
@@ -102,6 +108,9 @@ def bytes_per_token(gguf_path):
             if len(dims) >= 2:
                 if t.name == "output.weight":
                     head_params = int(t.n_elements)
+                elif len(dims) == 3 and experts:
+                    # A MoE's stacked experts: a token multiplies the ones its router picks.
+                    layer_params += int(t.n_elements) * experts_used // experts
                 else:
                     layer_params += int(t.n_elements)
     total = other + (emb_full if tied else emb_row)

@@ -13,8 +13,8 @@ use std::io::Write;
 use std::time::Instant;
 
 fn run<T: KvElem>(pool: &ThreadPool, sh: &AttnShape, cold: bool, flush: &[u8]) -> f64 {
-    let evict = std::env::var_os("EVICT").is_some();
-    let prewarm = std::env::var_os("PREWARM").is_some();
+    let on = |k: &str| std::env::var(k).is_ok_and(|v| v == "1");
+    let (evict, prewarm) = (on("EVICT"), on("PREWARM"));
     let n = (sh.pos + 1) * sh.kv_dim;
     let k: Vec<T> = (0..n)
         .map(|i| T::from_f32(((i % 97) as f32 - 48.0) / 50.0))
@@ -53,11 +53,16 @@ fn run<T: KvElem>(pool: &ThreadPool, sh: &AttnShape, cold: bool, flush: &[u8]) -
 }
 
 fn main() {
-    let n: usize = std::env::var("POSITIONS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(4096);
+    let n: usize = match std::env::var("POSITIONS") {
+        Err(_) => 4096,
+        Ok(s) => match s.parse() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                eprintln!("POSITIONS={s:?}: a positive number of cached positions");
+                std::process::exit(2);
+            }
+        },
+    };
     let pos = n - 1;
     // (heads, KV heads, head width)
     let (heads, kv_heads, hd) = match std::env::var("SHAPE").as_deref() {

@@ -83,23 +83,32 @@ pub fn superblock() -> bool {
     SUPERBLOCK.load(Relaxed)
 }
 
+/// One address inside `w` in each 64-byte line that `w` touches (the first at its start, then
+/// each following line's first byte), so an unaligned slice's last line is not missed.
+fn lines<T>(w: &[T]) -> impl Iterator<Item = *const u8> + '_ {
+    let base = w.as_ptr() as *const u8;
+    let start = base as usize;
+    let len = std::mem::size_of_val(w);
+    // An empty slice touches no line (its pointer may dangle: CLFLUSH on it would fault).
+    let end = if len == 0 { start & !63 } else { start + len };
+    (start & !63..end)
+        .step_by(64)
+        .map(move |l| base.wrapping_add(l.max(start) - start))
+}
+
 /// Issues a `prefetcht1` for every 64-byte line of `w`. A hint: it never faults and changes no
 /// value, only when the bytes arrive.
 pub fn to_l2<T>(w: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
-        let p = w.as_ptr() as *const u8;
-        let len = std::mem::size_of_val(w);
-        let mut o = 0;
-        while o < len {
+        for p in lines(w) {
             // SAFETY: PREFETCHT1 is a hint that never faults; SSE is part of the x86_64
             // baseline; the address is inside the live slice `w`.
             unsafe {
                 std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-                    p.add(o) as *const i8
+                    p as *const i8,
                 )
             };
-            o += 64;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -111,12 +120,10 @@ pub fn to_l2<T>(w: &[T]) {
 pub fn evict<T>(w: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
-        let p = w.as_ptr() as *const u8;
-        let len = std::mem::size_of_val(w);
-        for o in (0..len).step_by(64) {
+        for p in lines(w) {
             // SAFETY: CLFLUSH (SSE2, x86_64 baseline) on an address inside the live slice `w`;
             // it writes a dirty line back and never changes a value.
-            unsafe { std::arch::x86_64::_mm_clflush(p.add(o)) };
+            unsafe { std::arch::x86_64::_mm_clflush(p) };
         }
         // SAFETY: MFENCE is SSE2 (x86_64 baseline); it orders the flushes before what follows.
         unsafe { std::arch::x86_64::_mm_mfence() };
@@ -161,6 +168,19 @@ pub(crate) mod tests {
     fn prefetch_of_any_slice_is_harmless() {
         super::to_l2::<f32>(&[]);
         super::to_l2(&[1.0f32; 33]);
+    }
+
+    #[test]
+    fn every_line_a_slice_touches_is_named_once() {
+        let buf = vec![0u8; 512];
+        let at = buf.as_ptr() as usize;
+        let off = (64 - at % 64) % 64 + 60; // 4 bytes before a line boundary
+        let w = &buf[off..off + 70]; // 4 + 64 + 2 bytes: three lines
+        let got: Vec<usize> = super::lines(w).map(|p| p as usize).collect();
+        let s = w.as_ptr() as usize;
+        assert_eq!(got, vec![s, s + 4, s + 68]);
+        assert_eq!(super::lines::<u8>(&[]).count(), 0);
+        assert_eq!(super::lines(&buf[off + 4..off + 68]).count(), 1);
     }
 
     #[test]
