@@ -25,12 +25,12 @@ Usage: benches/depth_profile.py MODEL.gguf [MODEL.cflow] [--depth 4096] [--token
 Environment: CFLOW_BIN [target/release/cflow-tui], LLAMA_BENCH [/tmp/anchor/llcpp-build/bin/llama-bench],
 PYTHON [$ANCHOR_DIR/venv/bin/python, ANCHOR_DIR /tmp/anchor: a Python with gguf-py].
 Needs `perf` (software events only; no hardware PMU is required)."""
-import argparse, json, os, re, statistics, subprocess, sys
+import argparse, json, os, statistics, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import prefill_profile  # noqa: E402  (its perf() helper)
+import profile_common as pc  # noqa: E402  (perf, categories, the subtraction, the geometry)
+import vs_llamacpp  # noqa: E402  (its formulas; importing it needs no gguf)
 
-PERIOD_NS = 500_000  # one sample per 0.5 ms of CPU time (`perf record -c`, cpu-clock counts ns)
 # (category, symbol pattern, shared-object pattern); the first match wins. "fill" is the prompt
 # kernels that fill the cache (cflow's batched ones, llama.cpp's repacked gemm): the subtraction
 # should leave it near 0, and it is reported as a check, as is "startup".
@@ -49,36 +49,10 @@ CATS = [
 REPORTED = ["weight matvecs", "attention", "waiting", "other"]
 
 
-def categorize(report):
-    """Samples per category from `perf report -n` lines."""
-    samples = {c: 0 for c, *_ in CATS}
-    samples["other"] = 0
-    per_symbol = {}
-    for line in report.splitlines():
-        m = re.match(r"\s*[0-9.]+%\s+(\d+)\s+(\S+)\s+\[[.k]\]\s+(.*\S)", line)
-        if not m:
-            continue
-        n, dso, sym = int(m.group(1)), m.group(2), m.group(3).strip()
-        cat = next((c for c, rx, drx in CATS
-                    if re.search(rx, sym) or (drx and re.search(drx, dso))), "other")
-        samples[cat] += n
-        per_symbol[sym[:100]] = per_symbol.get(sym[:100], 0) + n
-    return samples, per_symbol
-
-
 def work(gguf_path, depth, tokens):
     """A decode token's work (`vs_llamacpp.py bytes`, run by a Python with gguf-py): weight bytes
     and matvec FLOPs; K/V bytes and attention FLOPs at the mean position of the timed tokens."""
-    anchor = os.environ.get("ANCHOR_DIR", "/tmp/anchor")
-    py = os.environ.get("PYTHON", os.path.join(anchor, "venv/bin/python"))
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run([py, os.path.join(here, "vs_llamacpp.py"), "bytes", gguf_path],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"{py} vs_llamacpp.py bytes {gguf_path} failed (needs gguf-py; set PYTHON):\n{out.stderr[-1000:]}")
-    b = json.loads(out.stdout)
-    sys.path.insert(0, here)
-    import vs_llamacpp  # noqa: E402  (its formulas; importing it needs no gguf)
+    b = pc.geometry(gguf_path)
     return {"weight_bytes": b["weight_bytes_per_token"],
             "matvec_flops": 2 * (b["layer_matrix_params"] + b["lm_head_params"]),
             "kv_bytes": round(vs_llamacpp.kv_read_bytes(b, depth, tokens)),
@@ -93,11 +67,6 @@ def rates(ms, w):
         t = ms[cat] / 1e3
         r[cat] = {"GB_s": round(w[by] / t / 1e9, 2), "GFLOP_s": round(w[fl] / t / 1e9, 2)} if t > 0 else None
     return r
-
-
-def perf(cmd, env):
-    """`prefill_profile.perf` with a fixed sample period and sample counts in the report."""
-    return prefill_profile.perf(cmd, env, sampling=("-c", str(PERIOD_NS)), report=("-n",))
 
 
 def main():
@@ -126,12 +95,12 @@ def main():
           f"{w['kv_bytes'] / 1e6:.2f} MB of K/V, {w['attention_flops'] / 1e9:.3f} GFLOP of attention (mean position)", flush=True)
 
     def cflow_run(n):
-        out, rep = perf([cflow, "bench", "decode", model, "--depth", d, "--tokens", str(n),
+        out, rep = pc.perf([cflow, "bench", "decode", model, "--depth", d, "--tokens", str(n),
                          "--repeat", "1", "-t", t, "--json"], env)
         return json.loads(out)["rows"][0]["decode_tok_s"]["median"], rep, 2 * n
 
     def llama_run(n):
-        out, rep = perf([llama, "-m", a.gguf, "-p", "0", "-n", str(n), "-d", d, "-t", t, "-r", "1",
+        out, rep = pc.perf([llama, "-m", a.gguf, "-p", "0", "-n", str(n), "-d", d, "-t", t, "-r", "1",
                          "-o", "json"], env)
         return json.loads(out)[0]["avg_ts"], rep, n
 
@@ -144,13 +113,9 @@ def main():
             tok_s, long_rep, n_long = run(a.tokens)
             _, short_rep, n_short = run(2)
             extra = n_long - n_short
-            (ls, lsym), (ss, ssym) = categorize(long_rep), categorize(short_rep)
-            ms = {c: round((ls[c] - ss[c]) * PERIOD_NS / 1e6 / extra, 3) for c in ls}
-            top = sorted(((lsym.get(s, 0) - ssym.get(s, 0), s) for s in lsym), reverse=True)[:8]
+            ms, top = pc.subtract(long_rep, short_rep, CATS, extra)
             row[name] = {"decode_tok_s": round(tok_s, 2), "wall_ms_per_token": round(1000.0 / tok_s, 3),
-                         "cpu_ms_per_token": ms,
-                         "top_symbols_ms_per_token": [{"symbol": s, "ms": round(n * PERIOD_NS / 1e6 / extra, 3)}
-                                                      for n, s in top]}
+                         "cpu_ms_per_token": ms, "top_symbols_ms_per_token": top}
             print(f"round {r + 1} {name:<10} {tok_s:7.2f} tok/s, wall {1000.0 / tok_s:6.2f} ms/token; CPU ms/token: "
                   + ", ".join(f"{c} {ms[c]:.2f}" for c in REPORTED)
                   + f" (checks, ~0: fill {ms['fill']:.2f}, startup {ms['startup']:.2f})", flush=True)
@@ -173,7 +138,7 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"model": os.path.basename(a.gguf), "depth": a.depth, "tokens": a.tokens,
-                       "threads": a.threads, "work_per_token": w, "perf_period_ns": PERIOD_NS, "categories": {c: [rx, drx] for c, rx, drx in CATS},
+                       "threads": a.threads, "work_per_token": w, "perf_period_ns": pc.PERIOD_NS, "categories": {c: [rx, drx] for c, rx, drx in CATS},
                        "command": "benches/depth_profile.py " + " ".join(sys.argv[1:]),
                        "rounds": rounds, "summary": summary}, f, indent=1)
             f.write("\n")

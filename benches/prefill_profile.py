@@ -16,54 +16,25 @@ Usage: benches/prefill_profile.py MODEL.gguf [--prompt 256,2048] [--threads 1] [
 Environment: CFLOW_BIN [target/release/cflow-tui], LLAMA_BENCH [/tmp/anchor/llcpp-build/bin/llama-bench],
 PYTHON [$ANCHOR_DIR/venv/bin/python, ANCHOR_DIR /tmp/anchor: a Python with gguf-py].
 Needs `perf` (software events only; no hardware PMU is required)."""
-import argparse, json, os, re, subprocess, sys, tempfile
+import argparse, json, os, sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import profile_common as pc  # noqa: E402  (perf, categories, the subtraction, the geometry)
+import vs_llamacpp  # noqa: E402  (its formulas; importing it needs no gguf)
+
+# (category, symbol pattern, shared-object pattern); the first match wins. "startup" is a check.
 CATS = [
     ("startup", r"clear_page|copy_to_iter|sha2|pack_tile|filemap|memcpy_orig|rep_movs|do_huge_pmd|"
-                r"tokenizers|load_all_data|llama_model_loader|gguf_init"),
-    ("attention", r"attention::|attention_block|attention_bf16|flash_attn|soft_max|softmax"),
+                r"tokenizers|load_all_data|llama_model_loader|gguf_init", None),
+    ("attention", r"attention::|attention_block|attention_bf16|flash_attn|soft_max|softmax", None),
     # A thread waiting for the others: cflow's pool (its workers spin, then park), llama.cpp's
     # barrier and OpenMP runtime (libgomp's spin has no symbol: matched by its shared object).
     ("waiting", r"pool::|ThreadPool|__rust_begin_short_backtrace|ggml_barrier|gomp_|omp_|sched_yield|"
-                r"futex|do_idle|libgomp"),
+                r"futex|do_idle", r"libgomp"),
     ("matmul", r"tile_matmul|tile_matvec|packed_amx|packed::avx512|kquant|gemm|gemv|tinyBLAS|"
-               r"tiled_run_micro|vec_dot|mul_mat"),
+               r"tiled_run_micro|vec_dot|mul_mat", None),
 ]
 
-PERIOD_NS = 500_000  # `perf record -c`: one sample per 0.5 ms of CPU time
-
-
-def categorize(report):
-    """Samples per category, and the top symbols, from `perf report -n` lines."""
-    counts = {c: 0 for c, _ in CATS}
-    counts["other"] = 0
-    per_symbol = {}
-    for line in report.splitlines():
-        m = re.match(r"\s*[0-9.]+%\s+(\d+)\s+(\S+)\s+\[[.k]\]\s+(.*\S)", line)
-        if not m:
-            continue
-        n, sym = int(m.group(1)), m.group(2) + " " + m.group(3)
-        cat = next((c for c, rx in CATS if re.search(rx, sym)), "other")
-        counts[cat] += n
-        key = (sym[:120].strip(), cat)
-        per_symbol[key] = per_symbol.get(key, 0) + n
-    return counts, per_symbol
-
-
-def perf(cmd, env=None, sampling=("-F", "2000"), report=()):
-    """`perf record -e cpu-clock` of `cmd` (its `sampling` arguments), then `perf report` by
-    shared object and symbol (plus `report`); returns (cmd's stdout, the report). Shared with
-    depth_profile.py."""
-    with tempfile.NamedTemporaryFile(suffix=".data", delete=False) as f:
-        data = f.name
-    out = subprocess.run(["perf", "record", "-e", "cpu-clock", *sampling, "-o", data, "--"] + cmd,
-                         capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        sys.exit(f"perf record failed: {' '.join(cmd)}\n{out.stderr[-2000:]}")
-    rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,symbol",
-                          *report, "--stdio"], capture_output=True, text=True).stdout
-    os.unlink(data)
-    return out.stdout, rep
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -87,25 +58,22 @@ def main():
     cflow = os.environ.get("CFLOW_BIN", os.path.join(repo, "target/release/cflow-tui"))
     llama = os.environ.get("LLAMA_BENCH", "/tmp/anchor/llcpp-build/bin/llama-bench")
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(llama))
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import depth_profile, vs_llamacpp  # noqa: E402  (the geometry; importing them needs no gguf)
-    geo = depth_profile.work(a.model, 0, 2)  # exits with a message when no gguf-py is found
-    b = geo["geometry"]
+    b = pc.geometry(a.model)  # exits with a message when no gguf-py is found
     reps = a.repeats
 
     def cflow_run(p, r):
-        out, rep = perf([cflow, "bench", "decode", a.model, "-p", str(p), "-n", "1", "-r", str(r),
-                         "-t", str(a.threads), "--json"], sampling=("-c", str(PERIOD_NS)), report=("-n",))
+        out, rep = pc.perf([cflow, "bench", "decode", a.model, "-p", str(p), "-n", "1", "-r", str(r),
+                            "-t", str(a.threads), "--json"])
         return json.loads(out)["rows"][0]["prefill_tok_s"]["median"], rep
 
     def llama_run(p, r):
-        out, rep = perf([llama, "-m", a.model, "-p", str(p), "-n", "0", "-t", str(a.threads),
-                         "-r", str(r), "-o", "json"], env=env, sampling=("-c", str(PERIOD_NS)), report=("-n",))
+        out, rep = pc.perf([llama, "-m", a.model, "-p", str(p), "-n", "0", "-t", str(a.threads),
+                            "-r", str(r), "-o", "json"], env=env)
         return json.loads(out)[0]["avg_ts"], rep
 
     result = {"model": os.path.basename(a.model), "threads": a.threads, "repeats": reps,
-              "perf_period_ns": PERIOD_NS, "command": "benches/prefill_profile.py " + " ".join(sys.argv[1:]),
-              "categories": dict(CATS), "rows": []}
+              "perf_period_ns": pc.PERIOD_NS, "command": "benches/prefill_profile.py " + " ".join(sys.argv[1:]),
+              "categories": {c: [rx, drx] for c, rx, drx in CATS}, "rows": []}
     print(f"{'engine':<10} {'prompt':>6} {'tok/s':>8} {'matmul':>8} {'GFLOP/s':>8} {'attention':>10} "
           f"{'GFLOP/s':>8} {'waiting':>8} {'other':>8}   (CPU ms per prompt token; check: startup)")
     for p in prompts:
@@ -114,16 +82,11 @@ def main():
         for eng, run in (("cflow", cflow_run), ("llama.cpp", llama_run)):
             tok_s, long_rep = run(p, reps)
             _, short_rep = run(p, 1)
-            (lc, lsym), (sc, ssym) = categorize(long_rep), categorize(short_rep)
-            extra = (reps - 1) * p
-            ms = {c: round((lc[c] - sc[c]) * PERIOD_NS / 1e6 / extra, 4) for c in lc}
+            ms, top = pc.subtract(long_rep, short_rep, CATS, (reps - 1) * p)
             gf = {k: round(flops[k] / (ms[k] / 1e3) / 1e9, 1) if ms[k] > 0 else None for k in flops}
-            top = sorted(((lsym.get(k, 0) - ssym.get(k, 0), k) for k in lsym), reverse=True)[:8]
             result["rows"].append({"engine": eng, "prompt": p, "prefill_tok_s": round(tok_s, 1),
                                    "cpu_ms_per_token": ms, "flops_per_token": flops, "GFLOP_s": gf,
-                                   "top_symbols_ms_per_token": [
-                                       {"symbol": k[0], "category": k[1], "ms": round(n * PERIOD_NS / 1e6 / extra, 4)}
-                                       for n, k in top]})
+                                   "top_symbols_ms_per_token": top})
             print(f"{eng:<10} {p:>6} {tok_s:>8.1f} {ms['matmul']:>8.3f} {gf['matmul'] or 0:>8.1f} "
                   f"{ms['attention']:>10.3f} {gf['attention'] or 0:>8.1f} {ms['waiting']:>8.3f} {ms['other']:>8.3f}"
                   f"   startup {ms['startup']:.3f}", flush=True)

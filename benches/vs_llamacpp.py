@@ -140,25 +140,26 @@ def bytes_per_token(gguf_path):
                 types=sorted({t.tensor_type.name for t in r.tensors}))
 
 
-def attention_flops(bpt, pos):
-    """FLOPs of one query's attention at position `pos` (it attends over pos + 1 cached positions;
-    local layers over at most their window): per layer and head 2 · (key_length + value_length)
-    per position (the scores' dot products and the weighted sum of V)."""
+def positions_read(bpt, pos):
+    """Cached positions one query at position `pos` reads, summed over the layers: pos + 1 in
+    each global layer, at most the window in each local one."""
     w, nl, loc = bpt["sliding_window"], bpt["n_layer"], bpt["local_layers"]
     seen = pos + 1
-    positions = (nl - loc) * seen + loc * (min(seen, w) if w else seen)
-    return 2 * bpt["n_head"] * (bpt["key_length"] + bpt["value_length"]) * positions
+    return (nl - loc) * seen + loc * (min(seen, w) if w else seen)
+
+
+def attention_flops(bpt, pos):
+    """FLOPs of one query's attention at position `pos`: per layer, head and position read
+    ([`positions_read`]) 2 · (key_length + value_length) (the scores' dot products and the
+    weighted sum of V)."""
+    return 2 * bpt["n_head"] * (bpt["key_length"] + bpt["value_length"]) * positions_read(bpt, pos)
 
 
 def kv_read_bytes(bpt, first, n):
     """Mean F16 KV bytes one decode step reads over positions first..first+n-1 (a step at
     position p attends over p+1 cached positions; local layers over at most their window)."""
-    w, per, nl, loc = bpt["sliding_window"], bpt["kv_bytes_per_layer_position"], bpt["n_layer"], bpt["local_layers"]
-    tot = 0
-    for p in range(first, first + n):
-        seen = p + 1
-        tot += per * ((nl - loc) * seen + loc * (min(seen, w) if w else seen))
-    return tot / max(n, 1)
+    per = bpt["kv_bytes_per_layer_position"]
+    return sum(per * positions_read(bpt, p) for p in range(first, first + n)) / max(n, 1)
 
 
 # ----------------------------------------------------------------------------- models
