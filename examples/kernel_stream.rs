@@ -5,13 +5,16 @@
 //! cache, the kernel waits on memory; if both are alike, it is bound by its own instructions.
 //!
 //! Also prints a plain read of the same buffer (the ceiling `membw` measures). Environment:
-//! `COLS=128` makes the tile 128 columns wide (as the last tile of a 640-wide row), `THREADS=n` streams with n threads (static halves), `FILE=path` streams over a read-only
+//! `REPACK=1` runs the tile in the repacked layout of a resident copy with the repacked kernels
+//! (Q4_0, Q4_1, Q8_0, Q5_0, Q4_K, Q6_K). `COLS=128` makes the tile 128 columns wide (as the last tile of a 640-wide row), `THREADS=n` streams with n threads (static halves), `FILE=path` streams over a read-only
 //! mapping of that file instead of anonymous memory, `HUGE=1` asks for transparent huge pages.
 //!
 //! `cargo run --release --example kernel_stream -- Q8_0 512`
 
 use cflow::kernels::dot::kquant::tile_matvec_act;
+use cflow::kernels::dot::packed;
 use cflow::kernels::dot::Isa;
+use cflow::quant::packed::{pack_tile, packable};
 use cflow::quant::QuantType;
 use std::hint::black_box;
 use std::time::Instant;
@@ -43,6 +46,20 @@ fn main() {
         x,
         act: a,
     } = tile::make(q, rows, cols);
+    // REPACK=1: the tile in the resident copy's repacked records (`quant::packed`), run by the
+    // repacked kernels (`dot::packed`) as decode runs them.
+    let repack = std::env::var("REPACK").is_ok_and(|v| v == "1");
+    if repack && !packable(q, rows) {
+        eprintln!("{q} has no repacked layout");
+        std::process::exit(2);
+    }
+    let (scales, qs) = if repack {
+        let mut body = [scales, qs].concat();
+        pack_tile(q, rows, cols, &mut body);
+        (Vec::new(), body)
+    } else {
+        (scales, qs)
+    };
     let (sl, ql) = (scales.len(), qs.len());
     let tile = sl + ql;
     let n = (mib << 20) / tile;
@@ -78,6 +95,17 @@ fn main() {
     let mut y = vec![0f32; rows];
     let run = |t: usize, y: &mut [f32]| {
         let b = &big[t * tile..(t + 1) * tile];
+        if repack {
+            let body = cflow::kernels::dot::Tile::body(q, rows, cols, b);
+            let k = packed::Kernel::of(isa);
+            if q.is_k() {
+                packed::tile_run_k(k, body, &[], a.k.slice(0, cols), y);
+            } else {
+                packed::tile_run(k, body, &[], Some(a.tile_slice(0, cols)), y);
+            }
+            black_box(y);
+            return;
+        }
         tile_matvec_act(
             isa,
             cflow::kernels::dot::Tile::split(q, rows, cols, &b[..sl], &b[sl..]),

@@ -27,6 +27,7 @@ use cflow::format::CflowFile;
 use cflow::kernels::matvec::{tiled_matvec, Act};
 use cflow::kernels::pool::ThreadPool;
 use cflow::kernels::{Isa, Q8Act};
+use cflow::quant::QuantType;
 use std::time::Instant;
 
 /// `println!` that stops quietly when stdout is closed (e.g. piped into `head`).
@@ -63,24 +64,52 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(1);
     });
-    f.make_resident(repack).expect("resident copy");
     let isa = Isa::detect();
+    // The types the engine repacks (`Engine::repack`): Q5_0, Q4_K and Q6_K too where their VNNI
+    // kernels run.
+    let vnni = cflow::kernels::dot::packed::repacks_vnni_types(isa);
+    f.make_resident(cflow::quant::packed::Repack {
+        q4_q8: repack,
+        vnni_types: repack && vnni,
+    })
+    .expect("resident copy");
     let pool = ThreadPool::new(threads);
     let lv0 = &f.layers[0];
-    let (d, ff) = (lv0.q.cols, lv0.down.as_ref().expect("dense").cols);
-    let act_of = |n: usize| {
+    // The inputs of Q/K/V and gate/up (d_model), of O (the heads' width, which Gemma 3's
+    // differs from d_model) and of down (d_ff).
+    let (d, od, ff) = (
+        lv0.q.cols,
+        lv0.o.cols,
+        lv0.down.as_ref().expect("dense").cols,
+    );
+    // Each input quantized in the forms its readers take (Q8_0 blocks, and Q8_K super-blocks
+    // where a K-quant reads it), as the engine's `Q8Act::quantize_for` does; with Q8 blocks
+    // alone a K-quant matrix would run its f32 path.
+    let act_of = |n: usize, readers: &[QuantType]| {
         let x: Vec<f32> = (0..n)
             .map(|i| ((i * 31 % 97) as f32 - 48.0) / 97.0)
             .collect();
         let mut q = Q8Act::default();
-        q.quantize_from(&x);
+        q.quantize_for(&x, readers.iter().copied());
         (x, q)
     };
-    let (xd, qd) = act_of(d);
-    let (xf, qf) = act_of(ff);
+    let (mut on_d, mut on_o, mut on_f) = (vec![f.lm_head().quant], Vec::new(), Vec::new());
+    for lv in &f.layers {
+        let q = |m: &Option<Matrix>| m.as_ref().expect("dense").quant;
+        on_d.extend([lv.q.quant, lv.k.quant, lv.v.quant, q(&lv.gate), q(&lv.up)]);
+        on_o.push(lv.o.quant);
+        on_f.push(q(&lv.down));
+    }
+    let (xd, qd) = act_of(d, &on_d);
+    let (xo, qo) = act_of(od, &on_o);
+    let (xf, qf) = act_of(ff, &on_f);
     let ad = Act {
         x: &xd,
         q8: Some(&qd),
+    };
+    let ao = Act {
+        x: &xo,
+        q8: Some(&qo),
     };
     let af = Act {
         x: &xf,
@@ -154,7 +183,7 @@ fn main() {
         let n = pool.threads();
         let mut calls: Vec<(&Matrix, &Act)> = Vec::new();
         for lv in &f.layers {
-            calls.extend([(&lv.q, &ad), (&lv.k, &ad), (&lv.v, &ad), (&lv.o, &ad)]);
+            calls.extend([(&lv.q, &ad), (&lv.k, &ad), (&lv.v, &ad), (&lv.o, &ao)]);
             calls.push((lv.gate.as_ref().expect("dense"), &ad));
             calls.push((lv.up.as_ref().expect("dense"), &ad));
             calls.push((lv.down.as_ref().expect("dense"), &af));
@@ -219,7 +248,7 @@ fn main() {
             v.resize(lv.v.rows, 0.0);
             o.resize(lv.o.rows, 0.0);
             call(&mut t, 0, &mut [(&lv.q, q), (&lv.k, k), (&lv.v, v)], &ad);
-            call(&mut t, 1, &mut [(&lv.o, o)], &ad);
+            call(&mut t, 1, &mut [(&lv.o, o)], &ao);
             let (gm, um, dm) = (
                 lv.gate.as_ref().expect("dense"),
                 lv.up.as_ref().expect("dense"),
