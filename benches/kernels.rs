@@ -7,8 +7,10 @@
 //! their VNNI kernels run (`packed::repacks_vnni_types`), also run over the repacked layout of a
 //! resident copy (`-int-repacked`: `quant::packed`, `dot::packed`).
 //!
-//! `kquant_matmul_32tok`: the batched prefill kernels of Q5_0, Q4_K and Q6_K against per-token
-//! calls (`-- kquant_matmul`).
+//! `tile_matmul_128tok`: the batched prefill kernels of Q4_0, Q4_1 and Q8_0 (both layouts) and
+//! Q5_0 (repacked) on one tile and 128 tokens. `kquant_matmul_32tok`: the batched prefill kernels
+//! of Q5_0, Q4_K and Q6_K against per-token calls, and Q4_K's and Q6_K's repacked ones
+//! (`-- kquant_matmul`).
 //!
 //! Also the gated FFN activations (`act`: GELU and SiLU per ISA, in values per second) and
 //! single-query attention over an f32 and an f16 KV cache (`attention`: SmolLM2's and Gemma 3's
@@ -250,16 +252,24 @@ fn single_tile(c: &mut Criterion) {
     );
 }
 
-/// The batched prefill kernel `tile_matmul`: one 128×256 tile applied to 32 tokens (the
-/// prefill batch), per ISA and path. Throughput counts the weight bytes once per token, so it
-/// compares directly with `single_tile` (32 `tile_matvec` calls).
+/// The batched prefill kernel `tile_matmul`: one 128×256 tile applied to 128 tokens (a prefill
+/// batch), per ISA and path, and the repacked layout's batch kernel (`packed::tile_run_batch`).
+/// Throughput counts the weight bytes once per token, so it compares directly with
+/// `single_tile` (128 `tile_matvec` calls).
 fn batched_tile(c: &mut Criterion) {
     const N: usize = 128;
-    let mut g = c.benchmark_group("tile_matmul_32tok");
+    let mut g = c.benchmark_group("tile_matmul_128tok");
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_millis(1200));
-    for q in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+    // Q5_0 runs only its repacked batch kernel here (where the VNNI build repacks it); its
+    // file-layout batch kernel is in `kquant_matmul_32tok`.
+    for q in [
+        QuantType::Q4_0,
+        QuantType::Q4_1,
+        QuantType::Q8_0,
+        QuantType::Q5_0,
+    ] {
         let m = build(q, TR, TC);
         let t = &m.tiles[0];
         let mut s = cflow::rng::Rng::new(9);
@@ -279,7 +289,8 @@ fn batched_tile(c: &mut Criterion) {
         let mut y = vec![0f32; N * TR];
         g.throughput(Throughput::Bytes((N * q.matrix_bytes(TR, TC)) as u64));
         for isa in isas() {
-            for int in [false, true] {
+            let split = q != QuantType::Q5_0;
+            for int in [false, true].into_iter().filter(|_| split) {
                 let name = format!("{q}/{}-{}", isa.name(), if int { "int" } else { "f32" });
                 g.bench_function(BenchmarkId::from_parameter(name), |b| {
                     b.iter(|| {
@@ -297,7 +308,8 @@ fn batched_tile(c: &mut Criterion) {
                 });
             }
             // The repacked layout's batched kernel (`packed::tile_run_batch`), where it runs.
-            if let Some(body) = t.packed.as_ref() {
+            let repacked = split || packed::repacks_vnni_types(isa);
+            if let Some(body) = t.packed.as_ref().filter(|_| repacked) {
                 let name = format!("{q}/{}-int-repacked", isa.name());
                 let k = packed::Kernel::of(isa);
                 g.bench_function(BenchmarkId::from_parameter(name), |b| {
@@ -386,6 +398,24 @@ fn batched_kquant_tile(c: &mut Criterion) {
                     black_box(&y);
                 })
             });
+            // The repacked layout's batch kernel of Q4_K/Q6_K (`packed::tile_run_k_batch`), where
+            // the VNNI build repacks them (Q5_0's is in `tile_matmul_128tok`).
+            let body = t
+                .packed
+                .as_ref()
+                .filter(|_| packed::repacks_vnni_types(isa));
+            if let Some(body) = body.filter(|_| q.is_k()) {
+                let name = format!("{q}/{}-batched-repacked", isa.name());
+                let k = packed::Kernel::of(isa);
+                g.bench_function(BenchmarkId::from_parameter(name), |b| {
+                    b.iter(|| {
+                        y.fill(0.0);
+                        let tile = cflow::kernels::dot::Tile::body(q, TR, TC, body);
+                        packed::tile_run_k_batch(k, tile, &xk, &mut y);
+                        black_box(&y);
+                    })
+                });
+            }
         }
     }
     g.finish();
