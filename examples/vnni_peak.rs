@@ -59,26 +59,17 @@ unsafe fn chains(iters: usize) -> i32 {
             *v = _mm512_dpbusd_epi32(*v, w, x);
             // An empty asm that "changes" the register: the compiler can neither fold the
             // chain into one multiply nor move it out of the loop.
-            std::arch::asm!("/* {0} */", inout(zmm_reg) *v, options(pure, nomem, nostack));
+            std::arch::asm!(
+                "/* {0} */",
+                inout(zmm_reg) * v,
+                options(pure, nomem, nostack)
+            );
         }
     }
-    a.iter()
-        .fold(_mm512_setzero_si512(), |s, v| _mm512_add_epi32(s, *v))
-        .as_i32_array_sum()
-}
-
-#[cfg(target_arch = "x86_64")]
-trait Sum {
-    fn as_i32_array_sum(self) -> i32;
-}
-
-#[cfg(target_arch = "x86_64")]
-impl Sum for std::arch::x86_64::__m512i {
-    fn as_i32_array_sum(self) -> i32 {
-        // SAFETY: __m512i is 64 plain bytes, as [i32; 16].
-        let v: [i32; 16] = unsafe { std::mem::transmute(self) };
-        v.iter().fold(0i32, |s, x| s.wrapping_add(*x))
-    }
+    _mm512_reduce_add_epi32(
+        a.iter()
+            .fold(_mm512_setzero_si512(), |s, v| _mm512_add_epi32(s, *v)),
+    )
 }
 
 #[cfg(not(target_arch = "x86_64"))]
