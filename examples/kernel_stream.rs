@@ -53,6 +53,11 @@ fn main() {
         eprintln!("{q} has no repacked layout");
         std::process::exit(2);
     }
+    let vnni_type = matches!(q, QuantType::Q5_0 | QuantType::Q4_K | QuantType::Q6_K);
+    if repack && vnni_type && !packed::repacks_vnni_types(Isa::cached()) {
+        eprintln!("{q} is repacked only where its AVX-512 VNNI kernels run, and this CPU has none");
+        std::process::exit(2);
+    }
     let (scales, qs) = if repack {
         let mut body = [scales, qs].concat();
         pack_tile(q, rows, cols, &mut body);
@@ -92,16 +97,16 @@ fn main() {
         None => &anon[..],
     };
     let isa = Isa::cached();
+    let kernel = packed::Kernel::of(isa);
     let mut y = vec![0f32; rows];
     let run = |t: usize, y: &mut [f32]| {
         let b = &big[t * tile..(t + 1) * tile];
         if repack {
             let body = cflow::kernels::dot::Tile::body(q, rows, cols, b);
-            let k = packed::Kernel::of(isa);
             if q.is_k() {
-                packed::tile_run_k(k, body, &[], a.k.slice(0, cols), y);
+                packed::tile_run_k(kernel, body, &[], a.k.slice(0, cols), y);
             } else {
-                packed::tile_run(k, body, &[], Some(a.tile_slice(0, cols)), y);
+                packed::tile_run(kernel, body, &[], Some(a.tile_slice(0, cols)), y);
             }
             black_box(y);
             return;

@@ -2,7 +2,7 @@
 //! it, nothing else, on one thread. Each instruction is 64 int8 multiply-adds (128 operations
 //! as the GFLOP/s figures count them), so this is the ceiling of every VNNI matmul kernel here:
 //! `packed::tile_run_batch` on Q4_0 needs 8 of them per 16-row × 32-column record and token,
-//! against which `cargo bench --bench kernels -- tile_matmul_32tok/Q4_0` gives its share of the
+//! against which `cargo bench --bench kernels -- tile_matmul_128tok/Q4_0` gives its share of the
 //! peak (docs/PERFORMANCE.md, "Inside the thin cells").
 //!
 //! `cargo run --release --example vnni_peak [SECONDS]`
