@@ -174,10 +174,7 @@ fn bench_shape(c: &mut Criterion, group: &str, shapes: &[(QuantType, usize, usiz
                 });
             }
             // Q5_0, Q4_K and Q6_K are repacked only where their VNNI kernels run.
-            let vnni_only = matches!(q, QuantType::Q5_0 | QuantType::Q4_K | QuantType::Q6_K);
-            if m.tiles.iter().all(|t| t.packed.is_some())
-                && (!vnni_only || packed::repacks_vnni_types(isa))
-            {
+            if m.tiles.iter().all(|t| t.packed.is_some()) && packed::repack_for(isa).includes(q) {
                 let name = format!("{}/{}x{}/{}-int-repacked", q, rows, cols, isa.name());
                 g.bench_function(BenchmarkId::from_parameter(name), |b| {
                     b.iter(|| {
@@ -308,7 +305,7 @@ fn batched_tile(c: &mut Criterion) {
                 });
             }
             // The repacked layout's batched kernel (`packed::tile_run_batch`), where it runs.
-            let repacked = split || packed::repacks_vnni_types(isa);
+            let repacked = packed::repack_for(isa).includes(q);
             if let Some(body) = t.packed.as_ref().filter(|_| repacked) {
                 let name = format!("{q}/{}-int-repacked", isa.name());
                 let k = packed::Kernel::of(isa);
@@ -400,11 +397,8 @@ fn batched_kquant_tile(c: &mut Criterion) {
             });
             // The repacked layout's batch kernel of Q4_K/Q6_K (`packed::tile_run_k_batch`), where
             // the VNNI build repacks them (Q5_0's is in `tile_matmul_128tok`).
-            let body = t
-                .packed
-                .as_ref()
-                .filter(|_| packed::repacks_vnni_types(isa));
-            if let Some(body) = body.filter(|_| q.is_k()) {
+            let repacked = q.is_k() && packed::repack_for(isa).includes(q);
+            if let Some(body) = t.packed.as_ref().filter(|_| repacked) {
                 let name = format!("{q}/{}-batched-repacked", isa.name());
                 let k = packed::Kernel::of(isa);
                 g.bench_function(BenchmarkId::from_parameter(name), |b| {

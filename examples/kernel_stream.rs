@@ -49,13 +49,8 @@ fn main() {
     // REPACK=1: the tile in the resident copy's repacked records (`quant::packed`), run by the
     // repacked kernels (`dot::packed`) as decode runs them.
     let repack = std::env::var("REPACK").is_ok_and(|v| v == "1");
-    if repack && !packable(q, rows) {
-        eprintln!("{q} has no repacked layout");
-        std::process::exit(2);
-    }
-    let vnni_type = matches!(q, QuantType::Q5_0 | QuantType::Q4_K | QuantType::Q6_K);
-    if repack && vnni_type && !packed::repacks_vnni_types(Isa::cached()) {
-        eprintln!("{q} is repacked only where its AVX-512 VNNI kernels run, and this CPU has none");
+    if repack && !(packable(q, rows) && packed::repack_for(Isa::cached()).includes(q)) {
+        eprintln!("{q} has no repacked layout on this CPU (Q4_0/Q4_1/Q8_0 always; Q5_0/Q4_K/Q6_K where their AVX-512 VNNI kernels run)");
         std::process::exit(2);
     }
     let (scales, qs) = if repack {

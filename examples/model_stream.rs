@@ -65,14 +65,13 @@ fn main() {
         std::process::exit(1);
     });
     let isa = Isa::detect();
-    // The types the engine repacks (`Engine::repack`): Q5_0, Q4_K and Q6_K too where their VNNI
-    // kernels run.
-    let vnni = cflow::kernels::dot::packed::repacks_vnni_types(isa);
-    f.make_resident(cflow::quant::packed::Repack {
-        q4_q8: repack,
-        vnni_types: repack && vnni,
-    })
-    .expect("resident copy");
+    // The types the engine repacks: Q5_0, Q4_K and Q6_K too where their VNNI kernels run.
+    let types = if repack {
+        cflow::kernels::dot::packed::repack_for(isa)
+    } else {
+        Default::default()
+    };
+    f.make_resident(types).expect("resident copy");
     let pool = ThreadPool::new(threads);
     let lv0 = &f.layers[0];
     // The inputs of Q/K/V and gate/up (d_model), of O (the heads' width, which Gemma 3's

@@ -14,10 +14,16 @@ fn main() {
         eprintln!("this CPU has no AVX-512 VNNI");
         std::process::exit(2);
     }
-    let secs: f64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
+    let secs: f64 = match std::env::args().nth(1) {
+        None => 1.0,
+        Some(s) => match s.parse::<f64>() {
+            Ok(v) if v > 0.0 && v.is_finite() => v,
+            _ => {
+                eprintln!("usage: vnni_peak [SECONDS > 0], not {s:?}");
+                std::process::exit(2);
+            }
+        },
+    };
     let mut best = 0f64;
     for _ in 0..3 {
         let (n, dt) = run(secs / 3.0);

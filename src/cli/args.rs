@@ -580,9 +580,10 @@ impl EngineArgs {
         // (`bench decode --threads 1,2` opens the model once for every count).
         let o = self.with_threads(1).options()?;
         let on = !self.no_repack && crate::engine::weights::use_q8(o.int_act, o.force_int, o.isa);
-        Ok(crate::quant::packed::Repack {
-            q4_q8: on,
-            vnni_types: on && crate::kernels::dot::packed::repacks_vnni_types(o.isa),
+        Ok(if on {
+            crate::kernels::dot::packed::repack_for(o.isa)
+        } else {
+            crate::quant::packed::Repack::default()
         })
     }
 

@@ -353,6 +353,16 @@ pub fn repacks_vnni_types(isa: Isa) -> bool {
     path(isa) == Path::Vnni && !super::packed_amx::available()
 }
 
+/// The types a resident copy for `isa` repacks when the integer path runs (`--act q8`): Q4_0,
+/// Q4_1 and Q8_0 always, Q5_0/Q4_K/Q6_K where [`repacks_vnni_types`]. What the engine opens a
+/// model with (`cli::args`), and what the probes and benchmarks mirror.
+pub fn repack_for(isa: Isa) -> crate::quant::packed::Repack {
+    crate::quant::packed::Repack {
+        q4_q8: true,
+        vnni_types: repacks_vnni_types(isa),
+    }
+}
+
 /// The dispatch of [`tile_matvec`]'s integer path on `isa`: AVX-512 VNNI where the CPU has it,
 /// else AVX2 unless `isa` is scalar or the CPU lacks it, else scalar.
 pub fn path(isa: Isa) -> Path {
