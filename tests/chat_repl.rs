@@ -179,6 +179,58 @@ fn on_a_terminal_lines_are_kept_in_the_history_file() {
     assert!(text.contains("context "), "no reply summary:\n{text}");
 }
 
+/// A line typed while the model loads, before the prompt, is answered. The terminal holds the
+/// keys until the line editor reads them all at once; rustyline 17 (with its `signal-hook`
+/// feature) then waited on the terminal for more input while the rest of the line sat in its
+/// own buffer, so only the first letter showed and the Enter went unheard until more keys came
+/// (the `> h` of the Ctrl-C test's flake in CI, 2026-12-07).
+#[test]
+fn on_a_terminal_a_line_typed_before_the_prompt_is_answered() {
+    if Command::new("script").arg("--version").output().is_err() {
+        println!("SKIP: util-linux `script` is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let m = model(tmp.path());
+    let cache = tmp.path().join("cache");
+    let cmd = format!("{BIN} chat -n 2 {}", m.display());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("CFLOW_CACHE", &cache)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // At once: the keys reach the terminal before `chat` has loaded its model.
+    stdin.write_all(b"typed early\r").unwrap();
+    stdin.flush().unwrap();
+    let hist = cache.join("chat_history");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let answered = loop {
+        if std::fs::read_to_string(&hist).is_ok_and(|h| h.contains("typed early")) {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    if !answered {
+        let _ = child.kill();
+    } else {
+        let _ = stdin.write_all(b"/quit\r");
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        answered,
+        "the line typed before the prompt was not read within 30 s; terminal output:\n{text}"
+    );
+}
+
 /// Issue 43: `chat` on a terminal (tmux) stops a reply on Ctrl-C and stays in the REPL. The
 /// line editor (rustyline) installed its own SIGINT handler when it was created, after ours, so
 /// the reply ran to its end; it worked only when stdin was a pipe.
