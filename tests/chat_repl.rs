@@ -291,3 +291,43 @@ fn ctrl_c_stops_the_reply(session: &str, extra: &str) {
     t.keys(&["Enter"]);
     t.wait(20, "exit", |s| s.contains("EXITED 0"));
 }
+
+/// `chat --prompt TEXT` answers one message and exits (as `ollama run MODEL PROMPT`), without
+/// reading stdin: the text goes through the chat template even when it looks like a command;
+/// an empty one is refused before the model is opened.
+#[test]
+fn prompt_flag_answers_one_message_and_exits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = model(tmp.path());
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["chat", "-n", "3"])
+            .args(args)
+            .arg(&m)
+            // stdin left open and silent: a one-shot chat must not wait on it.
+            .stdin(Stdio::piped())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--prompt", "hello there"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err.matches("context ").count(), 1, "one reply:\n{err}");
+    assert!(!err.contains("/help lists"), "no REPL banner:\n{err}");
+    // A leading slash is text, not a command: it is answered, /help's list is not printed.
+    let (code, err) = run(&["-p", "/help"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("context "), "{err}");
+    assert!(!err.contains("/reset"), "{err}");
+    // The template refuses this word: not sent, so the command fails.
+    let (code, err) = run(&["-p", "boom"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("the word boom is not allowed"), "{err}");
+    assert!(err.contains("--prompt message was not sent"), "{err}");
+    let (code, err) = run(&["-p", "  "]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--prompt is empty"), "{err}");
+}

@@ -145,6 +145,11 @@ pub struct ChatArgs {
     #[arg(short = 'n', long = "max-tokens", alias = "n", default_value = "256",
           value_parser = parse_max_tokens, allow_negative_numbers = true)]
     pub n: usize,
+    /// One message: answer it and exit, as `ollama run MODEL PROMPT` (the text is sent as it
+    /// is, even when it starts with `/`). Without it the REPL reads lines from the terminal or
+    /// stdin.
+    #[arg(short = 'p', long, value_name = "TEXT")]
+    pub prompt: Option<String>,
     /// System prompt.
     #[arg(long)]
     pub system: Option<String>,

@@ -62,6 +62,8 @@ enum Lines {
     Edited(Box<rustyline::DefaultEditor>, Option<PathBuf>),
     /// A pipe or file: bytes up to each newline.
     Piped(std::io::Stdin),
+    /// `--prompt`: its one message, then the end.
+    Once(Option<String>),
 }
 
 impl Lines {
@@ -94,6 +96,7 @@ impl Lines {
                 Err(ReadlineError::Eof) => Ok(Input::Eof),
                 Err(e) => Err(e.into()),
             },
+            Lines::Once(p) => Ok(p.take().map_or(Input::Eof, Input::Line)),
             Lines::Piped(stdin) => {
                 use std::io::BufRead;
                 err!("\n> ");
@@ -135,6 +138,9 @@ impl Lines {
 }
 
 pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
+    if a.prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        bail!("--prompt is empty: give the message to send");
+    }
     let eng = &a.engine;
     let model = match a.model.clone() {
         Some(m) => Some(m),
@@ -174,23 +180,29 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
     // registered with signal-hook before it (a temporary-file watcher of `output`: the cache
     // of the kernel-prefetch probe, `--record`), ours was never reinstalled and Ctrl-C did not
     // stop a reply. While it reads a line the terminal is raw and Ctrl-C reaches it as a key.
-    let mut lines = Lines::open();
+    let one_shot = a.prompt.is_some();
+    let mut lines = match &a.prompt {
+        Some(p) => Lines::Once(Some(p.clone())),
+        None => Lines::open(),
+    };
     // Ctrl-C stops the current reply (not the REPL): the handler sets the engine's stop flag.
     let stop = sess.engine.stop_flag().clone();
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     install_sigint(stop.clone(), interrupted.clone());
-    errln!(
-        "{} {name}{}. /help lists the commands. Ctrl-C stops a reply; Ctrl-D quits.",
-        if conv.is_some() {
-            "chatting with"
-        } else {
-            "completing with"
-        },
-        match (&conv, &a.template) {
-            (Some(_), Some(t)) => format!(" (template: --template {t})"),
-            _ => String::new(),
-        }
-    );
+    if !one_shot {
+        errln!(
+            "{} {name}{}. /help lists the commands. Ctrl-C stops a reply; Ctrl-D quits.",
+            if conv.is_some() {
+                "chatting with"
+            } else {
+                "completing with"
+            },
+            match (&conv, &a.template) {
+                (Some(_), Some(t)) => format!(" (template: --template {t})"),
+                _ => String::new(),
+            }
+        );
+    }
     if sess.engine.cfg().meta.synthetic {
         errln!("note: synthetic model (random weights): replies are noise. `cflow-tui pull smollm2` gets a real model.");
     }
@@ -200,7 +212,9 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             Input::Line(l) => l,
             Input::Nothing => continue,
             Input::Eof => {
-                errln!();
+                if !one_shot {
+                    errln!();
+                }
                 break;
             }
         };
@@ -208,60 +222,63 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             continue;
         }
         lines.remember(&line);
-        if line == "/quit" || line == "/exit" {
-            break;
-        }
-        if line == "/help" {
-            errln!("{HELP}");
-            continue;
-        }
-        if line == "/reset" {
-            if let Some(c) = conv.as_mut() {
-                c.clear();
+        // `--prompt`'s text is a message, never a command.
+        if !one_shot {
+            if line == "/quit" || line == "/exit" {
+                break;
             }
-            sess.reset();
-            errln!("(context cleared)");
-            continue;
-        }
-        if let Some(sys) = line.strip_prefix("/system") {
-            let sys = sys.trim();
-            let Some(conv) = conv.as_mut() else {
-                errln!("(completion mode has no system prompt)");
+            if line == "/help" {
+                errln!("{HELP}");
                 continue;
-            };
-            conv.system = if sys.is_empty() {
-                None
-            } else {
-                Some(sys.to_string())
-            };
-            errln!(
-                "(system prompt {})",
-                if sys.is_empty() { "cleared" } else { "set" }
-            );
-            continue;
-        }
-        if line == "/stats" {
-            match &last {
-                Some(o) => errln!(
-                    "last reply: {} tokens, prefill {} ({} tokens), decode {}; context {}/{}",
-                    o.tokens.len(),
-                    crate::stats::tok_per_s_text(o.prompt_tokens as u64, o.prefill_ns),
-                    o.prompt_tokens,
-                    crate::stats::tok_per_s_text(o.tokens.len() as u64, o.decode_ns),
-                    sess.engine.pos(),
-                    sess.engine.cfg().max_ctx
-                ),
-                None => errln!(
-                    "no reply yet; context {}/{}",
-                    sess.engine.pos(),
-                    sess.engine.cfg().max_ctx
-                ),
             }
-            continue;
-        }
-        if line.starts_with('/') {
-            errln!("unknown command {line}; /help lists the commands");
-            continue;
+            if line == "/reset" {
+                if let Some(c) = conv.as_mut() {
+                    c.clear();
+                }
+                sess.reset();
+                errln!("(context cleared)");
+                continue;
+            }
+            if let Some(sys) = line.strip_prefix("/system") {
+                let sys = sys.trim();
+                let Some(conv) = conv.as_mut() else {
+                    errln!("(completion mode has no system prompt)");
+                    continue;
+                };
+                conv.system = if sys.is_empty() {
+                    None
+                } else {
+                    Some(sys.to_string())
+                };
+                errln!(
+                    "(system prompt {})",
+                    if sys.is_empty() { "cleared" } else { "set" }
+                );
+                continue;
+            }
+            if line == "/stats" {
+                match &last {
+                    Some(o) => errln!(
+                        "last reply: {} tokens, prefill {} ({} tokens), decode {}; context {}/{}",
+                        o.tokens.len(),
+                        crate::stats::tok_per_s_text(o.prompt_tokens as u64, o.prefill_ns),
+                        o.prompt_tokens,
+                        crate::stats::tok_per_s_text(o.tokens.len() as u64, o.decode_ns),
+                        sess.engine.pos(),
+                        sess.engine.cfg().max_ctx
+                    ),
+                    None => errln!(
+                        "no reply yet; context {}/{}",
+                        sess.engine.pos(),
+                        sess.engine.cfg().max_ctx
+                    ),
+                }
+                continue;
+            }
+            if line.starts_with('/') {
+                errln!("unknown command {line}; /help lists the commands");
+                continue;
+            }
         }
         let max_ctx = sess.engine.cfg().max_ctx;
         let suffix = match conv.as_mut() {
@@ -340,6 +357,13 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             ));
         }
         last = Some(out);
+    }
+    if one_shot {
+        match &last {
+            None => bail!("the --prompt message was not sent (the reason is above)"),
+            Some(o) if o.error.is_some() => bail!("the reply to --prompt failed (see above)"),
+            _ => {}
+        }
     }
     Ok(())
 }
