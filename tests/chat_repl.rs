@@ -162,7 +162,7 @@ fn on_a_terminal_lines_are_kept_in_the_history_file() {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || {
-        // Typed slowly enough for the editor to be reading (it switches the pty to raw mode).
+        // One line, then the next once it is answered.
         std::thread::sleep(std::time::Duration::from_millis(1500));
         let _ = stdin.write_all(b"hello history\r");
         std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -217,18 +217,43 @@ fn on_a_terminal_a_line_typed_before_the_prompt_is_answered() {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
-    if !answered {
-        let _ = child.kill();
-    } else {
+    if answered {
         let _ = stdin.write_all(b"/quit\r");
     }
     drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (code, text, _) = wait_or_kill(child, 30);
     assert!(
         answered,
         "the line typed before the prompt was not read within 30 s; terminal output:\n{text}"
     );
+    assert!(text.contains("context "), "no reply summary:\n{text}");
+    assert_eq!(code, Some(0), "{text}");
+}
+
+/// Waits up to `secs` for `child`, then kills it; returns its exit code (`None` when killed)
+/// and its stdout and stderr. For outputs under the pipe's buffer (tests' short runs).
+fn wait_or_kill(mut child: std::process::Child, secs: u64) -> (Option<i32>, String, String) {
+    use std::io::Read;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    (code, out, err)
 }
 
 /// Issue 43: `chat` on a terminal (tmux) stops a reply on Ctrl-C and stays in the REPL. The
@@ -300,18 +325,24 @@ fn prompt_flag_answers_one_message_and_exits() {
     let tmp = tempfile::tempdir().unwrap();
     let m = model(tmp.path());
     let run = |args: &[&str]| {
-        let out = Command::new(BIN)
+        let mut child = Command::new(BIN)
             .args(["chat", "-n", "3"])
             .args(args)
             .arg(&m)
-            // stdin left open and silent: a one-shot chat must not wait on it.
             .stdin(Stdio::piped())
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        // stdin stays open and silent until the child exits: a one-shot chat must not read it.
+        let stdin = child.stdin.take();
+        let (code, _, err) = wait_or_kill(child, 30);
+        drop(stdin);
+        assert!(
+            code.is_some(),
+            "chat -p waited (on stdin?) for 30 s:\n{err}"
+        );
+        (code, err)
     };
     let (code, err) = run(&["--prompt", "hello there"]);
     assert_eq!(code, Some(0), "{err}");
@@ -327,6 +358,9 @@ fn prompt_flag_answers_one_message_and_exits() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("the word boom is not allowed"), "{err}");
     assert!(err.contains("--prompt message was not sent"), "{err}");
+    // A text that starts with a hyphen is the text, not an option.
+    let (code, err) = run(&["-p", "-5 degrees?"]);
+    assert_eq!(code, Some(0), "{err}");
     let (code, err) = run(&["-p", "  "]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--prompt is empty"), "{err}");

@@ -126,7 +126,8 @@ pub enum ConvertTo {
 #[command(
     after_help = "Examples:\n  cflow-tui chat                       # SmolLM2 from `cflow-tui pull smollm2`\n  \
 cflow-tui chat model.cflow --system \"Answer briefly.\" --temperature 0.7\n  \
-cflow-tui chat gemma-3-270m-q4_k_m.cflow    # no chat template: completion mode (or --template chatml)\n\n\
+cflow-tui chat gemma-3-270m-q4_k_m.cflow    # no chat template: completion mode (or --template chatml)\n  \
+cflow-tui chat -p \"Why is the sky blue?\"    # one message, answered, then exit\n\n\
 In the REPL: /help lists the commands; arrow keys edit the line and walk the history."
 )]
 pub struct ChatArgs {
@@ -145,10 +146,15 @@ pub struct ChatArgs {
     #[arg(short = 'n', long = "max-tokens", alias = "n", default_value = "256",
           value_parser = parse_max_tokens, allow_negative_numbers = true)]
     pub n: usize,
-    /// One message: answer it and exit, as `ollama run MODEL PROMPT` (the text is sent as it
-    /// is, even when it starts with `/`). Without it the REPL reads lines from the terminal or
-    /// stdin.
-    #[arg(short = 'p', long, value_name = "TEXT")]
+    /// One message: answer it and exit, as `ollama run MODEL PROMPT`.
+    ///
+    /// One message: answer it and exit, as `ollama run MODEL PROMPT`. The text is sent as it
+    /// is, even when it starts with `/`; the reply follows the REPL's rules (chat's sampling,
+    /// `-n` 256, completion mode on a model without a chat template). `run --chat --prompt`
+    /// differs: greedy by default, `-n` 64, ChatML on a model without a template, and `--json`.
+    /// Exits 1 when the message is refused or the reply fails, 130 on Ctrl-C. Without it the
+    /// REPL reads lines from the terminal or stdin.
+    #[arg(short = 'p', long, value_name = "TEXT", allow_hyphen_values = true)]
     pub prompt: Option<String>,
     /// System prompt.
     #[arg(long)]
@@ -689,7 +695,7 @@ pub struct RunArgs {
     )]
     pub model_flag: Option<PathBuf>,
     /// Prompt text.
-    #[arg(long, short)]
+    #[arg(long, short, allow_hyphen_values = true)]
     pub prompt: Option<String>,
     /// Comma-separated token ids instead of a text prompt, e.g. `--token-ids 1,2,3`.
     #[arg(

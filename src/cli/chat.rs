@@ -10,7 +10,7 @@ use crate::chat::conversation::Conversation;
 use crate::engine::session::GenOutcome;
 use crate::telemetry::Event;
 use crate::{err, errln, outln};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -151,6 +151,7 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         bail!("this model has no tokenizer; chat needs one");
     };
     let name = sess.engine.cfg().meta.name.clone();
+    let one_shot = a.prompt.is_some();
     let mut conv = match chat_template(&sess, &tok, a.template.as_deref())? {
         Some(t) => Some(Conversation {
             template: t,
@@ -160,11 +161,19 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         None => {
             // No chat template and none given: completion mode, as the TUI does on such a
             // model, rather than ChatML the model was never trained on (which loops).
-            errln!(
-                "{name} has no chat template (a base model): completion mode. Each line is \
-                 continued as text in one running context (/reset clears it); \
-                 `--template chatml` (or a Jinja file) chats with a template anyway."
-            );
+            if one_shot {
+                errln!(
+                    "{name} has no chat template (a base model): completion mode, the prompt \
+                     is continued as text; `--template chatml` (or a Jinja file) chats with a \
+                     template anyway."
+                );
+            } else {
+                errln!(
+                    "{name} has no chat template (a base model): completion mode. Each line is \
+                     continued as text in one running context (/reset clears it); \
+                     `--template chatml` (or a Jinja file) chats with a template anyway."
+                );
+            }
             if a.system.is_some() {
                 errln!("note: --system is ignored in completion mode");
             }
@@ -176,11 +185,10 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         None => None,
     };
     // rustyline is built with its `signal-hook` feature: without it, on a terminal it installs
-    // a raw SIGINT handler while it lives, which replaced signal-hook's, and once anything had
-    // registered with signal-hook before it (a temporary-file watcher of `output`: the cache
-    // of the kernel-prefetch probe, `--record`), ours was never reinstalled and Ctrl-C did not
-    // stop a reply. While it reads a line the terminal is raw and Ctrl-C reaches it as a key.
-    let one_shot = a.prompt.is_some();
+    // a raw SIGINT handler, which replaced signal-hook's, and once anything had registered
+    // with signal-hook before it (a temporary-file watcher of `output`: the cache of the
+    // kernel-prefetch probe, `--record`), ours was never reinstalled and Ctrl-C did not stop a
+    // reply. While it reads a line the terminal is raw and Ctrl-C reaches it as a key.
     let mut lines = match &a.prompt {
         Some(p) => Lines::Once(Some(p.clone())),
         None => Lines::open(),
@@ -289,7 +297,11 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
                 let turn = match conv.prepare_turn(&line, &tok, max_ctx, a.n.min(max_ctx / 2)) {
                     Ok(t) => t,
                     Err(e) => {
-                        errln!("error: {e}\n(message not sent; the conversation is kept)");
+                        if one_shot {
+                            errln!("error: {e}");
+                        } else {
+                            errln!("error: {e}\n(message not sent; the conversation is kept)");
+                        }
                         continue;
                     }
                 };
@@ -320,6 +332,7 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         interrupted.store(false, std::sync::atomic::Ordering::Relaxed);
         let room = max_ctx.saturating_sub(sess.engine.pos() + suffix.len());
         let stdout = std::io::stdout();
+        let mut closed: Option<std::io::Error> = None;
         let out = sess.generate(&suffix, a.n.min(room), true, &mut |e| {
             if let Some(t) = tap.as_mut() {
                 t.emit(e.clone());
@@ -331,11 +344,19 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
                 } else {
                     text.into()
                 };
-                let mut o = stdout.lock();
-                let _ = o.write_all(text.as_bytes());
-                let _ = o.flush();
+                if closed.is_none() {
+                    let mut o = stdout.lock();
+                    // A closed stdout (`| head -1`) stops the reply, as in `run`.
+                    if let Err(err) = o.write_all(text.as_bytes()).and_then(|_| o.flush()) {
+                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                        closed = Some(err);
+                    }
+                }
             }
         });
+        if let Some(e) = closed {
+            return Err(e).context("writing the reply to stdout");
+        }
         outln!()?;
         if out.reason == Some(crate::telemetry::StopReason::Stopped) {
             errln!("(stopped)");
@@ -347,8 +368,12 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             "{}",
             reply_summary(&out, sess.engine.pos(), sess.engine.cfg().max_ctx)
         );
-        if out.reason == Some(crate::telemetry::StopReason::ContextFull) {
+        if out.reason == Some(crate::telemetry::StopReason::ContextFull) && !one_shot {
             errln!("(the context is full: /reset clears it)");
+        }
+        if one_shot && interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+            // As `run`: stopped by Ctrl-C / SIGINT, exit 130.
+            std::process::exit(130);
         }
         if let Some(conv) = conv.as_mut() {
             conv.turns.push(crate::chat::template::ChatMessage::new(
@@ -363,6 +388,9 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
             None => bail!("the --prompt message was not sent (the reason is above)"),
             Some(o) if o.error.is_some() => bail!("the reply to --prompt failed (see above)"),
             _ => {}
+        }
+        if let Some(e) = tap.as_ref().and_then(|t| t.failed()) {
+            bail!("--record: {e}");
         }
     }
     Ok(())

@@ -348,6 +348,11 @@ impl RecordTap {
         Ok(t)
     }
 
+    /// The first write error, when recording failed.
+    pub(super) fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
     pub(super) fn emit(&mut self, e: Event) {
         self.tap.emit(e);
         if let Some(err) = self.tap.take_error() {
