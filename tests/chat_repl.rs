@@ -140,26 +140,35 @@ fn help_lists_the_commands_and_each_reply_gets_a_stats_line() {
     assert!(ctx(lines[1]) > ctx(lines[0]), "{lines:?}");
 }
 
-/// Issue 16 item 12: on a terminal (`script` gives `chat` a pseudo-terminal) the line goes
-/// through the line editor and is kept in the history file in the cache directory.
-#[test]
-fn on_a_terminal_lines_are_kept_in_the_history_file() {
+/// `chat -n 2` on a tiny model in `dir`, on a pseudo-terminal (`script`), with its cache
+/// directory at `cache`; stdin, stdout and stderr piped. `None` (SKIP) without `script`.
+fn chat_on_a_pty(dir: &Path, cache: &Path) -> Option<std::process::Child> {
     if Command::new("script").arg("--version").output().is_err() {
         println!("SKIP: util-linux `script` is not installed");
-        return;
+        return None;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let m = model(tmp.path());
-    let cache = tmp.path().join("cache");
+    let m = model(dir);
     let cmd = format!("{BIN} chat -n 2 {}", m.display());
-    let mut child = Command::new("script")
+    let child = Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
-        .env("CFLOW_CACHE", &cache)
+        .env("CFLOW_CACHE", cache)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    Some(child)
+}
+
+/// Issue 16 item 12: on a terminal (`script` gives `chat` a pseudo-terminal) the line goes
+/// through the line editor and is kept in the history file in the cache directory.
+#[test]
+fn on_a_terminal_lines_are_kept_in_the_history_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let Some(mut child) = chat_on_a_pty(tmp.path(), &cache) else {
+        return;
+    };
     let mut stdin = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || {
         // One line, then the next once it is answered.
@@ -186,22 +195,11 @@ fn on_a_terminal_lines_are_kept_in_the_history_file() {
 /// (the `> h` of the Ctrl-C test's flake in CI, 2026-12-07).
 #[test]
 fn on_a_terminal_a_line_typed_before_the_prompt_is_answered() {
-    if Command::new("script").arg("--version").output().is_err() {
-        println!("SKIP: util-linux `script` is not installed");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
-    let m = model(tmp.path());
     let cache = tmp.path().join("cache");
-    let cmd = format!("{BIN} chat -n 2 {}", m.display());
-    let mut child = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .env("CFLOW_CACHE", &cache)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let Some(mut child) = chat_on_a_pty(tmp.path(), &cache) else {
+        return;
+    };
     let mut stdin = child.stdin.take().unwrap();
     // At once: the keys reach the terminal before `chat` has loaded its model.
     stdin.write_all(b"typed early\r").unwrap();
