@@ -10,8 +10,7 @@ use crate::chat::conversation::Conversation;
 use crate::engine::session::GenOutcome;
 use crate::telemetry::Event;
 use crate::{err, errln, outln};
-use anyhow::{bail, Context, Result};
-use std::io::Write;
+use anyhow::{bail, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -161,19 +160,15 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         None => {
             // No chat template and none given: completion mode, as the TUI does on such a
             // model, rather than ChatML the model was never trained on (which loops).
-            if one_shot {
-                errln!(
-                    "{name} has no chat template (a base model): completion mode, the prompt \
-                     is continued as text; `--template chatml` (or a Jinja file) chats with a \
-                     template anyway."
-                );
+            let what = if one_shot {
+                "the prompt is continued as text"
             } else {
-                errln!(
-                    "{name} has no chat template (a base model): completion mode. Each line is \
-                     continued as text in one running context (/reset clears it); \
-                     `--template chatml` (or a Jinja file) chats with a template anyway."
-                );
-            }
+                "each line is continued as text in one running context (/reset clears it)"
+            };
+            errln!(
+                "{name} has no chat template (a base model): completion mode, {what}; \
+                 `--template chatml` (or a Jinja file) chats with a template anyway."
+            );
             if a.system.is_some() {
                 errln!("note: --system is ignored in completion mode");
             }
@@ -214,6 +209,7 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
     if sess.engine.cfg().meta.synthetic {
         errln!("note: synthetic model (random weights): replies are noise. `cflow-tui pull smollm2` gets a real model.");
     }
+    let mut text_out = super::text_out::TextOut::new(stop);
     let mut last: Option<GenOutcome> = None;
     loop {
         let line = match lines.read()? {
@@ -232,60 +228,10 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         lines.remember(&line);
         // `--prompt`'s text is a message, never a command.
         if !one_shot {
-            if line == "/quit" || line == "/exit" {
-                break;
-            }
-            if line == "/help" {
-                errln!("{HELP}");
-                continue;
-            }
-            if line == "/reset" {
-                if let Some(c) = conv.as_mut() {
-                    c.clear();
-                }
-                sess.reset();
-                errln!("(context cleared)");
-                continue;
-            }
-            if let Some(sys) = line.strip_prefix("/system") {
-                let sys = sys.trim();
-                let Some(conv) = conv.as_mut() else {
-                    errln!("(completion mode has no system prompt)");
-                    continue;
-                };
-                conv.system = if sys.is_empty() {
-                    None
-                } else {
-                    Some(sys.to_string())
-                };
-                errln!(
-                    "(system prompt {})",
-                    if sys.is_empty() { "cleared" } else { "set" }
-                );
-                continue;
-            }
-            if line == "/stats" {
-                match &last {
-                    Some(o) => errln!(
-                        "last reply: {} tokens, prefill {} ({} tokens), decode {}; context {}/{}",
-                        o.tokens.len(),
-                        crate::stats::tok_per_s_text(o.prompt_tokens as u64, o.prefill_ns),
-                        o.prompt_tokens,
-                        crate::stats::tok_per_s_text(o.tokens.len() as u64, o.decode_ns),
-                        sess.engine.pos(),
-                        sess.engine.cfg().max_ctx
-                    ),
-                    None => errln!(
-                        "no reply yet; context {}/{}",
-                        sess.engine.pos(),
-                        sess.engine.cfg().max_ctx
-                    ),
-                }
-                continue;
-            }
-            if line.starts_with('/') {
-                errln!("unknown command {line}; /help lists the commands");
-                continue;
+            match repl_command(&line, &mut conv, &mut sess, last.as_ref()) {
+                Some(Cmd::Quit) => break,
+                Some(Cmd::Done) => continue,
+                None => {}
             }
         }
         let max_ctx = sess.engine.cfg().max_ctx;
@@ -331,32 +277,15 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         }
         interrupted.store(false, std::sync::atomic::Ordering::Relaxed);
         let room = max_ctx.saturating_sub(sess.engine.pos() + suffix.len());
-        let stdout = std::io::stdout();
-        let mut closed: Option<std::io::Error> = None;
         let out = sess.generate(&suffix, a.n.min(room), true, &mut |e| {
             if let Some(t) = tap.as_mut() {
                 t.emit(e.clone());
             }
             if let Event::Token { text, .. } = &e {
-                // Model-controlled text: control characters are shown escaped on a terminal.
-                let text = if std::io::IsTerminal::is_terminal(&stdout) {
-                    crate::console::escape(text)
-                } else {
-                    text.into()
-                };
-                if closed.is_none() {
-                    let mut o = stdout.lock();
-                    // A closed stdout (`| head -1`) stops the reply, as in `run`.
-                    if let Err(err) = o.write_all(text.as_bytes()).and_then(|_| o.flush()) {
-                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                        closed = Some(err);
-                    }
-                }
+                text_out.write(text);
             }
         });
-        if let Some(e) = closed {
-            return Err(e).context("writing the reply to stdout");
-        }
+        text_out.check()?;
         outln!()?;
         if out.reason == Some(crate::telemetry::StopReason::Stopped) {
             errln!("(stopped)");
@@ -394,6 +323,80 @@ pub(super) fn cmd_chat(a: ChatArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What a REPL command did.
+enum Cmd {
+    /// `/quit`, `/exit`.
+    Quit,
+    /// Handled (or refused as unknown); read the next line.
+    Done,
+}
+
+/// Runs `line` when it is a REPL command (it starts with `/`, see [`HELP`]); `None` for a
+/// message.
+fn repl_command(
+    line: &str,
+    conv: &mut Option<Conversation>,
+    sess: &mut crate::engine::session::Session,
+    last: Option<&GenOutcome>,
+) -> Option<Cmd> {
+    if line == "/quit" || line == "/exit" {
+        return Some(Cmd::Quit);
+    }
+    if line == "/help" {
+        errln!("{HELP}");
+        return Some(Cmd::Done);
+    }
+    if line == "/reset" {
+        if let Some(c) = conv.as_mut() {
+            c.clear();
+        }
+        sess.reset();
+        errln!("(context cleared)");
+        return Some(Cmd::Done);
+    }
+    if let Some(sys) = line.strip_prefix("/system") {
+        let sys = sys.trim();
+        let Some(conv) = conv.as_mut() else {
+            errln!("(completion mode has no system prompt)");
+            return Some(Cmd::Done);
+        };
+        conv.system = if sys.is_empty() {
+            None
+        } else {
+            Some(sys.to_string())
+        };
+        errln!(
+            "(system prompt {})",
+            if sys.is_empty() { "cleared" } else { "set" }
+        );
+        return Some(Cmd::Done);
+    }
+    if line == "/stats" {
+        match last {
+            Some(o) => errln!(
+                "last reply: {} tokens, prefill {} ({} tokens), decode {}; context {}/{}",
+                o.tokens.len(),
+                crate::stats::tok_per_s_text(o.prompt_tokens as u64, o.prefill_ns),
+                o.prompt_tokens,
+                crate::stats::tok_per_s_text(o.tokens.len() as u64, o.decode_ns),
+                sess.engine.pos(),
+                sess.engine.cfg().max_ctx
+            ),
+            None => errln!(
+                "no reply yet; context {}/{}",
+                sess.engine.pos(),
+                sess.engine.cfg().max_ctx
+            ),
+        }
+        return Some(Cmd::Done);
+    }
+    if line.starts_with('/') {
+        errln!("unknown command {line}; /help lists the commands");
+        return Some(Cmd::Done);
+    }
+    None
 }
 
 /// The template `chat` uses: `--template` (`chatml`, or a Jinja file), else the model's own;

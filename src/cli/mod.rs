@@ -16,6 +16,7 @@ mod moefy;
 mod perplexity;
 mod run;
 mod sampling_args;
+mod text_out;
 mod toggles;
 mod trace;
 mod tui_host;

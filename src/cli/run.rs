@@ -61,12 +61,7 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
         errln!("note: synthetic model (random weights): the generated text is noise.");
     }
     let json = a.json;
-    let stdout = std::io::stdout();
-    // Generated text is model-controlled: on a terminal its control characters are shown
-    // escaped; a closed stdout (`| head -1`) stops generation and ends the run quietly.
-    let tty = std::io::IsTerminal::is_terminal(&stdout);
-    let stop = sess.engine.stop_flag().clone();
-    let mut closed: Option<std::io::Error> = None;
+    let mut text_out = super::text_out::TextOut::new(sess.engine.stop_flag().clone());
     let mut tap = match &a.record {
         Some(p) => Some(RecordTap::start(p, &sess, None)?),
         None => None,
@@ -83,17 +78,8 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
             t.emit(e.clone());
         }
         if let Event::Token { text, .. } = &e {
-            if !json && closed.is_none() {
-                let text = if tty {
-                    crate::console::escape(text)
-                } else {
-                    text.into()
-                };
-                let mut o = stdout.lock();
-                if let Err(err) = o.write_all(text.as_bytes()).and_then(|_| o.flush()) {
-                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                    closed = Some(err);
-                }
+            if !json {
+                text_out.write(text);
             }
         }
     };
@@ -103,9 +89,7 @@ pub(super) fn cmd_run(a: RunArgs, eng: &EngineArgs) -> Result<()> {
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     install_sigint(sess.engine.stop_flag().clone(), interrupted.clone());
     let out = sess.generate(&ids, a.n, !a.ignore_eos, &mut emit);
-    if let Some(e) = closed {
-        return Err(e).context("writing the generated text to stdout");
-    }
+    text_out.check()?;
     if !json {
         outln!()?;
     }
