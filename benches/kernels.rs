@@ -489,7 +489,8 @@ fn min_of_n() {
 }
 
 /// The gated FFN activations (`kernels::act`) over one token's widths: Gemma 3 270M's GELU
-/// (2,048 per layer) and SmolLM2's SiLU (1,536), per ISA. Throughput in values per second.
+/// (2,048 per layer) and SmolLM2's SiLU (1,536), and the Q8 activation quantizer at SmolLM2's
+/// widths, per ISA. Throughput in values per second.
 fn activations(c: &mut Criterion) {
     use cflow::kernels::act::{gelu_mul, silu_mul};
     let mut g = c.benchmark_group("act");
@@ -515,6 +516,23 @@ fn activations(c: &mut Criterion) {
                         silu_mul(isa, black_box(&mut v), &u);
                     }
                 })
+            });
+        }
+    }
+    // The Q8 activation quantizer (`quantize_act`) at SmolLM2's widths: prefill runs it on
+    // every row of a batch before each matrix.
+    for n in [576usize, 1536] {
+        let mut s = cflow::rng::Rng::new(5);
+        let x: Vec<f32> = (0..n).map(|_| uniform(&mut s) * 4.0).collect();
+        g.throughput(Throughput::Elements(n as u64));
+        for isa in [Isa::Scalar, Isa::Avx2] {
+            if !isa.available() {
+                continue;
+            }
+            let mut a = Q8Act::default();
+            let id = format!("q8 {n} {isa:?}");
+            g.bench_function(BenchmarkId::from_parameter(id), |b| {
+                b.iter(|| quantize_act(isa, black_box(&x), &mut a))
             });
         }
     }

@@ -168,7 +168,21 @@ impl Q8K {
 pub mod scalar {
     use super::*;
 
-    /// Quantizes `x` to Q8 blocks (d = max|x|/127, round to nearest).
+    /// The factor a block's values are scaled by before rounding: 1/d, or 0 when that is not
+    /// finite (d = 0, or a subnormal d whose reciprocal overflows): such a block quantizes to
+    /// zeros rather than to the saturated conversions of ±inf and NaN, which differ between
+    /// instruction sets. Its contribution to a dot product, d · Σ q·w with d < 2⁻¹²⁶, is lost.
+    pub fn inverse_scale(d: f32) -> f32 {
+        let inv = 1.0 / d;
+        if inv.is_finite() {
+            inv
+        } else {
+            0.0
+        }
+    }
+
+    /// Quantizes `x` to Q8 blocks (d = max|x|/127, q = x · [`inverse_scale`]`(d)` rounded to
+    /// nearest, half away from zero).
     pub fn quantize_act(x: &[f32], out: &mut Q8Act) {
         let nb = x.len() / QK;
         out.d.clear();
@@ -177,7 +191,7 @@ pub mod scalar {
         for blk in x.chunks_exact(QK).take(nb) {
             let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
-            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let inv = inverse_scale(d);
             let mut sum = 0i32;
             for v in blk {
                 let q = (v * inv).round() as i32;
@@ -233,7 +247,13 @@ pub mod avx2 {
     use std::arch::x86_64::*;
 
     /// AVX2 activation quantization; bit-identical to `scalar::quantize_act` (d = max|x|/127,
-    /// q = round-half-away-from-zero(x/d), s = d·Σq).
+    /// q = round-half-away-from-zero(x · `scalar::inverse_scale(d)`), s = d·Σq).
+    ///
+    /// Blocks go 8 at a time ([`group8`]): their maxima, scales and sums as 8-lane vectors, so
+    /// the per-block divisions and horizontal reductions, a chain of ~50 cycles each, overlap
+    /// instead of running one block after another (criterion `act/q8`: 576 values 276 → 142–164
+    /// ns, Zen 4). The rest, and any group holding a NaN or an infinity, one block at a time
+    /// ([`block`]).
     ///
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
@@ -245,60 +265,148 @@ pub mod avx2 {
         out.d.resize(nb, 0.0);
         out.s.resize(nb, 0.0);
         out.qs.resize(nb * QK, 0);
+        let mut b = 0;
+        while b + 8 <= nb {
+            if !group8(x.as_ptr().add(b * QK), out, b) {
+                for j in b..b + 8 {
+                    block(x, out, j);
+                }
+            }
+            b += 8;
+        }
+        for j in b..nb {
+            block(x, out, j);
+        }
+    }
+
+    /// The 32 values of a block from `p` rounded half away from zero after scaling by `inv`
+    /// (like `f32::round`: truncate, then step away from zero when the dropped fraction is
+    /// ≥ 0.5), stored as 32 quants at `q`; returns their sum in 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn round_store(v: &[__m256; 4], inv: f32, q: *mut i8) -> __m256i {
         let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
         let sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
-        let half = _mm256_set1_ps(0.5);
-        let one = _mm256_set1_ps(1.0);
-        let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        for b in 0..nb {
-            let p = x.as_ptr().add(b * QK);
-            let v = [
-                _mm256_loadu_ps(p),
-                _mm256_loadu_ps(p.add(8)),
-                _mm256_loadu_ps(p.add(16)),
-                _mm256_loadu_ps(p.add(24)),
-            ];
-            let mut mx = _mm256_and_ps(v[0], abs_mask);
-            for vi in &v[1..] {
-                mx = _mm256_max_ps(mx, _mm256_and_ps(*vi, abs_mask));
-            }
-            let h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps::<1>(mx));
-            let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-            let h = _mm_max_ss(h, _mm_movehdup_ps(h));
-            let amax = _mm_cvtss_f32(h);
-            let d = amax / 127.0;
-            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let invv = _mm256_set1_ps(inv);
-            let mut qi = [_mm256_setzero_si256(); 4];
-            let mut sum = _mm256_setzero_si256();
-            for (k, vi) in v.iter().enumerate() {
-                let s = _mm256_mul_ps(*vi, invv);
-                // Round half away from zero, like f32::round: truncate, then step away from zero when
-                // the dropped fraction is ≥ 0.5.
-                let tr = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(s);
-                let frac = _mm256_and_ps(_mm256_sub_ps(s, tr), abs_mask);
-                let up = _mm256_cmp_ps::<_CMP_GE_OQ>(frac, half);
-                let step = _mm256_or_ps(_mm256_and_ps(s, sign_mask), one);
-                let r = _mm256_add_ps(tr, _mm256_and_ps(up, step));
-                qi[k] = _mm256_cvttps_epi32(r);
-                sum = _mm256_add_epi32(sum, qi[k]);
-            }
-            let p16a = _mm256_packs_epi32(qi[0], qi[1]);
-            let p16b = _mm256_packs_epi32(qi[2], qi[3]);
-            let p8 = _mm256_packs_epi16(p16a, p16b);
-            // packs works per 128-bit lane: dwords come out as [0,2,4,6,1,3,5,7] groups of 4 bytes.
-            let p8 = _mm256_permutevar8x32_epi32(p8, perm);
-            _mm256_storeu_si256(out.qs.as_mut_ptr().add(b * QK) as *mut __m256i, p8);
-            let s4 = _mm_add_epi32(
-                _mm256_castsi256_si128(sum),
-                _mm256_extracti128_si256::<1>(sum),
-            );
-            let s4 = _mm_add_epi32(s4, _mm_shuffle_epi32::<0b01_00_11_10>(s4));
-            let s4 = _mm_add_epi32(s4, _mm_shuffle_epi32::<0b10_11_00_01>(s4));
-            let total = _mm_cvtsi128_si32(s4);
-            out.d[b] = d;
-            out.s[b] = d * total as f32;
+        let (half, one) = (_mm256_set1_ps(0.5), _mm256_set1_ps(1.0));
+        let invv = _mm256_set1_ps(inv);
+        let mut qi = [_mm256_setzero_si256(); 4];
+        let mut sum = _mm256_setzero_si256();
+        for (k, vi) in v.iter().enumerate() {
+            let s = _mm256_mul_ps(*vi, invv);
+            let tr = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(s);
+            let frac = _mm256_and_ps(_mm256_sub_ps(s, tr), abs_mask);
+            let up = _mm256_cmp_ps::<_CMP_GE_OQ>(frac, half);
+            let step = _mm256_or_ps(_mm256_and_ps(s, sign_mask), one);
+            let r = _mm256_add_ps(tr, _mm256_and_ps(up, step));
+            qi[k] = _mm256_cvttps_epi32(r);
+            sum = _mm256_add_epi32(sum, qi[k]);
         }
+        let p16a = _mm256_packs_epi32(qi[0], qi[1]);
+        let p16b = _mm256_packs_epi32(qi[2], qi[3]);
+        let p8 = _mm256_packs_epi16(p16a, p16b);
+        // packs works per 128-bit lane: dwords come out as [0,2,4,6,1,3,5,7] groups of 4 bytes.
+        let p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(q as *mut __m256i, p8);
+        sum
+    }
+
+    /// Blocks `b .. b + 8` of `x` from `p` into `out`, with the operations of [`block`]: the
+    /// maxima are taken on the bit patterns of the magnitudes (for finite values the same order
+    /// as the floats', so the same maximum whatever the order of reduction), the sums are exact,
+    /// and each lane's division is the scalar one. Returns false, writing nothing, when a value in
+    /// them is a NaN or an infinity, whose maxima [`block`] takes in its own order.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn group8(p: *const f32, out: &mut Q8Act, b: usize) -> bool {
+        let abs_mask = _mm256_set1_epi32(0x7FFF_FFFF);
+        let mut mx = [_mm256_setzero_si256(); 8];
+        for (j, m) in mx.iter_mut().enumerate() {
+            let q = p.add(j * QK);
+            let a = |k: usize| {
+                _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(q.add(8 * k))), abs_mask)
+            };
+            *m = _mm256_max_epi32(_mm256_max_epi32(a(0), a(1)), _mm256_max_epi32(a(2), a(3)));
+        }
+        // Lane j: the largest magnitude of block b + j, as bits; from +inf's up: not finite.
+        let amax = reduce8::<true>(&mx);
+        let bad = _mm256_cmpgt_epi32(amax, _mm256_set1_epi32(0x7F7F_FFFF));
+        if _mm256_movemask_epi8(bad) != 0 {
+            return false;
+        }
+        let d = _mm256_div_ps(_mm256_castsi256_ps(amax), _mm256_set1_ps(127.0));
+        // `scalar::inverse_scale` in 8 lanes: 1/d where finite (d = 0 gives +inf), else 0.
+        let inv = _mm256_div_ps(_mm256_set1_ps(1.0), d);
+        let finite = _mm256_cmp_ps::<_CMP_LT_OQ>(inv, _mm256_set1_ps(f32::INFINITY));
+        let inv = _mm256_and_ps(inv, finite);
+        let mut invs = [0f32; 8];
+        _mm256_storeu_ps(invs.as_mut_ptr(), inv);
+        let mut sums = [_mm256_setzero_si256(); 8];
+        for (j, sum) in sums.iter_mut().enumerate() {
+            let q = p.add(j * QK);
+            let v = [0, 1, 2, 3].map(|k| _mm256_loadu_ps(q.add(8 * k)));
+            *sum = round_store(&v, invs[j], out.qs.as_mut_ptr().add((b + j) * QK));
+        }
+        let total = _mm256_cvtepi32_ps(reduce8::<false>(&sums));
+        _mm256_storeu_ps(out.d.as_mut_ptr().add(b), d);
+        _mm256_storeu_ps(out.s.as_mut_ptr().add(b), _mm256_mul_ps(d, total));
+        true
+    }
+
+    /// Lane j: the largest (`MAX`) or the sum of the 8 signed lanes of `v[j]`. Both are exact,
+    /// so the order of reduction does not matter.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn reduce8<const MAX: bool>(v: &[__m256i; 8]) -> __m256i {
+        let op = |a: __m256i, b: __m256i| {
+            if MAX {
+                _mm256_max_epi32(a, b)
+            } else {
+                _mm256_add_epi32(a, b)
+            }
+        };
+        // Per 128-bit half: [a0 ∘ a2, b0 ∘ b2, a1 ∘ a3, b1 ∘ b3], then [w, x, y, z] over the half.
+        let pair = |a, b| op(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+        let quad = |a, b| op(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+        let t0 = quad(pair(v[0], v[1]), pair(v[2], v[3]));
+        let t1 = quad(pair(v[4], v[5]), pair(v[6], v[7]));
+        op(
+            _mm256_permute2x128_si256::<0x20>(t0, t1),
+            _mm256_permute2x128_si256::<0x31>(t0, t1),
+        )
+    }
+
+    /// Block `b` of `x` into `out`, alone.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn block(x: &[f32], out: &mut Q8Act, b: usize) {
+        let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+        let p = x.as_ptr().add(b * QK);
+        let v = [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ];
+        let mut mx = _mm256_and_ps(v[0], abs_mask);
+        for vi in &v[1..] {
+            mx = _mm256_max_ps(mx, _mm256_and_ps(*vi, abs_mask));
+        }
+        let h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps::<1>(mx));
+        let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        let h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        let amax = _mm_cvtss_f32(h);
+        let d = amax / 127.0;
+        let inv = scalar::inverse_scale(d);
+        let sum = round_store(&v, inv, out.qs.as_mut_ptr().add(b * QK));
+        let s4 = _mm_add_epi32(
+            _mm256_castsi256_si128(sum),
+            _mm256_extracti128_si256::<1>(sum),
+        );
+        let s4 = _mm_add_epi32(s4, _mm_shuffle_epi32::<0b01_00_11_10>(s4));
+        let s4 = _mm_add_epi32(s4, _mm_shuffle_epi32::<0b10_11_00_01>(s4));
+        let total = _mm_cvtsi128_si32(s4);
+        out.d[b] = d;
+        out.s[b] = d * total as f32;
     }
 
     /// AVX2 form of `scalar::quantize_q8k`, bit-identical to it (tested below): the block's
@@ -449,6 +557,38 @@ mod tests {
             // SAFETY: features detected by `skip()`.
             unsafe { super::avx2::quantize_act(x, out) }
         });
+    }
+
+    /// A group of 8 blocks holding a NaN or an infinity is quantized block by block: the same
+    /// bytes as [`super::avx2::block`] on every block, wherever in the group the value sits.
+    #[test]
+    fn avx2_quantize_act_takes_non_finite_groups_block_by_block() {
+        if !Isa::Avx2.available() {
+            println!("SKIP: no AVX2/FMA/F16C on this CPU");
+            return;
+        }
+        let mut rng = Rng::new(7);
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for at in [0, 31, 32 * 3 + 5, 32 * 7 + 31, 32 * 8 + 2] {
+                let mut x: Vec<f32> = (0..32 * 10).map(|_| rng.uniform() * 4.0).collect();
+                x[at] = bad;
+                let (mut want, mut got) = (Q8Act::default(), Q8Act::default());
+                want.d.resize(10, 0.0);
+                want.s.resize(10, 0.0);
+                want.qs.resize(320, 0);
+                // SAFETY: AVX2, FMA and F16C detected above; `want` holds 10 blocks.
+                unsafe {
+                    for b in 0..10 {
+                        super::avx2::block(&x, &mut want, b);
+                    }
+                    super::avx2::quantize_act(&x, &mut got);
+                }
+                let bits = |v: &[f32]| v.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+                assert_eq!(want.qs, got.qs, "{bad} at {at}");
+                assert_eq!(bits(&want.d), bits(&got.d), "{bad} at {at}");
+                assert_eq!(bits(&want.s), bits(&got.s), "{bad} at {at}");
+            }
+        }
     }
 
     /// The AVX2 Q8_K quantizer gives the scalar reference's bytes on random activations of

@@ -286,6 +286,19 @@ pub fn check_quantize(quant: &dyn Fn(&[f32], &mut Q8Act)) {
     ties[40] = -127.0;
     xs.push(ties);
     xs.push(vec![0.0; 64]);
+    // Blocks of very different scales side by side (the AVX2 quantizer takes 8 at a time):
+    // all-zero blocks, subnormal and huge maxima, a single nonzero value.
+    let scales = [0.0, 1e-40, 3e-39, 1e-20, 1e-3, 1.0, 127.0, 1e20, 3e38];
+    for n_blocks in [8, 9, 16, 17, 48] {
+        xs.push(
+            (0..n_blocks * QK)
+                .map(|i| rng.uniform() * scales[(i / QK * 5 + n_blocks) % scales.len()])
+                .collect(),
+        );
+    }
+    let mut lone = vec![0.0; 8 * QK];
+    lone[3 * QK + 7] = -1e-3;
+    xs.push(lone);
     // One reused buffer too, as decode reuses its `Q8Act` across lengths (576, 1536, …):
     // whatever a longer activation left behind must not show in a shorter one's blocks.
     let mut reused = Q8Act::default();
