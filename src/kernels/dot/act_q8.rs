@@ -169,9 +169,9 @@ pub mod scalar {
     use super::*;
 
     /// The factor a block's values are scaled by before rounding: 1/d, or 0 when that is not
-    /// finite (d = 0, or a subnormal d whose reciprocal overflows): such a block quantizes to
-    /// zeros rather than to the saturated conversions of ±inf and NaN, which differ between
-    /// instruction sets. Its contribution to a dot product, d · Σ q·w with d < 2⁻¹²⁶, is lost.
+    /// finite (d = 0, or d below 1/f32::MAX ≈ 2⁻¹²⁸, whose reciprocal overflows): such a block
+    /// quantizes to zeros rather than to the saturated conversions of ±inf and NaN, which differ
+    /// between instruction sets. Its contribution to a dot product, d · Σ q·w, is lost.
     pub fn inverse_scale(d: f32) -> f32 {
         let inv = 1.0 / d;
         if inv.is_finite() {
@@ -246,7 +246,9 @@ pub mod avx2 {
     use super::*;
     use std::arch::x86_64::*;
 
-    /// AVX2 activation quantization; bit-identical to `scalar::quantize_act` (d = max|x|/127,
+    /// AVX2 activation quantization; bit-identical to `scalar::quantize_act` on finite values
+    /// and infinities (a block with a NaN may differ: its maximum is taken in another order;
+    /// the forward pass stops at the first NaN, `engine::finite`) (d = max|x|/127,
     /// q = round-half-away-from-zero(x · `scalar::inverse_scale(d)`), s = d·Σq).
     ///
     /// Blocks go 8 at a time ([`group8`]): their maxima, scales and sums as 8-lane vectors, so
@@ -281,10 +283,12 @@ pub mod avx2 {
 
     /// The 32 values of a block from `p` rounded half away from zero after scaling by `inv`
     /// (like `f32::round`: truncate, then step away from zero when the dropped fraction is
-    /// ≥ 0.5), stored as 32 quants at `q`; returns their sum in 8 lanes.
+    /// ≥ 0.5), stored as 32 quants at `q`; returns their sum in 8 lanes. With `NAN0` a product
+    /// that is NaN (an infinite value times `inv` = 0) becomes 0, as the scalar `as i32` makes
+    /// it (the conversion instruction would give −128); only [`block`] can meet one.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn round_store(v: &[__m256; 4], inv: f32, q: *mut i8) -> __m256i {
+    unsafe fn round_store<const NAN0: bool>(v: &[__m256; 4], inv: f32, q: *mut i8) -> __m256i {
         let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
         let sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
         let (half, one) = (_mm256_set1_ps(0.5), _mm256_set1_ps(1.0));
@@ -297,7 +301,10 @@ pub mod avx2 {
             let frac = _mm256_and_ps(_mm256_sub_ps(s, tr), abs_mask);
             let up = _mm256_cmp_ps::<_CMP_GE_OQ>(frac, half);
             let step = _mm256_or_ps(_mm256_and_ps(s, sign_mask), one);
-            let r = _mm256_add_ps(tr, _mm256_and_ps(up, step));
+            let mut r = _mm256_add_ps(tr, _mm256_and_ps(up, step));
+            if NAN0 {
+                r = _mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(s, s));
+            }
             qi[k] = _mm256_cvttps_epi32(r);
             sum = _mm256_add_epi32(sum, qi[k]);
         }
@@ -344,7 +351,7 @@ pub mod avx2 {
         for (j, sum) in sums.iter_mut().enumerate() {
             let q = p.add(j * QK);
             let v = [0, 1, 2, 3].map(|k| _mm256_loadu_ps(q.add(8 * k)));
-            *sum = round_store(&v, invs[j], out.qs.as_mut_ptr().add((b + j) * QK));
+            *sum = round_store::<false>(&v, invs[j], out.qs.as_mut_ptr().add((b + j) * QK));
         }
         let total = _mm256_cvtepi32_ps(reduce8::<false>(&sums));
         _mm256_storeu_ps(out.d.as_mut_ptr().add(b), d);
@@ -397,7 +404,7 @@ pub mod avx2 {
         let amax = _mm_cvtss_f32(h);
         let d = amax / 127.0;
         let inv = scalar::inverse_scale(d);
-        let sum = round_store(&v, inv, out.qs.as_mut_ptr().add(b * QK));
+        let sum = round_store::<true>(&v, inv, out.qs.as_mut_ptr().add(b * QK));
         let s4 = _mm_add_epi32(
             _mm256_castsi256_si128(sum),
             _mm256_extracti128_si256::<1>(sum),
@@ -554,7 +561,7 @@ mod tests {
             return;
         }
         check_quantize(&|x, out| {
-            // SAFETY: features detected by `skip()`.
+            // SAFETY: AVX2, FMA and F16C detected above.
             unsafe { super::avx2::quantize_act(x, out) }
         });
     }
@@ -568,17 +575,33 @@ mod tests {
             return;
         }
         let mut rng = Rng::new(7);
-        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-            for at in [0, 31, 32 * 3 + 5, 32 * 7 + 31, 32 * 8 + 2] {
-                let mut x: Vec<f32> = (0..32 * 10).map(|_| rng.uniform() * 4.0).collect();
+        let bads = [
+            f32::NAN,
+            -f32::NAN,
+            f32::from_bits(0x7F80_0001), // a signaling NaN
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        for bad in bads {
+            // Group 0, group 1 (blocks 8..16) and the tail (16, 17).
+            for at in [
+                0,
+                31,
+                32 * 3 + 5,
+                32 * 7 + 31,
+                32 * 8 + 2,
+                32 * 13 + 17,
+                32 * 17 + 9,
+            ] {
+                let mut x: Vec<f32> = (0..32 * 18).map(|_| rng.uniform() * 4.0).collect();
                 x[at] = bad;
                 let (mut want, mut got) = (Q8Act::default(), Q8Act::default());
-                want.d.resize(10, 0.0);
-                want.s.resize(10, 0.0);
-                want.qs.resize(320, 0);
-                // SAFETY: AVX2, FMA and F16C detected above; `want` holds 10 blocks.
+                want.d.resize(18, 0.0);
+                want.s.resize(18, 0.0);
+                want.qs.resize(32 * 18, 0);
+                // SAFETY: AVX2, FMA and F16C detected above; `want` holds 18 blocks.
                 unsafe {
-                    for b in 0..10 {
+                    for b in 0..18 {
                         super::avx2::block(&x, &mut want, b);
                     }
                     super::avx2::quantize_act(&x, &mut got);

@@ -288,7 +288,10 @@ pub fn check_quantize(quant: &dyn Fn(&[f32], &mut Q8Act)) {
     xs.push(vec![0.0; 64]);
     // Blocks of very different scales side by side (the AVX2 quantizer takes 8 at a time):
     // all-zero blocks, subnormal and huge maxima, a single nonzero value.
-    let scales = [0.0, 1e-40, 3e-39, 1e-20, 1e-3, 1.0, 127.0, 1e20, 3e38];
+    // 127/f32::MAX ≈ 3.73e-37: around it 1/d goes from finite to +inf.
+    let scales = [
+        0.0, 1e-40, 3e-39, 3.7e-37, 3.8e-37, 1e-36, 1e-20, 1e-3, 1.0, 127.0, 1e20, 3e38,
+    ];
     for n_blocks in [8, 9, 16, 17, 48] {
         xs.push(
             (0..n_blocks * QK)
@@ -296,6 +299,12 @@ pub fn check_quantize(quant: &dyn Fn(&[f32], &mut Q8Act)) {
                 .collect(),
         );
     }
+    // Infinities (the forward pass stops at them, but the bytes still match): a block holding
+    // one has d = inf and quantizes to zeros.
+    let mut infs: Vec<f32> = (0..16 * QK).map(|_| rng.uniform()).collect();
+    infs[2 * QK + 5] = f32::INFINITY;
+    infs[11 * QK] = f32::NEG_INFINITY;
+    xs.push(infs);
     let mut lone = vec![0.0; 8 * QK];
     lone[3 * QK + 7] = -1e-3;
     xs.push(lone);
@@ -306,10 +315,12 @@ pub fn check_quantize(quant: &dyn Fn(&[f32], &mut Q8Act)) {
         let (mut a, mut b) = (Q8Act::default(), Q8Act::default());
         act_q8::scalar::quantize_act(x, &mut a);
         quant(x, &mut b);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(a.qs, b.qs);
-        assert_eq!(a.d, b.d);
-        assert_eq!(a.s, b.s);
+        assert_eq!(bits(&a.d), bits(&b.d));
+        assert_eq!(bits(&a.s), bits(&b.s));
         quant(x, &mut reused);
-        assert_eq!((&a.qs, &a.d, &a.s), (&reused.qs, &reused.d, &reused.s));
+        assert_eq!(a.qs, reused.qs);
+        assert_eq!((bits(&a.d), bits(&a.s)), (bits(&reused.d), bits(&reused.s)));
     }
 }
