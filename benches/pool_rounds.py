@@ -26,20 +26,32 @@ import argparse, json, os, statistics, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pair_ci import median_ci  # noqa: E402
-from vs_llamacpp import kv_read_bytes  # noqa: E402
+from vs_llamacpp import decode_bytes_per_token  # noqa: E402
 
 COLUMNS = ["tg", "pp", "pp_long", "ttft_ms", "tg_depth"]
+
+READ_SHARE_MEANING = (
+    "measured: per round, an engine's decode tok/s x the bytes a token reads (weights + F16 K/V, "
+    "vs_llamacpp.decode_bytes_per_token) as % of that round's read probe (the larger of its membw and "
+    "2 MiB-page samples at that thread count; one short read, not a ceiling). 'rounds' lists "
+    "[cflow %, llama-bench %, % needed for target x llama-bench] per round; the *_median fields are "
+    "medians over them, rounds_* count rounds above 90 / 100 %.")
+
+
+def by_round(run, column):
+    """{(model, threads, round): {engine: value of `column`}} of one run's raw samples."""
+    by = {}
+    for r in run["runs"]:
+        if r.get("group", "main") not in ("main", "depth") or column not in r:
+            continue
+        by.setdefault((r["model"], r["threads"], r["round"]), {})[r["engine"]] = r[column]
+    return by
 
 
 def ratios(run, column):
     """{(model, threads): [cflow ÷ llama-bench per round]} of one run's raw samples."""
-    by = {}
-    for r in run["runs"]:
-        if r.get("group", "main") not in ("main", "depth") or column not in r or r["engine"] not in ("cflow", "llama-bench"):
-            continue
-        by.setdefault((r["model"], r["threads"], r["round"]), {})[r["engine"]] = r[column]
     out = {}
-    for (model, t, _), e in sorted(by.items()):
+    for (model, t, _), e in sorted(by_round(run, column).items()):
         c, l = e.get("cflow"), e.get("llama-bench")
         if isinstance(c, (int, float)) and isinstance(l, (int, float)) and l > 0:
             out.setdefault((model, t), []).append(c / l)
@@ -58,17 +70,11 @@ def read_shares(run, column, target):
     per_tok = {}
     for m in run.get("models", []):
         b = m.get("bytes") if isinstance(m, dict) else None
-        if not b:
-            continue
-        first = st.get("prompt_len", 8) if column == "tg" else st.get("depth", 4096) + 1
-        per_tok[m["name"]] = b["weight_bytes_per_token"] + kv_read_bytes(b, first, st.get("tokens", 128))
-    by = {}
-    for r in run["runs"]:
-        if r.get("group", "main") not in ("main", "depth") or column not in r:
-            continue
-        by.setdefault((r["model"], r["threads"], r["round"]), {})[r["engine"]] = r[column]
+        if b:
+            per_tok[m["name"]] = decode_bytes_per_token(
+                b, column, st.get("prompt_len", 8), st.get("depth", 4096), st.get("tokens", 128))
     out = {}
-    for (model, t, rd), e in sorted(by.items()):
+    for (model, t, rd), e in sorted(by_round(run, column).items()):
         c, l, g = e.get("cflow"), e.get("llama-bench"), probes.get((t, rd))
         if not (c and l and g and model in per_tok):
             continue
@@ -86,6 +92,8 @@ def main():
                     help="for tg/tg_depth, each round's rates as %% of that round's read probe, and the share X × llama-bench needs")
     ap.add_argument("--out")
     a = ap.parse_args()
+    if a.read_share is not None and a.read_share <= 0:
+        sys.exit("--read-share takes a ratio above 0, e.g. 2")
     cols = a.columns.split(",")
     for c in cols:
         if c not in COLUMNS:
@@ -134,8 +142,8 @@ def main():
                            "ratios": [round(x, 3) for x in v],
                            "per_run": [{"file": f, "median": round(m, 3), "n": n} for f, m, n in per_file[(model, t)]]})
     shares = []
-    if a.read_share is not None and a.read_share <= 0:
-        sys.exit("--read-share takes a ratio above 0, e.g. 2")
+    if a.read_share and not {"tg", "tg_depth"} & set(cols):
+        print("\n--read-share: no decode column (tg, tg_depth) in --columns; nothing to set against the probes")
     for c in cols if a.read_share else []:
         if c not in ("tg", "tg_depth"):
             continue
@@ -168,7 +176,9 @@ def main():
             json.dump({"command": "benches/pool_rounds.py " + " ".join(sys.argv[1:]),
                        "runs": [{"file": f, "cflow_version": r.get("meta", {}).get("cflow_version"),
                                  "date": r.get("meta", {}).get("date")} for f, r in runs],
-                       "cells": result, **({"read_share": shares} if shares else {})}, fh, indent=1)
+                       "cells": result,
+                       **({"read_share_meaning": READ_SHARE_MEANING, "read_share": shares} if shares else {})},
+                      fh, indent=1)
             fh.write("\n")
 
 

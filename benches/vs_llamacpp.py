@@ -162,6 +162,17 @@ def kv_read_bytes(bpt, first, n):
     return sum(per * positions_read(bpt, p) for p in range(first, first + n)) / max(n, 1)
 
 
+def decode_bytes_per_token(bpt, column, prompt_len, depth, tokens):
+    """Bytes one decode step of `column` reads, on average: the weights plus the F16 K/V of its
+    positions ([`kv_read_bytes`]): `tg` from `prompt_len`, `tg_depth` from `depth + 1` (0 K/V
+    when no depth was run)."""
+    if column == "tg":
+        kv = kv_read_bytes(bpt, prompt_len, tokens)
+    else:
+        kv = kv_read_bytes(bpt, depth + 1, tokens) if depth else 0
+    return bpt["weight_bytes_per_token"] + kv
+
+
 # ----------------------------------------------------------------------------- models
 def cache_dir():
     return os.environ.get("CFLOW_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cflow-tui")
@@ -499,9 +510,6 @@ def summarize(a, res, threads, models):
     keys = ["tg", "pp", "pp_long", "ttft_ms", "tg_depth"]
     for m in models:
         bpt = m["bytes"]
-        w = bpt["weight_bytes_per_token"]
-        kv_tg = kv_read_bytes(bpt, a.prompt_len, a.tokens)
-        kv_depth = kv_read_bytes(bpt, a.depth + 1, a.tokens) if a.depth else 0
         engines = sorted({x["engine"] for x in runs if x["model"] == m["name"] and x["engine"] != "rss"},
                          key=lambda e: (e != "cflow", e))
         for t in threads:
@@ -517,9 +525,10 @@ def summarize(a, res, threads, models):
                         rs = [mine[r] / base[r] for r in sorted(mine) if r in base and base[r]]
                         row[k + "_ratio"] = mmm(rs)
                         row[k + "_ratios"] = rs
-                for k, kv in (("tg", kv_tg), ("tg_depth", kv_depth)):
+                for k in ("tg", "tg_depth"):
                     if k in row and t in ceiling:
-                        gbs = row[k]["median"] * (w + kv) / 1e9
+                        per_tok = decode_bytes_per_token(bpt, k, a.prompt_len, a.depth, a.tokens)
+                        gbs = row[k]["median"] * per_tok / 1e9
                         row[k + "_gbs"] = gbs
                         row[k + "_pct_roofline"] = 100 * gbs / ceiling[t]
                 summary.append(row)
